@@ -1,0 +1,65 @@
+# kvq - build, examples, tests.
+#   make            build everything, then run every example (each prints PASS/FAIL)
+#   make test       header compile checks, unit tests, and the same tests under
+#                   AddressSanitizer + UndefinedBehaviorSanitizer; ends "N passed, M failed"
+#   make bench      CPU benchmarks (results: bench/RESULTS.md)
+#   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
+# Needs: a C99 compiler (gcc by default), make, libm. clang and g++ are used by
+# `make test` when present (skipped with a message otherwise).
+
+CC      ?= gcc
+CFLAGS  ?= -std=c99 -O2 -g -Wall -Wextra -Wpedantic
+LDLIBS  := -lm
+B       := build
+NVCC    ?= nvcc
+NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+
+TEST_SRC    := $(sort $(wildcard tests/test_*.c))
+EXAMPLE_SRC := $(sort $(wildcard examples/[0-9]*.c))
+BENCH_SRC   := $(sort $(wildcard bench/bench_*.c))
+TESTS       := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+TESTS_SAN   := $(TEST_SRC:tests/%.c=$(B)/san/%)
+EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(B)/examples/%)
+BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
+SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+.PHONY: all examples test compile-checks bench cuda test-gpu clean
+all: $(EXAMPLES) $(TESTS) $(BENCHES) examples
+
+examples: $(EXAMPLES)
+	@set -e; for e in $(EXAMPLES); do echo "=== $$e"; $$e; done; \
+	echo "all examples PASS"
+
+$(B)/tests/%: tests/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+$(B)/san/%: tests/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O1 $(SAN) -DKVQ_TEST_QUICK -I. -o $@ $< $(LDLIBS)
+$(B)/examples/%: examples/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+$(B)/bench/%: bench/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O3 -march=native -I. -o $@ $< $(LDLIBS)
+
+# The header must be a clean drop-in: strict C99 (gcc, clang), C++, static
+# linkage in two translation units, and the README's snippet must compile.
+compile-checks:
+	@sh tests/compile_checks.sh
+
+test: compile-checks $(TESTS) $(TESTS_SAN)
+	@tests/run.sh $(TESTS) $(TESTS_SAN)
+
+bench: $(BENCHES)
+	@set -e; for b in $(BENCHES); do $$b; done
+
+cuda:
+	@if command -v $(NVCC) >/dev/null 2>&1; then \
+	  mkdir -p $(B) && $(NVCC) $(NVFLAGS) -I. -c kvq_cuda.cu -o $(B)/kvq_cuda.o && \
+	  echo "kvq_cuda.cu: compiled for sm_80, sm_90"; \
+	else echo "nvcc not found: skipping kvq_cuda.cu (install the CUDA Toolkit)"; fi
+
+clean:
+	rm -rf $(B)

@@ -1,0 +1,2087 @@
+/* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
+   v0.1.0 - public domain-style: MIT license, see end of file.
+
+   One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
+   GPU kernels that must reproduce its codes bit for bit.
+
+   USAGE (five lines)
+       #define KVQ_IMPLEMENTATION          // in exactly one .c/.cpp file
+       #include "kvq.h"
+       kvq_cache c; kvq_config cfg = kvq_config_kivi(128, 2);   // D=128, 2-bit
+       kvq_cache_init(&c, &cfg);  kvq_cache_append(&c, k, v);  // k, v: (D) floats
+       kvq_attend(&c, q, 1, out, NULL, KVQ_ATTN_ONLINE, work, n_work);
+
+   COMPILE-TIME OPTIONS
+       KVQ_IMPLEMENTATION   emit the implementation in this translation unit
+       KVQ_STATIC           make every function static (private copy per TU)
+       KVQ_ASSERT(x)        internal invariant check (default: assert.h)
+       KVQ_MALLOC(sz) / KVQ_REALLOC(p,sz) / KVQ_FREE(p)
+                            allocator override: define all three or none
+       KVQ_NO_STDIO         leave out the .npy file functions (kvq_npy_load/_save)
+
+   CONTENTS
+       1. Standard parameters (T, D, G, B, R, N, ...)
+       2. Status codes
+       3. fp16 <-> fp32 (round to nearest even; CUDA __float2half_rn bit for bit)
+       4. Asymmetric uniform quantization of one group (KIVI Sec. 3.1; HF post)
+       5. Bit packing (layout diagram)
+       6. Group quantization of a [T x D] matrix, per-token or per-channel
+       7. The streaming cache: regions, positions and schedules (KIVI Sec. 3.3,
+          Algorithm 1; the HF QuantizedCache schedule)
+       8. Decode attention over a cache: eager and online softmax, GQA, and the
+          algebra that never materializes dequantized keys
+       9. Byte accounting and invariants
+      10. .npy arrays (float32 / float16, C order)
+
+   1. STANDARD PARAMETERS (used with these meanings everywhere)
+       T   number of tokens (positions) in a head's K or V matrix
+       D   head dimension: channels per token (Llama: 128)
+       G   group size: how many values share one scale and zero
+       B   bits per code, B in {1, 2, 4, 8};  N = 2^B - 1 is the largest code
+       R   residual length: KIVI's full-precision window (default 128)
+       W   LogQuant window (later issue);  k  OTT outlier-pool capacity
+       s   scale, z  zero (both stored as fp16), c  code (0..N)
+       pos a token's position: the index of the append that created it, 0-based
+
+   VERSION HISTORY
+       0.1.0  quantization primitives, KIVI and HF caches, reference attention
+*/
+#ifndef KVQ_H
+#define KVQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef KVQ_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define KVQ_API static __attribute__((unused))   /* a TU may use only some */
+#else
+#define KVQ_API static
+#endif
+#else
+#define KVQ_API extern
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVQ_VERSION_MAJOR 0
+#define KVQ_VERSION_MINOR 1
+#define KVQ_VERSION_PATCH 0
+
+/* ======================================================================== */
+/* 2. STATUS CODES                                                          */
+/* ======================================================================== */
+/* Every public function that can fail returns one of these. On failure it
+   writes nothing to its outputs and leaves any cache exactly as it was.
+   kvq_status_str() gives a readable sentence; a cache also keeps a detailed
+   reason for its last failure in cache->why.
+
+   status               returned by
+   KVQ_ERR_NULL         every function taking pointers
+   KVQ_ERR_SIZE         zero/oversized T, D, G, n; buffer too small
+   KVQ_ERR_BITS         bits not in {1,2,4,8}
+   KVQ_ERR_GROUP        G does not divide D (per-token) or T (per-channel),
+                        or G does not divide R (KIVI keys)
+   KVQ_ERR_NONFINITE    NaN or Inf in K, V or Q
+   KVQ_ERR_RANGE        |x| too large for fp16 scale/zero (see Sec. 4)
+   KVQ_ERR_OVERFLOW     a size computation would overflow size_t
+   KVQ_ERR_NOMEM        the allocator returned NULL
+   KVQ_ERR_CAPACITY     more than KVQ_MAX_POSITIONS tokens in one cache
+   KVQ_ERR_CONFIG       an inconsistent kvq_config
+   KVQ_ERR_STATE        empty cache, position not present, broken invariant
+   KVQ_ERR_FORMAT       malformed .npy data
+   KVQ_ERR_IO           file could not be opened/read/written               */
+typedef enum kvq_status {
+    KVQ_OK = 0,
+    KVQ_ERR_NULL,
+    KVQ_ERR_SIZE,
+    KVQ_ERR_BITS,
+    KVQ_ERR_GROUP,
+    KVQ_ERR_NONFINITE,
+    KVQ_ERR_RANGE,
+    KVQ_ERR_OVERFLOW,
+    KVQ_ERR_NOMEM,
+    KVQ_ERR_CAPACITY,
+    KVQ_ERR_CONFIG,
+    KVQ_ERR_STATE,
+    KVQ_ERR_FORMAT,
+    KVQ_ERR_IO,
+    KVQ_STATUS_COUNT
+} kvq_status;
+
+KVQ_API const char *kvq_status_str(kvq_status s);
+
+/* ======================================================================== */
+/* 3. fp16                                                                  */
+/* ======================================================================== */
+/* IEEE binary16 stored in a uint16_t. kvq_f32_to_f16 rounds to nearest, ties
+   to even, handles subnormals and overflow to +-Inf, and maps every NaN to
+   0x7FFF, exactly as CUDA's __float2half_rn. kvq_f16_to_f32 is exact.       */
+typedef uint16_t kvq_f16;
+
+KVQ_API kvq_f16 kvq_f32_to_f16(float f);
+KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
+
+#define KVQ_F16_MAX 65504.0f
+/* Largest |x| a cache accepts: then max - min <= 65504 and every scale and
+   zero fits in fp16 for every B (B = 1 has scale = max - min).             */
+#define KVQ_MAX_ABS_INPUT 32752.0f
+
+/* ======================================================================== */
+/* 4. ONE GROUP: ASYMMETRIC UNIFORM QUANTIZATION                            */
+/* ======================================================================== */
+/* KIVI Sec. 3.1:  Q(X) = round((X - z) / s),  X' = Q(X) * s + z,
+                   z = min X,  s = (max X - min X) / (2^B - 1).
+   HF post:        integer zero point  zp = round(-min X / s),
+                   Q(X) = round(X / s) + zp,  X' = (Q(X) - zp) * s.
+
+   kvq's exact definition (one group of n values x_i, N = 2^B - 1):
+
+     KVQ_ZERO_FLOAT (KIVI, the default)
+       mn = min x_i, mx = max x_i                       (exact, any order)
+       s  = f16((mx - mn) / N)       fp32 subtract, fp32 divide, RNE to fp16
+       z  = f16(mn)
+       c_i = (s == 0) ? 0 : rne(clamp((x_i - z) / s, 0, N))
+       x'_i = c_i * s + z                                (fp32)
+
+     KVQ_ZERO_INT (HF / quanto style)
+       s  = f16((mx - mn) / N)
+       zp = clamp(rne(-mn / s), -2048, 2048), stored as an fp16 integer
+       c_i = rne(clamp(x_i / s + zp, 0, N))
+       x'_i = c_i * s + (-zp * s)                        (fp32)
+       A constant group (s would be 0) uses s = f16(|mn|), zp = (mn < 0), so
+       the same formula gives c = 1 or 0 and x' = f16(mn): no division by 0.
+
+   Choices the papers leave open, and why:
+   - Scale and zero are rounded to fp16 FIRST and the codes are computed from
+     the rounded values. Dequantization then uses exactly what is stored, so
+     the CPU, the GPU and any reader of the packed cache agree.
+   - Clamp, then round (KIVI's own code order). Because the bounds 0 and N are
+     integers and rounding is monotonic, clamp(rne(v)) == rne(clamp(v)) for
+     every finite v: the order cannot change a code. Clamping first keeps the
+     value inside [0, N] before the float-to-integer conversion, which is
+     therefore never undefined behaviour.
+   - rne is round-half-to-even (C99 rintf in the default rounding mode; CUDA
+     rintf / __float2int_rn). Ties are rare but real at low B.
+   - Division, not multiplication by a reciprocal: (x - z) / s is one
+     correctly rounded IEEE operation on every platform and on the GPU
+     (nvcc without --use_fast_math), so codes are bit-identical.
+   - Dequantization c*s + z is FMA-proof: c has <= 8 significant bits and s
+     has 11, so c*s is exact in fp32 and fma(c, s, z) == c*s + z. The same
+     holds for -zp*s (zp <= 2048: 12 bits) in the integer mode.
+
+   Error bound (tested as a property). With e_z = |z - mn|, e_s = |s - s_exact|
+   (s_exact the fp32 value before fp16 rounding) and eps = 2^-21 * (|x| + |z|
+   + N*s) covering fp32 arithmetic:
+     float zero:  |x - x'| <= s/2 + e_z + N*e_s + eps
+     int zero:    |x - x'| <= s/2 + s*|zp + mn/s| + N*e_s + eps     (<= s + ...)
+   The integer zero point costs up to a full step at the group's edges.   */
+typedef enum kvq_zero_mode {
+    KVQ_ZERO_FLOAT = 0,   /* KIVI: zero = group min, stored as fp16        */
+    KVQ_ZERO_INT   = 1    /* HF post: integer zero point                   */
+} kvq_zero_mode;
+
+/* One group's parameters, as stored. 4 bytes, shared with kvq_cuda.cu.     */
+typedef struct kvq_sz {
+    kvq_f16 scale;   /* s                                                   */
+    kvq_f16 zero;    /* z (float mode) or the integer zp (int mode), fp16   */
+} kvq_sz;
+
+/* x' = c * a + b with (a, b) from one group's stored parameters.           */
+KVQ_API void kvq_sz_affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b);
+
+/* Quantize n values x[0], x[stride], ... into codes (n bytes, 0..N) and one
+   kvq_sz. Fails on NaN/Inf (KVQ_ERR_NONFINITE) and on a scale or zero that
+   overflows fp16 (KVQ_ERR_RANGE).                                           */
+KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
+                                      int bits, kvq_zero_mode mode,
+                                      uint8_t *codes, kvq_sz *sz);
+
+/* ======================================================================== */
+/* 5. BIT PACKING                                                           */
+/* ======================================================================== */
+/* 32/B codes per 32-bit word, least significant bits first, along the grouped
+   dimension. Code i of a group sits in word i / (32/B) at bit (i % (32/B))*B.
+   A ragged tail leaves the high bits of the last word zero.
+
+     B = 2, one word holds codes c0..c15:
+       bit: 31 30 29 28                          3  2  1  0
+           [ c15 ][ c14 ]  . . .  [ c2 ][ c1 ][ c0 ]
+     B = 4:  [ c7 ][ c6 ][ c5 ][ c4 ][ c3 ][ c2 ][ c1 ][ c0 ]
+     B = 8:  [ c3 ][ c2 ][ c1 ][ c0 ]        B = 1: c0 at bit 0 ... c31 at 31
+
+   The word is a native uint32_t: on little-endian machines (x86, ARM, every
+   NVIDIA GPU) byte 0 of the word holds c0..c3 for B = 2.                    */
+KVQ_API int        kvq_bits_supported(int bits);
+KVQ_API size_t     kvq_packed_words(size_t n, int bits);   /* 0 on bad bits */
+KVQ_API kvq_status kvq_pack(const uint8_t *codes, size_t n, int bits,
+                            uint32_t *words);
+KVQ_API kvq_status kvq_unpack(const uint32_t *words, size_t n, int bits,
+                              uint8_t *codes);
+
+/* ======================================================================== */
+/* 6. GROUP QUANTIZATION OF A [T x D] MATRIX                                */
+/* ======================================================================== */
+/* A head's K or V is a row-major matrix X[T][D] (token t, channel d).
+
+     per-token   (KIVI values; HF keys and values): a group is G consecutive
+                 channels of ONE token. Needs G | D. Groups per token: D/G.
+     per-channel (KIVI keys): a group is G consecutive tokens of ONE channel.
+                 Needs G | T. Groups per G-token block: D.
+
+   Both axes share one layout built from "units". A unit is what gets appended
+   to a quantized store at once: one token (per-token) or G tokens
+   (per-channel). Inside a unit the groups are stored one after another, each
+   group's codes packed as in Sec. 5 along its own grouped dimension:
+
+     words: [units][groups_per_unit][words_per_group]   uint32_t
+     sz:    [units][groups_per_unit]                    kvq_sz
+
+                      units        tokens_per_unit  groups_per_unit
+       per-token      T            1                D / G     (group = channels)
+       per-channel    T / G        G                D         (group = tokens)
+     words_per_group = ceil(G * B / 32)
+
+   Per-channel key block (one unit, G = 32, B = 2, D channels):
+       channel 0:  [w0: tokens 0..15][w1: tokens 16..31]  sz[0]
+       channel 1:  [w0 .........    ][w1 ...........   ]  sz[1]
+       ...                                                 ...
+     so the GPU reads, per channel, 2 words + one 4-byte kvq_sz per 32 tokens. */
+typedef enum kvq_axis {
+    KVQ_PER_TOKEN   = 0,
+    KVQ_PER_CHANNEL = 1
+} kvq_axis;
+
+typedef struct kvq_layout {
+    size_t units;
+    size_t tokens_per_unit;
+    size_t groups_per_unit;
+    size_t words_per_group;
+    size_t total_words;     /* units * groups_per_unit * words_per_group     */
+    size_t total_groups;    /* units * groups_per_unit                       */
+} kvq_layout;
+
+KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
+                                   size_t G, kvq_axis axis);
+
+/* X (T, D) -> words (L.total_words), sz (L.total_groups).                   */
+KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
+                                       int bits, size_t G, kvq_axis axis,
+                                       kvq_zero_mode mode,
+                                       uint32_t *words, kvq_sz *sz);
+/* words, sz -> X' (T, D).                                                   */
+KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz,
+                                         size_t T, size_t D, int bits, size_t G,
+                                         kvq_axis axis, kvq_zero_mode mode,
+                                         float *Xout);
+
+/* ======================================================================== */
+/* 7. THE STREAMING CACHE                                                   */
+/* ======================================================================== */
+/* One kvq_cache holds ONE (layer, KV head). It has two sides, K and V, and
+   each side is divided into REGIONS:
+
+       side K:  [ quantized units ][ rows[0]: window ][ rows[1] ][ rows[2] ]...
+       side V:  [ quantized units ][ rows[0]: window ][ rows[1] ][ rows[2] ]...
+
+     - the quantized region: packed units exactly as in Sec. 6, plus the
+       position of every slot (qpos; -1 marks a placeholder slot that holds a
+       value for quantization's sake but is not attended);
+     - full-precision row regions (fp16 or fp32 rows, with their positions).
+       rows[0] is the recent window / residual; the others are reserved for
+       later policies (an outlier pool, an auxiliary pool, sinks, staging).
+
+   Every position 0..n_pos-1 lives in exactly one region per side, recorded
+   in the side's loc map (region tag + index). K and V of the same position
+   may live in different regions: in KIVI a key can already be quantized while
+   its value still sits in the value window.
+
+   A POLICY is nothing but the rule that moves positions between regions:
+     schedule FLUSH  when the window holds R rows and a new one arrives, all R
+                     are quantized first (KIVI keys; HF keys and values).
+     schedule SLIDE  after each arrival, while the window holds >= R + chunk
+                     rows, the oldest `chunk` rows are quantized (KIVI values:
+                     chunk = 1 token; the window stays at exactly R).
+     schedule NONE   never quantize (the full-precision baseline).
+   Attention, byte accounting and invariants read only the regions, so later
+   policies (OTT's pools, LogQuant's selection, eviction + compaction) add
+   regions and rules, never a new cache type.
+
+   KIVI (Sec. 3.3, Algorithm 1), kvq_config_kivi:
+     keys   per-channel, FLUSH: the residual holds 1..R keys after every
+            append (mean about R/2); G | R is required.
+     values per-token, SLIDE with chunk 1: exactly R values in full precision.
+     prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
+            the last R.
+   HF QuantizedCache schedule, kvq_config_hf:
+     both per-token (HF's default axis), FLUSH with R = residual_length.
+     prefill quantizes the whole prompt (T - T % G for a per-channel axis).
+     At each flush HF dequantizes the entire history and re-quantizes it
+     together with the residual; kvq does the same when hf_requantize = 1
+     (the default for this policy), which slowly compounds error in old
+     tokens. Differences from KIVI: no sliding value window, keys per-token,
+     the prompt is fully quantized, and history is re-quantized.           */
+
+typedef enum kvq_policy {
+    KVQ_POLICY_FULL = 0,   /* no quantization: every token in full precision */
+    KVQ_POLICY_KIVI = 1,
+    KVQ_POLICY_HF   = 2,
+    KVQ_POLICY_CUSTOM = 3  /* schedules taken from key_schedule/value_schedule */
+} kvq_policy;
+
+typedef enum kvq_schedule {
+    KVQ_SCHED_NONE  = 0,
+    KVQ_SCHED_FLUSH = 1,
+    KVQ_SCHED_SLIDE = 2
+} kvq_schedule;
+
+typedef struct kvq_config {
+    kvq_policy    policy;
+    size_t        head_dim;        /* D                                      */
+    int           key_bits;        /* B for keys                             */
+    int           value_bits;      /* B for values                           */
+    size_t        group;           /* G                                      */
+    size_t        residual;        /* R                                      */
+    kvq_axis      key_axis;
+    kvq_axis      value_axis;
+    kvq_zero_mode zero_mode;
+    int           fp_bits;         /* storage of full-precision rows: 16|32  */
+    int           hf_requantize;   /* HF: re-quantize history at each flush  */
+    kvq_schedule  key_schedule;    /* set by the policy; read for CUSTOM     */
+    kvq_schedule  value_schedule;
+} kvq_config;
+
+/* Paper defaults: KIVI B=bits, G=32, R=128, keys per-channel, values
+   per-token, float zero, fp16 rows.                                         */
+KVQ_API kvq_config kvq_config_kivi(size_t head_dim, int bits);
+
+/* The HF QuantizedCache parameters under their HF names.                    */
+typedef struct kvq_hf_params {
+    int      nbits;            /* 2 or 4 in quanto; 1..8 accepted here       */
+    size_t   q_group_size;     /* default 64                                 */
+    size_t   residual_length;  /* default 128                                */
+    kvq_axis axis_key;         /* default per-token (HF's axis 0)            */
+    kvq_axis axis_value;       /* default per-token                          */
+} kvq_hf_params;
+KVQ_API kvq_hf_params kvq_hf_defaults(int nbits);
+KVQ_API kvq_config    kvq_config_hf(size_t head_dim, kvq_hf_params hf);
+
+/* Full precision only; fp_bits 32 makes it the exact fp32 reference.        */
+KVQ_API kvq_config kvq_config_full(size_t head_dim, int fp_bits);
+
+/* Checks a config; on failure writes a reason into why (may be NULL).       */
+KVQ_API kvq_status kvq_config_validate(const kvq_config *cfg, char *why,
+                                       size_t why_len);
+
+#define KVQ_ROW_REGIONS    4          /* rows[0] window + 3 for later policies */
+#define KVQ_MAX_POSITIONS  ((size_t)1 << 28)   /* per cache (loc index bits)  */
+
+/* Where a position lives: region tag in the top 4 bits, index below.        */
+#define KVQ_LOC_ABSENT   0u
+#define KVQ_LOC_QUANT    1u          /* index = quantized slot                */
+#define KVQ_LOC_ROWS0    2u          /* rows[r] has tag KVQ_LOC_ROWS0 + r     */
+#define KVQ_LOC_TAG(l)   ((uint32_t)(l) >> 28)
+#define KVQ_LOC_INDEX(l) ((size_t)((l) & 0x0FFFFFFFu))
+
+typedef struct kvq_rows {      /* a full-precision region                    */
+    void    *data;             /* (cap, D) float or kvq_f16; live rows are
+                                  [off, off + n)                             */
+    int32_t *pos;              /* (cap) position of each row                 */
+    size_t   off, n, cap;
+} kvq_rows;
+
+typedef struct kvq_side {
+    kvq_axis      axis;
+    int           bits;
+    kvq_schedule  schedule;
+    size_t        chunk;            /* tokens quantized per SLIDE step       */
+    size_t        tokens_per_unit;  /* 1 (per-token) or G (per-channel)      */
+    size_t        groups_per_unit;  /* D/G (per-token) or D (per-channel)    */
+    size_t        words_per_group;  /* ceil(G*B/32)                          */
+    uint32_t     *words;   /* (cap_units, groups_per_unit, words_per_group)  */
+    kvq_sz       *sz;      /* (cap_units, groups_per_unit)                   */
+    int32_t      *qpos;    /* (cap_units * tokens_per_unit); -1 placeholder  */
+    size_t        n_units, cap_units;
+    kvq_rows      rows[KVQ_ROW_REGIONS];
+    uint32_t     *loc;     /* (cap_pos) region tag | index per position      */
+} kvq_side;
+
+typedef struct kvq_cache {
+    kvq_config cfg;
+    kvq_side   k, v;
+    size_t     n_pos;      /* positions appended so far                      */
+    size_t     cap_pos;
+    float     *stage;      /* (stage_rows, D) rows gathered for quantizing   */
+    size_t     stage_rows;
+    char       why[160];   /* reason for the last failure                    */
+} kvq_cache;
+
+KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg);
+KVQ_API void       kvq_cache_free(kvq_cache *c);
+/* Pre-allocate room for n_tokens so appends up to that never allocate.      */
+KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens);
+/* Prefill: append T tokens (K, V: (T, D)) and apply the policy's prefill
+   rule. On failure the cache is unchanged.                                  */
+KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
+                                     const float *V, size_t T);
+/* Decode: append one token's k, v (D) and apply the policy's step rule.     */
+KVQ_API kvq_status kvq_cache_append(kvq_cache *c, const float *k,
+                                    const float *v);
+/* The row the cache holds for a position: side 0 = K, 1 = V; out (D).       */
+KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
+                                  float *out);
+
+/* ======================================================================== */
+/* 8. DECODE ATTENTION                                                      */
+/* ======================================================================== */
+/* n_q query heads share this KV head (GQA; n_q = 1 for multi-head).
+   For each query head h:
+       s_p = (q_h . k_p) / sqrt(D)       over every present position p
+       w   = softmax(s),   out_h = sum_p w_p v_p
+   EAGER materializes s (n_pos floats) and can return w per position in probs
+   (n_q, n_pos), 0 for absent positions; eviction policies read it.
+   ONLINE never holds more than KVQ_TILE scores: it walks positions in tiles
+   with a running max m, running sum l and rescaled accumulator (the
+   FlashAttention recurrence):
+       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
+       acc' = acc e^(m-m') + sum_j e^(s_j-m') v_j,   out = acc / l.
+
+   The algebra that makes dequantization free (the GPU kernel relies on it):
+     per-channel keys, unit u (G tokens) with per-channel (a_d, b_d):
+       q . k_t = sum_d (q_d a_d) c_td + sum_d q_d b_d
+       -> precompute (q_d a_d) and sum_d q_d b_d once per unit, then each
+          token costs one dot product with raw codes.
+     per-token keys, group g of token t with (a_g, b_g):
+       q . k_t = sum_g [ a_g sum_{d in g} q_d c_td + b_g sum_{d in g} q_d ]
+       -> the per-group query sums are computed once per query.
+     per-token values: sum_t w_t v_td = sum_t (w_t a_tg) c_td + sum_t w_t b_tg.
+   Dequantized K or V is never materialized.                                 */
+typedef enum kvq_attn_mode {
+    KVQ_ATTN_EAGER  = 0,
+    KVQ_ATTN_ONLINE = 1
+} kvq_attn_mode;
+
+#define KVQ_TILE 32
+
+/* Floats of scratch kvq_attend needs for this cache and mode.               */
+KVQ_API size_t kvq_attend_scratch_floats(const kvq_cache *c, kvq_attn_mode mode);
+/* q (n_q, D) -> out (n_q, D). probs: NULL or (n_q, n_pos), EAGER only.      */
+KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
+                              float *out, float *probs, kvq_attn_mode mode,
+                              float *scratch, size_t scratch_floats);
+
+/* Plain attention over dense K, V (T, D) in double precision, the oracle the
+   tests and examples compare against. out (n_q, D); probs NULL or (n_q, T). */
+KVQ_API kvq_status kvq_attend_dense(const float *K, const float *V, size_t T,
+                                    size_t D, const float *q, size_t n_q,
+                                    float *out, float *probs);
+
+/* ======================================================================== */
+/* 9. BYTES AND INVARIANTS                                                  */
+/* ======================================================================== */
+/* Exact bytes held by live data, per side (0 = K, 1 = V). "payload" is what
+   the papers count (codes + scales/zeros + full-precision rows); metadata is
+   kvq's own bookkeeping (positions and loc maps); allocated is every heap
+   byte the cache owns right now, capacity included.                         */
+typedef struct kvq_bytes {
+    size_t codes[2];
+    size_t scale_zero[2];
+    size_t full_precision[2];
+    size_t payload;
+    size_t metadata;
+    size_t allocated;
+    size_t tokens;
+    double bits_per_element;   /* payload * 8 / (2 * tokens * D)             */
+} kvq_bytes;
+
+KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out);
+/* Counts of positions per region: quantized, rows[0..3], absent.            */
+typedef struct kvq_census {
+    size_t quantized[2];
+    size_t rows[2][KVQ_ROW_REGIONS];
+    size_t absent[2];
+    size_t placeholders[2];    /* quantized slots with qpos = -1             */
+} kvq_census;
+KVQ_API kvq_status kvq_cache_census(const kvq_cache *c, kvq_census *out);
+/* Verifies every invariant (each position in exactly one region, loc and
+   region positions are inverse maps, the policy's window bounds). KVQ_OK or
+   KVQ_ERR_STATE with the broken invariant in c->why.                        */
+KVQ_API kvq_status kvq_cache_check(kvq_cache *c);
+
+/* ======================================================================== */
+/* 10. .npy ARRAYS                                                          */
+/* ======================================================================== */
+/* NumPy format 1.0/2.0/3.0, little-endian float32 ('<f4') or float16 ('<f2'),
+   C order, 1..4 dimensions. Data is always returned as float32.             */
+#define KVQ_NPY_MAX_DIMS 4
+typedef struct kvq_npy {
+    float  *data;                   /* (shape[0], ..., shape[ndim-1])        */
+    size_t  shape[KVQ_NPY_MAX_DIMS];
+    int     ndim;
+    size_t  count;
+} kvq_npy;
+
+KVQ_API kvq_status kvq_npy_parse(const void *buf, size_t len, kvq_npy *out);
+KVQ_API void       kvq_npy_free(kvq_npy *a);
+#ifndef KVQ_NO_STDIO
+KVQ_API kvq_status kvq_npy_load(const char *path, kvq_npy *out);
+KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
+                                const size_t *shape, int ndim);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVQ_H */
+
+/* ======================================================================== */
+/*                             IMPLEMENTATION                               */
+/* ======================================================================== */
+#ifdef KVQ_IMPLEMENTATION
+#ifndef KVQ_IMPLEMENTATION_DONE
+#define KVQ_IMPLEMENTATION_DONE
+
+#include <math.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdarg.h>
+
+#if defined(KVQ_MALLOC) && defined(KVQ_REALLOC) && defined(KVQ_FREE)
+/* all three overridden */
+#elif !defined(KVQ_MALLOC) && !defined(KVQ_REALLOC) && !defined(KVQ_FREE)
+#include <stdlib.h>
+#define KVQ_MALLOC(sz)    malloc(sz)
+#define KVQ_REALLOC(p,sz) realloc(p, sz)
+#define KVQ_FREE(p)       free(p)
+#else
+#error "kvq.h: define all of KVQ_MALLOC, KVQ_REALLOC, KVQ_FREE or none of them"
+#endif
+
+#ifndef KVQ_ASSERT
+#include <assert.h>
+#define KVQ_ASSERT(x) assert(x)
+#endif
+
+/* Layouts shared with kvq_cuda.cu: their sizes are part of the format.      */
+typedef char kvq__check_sz_is_4_bytes[(sizeof(kvq_sz) == 4) ? 1 : -1];
+typedef char kvq__check_f16_is_2_bytes[(sizeof(kvq_f16) == 2) ? 1 : -1];
+typedef char kvq__check_word_is_4_bytes[(sizeof(uint32_t) == 4) ? 1 : -1];
+typedef char kvq__check_float_is_4_bytes[(sizeof(float) == 4) ? 1 : -1];
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* status strings                                                           */
+/* ------------------------------------------------------------------------ */
+KVQ_API const char *kvq_status_str(kvq_status s)
+{
+    switch (s) {
+    case KVQ_OK:            return "ok";
+    case KVQ_ERR_NULL:      return "a required pointer argument is NULL";
+    case KVQ_ERR_SIZE:      return "a size is zero, too large, or a buffer is too small";
+    case KVQ_ERR_BITS:      return "unsupported bit width (use 1, 2, 4 or 8)";
+    case KVQ_ERR_GROUP:     return "group size does not divide the grouped dimension";
+    case KVQ_ERR_NONFINITE: return "input contains NaN or Inf";
+    case KVQ_ERR_RANGE:     return "input magnitude too large for fp16 scale/zero";
+    case KVQ_ERR_OVERFLOW:  return "size arithmetic would overflow size_t";
+    case KVQ_ERR_NOMEM:     return "out of memory";
+    case KVQ_ERR_CAPACITY:  return "cache capacity exceeded";
+    case KVQ_ERR_CONFIG:    return "invalid cache configuration";
+    case KVQ_ERR_STATE:     return "operation not valid in the cache's current state";
+    case KVQ_ERR_FORMAT:    return "malformed input data";
+    case KVQ_ERR_IO:        return "file could not be opened, read or written";
+    default:                return "unknown status";
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+static int kvq__mul(size_t a, size_t b, size_t *r)  /* 1 if a*b fits        */
+{
+    if (a != 0 && b > (size_t)-1 / a) return 0;
+    *r = a * b;
+    return 1;
+}
+static int kvq__mul3(size_t a, size_t b, size_t c, size_t *r)
+{
+    size_t t;
+    return kvq__mul(a, b, &t) && kvq__mul(t, c, r);
+}
+static int kvq__finite(float x) { return x - x == 0.0f; }  /* NaN/Inf -> 0 */
+
+static kvq_status kvq__check_finite(const float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!kvq__finite(x[i])) return KVQ_ERR_NONFINITE;
+    return KVQ_OK;
+}
+
+static uint32_t kvq__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ------------------------------------------------------------------------ */
+/* 3. fp16                                                                  */
+/* ------------------------------------------------------------------------ */
+KVQ_API kvq_f16 kvq_f32_to_f16(float f)
+{
+    uint32_t x = kvq__f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7FFFFFFFu;
+    uint32_t exp, mant, shift, half, rem, midpoint;
+
+    if (ax > 0x7F800000u) return 0x7FFFu;                  /* NaN: canonical */
+    if (ax >= 0x477FF000u) return (kvq_f16)(sign | 0x7C00u); /* >= 65520: Inf */
+    if (ax >= 0x38800000u) {                               /* normal half   */
+        /* rebias exponent 127 -> 15, keep 10 mantissa bits, round 13 away   */
+        half = ((ax >> 13) - (112u << 10));
+        rem = ax & 0x1FFFu;
+        if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
+        return (kvq_f16)(sign | half);                     /* carry may roll
+                                                              into exponent:
+                                                              still correct */
+    }
+    if (ax < 0x33000000u) return (kvq_f16)sign;            /* < 2^-25: +-0  */
+    /* subnormal half: value = mant * 2^-24                                  */
+    exp = ax >> 23;                                        /* 102..112      */
+    mant = (ax & 0x7FFFFFu) | 0x800000u;                   /* 24-bit        */
+    shift = 126u - exp;                                    /* 14..24        */
+    half = mant >> shift;
+    rem = mant & ((1u << shift) - 1u);
+    midpoint = 1u << (shift - 1u);
+    if (rem > midpoint || (rem == midpoint && (half & 1u))) half++;
+    return (kvq_f16)(sign | half);
+}
+
+KVQ_API float kvq_f16_to_f32(kvq_f16 h)
+{
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t exp = ((uint32_t)h >> 10) & 0x1Fu;
+    uint32_t mant = (uint32_t)h & 0x3FFu;
+    if (exp == 0x1Fu)                                       /* Inf / NaN     */
+        return kvq__bits_f32(sign | 0x7F800000u | (mant << 13));
+    if (exp == 0) {                                         /* zero/subnormal */
+        float m = (float)mant * (1.0f / 16777216.0f);       /* exact: 2^-24 */
+        return sign ? -m : m;
+    }
+    return kvq__bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+static float kvq__round_f16(float x) { return kvq_f16_to_f32(kvq_f32_to_f16(x)); }
+
+/* ------------------------------------------------------------------------ */
+/* 4. one group                                                             */
+/* ------------------------------------------------------------------------ */
+KVQ_API int kvq_bits_supported(int bits)
+{
+    return bits == 1 || bits == 2 || bits == 4 || bits == 8;
+}
+
+KVQ_API void kvq_sz_affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
+{
+    float s = kvq_f16_to_f32(sz.scale), z = kvq_f16_to_f32(sz.zero);
+    *a = s;
+    *b = (mode == KVQ_ZERO_INT) ? -z * s : z;   /* exact: 12 x 11 bits      */
+}
+
+/* The stored (s, z) of a group with min mn and max mx. Returns KVQ_ERR_RANGE
+   if they do not fit in fp16.                                               */
+static kvq_status kvq__group_params(float mn, float mx, int bits,
+                                    kvq_zero_mode mode, kvq_sz *out)
+{
+    float n_levels = (float)((1u << bits) - 1u);
+    float s = kvq__round_f16((mx - mn) / n_levels);
+    if (!kvq__finite(s) || !kvq__finite(kvq__round_f16(mn))) return KVQ_ERR_RANGE;
+    if (mode == KVQ_ZERO_FLOAT) {
+        out->scale = kvq_f32_to_f16(s);
+        out->zero = kvq_f32_to_f16(mn);
+        return KVQ_OK;
+    }
+    if (s == 0.0f) {            /* constant group: c = 1 (mn > 0) or 0 (mn < 0) */
+        out->scale = kvq_f32_to_f16(fabsf(mn));
+        out->zero = kvq_f32_to_f16(mn < 0.0f ? 1.0f : 0.0f);
+        return KVQ_OK;
+    }
+    {
+        float zp = rintf(-mn / s);
+        if (zp < -2048.0f) zp = -2048.0f;
+        if (zp > 2048.0f) zp = 2048.0f;
+        out->scale = kvq_f32_to_f16(s);
+        out->zero = kvq_f32_to_f16(zp);          /* integer <= 2048: exact  */
+    }
+    return KVQ_OK;
+}
+
+/* The code of one value under stored parameters (Sec. 4's definition).     */
+static uint8_t kvq__code(float x, kvq_sz sz, int bits, kvq_zero_mode mode)
+{
+    float n_levels = (float)((1u << bits) - 1u);
+    float s = kvq_f16_to_f32(sz.scale), z = kvq_f16_to_f32(sz.zero);
+    float v;
+    if (s == 0.0f) return 0;                    /* float-mode constant group */
+    v = (mode == KVQ_ZERO_FLOAT) ? (x - z) / s : x / s + z;
+    if (v < 0.0f) v = 0.0f;                     /* clamp ...                */
+    if (v > n_levels) v = n_levels;
+    return (uint8_t)rintf(v);                   /* ... then round half even */
+}
+
+static void kvq__minmax(const float *x, size_t n, size_t stride,
+                        float *mn, float *mx)
+{
+    size_t i;
+    float lo = x[0], hi = x[0];
+    for (i = 1; i < n; i++) {
+        float t = x[i * stride];
+        if (t < lo) lo = t;
+        if (t > hi) hi = t;
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
+                                      int bits, kvq_zero_mode mode,
+                                      uint8_t *codes, kvq_sz *sz)
+{
+    float mn, mx;
+    kvq_sz p;
+    kvq_status st;
+    size_t i, last;
+    if (!x || !codes || !sz) return KVQ_ERR_NULL;
+    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
+    if (n == 0 || stride == 0) return KVQ_ERR_SIZE;
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
+    if (!kvq__mul(n - 1, stride, &last)) return KVQ_ERR_OVERFLOW;
+    for (i = 0; i < n; i++)
+        if (!kvq__finite(x[i * stride])) return KVQ_ERR_NONFINITE;
+    kvq__minmax(x, n, stride, &mn, &mx);
+    st = kvq__group_params(mn, mx, bits, mode, &p);
+    if (st != KVQ_OK) return st;
+    for (i = 0; i < n; i++) codes[i] = kvq__code(x[i * stride], p, bits, mode);
+    *sz = p;
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 5. packing                                                               */
+/* ------------------------------------------------------------------------ */
+KVQ_API size_t kvq_packed_words(size_t n, int bits)
+{
+    size_t per;
+    if (!kvq_bits_supported(bits)) return 0;
+    per = 32u / (unsigned)bits;
+    return n / per + (n % per != 0);
+}
+
+static uint8_t kvq__get_code(const uint32_t *words, size_t i, int bits)
+{
+    size_t per = 32u / (unsigned)bits;
+    return (uint8_t)((words[i / per] >> ((i % per) * (unsigned)bits))
+                     & ((1u << bits) - 1u));
+}
+
+static void kvq__pack(const uint8_t *codes, size_t n, int bits, uint32_t *words)
+{
+    size_t per = 32u / (unsigned)bits, w, i, nw = kvq_packed_words(n, bits);
+    for (w = 0; w < nw; w++) {
+        uint32_t word = 0;
+        for (i = 0; i < per && w * per + i < n; i++)
+            word |= (uint32_t)codes[w * per + i] << (i * (unsigned)bits);
+        words[w] = word;
+    }
+}
+
+KVQ_API kvq_status kvq_pack(const uint8_t *codes, size_t n, int bits,
+                            uint32_t *words)
+{
+    size_t i;
+    if (!codes || !words) return KVQ_ERR_NULL;
+    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
+    if (n == 0) return KVQ_ERR_SIZE;
+    for (i = 0; i < n; i++)       /* a code wider than B bits would corrupt */
+        if (codes[i] >> bits) return KVQ_ERR_RANGE;   /* its neighbours     */
+    kvq__pack(codes, n, bits, words);
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_unpack(const uint32_t *words, size_t n, int bits,
+                              uint8_t *codes)
+{
+    size_t i;
+    if (!codes || !words) return KVQ_ERR_NULL;
+    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
+    if (n == 0) return KVQ_ERR_SIZE;
+    for (i = 0; i < n; i++) codes[i] = kvq__get_code(words, i, bits);
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 6. matrices                                                              */
+/* ------------------------------------------------------------------------ */
+KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
+                                   size_t G, kvq_axis axis)
+{
+    kvq_layout l;
+    if (!L) return KVQ_ERR_NULL;
+    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
+    if (T == 0 || D == 0 || G == 0) return KVQ_ERR_SIZE;
+    if (axis == KVQ_PER_TOKEN) {
+        if (D % G) return KVQ_ERR_GROUP;
+        l.units = T; l.tokens_per_unit = 1; l.groups_per_unit = D / G;
+    } else if (axis == KVQ_PER_CHANNEL) {
+        if (T % G) return KVQ_ERR_GROUP;
+        l.units = T / G; l.tokens_per_unit = G; l.groups_per_unit = D;
+    } else {
+        return KVQ_ERR_CONFIG;
+    }
+    l.words_per_group = kvq_packed_words(G, bits);
+    if (!kvq__mul(l.units, l.groups_per_unit, &l.total_groups)) return KVQ_ERR_OVERFLOW;
+    if (!kvq__mul(l.total_groups, l.words_per_group, &l.total_words)) return KVQ_ERR_OVERFLOW;
+    *L = l;
+    return KVQ_OK;
+}
+
+/* Quantize one unit: rows X (tokens_per_unit, D) -> words, sz of the unit.
+   The caller has checked sizes, finiteness and range.                      */
+static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
+                                     size_t G, kvq_axis axis,
+                                     kvq_zero_mode mode,
+                                     uint32_t *words, kvq_sz *sz)
+{
+    uint8_t codes[256];       /* one group at a time, in chunks of 256      */
+    size_t n_groups = (axis == KVQ_PER_TOKEN) ? D / G : D;
+    size_t wpg = kvq_packed_words(G, bits), g, i, done;
+    for (g = 0; g < n_groups; g++) {
+        /* per-token: channels g*G .. g*G+G-1 of the token (stride 1);
+           per-channel: tokens 0..G-1 of channel g (stride D)               */
+        const float *x = (axis == KVQ_PER_TOKEN) ? X + g * G : X + g;
+        size_t stride = (axis == KVQ_PER_TOKEN) ? 1 : D;
+        float mn, mx;
+        kvq_status st;
+        kvq__minmax(x, G, stride, &mn, &mx);
+        st = kvq__group_params(mn, mx, bits, mode, &sz[g]);
+        if (st != KVQ_OK) return st;
+        /* 256 codes is a whole number of words for every B                 */
+        for (done = 0; done < G; done += 256) {
+            size_t m = (G - done < 256) ? G - done : 256;
+            for (i = 0; i < m; i++)
+                codes[i] = kvq__code(x[(done + i) * stride], sz[g], bits, mode);
+            kvq__pack(codes, m, bits, words + g * wpg + done * (size_t)bits / 32u);
+        }
+    }
+    return KVQ_OK;
+}
+
+/* Dequantize the token at index t inside a unit into out (D).              */
+static void kvq__dequant_token(const uint32_t *words, const kvq_sz *sz,
+                               size_t t, size_t D, int bits, size_t G,
+                               kvq_axis axis, kvq_zero_mode mode, float *out)
+{
+    size_t wpg = kvq_packed_words(G, bits), d;
+    float a, b;
+    if (axis == KVQ_PER_TOKEN) {
+        for (d = 0; d < D; d++) {
+            size_t g = d / G;
+            kvq_sz_affine(sz[g], mode, &a, &b);
+            out[d] = (float)kvq__get_code(words + g * wpg, d % G, bits) * a + b;
+        }
+    } else {
+        for (d = 0; d < D; d++) {
+            kvq_sz_affine(sz[d], mode, &a, &b);
+            out[d] = (float)kvq__get_code(words + d * wpg, t, bits) * a + b;
+        }
+    }
+}
+
+/* Range check for fp16 parameters before anything is written.             */
+static kvq_status kvq__check_matrix(const float *X, size_t T, size_t D,
+                                    int bits, size_t G, kvq_axis axis,
+                                    kvq_zero_mode mode, kvq_layout *L)
+{
+    size_t n;
+    kvq_status st = kvq_layout_init(L, T, D, bits, G, axis);
+    if (st != KVQ_OK) return st;
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
+    if (!kvq__mul(T, D, &n)) return KVQ_ERR_OVERFLOW;
+    return kvq__check_finite(X, n);
+}
+
+KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
+                                       int bits, size_t G, kvq_axis axis,
+                                       kvq_zero_mode mode,
+                                       uint32_t *words, kvq_sz *sz)
+{
+    kvq_layout L;
+    kvq_status st;
+    size_t u, g;
+    if (!X || !words || !sz) return KVQ_ERR_NULL;
+    st = kvq__check_matrix(X, T, D, bits, G, axis, mode, &L);
+    if (st != KVQ_OK) return st;
+    /* first pass: every group's parameters must fit fp16 (writes nothing) */
+    for (u = 0; u < L.units; u++) {
+        const float *unit = X + u * L.tokens_per_unit * D;
+        for (g = 0; g < L.groups_per_unit; g++) {
+            const float *x = (axis == KVQ_PER_TOKEN) ? unit + g * G : unit + g;
+            float mn, mx;
+            kvq_sz p;
+            kvq__minmax(x, G, axis == KVQ_PER_TOKEN ? 1 : D, &mn, &mx);
+            st = kvq__group_params(mn, mx, bits, mode, &p);
+            if (st != KVQ_OK) return st;
+        }
+    }
+    for (u = 0; u < L.units; u++)
+        kvq__quantize_unit(X + u * L.tokens_per_unit * D, D, bits, G, axis, mode,
+                           words + u * L.groups_per_unit * L.words_per_group,
+                           sz + u * L.groups_per_unit);
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz,
+                                         size_t T, size_t D, int bits, size_t G,
+                                         kvq_axis axis, kvq_zero_mode mode,
+                                         float *Xout)
+{
+    kvq_layout L;
+    kvq_status st;
+    size_t t;
+    if (!words || !sz || !Xout) return KVQ_ERR_NULL;
+    st = kvq_layout_init(&L, T, D, bits, G, axis);
+    if (st != KVQ_OK) return st;
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
+    {
+        size_t n;
+        if (!kvq__mul(T, D, &n)) return KVQ_ERR_OVERFLOW;
+    }
+    for (t = 0; t < T; t++) {
+        size_t u = t / L.tokens_per_unit;
+        kvq__dequant_token(words + u * L.groups_per_unit * L.words_per_group,
+                           sz + u * L.groups_per_unit, t % L.tokens_per_unit,
+                           D, bits, G, axis, mode, Xout + t * D);
+    }
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 7. the cache                                                             */
+/* ------------------------------------------------------------------------ */
+static kvq_config kvq__config_base(size_t head_dim)
+{
+    kvq_config c;
+    memset(&c, 0, sizeof c);
+    c.head_dim = head_dim;
+    c.key_bits = c.value_bits = 16;
+    c.group = 32;
+    c.residual = 128;
+    c.key_axis = KVQ_PER_CHANNEL;
+    c.value_axis = KVQ_PER_TOKEN;
+    c.zero_mode = KVQ_ZERO_FLOAT;
+    c.fp_bits = 16;
+    return c;
+}
+
+KVQ_API kvq_config kvq_config_kivi(size_t head_dim, int bits)
+{
+    kvq_config c = kvq__config_base(head_dim);
+    c.policy = KVQ_POLICY_KIVI;
+    c.key_bits = c.value_bits = bits;
+    c.key_schedule = KVQ_SCHED_FLUSH;
+    c.value_schedule = KVQ_SCHED_SLIDE;
+    return c;
+}
+
+KVQ_API kvq_hf_params kvq_hf_defaults(int nbits)
+{
+    kvq_hf_params p;
+    p.nbits = nbits;
+    p.q_group_size = 64;
+    p.residual_length = 128;
+    p.axis_key = KVQ_PER_TOKEN;
+    p.axis_value = KVQ_PER_TOKEN;
+    return p;
+}
+
+KVQ_API kvq_config kvq_config_hf(size_t head_dim, kvq_hf_params hf)
+{
+    kvq_config c = kvq__config_base(head_dim);
+    c.policy = KVQ_POLICY_HF;
+    c.key_bits = c.value_bits = hf.nbits;
+    c.group = hf.q_group_size;
+    c.residual = hf.residual_length;
+    c.key_axis = hf.axis_key;
+    c.value_axis = hf.axis_value;
+    c.zero_mode = KVQ_ZERO_INT;
+    c.hf_requantize = 1;
+    c.key_schedule = c.value_schedule = KVQ_SCHED_FLUSH;
+    return c;
+}
+
+KVQ_API kvq_config kvq_config_full(size_t head_dim, int fp_bits)
+{
+    kvq_config c = kvq__config_base(head_dim);
+    c.policy = KVQ_POLICY_FULL;
+    c.fp_bits = fp_bits;
+    c.key_schedule = c.value_schedule = KVQ_SCHED_NONE;
+    return c;
+}
+
+static void kvq__say(char *why, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    if (!why || len == 0) return;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+}
+
+/* Schedules as the policy defines them (CUSTOM takes the config's).        */
+static void kvq__policy_schedules(const kvq_config *c, kvq_schedule *ks,
+                                  kvq_schedule *vs)
+{
+    switch (c->policy) {
+    case KVQ_POLICY_FULL: *ks = *vs = KVQ_SCHED_NONE; break;
+    case KVQ_POLICY_KIVI: *ks = KVQ_SCHED_FLUSH; *vs = KVQ_SCHED_SLIDE; break;
+    case KVQ_POLICY_HF:   *ks = *vs = KVQ_SCHED_FLUSH; break;
+    default:              *ks = c->key_schedule; *vs = c->value_schedule; break;
+    }
+}
+
+static kvq_status kvq__validate_side(const kvq_config *c, const char *name,
+                                     int bits, kvq_axis axis, kvq_schedule sch,
+                                     char *why, size_t why_len)
+{
+    if (sch == KVQ_SCHED_NONE) return KVQ_OK;
+    if (sch != KVQ_SCHED_FLUSH && sch != KVQ_SCHED_SLIDE) {
+        kvq__say(why, why_len, "%s: unknown schedule %d", name, (int)sch);
+        return KVQ_ERR_CONFIG;
+    }
+    if (!kvq_bits_supported(bits)) {
+        kvq__say(why, why_len, "%s: %d bits is not supported (1, 2, 4, 8)", name, bits);
+        return KVQ_ERR_BITS;
+    }
+    if (axis != KVQ_PER_TOKEN && axis != KVQ_PER_CHANNEL) {
+        kvq__say(why, why_len, "%s: unknown axis %d", name, (int)axis);
+        return KVQ_ERR_CONFIG;
+    }
+    if (axis == KVQ_PER_TOKEN && c->head_dim % c->group) {
+        kvq__say(why, why_len, "%s per-token: G=%zu does not divide D=%zu",
+                 name, c->group, c->head_dim);
+        return KVQ_ERR_GROUP;
+    }
+    if (axis == KVQ_PER_CHANNEL && c->residual % c->group) {
+        kvq__say(why, why_len, "%s per-channel: G=%zu does not divide R=%zu",
+                 name, c->group, c->residual);
+        return KVQ_ERR_GROUP;
+    }
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_config_validate(const kvq_config *c, char *why,
+                                       size_t why_len)
+{
+    kvq_schedule ks, vs;
+    kvq_status st;
+    size_t t;
+    if (!c) { kvq__say(why, why_len, "config is NULL"); return KVQ_ERR_NULL; }
+    if ((int)c->policy < 0 || c->policy > KVQ_POLICY_CUSTOM) {
+        kvq__say(why, why_len, "unknown policy %d", (int)c->policy);
+        return KVQ_ERR_CONFIG;
+    }
+    if (c->head_dim == 0 || c->head_dim > 65536) {
+        kvq__say(why, why_len, "head_dim D=%zu must be in 1..65536", c->head_dim);
+        return KVQ_ERR_SIZE;
+    }
+    if (c->fp_bits != 16 && c->fp_bits != 32) {
+        kvq__say(why, why_len, "fp_bits=%d must be 16 or 32", c->fp_bits);
+        return KVQ_ERR_CONFIG;
+    }
+    if (c->zero_mode != KVQ_ZERO_FLOAT && c->zero_mode != KVQ_ZERO_INT) {
+        kvq__say(why, why_len, "unknown zero mode %d", (int)c->zero_mode);
+        return KVQ_ERR_CONFIG;
+    }
+    kvq__policy_schedules(c, &ks, &vs);
+    if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) return KVQ_OK;
+    if (c->group == 0 || c->group > 65536) {
+        kvq__say(why, why_len, "group G=%zu must be in 1..65536", c->group);
+        return KVQ_ERR_SIZE;
+    }
+    if (c->residual == 0 || c->residual > 65536) {
+        kvq__say(why, why_len, "residual R=%zu must be in 1..65536", c->residual);
+        return KVQ_ERR_SIZE;
+    }
+    if (!kvq__mul3(c->residual + c->group, c->head_dim, sizeof(float), &t)) {
+        kvq__say(why, why_len, "(R+G)*D*4 overflows size_t");
+        return KVQ_ERR_OVERFLOW;
+    }
+    st = kvq__validate_side(c, "keys", c->key_bits, c->key_axis, ks, why, why_len);
+    if (st != KVQ_OK) return st;
+    return kvq__validate_side(c, "values", c->value_bits, c->value_axis, vs,
+                              why, why_len);
+}
+
+static void kvq__side_init(kvq_side *s, const kvq_config *c, int bits,
+                           kvq_axis axis, kvq_schedule sch)
+{
+    memset(s, 0, sizeof *s);
+    s->schedule = sch;
+    s->axis = axis;
+    s->bits = bits;
+    if (sch == KVQ_SCHED_NONE) return;
+    s->tokens_per_unit = (axis == KVQ_PER_TOKEN) ? 1 : c->group;
+    s->groups_per_unit = (axis == KVQ_PER_TOKEN) ? c->head_dim / c->group : c->head_dim;
+    s->words_per_group = kvq_packed_words(c->group, bits);
+    s->chunk = s->tokens_per_unit;
+}
+
+KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
+{
+    kvq_cache t;
+    kvq_schedule ks, vs;
+    kvq_status st;
+    if (!c || !cfg) return KVQ_ERR_NULL;
+    memset(&t, 0, sizeof t);
+    st = kvq_config_validate(cfg, t.why, sizeof t.why);
+    if (st != KVQ_OK) { memcpy(c->why, t.why, sizeof t.why); return st; }
+    t.cfg = *cfg;
+    kvq__policy_schedules(cfg, &ks, &vs);
+    t.cfg.key_schedule = ks;
+    t.cfg.value_schedule = vs;
+    kvq__side_init(&t.k, cfg, cfg->key_bits, cfg->key_axis, ks);
+    kvq__side_init(&t.v, cfg, cfg->value_bits, cfg->value_axis, vs);
+    if (ks != KVQ_SCHED_NONE || vs != KVQ_SCHED_NONE) {
+        /* a flush quantizes up to R rows; requantization one unit at a time */
+        t.stage_rows = cfg->residual > cfg->group ? cfg->residual : cfg->group;
+        t.stage = (float *)KVQ_MALLOC(t.stage_rows * cfg->head_dim * sizeof(float));
+        if (!t.stage) {
+            kvq__say(c->why, sizeof c->why, "cannot allocate the staging buffer");
+            return KVQ_ERR_NOMEM;
+        }
+    }
+    *c = t;
+    return KVQ_OK;
+}
+
+static void kvq__side_free(kvq_side *s)
+{
+    int r;
+    KVQ_FREE(s->words);
+    KVQ_FREE(s->sz);
+    KVQ_FREE(s->qpos);
+    KVQ_FREE(s->loc);
+    for (r = 0; r < KVQ_ROW_REGIONS; r++) {
+        KVQ_FREE(s->rows[r].data);
+        KVQ_FREE(s->rows[r].pos);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+KVQ_API void kvq_cache_free(kvq_cache *c)
+{
+    if (!c) return;
+    kvq__side_free(&c->k);
+    kvq__side_free(&c->v);
+    KVQ_FREE(c->stage);
+    memset(c, 0, sizeof *c);
+}
+
+static kvq_status kvq__fail(kvq_cache *c, kvq_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof c->why, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* Returns p grown to hold at least `need` elements of `el` bytes (capacity
+   doubles, so appends cost amortized O(1)), or NULL with p untouched.      */
+static void *kvq__grow(void *p, size_t cap, size_t need, size_t el,
+                       size_t *new_cap)
+{
+    size_t nc = cap ? cap : 16, bytes;
+    void *q;
+    if (need <= cap) { *new_cap = cap; return p; }
+    while (nc < need) {
+        if (nc > (size_t)-1 / 2) { nc = need; break; }
+        nc *= 2;
+    }
+    if (!kvq__mul(nc, el, &bytes)) return NULL;
+    q = KVQ_REALLOC(p, bytes);
+    if (q) *new_cap = nc;
+    return q;
+}
+
+static size_t kvq__fp_bytes(const kvq_cache *c) { return (size_t)c->cfg.fp_bits / 8u; }
+
+/* Room in a row region for `more` rows at its end (compacting to off = 0
+   first when that is enough: amortized O(D) per popped row).               */
+static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r, size_t more)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more, i;
+    size_t cap_d, cap_p;
+    if (rg->off + need <= rg->cap) return KVQ_OK;
+    if (rg->off > 0) {                      /* slide live rows to the front */
+        memmove(rg->data, (char *)rg->data + rg->off * rowb, rg->n * rowb);
+        memmove(rg->pos, rg->pos + rg->off, rg->n * sizeof(int32_t));
+        rg->off = 0;
+        for (i = 0; i < rg->n; i++)
+            s->loc[rg->pos[i]] = ((KVQ_LOC_ROWS0 + (uint32_t)r) << 28) | (uint32_t)i;
+        if (need <= rg->cap) return KVQ_OK;
+    }
+    /* grow data and pos together: one capacity serves both             */
+    {
+        void *d = kvq__grow(rg->data, rg->cap, need, rowb, &cap_d);
+        if (!d) return KVQ_ERR_NOMEM;
+        rg->data = d;                  /* larger, same contents: still valid */
+        d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), &cap_p);
+        if (!d) return KVQ_ERR_NOMEM;
+        rg->pos = (int32_t *)d;
+        rg->cap = cap_d;
+    }
+    return KVQ_OK;
+}
+
+static kvq_status kvq__units_reserve(kvq_side *s, size_t more)
+{
+    size_t need = s->n_units + more, nc, unused;
+    size_t unit_words = s->groups_per_unit * s->words_per_group;
+    void *p;
+    if (need <= s->cap_units) return KVQ_OK;
+    p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), &nc);
+    if (!p) return KVQ_ERR_NOMEM;
+    s->words = (uint32_t *)p;
+    p = kvq__grow(s->sz, s->cap_units, nc, s->groups_per_unit * sizeof(kvq_sz), &unused);
+    if (!p) return KVQ_ERR_NOMEM;
+    s->sz = (kvq_sz *)p;
+    /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
+    p = kvq__grow(s->qpos, s->cap_units, nc, s->tokens_per_unit * sizeof(int32_t), &unused);
+    if (!p) return KVQ_ERR_NOMEM;
+    s->qpos = (int32_t *)p;
+    s->cap_units = nc;
+    return KVQ_OK;
+}
+
+/* Everything an append of n_new positions may need, reserved up front so
+   that the mutation that follows cannot fail half way.                     */
+static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new)
+{
+    kvq_side *sides[2];
+    size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
+    kvq_status st;
+    sides[0] = &c->k; sides[1] = &c->v;
+    if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
+        return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
+                         "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
+    for (i = 0; i < 2; i++) {
+        kvq_side *s = sides[i];
+        void *p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), &cap);
+        if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
+        s->loc = (uint32_t *)p;
+        st = kvq__rows_reserve(c, s, 0, n_new);
+        if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
+        if (s->schedule != KVQ_SCHED_NONE) {
+            /* worst case: the whole window plus the new rows become units  */
+            st = kvq__units_reserve(s, (s->rows[0].n + n_new) / s->tokens_per_unit + 1);
+            if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
+        }
+    }
+    c->cap_pos = cap;
+    return KVQ_OK;
+}
+
+static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i)
+{
+    return (char *)rg->data + i * c->cfg.head_dim * kvq__fp_bytes(c);
+}
+
+static void kvq__row_store(const kvq_cache *c, void *dst, const float *x)
+{
+    size_t d, D = c->cfg.head_dim;
+    if (c->cfg.fp_bits == 32) { memcpy(dst, x, D * sizeof(float)); return; }
+    for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq_f32_to_f16(x[d]);
+}
+
+static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
+{
+    size_t d, D = c->cfg.head_dim;
+    if (c->cfg.fp_bits == 32) { memcpy(x, src, D * sizeof(float)); return; }
+    for (d = 0; d < D; d++) x[d] = kvq_f16_to_f32(((const kvq_f16 *)src)[d]);
+}
+
+/* Append one row to region r (room already reserved).                      */
+static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x,
+                           size_t pos)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t i = rg->off + rg->n;
+    KVQ_ASSERT(i < rg->cap);
+    kvq__row_store(c, kvq__row_ptr(c, rg, i), x);
+    rg->pos[i] = (int32_t)pos;
+    s->loc[pos] = ((KVQ_LOC_ROWS0 + (uint32_t)r) << 28) | (uint32_t)i;
+    rg->n++;
+}
+
+/* Quantize the oldest n rows of the window (n a multiple of
+   tokens_per_unit, n <= stage_rows) into new units, in arrival order.      */
+static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, size_t n)
+{
+    kvq_rows *w = &s->rows[0];
+    size_t D = c->cfg.head_dim, tpu = s->tokens_per_unit, i, u;
+    size_t unit_words = s->groups_per_unit * s->words_per_group;
+    KVQ_ASSERT(n % tpu == 0 && n <= c->stage_rows && n <= w->n);
+    for (i = 0; i < n; i++)
+        kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
+    for (u = 0; u < n / tpu; u++) {
+        size_t unit = s->n_units + u;
+        kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
+                                           c->cfg.group, s->axis, c->cfg.zero_mode,
+                                           s->words + unit * unit_words,
+                                           s->sz + unit * s->groups_per_unit);
+        (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
+        KVQ_ASSERT(st == KVQ_OK);
+        for (i = 0; i < tpu; i++) {
+            size_t slot = unit * tpu + i;
+            int32_t pos = w->pos[w->off + u * tpu + i];
+            s->qpos[slot] = pos;
+            s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)slot;
+        }
+    }
+    s->n_units += n / tpu;
+    w->off += n;
+    w->n -= n;
+    if (w->n == 0) w->off = 0;
+}
+
+/* HF: dequantize every unit and quantize it again, as HF does at a flush.  */
+static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
+{
+    size_t D = c->cfg.head_dim, tpu = s->tokens_per_unit, u, t;
+    size_t unit_words = s->groups_per_unit * s->words_per_group;
+    for (u = 0; u < s->n_units; u++) {
+        uint32_t *w = s->words + u * unit_words;
+        kvq_sz *sz = s->sz + u * s->groups_per_unit;
+        for (t = 0; t < tpu; t++)
+            kvq__dequant_token(w, sz, t, D, s->bits, c->cfg.group, s->axis,
+                               c->cfg.zero_mode, c->stage + t * D);
+        kvq__quantize_unit(c->stage, D, s->bits, c->cfg.group, s->axis,
+                           c->cfg.zero_mode, w, sz);
+    }
+}
+
+/* The decode-step rule of one side, applied around the push of a new row. */
+static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
+{
+    size_t R = c->cfg.residual;
+    if (s->schedule == KVQ_SCHED_FLUSH && s->rows[0].n >= R) {
+        size_t n = s->rows[0].n - s->rows[0].n % s->tokens_per_unit;
+        if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
+            kvq__requantize_all(c, s);
+        kvq__quantize_oldest(c, s, n);
+    }
+    kvq__rows_push(c, s, 0, x, pos);
+    if (s->schedule == KVQ_SCHED_SLIDE)
+        while (s->rows[0].n >= R + s->chunk) kvq__quantize_oldest(c, s, s->chunk);
+}
+
+/* The prefill rule of one side, after all T rows were pushed.              */
+static void kvq__side_prefill(kvq_cache *c, kvq_side *s)
+{
+    size_t R = c->cfg.residual, n = s->rows[0].n, q = 0, tpu = s->tokens_per_unit;
+    if (s->schedule == KVQ_SCHED_FLUSH)
+        q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
+                                             : n - n % R;    /* Algorithm 1  */
+    else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
+        q = (n - R) - (n - R) % tpu;                         /* all but R    */
+    while (q > 0) {                          /* stage holds stage_rows rows  */
+        size_t m = q < c->stage_rows ? q : c->stage_rows;
+        m -= m % tpu;
+        kvq__quantize_oldest(c, s, m);
+        q -= m;
+    }
+}
+
+static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
+                                        const char *name)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float x = X[i];
+        if (!kvq__finite(x))
+            return kvq__fail(c, KVQ_ERR_NONFINITE, "%s element %zu is %s", name, i,
+                             x != x ? "NaN" : "Inf");
+        if (fabsf(x) > KVQ_MAX_ABS_INPUT)
+            return kvq__fail(c, KVQ_ERR_RANGE, "%s element %zu = %g exceeds "
+                             "KVQ_MAX_ABS_INPUT (%g)", name, i, (double)x,
+                             (double)KVQ_MAX_ABS_INPUT);
+    }
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
+{
+    kvq_status st;
+    if (!c) return KVQ_ERR_NULL;
+    if (n_tokens == 0) return kvq__fail(c, KVQ_ERR_SIZE, "reserve of 0 tokens");
+    st = kvq__reserve_append(c, n_tokens);
+    return st;
+}
+
+KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
+                                     const float *V, size_t T)
+{
+    size_t D, n, t;
+    kvq_status st;
+    if (!c || !K || !V) return c ? kvq__fail(c, KVQ_ERR_NULL, "prefill: K or V is NULL")
+                                 : KVQ_ERR_NULL;
+    D = c->cfg.head_dim;
+    if (T == 0) return kvq__fail(c, KVQ_ERR_SIZE, "prefill of 0 tokens");
+    if (!kvq__mul(T, D, &n)) return kvq__fail(c, KVQ_ERR_OVERFLOW, "T*D overflows");
+    if ((st = kvq__check_rows_input(c, K, n, "K")) != KVQ_OK) return st;
+    if ((st = kvq__check_rows_input(c, V, n, "V")) != KVQ_OK) return st;
+    if ((st = kvq__reserve_append(c, T)) != KVQ_OK) return st;
+    for (t = 0; t < T; t++) {
+        kvq__rows_push(c, &c->k, 0, K + t * D, c->n_pos + t);
+        kvq__rows_push(c, &c->v, 0, V + t * D, c->n_pos + t);
+    }
+    c->n_pos += T;
+    kvq__side_prefill(c, &c->k);
+    kvq__side_prefill(c, &c->v);
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_cache_append(kvq_cache *c, const float *k, const float *v)
+{
+    size_t D;
+    kvq_status st;
+    if (!c) return KVQ_ERR_NULL;
+    if (!k || !v) return kvq__fail(c, KVQ_ERR_NULL, "append: k or v is NULL");
+    D = c->cfg.head_dim;
+    if ((st = kvq__check_rows_input(c, k, D, "k")) != KVQ_OK) return st;
+    if ((st = kvq__check_rows_input(c, v, D, "v")) != KVQ_OK) return st;
+    if ((st = kvq__reserve_append(c, 1)) != KVQ_OK) return st;
+    kvq__side_step(c, &c->k, k, c->n_pos);
+    kvq__side_step(c, &c->v, v, c->n_pos);
+    c->n_pos++;
+    return KVQ_OK;
+}
+
+/* The row a side holds for a position (it must be present).               */
+static void kvq__side_read(const kvq_cache *c, const kvq_side *s, size_t pos,
+                           float *out)
+{
+    uint32_t l = s->loc[pos];
+    uint32_t tag = KVQ_LOC_TAG(l);
+    size_t idx = KVQ_LOC_INDEX(l);
+    if (tag == KVQ_LOC_QUANT) {
+        size_t unit = idx / s->tokens_per_unit;
+        kvq__dequant_token(s->words + unit * s->groups_per_unit * s->words_per_group,
+                           s->sz + unit * s->groups_per_unit,
+                           idx % s->tokens_per_unit, c->cfg.head_dim, s->bits,
+                           c->cfg.group, s->axis, c->cfg.zero_mode, out);
+    } else {
+        kvq__row_load(c, kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], idx), out);
+    }
+}
+
+KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
+                                  float *out)
+{
+    const kvq_side *s;
+    if (!c || !out) return KVQ_ERR_NULL;
+    if (side != 0 && side != 1) return KVQ_ERR_SIZE;
+    if (pos >= c->n_pos) return KVQ_ERR_STATE;
+    s = side ? &c->v : &c->k;
+    if (KVQ_LOC_TAG(s->loc[pos]) == KVQ_LOC_ABSENT) return KVQ_ERR_STATE;
+    kvq__side_read(c, s, pos, out);
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 8. attention                                                             */
+/* ------------------------------------------------------------------------ */
+/* Per-query precomputation shared by all positions (Sec. 8's algebra).
+   qa:   (D) q_d * a_d for the per-channel key unit in `unit`
+   qb:   sum_d q_d b_d for that unit
+   qsum: (D/G) per-group sums of q, for per-token keys                      */
+typedef struct kvq__qctx {
+    const float *q;
+    float *qa;
+    float *qsum;
+    float  qb;
+    size_t unit;           /* per-channel unit cached in qa/qb, or (size_t)-1 */
+} kvq__qctx;
+
+static float kvq__dot(const float *a, const float *b, size_t n)
+{
+    float s = 0.0f;
+    size_t i;
+    for (i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* q . k_p for one present position p (unscaled).                          */
+static float kvq__qk(const kvq_cache *c, kvq__qctx *x, size_t p, float *tmp)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, G = c->cfg.group, d, g;
+    uint32_t l = s->loc[p];
+    uint32_t tag = KVQ_LOC_TAG(l);
+    size_t idx = KVQ_LOC_INDEX(l);
+    if (tag != KVQ_LOC_QUANT) {
+        const kvq_rows *rg = &s->rows[tag - KVQ_LOC_ROWS0];
+        if (c->cfg.fp_bits == 32)
+            return kvq__dot(x->q, (const float *)kvq__row_ptr(c, rg, idx), D);
+        kvq__row_load(c, kvq__row_ptr(c, rg, idx), tmp);
+        return kvq__dot(x->q, tmp, D);
+    } else {
+        size_t unit = idx / s->tokens_per_unit, t = idx % s->tokens_per_unit;
+        const uint32_t *w = s->words + unit * s->groups_per_unit * s->words_per_group;
+        const kvq_sz *sz = s->sz + unit * s->groups_per_unit;
+        size_t wpg = s->words_per_group;
+        float acc = 0.0f, a, b;
+        if (s->axis == KVQ_PER_CHANNEL) {
+            if (x->unit != unit) {          /* once per unit: q*a and q.b   */
+                x->qb = 0.0f;
+                for (d = 0; d < D; d++) {
+                    kvq_sz_affine(sz[d], c->cfg.zero_mode, &a, &b);
+                    x->qa[d] = x->q[d] * a;
+                    x->qb += x->q[d] * b;
+                }
+                x->unit = unit;
+            }
+            for (d = 0; d < D; d++)
+                acc += x->qa[d] * (float)kvq__get_code(w + d * wpg, t, s->bits);
+            return acc + x->qb;
+        }
+        for (g = 0; g < D / G; g++) {       /* per-token key groups         */
+            float dot = 0.0f;
+            for (d = 0; d < G; d++)
+                dot += x->q[g * G + d] * (float)kvq__get_code(w + g * wpg, d, s->bits);
+            kvq_sz_affine(sz[g], c->cfg.zero_mode, &a, &b);
+            acc += a * dot + b * x->qsum[g];
+        }
+        return acc;
+    }
+}
+
+/* acc += w * v_p for one present position p.                              */
+static void kvq__add_wv(const kvq_cache *c, size_t p, float wgt, float *acc,
+                        float *tmp)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, G = c->cfg.group, d, g;
+    uint32_t l = s->loc[p];
+    uint32_t tag = KVQ_LOC_TAG(l);
+    size_t idx = KVQ_LOC_INDEX(l);
+    if (tag != KVQ_LOC_QUANT) {
+        const kvq_rows *rg = &s->rows[tag - KVQ_LOC_ROWS0];
+        const float *v = (const float *)kvq__row_ptr(c, rg, idx);
+        if (c->cfg.fp_bits != 32) { kvq__row_load(c, v, tmp); v = tmp; }
+        for (d = 0; d < D; d++) acc[d] += wgt * v[d];
+    } else {
+        size_t unit = idx / s->tokens_per_unit, t = idx % s->tokens_per_unit;
+        const uint32_t *w = s->words + unit * s->groups_per_unit * s->words_per_group;
+        const kvq_sz *sz = s->sz + unit * s->groups_per_unit;
+        size_t wpg = s->words_per_group;
+        float a, b;
+        if (s->axis == KVQ_PER_TOKEN) {
+            for (g = 0; g < D / G; g++) {   /* (w a) c + (w b) per group    */
+                float wa, wb;
+                kvq_sz_affine(sz[g], c->cfg.zero_mode, &a, &b);
+                wa = wgt * a; wb = wgt * b;
+                for (d = 0; d < G; d++)
+                    acc[g * G + d] += wa * (float)kvq__get_code(w + g * wpg, d, s->bits) + wb;
+            }
+        } else {
+            for (d = 0; d < D; d++) {
+                kvq_sz_affine(sz[d], c->cfg.zero_mode, &a, &b);
+                acc[d] += wgt * ((float)kvq__get_code(w + d * wpg, t, s->bits) * a + b);
+            }
+        }
+    }
+}
+
+static int kvq__present(const kvq_cache *c, size_t p)
+{
+    return KVQ_LOC_TAG(c->k.loc[p]) != KVQ_LOC_ABSENT;
+}
+
+KVQ_API size_t kvq_attend_scratch_floats(const kvq_cache *c, kvq_attn_mode mode)
+{
+    size_t D;
+    if (!c) return 0;
+    D = c->cfg.head_dim;
+    /* qa (D) + qsum (D) + tmp row (D) + scores                             */
+    return 3 * D + (mode == KVQ_ATTN_EAGER ? c->n_pos : KVQ_TILE);
+}
+
+static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
+                           float *scratch)
+{
+    size_t D = c->cfg.head_dim, G = c->cfg.group, g;
+    x->q = q;
+    x->qa = scratch;
+    x->qsum = scratch + D;
+    x->qb = 0.0f;
+    x->unit = (size_t)-1;
+    if (c->k.schedule != KVQ_SCHED_NONE && c->k.axis == KVQ_PER_TOKEN)
+        for (g = 0; g < D / G; g++) {
+            size_t d;
+            x->qsum[g] = 0.0f;
+            for (d = 0; d < G; d++) x->qsum[g] += q[g * G + d];
+        }
+}
+
+KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
+                              float *out, float *probs, kvq_attn_mode mode,
+                              float *scratch, size_t scratch_floats)
+{
+    size_t D, h, p, n_present = 0, d;
+    float inv_sqrt_d;
+    if (!c || !q || !out || !scratch) return KVQ_ERR_NULL;
+    if (n_q == 0) return KVQ_ERR_SIZE;
+    if (mode != KVQ_ATTN_EAGER && mode != KVQ_ATTN_ONLINE) return KVQ_ERR_CONFIG;
+    if (probs && mode != KVQ_ATTN_EAGER) return KVQ_ERR_CONFIG;  /* wall 1:
+                                   the online kernel has no probabilities  */
+    if (scratch_floats < kvq_attend_scratch_floats(c, mode)) return KVQ_ERR_SIZE;
+    D = c->cfg.head_dim;
+    {
+        size_t nq;
+        if (!kvq__mul(n_q, D, &nq)) return KVQ_ERR_OVERFLOW;
+        if (kvq__check_finite(q, nq) != KVQ_OK) return KVQ_ERR_NONFINITE;
+        if (probs && !kvq__mul(n_q, c->n_pos, &nq)) return KVQ_ERR_OVERFLOW;
+    }
+    for (p = 0; p < c->n_pos; p++) n_present += kvq__present(c, p);
+    if (n_present == 0) return KVQ_ERR_STATE;
+    inv_sqrt_d = 1.0f / sqrtf((float)D);
+
+    for (h = 0; h < n_q; h++) {
+        kvq__qctx x;
+        float *tmp = scratch + 2 * D, *sc = scratch + 3 * D, *o = out + h * D;
+        kvq__qctx_init(c, &x, q + h * D, scratch);
+        for (d = 0; d < D; d++) o[d] = 0.0f;
+        if (mode == KVQ_ATTN_EAGER) {
+            /* scores for every position, then one softmax                  */
+            float mx = -INFINITY, sum = 0.0f;
+            for (p = 0; p < c->n_pos; p++) {
+                if (!kvq__present(c, p)) continue;
+                sc[p] = kvq__qk(c, &x, p, tmp) * inv_sqrt_d;
+                if (sc[p] > mx) mx = sc[p];
+            }
+            for (p = 0; p < c->n_pos; p++)
+                if (kvq__present(c, p)) { sc[p] = expf(sc[p] - mx); sum += sc[p]; }
+            for (p = 0; p < c->n_pos; p++) {
+                float wgt = kvq__present(c, p) ? sc[p] / sum : 0.0f;
+                if (probs) probs[h * c->n_pos + p] = wgt;
+                if (wgt != 0.0f) kvq__add_wv(c, p, wgt, o, tmp);
+            }
+        } else {
+            /* tiles of KVQ_TILE positions with a running max and sum       */
+            float m = -INFINITY, l = 0.0f;
+            size_t p0;
+            for (p0 = 0; p0 < c->n_pos; p0 += KVQ_TILE) {
+                size_t p1 = p0 + KVQ_TILE < c->n_pos ? p0 + KVQ_TILE : c->n_pos;
+                float tile_max = -INFINITY, rescale;
+                for (p = p0; p < p1; p++) {
+                    if (!kvq__present(c, p)) continue;
+                    sc[p - p0] = kvq__qk(c, &x, p, tmp) * inv_sqrt_d;
+                    if (sc[p - p0] > tile_max) tile_max = sc[p - p0];
+                }
+                if (tile_max == -INFINITY) continue;        /* empty tile   */
+                if (tile_max > m) {
+                    rescale = expf(m - tile_max);           /* e^-inf = 0   */
+                    for (d = 0; d < D; d++) o[d] *= rescale;
+                    l *= rescale;
+                    m = tile_max;
+                }
+                for (p = p0; p < p1; p++) {
+                    float e;
+                    if (!kvq__present(c, p)) continue;
+                    e = expf(sc[p - p0] - m);
+                    l += e;
+                    kvq__add_wv(c, p, e, o, tmp);
+                }
+            }
+            for (d = 0; d < D; d++) o[d] /= l;
+        }
+    }
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_attend_dense(const float *K, const float *V, size_t T,
+                                    size_t D, const float *q, size_t n_q,
+                                    float *out, float *probs)
+{
+    size_t h, t, d, n;
+    double *w;
+    if (!K || !V || !q || !out) return KVQ_ERR_NULL;
+    if (T == 0 || D == 0 || n_q == 0) return KVQ_ERR_SIZE;
+    if (!kvq__mul(T, D, &n) || !kvq__mul(n_q, D, &n) || !kvq__mul(T, sizeof(double), &n))
+        return KVQ_ERR_OVERFLOW;
+    if (kvq__check_finite(K, T * D) || kvq__check_finite(V, T * D) ||
+        kvq__check_finite(q, n_q * D))
+        return KVQ_ERR_NONFINITE;
+    w = (double *)KVQ_MALLOC(T * sizeof(double));
+    if (!w) return KVQ_ERR_NOMEM;
+    for (h = 0; h < n_q; h++) {
+        const float *qh = q + h * D;
+        double mx = -INFINITY, sum = 0.0, inv = 1.0 / sqrt((double)D);
+        for (t = 0; t < T; t++) {
+            double s = 0.0;
+            for (d = 0; d < D; d++) s += (double)qh[d] * (double)K[t * D + d];
+            w[t] = s * inv;
+            if (w[t] > mx) mx = w[t];
+        }
+        for (t = 0; t < T; t++) { w[t] = exp(w[t] - mx); sum += w[t]; }
+        for (d = 0; d < D; d++) {
+            double o = 0.0;
+            for (t = 0; t < T; t++) o += w[t] * (double)V[t * D + d];
+            out[h * D + d] = (float)(o / sum);
+        }
+        if (probs)
+            for (t = 0; t < T; t++) probs[h * T + t] = (float)(w[t] / sum);
+    }
+    KVQ_FREE(w);
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 9. bytes, census, invariants                                             */
+/* ------------------------------------------------------------------------ */
+KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out)
+{
+    kvq_bytes b;
+    const kvq_side *sides[2];
+    size_t D, rowb, i;
+    int r;
+    if (!c || !out) return KVQ_ERR_NULL;
+    memset(&b, 0, sizeof b);
+    D = c->cfg.head_dim;
+    rowb = D * kvq__fp_bytes(c);
+    sides[0] = &c->k; sides[1] = &c->v;
+    for (i = 0; i < 2; i++) {
+        const kvq_side *s = sides[i];
+        size_t slots = s->n_units * s->tokens_per_unit, live_rows = 0;
+        b.codes[i] = s->n_units * s->groups_per_unit * s->words_per_group * 4u;
+        b.scale_zero[i] = s->n_units * s->groups_per_unit * sizeof(kvq_sz);
+        for (r = 0; r < KVQ_ROW_REGIONS; r++) live_rows += s->rows[r].n;
+        b.full_precision[i] = live_rows * rowb;
+        b.metadata += (slots + live_rows) * sizeof(int32_t)   /* positions  */
+                    + c->n_pos * sizeof(uint32_t);             /* loc map    */
+        b.allocated += s->cap_units * s->groups_per_unit *
+                           (s->words_per_group * 4u + sizeof(kvq_sz))
+                     + s->cap_units * s->tokens_per_unit * sizeof(int32_t)
+                     + c->cap_pos * sizeof(uint32_t);
+        for (r = 0; r < KVQ_ROW_REGIONS; r++)
+            b.allocated += s->rows[r].cap * (rowb + sizeof(int32_t));
+        b.payload += b.codes[i] + b.scale_zero[i] + b.full_precision[i];
+    }
+    b.allocated += c->stage_rows * D * sizeof(float);
+    b.tokens = c->n_pos;
+    b.bits_per_element = c->n_pos ? (double)b.payload * 8.0 / (2.0 * (double)c->n_pos * (double)D)
+                                  : 0.0;
+    *out = b;
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_cache_census(const kvq_cache *c, kvq_census *out)
+{
+    kvq_census z;
+    const kvq_side *sides[2];
+    size_t i, p;
+    if (!c || !out) return KVQ_ERR_NULL;
+    memset(&z, 0, sizeof z);
+    sides[0] = &c->k; sides[1] = &c->v;
+    for (i = 0; i < 2; i++) {
+        const kvq_side *s = sides[i];
+        size_t slot;
+        for (p = 0; p < c->n_pos; p++) {
+            uint32_t tag = KVQ_LOC_TAG(s->loc[p]);
+            if (tag == KVQ_LOC_ABSENT) z.absent[i]++;
+            else if (tag == KVQ_LOC_QUANT) z.quantized[i]++;
+            else z.rows[i][tag - KVQ_LOC_ROWS0]++;
+        }
+        for (slot = 0; slot < s->n_units * s->tokens_per_unit; slot++)
+            z.placeholders[i] += s->qpos[slot] < 0;
+    }
+    *out = z;
+    return KVQ_OK;
+}
+
+/* Each present position's loc points at a slot/row that names it back, and
+   every live slot/row is pointed at: loc is a bijection onto the regions. */
+static kvq_status kvq__check_side(kvq_cache *c, const kvq_side *s, const char *nm)
+{
+    size_t p, slot, i, live = 0, present = 0;
+    int r;
+    for (p = 0; p < c->n_pos; p++) {
+        uint32_t l = s->loc[p], tag = KVQ_LOC_TAG(l);
+        size_t idx = KVQ_LOC_INDEX(l);
+        if (tag == KVQ_LOC_ABSENT) continue;
+        present++;
+        if (tag == KVQ_LOC_QUANT) {
+            if (idx >= s->n_units * s->tokens_per_unit || s->qpos[idx] != (int32_t)p)
+                return kvq__fail(c, KVQ_ERR_STATE, "%s: position %zu -> quantized "
+                                 "slot %zu does not name it back", nm, p, idx);
+        } else {
+            const kvq_rows *rg;
+            if (tag - KVQ_LOC_ROWS0 >= KVQ_ROW_REGIONS)
+                return kvq__fail(c, KVQ_ERR_STATE, "%s: position %zu has bad tag %u",
+                                 nm, p, (unsigned)tag);
+            rg = &s->rows[tag - KVQ_LOC_ROWS0];
+            if (idx < rg->off || idx >= rg->off + rg->n || rg->pos[idx] != (int32_t)p)
+                return kvq__fail(c, KVQ_ERR_STATE, "%s: position %zu -> rows[%u] "
+                                 "index %zu does not name it back", nm, p,
+                                 (unsigned)(tag - KVQ_LOC_ROWS0), idx);
+        }
+    }
+    for (slot = 0; slot < s->n_units * s->tokens_per_unit; slot++)
+        live += s->qpos[slot] >= 0;
+    for (r = 0; r < KVQ_ROW_REGIONS; r++)
+        for (i = 0; i < s->rows[r].n; i++) {
+            int32_t pp = s->rows[r].pos[s->rows[r].off + i];
+            if (pp < 0 || (size_t)pp >= c->n_pos)
+                return kvq__fail(c, KVQ_ERR_STATE, "%s: rows[%d] holds position %d "
+                                 "outside 0..%zu", nm, r, (int)pp, c->n_pos);
+            live++;
+        }
+    if (live != present)
+        return kvq__fail(c, KVQ_ERR_STATE, "%s: %zu live slots but %zu present "
+                         "positions: some position is stored twice", nm, live, present);
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
+{
+    kvq_status st;
+    size_t R, nk, nv;
+    if (!c) return KVQ_ERR_NULL;
+    if ((st = kvq__check_side(c, &c->k, "K")) != KVQ_OK) return st;
+    if ((st = kvq__check_side(c, &c->v, "V")) != KVQ_OK) return st;
+    R = c->cfg.residual;
+    nk = c->k.rows[0].n;
+    nv = c->v.rows[0].n;
+    /* window bounds of the schedules (Sec. 7)                              */
+    if (c->k.schedule == KVQ_SCHED_FLUSH && nk > R)
+        return kvq__fail(c, KVQ_ERR_STATE, "K residual %zu exceeds R=%zu", nk, R);
+    if (c->v.schedule == KVQ_SCHED_FLUSH && nv > R)
+        return kvq__fail(c, KVQ_ERR_STATE, "V residual %zu exceeds R=%zu", nv, R);
+    if (c->v.schedule == KVQ_SCHED_SLIDE) {
+        /* nothing quantized until R + chunk tokens; then R <= n < R + chunk */
+        int ok = (c->n_pos < R + c->v.chunk) ? nv == c->n_pos
+                                             : (nv >= R && nv < R + c->v.chunk);
+        if (!ok)
+            return kvq__fail(c, KVQ_ERR_STATE, "V window %zu out of bounds (R=%zu, "
+                             "chunk=%zu, %zu tokens)", nv, R, c->v.chunk, c->n_pos);
+    }
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 10. .npy                                                                 */
+/* ------------------------------------------------------------------------ */
+/* Header: "\x93NUMPY", major, minor, header length (u16 LE for v1, u32 LE for
+   v2/v3), then a Python dict literal such as
+   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+   padded with spaces and a final '\n'. We accept exactly the keys above.  */
+static const char *kvq__npy_find(const char *h, size_t n, const char *key)
+{
+    size_t k = strlen(key), i;
+    for (i = 0; i + k <= n; i++)
+        if (memcmp(h + i, key, k) == 0) return h + i + k;
+    return NULL;
+}
+
+static const char *kvq__skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == ':' )) p++;
+    return p;
+}
+
+KVQ_API kvq_status kvq_npy_parse(const void *buf, size_t len, kvq_npy *out)
+{
+    const unsigned char *b = (const unsigned char *)buf;
+    const char *h, *end, *p;
+    size_t hlen, hoff, count = 1, i, elem, need;
+    int major, ndim = 0, is_f16;
+    size_t shape[KVQ_NPY_MAX_DIMS];
+    float *data;
+    if (!buf || !out) return KVQ_ERR_NULL;
+    if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0) return KVQ_ERR_FORMAT;
+    major = b[6];
+    if (major == 1) { hlen = (size_t)b[8] | ((size_t)b[9] << 8); hoff = 10; }
+    else if (major == 2 || major == 3) {
+        if (len < 12) return KVQ_ERR_FORMAT;
+        hlen = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) |
+               ((size_t)b[11] << 24);
+        hoff = 12;
+    } else return KVQ_ERR_FORMAT;
+    if (hlen > len - hoff) return KVQ_ERR_FORMAT;
+    h = (const char *)b + hoff;
+    end = h + hlen;
+    /* dtype                                                                */
+    p = kvq__npy_find(h, hlen, "'descr'");
+    if (!p) return KVQ_ERR_FORMAT;
+    p = kvq__skip_ws(p, end);
+    if (end - p >= 5 && memcmp(p, "'<f4'", 5) == 0) is_f16 = 0;
+    else if (end - p >= 5 && memcmp(p, "'<f2'", 5) == 0) is_f16 = 1;
+    else return KVQ_ERR_FORMAT;
+    /* order                                                                */
+    p = kvq__npy_find(h, hlen, "'fortran_order'");
+    if (!p) return KVQ_ERR_FORMAT;
+    p = kvq__skip_ws(p, end);
+    if (!(end - p >= 5 && memcmp(p, "False", 5) == 0)) return KVQ_ERR_FORMAT;
+    /* shape: '(' [int {',' int}] [','] ')'                                 */
+    p = kvq__npy_find(h, hlen, "'shape'");
+    if (!p) return KVQ_ERR_FORMAT;
+    p = kvq__skip_ws(p, end);
+    if (p >= end || *p != '(') return KVQ_ERR_FORMAT;
+    p++;
+    for (;;) {
+        size_t v = 0;
+        int digits = 0;
+        while (p < end && *p == ' ') p++;
+        if (p < end && *p == ')') break;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (v > ((size_t)-1 - 9) / 10) return KVQ_ERR_OVERFLOW;
+            v = v * 10 + (size_t)(*p - '0');
+            p++; digits++;
+        }
+        if (!digits || ndim == KVQ_NPY_MAX_DIMS) return KVQ_ERR_FORMAT;
+        shape[ndim++] = v;
+        if (!kvq__mul(count, v, &count)) return KVQ_ERR_OVERFLOW;
+        while (p < end && *p == ' ') p++;
+        if (p < end && *p == ',') { p++; continue; }
+        if (p < end && *p == ')') break;
+        return KVQ_ERR_FORMAT;
+    }
+    if (ndim == 0 || count == 0) return KVQ_ERR_SIZE;  /* scalars, empties  */
+    elem = is_f16 ? 2 : 4;
+    if (!kvq__mul(count, elem, &need)) return KVQ_ERR_OVERFLOW;
+    if (need != len - hoff - hlen) return KVQ_ERR_FORMAT;  /* exact payload */
+    if (!kvq__mul(count, sizeof(float), &need)) return KVQ_ERR_OVERFLOW;
+    data = (float *)KVQ_MALLOC(need);
+    if (!data) return KVQ_ERR_NOMEM;
+    p = (const char *)b + hoff + hlen;
+    for (i = 0; i < count; i++) {
+        const unsigned char *e = (const unsigned char *)p + i * elem;
+        if (is_f16) data[i] = kvq_f16_to_f32((kvq_f16)(e[0] | (e[1] << 8)));
+        else data[i] = kvq__bits_f32((uint32_t)e[0] | ((uint32_t)e[1] << 8) |
+                                     ((uint32_t)e[2] << 16) | ((uint32_t)e[3] << 24));
+    }
+    out->data = data;
+    out->ndim = ndim;
+    out->count = count;
+    for (i = 0; i < KVQ_NPY_MAX_DIMS; i++) out->shape[i] = i < (size_t)ndim ? shape[i] : 1;
+    return KVQ_OK;
+}
+
+KVQ_API void kvq_npy_free(kvq_npy *a)
+{
+    if (!a) return;
+    KVQ_FREE(a->data);
+    memset(a, 0, sizeof *a);
+}
+
+#ifndef KVQ_NO_STDIO
+KVQ_API kvq_status kvq_npy_load(const char *path, kvq_npy *out)
+{
+    FILE *f;
+    long sz;
+    void *buf;
+    kvq_status st;
+    if (!path || !out) return KVQ_ERR_NULL;
+    f = fopen(path, "rb");
+    if (!f) return KVQ_ERR_IO;
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return KVQ_ERR_IO;
+    }
+    buf = KVQ_MALLOC(sz > 0 ? (size_t)sz : 1);
+    if (!buf) { fclose(f); return KVQ_ERR_NOMEM; }
+    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+        KVQ_FREE(buf); fclose(f); return KVQ_ERR_IO;
+    }
+    fclose(f);
+    st = kvq_npy_parse(buf, (size_t)sz, out);
+    KVQ_FREE(buf);
+    return st;
+}
+
+KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
+                                const size_t *shape, int ndim)
+{
+    char hdr[256];
+    int n, i;
+    size_t count = 1, w, k;
+    FILE *f;
+    if (!path || !data || !shape) return KVQ_ERR_NULL;
+    if (ndim < 1 || ndim > KVQ_NPY_MAX_DIMS) return KVQ_ERR_SIZE;
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] == 0) return KVQ_ERR_SIZE;
+        if (!kvq__mul(count, shape[i], &count)) return KVQ_ERR_OVERFLOW;
+    }
+    if (!kvq__mul(count, 4, &w)) return KVQ_ERR_OVERFLOW;
+    n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    for (i = 0; i < ndim; i++)
+        n += snprintf(hdr + n, sizeof hdr - (size_t)n, "%zu,%s", shape[i],
+                      i + 1 < ndim ? " " : "");
+    n += snprintf(hdr + n, sizeof hdr - (size_t)n, "), }");
+    while ((10 + n + 1) % 64) hdr[n++] = ' ';      /* pad: data 64-aligned  */
+    hdr[n++] = '\n';
+    f = fopen(path, "wb");
+    if (!f) return KVQ_ERR_IO;
+    {
+        unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0 };
+        pre[8] = (unsigned char)(n & 0xFF);
+        pre[9] = (unsigned char)(n >> 8);
+        if (fwrite(pre, 1, 10, f) != 10 || fwrite(hdr, 1, (size_t)n, f) != (size_t)n) {
+            fclose(f); return KVQ_ERR_IO;
+        }
+    }
+    for (k = 0; k < count; k++) {               /* little-endian on any host */
+        uint32_t u = kvq__f32_bits(data[k]);
+        unsigned char e[4];
+        e[0] = (unsigned char)u; e[1] = (unsigned char)(u >> 8);
+        e[2] = (unsigned char)(u >> 16); e[3] = (unsigned char)(u >> 24);
+        if (fwrite(e, 1, 4, f) != 4) { fclose(f); return KVQ_ERR_IO; }
+    }
+    if (fclose(f) != 0) return KVQ_ERR_IO;
+    return KVQ_OK;
+}
+#endif /* KVQ_NO_STDIO */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVQ_IMPLEMENTATION_DONE */
+#endif /* KVQ_IMPLEMENTATION */
+
+/*
+MIT License
+
+Copyright (c) 2026 the kvq authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of
+this software and associated documentation files (the "Software"), to deal in
+the Software without restriction, including without limitation the rights to
+use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies
+of the Software, and to permit persons to whom the Software is furnished to do
+so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+*/
