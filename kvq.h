@@ -322,19 +322,78 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
      together with the residual; kvq does the same when hf_requantize = 1
      (the default for this policy), which slowly compounds error in old
      tokens. Differences from KIVI: no sliding value window, keys per-token,
-     the prompt is fully quantized, and history is re-quantized.           */
+     the prompt is fully quantized, and history is re-quantized.
+
+   7.1 OTT, outlier token tracing (OTT paper Sec. 3.2, Appendix E), on the
+   same regions plus rows[KVQ_ROWS_OUTLIER] (the pool, capacity k) and
+   rows[KVQ_ROWS_AUX] (the auxiliary pool):
+     cadence  K and V are both quantized G tokens at a time: whenever the
+              window holds R + G rows, its G oldest form the group (so the
+              full-precision part is the group being filled plus R recent).
+     score    a token's key magnitude: the L1 norm sum_d |k_d| of its stored
+              full-precision key, summed in channel order d = 0..D-1 in fp32
+              (Appendix E). Small is outlier (Sec. 3.1, Fig. 1(e)).
+     compete  the G group tokens and the pool's members compete; the k with
+              the smallest scores win (ties: smaller position first). Winners
+              from the group move (K and V, full precision) into the pool;
+              members that lose move to the auxiliary pool.
+     replace  in the group, each winner's K and V rows are replaced by the
+              mean of the group's other tokens (kvq_ott_mean, default) before
+              quantization; their slots become placeholders (qpos = -1) that
+              are stored but never attended.
+     stop     a round whose losers would not fit in the auxiliary pool is not
+              held, and tracing stops for good; tracing also stops right after
+              a round that fills the auxiliary pool exactly. ott_stopped_at
+              records when (the paper: "when it is full, tracing stops").
+     layers   k may differ per layer; kvq_config_ott(D, B, layer) uses k = 0
+              for layers 0 and 1 (Sec. 4.4: no outlier tokens there).
+   Attention covers quantized, window, pool and auxiliary tokens under one
+   softmax; each position is counted once because loc names one region.
+
+   7.2 LogQuant (LogQuant paper Sec. 2.5, Algorithm 1), window W:
+     select   rows[KVQ_ROWS_WINDOW] is Algorithm 1's list A. On each new token:
+              if |A| < 3W append it; otherwise keep A[0:2W:2] + A[2W:3W] and
+              then append it. After warm-up 2W < |A| <= 3W, and the density of
+              kept tokens halves every W further back.
+     drop     the W dropped tokens (odd offsets of A[0:2W]) go, in position
+              order, to rows[KVQ_ROWS_STAGE]; whenever it holds a whole unit
+              (G tokens for per-channel keys, 1 for per-token), that unit is
+              quantized. So per-channel key groups hold G dropped tokens that
+              are not consecutive positions; the stage holds at most G - 1.
+     keys     per-channel by default (the paper's text, following KIVI); the
+              authors' code quantizes keys per-token: set key_axis.
+     sinks    optional: the first lq_sinks tokens stay in rows[KVQ_ROWS_SINK]
+              (the KIVI+Sink comparison of Table 1); they are not part of A.
+     prefill  exactly T appends in order (Algorithm 1 is defined per token).
+   Attention is position-agnostic (Sec. 2.4, Eq. 3): with RoPE applied before
+   caching, the softmax sum does not depend on where a token is stored.   */
 
 typedef enum kvq_policy {
-    KVQ_POLICY_FULL = 0,   /* no quantization: every token in full precision */
-    KVQ_POLICY_KIVI = 1,
-    KVQ_POLICY_HF   = 2,
-    KVQ_POLICY_CUSTOM = 3  /* schedules taken from key_schedule/value_schedule */
+    KVQ_POLICY_FULL     = 0,  /* no quantization: every token in full precision */
+    KVQ_POLICY_KIVI     = 1,
+    KVQ_POLICY_HF       = 2,
+    KVQ_POLICY_OTT      = 3,  /* outlier token tracing (Sec. 7.1)              */
+    KVQ_POLICY_LOGQUANT = 4,  /* log-distributed selection (Sec. 7.2)          */
+    KVQ_POLICY_CUSTOM   = 5   /* schedules from key_schedule/value_schedule    */
 } kvq_policy;
+
+/* Which tokens OTT's replacement mean covers (the paper leaves it open).    */
+typedef enum kvq_ott_mean {
+    KVQ_OTT_MEAN_REST = 0,  /* mean of the group's NON-outlier tokens (default):
+                               it lies inside every channel's [min, max] of
+                               the tokens that remain, so replacing an
+                               outlier by it cannot widen any group's range,
+                               which is the point of removing the outlier   */
+    KVQ_OTT_MEAN_ALL  = 1   /* mean of all G tokens, outliers included: the
+                               other literal reading; it can pull a channel's
+                               minimum back toward the outlier              */
+} kvq_ott_mean;
 
 typedef enum kvq_schedule {
     KVQ_SCHED_NONE  = 0,
     KVQ_SCHED_FLUSH = 1,
-    KVQ_SCHED_SLIDE = 2
+    KVQ_SCHED_SLIDE = 2,
+    KVQ_SCHED_POLICY = 3    /* moved by the policy's own rule (OTT, LogQuant) */
 } kvq_schedule;
 
 typedef struct kvq_config {
@@ -351,6 +410,14 @@ typedef struct kvq_config {
     int           hf_requantize;   /* HF: re-quantize history at each flush  */
     kvq_schedule  key_schedule;    /* set by the policy; read for CUSTOM     */
     kvq_schedule  value_schedule;
+    size_t        value_group;     /* G for per-token values; 0 = same as G  */
+    /* OTT (Sec. 7.1)                                                        */
+    size_t        ott_k;           /* outlier pool capacity k (paper: 3)     */
+    size_t        ott_aux;         /* auxiliary pool capacity (paper: 32)    */
+    kvq_ott_mean  ott_mean;
+    /* LogQuant (Sec. 7.2)                                                   */
+    size_t        lq_window;       /* W: 2W..3W tokens kept in full precision */
+    size_t        lq_sinks;        /* first tokens always kept (0 = none)    */
 } kvq_config;
 
 /* Paper defaults: KIVI B=bits, G=32, R=128, keys per-channel, values
@@ -371,11 +438,30 @@ KVQ_API kvq_config    kvq_config_hf(size_t head_dim, kvq_hf_params hf);
 /* Full precision only; fp_bits 32 makes it the exact fp32 reference.        */
 KVQ_API kvq_config kvq_config_full(size_t head_dim, int fp_bits);
 
+/* OTT paper defaults (Sec. 4.1): G = 128, R = 32, k = 3, auxiliary pool 32,
+   keys per-channel, values per-token (value groups of min(128, D) channels),
+   and k = 0 in layers 0 and 1 (Sec. 4.4): pass the layer index.             */
+KVQ_API kvq_config kvq_config_ott(size_t head_dim, int bits, int layer);
+
+/* LogQuant (Sec. 2.5, 3.1): window W, G = 64 (HF's default), keys
+   per-channel (the paper's text; set key_axis = KVQ_PER_TOKEN for what the
+   authors' code does), values per-token, no sinks.                          */
+KVQ_API kvq_config kvq_config_logquant(size_t head_dim, int bits, size_t W);
+/* W = floor(R / 3): at most 3W <= R tokens in full precision, matching a
+   KIVI cache with residual R (LogQuant Sec. 3.1).                           */
+KVQ_API size_t kvq_logquant_window_for(size_t R);
+
 /* Checks a config; on failure writes a reason into why (may be NULL).       */
 KVQ_API kvq_status kvq_config_validate(const kvq_config *cfg, char *why,
                                        size_t why_len);
 
-#define KVQ_ROW_REGIONS    4          /* rows[0] window + 3 for later policies */
+/* The full-precision row regions of a side.                               */
+#define KVQ_ROWS_WINDOW   0   /* recent window / residual / LogQuant's set A */
+#define KVQ_ROWS_OUTLIER  1   /* OTT outlier pool (k rows)                   */
+#define KVQ_ROWS_AUX      2   /* OTT auxiliary pool                          */
+#define KVQ_ROWS_STAGE    3   /* LogQuant: dropped rows waiting for a group  */
+#define KVQ_ROWS_SINK     4   /* LogQuant: sink tokens                       */
+#define KVQ_ROW_REGIONS   5
 #define KVQ_MAX_POSITIONS  ((size_t)1 << 28)   /* per cache (loc index bits)  */
 
 /* Where a position lives: region tag in the top 4 bits, index below.        */
@@ -396,6 +482,7 @@ typedef struct kvq_side {
     kvq_axis      axis;
     int           bits;
     kvq_schedule  schedule;
+    size_t        group;            /* this side's G                         */
     size_t        chunk;            /* tokens quantized per SLIDE step       */
     size_t        tokens_per_unit;  /* 1 (per-token) or G (per-channel)      */
     size_t        groups_per_unit;  /* D/G (per-token) or D (per-channel)    */
@@ -415,6 +502,12 @@ typedef struct kvq_cache {
     size_t     cap_pos;
     float     *stage;      /* (stage_rows, D) rows gathered for quantizing   */
     size_t     stage_rows;
+    unsigned char *mark;   /* (2 * (stage_rows + 256)) row flags, scratch    */
+    float     *score;      /* (stage_rows + 256) OTT key norms, scratch      */
+    /* OTT state                                                             */
+    int        ott_tracing;    /* 1 while the outlier pool is being updated  */
+    size_t     ott_stopped_at; /* n_pos when tracing stopped (0 = never)     */
+    size_t     ott_rounds;     /* competitions held                          */
     char       why[160];   /* reason for the last failure                    */
 } kvq_cache;
 
@@ -981,7 +1074,7 @@ static kvq_config kvq__config_base(size_t head_dim)
     c.value_axis = KVQ_PER_TOKEN;
     c.zero_mode = KVQ_ZERO_FLOAT;
     c.fp_bits = 16;
-    return c;
+    return c;    /* value_group, OTT and LogQuant fields: 0 (unused)       */
 }
 
 KVQ_API kvq_config kvq_config_kivi(size_t head_dim, int bits)
@@ -1029,6 +1122,35 @@ KVQ_API kvq_config kvq_config_full(size_t head_dim, int fp_bits)
     return c;
 }
 
+KVQ_API kvq_config kvq_config_ott(size_t head_dim, int bits, int layer)
+{
+    kvq_config c = kvq__config_base(head_dim);
+    c.policy = KVQ_POLICY_OTT;
+    c.key_bits = c.value_bits = bits;
+    c.group = 128;
+    c.residual = 32;
+    c.value_group = head_dim < 128 ? head_dim : 128;
+    c.ott_k = layer < 2 ? 0 : 3;
+    c.ott_aux = 32;
+    c.ott_mean = KVQ_OTT_MEAN_REST;
+    c.key_schedule = c.value_schedule = KVQ_SCHED_POLICY;
+    return c;
+}
+
+KVQ_API size_t kvq_logquant_window_for(size_t R) { return R / 3; }
+
+KVQ_API kvq_config kvq_config_logquant(size_t head_dim, int bits, size_t W)
+{
+    kvq_config c = kvq__config_base(head_dim);
+    c.policy = KVQ_POLICY_LOGQUANT;
+    c.key_bits = c.value_bits = bits;
+    c.group = 64;
+    c.lq_window = W;
+    c.residual = 3 * W;          /* the full-precision budget, for reference */
+    c.key_schedule = c.value_schedule = KVQ_SCHED_POLICY;
+    return c;
+}
+
 static void kvq__say(char *why, size_t len, const char *fmt, ...)
 {
     va_list ap;
@@ -1046,16 +1168,18 @@ static void kvq__policy_schedules(const kvq_config *c, kvq_schedule *ks,
     case KVQ_POLICY_FULL: *ks = *vs = KVQ_SCHED_NONE; break;
     case KVQ_POLICY_KIVI: *ks = KVQ_SCHED_FLUSH; *vs = KVQ_SCHED_SLIDE; break;
     case KVQ_POLICY_HF:   *ks = *vs = KVQ_SCHED_FLUSH; break;
+    case KVQ_POLICY_OTT:
+    case KVQ_POLICY_LOGQUANT: *ks = *vs = KVQ_SCHED_POLICY; break;
     default:              *ks = c->key_schedule; *vs = c->value_schedule; break;
     }
 }
 
 static kvq_status kvq__validate_side(const kvq_config *c, const char *name,
                                      int bits, kvq_axis axis, kvq_schedule sch,
-                                     char *why, size_t why_len)
+                                     size_t G, char *why, size_t why_len)
 {
     if (sch == KVQ_SCHED_NONE) return KVQ_OK;
-    if (sch != KVQ_SCHED_FLUSH && sch != KVQ_SCHED_SLIDE) {
+    if (sch != KVQ_SCHED_FLUSH && sch != KVQ_SCHED_SLIDE && sch != KVQ_SCHED_POLICY) {
         kvq__say(why, why_len, "%s: unknown schedule %d", name, (int)sch);
         return KVQ_ERR_CONFIG;
     }
@@ -1067,15 +1191,60 @@ static kvq_status kvq__validate_side(const kvq_config *c, const char *name,
         kvq__say(why, why_len, "%s: unknown axis %d", name, (int)axis);
         return KVQ_ERR_CONFIG;
     }
-    if (axis == KVQ_PER_TOKEN && c->head_dim % c->group) {
+    if (G == 0 || G > 65536) {
+        kvq__say(why, why_len, "%s: group G=%zu must be in 1..65536", name, G);
+        return KVQ_ERR_SIZE;
+    }
+    if (axis == KVQ_PER_TOKEN && c->head_dim % G) {
         kvq__say(why, why_len, "%s per-token: G=%zu does not divide D=%zu",
-                 name, c->group, c->head_dim);
+                 name, G, c->head_dim);
         return KVQ_ERR_GROUP;
     }
-    if (axis == KVQ_PER_CHANNEL && c->residual % c->group) {
+    /* a FLUSH quantizes the whole residual, which must be whole units     */
+    if (axis == KVQ_PER_CHANNEL && sch == KVQ_SCHED_FLUSH && c->residual % G) {
         kvq__say(why, why_len, "%s per-channel: G=%zu does not divide R=%zu",
-                 name, c->group, c->residual);
+                 name, G, c->residual);
         return KVQ_ERR_GROUP;
+    }
+    return KVQ_OK;
+}
+
+static size_t kvq__value_group(const kvq_config *c)
+{
+    return c->value_group ? c->value_group : c->group;
+}
+
+/* OTT and LogQuant parameters (Sec. 7.1, 7.2).                             */
+static kvq_status kvq__validate_policy(const kvq_config *c, char *why,
+                                       size_t why_len)
+{
+    if (c->policy == KVQ_POLICY_OTT) {
+        if (c->ott_k > 256 || (c->ott_k > 0 && c->ott_k >= c->group)) {
+            kvq__say(why, why_len, "OTT: pool capacity k=%zu must be < G=%zu "
+                     "and <= 256", c->ott_k, c->group);
+            return KVQ_ERR_CONFIG;
+        }
+        if (c->ott_k > 0 && (c->ott_aux == 0 || c->ott_aux > 65536)) {
+            kvq__say(why, why_len, "OTT: auxiliary pool capacity %zu must be in "
+                     "1..65536 when k > 0", c->ott_aux);
+            return KVQ_ERR_CONFIG;
+        }
+        if ((int)c->ott_mean < 0 || c->ott_mean > KVQ_OTT_MEAN_ALL) {
+            kvq__say(why, why_len, "OTT: unknown mean mode %d", (int)c->ott_mean);
+            return KVQ_ERR_CONFIG;
+        }
+    }
+    if (c->policy == KVQ_POLICY_LOGQUANT) {
+        if (c->lq_window == 0 || c->lq_window > 65536) {
+            kvq__say(why, why_len, "LogQuant: window W=%zu must be in 1..65536",
+                     c->lq_window);
+            return KVQ_ERR_CONFIG;
+        }
+        if (c->lq_sinks > 65536) {
+            kvq__say(why, why_len, "LogQuant: %zu sinks is more than 65536",
+                     c->lq_sinks);
+            return KVQ_ERR_CONFIG;
+        }
     }
     return KVQ_OK;
 }
@@ -1105,37 +1274,43 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *c, char *why,
     }
     kvq__policy_schedules(c, &ks, &vs);
     if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) return KVQ_OK;
-    if (c->group == 0 || c->group > 65536) {
-        kvq__say(why, why_len, "group G=%zu must be in 1..65536", c->group);
-        return KVQ_ERR_SIZE;
-    }
     if (c->residual == 0 || c->residual > 65536) {
         kvq__say(why, why_len, "residual R=%zu must be in 1..65536", c->residual);
         return KVQ_ERR_SIZE;
     }
-    if (!kvq__mul3(c->residual + c->group, c->head_dim, sizeof(float), &t)) {
-        kvq__say(why, why_len, "(R+G)*D*4 overflows size_t");
+    st = kvq__validate_side(c, "keys", c->key_bits, c->key_axis, ks, c->group,
+                            why, why_len);
+    if (st != KVQ_OK) return st;
+    st = kvq__validate_side(c, "values", c->value_bits, c->value_axis, vs,
+                            kvq__value_group(c), why, why_len);
+    if (st != KVQ_OK) return st;
+    st = kvq__validate_policy(c, why, why_len);
+    if (st != KVQ_OK) return st;
+    /* the staging buffer: (R + G + Gv + 3W) rows of D floats at most      */
+    if (!kvq__mul3(c->residual + c->group + kvq__value_group(c) + 3 * c->lq_window,
+                   c->head_dim, sizeof(float), &t)) {
+        kvq__say(why, why_len, "staging buffer size overflows size_t");
         return KVQ_ERR_OVERFLOW;
     }
-    st = kvq__validate_side(c, "keys", c->key_bits, c->key_axis, ks, why, why_len);
-    if (st != KVQ_OK) return st;
-    return kvq__validate_side(c, "values", c->value_bits, c->value_axis, vs,
-                              why, why_len);
+    return KVQ_OK;
 }
 
 static void kvq__side_init(kvq_side *s, const kvq_config *c, int bits,
-                           kvq_axis axis, kvq_schedule sch)
+                           kvq_axis axis, kvq_schedule sch, size_t G)
 {
     memset(s, 0, sizeof *s);
     s->schedule = sch;
     s->axis = axis;
     s->bits = bits;
+    s->group = G;
     if (sch == KVQ_SCHED_NONE) return;
-    s->tokens_per_unit = (axis == KVQ_PER_TOKEN) ? 1 : c->group;
-    s->groups_per_unit = (axis == KVQ_PER_TOKEN) ? c->head_dim / c->group : c->head_dim;
-    s->words_per_group = kvq_packed_words(c->group, bits);
+    s->tokens_per_unit = (axis == KVQ_PER_TOKEN) ? 1 : G;
+    s->groups_per_unit = (axis == KVQ_PER_TOKEN) ? c->head_dim / G : c->head_dim;
+    s->words_per_group = kvq_packed_words(G, bits);
     s->chunk = s->tokens_per_unit;
 }
+
+static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r, size_t more);
 
 KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
 {
@@ -1150,16 +1325,34 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
     kvq__policy_schedules(cfg, &ks, &vs);
     t.cfg.key_schedule = ks;
     t.cfg.value_schedule = vs;
-    kvq__side_init(&t.k, cfg, cfg->key_bits, cfg->key_axis, ks);
-    kvq__side_init(&t.v, cfg, cfg->value_bits, cfg->value_axis, vs);
+    kvq__side_init(&t.k, cfg, cfg->key_bits, cfg->key_axis, ks, cfg->group);
+    kvq__side_init(&t.v, cfg, cfg->value_bits, cfg->value_axis, vs,
+                   kvq__value_group(cfg));
+    t.ott_tracing = cfg->policy == KVQ_POLICY_OTT && cfg->ott_k > 0;
     if (ks != KVQ_SCHED_NONE || vs != KVQ_SCHED_NONE) {
-        /* a flush quantizes up to R rows; requantization one unit at a time */
-        t.stage_rows = cfg->residual > cfg->group ? cfg->residual : cfg->group;
-        t.stage = (float *)KVQ_MALLOC(t.stage_rows * cfg->head_dim * sizeof(float));
-        if (!t.stage) {
-            kvq__say(c->why, sizeof c->why, "cannot allocate the staging buffer");
-            return KVQ_ERR_NOMEM;
+        /* a flush quantizes up to R rows, an OTT round G, a LogQuant drop W;
+           requantization works one unit at a time                          */
+        size_t rows = cfg->residual, i;
+        if (cfg->group > rows) rows = cfg->group;
+        if (kvq__value_group(cfg) > rows) rows = kvq__value_group(cfg);
+        if (cfg->lq_window > rows) rows = cfg->lq_window;
+        t.stage_rows = rows;
+        t.stage = (float *)KVQ_MALLOC(rows * cfg->head_dim * sizeof(float));
+        t.mark = (unsigned char *)KVQ_MALLOC(2 * (rows + 256));
+        t.score = (float *)KVQ_MALLOC((rows + 256) * sizeof(float));
+        /* fixed-size regions are allocated once, here, never on append     */
+        for (i = 0; i < 2 && t.stage && t.mark && t.score; i++) {
+            kvq_side *sd = i ? &t.v : &t.k;
+            if (kvq__rows_reserve(&t, sd, KVQ_ROWS_OUTLIER, cfg->policy == KVQ_POLICY_OTT ? cfg->ott_k : 0) ||
+                kvq__rows_reserve(&t, sd, KVQ_ROWS_AUX, cfg->policy == KVQ_POLICY_OTT ? cfg->ott_aux : 0) ||
+                kvq__rows_reserve(&t, sd, KVQ_ROWS_STAGE, cfg->policy == KVQ_POLICY_LOGQUANT ? sd->group + cfg->lq_window : 0) ||
+                kvq__rows_reserve(&t, sd, KVQ_ROWS_SINK, cfg->policy == KVQ_POLICY_LOGQUANT ? cfg->lq_sinks : 0))
+                break;
+            if (i == 1) { *c = t; return KVQ_OK; }
         }
+        kvq_cache_free(&t);
+        kvq__say(c->why, sizeof c->why, "cannot allocate the cache's fixed buffers");
+        return KVQ_ERR_NOMEM;
     }
     *c = t;
     return KVQ_OK;
@@ -1185,6 +1378,8 @@ KVQ_API void kvq_cache_free(kvq_cache *c)
     kvq__side_free(&c->k);
     kvq__side_free(&c->v);
     KVQ_FREE(c->stage);
+    KVQ_FREE(c->mark);
+    KVQ_FREE(c->score);
     memset(c, 0, sizeof *c);
 }
 
@@ -1217,32 +1412,39 @@ static void *kvq__grow(void *p, size_t cap, size_t need, size_t el,
 
 static size_t kvq__fp_bytes(const kvq_cache *c) { return (size_t)c->cfg.fp_bits / 8u; }
 
-/* Room in a row region for `more` rows at its end (compacting to off = 0
-   first when that is enough: amortized O(D) per popped row).               */
+static uint32_t kvq__rows_tag(int r) { return (KVQ_LOC_ROWS0 + (uint32_t)r) << 28; }
+
+/* Slide a row region's live rows to index 0 and re-point their locs.      */
+static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), i;
+    if (rg->off == 0) return;
+    memmove(rg->data, (char *)rg->data + rg->off * rowb, rg->n * rowb);
+    memmove(rg->pos, rg->pos + rg->off, rg->n * sizeof(int32_t));
+    rg->off = 0;
+    for (i = 0; i < rg->n; i++) s->loc[rg->pos[i]] = kvq__rows_tag(r) | (uint32_t)i;
+}
+
+/* Room in a row region for `more` rows at its end: slide to the front when
+   that is enough (amortized O(D) per popped row), else grow.               */
 static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r, size_t more)
 {
     kvq_rows *rg = &s->rows[r];
-    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more, i;
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
     size_t cap_d, cap_p;
+    void *d;
     if (rg->off + need <= rg->cap) return KVQ_OK;
-    if (rg->off > 0) {                      /* slide live rows to the front */
-        memmove(rg->data, (char *)rg->data + rg->off * rowb, rg->n * rowb);
-        memmove(rg->pos, rg->pos + rg->off, rg->n * sizeof(int32_t));
-        rg->off = 0;
-        for (i = 0; i < rg->n; i++)
-            s->loc[rg->pos[i]] = ((KVQ_LOC_ROWS0 + (uint32_t)r) << 28) | (uint32_t)i;
-        if (need <= rg->cap) return KVQ_OK;
-    }
-    /* grow data and pos together: one capacity serves both             */
-    {
-        void *d = kvq__grow(rg->data, rg->cap, need, rowb, &cap_d);
-        if (!d) return KVQ_ERR_NOMEM;
-        rg->data = d;                  /* larger, same contents: still valid */
-        d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), &cap_p);
-        if (!d) return KVQ_ERR_NOMEM;
-        rg->pos = (int32_t *)d;
-        rg->cap = cap_d;
-    }
+    kvq__rows_to_front(c, s, r);
+    if (need <= rg->cap) return KVQ_OK;
+    /* grow data and pos together: one capacity serves both                 */
+    d = kvq__grow(rg->data, rg->cap, need, rowb, &cap_d);
+    if (!d) return KVQ_ERR_NOMEM;
+    rg->data = d;                      /* larger, same contents: still valid */
+    d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), &cap_p);
+    if (!d) return KVQ_ERR_NOMEM;
+    rg->pos = (int32_t *)d;
+    rg->cap = cap_d;
     return KVQ_OK;
 }
 
@@ -1270,23 +1472,29 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more)
    that the mutation that follows cannot fail half way.                     */
 static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new)
 {
-    kvq_side *sides[2];
-    size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
+    size_t need = c->n_pos + n_new, cap = c->cap_pos, i, window_rows = n_new;
     kvq_status st;
-    sides[0] = &c->k; sides[1] = &c->v;
     if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
         return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
                          "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
+    /* OTT and LogQuant move tokens out as they arrive: the window never
+       holds more than R + G (OTT) or 3W (LogQuant) rows                    */
+    if (c->cfg.policy == KVQ_POLICY_OTT && window_rows > c->cfg.residual + c->cfg.group)
+        window_rows = c->cfg.residual + c->cfg.group;
+    if (c->cfg.policy == KVQ_POLICY_LOGQUANT && window_rows > 3 * c->cfg.lq_window + 1)
+        window_rows = 3 * c->cfg.lq_window + 1;
     for (i = 0; i < 2; i++) {
-        kvq_side *s = sides[i];
+        kvq_side *s = i ? &c->v : &c->k;
         void *p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), &cap);
         if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
         s->loc = (uint32_t *)p;
-        st = kvq__rows_reserve(c, s, 0, n_new);
+        st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows);
         if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
         if (s->schedule != KVQ_SCHED_NONE) {
-            /* worst case: the whole window plus the new rows become units  */
-            st = kvq__units_reserve(s, (s->rows[0].n + n_new) / s->tokens_per_unit + 1);
+            /* worst case: every full-precision row plus the new ones
+               become units                                                 */
+            size_t rows = s->rows[KVQ_ROWS_WINDOW].n + s->rows[KVQ_ROWS_STAGE].n + n_new;
+            st = kvq__units_reserve(s, rows / s->tokens_per_unit + 1);
             if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
         }
     }
@@ -1313,42 +1521,107 @@ static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
     for (d = 0; d < D; d++) x[d] = kvq_f16_to_f32(((const kvq_f16 *)src)[d]);
 }
 
+/* The index where region r's next row goes. The caller reserved room for it
+   (n < cap); popped rows at the front are reclaimed here if needed, which
+   never allocates.                                                         */
+static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r)
+{
+    kvq_rows *rg = &s->rows[r];
+    KVQ_ASSERT(rg->n < rg->cap);
+    if (rg->off + rg->n >= rg->cap) kvq__rows_to_front(c, s, r);
+    return rg->off + rg->n;
+}
+
 /* Append one row to region r (room already reserved).                      */
 static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x,
                            size_t pos)
 {
     kvq_rows *rg = &s->rows[r];
-    size_t i = rg->off + rg->n;
-    KVQ_ASSERT(i < rg->cap);
+    size_t i = kvq__rows_tail(c, s, r);
     kvq__row_store(c, kvq__row_ptr(c, rg, i), x);
     rg->pos[i] = (int32_t)pos;
-    s->loc[pos] = ((KVQ_LOC_ROWS0 + (uint32_t)r) << 28) | (uint32_t)i;
+    s->loc[pos] = kvq__rows_tag(r) | (uint32_t)i;
     rg->n++;
 }
 
-/* Quantize the oldest n rows of the window (n a multiple of
-   tokens_per_unit, n <= stage_rows) into new units, in arrival order.      */
-static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, size_t n)
+/* Copy row `i` (absolute index) of region `from` to the end of region `to`;
+   the position now lives in `to`. The caller removes it from `from`.       */
+static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to)
 {
-    kvq_rows *w = &s->rows[0];
+    kvq_rows *a = &s->rows[from], *b = &s->rows[to];
+    size_t j = kvq__rows_tail(c, s, to), rowb = c->cfg.head_dim * kvq__fp_bytes(c);
+    memcpy(kvq__row_ptr(c, b, j), kvq__row_ptr(c, a, i), rowb);
+    b->pos[j] = a->pos[i];
+    s->loc[a->pos[i]] = kvq__rows_tag(to) | (uint32_t)j;
+    b->n++;
+}
+
+/* Remove the rows whose live offset o (0 = oldest) satisfies drop(o, arg),
+   keeping the others in order. Rows already copied elsewhere keep their new
+   loc; survivors are re-pointed.                                           */
+static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
+                             int (*drop)(size_t o, const void *arg),
+                             const void *arg)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), o, j = rg->off;
+    for (o = 0; o < rg->n; o++) {
+        size_t i = rg->off + o;
+        if (drop(o, arg)) continue;
+        if (j != i) {
+            memcpy(kvq__row_ptr(c, rg, j), kvq__row_ptr(c, rg, i), rowb);
+            rg->pos[j] = rg->pos[i];
+            s->loc[rg->pos[j]] = kvq__rows_tag(r) | (uint32_t)j;
+        }
+        j++;
+    }
+    rg->n = j - rg->off;
+}
+
+/* OTT's replacement (Sec. 7.1): rows flagged in mark (n rows of stage) get
+   the mean of the other rows (KVQ_OTT_MEAN_REST) or of all n rows.         */
+static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark)
+{
+    size_t D = c->cfg.head_dim, d, i, cnt = 0;
+    int all = c->cfg.ott_mean == KVQ_OTT_MEAN_ALL;
+    for (i = 0; i < n; i++) cnt += all || !mark[i];
+    for (d = 0; d < D; d++) {
+        float sum = 0.0f, mean;
+        for (i = 0; i < n; i++)
+            if (all || !mark[i]) sum += c->stage[i * D + d];
+        mean = sum / (float)cnt;
+        for (i = 0; i < n; i++)
+            if (mark[i]) c->stage[i * D + d] = mean;
+    }
+}
+
+/* Quantize the oldest n rows of region r into new units, in order (n a
+   multiple of tokens_per_unit, n <= stage_rows). Rows flagged in
+   `placeholder` (n flags, or NULL) are replaced by a mean first and their
+   slots are stored but never attended (their tokens moved elsewhere).      */
+static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
+                                 const unsigned char *placeholder)
+{
+    kvq_rows *w = &s->rows[r];
     size_t D = c->cfg.head_dim, tpu = s->tokens_per_unit, i, u;
     size_t unit_words = s->groups_per_unit * s->words_per_group;
     KVQ_ASSERT(n % tpu == 0 && n <= c->stage_rows && n <= w->n);
     for (i = 0; i < n; i++)
         kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
+    if (placeholder) kvq__replace_by_mean(c, n, placeholder);
     for (u = 0; u < n / tpu; u++) {
         size_t unit = s->n_units + u;
         kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
-                                           c->cfg.group, s->axis, c->cfg.zero_mode,
+                                           s->group, s->axis, c->cfg.zero_mode,
                                            s->words + unit * unit_words,
                                            s->sz + unit * s->groups_per_unit);
         (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
         KVQ_ASSERT(st == KVQ_OK);
         for (i = 0; i < tpu; i++) {
-            size_t slot = unit * tpu + i;
-            int32_t pos = w->pos[w->off + u * tpu + i];
+            size_t slot = unit * tpu + i, o = u * tpu + i;
+            int32_t pos = (placeholder && placeholder[o]) ? -1 : w->pos[w->off + o];
             s->qpos[slot] = pos;
-            s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)slot;
+            if (pos >= 0) s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)slot;
         }
     }
     s->n_units += n / tpu;
@@ -1366,32 +1639,35 @@ static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
         uint32_t *w = s->words + u * unit_words;
         kvq_sz *sz = s->sz + u * s->groups_per_unit;
         for (t = 0; t < tpu; t++)
-            kvq__dequant_token(w, sz, t, D, s->bits, c->cfg.group, s->axis,
+            kvq__dequant_token(w, sz, t, D, s->bits, s->group, s->axis,
                                c->cfg.zero_mode, c->stage + t * D);
-        kvq__quantize_unit(c->stage, D, s->bits, c->cfg.group, s->axis,
+        kvq__quantize_unit(c->stage, D, s->bits, s->group, s->axis,
                            c->cfg.zero_mode, w, sz);
     }
 }
 
-/* The decode-step rule of one side, applied around the push of a new row. */
+/* KIVI / HF / CUSTOM: the decode-step rule of one side around the push.    */
 static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
 {
+    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
     size_t R = c->cfg.residual;
-    if (s->schedule == KVQ_SCHED_FLUSH && s->rows[0].n >= R) {
-        size_t n = s->rows[0].n - s->rows[0].n % s->tokens_per_unit;
+    if (s->schedule == KVQ_SCHED_FLUSH && w->n >= R) {
         if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
             kvq__requantize_all(c, s);
-        kvq__quantize_oldest(c, s, n);
+        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->tokens_per_unit, NULL);
     }
-    kvq__rows_push(c, s, 0, x, pos);
+    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);
     if (s->schedule == KVQ_SCHED_SLIDE)
-        while (s->rows[0].n >= R + s->chunk) kvq__quantize_oldest(c, s, s->chunk);
+        while (w->n >= R + s->chunk)
+            kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
 }
 
-/* The prefill rule of one side, after all T rows were pushed.              */
+/* KIVI / HF / CUSTOM: the prefill rule of one side, after all T rows were
+   pushed.                                                                  */
 static void kvq__side_prefill(kvq_cache *c, kvq_side *s)
 {
-    size_t R = c->cfg.residual, n = s->rows[0].n, q = 0, tpu = s->tokens_per_unit;
+    size_t R = c->cfg.residual, n = s->rows[KVQ_ROWS_WINDOW].n, q = 0;
+    size_t tpu = s->tokens_per_unit;
     if (s->schedule == KVQ_SCHED_FLUSH)
         q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
                                              : n - n % R;    /* Algorithm 1  */
@@ -1400,8 +1676,127 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s)
     while (q > 0) {                          /* stage holds stage_rows rows  */
         size_t m = q < c->stage_rows ? q : c->stage_rows;
         m -= m % tpu;
-        kvq__quantize_oldest(c, s, m);
+        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, m, NULL);
         q -= m;
+    }
+}
+
+/* ---- OTT (Sec. 7.1) ---------------------------------------------------- */
+static float kvq__l1(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
+{
+    size_t d, D = c->cfg.head_dim;
+    float sum = 0.0f;
+    kvq__row_load(c, kvq__row_ptr(c, rg, i), tmp);
+    for (d = 0; d < D; d++) sum += fabsf(tmp[d]);
+    return sum;
+}
+
+static int kvq__drop_marked(size_t o, const void *arg)
+{
+    return ((const unsigned char *)arg)[o] != 0;
+}
+
+/* One OTT round: the G oldest window tokens compete with the pool, then are
+   quantized (winners as placeholders). `pos` is the arriving position.     */
+static void kvq__ott_round(kvq_cache *c, size_t pos)
+{
+    size_t G = c->cfg.group, k = c->cfg.ott_k, D = c->cfg.head_dim, i, j;
+    kvq_rows *win = &c->k.rows[KVQ_ROWS_WINDOW], *pool = &c->k.rows[KVQ_ROWS_OUTLIER];
+    kvq_rows *aux = &c->k.rows[KVQ_ROWS_AUX];
+    unsigned char *in_group = c->mark;          /* (G) winners in the group */
+    unsigned char *pool_lost = c->mark + G;     /* (k) pool members that lose */
+    int any = 0;
+    memset(c->mark, 0, G + k);
+    if (c->ott_tracing) {
+        /* candidates 0..G-1 are the group, G..G+n_pool-1 the pool          */
+        size_t n_pool = pool->n, n_cand = G + n_pool, losers = 0, w;
+        unsigned char *picked = c->mark + G + k;    /* (G + k) selection    */
+        float *sc = c->score;
+        memset(picked, 0, n_cand);
+        for (i = 0; i < G; i++) sc[i] = kvq__l1(c, win, win->off + i, c->stage);
+        for (i = 0; i < n_pool; i++) sc[G + i] = kvq__l1(c, pool, pool->off + i, c->stage);
+        for (w = 0; w < k && w < n_cand; w++) {     /* k smallest, ties by position */
+            size_t best = n_cand;
+            for (j = 0; j < n_cand; j++) {
+                int32_t pj, pb;
+                if (picked[j]) continue;
+                if (best == n_cand || sc[j] < sc[best]) { best = j; continue; }
+                pj = j < G ? win->pos[win->off + j] : pool->pos[pool->off + j - G];
+                pb = best < G ? win->pos[win->off + best] : pool->pos[pool->off + best - G];
+                if (sc[j] == sc[best] && pj < pb) best = j;
+            }
+            picked[best] = 1;
+        }
+        for (i = 0; i < n_pool; i++) losers += !picked[G + i];
+        if (aux->n + losers > c->cfg.ott_aux) {
+            c->ott_tracing = 0;                 /* no room: tracing stops   */
+            c->ott_stopped_at = pos + 1;
+        } else {
+            for (i = 0; i < G; i++) { in_group[i] = picked[i]; any |= picked[i]; }
+            for (i = 0; i < n_pool; i++) pool_lost[i] = !picked[G + i];
+            for (j = 0; j < 2; j++) {
+                kvq_side *s = j ? &c->v : &c->k;
+                kvq_rows *sp = &s->rows[KVQ_ROWS_OUTLIER], *sw = &s->rows[KVQ_ROWS_WINDOW];
+                for (i = 0; i < n_pool; i++)      /* losers: pool -> aux    */
+                    if (pool_lost[i]) kvq__rows_copy(c, s, KVQ_ROWS_OUTLIER, sp->off + i, KVQ_ROWS_AUX);
+                kvq__rows_remove(c, s, KVQ_ROWS_OUTLIER, kvq__drop_marked, pool_lost);
+                for (i = 0; i < G; i++)           /* winners: group -> pool */
+                    if (in_group[i]) kvq__rows_copy(c, s, KVQ_ROWS_WINDOW, sw->off + i, KVQ_ROWS_OUTLIER);
+            }
+            c->ott_rounds++;
+            if (aux->n == c->cfg.ott_aux) {     /* full: tracing stops      */
+                c->ott_tracing = 0;
+                c->ott_stopped_at = pos + 1;
+            }
+        }
+    }
+    (void)D;
+    kvq__quantize_oldest(c, &c->k, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
+    kvq__quantize_oldest(c, &c->v, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
+}
+
+/* ---- LogQuant (Sec. 7.2) ------------------------------------------------ */
+static int kvq__drop_logquant(size_t o, const void *arg)
+{
+    size_t W = *(const size_t *)arg;
+    return o < 2 * W && (o & 1u);            /* A[0:2W:2] + A[2W:3W] kept   */
+}
+
+static void kvq__logquant_side(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
+{
+    size_t W = c->cfg.lq_window, o, tpu = s->tokens_per_unit;
+    kvq_rows *a = &s->rows[KVQ_ROWS_WINDOW], *st = &s->rows[KVQ_ROWS_STAGE];
+    if (pos < c->cfg.lq_sinks) { kvq__rows_push(c, s, KVQ_ROWS_SINK, x, pos); return; }
+    if (a->n >= 3 * W) {                      /* Algorithm 1, line 7        */
+        for (o = 1; o < 2 * W; o += 2)
+            kvq__rows_copy(c, s, KVQ_ROWS_WINDOW, a->off + o, KVQ_ROWS_STAGE);
+        kvq__rows_remove(c, s, KVQ_ROWS_WINDOW, kvq__drop_logquant, &W);
+        while (st->n >= tpu) {                /* whole units leave the stage */
+            size_t m = st->n < c->stage_rows ? st->n : c->stage_rows;
+            kvq__quantize_oldest(c, s, KVQ_ROWS_STAGE, m - m % tpu, NULL);
+        }
+    }
+    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);     /* line 8            */
+}
+
+/* One decode step under the cache's policy (room already reserved).        */
+static void kvq__step(kvq_cache *c, const float *k, const float *v, size_t pos)
+{
+    switch (c->cfg.policy) {
+    case KVQ_POLICY_OTT:
+        kvq__rows_push(c, &c->k, KVQ_ROWS_WINDOW, k, pos);
+        kvq__rows_push(c, &c->v, KVQ_ROWS_WINDOW, v, pos);
+        while (c->k.rows[KVQ_ROWS_WINDOW].n >= c->cfg.residual + c->cfg.group)
+            kvq__ott_round(c, pos);
+        break;
+    case KVQ_POLICY_LOGQUANT:
+        kvq__logquant_side(c, &c->k, k, pos);
+        kvq__logquant_side(c, &c->v, v, pos);
+        break;
+    default:
+        kvq__side_step(c, &c->k, k, pos);
+        kvq__side_step(c, &c->v, v, pos);
+        break;
     }
 }
 
@@ -1424,11 +1819,9 @@ static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
 
 KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
 {
-    kvq_status st;
     if (!c) return KVQ_ERR_NULL;
     if (n_tokens == 0) return kvq__fail(c, KVQ_ERR_SIZE, "reserve of 0 tokens");
-    st = kvq__reserve_append(c, n_tokens);
-    return st;
+    return kvq__reserve_append(c, n_tokens);
 }
 
 KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
@@ -1436,17 +1829,23 @@ KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
 {
     size_t D, n, t;
     kvq_status st;
-    if (!c || !K || !V) return c ? kvq__fail(c, KVQ_ERR_NULL, "prefill: K or V is NULL")
-                                 : KVQ_ERR_NULL;
+    if (!c) return KVQ_ERR_NULL;
+    if (!K || !V) return kvq__fail(c, KVQ_ERR_NULL, "prefill: K or V is NULL");
     D = c->cfg.head_dim;
     if (T == 0) return kvq__fail(c, KVQ_ERR_SIZE, "prefill of 0 tokens");
     if (!kvq__mul(T, D, &n)) return kvq__fail(c, KVQ_ERR_OVERFLOW, "T*D overflows");
     if ((st = kvq__check_rows_input(c, K, n, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, V, n, "V")) != KVQ_OK) return st;
     if ((st = kvq__reserve_append(c, T)) != KVQ_OK) return st;
+    if (c->cfg.policy == KVQ_POLICY_OTT || c->cfg.policy == KVQ_POLICY_LOGQUANT) {
+        /* both are defined token by token: prefill is T steps               */
+        for (t = 0; t < T; t++) kvq__step(c, K + t * D, V + t * D, c->n_pos + t);
+        c->n_pos += T;
+        return KVQ_OK;
+    }
     for (t = 0; t < T; t++) {
-        kvq__rows_push(c, &c->k, 0, K + t * D, c->n_pos + t);
-        kvq__rows_push(c, &c->v, 0, V + t * D, c->n_pos + t);
+        kvq__rows_push(c, &c->k, KVQ_ROWS_WINDOW, K + t * D, c->n_pos + t);
+        kvq__rows_push(c, &c->v, KVQ_ROWS_WINDOW, V + t * D, c->n_pos + t);
     }
     c->n_pos += T;
     kvq__side_prefill(c, &c->k);
@@ -1464,8 +1863,7 @@ KVQ_API kvq_status kvq_cache_append(kvq_cache *c, const float *k, const float *v
     if ((st = kvq__check_rows_input(c, k, D, "k")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, v, D, "v")) != KVQ_OK) return st;
     if ((st = kvq__reserve_append(c, 1)) != KVQ_OK) return st;
-    kvq__side_step(c, &c->k, k, c->n_pos);
-    kvq__side_step(c, &c->v, v, c->n_pos);
+    kvq__step(c, k, v, c->n_pos);
     c->n_pos++;
     return KVQ_OK;
 }
@@ -1482,7 +1880,7 @@ static void kvq__side_read(const kvq_cache *c, const kvq_side *s, size_t pos,
         kvq__dequant_token(s->words + unit * s->groups_per_unit * s->words_per_group,
                            s->sz + unit * s->groups_per_unit,
                            idx % s->tokens_per_unit, c->cfg.head_dim, s->bits,
-                           c->cfg.group, s->axis, c->cfg.zero_mode, out);
+                           s->group, s->axis, c->cfg.zero_mode, out);
     } else {
         kvq__row_load(c, kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], idx), out);
     }
@@ -1528,7 +1926,7 @@ static float kvq__dot(const float *a, const float *b, size_t n)
 static float kvq__qk(const kvq_cache *c, kvq__qctx *x, size_t p, float *tmp)
 {
     const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, G = c->cfg.group, d, g;
+    size_t D = c->cfg.head_dim, G = s->group, d, g;
     uint32_t l = s->loc[p];
     uint32_t tag = KVQ_LOC_TAG(l);
     size_t idx = KVQ_LOC_INDEX(l);
@@ -1574,7 +1972,7 @@ static void kvq__add_wv(const kvq_cache *c, size_t p, float wgt, float *acc,
                         float *tmp)
 {
     const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, G = c->cfg.group, d, g;
+    size_t D = c->cfg.head_dim, G = s->group, d, g;
     uint32_t l = s->loc[p];
     uint32_t tag = KVQ_LOC_TAG(l);
     size_t idx = KVQ_LOC_INDEX(l);
@@ -1623,7 +2021,7 @@ KVQ_API size_t kvq_attend_scratch_floats(const kvq_cache *c, kvq_attn_mode mode)
 static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
                            float *scratch)
 {
-    size_t D = c->cfg.head_dim, G = c->cfg.group, g;
+    size_t D = c->cfg.head_dim, G = c->k.group, g;
     x->q = q;
     x->qa = scratch;
     x->qsum = scratch + D;
@@ -1866,7 +2264,7 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
     R = c->cfg.residual;
     nk = c->k.rows[0].n;
     nv = c->v.rows[0].n;
-    /* window bounds of the schedules (Sec. 7)                              */
+    /* window bounds of the schedules and policies (Sec. 7)                */
     if (c->k.schedule == KVQ_SCHED_FLUSH && nk > R)
         return kvq__fail(c, KVQ_ERR_STATE, "K residual %zu exceeds R=%zu", nk, R);
     if (c->v.schedule == KVQ_SCHED_FLUSH && nv > R)
@@ -1878,6 +2276,27 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
         if (!ok)
             return kvq__fail(c, KVQ_ERR_STATE, "V window %zu out of bounds (R=%zu, "
                              "chunk=%zu, %zu tokens)", nv, R, c->v.chunk, c->n_pos);
+    }
+    if (c->cfg.policy == KVQ_POLICY_OTT) {
+        size_t G = c->cfg.group, np = c->k.rows[KVQ_ROWS_OUTLIER].n,
+               na = c->k.rows[KVQ_ROWS_AUX].n;
+        if (nk != nv || nk >= R + G)
+            return kvq__fail(c, KVQ_ERR_STATE, "OTT window K %zu / V %zu not below "
+                             "R+G=%zu", nk, nv, R + G);
+        if (np > c->cfg.ott_k || na > c->cfg.ott_aux)
+            return kvq__fail(c, KVQ_ERR_STATE, "OTT pool %zu > k=%zu or auxiliary "
+                             "%zu > %zu", np, c->cfg.ott_k, na, c->cfg.ott_aux);
+    }
+    if (c->cfg.policy == KVQ_POLICY_LOGQUANT) {
+        size_t W = c->cfg.lq_window, sinks = c->cfg.lq_sinks;
+        size_t m = c->n_pos > sinks ? c->n_pos - sinks : 0;   /* tokens in A's stream */
+        int ok = (m <= 3 * W) ? (nk == m && nv == m) : (nk > 2 * W && nk <= 3 * W && nv == nk);
+        if (!ok)
+            return kvq__fail(c, KVQ_ERR_STATE, "LogQuant kept set K %zu / V %zu "
+                             "outside (2W, 3W] with W=%zu after %zu tokens", nk, nv, W, m);
+        if (c->k.rows[KVQ_ROWS_STAGE].n >= c->k.tokens_per_unit ||
+            c->v.rows[KVQ_ROWS_STAGE].n >= c->v.tokens_per_unit)
+            return kvq__fail(c, KVQ_ERR_STATE, "LogQuant stage holds a whole unit");
     }
     return KVQ_OK;
 }
