@@ -176,8 +176,13 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
    (s_exact the fp32 value before fp16 rounding) and eps = 2^-21 * (|x| + |z|
    + N*s) covering fp32 arithmetic:
      float zero:  |x - x'| <= s/2 + e_z + N*e_s + eps
-     int zero:    |x - x'| <= s/2 + s*|zp + mn/s| + N*e_s + eps     (<= s + ...)
-   The integer zero point costs up to a full step at the group's edges.   */
+     int zero:    |x - x'| <= s/2 + s*|zp + mn/s| + N*e_s + eps
+   While |mn/s| <= 2048 the middle term is at most s/2: the integer zero point
+   costs up to a full step at the group's edges. A group far from zero
+   relative to its range (|mn| > 2048 s, e.g. values 15.0..15.1 at B = 8)
+   needs a zero point fp16 cannot hold exactly; zp is clamped to +-2048 and
+   the error grows as the formula says. That is a limit of the integer form
+   itself; the float zero (the default) has no such case.                 */
 typedef enum kvq_zero_mode {
     KVQ_ZERO_FLOAT = 0,   /* KIVI: zero = group min, stored as fp16        */
     KVQ_ZERO_INT   = 1    /* HF post: integer zero point                   */
@@ -871,11 +876,14 @@ KVQ_API size_t kvq_packed_words(size_t n, int bits)
     return n / per + (n % per != 0);
 }
 
+/* Code i of a packed group. B is a power of two, so "i / (32/B)" and
+   "(i % (32/B)) * B" are shifts and masks: lb = log2(B).                   */
 static uint8_t kvq__get_code(const uint32_t *words, size_t i, int bits)
 {
-    size_t per = 32u / (unsigned)bits;
-    return (uint8_t)((words[i / per] >> ((i % per) * (unsigned)bits))
-                     & ((1u << bits) - 1u));
+    unsigned lb = (bits == 1) ? 0u : (bits == 2) ? 1u : (bits == 4) ? 2u : 3u;
+    unsigned per_log = 5u - lb;                     /* log2(32 / B)         */
+    unsigned shift = (unsigned)(i & ((1u << per_log) - 1u)) << lb;
+    return (uint8_t)((words[i >> per_log] >> shift) & ((1u << bits) - 1u));
 }
 
 static void kvq__pack(const uint8_t *codes, size_t n, int bits, uint32_t *words)
@@ -1310,7 +1318,8 @@ static void kvq__side_init(kvq_side *s, const kvq_config *c, int bits,
     s->chunk = s->tokens_per_unit;
 }
 
-static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r, size_t more);
+static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
+                                    size_t more, int exact);
 
 KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
 {
@@ -1343,10 +1352,11 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
         /* fixed-size regions are allocated once, here, never on append     */
         for (i = 0; i < 2 && t.stage && t.mark && t.score; i++) {
             kvq_side *sd = i ? &t.v : &t.k;
-            if (kvq__rows_reserve(&t, sd, KVQ_ROWS_OUTLIER, cfg->policy == KVQ_POLICY_OTT ? cfg->ott_k : 0) ||
-                kvq__rows_reserve(&t, sd, KVQ_ROWS_AUX, cfg->policy == KVQ_POLICY_OTT ? cfg->ott_aux : 0) ||
-                kvq__rows_reserve(&t, sd, KVQ_ROWS_STAGE, cfg->policy == KVQ_POLICY_LOGQUANT ? sd->group + cfg->lq_window : 0) ||
-                kvq__rows_reserve(&t, sd, KVQ_ROWS_SINK, cfg->policy == KVQ_POLICY_LOGQUANT ? cfg->lq_sinks : 0))
+            int ott = cfg->policy == KVQ_POLICY_OTT, lq = cfg->policy == KVQ_POLICY_LOGQUANT;
+            if (kvq__rows_reserve(&t, sd, KVQ_ROWS_OUTLIER, ott ? cfg->ott_k : 0, 1) ||
+                kvq__rows_reserve(&t, sd, KVQ_ROWS_AUX, ott ? cfg->ott_aux : 0, 1) ||
+                kvq__rows_reserve(&t, sd, KVQ_ROWS_STAGE, lq ? sd->group + cfg->lq_window : 0, 1) ||
+                kvq__rows_reserve(&t, sd, KVQ_ROWS_SINK, lq ? cfg->lq_sinks : 0, 1))
                 break;
             if (i == 1) { *c = t; return KVQ_OK; }
         }
@@ -1392,14 +1402,16 @@ static kvq_status kvq__fail(kvq_cache *c, kvq_status st, const char *fmt, ...)
     return st;
 }
 
-/* Returns p grown to hold at least `need` elements of `el` bytes (capacity
-   doubles, so appends cost amortized O(1)), or NULL with p untouched.      */
+/* Returns p grown to hold at least `need` elements of `el` bytes, or NULL
+   with p untouched. Capacity doubles (appends cost amortized O(1)) unless
+   `exact`, used by explicit reservations and fixed-size regions.           */
 static void *kvq__grow(void *p, size_t cap, size_t need, size_t el,
-                       size_t *new_cap)
+                       int exact, size_t *new_cap)
 {
     size_t nc = cap ? cap : 16, bytes;
     void *q;
     if (need <= cap) { *new_cap = cap; return p; }
+    if (exact) nc = need;
     while (nc < need) {
         if (nc > (size_t)-1 / 2) { nc = need; break; }
         nc *= 2;
@@ -1428,7 +1440,8 @@ static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
 
 /* Room in a row region for `more` rows at its end: slide to the front when
    that is enough (amortized O(D) per popped row), else grow.               */
-static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r, size_t more)
+static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
+                                    size_t more, int exact)
 {
     kvq_rows *rg = &s->rows[r];
     size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
@@ -1438,30 +1451,30 @@ static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r, size_t mor
     kvq__rows_to_front(c, s, r);
     if (need <= rg->cap) return KVQ_OK;
     /* grow data and pos together: one capacity serves both                 */
-    d = kvq__grow(rg->data, rg->cap, need, rowb, &cap_d);
+    d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
     if (!d) return KVQ_ERR_NOMEM;
     rg->data = d;                      /* larger, same contents: still valid */
-    d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), &cap_p);
+    d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), 1, &cap_p);
     if (!d) return KVQ_ERR_NOMEM;
     rg->pos = (int32_t *)d;
     rg->cap = cap_d;
     return KVQ_OK;
 }
 
-static kvq_status kvq__units_reserve(kvq_side *s, size_t more)
+static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
 {
     size_t need = s->n_units + more, nc, unused;
     size_t unit_words = s->groups_per_unit * s->words_per_group;
     void *p;
     if (need <= s->cap_units) return KVQ_OK;
-    p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), &nc);
+    p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
     if (!p) return KVQ_ERR_NOMEM;
     s->words = (uint32_t *)p;
-    p = kvq__grow(s->sz, s->cap_units, nc, s->groups_per_unit * sizeof(kvq_sz), &unused);
+    p = kvq__grow(s->sz, s->cap_units, nc, s->groups_per_unit * sizeof(kvq_sz), 1, &unused);
     if (!p) return KVQ_ERR_NOMEM;
     s->sz = (kvq_sz *)p;
     /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
-    p = kvq__grow(s->qpos, s->cap_units, nc, s->tokens_per_unit * sizeof(int32_t), &unused);
+    p = kvq__grow(s->qpos, s->cap_units, nc, s->tokens_per_unit * sizeof(int32_t), 1, &unused);
     if (!p) return KVQ_ERR_NOMEM;
     s->qpos = (int32_t *)p;
     s->cap_units = nc;
@@ -1470,31 +1483,33 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more)
 
 /* Everything an append of n_new positions may need, reserved up front so
    that the mutation that follows cannot fail half way.                     */
-static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new)
+static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
 {
     size_t need = c->n_pos + n_new, cap = c->cap_pos, i, window_rows = n_new;
     kvq_status st;
     if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
         return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
                          "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
-    /* OTT and LogQuant move tokens out as they arrive: the window never
-       holds more than R + G (OTT) or 3W (LogQuant) rows                    */
+    /* Rows leave the window as they arrive: it never grows by more than
+       R + G (OTT), 3W (LogQuant) or R + stage_rows (chunked prefill)       */
     if (c->cfg.policy == KVQ_POLICY_OTT && window_rows > c->cfg.residual + c->cfg.group)
         window_rows = c->cfg.residual + c->cfg.group;
-    if (c->cfg.policy == KVQ_POLICY_LOGQUANT && window_rows > 3 * c->cfg.lq_window + 1)
+    else if (c->cfg.policy == KVQ_POLICY_LOGQUANT && window_rows > 3 * c->cfg.lq_window + 1)
         window_rows = 3 * c->cfg.lq_window + 1;
+    else if (c->stage_rows && window_rows > c->cfg.residual + c->stage_rows)
+        window_rows = c->cfg.residual + c->stage_rows;
     for (i = 0; i < 2; i++) {
         kvq_side *s = i ? &c->v : &c->k;
-        void *p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), &cap);
+        void *p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
         if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
         s->loc = (uint32_t *)p;
-        st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows);
+        st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
         if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
         if (s->schedule != KVQ_SCHED_NONE) {
             /* worst case: every full-precision row plus the new ones
                become units                                                 */
             size_t rows = s->rows[KVQ_ROWS_WINDOW].n + s->rows[KVQ_ROWS_STAGE].n + n_new;
-            st = kvq__units_reserve(s, rows / s->tokens_per_unit + 1);
+            st = kvq__units_reserve(s, rows / s->tokens_per_unit + 1, exact);
             if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
         }
     }
@@ -1662,23 +1677,32 @@ static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos
             kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
 }
 
-/* KIVI / HF / CUSTOM: the prefill rule of one side, after all T rows were
-   pushed.                                                                  */
-static void kvq__side_prefill(kvq_cache *c, kvq_side *s)
+/* KIVI / HF / CUSTOM prefill of one side: Algorithm 1 decides how many of
+   the side's rows end up quantized (keys T - T % R, values all but R; HF the
+   whole prompt). Rows go in and out in chunks of stage_rows, so the window
+   never holds more than R + stage_rows rows on the way.                    */
+static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
+                              size_t T, size_t pos0)
 {
-    size_t R = c->cfg.residual, n = s->rows[KVQ_ROWS_WINDOW].n, q = 0;
-    size_t tpu = s->tokens_per_unit;
+    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
+    size_t R = c->cfg.residual, tpu = s->tokens_per_unit, D = c->cfg.head_dim;
+    size_t n = w->n + T, q = 0, t = 0;
     if (s->schedule == KVQ_SCHED_FLUSH)
         q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
                                              : n - n % R;    /* Algorithm 1  */
     else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
         q = (n - R) - (n - R) % tpu;                         /* all but R    */
-    while (q > 0) {                          /* stage holds stage_rows rows  */
-        size_t m = q < c->stage_rows ? q : c->stage_rows;
-        m -= m % tpu;
-        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, m, NULL);
-        q -= m;
+    for (;;) {
+        size_t m, room = c->stage_rows ? c->stage_rows : T;
+        for (; t < T && room > 0; t++, room--)
+            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, X + t * D, pos0 + t);
+        m = q < w->n ? q : w->n;
+        if (m > c->stage_rows) m = c->stage_rows;
+        m -= m % (tpu ? tpu : 1);
+        if (m > 0) { kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, m, NULL); q -= m; }
+        else if (t == T) break;
     }
+    KVQ_ASSERT(q == 0);
 }
 
 /* ---- OTT (Sec. 7.1) ---------------------------------------------------- */
@@ -1700,7 +1724,7 @@ static int kvq__drop_marked(size_t o, const void *arg)
    quantized (winners as placeholders). `pos` is the arriving position.     */
 static void kvq__ott_round(kvq_cache *c, size_t pos)
 {
-    size_t G = c->cfg.group, k = c->cfg.ott_k, D = c->cfg.head_dim, i, j;
+    size_t G = c->cfg.group, k = c->cfg.ott_k, i, j;
     kvq_rows *win = &c->k.rows[KVQ_ROWS_WINDOW], *pool = &c->k.rows[KVQ_ROWS_OUTLIER];
     kvq_rows *aux = &c->k.rows[KVQ_ROWS_AUX];
     unsigned char *in_group = c->mark;          /* (G) winners in the group */
@@ -1750,7 +1774,6 @@ static void kvq__ott_round(kvq_cache *c, size_t pos)
             }
         }
     }
-    (void)D;
     kvq__quantize_oldest(c, &c->k, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
     kvq__quantize_oldest(c, &c->v, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
 }
@@ -1821,7 +1844,7 @@ KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
 {
     if (!c) return KVQ_ERR_NULL;
     if (n_tokens == 0) return kvq__fail(c, KVQ_ERR_SIZE, "reserve of 0 tokens");
-    return kvq__reserve_append(c, n_tokens);
+    return kvq__reserve_append(c, n_tokens, 1);
 }
 
 KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
@@ -1836,20 +1859,16 @@ KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
     if (!kvq__mul(T, D, &n)) return kvq__fail(c, KVQ_ERR_OVERFLOW, "T*D overflows");
     if ((st = kvq__check_rows_input(c, K, n, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, V, n, "V")) != KVQ_OK) return st;
-    if ((st = kvq__reserve_append(c, T)) != KVQ_OK) return st;
+    if ((st = kvq__reserve_append(c, T, 0)) != KVQ_OK) return st;
     if (c->cfg.policy == KVQ_POLICY_OTT || c->cfg.policy == KVQ_POLICY_LOGQUANT) {
         /* both are defined token by token: prefill is T steps               */
         for (t = 0; t < T; t++) kvq__step(c, K + t * D, V + t * D, c->n_pos + t);
         c->n_pos += T;
         return KVQ_OK;
     }
-    for (t = 0; t < T; t++) {
-        kvq__rows_push(c, &c->k, KVQ_ROWS_WINDOW, K + t * D, c->n_pos + t);
-        kvq__rows_push(c, &c->v, KVQ_ROWS_WINDOW, V + t * D, c->n_pos + t);
-    }
+    kvq__side_prefill(c, &c->k, K, T, c->n_pos);
+    kvq__side_prefill(c, &c->v, V, T, c->n_pos);
     c->n_pos += T;
-    kvq__side_prefill(c, &c->k);
-    kvq__side_prefill(c, &c->v);
     return KVQ_OK;
 }
 
@@ -1862,7 +1881,7 @@ KVQ_API kvq_status kvq_cache_append(kvq_cache *c, const float *k, const float *v
     D = c->cfg.head_dim;
     if ((st = kvq__check_rows_input(c, k, D, "k")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, v, D, "v")) != KVQ_OK) return st;
-    if ((st = kvq__reserve_append(c, 1)) != KVQ_OK) return st;
+    if ((st = kvq__reserve_append(c, 1, 0)) != KVQ_OK) return st;
     kvq__step(c, k, v, c->n_pos);
     c->n_pos++;
     return KVQ_OK;
