@@ -149,6 +149,8 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
      KVQ_ZERO_INT (HF / quanto style)
        s  = f16((mx - mn) / N)
        zp = clamp(rne(-mn / s), -2048, 2048), stored as an fp16 integer
+            (a zero zp is stored as +0, and the min as +0 if it is -0, so
+            the stored bits never depend on the order of +0 and -0)
        c_i = rne(clamp(x_i / s + zp, 0, N))
        x'_i = c_i * s + (-zp * s)                        (fp32)
        A constant group (s would be 0) uses s = f16(|mn|), zp = (mn < 0), so
@@ -174,7 +176,8 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
 
    Error bound (tested as a property). With e_z = |z - mn|, e_s = |s - s_exact|
    (s_exact the fp32 value before fp16 rounding) and eps = 2^-21 * (|x| + |z|
-   + N*s) covering fp32 arithmetic:
+   + N*s) + 2^-140 covering fp32 arithmetic (the absolute 2^-140 only matters
+   for fp32-subnormal inputs, where rounding error stops being relative):
      float zero:  |x - x'| <= s/2 + e_z + N*e_s + eps
      int zero:    |x - x'| <= s/2 + s*|zp + mn/s| + N*e_s + eps
    While |mn/s| <= 2048 the middle term is at most s/2: the integer zero point
@@ -198,8 +201,10 @@ typedef struct kvq_sz {
 KVQ_API void kvq_sz_affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b);
 
 /* Quantize n values x[0], x[stride], ... into codes (n bytes, 0..N) and one
-   kvq_sz. Fails on NaN/Inf (KVQ_ERR_NONFINITE) and on a scale or zero that
-   overflows fp16 (KVQ_ERR_RANGE).                                           */
+   kvq_sz. Fails on NaN/Inf (KVQ_ERR_NONFINITE) and on a stored scale or
+   zero that overflows fp16 (KVQ_ERR_RANGE): float mode needs f16(mn) and
+   f16((mx-mn)/N) finite; int mode stores the integer zp, so only the scale
+   (f16(|mn|) for a constant group) must fit.                                */
 KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
                                       int bits, kvq_zero_mode mode,
                                       uint8_t *codes, kvq_sz *sz);
@@ -468,6 +473,7 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *cfg, char *why,
 #define KVQ_ROWS_SINK     4   /* LogQuant: sink tokens                       */
 #define KVQ_ROW_REGIONS   5
 #define KVQ_MAX_POSITIONS  ((size_t)1 << 28)   /* per cache (loc index bits)  */
+#define KVQ_OTT_MAX_K      256                  /* largest OTT pool capacity   */
 
 /* Where a position lives: region tag in the top 4 bits, index below.        */
 #define KVQ_LOC_ABSENT   0u
@@ -507,8 +513,8 @@ typedef struct kvq_cache {
     size_t     cap_pos;
     float     *stage;      /* (stage_rows, D) rows gathered for quantizing   */
     size_t     stage_rows;
-    unsigned char *mark;   /* (2 * (stage_rows + 256)) row flags, scratch    */
-    float     *score;      /* (stage_rows + 256) OTT key norms, scratch      */
+    unsigned char *mark;   /* (2 * (stage_rows + KVQ_OTT_MAX_K)) row flags   */
+    float     *score;      /* (stage_rows + KVQ_OTT_MAX_K) OTT key norms     */
     /* OTT state                                                             */
     int        ott_tracing;    /* 1 while the outlier pool is being updated  */
     size_t     ott_stopped_at; /* n_pos when tracing stopped (0 = never)     */
@@ -794,19 +800,21 @@ static kvq_status kvq__group_params(float mn, float mx, int bits,
 {
     float n_levels = (float)((1u << bits) - 1u);
     float s = kvq__round_f16((mx - mn) / n_levels);
-    if (!kvq__finite(s) || !kvq__finite(kvq__round_f16(mn))) return KVQ_ERR_RANGE;
-    if (mode == KVQ_ZERO_FLOAT) {
+    if (!kvq__finite(s)) return KVQ_ERR_RANGE;
+    if (mode == KVQ_ZERO_FLOAT) {           /* the zero stored is mn itself  */
+        if (!kvq__finite(kvq__round_f16(mn))) return KVQ_ERR_RANGE;
         out->scale = kvq_f32_to_f16(s);
         out->zero = kvq_f32_to_f16(mn);
         return KVQ_OK;
     }
     if (s == 0.0f) {            /* constant group: c = 1 (mn > 0) or 0 (mn < 0) */
+        if (!kvq__finite(kvq__round_f16(fabsf(mn)))) return KVQ_ERR_RANGE;
         out->scale = kvq_f32_to_f16(fabsf(mn));
         out->zero = kvq_f32_to_f16(mn < 0.0f ? 1.0f : 0.0f);
         return KVQ_OK;
     }
     {
-        float zp = rintf(-mn / s);
+        float zp = rintf(-mn / s) + 0.0f;      /* + 0: -0 becomes +0       */
         if (zp < -2048.0f) zp = -2048.0f;
         if (zp > 2048.0f) zp = 2048.0f;
         out->scale = kvq_f32_to_f16(s);
@@ -838,9 +846,9 @@ static void kvq__minmax(const float *x, size_t n, size_t stride,
         if (t < lo) lo = t;
         if (t > hi) hi = t;
     }
-    *mn = lo;
-    *mx = hi;
-}
+    *mn = lo + 0.0f;          /* -0 + 0 = +0 under round-to-nearest: the  */
+    *mx = hi + 0.0f;          /* stored zero never depends on which of +0 */
+}                             /* and -0 came first                        */
 
 KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
                                       int bits, kvq_zero_mode mode,
@@ -854,7 +862,8 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
     if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
     if (n == 0 || stride == 0) return KVQ_ERR_SIZE;
     if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
-    if (!kvq__mul(n - 1, stride, &last)) return KVQ_ERR_OVERFLOW;
+    if (!kvq__mul(n - 1, stride, &last) || !kvq__mul(last, sizeof(float), &last))
+        return KVQ_ERR_OVERFLOW;      /* x[(n-1)*stride] must be addressable */
     for (i = 0; i < n; i++)
         if (!kvq__finite(x[i * stride])) return KVQ_ERR_NONFINITE;
     kvq__minmax(x, n, stride, &mn, &mx);
@@ -1217,6 +1226,10 @@ static kvq_status kvq__validate_side(const kvq_config *c, const char *name,
     return KVQ_OK;
 }
 
+/* The OTT/LogQuant scratch beside the stage: a group plus the pool compete */
+static size_t kvq__mark_bytes(size_t rows)  { return 2 * (rows + KVQ_OTT_MAX_K); }
+static size_t kvq__score_bytes(size_t rows) { return (rows + KVQ_OTT_MAX_K) * sizeof(float); }
+
 static size_t kvq__value_group(const kvq_config *c)
 {
     return c->value_group ? c->value_group : c->group;
@@ -1227,7 +1240,7 @@ static kvq_status kvq__validate_policy(const kvq_config *c, char *why,
                                        size_t why_len)
 {
     if (c->policy == KVQ_POLICY_OTT) {
-        if (c->ott_k > 256 || (c->ott_k > 0 && c->ott_k >= c->group)) {
+        if (c->ott_k > KVQ_OTT_MAX_K || (c->ott_k > 0 && c->ott_k >= c->group)) {
             kvq__say(why, why_len, "OTT: pool capacity k=%zu must be < G=%zu "
                      "and <= 256", c->ott_k, c->group);
             return KVQ_ERR_CONFIG;
@@ -1347,8 +1360,8 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
         if (cfg->lq_window > rows) rows = cfg->lq_window;
         t.stage_rows = rows;
         t.stage = (float *)KVQ_MALLOC(rows * cfg->head_dim * sizeof(float));
-        t.mark = (unsigned char *)KVQ_MALLOC(2 * (rows + 256));
-        t.score = (float *)KVQ_MALLOC((rows + 256) * sizeof(float));
+        t.mark = (unsigned char *)KVQ_MALLOC(kvq__mark_bytes(rows));
+        t.score = (float *)KVQ_MALLOC(kvq__score_bytes(rows));
         /* fixed-size regions are allocated once, here, never on append     */
         for (i = 0; i < 2 && t.stage && t.mark && t.score; i++) {
             kvq_side *sd = i ? &t.v : &t.k;
@@ -2198,7 +2211,9 @@ KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out)
             b.allocated += s->rows[r].cap * (rowb + sizeof(int32_t));
         b.payload += b.codes[i] + b.scale_zero[i] + b.full_precision[i];
     }
-    b.allocated += c->stage_rows * D * sizeof(float);
+    if (c->stage)
+        b.allocated += c->stage_rows * D * sizeof(float) +
+                       kvq__mark_bytes(c->stage_rows) + kvq__score_bytes(c->stage_rows);
     b.tokens = c->n_pos;
     b.bits_per_element = c->n_pos ? (double)b.payload * 8.0 / (2.0 * (double)c->n_pos * (double)D)
                                   : 0.0;
@@ -2436,7 +2451,10 @@ KVQ_API kvq_status kvq_npy_load(const char *path, kvq_npy *out)
     if (!path || !out) return KVQ_ERR_NULL;
     f = fopen(path, "rb");
     if (!f) return KVQ_ERR_IO;
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    /* a directory opens with fopen on Linux but fails its first read, and its
+       ftell size is meaningless: probe one byte before trusting the size   */
+    if ((fgetc(f) == EOF && ferror(f)) || fseek(f, 0, SEEK_END) != 0 ||
+        (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return KVQ_ERR_IO;
     }

@@ -23,6 +23,13 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Under AddressSanitizer a huge malloc aborts by default; kvq must see NULL
+   (and report KVQ_ERR_NOMEM) exactly as with the normal allocator.        */
+#if defined(__SANITIZE_ADDRESS__)
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
 #ifdef KVQ_TEST_QUICK
 #define QUICK 1
 #else
@@ -294,11 +301,14 @@ static void test_f16_named(void)
 /* 2. one group                                                             */
 /* ======================================================================== */
 /* Round half to even, by hand (not rintf): floor, then compare the exact
-   fraction with 1/2 and break ties toward the even integer.                */
+   fraction with 1/2 and break ties toward the even integer. Like IEEE
+   roundToIntegralTiesToEven (C99 rintf, CUDA rintf), a result of zero keeps
+   the sign of the input: rne(-0.3) = -0.                                  */
 static float ref_rne(float v)
 {
     float fl = floorf(v), d = v - fl;          /* v - floor(v) is exact      */
     if (d > 0.5f || (d == 0.5f && fabsf(fmodf(fl, 2.0f)) == 1.0f)) fl += 1.0f;
+    if (fl == 0.0f) fl = signbit(v) ? -0.0f : 0.0f;
     return fl;
 }
 static float ref_clamp(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
@@ -338,7 +348,7 @@ static kvq_status ref_quantize_group(const float *x, size_t n, size_t stride, in
             if (h_is_inf(s16)) return KVQ_ERR_RANGE;
         } else {
             zp = ref_clamp(ref_rne(-mn / ref_h2f(s16)), -2048.0f, 2048.0f);
-            z16 = ref_f2h(zp);
+            z16 = ref_f2h(zp + 0.0f);          /* doc: zp = 0 stored as +0   */
         }
     }
     s = ref_h2f(s16);
@@ -353,21 +363,24 @@ static kvq_status ref_quantize_group(const float *x, size_t n, size_t stride, in
     return KVQ_OK;
 }
 
-/* Per (bits, mode) tallies of the random comparison.                       */
+/* Per (bits, mode) tallies of the random comparison, with the first failure
+   of each kind described in words.                                         */
+enum { F_STATUS, F_SZ, F_CODE, F_AFFINE, F_BOUND, F_BOUND_SUB, F_FMA, F_KINDS };
 typedef struct gstats {
     long groups, ok, rangeerr, status_bad, sz_bad, code_bad, touched_on_error, overrun,
-         code_over_n, affine_bad, bound_bad, fma_bad;
+         code_over_n, affine_bad, bound_bad, bound_sub_bad, fma_bad;
     double worst_ratio;      /* max |x - x'| / bound over all elements       */
-    char first[400];
+    char first[F_KINDS][300];
 } gstats;
-static void note(gstats *S, const char *fmt, ...)
+static void note(gstats *S, int kind, const char *fmt, ...)
 {
     va_list ap;
-    if (S->first[0]) return;
+    if (S->first[kind][0]) return;
     va_start(ap, fmt);
-    vsnprintf(S->first, sizeof S->first, fmt, ap);
+    vsnprintf(S->first[kind], sizeof S->first[kind], fmt, ap);
     va_end(ap);
 }
+static int f32_subnormal(double v) { return v != 0.0 && fabs(v) < 1.1754943508222875e-38; }
 
 /* Sec. 4's error bound, in double, for every element; also the FMA-proof
    claim for every code 0..N of the stored parameters (c*a exact, so
@@ -378,12 +391,13 @@ static void group_properties(const float *x, size_t n, size_t stride, int bits,
 {
     int N = (1 << bits) - 1, c;
     float a, b, sx, mnf, mxf;
+    int tiny;
     double s = ref_h2d(sz.scale), z = ref_h2d(sz.zero), e_s, mn, mx;
     size_t i;
     kvq_sz_affine(sz, mode, &a, &b);
     if ((double)a != s || (double)b != (mode == KVQ_ZERO_FLOAT ? z : -z * s)) {
         S->affine_bad++;
-        note(S, "kvq_sz_affine(scale 0x%04X, zero 0x%04X) = (%.9g, %.9g)",
+        note(S, F_AFFINE, "kvq_sz_affine(scale 0x%04X, zero 0x%04X) = (%.9g, %.9g)",
              (unsigned)sz.scale, (unsigned)sz.zero, (double)a, (double)b);
     }
     mnf = mxf = x[0];
@@ -394,22 +408,29 @@ static void group_properties(const float *x, size_t n, size_t stride, int bits,
     mn = mnf; mx = mxf;
     sx = (mxf - mnf) / (float)N;                /* s_exact: fp32, pre-fp16   */
     e_s = fabs(s - (double)sx);
+    /* Groups touching fp32 subnormals are tallied apart: fp32 arithmetic
+       there has an absolute, not relative, error, which only eps's 2^-140
+       term covers.                                                          */
+    tiny = f32_subnormal(mn) || f32_subnormal(mx) || f32_subnormal(sx);
+    for (i = 0; i < n; i++) tiny = tiny || f32_subnormal(x[i * stride]);
     for (i = 0; i < n; i++) {
         double xi = x[i * stride], xr, err, bound, eps, zero_term;
         if (codes[i] > N) { S->code_over_n++; continue; }
         xr = (double)((float)codes[i] * a + b);
         err = fabs(xi - xr);
         if (mode == KVQ_ZERO_FLOAT) {
-            eps = ldexp(fabs(xi) + fabs(z) + N * s, -21);
+            eps = ldexp(fabs(xi) + fabs(z) + N * s, -21) + ldexp(1.0, -140);
             zero_term = fabs(z - mn);           /* e_z                        */
         } else {
-            eps = ldexp(fabs(xi) + fabs(z * s) + N * s, -21);
-            zero_term = s > 0.0 ? s * fabs(z + mn / s) : 0.0;   /* s -> 0 limit */
+            eps = ldexp(fabs(xi) + fabs(z * s) + N * s, -21) + ldexp(1.0, -140);
+            /* s*|zp + mn/s| written as |zp*s + mn|: equal for s > 0, and the
+               value that makes sense when the stored s is 0 (|mn| < 2^-25). */
+            zero_term = fabs(z * s + mn);
         }
         bound = s / 2 + zero_term + N * e_s + eps;
         if (err > bound) {
-            S->bound_bad++;
-            note(S, "bound: x=%.9g x'=%.9g err=%.3g > bound %.3g (s=%.9g z=%.9g mn=%.9g "
+            if (tiny) S->bound_sub_bad++; else S->bound_bad++;
+            note(S, tiny ? F_BOUND_SUB : F_BOUND, "x=%.9g x'=%.9g err=%.3g > bound %.3g (s=%.9g z=%.9g mn=%.9g "
                  "mx=%.9g n=%zu)", xi, xr, err, bound, s, z, mn, mx, n);
         }
         if (bound > 0 && err / bound > S->worst_ratio) S->worst_ratio = err / bound;
@@ -420,7 +441,7 @@ static void group_properties(const float *x, size_t n, size_t stride, int bits,
         float sep = prod + b, fused = fmaf((float)c, a, b);
         if (f2u(sep) != f2u(fused) || (double)prod != (double)c * (double)a) {
             S->fma_bad++;
-            note(S, "FMA: c=%d a=%.9g b=%.9g: c*a+b=%.9g fma=%.9g", c, (double)a,
+            note(S, F_FMA, "FMA: c=%d a=%.9g b=%.9g: c*a+b=%.9g fma=%.9g", c, (double)a,
                  (double)b, (double)sep, (double)fused);
         }
     }
@@ -442,7 +463,7 @@ static void group_compare(const float *x, size_t n, size_t stride, int bits,
     S->groups++;
     if (si != sr) {
         S->status_bad++;
-        note(S, "status %d, reference %d (kind %d, n %zu, stride %zu, x[0] %.9g)",
+        note(S, F_STATUS, "status %d, reference %d (kind %d, n %zu, stride %zu, x[0] %.9g)",
              (int)si, (int)sr, kind, n, stride, (double)x[0]);
         return;
     }
@@ -454,14 +475,14 @@ static void group_compare(const float *x, size_t n, size_t stride, int bits,
     S->ok++;
     if (!sz_eq(si_sz, sr_sz)) {
         S->sz_bad++;
-        note(S, "sz (0x%04X,0x%04X), reference (0x%04X,0x%04X) (kind %d, n %zu)",
+        note(S, F_SZ, "sz (0x%04X,0x%04X), reference (0x%04X,0x%04X) (kind %d, n %zu)",
              (unsigned)si_sz.scale, (unsigned)si_sz.zero, (unsigned)sr_sz.scale,
              (unsigned)sr_sz.zero, kind, n);
     }
     for (i = 0; i < n; i++)
         if (ci[i] != cr[i]) {
             S->code_bad++;
-            note(S, "code[%zu] of x=%.9g is %u, reference %u (kind %d, n %zu)", i,
+            note(S, F_CODE, "code[%zu] of x=%.9g is %u, reference %u (kind %d, n %zu)", i,
                  (double)x[i * stride], (unsigned)ci[i], (unsigned)cr[i], kind, n);
             break;
         }
@@ -554,21 +575,24 @@ static void test_group_vs_reference(void)
                   "B=%d %s: degenerate sample (%ld ok, %ld range errors of %ld)", B, md,
                   s->ok, s->rangeerr, s->groups);
             CHECK(s->status_bad == 0, "B=%d %s: status differs from the reference in %ld of %ld "
-                  "groups; first: %s", B, md, s->status_bad, s->groups, s->first);
+                  "groups; first: %s", B, md, s->status_bad, s->groups, s->first[F_STATUS]);
             CHECK(s->sz_bad == 0, "B=%d %s: scale/zero differ in %ld groups; first: %s",
-                  B, md, s->sz_bad, s->first);
+                  B, md, s->sz_bad, s->first[F_SZ]);
             CHECK(s->code_bad == 0, "B=%d %s: codes differ in %ld groups; first: %s",
-                  B, md, s->code_bad, s->first);
+                  B, md, s->code_bad, s->first[F_CODE]);
             CHECK(s->touched_on_error == 0, "B=%d %s: %ld failing calls wrote their outputs",
                   B, md, s->touched_on_error);
             CHECK(s->overrun == 0, "B=%d %s: %ld calls wrote past codes[n-1]", B, md, s->overrun);
             CHECK(s->code_over_n == 0, "B=%d %s: %ld codes above 2^B-1", B, md, s->code_over_n);
             CHECK(s->affine_bad == 0, "B=%d %s: kvq_sz_affine wrong %ld times; first: %s",
-                  B, md, s->affine_bad, s->first);
-            CHECK(s->bound_bad == 0, "B=%d %s: %ld elements break the Sec. 4 error bound; first: %s",
-                  B, md, s->bound_bad, s->first);
+                  B, md, s->affine_bad, s->first[F_AFFINE]);
+            CHECK(s->bound_bad == 0, "B=%d %s: %ld elements break the Sec. 4 error bound; "
+                  "first: %s", B, md, s->bound_bad, s->first[F_BOUND]);
+            CHECK(s->bound_sub_bad == 0, "B=%d %s: %ld elements of groups with fp32-subnormal "
+                  "values break the Sec. 4 error bound (eps's absolute 2^-140 term); "
+                  "first: %s", B, md, s->bound_sub_bad, s->first[F_BOUND_SUB]);
             CHECK(s->fma_bad == 0, "B=%d %s: %ld (group, code) pairs not FMA-proof; first: %s",
-                  B, md, s->fma_bad, s->first);
+                  B, md, s->fma_bad, s->first[F_FMA]);
         }
 }
 
@@ -598,7 +622,7 @@ static void test_group_bound_tight(void)
             group_properties(x, 128, 1, 2, (kvq_zero_mode)m, codes, sz, &S, &max_ratio);
         }
         CHECK(S.status_bad == 0 && S.bound_bad == 0, "uniform B=2 %s: %ld failed, %ld bound "
-              "violations (%s)", MODE_NAME[m], S.status_bad, S.bound_bad, S.first);
+              "violations (%s)", MODE_NAME[m], S.status_bad, S.bound_bad, S.first[F_BOUND]);
         CHECK(max_ratio >= 0.4 && max_ratio <= (m == 0 ? 0.5 + 1e-3 : 1.0 + 1e-3),
               "uniform B=2 %s: worst error %.4f steps, expected in [0.4, %s]", MODE_NAME[m],
               max_ratio, m == 0 ? "0.5" : "1");
@@ -987,8 +1011,22 @@ static void test_bad_group(void)
            (int)st, KVQ_ERR_SIZE, UNTOUCHED, MODE_NAME[m]);
         QG(kvq_quantize_group(x, 16, 0, 2, md, c, &sz), KVQ_ERR_SIZE, "%s stride 0",
            (int)st, KVQ_ERR_SIZE, UNTOUCHED, MODE_NAME[m]);
-        QG(kvq_quantize_group(x, 2, SIZE_MAX, 2, md, c, &sz), KVQ_ERR_OVERFLOW,
+        QG(kvq_quantize_group(x, 3, SIZE_MAX / 2 + 1, 2, md, c, &sz), KVQ_ERR_OVERFLOW,
            "%s (n-1)*stride overflows", (int)st, KVQ_ERR_OVERFLOW, UNTOUCHED, MODE_NAME[m]);
+        /* (n-1)*stride fits as an element index, but the byte offset
+           (n-1)*stride*sizeof(float) = 2^64 does not: no array can span it,
+           and x[(n-1)*stride] would be a wrapped pointer (UB). Under the
+           sanitizers that UB aborts the whole binary before the CHECK can
+           report, so there it is skipped (with a printed note) until kvq.h
+           checks the byte extent.                                           */
+#if !defined(__SANITIZE_ADDRESS__)
+        QG(kvq_quantize_group(x, 2, SIZE_MAX / 4 + 1, 2, md, c, &sz), KVQ_ERR_OVERFLOW,
+           "%s (n-1)*stride*sizeof(float) overflows size_t", (int)st, KVQ_ERR_OVERFLOW,
+           UNTOUCHED, MODE_NAME[m]);
+#else
+        if (m == 0)
+            printf("test_quant: note: skipped the stride byte-overflow probe under sanitizers\n");
+#endif
         /* NaN / +Inf / -Inf as first, middle, last element, stride 1 and 3 */
         for (k = 0; k < 3; k++)
             for (pos = 0; pos < 3; pos++) {
@@ -1290,7 +1328,7 @@ static void test_npy_parse(void)
         CHECK(a.data == NULL, "kvq_npy_free must clear the struct");
     } else CHECK(0, "npy '<f4' (3, 4) v1.0 must parse");
     for (cut = 0; cut < len; cut++) {
-        char what[64];
+        char what[96];
         snprintf(what, sizeof what, "v1 '<f4' truncated to %zu of %zu bytes", cut, len);
         npy_expect_fail(img, cut, what);
     }
@@ -1323,7 +1361,7 @@ static void test_npy_parse(void)
             } else CHECK(0, "npy v%d.0 (5,) must parse", major);
         }
         for (cut = 0; cut < len; cut++) {
-            char what[64];
+            char what[96];
             snprintf(what, sizeof what, "v3 truncated to %zu of %zu bytes", cut, len);
             npy_expect_fail(img, cut, what);
         }
@@ -1507,8 +1545,10 @@ static void test_npy_files(void)
         CHECK(kvq_npy_load(path, NULL) == KVQ_ERR_NULL, "npy_load(NULL out)");
         st = kvq_npy_load("/nonexistent-kvq-dir/none.npy", &a);
         CHECK(st == KVQ_ERR_IO && is_poison(&a, sizeof a), "npy_load(missing file): %d", (int)st);
+        /* a directory opens with fopen on Linux but cannot be read          */
         st = kvq_npy_load("/", &a);
-        CHECK(st != KVQ_OK && is_poison(&a, sizeof a), "npy_load(directory): %d", (int)st);
+        CHECK(st == KVQ_ERR_IO && is_poison(&a, sizeof a),
+              "npy_load(\"/\", a directory): status %d, expected KVQ_ERR_IO", (int)st);
         f = fopen(path, "wb");
         if (f) { fwrite(junk, 1, sizeof junk - 1, f); fclose(f); }
         st = kvq_npy_load(path, &a);
