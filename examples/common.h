@@ -1,0 +1,320 @@
+/* examples/common.h - what every example shares: a seeded RNG, the
+   documented synthetic K/V/Q generator, .npy inputs, error metrics, and the
+   "ours beside the paper's, PASS/FAIL" report.
+
+   Each example includes kvq.h with KVQ_IMPLEMENTATION, then this file.
+   Command line understood by ex_args():
+     --k K.npy --v V.npy   real keys/values of one (layer, KV head), (T, D)
+     --q Q.npy             real queries for that head, (n, D) (optional)
+     --seed N              seed of the synthetic generator (default 1)
+     --csv DIR             also write the example's tables as CSV into DIR
+   Without --k/--v the synthetic generator below supplies the data.         */
+#ifndef KVQ_EXAMPLES_COMMON_H
+#define KVQ_EXAMPLES_COMMON_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define EX_UNUSED __attribute__((unused))   /* not every example uses all */
+#else
+#define EX_UNUSED
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* RNG: xorshift64*, and Box-Muller normals. Fixed seeds, so every number an
+   example prints is reproducible.                                          */
+/* ------------------------------------------------------------------------ */
+typedef struct ex_rng { unsigned long long s; } ex_rng;
+
+EX_UNUSED static ex_rng ex_rng_seed(unsigned long long seed)
+{
+    ex_rng r;
+    r.s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    if (r.s == 0) r.s = 1;
+    return r;
+}
+EX_UNUSED static unsigned long long ex_u64(ex_rng *r)
+{
+    r->s ^= r->s >> 12; r->s ^= r->s << 25; r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1Dull;
+}
+EX_UNUSED static double ex_uniform(ex_rng *r)        /* in (0, 1)                      */
+{
+    return ((double)(ex_u64(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+EX_UNUSED static double ex_normal(ex_rng *r)
+{
+    double u1 = ex_uniform(r), u2 = ex_uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The synthetic head. Each statistic it builds in is one a paper reports:
+
+   1. Outlier CHANNELS in keys. KIVI Sec. 3.2 (Fig. 2): "for the key cache, a
+      few fixed channels whose magnitudes are very large", while "the value
+      cache has no obvious outlier pattern". Here n_outlier_channels fixed
+      channels carry a large per-channel offset (+-outlier_mag) on top of
+      N(0, 1) noise.
+   2. Outlier TOKENS. OTT Sec. 3.1 and Appendix F: a few tokens have keys of
+      unusually SMALL magnitude in exactly those outlier channels, and they
+      draw large attention. Here outlier tokens have their outlier channels
+      scaled by 0.05 (near zero).
+   3. Attention SINKS. StreamingLLM and OTT Sec. 3.1: the first token (and
+      the outlier tokens, which OTT identifies with sinks) receive a large
+      share of attention. Token 0 is always an outlier token, and queries
+      point AGAINST the outlier channels' offset (q_d = -query_bias * sign),
+      so a normal token's score pays -outlier_mag * query_bias per outlier
+      channel while an outlier token, small there, does not: the outlier
+      tokens out-score the rest, as in the papers.
+   4. Values without channel structure (KIVI Sec. 3.2): V ~ N(0, 1) i.i.d.
+
+   The sizes are illustrative, not measured: the papers show the pattern
+   (Fig. 2 of KIVI, Fig. 1/6 of OTT), not one distribution to copy.        */
+/* ------------------------------------------------------------------------ */
+typedef struct ex_synth {
+    size_t T, D, n_queries;
+    size_t n_outlier_channels;   /* default max(2, D/32)                     */
+    double outlier_mag;          /* default 10                               */
+    double outlier_token_rate;   /* default 0.01 (plus token 0)              */
+    double query_bias;           /* default 1.5                              */
+    unsigned long long seed;
+} ex_synth;
+
+EX_UNUSED static ex_synth ex_synth_defaults(size_t T, size_t D, unsigned long long seed)
+{
+    ex_synth s;
+    s.T = T; s.D = D; s.n_queries = 16;
+    s.n_outlier_channels = D / 32 > 2 ? D / 32 : 2;
+    s.outlier_mag = 10.0;
+    s.outlier_token_rate = 0.01;
+    s.query_bias = 1.5;
+    s.seed = seed;
+    return s;
+}
+
+/* The outlier channels are spread over the head: channel j*D/n + 3.        */
+EX_UNUSED static int ex_is_outlier_channel(const ex_synth *s, size_t d, double *sign)
+{
+    size_t j;
+    for (j = 0; j < s->n_outlier_channels; j++)
+        if (d == (j * s->D / s->n_outlier_channels + 3) % s->D) {
+            if (sign) *sign = (j & 1) ? -1.0 : 1.0;
+            return 1;
+        }
+    return 0;
+}
+
+/* K, V: (T, D); Q: (n_queries, D); is_outlier_token: (T) or NULL.         */
+EX_UNUSED static void ex_synth_make(const ex_synth *s, float *K, float *V, float *Q,
+                          unsigned char *is_outlier_token)
+{
+    ex_rng r = ex_rng_seed(s->seed);
+    size_t t, d;
+    for (t = 0; t < s->T; t++) {
+        int outlier = t == 0 || ex_uniform(&r) < s->outlier_token_rate;
+        if (is_outlier_token) is_outlier_token[t] = (unsigned char)outlier;
+        for (d = 0; d < s->D; d++) {
+            double sign, k = ex_normal(&r);
+            if (ex_is_outlier_channel(s, d, &sign))
+                k = outlier ? 0.05 * (k + sign * s->outlier_mag)
+                            : k + sign * s->outlier_mag;
+            K[t * s->D + d] = (float)k;
+            V[t * s->D + d] = (float)ex_normal(&r);
+        }
+    }
+    for (t = 0; t < s->n_queries; t++)
+        for (d = 0; d < s->D; d++) {
+            double sign, q = ex_normal(&r);
+            if (ex_is_outlier_channel(s, d, &sign)) q -= sign * s->query_bias;
+            Q[t * s->D + d] = (float)q;
+        }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Command line and inputs                                                  */
+/* ------------------------------------------------------------------------ */
+typedef struct ex_args {
+    const char *k_path, *v_path, *q_path, *csv_dir;
+    unsigned long long seed;
+} ex_args;
+
+EX_UNUSED static void ex_usage(const char *prog)
+{
+    fprintf(stderr, "usage: %s [--k K.npy --v V.npy [--q Q.npy]] [--seed N] [--csv DIR]\n"
+                    "  K, V: (T, D) float32/float16 .npy of one (layer, KV head);\n"
+                    "  Q: (n, D). Without --k/--v a documented synthetic head is used.\n", prog);
+}
+
+EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a)
+{
+    int i;
+    memset(a, 0, sizeof *a);
+    a->seed = 1;
+    for (i = 1; i < argc; i++) {
+        const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) { ex_usage(argv[0]); exit(0); }
+        if (!val) { ex_usage(argv[0]); return 0; }
+        if (!strcmp(o, "--k")) a->k_path = val;
+        else if (!strcmp(o, "--v")) a->v_path = val;
+        else if (!strcmp(o, "--q")) a->q_path = val;
+        else if (!strcmp(o, "--csv")) a->csv_dir = val;
+        else if (!strcmp(o, "--seed")) a->seed = strtoull(val, NULL, 10);
+        else { ex_usage(argv[0]); return 0; }
+        i++;
+    }
+    if (!a->k_path != !a->v_path) {
+        fprintf(stderr, "%s: --k and --v go together\n", argv[0]);
+        return 0;
+    }
+    return 1;
+}
+
+/* One head's data, from .npy files or from the generator.                  */
+typedef struct ex_head {
+    float *K, *V, *Q;            /* (T, D), (T, D), (n_q, D)                 */
+    unsigned char *outlier_tok;  /* (T) synthetic ground truth, or NULL      */
+    size_t T, D, n_q;
+    int real;                    /* 1 when loaded from files                 */
+} ex_head;
+
+EX_UNUSED static void ex_head_free(ex_head *h)
+{
+    free(h->K); free(h->V); free(h->Q); free(h->outlier_tok);
+    memset(h, 0, sizeof *h);
+}
+
+EX_UNUSED static float *ex_load_2d(const char *path, size_t *rows, size_t *cols)
+{
+    kvq_npy a;
+    kvq_status st = kvq_npy_load(path, &a);
+    float *out;
+    if (st != KVQ_OK) {
+        fprintf(stderr, "%s: %s\n", path, kvq_status_str(st));
+        return NULL;
+    }
+    if (a.ndim != 2) {
+        fprintf(stderr, "%s: expected a 2-D (tokens, head_dim) array, got %d dims\n",
+                path, a.ndim);
+        kvq_npy_free(&a);
+        return NULL;
+    }
+    *rows = a.shape[0]; *cols = a.shape[1];
+    out = (float *)malloc(a.count * sizeof(float));
+    if (out) memcpy(out, a.data, a.count * sizeof(float));
+    kvq_npy_free(&a);
+    return out;
+}
+
+/* Loads --k/--v/--q, or generates T x D synthetic data. Returns 0 on error. */
+EX_UNUSED static int ex_head_get(const ex_args *a, size_t T, size_t D, ex_head *h)
+{
+    memset(h, 0, sizeof *h);
+    if (a->k_path) {
+        size_t tv, dv, dq;
+        h->K = ex_load_2d(a->k_path, &h->T, &h->D);
+        h->V = h->K ? ex_load_2d(a->v_path, &tv, &dv) : NULL;
+        if (!h->K || !h->V) { ex_head_free(h); return 0; }
+        if (tv != h->T || dv != h->D) {
+            fprintf(stderr, "K is (%zu, %zu) but V is (%zu, %zu)\n", h->T, h->D, tv, dv);
+            ex_head_free(h);
+            return 0;
+        }
+        if (a->q_path) {
+            h->Q = ex_load_2d(a->q_path, &h->n_q, &dq);
+            if (!h->Q || dq != h->D) {
+                fprintf(stderr, "Q must be (n, %zu)\n", h->D);
+                ex_head_free(h);
+                return 0;
+            }
+        } else {        /* no queries given: use the last 16 keys as probes */
+            h->n_q = h->T < 16 ? h->T : 16;
+            h->Q = (float *)malloc(h->n_q * h->D * sizeof(float));
+            if (!h->Q) { ex_head_free(h); return 0; }
+            memcpy(h->Q, h->K + (h->T - h->n_q) * h->D, h->n_q * h->D * sizeof(float));
+        }
+        h->real = 1;
+        return 1;
+    } else {
+        ex_synth s = ex_synth_defaults(T, D, a->seed);
+        h->T = T; h->D = D; h->n_q = s.n_queries;
+        h->K = (float *)malloc(T * D * sizeof(float));
+        h->V = (float *)malloc(T * D * sizeof(float));
+        h->Q = (float *)malloc(h->n_q * D * sizeof(float));
+        h->outlier_tok = (unsigned char *)malloc(T);
+        if (!h->K || !h->V || !h->Q || !h->outlier_tok) { ex_head_free(h); return 0; }
+        ex_synth_make(&s, h->K, h->V, h->Q, h->outlier_tok);
+        return 1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metrics                                                                  */
+/* ------------------------------------------------------------------------ */
+/* ||A - B||_F / ||A||_F over n values (KIVI Table 2's "relative error").   */
+EX_UNUSED static double ex_rel_err(const float *A, const float *B, size_t n)
+{
+    double num = 0, den = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = (double)A[i] - (double)B[i];
+        num += d * d;
+        den += (double)A[i] * (double)A[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Report: one line per claim, "ours  paper  PASS/FAIL", and a summary.     */
+/* ------------------------------------------------------------------------ */
+static int ex_failures, ex_checks;
+
+/* Prints one checked claim. ok decides PASS/FAIL; the text says what was
+   compared and against which figure or rule.                              */
+EX_UNUSED static int ex_check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    ex_checks++;
+    if (!ok) ex_failures++;
+    printf("  [%s] ", ok ? "PASS" : "FAIL");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    return ok;
+}
+
+/* Exit status of main: non-zero if any claim failed.                       */
+EX_UNUSED static int ex_finish(const char *name)
+{
+    printf("%s: %d checks, %d FAIL -> %s\n", name, ex_checks, ex_failures,
+           ex_failures ? "FAIL" : "PASS");
+    return ex_failures ? 1 : 0;
+}
+
+/* Dies with the status and the cache's reason: examples stop on errors.    */
+EX_UNUSED static void ex_must(kvq_status st, const char *what, const kvq_cache *c)
+{
+    if (st == KVQ_OK) return;
+    fprintf(stderr, "%s: %s%s%s\n", what, kvq_status_str(st),
+            c ? " - " : "", c ? c->why : "");
+    exit(2);
+}
+
+/* Opens DIR/name for a CSV table, or returns NULL when --csv was not given. */
+EX_UNUSED static FILE *ex_csv_open(const ex_args *a, const char *name)
+{
+    char path[1024];
+    FILE *f;
+    if (!a->csv_dir) return NULL;
+    snprintf(path, sizeof path, "%s/%s", a->csv_dir, name);
+    f = fopen(path, "w");
+    if (!f) fprintf(stderr, "warning: cannot write %s\n", path);
+    return f;
+}
+
+#endif /* KVQ_EXAMPLES_COMMON_H */
