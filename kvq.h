@@ -32,6 +32,8 @@
           algebra that never materializes dequantized keys
        9. Byte accounting and invariants
       10. .npy arrays (float32 / float16, C order)
+      11. Eviction (StreamingLLM, H2O, SnapKV keep masks), paged blocks with
+          reference counts, and compaction (repack, hole-filling)
 
    1. STANDARD PARAMETERS (used with these meanings everywhere)
        T   number of tokens (positions) in a head's K or V matrix
@@ -519,6 +521,7 @@ typedef struct kvq_cache {
     int        ott_tracing;    /* 1 while the outlier pool is being updated  */
     size_t     ott_stopped_at; /* n_pos when tracing stopped (0 = never)     */
     size_t     ott_rounds;     /* competitions held                          */
+    size_t     n_evicted;      /* positions removed by kvq_cache_evict       */
     char       why[160];   /* reason for the last failure                    */
 } kvq_cache;
 
@@ -634,6 +637,185 @@ KVQ_API kvq_status kvq_npy_load(const char *path, kvq_npy *out);
 KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
                                 const size_t *shape, int ndim);
 #endif
+
+/* ======================================================================== */
+/* 11. EVICTION, PAGED BLOCKS AND COMPACTION                                */
+/* ======================================================================== */
+/* Source: the eviction-and-compaction page (seeds 001), which summarizes
+   StreamingLLM, H2O and SnapKV and the two walls between them and a serving
+   engine. kvq splits the mechanism in three, so every part composes with
+   every quantization policy above:
+
+     policy   -> keep mask      kvq_evict_streaming / _h2o / _snapkv: pure
+                                functions of a presence mask and a score
+                                vector. They decide; they move nothing.
+     cache    -> dead slots     kvq_cache_evict(c, keep): evicted positions
+                                become absent on both sides. Full-precision
+                                rows leave their region at once; quantized
+                                slots stay behind as dead placeholders
+                                (qpos = -1), exactly like a paged engine's
+                                dead slots: no memory comes back yet.
+     compact  -> memory back    kvq_cache_compact: order-preserving repack
+                                of the quantized store, with metrics.
+
+   WALL 1 (the page): a policy that scores by attention (H2O, SnapKV) needs
+   probabilities, which only the EAGER path of kvq_attend returns (probs);
+   the ONLINE path, like FlashAttention, never holds more than KVQ_TILE
+   scores per query and cannot feed them.
+
+   QUANTIZED TOKENS UNDER COMPACTION (no paper treats this; our choice):
+     per-token units (values; HF keys): one token = one unit with its own
+       scales/zeros, so a survivor moves bit-exactly: words + sz + qpos.
+     per-channel units (KIVI keys): G tokens share each channel's (s, z).
+       A survivor cannot leave its group without re-quantization, which
+       would add error on top of the first quantization. kvq compacts at
+       GROUP granularity: a unit is removed only when all G of its tokens
+       are dead; a partly dead unit stays, dead slots pinned. Zero extra
+       error, at the price of pinned slots (reported as pinned_slots).
+       examples/06_eviction.c measures what the other choice (re-quantizing
+       survivors into new groups) would cost in error.
+
+   The block view: the quantized store is an array of slots (unit-major,
+   tokens_per_unit slots per unit). Seen as blocks of `block_tokens` slots,
+   a per-channel unit with block_tokens | G covers G / block_tokens whole
+   blocks, so a freed unit frees whole blocks. Compaction stats count
+   blocks in that view; kvq_pages below is the real block allocator.     */
+
+/* StreamingLLM: keep the first `sinks` present positions and the last
+   `recent` present positions. present, keep: (n) bytes, 1 = present/keep;
+   present may be NULL (all present).                                        */
+KVQ_API kvq_status kvq_evict_streaming(const uint8_t *present, size_t n,
+                                       size_t sinks, size_t recent,
+                                       uint8_t *keep);
+
+/* H2O: score (n) accumulates, over decode steps, the attention each cached
+   token received: score[p] += sum_h probs[h][p] for the n_q query heads
+   sharing this KV head (probs (n_q, n) from kvq_attend EAGER).              */
+KVQ_API kvq_status kvq_h2o_accumulate(float *score, const float *probs,
+                                      size_t n_q, size_t n);
+/* H2O selection for a budget of heavy + recent tokens: the `recent` most
+   recent present positions, plus the `heavy` other present positions with
+   the largest score (ties: the older position wins). Run after every step,
+   this is H2O's greedy rule: with one new token over budget, the one token
+   dropped is the lowest-scoring non-recent one.                             */
+KVQ_API kvq_status kvq_evict_h2o(const float *score, const uint8_t *present,
+                                 size_t n, size_t heavy, size_t recent,
+                                 uint8_t *keep);
+
+typedef enum kvq_pooling { KVQ_POOL_AVG = 0, KVQ_POOL_MAX = 1 } kvq_pooling;
+/* SnapKV, once at the end of prefill. probs (n_obs, n): row i is the
+   attention of prompt query n - n_obs + i over positions 0..n-1 (causal:
+   zeros after its own position; the caller computes it, kvq_attend_dense
+   on the prefix gives it). vote[p] = sum_i probs[i][p] over the prefix
+   p < n - n_obs, then pooled over neighbours with an odd `kernel`
+   (stride 1, zero padding of kernel/2, AVG divides by kernel as PyTorch's
+   avg_pool1d does). score (n): pooled votes; window positions get +Inf.    */
+KVQ_API kvq_status kvq_snapkv_scores(const float *probs, size_t n_obs, size_t n,
+                                     size_t kernel, kvq_pooling pooling,
+                                     float *score);
+/* Keep the n_obs window plus the (capacity - n_obs) prefix positions with
+   the largest pooled score (ties: older wins). capacity >= n_obs.          */
+KVQ_API kvq_status kvq_evict_snapkv(const float *score, size_t n, size_t n_obs,
+                                    size_t capacity, uint8_t *keep);
+
+/* present (n_pos) <- 1 where the cache holds the position.                  */
+KVQ_API kvq_status kvq_cache_present(const kvq_cache *c, uint8_t *present,
+                                     size_t n);
+/* Evict every present position p with keep[p] == 0 (keep: n == n_pos
+   bytes). FULL, KIVI, HF and CUSTOM caches; OTT and LogQuant choose their
+   own full-precision tokens and refuse (KVQ_ERR_CONFIG). *evicted (may be
+   NULL) gets the count. Never allocates.                                    */
+KVQ_API kvq_status kvq_cache_evict(kvq_cache *c, const uint8_t *keep, size_t n,
+                                   size_t *evicted);
+
+typedef struct kvq_compact_stats {
+    size_t slots_before[2], slots_after[2];   /* quantized slots, K and V    */
+    size_t blocks_before, blocks_after;       /* both sides, block view      */
+    size_t blocks_free_without_compaction;    /* all-dead blocks before      */
+    size_t blocks_freed;                      /* before - after              */
+    size_t slot_copies;                       /* slots whose content moved   */
+    size_t dead_removed;                      /* dead slots dropped          */
+    size_t pinned_slots;                      /* dead slots kept (per-channel
+                                                 groups with survivors)      */
+    double occupancy;                         /* live / slots after          */
+} kvq_compact_stats;
+/* Order-preserving repack of both sides' quantized stores (see above).
+   block_tokens > 0 sets the block view. Never allocates; bit-exact.        */
+KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
+                                     kvq_compact_stats *stats);
+#define KVQ_COMPACT_EVERY 128    /* the page's cadence: every ~128 decoded tokens */
+
+/* ---- the block allocator (the page's "wall 2") ---------------------------
+   A pool of n_blocks blocks, each block_tokens slots of slot_bytes bytes of
+   opaque payload (a token's K and V in any kvq representation). A sequence
+   owns a block table; blocks shared by several sequences (a common prefix,
+   kvq_pseq_fork) carry a reference count. A block returns to the free list
+   only when its count drops to 0, and a sequence drops its reference only
+   when every slot it uses in that block is dead.
+
+     pool:  data (n_blocks, block_tokens, slot_bytes), refcount (n_blocks)
+     seq:   table[b] -> block id;  slot i lives in block table[i / bt] at
+            offset i % bt;  alive[i], pos[i] (the logical position: the
+            position map hole-filling needs)                                */
+typedef struct kvq_pages {
+    size_t         n_blocks, block_tokens, slot_bytes;
+    unsigned char *data;       /* (n_blocks, block_tokens, slot_bytes)       */
+    uint32_t      *refcount;   /* (n_blocks) 0 = free                        */
+    uint32_t      *free_list;  /* (n_blocks) stack of free block ids         */
+    size_t         n_free;     /* the free-block gauge                       */
+    char           why[160];
+} kvq_pages;
+
+typedef struct kvq_pseq {
+    uint32_t *table;     /* (cap_blocks) block ids                           */
+    uint8_t  *alive;     /* (cap_blocks * block_tokens)                      */
+    int32_t  *pos;       /* (cap_blocks * block_tokens) logical positions    */
+    size_t    n_blocks, cap_blocks;
+    size_t    n_slots;   /* slots in use: [0, n_slots)                       */
+} kvq_pseq;
+
+typedef struct kvq_page_stats {
+    size_t blocks_freed;      /* blocks returned to the pool by this pass    */
+    size_t slot_copies;       /* slots whose payload moved                   */
+    size_t tokens_evicted;    /* dead slots the pass removed                 */
+    double occupancy;         /* live slots / (blocks held * block_tokens)   */
+} kvq_page_stats;
+
+KVQ_API kvq_status kvq_pages_init(kvq_pages *P, size_t n_blocks,
+                                  size_t block_tokens, size_t slot_bytes);
+KVQ_API void       kvq_pages_free(kvq_pages *P);
+KVQ_API void       kvq_pseq_init(kvq_pseq *S);
+/* Drops every reference S holds and frees its tables.                      */
+KVQ_API void       kvq_pseq_free(kvq_pages *P, kvq_pseq *S);
+/* Appends one slot (payload: slot_bytes, may be NULL = zeros) at logical
+   position pos. Takes a free block when the last one is full; a shared last
+   block is copied first (copy on write). KVQ_ERR_CAPACITY if the pool is
+   empty. On failure nothing changes.                                        */
+KVQ_API kvq_status kvq_pseq_append(kvq_pages *P, kvq_pseq *S, int32_t pos,
+                                   const void *payload);
+/* dst (empty) shares every block of src: reference counts go up by one.    */
+KVQ_API kvq_status kvq_pseq_fork(kvq_pages *P, kvq_pseq *dst, const kvq_pseq *src);
+/* The payload of slot i (NULL if i >= n_slots).                             */
+KVQ_API void      *kvq_pseq_slot(const kvq_pages *P, const kvq_pseq *S, size_t i);
+/* Marks slots with keep[i] == 0 dead (keep: n == n_slots) and returns to
+   the pool every block that became all-dead, unless shared: no compaction,
+   so this frees only whole dead blocks (the page's "wall 2").               */
+KVQ_API kvq_status kvq_pseq_evict(kvq_pages *P, kvq_pseq *S, const uint8_t *keep,
+                                  size_t n, kvq_page_stats *st);
+/* Order-preserving repack of slots [first, n_slots): survivors slide
+   forward in order, tail blocks go back to the pool. first must be block
+   aligned; any shared block at or after it -> KVQ_ERR_STATE, nothing moves.
+   kvq_pseq_private_start gives the first block-aligned slot after the
+   leading shared blocks.                                                    */
+KVQ_API kvq_status kvq_pseq_repack(kvq_pages *P, kvq_pseq *S, size_t first,
+                                   kvq_page_stats *st);
+/* Hole-filling: the survivors of the newest round [round_start, n_slots)
+   drop, in order, into the dead slots of [first, round_start); survivors
+   left over (more than the holes) slide to round_start. The pos map keeps
+   each slot's logical position; physical order is no longer sorted.        */
+KVQ_API kvq_status kvq_pseq_holefill(kvq_pages *P, kvq_pseq *S, size_t first,
+                                     size_t round_start, kvq_page_stats *st);
+KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S);
 
 #ifdef __cplusplus
 }
@@ -2303,7 +2485,10 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
         return kvq__fail(c, KVQ_ERR_STATE, "K residual %zu exceeds R=%zu", nk, R);
     if (c->v.schedule == KVQ_SCHED_FLUSH && nv > R)
         return kvq__fail(c, KVQ_ERR_STATE, "V residual %zu exceeds R=%zu", nv, R);
-    if (c->v.schedule == KVQ_SCHED_SLIDE) {
+    if (c->v.schedule == KVQ_SCHED_SLIDE && c->n_evicted) {
+        if (nv >= R + c->v.chunk)           /* eviction only shrinks windows */
+            return kvq__fail(c, KVQ_ERR_STATE, "V window %zu >= R + chunk", nv);
+    } else if (c->v.schedule == KVQ_SCHED_SLIDE) {
         /* nothing quantized until R + chunk tokens; then R <= n < R + chunk */
         int ok = (c->n_pos < R + c->v.chunk) ? nv == c->n_pos
                                              : (nv >= R && nv < R + c->v.chunk);
@@ -2332,6 +2517,607 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
             c->v.rows[KVQ_ROWS_STAGE].n >= c->v.tokens_per_unit)
             return kvq__fail(c, KVQ_ERR_STATE, "LogQuant stage holds a whole unit");
     }
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 11. eviction, paged blocks, compaction                                   */
+/* ------------------------------------------------------------------------ */
+/* A float's bits mapped so that unsigned order is numeric order (-0 < +0). */
+static uint32_t kvq__order_key(float f)
+{
+    uint32_t u = kvq__f32_bits(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* The selection every scoring policy ends with. flags (n): KVQ__CAND marks a
+   candidate, KVQ__KEEP a position already kept. The `count` candidates with
+   the largest score become KVQ__KEEP, ties to the lower position. No sort
+   and no scratch: the count-th largest key is found bit by bit (32 counting
+   passes over n), everything above it is kept, then ties in position order. */
+#define KVQ__KEEP 1u
+#define KVQ__CAND 2u
+static void kvq__keep_top(const float *score, uint8_t *flags, size_t n, size_t count)
+{
+    uint32_t t = 0;
+    size_t p, n_cand = 0, taken = 0;
+    int b;
+    for (p = 0; p < n; p++) n_cand += flags[p] == KVQ__CAND;
+    if (count > n_cand) count = n_cand;
+    if (count == 0) return;
+    for (b = 31; b >= 0; b--) {
+        uint32_t trial = t | (1u << b);
+        size_t m = 0;
+        for (p = 0; p < n; p++)
+            m += flags[p] == KVQ__CAND && kvq__order_key(score[p]) >= trial;
+        if (m >= count) t = trial;
+    }
+    for (p = 0; p < n; p++)
+        if (flags[p] == KVQ__CAND && kvq__order_key(score[p]) > t) { flags[p] = KVQ__KEEP; taken++; }
+    for (p = 0; p < n && taken < count; p++)
+        if (flags[p] == KVQ__CAND && kvq__order_key(score[p]) == t) { flags[p] = KVQ__KEEP; taken++; }
+}
+
+/* flags (n) from a presence mask: every present position a candidate.      */
+static void kvq__flags_init(uint8_t *flags, const uint8_t *present, size_t n)
+{
+    size_t p;
+    for (p = 0; p < n; p++) flags[p] = (!present || present[p]) ? KVQ__CAND : 0;
+}
+
+/* The first `sinks` and the last `recent` candidates become kept.          */
+static void kvq__keep_ends(uint8_t *flags, size_t n, size_t sinks, size_t recent)
+{
+    size_t p, seen;
+    for (p = 0, seen = 0; p < n && seen < sinks; p++)
+        if (flags[p] == KVQ__CAND) { flags[p] = KVQ__KEEP; seen++; }
+    for (p = n, seen = 0; p > 0 && seen < recent; p--)
+        if (flags[p - 1] == KVQ__CAND) { flags[p - 1] = KVQ__KEEP; seen++; }
+}
+
+/* flags -> the 0/1 keep mask the API returns.                              */
+static void kvq__flags_finish(uint8_t *flags, size_t n)
+{
+    size_t p;
+    for (p = 0; p < n; p++) flags[p] = flags[p] == KVQ__KEEP;
+}
+
+static int kvq__any_nan(const float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) if (x[i] != x[i]) return 1;
+    return 0;
+}
+
+/* StreamingLLM (Xiao et al., ICLR 2024; seeds 001 "sink plus recency").    */
+KVQ_API kvq_status kvq_evict_streaming(const uint8_t *present, size_t n,
+                                       size_t sinks, size_t recent, uint8_t *keep)
+{
+    if (!keep) return KVQ_ERR_NULL;
+    if (n == 0) return KVQ_ERR_SIZE;
+    kvq__flags_init(keep, present, n);
+    kvq__keep_ends(keep, n, sinks, recent);
+    kvq__flags_finish(keep, n);
+    return KVQ_OK;
+}
+
+/* H2O (Zhang et al., NeurIPS 2023; seeds 001 "cumulative attention").      */
+KVQ_API kvq_status kvq_h2o_accumulate(float *score, const float *probs,
+                                      size_t n_q, size_t n)
+{
+    size_t h, p, total;
+    if (!score || !probs) return KVQ_ERR_NULL;
+    if (n == 0 || n_q == 0) return KVQ_ERR_SIZE;
+    if (!kvq__mul(n_q, n, &total)) return KVQ_ERR_OVERFLOW;
+    for (p = 0; p < total; p++)       /* probabilities: finite, >= 0        */
+        if (!kvq__finite(probs[p]) || probs[p] < 0.0f) return KVQ_ERR_NONFINITE;
+    for (h = 0; h < n_q; h++)
+        for (p = 0; p < n; p++) score[p] += probs[h * n + p];
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_evict_h2o(const float *score, const uint8_t *present,
+                                 size_t n, size_t heavy, size_t recent,
+                                 uint8_t *keep)
+{
+    if (!score || !present || !keep) return KVQ_ERR_NULL;
+    if (n == 0) return KVQ_ERR_SIZE;
+    if (kvq__any_nan(score, n)) return KVQ_ERR_NONFINITE;
+    kvq__flags_init(keep, present, n);
+    kvq__keep_ends(keep, n, 0, recent);       /* the recent window first     */
+    kvq__keep_top(score, keep, n, heavy);     /* heavy hitters among the rest */
+    kvq__flags_finish(keep, n);
+    return KVQ_OK;
+}
+
+/* SnapKV (Li et al., NeurIPS 2024; seeds 001 "observation-window snapshot").
+   The defaults of its reference code are an observation window of 32
+   queries, kernel 5 and average pooling.                                   */
+KVQ_API kvq_status kvq_snapkv_scores(const float *probs, size_t n_obs, size_t n,
+                                     size_t kernel, kvq_pooling pooling,
+                                     float *score)
+{
+    size_t i, p, total, prefix, half;
+    if (!probs || !score) return KVQ_ERR_NULL;
+    if (n == 0 || n_obs == 0 || n_obs > n || kernel == 0 || kernel % 2 == 0 ||
+        kernel > 255)                      /* odd, and half fits the ring    */
+        return KVQ_ERR_SIZE;
+    if (pooling != KVQ_POOL_AVG && pooling != KVQ_POOL_MAX) return KVQ_ERR_CONFIG;
+    if (!kvq__mul(n_obs, n, &total)) return KVQ_ERR_OVERFLOW;
+    for (p = 0; p < total; p++)
+        if (!kvq__finite(probs[p]) || probs[p] < 0.0f) return KVQ_ERR_NONFINITE;
+    prefix = n - n_obs;
+    half = kernel / 2;
+    /* votes first, in score[] itself; the window's slots hold them too     */
+    for (p = 0; p < prefix; p++) {
+        float v = 0.0f;
+        for (i = 0; i < n_obs; i++) v += probs[i * n + p];
+        score[p] = v;
+    }
+    /* pool in place, left to right: the window [p - half, p + half] needs
+       votes left of p that were already overwritten, so keep the last
+       `half` raw votes in a small ring on the stack (kernel <= 255). Max
+       pooling pads with -Inf in PyTorch; votes are >= 0 and the window
+       always holds p itself, so zero padding gives the same maximum.     */
+    {
+        float ring[128];
+        for (p = 0; p < prefix; p++) {
+            float acc = 0.0f, v;
+            size_t j, lo = p >= half ? p - half : 0, hi = p + half;
+            for (j = lo; j <= hi; j++) {
+                if (j >= prefix) v = 0.0f;                 /* zero padding  */
+                else if (j < p) v = ring[j % (half ? half : 1)];
+                else v = score[j];
+                if (pooling == KVQ_POOL_MAX) { if (v > acc) acc = v; }
+                else acc += v;
+            }
+            if (half) ring[p % half] = score[p];
+            score[p] = pooling == KVQ_POOL_MAX ? acc : acc / (float)kernel;
+        }
+    }
+    for (p = prefix; p < n; p++) score[p] = INFINITY;
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_evict_snapkv(const float *score, size_t n, size_t n_obs,
+                                    size_t capacity, uint8_t *keep)
+{
+    size_t p;
+    if (!score || !keep) return KVQ_ERR_NULL;
+    if (n == 0 || n_obs == 0 || n_obs > n || capacity < n_obs) return KVQ_ERR_SIZE;
+    if (kvq__any_nan(score, n - n_obs)) return KVQ_ERR_NONFINITE;
+    for (p = 0; p < n; p++) keep[p] = p < n - n_obs ? KVQ__CAND : KVQ__KEEP;
+    kvq__keep_top(score, keep, n, capacity - n_obs);
+    kvq__flags_finish(keep, n);
+    return KVQ_OK;
+}
+
+/* ---- eviction from a cache --------------------------------------------- */
+KVQ_API kvq_status kvq_cache_present(const kvq_cache *c, uint8_t *present, size_t n)
+{
+    size_t p;
+    if (!c || !present) return KVQ_ERR_NULL;
+    if (n != c->n_pos) return KVQ_ERR_SIZE;
+    for (p = 0; p < n; p++) present[p] = (uint8_t)kvq__present(c, p);
+    return KVQ_OK;
+}
+
+/* kvq__rows_remove predicate: the row's position was just made absent.     */
+typedef struct kvq__absent_arg { const kvq_side *s; const kvq_rows *rg; } kvq__absent_arg;
+static int kvq__drop_absent(size_t o, const void *arg)
+{
+    const kvq__absent_arg *a = (const kvq__absent_arg *)arg;
+    return KVQ_LOC_TAG(a->s->loc[a->rg->pos[a->rg->off + o]]) == KVQ_LOC_ABSENT;
+}
+
+KVQ_API kvq_status kvq_cache_evict(kvq_cache *c, const uint8_t *keep, size_t n,
+                                   size_t *evicted)
+{
+    size_t p, count = 0, i;
+    int r;
+    if (!c || !keep) return KVQ_ERR_NULL;
+    if (n != c->n_pos)
+        return kvq__fail(c, KVQ_ERR_SIZE, "keep mask has %zu entries; the cache "
+                         "has %zu positions", n, c->n_pos);
+    if (c->cfg.policy == KVQ_POLICY_OTT || c->cfg.policy == KVQ_POLICY_LOGQUANT)
+        return kvq__fail(c, KVQ_ERR_CONFIG, "OTT and LogQuant choose their own "
+                         "full-precision tokens; eviction is not defined on them");
+    /* 1. every evicted position: quantized slot -> dead placeholder, and
+          both loc entries -> absent                                        */
+    for (p = 0; p < n; p++) {
+        if (keep[p] || !kvq__present(c, p)) continue;
+        for (i = 0; i < 2; i++) {
+            kvq_side *s = i ? &c->v : &c->k;
+            if (KVQ_LOC_TAG(s->loc[p]) == KVQ_LOC_QUANT)
+                s->qpos[KVQ_LOC_INDEX(s->loc[p])] = -1;
+            s->loc[p] = KVQ_LOC_ABSENT;
+        }
+        count++;
+    }
+    /* 2. full-precision rows of absent positions leave their regions, the
+          others keep their order                                           */
+    for (i = 0; i < 2 && count; i++) {
+        kvq_side *s = i ? &c->v : &c->k;
+        for (r = 0; r < KVQ_ROW_REGIONS; r++) {
+            kvq__absent_arg a;
+            a.s = s; a.rg = &s->rows[r];
+            kvq__rows_remove(c, s, r, kvq__drop_absent, &a);
+        }
+    }
+    c->n_evicted += count;
+    if (evicted) *evicted = count;
+    return KVQ_OK;
+}
+
+/* ---- compaction of the quantized store --------------------------------- */
+static size_t kvq__ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
+
+/* Blocks of bt slots in which every existing slot is dead.                 */
+static size_t kvq__dead_blocks(const kvq_side *s, size_t bt)
+{
+    size_t slots = s->n_units * s->tokens_per_unit, b, i, dead = 0;
+    for (b = 0; b * bt < slots; b++) {
+        int all = 1;
+        for (i = b * bt; i < slots && i < (b + 1) * bt && all; i++) all = s->qpos[i] < 0;
+        dead += all;
+    }
+    return dead;
+}
+
+/* Order-preserving repack of one side's units: a unit with no live slot is
+   dropped, the others slide forward, bit for bit (words, sz, qpos), and
+   their positions are re-pointed. Forward sliding reads every unit before
+   anything overwrites it (destination <= source), the page's
+   gather-clone-scatter property.                                          */
+static void kvq__compact_side(kvq_side *s, kvq_compact_stats *st)
+{
+    size_t tpu = s->tokens_per_unit, uw = s->groups_per_unit * s->words_per_group;
+    size_t gpu = s->groups_per_unit, u, j = 0, t;
+    for (u = 0; u < s->n_units; u++) {
+        size_t live = 0;
+        for (t = 0; t < tpu; t++) live += s->qpos[u * tpu + t] >= 0;
+        if (live == 0) { st->dead_removed += tpu; continue; }
+        st->pinned_slots += tpu - live;
+        if (j != u) {
+            memcpy(s->words + j * uw, s->words + u * uw, uw * sizeof(uint32_t));
+            memcpy(s->sz + j * gpu, s->sz + u * gpu, gpu * sizeof(kvq_sz));
+            memcpy(s->qpos + j * tpu, s->qpos + u * tpu, tpu * sizeof(int32_t));
+            st->slot_copies += tpu;
+            for (t = 0; t < tpu; t++) {
+                int32_t pos = s->qpos[j * tpu + t];
+                if (pos >= 0) s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)(j * tpu + t);
+            }
+        }
+        j++;
+    }
+    s->n_units = j;
+}
+
+KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
+                                     kvq_compact_stats *stats)
+{
+    kvq_compact_stats st;
+    size_t i, live = 0, slots = 0, t;
+    if (!c) return KVQ_ERR_NULL;
+    if (block_tokens == 0)
+        return kvq__fail(c, KVQ_ERR_SIZE, "block_tokens must be > 0");
+    memset(&st, 0, sizeof st);
+    for (i = 0; i < 2; i++) {
+        kvq_side *s = i ? &c->v : &c->k;
+        st.slots_before[i] = s->n_units * s->tokens_per_unit;
+        st.blocks_before += kvq__ceil_div(st.slots_before[i], block_tokens);
+        st.blocks_free_without_compaction += kvq__dead_blocks(s, block_tokens);
+        kvq__compact_side(s, &st);
+        st.slots_after[i] = s->n_units * s->tokens_per_unit;
+        st.blocks_after += kvq__ceil_div(st.slots_after[i], block_tokens);
+        for (t = 0; t < st.slots_after[i]; t++) live += s->qpos[t] >= 0;
+        slots += st.slots_after[i];
+    }
+    st.blocks_freed = st.blocks_before - st.blocks_after;
+    st.occupancy = slots ? (double)live / (double)slots : 0.0;
+    if (stats) *stats = st;
+    return KVQ_OK;
+}
+
+/* ---- the block allocator ----------------------------------------------- */
+#define KVQ__NO_BLOCK 0xFFFFFFFFu
+
+static kvq_status kvq__pfail(kvq_pages *P, kvq_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(P->why, sizeof P->why, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+KVQ_API kvq_status kvq_pages_init(kvq_pages *P, size_t n_blocks,
+                                  size_t block_tokens, size_t slot_bytes)
+{
+    kvq_pages t;
+    size_t bytes, i;
+    if (!P) return KVQ_ERR_NULL;
+    if (n_blocks == 0 || block_tokens == 0 || n_blocks >= KVQ__NO_BLOCK) return KVQ_ERR_SIZE;
+    if (!kvq__mul(n_blocks, block_tokens, &bytes) || !kvq__mul(bytes, slot_bytes, &bytes) ||
+        !kvq__mul(n_blocks, sizeof(uint32_t), &i))
+        return KVQ_ERR_OVERFLOW;
+    memset(&t, 0, sizeof t);
+    t.n_blocks = n_blocks; t.block_tokens = block_tokens; t.slot_bytes = slot_bytes;
+    t.data = bytes ? (unsigned char *)KVQ_MALLOC(bytes) : NULL;
+    t.refcount = (uint32_t *)KVQ_MALLOC(n_blocks * sizeof(uint32_t));
+    t.free_list = (uint32_t *)KVQ_MALLOC(n_blocks * sizeof(uint32_t));
+    if ((bytes && !t.data) || !t.refcount || !t.free_list) {
+        KVQ_FREE(t.data); KVQ_FREE(t.refcount); KVQ_FREE(t.free_list);
+        return KVQ_ERR_NOMEM;
+    }
+    if (bytes) memset(t.data, 0, bytes);
+    for (i = 0; i < n_blocks; i++) {
+        t.refcount[i] = 0;
+        t.free_list[i] = (uint32_t)(n_blocks - 1 - i);  /* pops block 0 first */
+    }
+    t.n_free = n_blocks;
+    *P = t;
+    return KVQ_OK;
+}
+
+KVQ_API void kvq_pages_free(kvq_pages *P)
+{
+    if (!P) return;
+    KVQ_FREE(P->data); KVQ_FREE(P->refcount); KVQ_FREE(P->free_list);
+    memset(P, 0, sizeof *P);
+}
+
+KVQ_API void kvq_pseq_init(kvq_pseq *S) { if (S) memset(S, 0, sizeof *S); }
+
+/* One reference to block id goes away; at zero the block is free again.   */
+static int kvq__unref(kvq_pages *P, uint32_t id)
+{
+    KVQ_ASSERT(P->refcount[id] > 0);
+    if (--P->refcount[id] > 0) return 0;
+    P->free_list[P->n_free++] = id;
+    return 1;
+}
+
+KVQ_API void kvq_pseq_free(kvq_pages *P, kvq_pseq *S)
+{
+    size_t b;
+    if (!P || !S) return;
+    for (b = 0; b < S->n_blocks; b++) kvq__unref(P, S->table[b]);
+    KVQ_FREE(S->table); KVQ_FREE(S->alive); KVQ_FREE(S->pos);
+    memset(S, 0, sizeof *S);
+}
+
+static unsigned char *kvq__slot_ptr(const kvq_pages *P, const kvq_pseq *S, size_t i)
+{
+    size_t bt = P->block_tokens;
+    return P->data ? P->data + ((size_t)S->table[i / bt] * bt + i % bt) * P->slot_bytes : NULL;
+}
+
+KVQ_API void *kvq_pseq_slot(const kvq_pages *P, const kvq_pseq *S, size_t i)
+{
+    if (!P || !S || i >= S->n_slots) return NULL;
+    return kvq__slot_ptr(P, S, i);
+}
+
+/* Room in S's tables for `blocks` blocks. On failure S is unchanged.       */
+static kvq_status kvq__pseq_reserve(const kvq_pages *P, kvq_pseq *S, size_t blocks)
+{
+    size_t bt = P->block_tokens, cap, c2, c3;
+    void *a, *b, *t;
+    if (blocks <= S->cap_blocks) return KVQ_OK;
+    cap = blocks < 2 * S->cap_blocks ? 2 * S->cap_blocks : blocks;
+    if (!kvq__mul(cap, bt * sizeof(int32_t), &c2)) return KVQ_ERR_OVERFLOW;
+    t = KVQ_REALLOC(S->table, cap * sizeof(uint32_t));
+    if (!t) return KVQ_ERR_NOMEM;
+    S->table = (uint32_t *)t;                  /* bigger, same contents      */
+    a = KVQ_REALLOC(S->alive, cap * bt);
+    if (!a) return KVQ_ERR_NOMEM;
+    S->alive = (uint8_t *)a;
+    b = KVQ_REALLOC(S->pos, c2);
+    if (!b) return KVQ_ERR_NOMEM;
+    S->pos = (int32_t *)b;
+    c3 = cap;
+    S->cap_blocks = c3;
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_pseq_append(kvq_pages *P, kvq_pseq *S, int32_t pos,
+                                   const void *payload)
+{
+    size_t bt, i;
+    kvq_status st;
+    if (!P || !S) return KVQ_ERR_NULL;
+    if (pos < 0) return kvq__pfail(P, KVQ_ERR_SIZE, "position %d is negative", (int)pos);
+    bt = P->block_tokens;
+    i = S->n_slots;
+    if (i == S->n_blocks * bt) {                         /* need a new block */
+        if (P->n_free == 0)
+            return kvq__pfail(P, KVQ_ERR_CAPACITY, "pool of %zu blocks is full", P->n_blocks);
+        if ((st = kvq__pseq_reserve(P, S, S->n_blocks + 1)) != KVQ_OK)
+            return kvq__pfail(P, st, "cannot grow the block table");
+        S->table[S->n_blocks++] = P->free_list[--P->n_free];
+        P->refcount[S->table[S->n_blocks - 1]] = 1;
+    } else if (P->refcount[S->table[i / bt]] > 1) {      /* copy on write    */
+        uint32_t old = S->table[i / bt], fresh;
+        if (P->n_free == 0)
+            return kvq__pfail(P, KVQ_ERR_CAPACITY, "pool full: cannot copy shared "
+                              "block %u before writing", (unsigned)old);
+        fresh = P->free_list[--P->n_free];
+        P->refcount[fresh] = 1;
+        if (P->data)
+            memcpy(P->data + (size_t)fresh * bt * P->slot_bytes,
+                   P->data + (size_t)old * bt * P->slot_bytes, (i % bt) * P->slot_bytes);
+        kvq__unref(P, old);
+        S->table[i / bt] = fresh;
+    }
+    if (P->data) {
+        if (payload) memcpy(kvq__slot_ptr(P, S, i), payload, P->slot_bytes);
+        else memset(kvq__slot_ptr(P, S, i), 0, P->slot_bytes);
+    }
+    S->alive[i] = 1;
+    S->pos[i] = pos;
+    S->n_slots++;
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_pseq_fork(kvq_pages *P, kvq_pseq *dst, const kvq_pseq *src)
+{
+    size_t b;
+    kvq_status st;
+    if (!P || !dst || !src) return KVQ_ERR_NULL;
+    if (dst == src || dst->n_blocks || dst->n_slots)
+        return kvq__pfail(P, KVQ_ERR_STATE, "fork needs an empty destination sequence");
+    if ((st = kvq__pseq_reserve(P, dst, src->n_blocks)) != KVQ_OK)
+        return kvq__pfail(P, st, "cannot allocate the block table");
+    for (b = 0; b < src->n_blocks; b++) {
+        dst->table[b] = src->table[b];
+        P->refcount[src->table[b]]++;
+    }
+    memcpy(dst->alive, src->alive, src->n_slots);
+    memcpy(dst->pos, src->pos, src->n_slots * sizeof(int32_t));
+    dst->n_blocks = src->n_blocks;
+    dst->n_slots = src->n_slots;
+    return KVQ_OK;
+}
+
+KVQ_API size_t kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
+{
+    size_t b = 0;
+    if (!P || !S) return 0;
+    while (b < S->n_blocks && P->refcount[S->table[b]] > 1) b++;
+    b *= P->block_tokens;
+    return b < S->n_slots ? b : S->n_slots;
+}
+
+static void kvq__page_occupancy(const kvq_pages *P, const kvq_pseq *S, kvq_page_stats *st)
+{
+    size_t i, live = 0;
+    for (i = 0; i < S->n_slots; i++) live += S->alive[i];
+    st->occupancy = S->n_blocks ? (double)live / (double)(S->n_blocks * P->block_tokens) : 0.0;
+}
+
+/* Drop S's reference to every block from `from_block` on (tail release).  */
+static size_t kvq__release_tail(kvq_pages *P, kvq_pseq *S, size_t from_block)
+{
+    size_t freed = 0;
+    while (S->n_blocks > from_block) freed += (size_t)kvq__unref(P, S->table[--S->n_blocks]);
+    return freed;
+}
+
+KVQ_API kvq_status kvq_pseq_evict(kvq_pages *P, kvq_pseq *S, const uint8_t *keep,
+                                  size_t n, kvq_page_stats *stats)
+{
+    kvq_page_stats st;
+    size_t bt, i, b, w, kept_slots = 0;
+    if (!P || !S || !keep) return KVQ_ERR_NULL;
+    if (n != S->n_slots)
+        return kvq__pfail(P, KVQ_ERR_SIZE, "keep mask has %zu entries; the sequence "
+                          "has %zu slots", n, S->n_slots);
+    memset(&st, 0, sizeof st);
+    bt = P->block_tokens;
+    for (i = 0; i < n; i++)
+        if (S->alive[i] && !keep[i]) { S->alive[i] = 0; st.tokens_evicted++; }
+    /* Wall 2: a block comes back only if every slot S uses in it is dead.
+       Such a block leaves S's table (its slots were all dead: no payload
+       moves; later slots' indices shift down by the block's slots).       */
+    for (b = 0, w = 0; b < S->n_blocks; b++) {
+        size_t lo = b * bt, hi = lo + bt < S->n_slots ? lo + bt : S->n_slots;
+        int all_dead = 1;
+        for (i = lo; i < hi && all_dead; i++) all_dead = !S->alive[i];
+        if (all_dead) {
+            st.blocks_freed += (size_t)kvq__unref(P, S->table[b]);
+            continue;
+        }
+        if (w != b) {
+            S->table[w] = S->table[b];
+            memmove(S->alive + w * bt, S->alive + lo, hi - lo);
+            memmove(S->pos + w * bt, S->pos + lo, (hi - lo) * sizeof(int32_t));
+        }
+        kept_slots = w * bt + (hi - lo);   /* only the last block is partial */
+        w++;
+    }
+    S->n_slots = kept_slots;
+    S->n_blocks = w;
+    kvq__page_occupancy(P, S, &st);
+    if (stats) *stats = st;
+    return KVQ_OK;
+}
+
+/* Checks shared by both compactions; S's blocks from first/bt on must be
+   private to S.                                                            */
+static kvq_status kvq__compact_args(kvq_pages *P, kvq_pseq *S, size_t first, size_t end)
+{
+    size_t b;
+    if (first % P->block_tokens || first > end || end > S->n_slots)
+        return kvq__pfail(P, KVQ_ERR_SIZE, "range [%zu, %zu) is not block aligned "
+                          "inside the %zu slots", first, end, S->n_slots);
+    for (b = first / P->block_tokens; b < S->n_blocks; b++)
+        if (P->refcount[S->table[b]] > 1)
+            return kvq__pfail(P, KVQ_ERR_STATE, "block %zu (id %u) is shared by %u "
+                              "sequences: compaction never moves shared blocks", b,
+                              (unsigned)S->table[b], (unsigned)P->refcount[S->table[b]]);
+    return KVQ_OK;
+}
+
+/* Slot i's payload, liveness and position go to slot j.                   */
+static void kvq__move_slot(kvq_pages *P, kvq_pseq *S, size_t i, size_t j)
+{
+    if (P->data) memcpy(kvq__slot_ptr(P, S, j), kvq__slot_ptr(P, S, i), P->slot_bytes);
+    S->alive[j] = 1;
+    S->pos[j] = S->pos[i];
+    S->alive[i] = 0;
+}
+
+/* The slots now end at `end`: blocks past it go back to the pool.         */
+static void kvq__truncate(kvq_pages *P, kvq_pseq *S, size_t end, kvq_page_stats *st)
+{
+    S->n_slots = end;
+    st->blocks_freed += kvq__release_tail(P, S, kvq__ceil_div(end, P->block_tokens));
+    kvq__page_occupancy(P, S, st);
+}
+
+KVQ_API kvq_status kvq_pseq_repack(kvq_pages *P, kvq_pseq *S, size_t first,
+                                   kvq_page_stats *stats)
+{
+    kvq_page_stats st;
+    kvq_status e;
+    size_t i, j;
+    if (!P || !S) return KVQ_ERR_NULL;
+    if ((e = kvq__compact_args(P, S, first, S->n_slots)) != KVQ_OK) return e;
+    memset(&st, 0, sizeof st);
+    for (i = first, j = first; i < S->n_slots; i++) {
+        if (!S->alive[i]) { st.tokens_evicted++; continue; }
+        if (j != i) { kvq__move_slot(P, S, i, j); st.slot_copies++; }
+        j++;
+    }
+    kvq__truncate(P, S, j, &st);
+    if (stats) *stats = st;
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_pseq_holefill(kvq_pages *P, kvq_pseq *S, size_t first,
+                                     size_t round_start, kvq_page_stats *stats)
+{
+    kvq_page_stats st;
+    kvq_status e;
+    size_t i, hole = first, j = round_start;
+    if (!P || !S) return KVQ_ERR_NULL;
+    if ((e = kvq__compact_args(P, S, first, round_start)) != KVQ_OK) return e;
+    memset(&st, 0, sizeof st);
+    for (i = round_start; i < S->n_slots; i++) {
+        if (!S->alive[i]) { st.tokens_evicted++; continue; }
+        while (hole < round_start && S->alive[hole]) hole++;      /* next hole */
+        if (hole < round_start) {
+            kvq__move_slot(P, S, i, hole);                  /* into the hole   */
+            st.slot_copies++;
+            st.tokens_evicted++;                            /* hole consumed   */
+        } else {
+            if (j != i) { kvq__move_slot(P, S, i, j); st.slot_copies++; }
+            j++;                                            /* left-over slide */
+        }
+    }
+    kvq__truncate(P, S, j, &st);
+    if (stats) *stats = st;
     return KVQ_OK;
 }
 
