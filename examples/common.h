@@ -155,7 +155,7 @@ EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a)
     int i;
     memset(a, 0, sizeof *a);
     a->seed = 1;
-    for (i = 1; i < argc; i++) {
+    for (i = 1; i < argc; i += 2) {           /* every option takes a value */
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) { ex_usage(argv[0]); exit(0); }
         if (!val) { ex_usage(argv[0]); return 0; }
@@ -165,7 +165,6 @@ EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a)
         else if (!strcmp(o, "--csv")) a->csv_dir = val;
         else if (!strcmp(o, "--seed")) a->seed = strtoull(val, NULL, 10);
         else { ex_usage(argv[0]); return 0; }
-        i++;
     }
     if (!a->k_path != !a->v_path) {
         fprintf(stderr, "%s: --k and --v go together\n", argv[0]);
