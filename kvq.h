@@ -1432,6 +1432,12 @@ static kvq_status kvq__validate_policy(const kvq_config *c, char *why,
                      "1..65536 when k > 0", c->ott_aux);
             return KVQ_ERR_CONFIG;
         }
+        if (c->value_axis == KVQ_PER_CHANNEL && c->group % kvq__value_group(c)) {
+            /* a round quantizes G tokens of V too: whole value units only  */
+            kvq__say(why, why_len, "OTT: per-channel value group %zu must divide "
+                     "G=%zu", kvq__value_group(c), c->group);
+            return KVQ_ERR_GROUP;
+        }
         if ((int)c->ott_mean < 0 || c->ott_mean > KVQ_OTT_MEAN_ALL) {
             kvq__say(why, why_len, "OTT: unknown mean mode %d", (int)c->ott_mean);
             return KVQ_ERR_CONFIG;
