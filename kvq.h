@@ -332,9 +332,17 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
      prefill quantizes the whole prompt (T - T % G for a per-channel axis).
      At each flush HF dequantizes the entire history and re-quantizes it
      together with the residual; kvq does the same when hf_requantize = 1
-     (the default for this policy), which slowly compounds error in old
-     tokens. Differences from KIVI: no sliding value window, keys per-token,
-     the prompt is fully quantized, and history is re-quantized.
+     (the default for this policy). Re-quantizing a dequantized group
+     reproduces it bit for bit whenever its codes reach N; only the rare
+     group whose top code fell short through fp16 rounding of the scale
+     can move, and it settles within a few flushes (examples/03_hf.c
+     measures this), so the effect on error is small either way.
+     Flush moment: HF flushes when the R-th residual token arrives and
+     holds 0..R-1 rows between steps; kvq flushes on the append after
+     that and holds 1..R. Every step attends the same rows in full
+     precision; only the stored bytes differ on every R-th step.
+     Differences from KIVI: no sliding value window, keys per-token, the
+     prompt is fully quantized, and history is re-quantized.
 
    7.1 OTT, outlier token tracing (OTT paper Sec. 3.2, Appendix E), on the
    same regions plus rows[KVQ_ROWS_OUTLIER] (the pool, capacity k) and
