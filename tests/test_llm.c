@@ -1,0 +1,752 @@
+/* tests/test_llm.c - the LLaMA forward pass of examples/llm.h against a
+   direct, naive computation of the same model.
+
+   A tiny random-weight model (dim 32, 2 layers, 4 query heads sharing 2 KV
+   heads, head_dim 8, hidden 64, vocab 50) is built here. The reference below
+   (ref_*) is written independently of llm.h: double precision, plain loops,
+   its own RoPE from the rotation formula, and full causal attention over the
+   K/V it keeps itself (no kvq). Groups:
+     1. RoPE against the formula, both pairings, and its relative-position
+        property (q_m . k_n depends only on m - n)
+     2. llm_forward with a FULL fp32 cache == the reference, tied and untied,
+        adjacent and half-split RoPE, online and eager attention
+     3. llm_prefill then llm_forward == llm_forward token by token
+     4. an 8-bit KIVI cache: logits close to fp32 (bound below), 2-bit worse;
+        prefill logits exactly those of fp32 (the prompt attends to its own
+        full-precision K/V, the documented choice)
+     5. bad arguments return an error and change nothing; a failure inside
+        the layers makes the state refuse until llm_state_reset
+     6. the attention hook's probabilities == the reference softmax; the
+        recorder's K/Q == the reference's post-RoPE K/Q; byte accounting
+   No expected number was captured from running llm.h.                      */
+#define KVQ_IMPLEMENTATION
+#include "kvq.h"
+#include "examples/llm.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Seeded RNG (xorshift64*) and normals.                                    */
+/* ------------------------------------------------------------------------ */
+static unsigned long long rng_s = 1;
+static void rng_seed(unsigned long long s) { rng_s = s * 0x9E3779B97F4A7C15ull + 1; }
+static double rng_unif(void)
+{
+    rng_s ^= rng_s >> 12; rng_s ^= rng_s << 25; rng_s ^= rng_s >> 27;
+    return ((double)((rng_s * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
+}
+static double rng_normal(void)
+{
+    double u1 = rng_unif(), u2 = rng_unif();
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+static void fill(float *x, size_t n, double mean, double sd)
+{
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (float)(mean + sd * rng_normal());
+}
+
+/* ------------------------------------------------------------------------ */
+/* The tiny model.                                                          */
+/* ------------------------------------------------------------------------ */
+enum { DIM = 32, HID = 64, NL = 2, NH = 4, NKV = 2, HD = 8, VOCAB = 50, SEQ = 32 };
+enum { QDIM = NH * HD, KVDIM = NKV * HD, GRP = NH / NKV };
+
+static llm_config tiny_config(llm_rope_pairs pairs, int tied)
+{
+    llm_config c;
+    memset(&c, 0, sizeof c);
+    c.dim = DIM; c.hidden_dim = HID; c.n_layers = NL; c.n_heads = NH;
+    c.n_kv_heads = NKV; c.head_dim = HD; c.vocab_size = VOCAB; c.seq_len = SEQ;
+    c.rope_theta = 10000.0f; c.rms_eps = 1e-5f;
+    c.tied_embeddings = tied; c.rope_pairs = pairs;
+    return c;
+}
+
+/* Weights ~ N(0, 1/in) so activations stay O(1); Wq, Wk scaled up so the
+   softmax is far from uniform (a uniform one would hide position errors);
+   RMS weights near 1.                                                       */
+static int tiny_build(llm_model *m, llm_rope_pairs pairs, int tied, unsigned long long seed)
+{
+    const llm_config c = tiny_config(pairs, tied);
+    m->cfg = c;
+    if (llm_weights_alloc(&m->w, &m->cfg) != KVQ_OK) return 0;
+    rng_seed(seed);
+    fill(m->w.token_embedding, (size_t)VOCAB * DIM, 0.0, 1.0);
+    fill(m->w.rms_att, (size_t)NL * DIM, 1.0, 0.2);
+    fill(m->w.wq, (size_t)NL * QDIM * DIM, 0.0, 3.0 / sqrt(DIM));
+    fill(m->w.wk, (size_t)NL * KVDIM * DIM, 0.0, 3.0 / sqrt(DIM));
+    fill(m->w.wv, (size_t)NL * KVDIM * DIM, 0.0, 1.0 / sqrt(DIM));
+    fill(m->w.wo, (size_t)NL * DIM * QDIM, 0.0, 1.0 / sqrt(QDIM));
+    fill(m->w.rms_ffn, (size_t)NL * DIM, 1.0, 0.2);
+    fill(m->w.w1, (size_t)NL * HID * DIM, 0.0, 1.0 / sqrt(DIM));
+    fill(m->w.w3, (size_t)NL * HID * DIM, 0.0, 1.0 / sqrt(DIM));
+    fill(m->w.w2, (size_t)NL * DIM * HID, 0.0, 1.0 / sqrt(HID));
+    fill(m->w.rms_final, DIM, 1.0, 0.2);
+    if (!tied) fill(m->w.wcls, (size_t)VOCAB * DIM, 0.0, 1.0);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The naive reference, in double. It keeps every post-RoPE K and V and the
+   last softmax of every (layer, query head).                               */
+/* ------------------------------------------------------------------------ */
+typedef struct ref_model {
+    double K[NL][SEQ][KVDIM];      /* post-RoPE keys                         */
+    double V[NL][SEQ][KVDIM];
+    double Q[NL][QDIM];            /* post-RoPE queries of the last token    */
+    double P[NL][NH][SEQ];         /* attention weights of the last token    */
+} ref_model;
+
+/* y (out) = W (out, in) x, the documented orientation.                     */
+static void ref_linear(double *y, const float *W, const double *x, int in, int out)
+{
+    int i, j;
+    for (i = 0; i < out; i++) {
+        y[i] = 0.0;
+        for (j = 0; j < in; j++) y[i] += (double)W[(size_t)i * in + j] * x[j];
+    }
+}
+static void ref_rms(double *y, const double *x, const float *w, int n, double eps)
+{
+    double ss = 0.0;
+    int j;
+    for (j = 0; j < n; j++) ss += x[j] * x[j];
+    ss = 1.0 / sqrt(ss / n + eps);
+    for (j = 0; j < n; j++) y[j] = x[j] * ss * (double)w[j];
+}
+/* RoPE as a complex rotation: channel pair (a, b) is a + ib, multiplied by
+   e^{i pos theta^(-2i/hd)}. The pairing is written out per mode.           */
+static void ref_rope(double *x, int n_heads, int pos, llm_rope_pairs pairs, double theta)
+{
+    int h, i;
+    for (h = 0; h < n_heads; h++)
+        for (i = 0; i < HD / 2; i++) {
+            int ia = pairs == LLM_ROPE_ADJACENT ? 2 * i : i;
+            int ib = pairs == LLM_ROPE_ADJACENT ? 2 * i + 1 : i + HD / 2;
+            double ang = pos / pow(theta, (2.0 * i) / HD);
+            double re = x[h * HD + ia], im = x[h * HD + ib];
+            x[h * HD + ia] = re * cos(ang) - im * sin(ang);
+            x[h * HD + ib] = re * sin(ang) + im * cos(ang);
+        }
+}
+
+static void ref_forward(const llm_model *m, ref_model *r, int token, int pos, double *logits)
+{
+    const llm_weights *w = &m->w;
+    double x[DIM], xb[DIM], q[QDIM], att[QDIM], o[DIM], g[HID], u[HID];
+    int l, h, p, d, j;
+    for (j = 0; j < DIM; j++) x[j] = w->token_embedding[token * DIM + j];
+    for (l = 0; l < NL; l++) {
+        ref_rms(xb, x, w->rms_att + l * DIM, DIM, m->cfg.rms_eps);
+        ref_linear(q, w->wq + (size_t)l * QDIM * DIM, xb, DIM, QDIM);
+        ref_linear(r->K[l][pos], w->wk + (size_t)l * KVDIM * DIM, xb, DIM, KVDIM);
+        ref_linear(r->V[l][pos], w->wv + (size_t)l * KVDIM * DIM, xb, DIM, KVDIM);
+        ref_rope(q, NH, pos, m->cfg.rope_pairs, m->cfg.rope_theta);
+        ref_rope(r->K[l][pos], NKV, pos, m->cfg.rope_pairs, m->cfg.rope_theta);
+        memcpy(r->Q[l], q, sizeof q);
+        /* query head h reads KV head h / (NH / NKV)                         */
+        for (h = 0; h < NH; h++) {
+            int kv = h / GRP;
+            double s[SEQ], mx = -1e300, sum = 0.0;
+            for (p = 0; p <= pos; p++) {
+                s[p] = 0.0;
+                for (d = 0; d < HD; d++) s[p] += q[h * HD + d] * r->K[l][p][kv * HD + d];
+                s[p] /= sqrt((double)HD);
+                if (s[p] > mx) mx = s[p];
+            }
+            for (p = 0; p <= pos; p++) sum += exp(s[p] - mx);
+            for (d = 0; d < HD; d++) att[h * HD + d] = 0.0;
+            for (p = 0; p <= pos; p++) {
+                double wgt = exp(s[p] - mx) / sum;
+                r->P[l][h][p] = wgt;
+                for (d = 0; d < HD; d++) att[h * HD + d] += wgt * r->V[l][p][kv * HD + d];
+            }
+        }
+        ref_linear(o, w->wo + (size_t)l * DIM * QDIM, att, QDIM, DIM);
+        for (j = 0; j < DIM; j++) x[j] += o[j];
+        ref_rms(xb, x, w->rms_ffn + l * DIM, DIM, m->cfg.rms_eps);
+        ref_linear(g, w->w1 + (size_t)l * HID * DIM, xb, DIM, HID);
+        ref_linear(u, w->w3 + (size_t)l * HID * DIM, xb, DIM, HID);
+        for (j = 0; j < HID; j++) g[j] = g[j] / (1.0 + exp(-g[j])) * u[j];
+        ref_linear(o, w->w2 + (size_t)l * DIM * HID, g, HID, DIM);
+        for (j = 0; j < DIM; j++) x[j] += o[j];
+    }
+    ref_rms(xb, x, w->rms_final, DIM, m->cfg.rms_eps);
+    ref_linear(logits, m->cfg.tied_embeddings ? w->token_embedding : w->wcls, xb, DIM, VOCAB);
+}
+
+/* max |a - b| / max |b|: the error relative to the logits' scale.          */
+static double rel_err_f(const float *a, const float *b, int n)
+{
+    double e = 0.0, s = 0.0;
+    int i;
+    for (i = 0; i < n; i++) {
+        if (fabs((double)a[i] - b[i]) > e) e = fabs((double)a[i] - b[i]);
+        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
+    }
+    return s > 0 ? e / s : e;
+}
+static double rel_err_d(const float *a, const double *b, int n)
+{
+    double e = 0.0, s = 0.0;
+    int i;
+    for (i = 0; i < n; i++) {
+        if (fabs(a[i] - b[i]) > e) e = fabs(a[i] - b[i]);
+        if (fabs(b[i]) > s) s = fabs(b[i]);
+    }
+    return s > 0 ? e / s : e;
+}
+
+static int toks[SEQ];
+static void make_tokens(unsigned long long seed)
+{
+    int t;
+    rng_seed(seed);
+    for (t = 0; t < SEQ; t++) toks[t] = (int)(rng_unif() * VOCAB);
+}
+
+/* A state with one cache config for every (layer, kv head).               */
+static int state_with(llm_state *s, const llm_model *m, const kvq_config *cc,
+                      int max_prefill, kvq_attn_mode mode)
+{
+    llm_opts o = llm_opts_default();
+    o.cache_fn = cc ? llm_cache_same : NULL;
+    o.cache_user = (void *)cc;
+    o.max_prefill = max_prefill;
+    o.attn_mode = mode;
+    if (llm_state_init(s, m, &o) != KVQ_OK) {
+        printf("  state init failed: %s\n", s->why);
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1. RoPE                                                                  */
+/* ------------------------------------------------------------------------ */
+/* Tolerance 1e-5 on O(1) values: a float rotation costs a few ulps (1e-7)
+   and the angle is rounded once to float cos/sin.                          */
+static void test_rope(void)
+{
+    int pairs, ip, i;
+    const int positions[4] = {0, 1, 7, 1000};
+    for (pairs = 0; pairs < 2; pairs++)
+        for (ip = 0; ip < 4; ip++) {
+            float x[NH * HD], cs[HD / 2], sn[HD / 2];
+            double ref[NH * HD], err = 0.0;
+            rng_seed(10 + ip);
+            fill(x, NH * HD, 0.0, 1.0);
+            for (i = 0; i < NH * HD; i++) ref[i] = x[i];
+            llm_rope_table(10000.0, HD, positions[ip], cs, sn);
+            llm_rope(x, NH, HD, (llm_rope_pairs)pairs, cs, sn);
+            ref_rope(ref, NH, positions[ip], (llm_rope_pairs)pairs, 10000.0);
+            for (i = 0; i < NH * HD; i++)
+                if (fabs(x[i] - ref[i]) > err) err = fabs(x[i] - ref[i]);
+            CHECK(err < 1e-5, "rope pairs %d pos %d: max error %g", pairs, positions[ip], err);
+        }
+    /* RoFormer's point: <R_m q, R_n k> depends on m - n only.               */
+    for (pairs = 0; pairs < 2; pairs++) {
+        float q0[HD], k0[HD], q[HD], k[HD], cs[HD / 2], sn[HD / 2];
+        double dots[3];
+        const int mn[3][2] = {{5, 2}, {13, 10}, {300, 297}};
+        int j;
+        rng_seed(77);
+        fill(q0, HD, 0.0, 1.0);
+        fill(k0, HD, 0.0, 1.0);
+        for (j = 0; j < 3; j++) {
+            memcpy(q, q0, sizeof q); memcpy(k, k0, sizeof k);
+            llm_rope_table(10000.0, HD, mn[j][0], cs, sn);
+            llm_rope(q, 1, HD, (llm_rope_pairs)pairs, cs, sn);
+            llm_rope_table(10000.0, HD, mn[j][1], cs, sn);
+            llm_rope(k, 1, HD, (llm_rope_pairs)pairs, cs, sn);
+            dots[j] = 0.0;
+            for (i = 0; i < HD; i++) dots[j] += (double)q[i] * k[i];
+        }
+        CHECK(fabs(dots[0] - dots[1]) < 1e-4 && fabs(dots[0] - dots[2]) < 1e-4,
+              "rope pairs %d: q.k at offsets 3 differ: %g %g %g", pairs, dots[0], dots[1],
+              dots[2]);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 2. forward == the naive reference (FULL fp32 cache)                      */
+/* ------------------------------------------------------------------------ */
+/* Tolerance: 1e-4 of the logits' largest magnitude. llm.h computes in fp32
+   (unit roundoff 6e-8); a dot product over <= 64 terms and two layers of
+   norms, softmaxes and residual adds keep the error near 1e-6 relative, so
+   1e-4 leaves room for summation order while any real mistake (a wrong
+   pairing, head grouping or orientation) is O(1).                           */
+static void test_forward_vs_ref(void)
+{
+    static ref_model r;
+    int variant, t;
+    const int n_tok = 20;
+    make_tokens(3);
+    for (variant = 0; variant < 6; variant++) {
+        llm_rope_pairs pairs = (variant & 1) ? LLM_ROPE_HALF : LLM_ROPE_ADJACENT;
+        int tied = (variant >> 1) & 1;
+        kvq_attn_mode mode = variant >= 4 ? KVQ_ATTN_EAGER : KVQ_ATTN_ONLINE;
+        kvq_config full = kvq_config_full(HD, 32);
+        llm_model m;
+        llm_state s;
+        double worst = 0.0, ref_logits[VOCAB];
+        if (variant >= 4) pairs = variant == 4 ? LLM_ROPE_ADJACENT : LLM_ROPE_HALF;
+        CHECK(tiny_build(&m, pairs, tied, 100 + variant), "build");
+        if (!state_with(&s, &m, &full, 0, mode)) { CHECK(0, "init"); continue; }
+        for (t = 0; t < n_tok; t++) {
+            float *lg = llm_forward(&m, &s, toks[t], t);
+            ref_forward(&m, &r, toks[t], t, ref_logits);
+            if (!lg) { CHECK(0, "forward failed: %s", s.why); break; }
+            if (rel_err_d(lg, ref_logits, VOCAB) > worst) worst = rel_err_d(lg, ref_logits, VOCAB);
+        }
+        CHECK(worst < 1e-4, "variant %d (pairs %d tied %d mode %d): relative error %g",
+              variant, (int)pairs, tied, (int)mode, worst);
+        printf("  forward vs naive double, %s RoPE, %s, %s: max rel err %.2e (bound 1e-4)\n",
+               pairs == LLM_ROPE_ADJACENT ? "adjacent" : "half", tied ? "tied" : "untied",
+               mode == KVQ_ATTN_EAGER ? "eager" : "online", worst);
+        llm_state_free(&s);
+        llm_weights_free(&m.w);
+    }
+    /* the pairing matters: a model run with the other pairing disagrees
+       with the reference by O(1), so the check above can fail              */
+    {
+        llm_model m;
+        llm_state s;
+        double ref_logits[VOCAB], worst = 0.0;
+        CHECK(tiny_build(&m, LLM_ROPE_ADJACENT, 1, 100), "build");
+        if (state_with(&s, &m, NULL, 0, KVQ_ATTN_ONLINE)) {
+            for (t = 0; t < 8; t++) {
+                float *lg;
+                m.cfg.rope_pairs = LLM_ROPE_HALF;
+                s.cfg.rope_pairs = LLM_ROPE_HALF;
+                lg = llm_forward(&m, &s, toks[t], t);
+                m.cfg.rope_pairs = LLM_ROPE_ADJACENT;
+                ref_forward(&m, &r, toks[t], t, ref_logits);
+                if (lg && rel_err_d(lg, ref_logits, VOCAB) > worst)
+                    worst = rel_err_d(lg, ref_logits, VOCAB);
+            }
+            CHECK(worst > 1e-2, "wrong pairing not detected (rel err %g)", worst);
+            llm_state_free(&s);
+        }
+        llm_weights_free(&m.w);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3. prefill then forward == forward only                                  */
+/* ------------------------------------------------------------------------ */
+/* Both use fp32 and the same matmul; only the prompt's attention differs in
+   summation order (llm.h's own loop vs kvq_attend), so 1e-5 relative.      */
+static void test_prefill(void)
+{
+    static float all[12 * VOCAB], seq_logits[SEQ][VOCAB];
+    static ref_model r;
+    const int n_prompt = 12, n_tok = 20;
+    llm_model m;
+    llm_state a, b;
+    int t;
+    double worst = 0.0, worst_ref = 0.0, ref_logits[VOCAB];
+    make_tokens(5);
+    CHECK(tiny_build(&m, LLM_ROPE_ADJACENT, 1, 200), "build");
+    if (!state_with(&a, &m, NULL, 0, KVQ_ATTN_ONLINE)) { CHECK(0, "init a"); return; }
+    if (!state_with(&b, &m, NULL, 16, KVQ_ATTN_ONLINE)) { CHECK(0, "init b"); return; }
+    for (t = 0; t < n_tok; t++) {
+        float *lg = llm_forward(&m, &a, toks[t], t);
+        ref_forward(&m, &r, toks[t], t, ref_logits);
+        if (!lg) { CHECK(0, "forward: %s", a.why); return; }
+        memcpy(seq_logits[t], lg, sizeof seq_logits[t]);
+        if (t < n_prompt && rel_err_d(lg, ref_logits, VOCAB) > worst_ref)
+            worst_ref = rel_err_d(lg, ref_logits, VOCAB);
+    }
+    {
+        float *lg = llm_prefill(&m, &b, toks, n_prompt, all);
+        CHECK(lg != NULL, "prefill: %s", b.why);
+        if (!lg) return;
+        CHECK(b.n_pos == n_prompt, "prefill left n_pos %d", b.n_pos);
+        CHECK(memcmp(lg, all + (size_t)(n_prompt - 1) * VOCAB, sizeof(float) * VOCAB) == 0,
+              "prefill's return is not its last all_logits row");
+        for (t = 0; t < n_prompt; t++)
+            if (rel_err_f(all + (size_t)t * VOCAB, seq_logits[t], VOCAB) > worst)
+                worst = rel_err_f(all + (size_t)t * VOCAB, seq_logits[t], VOCAB);
+    }
+    for (t = n_prompt; t < n_tok; t++) {
+        float *lg = llm_forward(&m, &b, toks[t], t);
+        if (!lg) { CHECK(0, "forward after prefill: %s", b.why); break; }
+        if (rel_err_f(lg, seq_logits[t], VOCAB) > worst) worst = rel_err_f(lg, seq_logits[t], VOCAB);
+    }
+    CHECK(worst < 1e-5, "prefill+forward vs forward only: rel err %g", worst);
+    CHECK(worst_ref < 1e-4, "forward vs reference on the prompt: %g", worst_ref);
+    printf("  prefill(%d)+forward vs forward only (FULL32): max rel err %.2e (bound 1e-5)\n",
+           n_prompt, worst);
+    /* without all_logits: the same last row                                 */
+    llm_state_reset(&b);
+    {
+        float *lg = llm_prefill(&m, &b, toks, n_prompt, NULL);
+        CHECK(lg && rel_err_f(lg, seq_logits[n_prompt - 1], VOCAB) < 1e-5,
+              "prefill without all_logits");
+    }
+    llm_state_free(&a);
+    llm_state_free(&b);
+    llm_weights_free(&m.w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 4. quantized caches                                                      */
+/* ------------------------------------------------------------------------ */
+/* KIVI with G = R = 8 (the paper's 32/128 would quantize nothing in 20
+   tokens): keys per-channel, values per-token groups of 8.                 */
+static kvq_config kivi_small(int bits)
+{
+    kvq_config c = kvq_config_kivi(HD, bits);
+    c.group = 8;
+    c.residual = 8;
+    c.value_group = 8;
+    return c;
+}
+
+/* Max relative logit error of a cache against fp32 over n_tok tokens.      */
+static double cache_error(const llm_model *m, const kvq_config *cc, int n_tok,
+                          size_t *quantized_keys)
+{
+    llm_state a, b;
+    int t;
+    double worst = 0.0;
+    if (!state_with(&a, m, NULL, 0, KVQ_ATTN_ONLINE)) return 1e9;
+    if (!state_with(&b, m, cc, 0, KVQ_ATTN_ONLINE)) { llm_state_free(&a); return 1e9; }
+    for (t = 0; t < n_tok; t++) {
+        float *la = llm_forward(m, &a, toks[t], t), *lb = llm_forward(m, &b, toks[t], t);
+        if (!la || !lb) { worst = 1e9; printf("  %s %s\n", a.why, b.why); break; }
+        if (rel_err_f(lb, la, VOCAB) > worst) worst = rel_err_f(lb, la, VOCAB);
+    }
+    if (quantized_keys) {
+        kvq_census cen;
+        *quantized_keys = 0;
+        if (kvq_cache_census(llm_cache(&b, NL - 1, NKV - 1), &cen) == KVQ_OK)
+            *quantized_keys = cen.quantized[0];
+    }
+    llm_state_free(&a);
+    llm_state_free(&b);
+    return worst;
+}
+
+/* Bound for 8 bits. This model is deliberately sensitive (Wq, Wk scaled so
+   the softmax is sharp): even fp16 rows, relative rounding <= 2^-11, move
+   its logits by about 1e-3 (printed as a yardstick). An 8-bit code errs by
+   at most half a step, range/510: up to ~8x fp16's rounding relative to a
+   group's largest value. Error propagation being first-order at this size,
+   we expect ~1e-2 and require < 2e-2 of the logits' scale. So the test is
+   not vacuous: the error must exceed fp16's (keys really were quantized,
+   16 of 20 after KIVI's flushes at R = 8), and 2-bit (step range/3) must be
+   far worse.                                                               */
+static void test_quantized(void)
+{
+    llm_model m;
+    kvq_config k8 = kivi_small(8), k2 = kivi_small(2), f16 = kvq_config_full(HD, 16);
+    size_t qk = 0;
+    double e8, e2, e16;
+    make_tokens(9);
+    CHECK(tiny_build(&m, LLM_ROPE_ADJACENT, 1, 300), "build");
+    e8 = cache_error(&m, &k8, 20, &qk);
+    e2 = cache_error(&m, &k2, 20, NULL);
+    e16 = cache_error(&m, &f16, 20, NULL);
+    CHECK(e8 < 2e-2, "KIVI-8 logits: rel err %g (bound 2e-2)", e8);
+    CHECK(e8 > e16, "KIVI-8 error %g not above fp16 rows' %g: was anything quantized?",
+          e8, e16);
+    CHECK(qk == 16, "KIVI-8 cache holds %lu quantized keys after 20 tokens (expected 16)",
+          (unsigned long)qk);
+    CHECK(e2 > 10.0 * e8, "KIVI-2 error %g not far above KIVI-8 error %g", e2, e8);
+    printf("  vs fp32 over 20 tokens, max rel logit err: fp16 rows %.2e, KIVI-8 (G=R=8) "
+           "%.2e (bound 2e-2), KIVI-2 %.2e (> 10x KIVI-8)\n", e16, e8, e2);
+
+    /* prefill with KIVI-8: the prompt attends to its own fp32 K/V, so the
+       prompt's logits are fp32's even though the cache quantized it (KIVI
+       Algorithm 1 quantizes 16 of 16 keys: T - T % R)                       */
+    {
+        llm_state a, b;
+        float la[VOCAB];
+        const int n_prompt = 16;
+        if (state_with(&a, &m, NULL, n_prompt, KVQ_ATTN_ONLINE) &&
+            state_with(&b, &m, &k8, n_prompt, KVQ_ATTN_ONLINE)) {
+            float *p = llm_prefill(&m, &a, toks, n_prompt, NULL), *q;
+            if (p) memcpy(la, p, sizeof la);
+            q = llm_prefill(&m, &b, toks, n_prompt, NULL);
+            CHECK(p && q && memcmp(la, q, sizeof la) == 0,
+                  "prefill logits with KIVI-8 differ from fp32");
+            {
+                kvq_census cen;
+                CHECK(kvq_cache_census(llm_cache(&b, 0, 0), &cen) == KVQ_OK &&
+                      cen.quantized[0] == 16, "prefill did not apply KIVI's rule");
+            }
+            p = llm_forward(&m, &a, toks[n_prompt], n_prompt);
+            if (p) memcpy(la, p, sizeof la);
+            q = llm_forward(&m, &b, toks[n_prompt], n_prompt);
+            CHECK(p && q && rel_err_f(q, la, VOCAB) > 0.0 && rel_err_f(q, la, VOCAB) < 2e-2,
+                  "first decoded token after a KIVI-8 prefill: rel err %g",
+                  p && q ? rel_err_f(q, la, VOCAB) : -1.0);
+        } else CHECK(0, "init");
+        llm_state_free(&a);
+        llm_state_free(&b);
+    }
+    llm_weights_free(&m.w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 5. bad arguments                                                         */
+/* ------------------------------------------------------------------------ */
+static kvq_config cfg_bad_dim(void *user, int layer, int kv, size_t hd)
+{
+    (void)user; (void)layer; (void)kv;
+    return kvq_config_full(hd + 1, 32);
+}
+
+static void test_bad_args(void)
+{
+    static ref_model r;
+    llm_model m;
+    llm_state s;
+    double ref_logits[VOCAB];
+    float *lg;
+    int t;
+    make_tokens(11);
+    CHECK(tiny_build(&m, LLM_ROPE_ADJACENT, 1, 400), "build");
+    if (!state_with(&s, &m, NULL, 8, KVQ_ATTN_ONLINE)) { CHECK(0, "init"); return; }
+    /* two good tokens                                                       */
+    for (t = 0; t < 2; t++) {
+        CHECK(llm_forward(&m, &s, toks[t], t) != NULL, "forward %d", t);
+        ref_forward(&m, &r, toks[t], t, ref_logits);
+    }
+    /* each bad call fails, says why, and leaves the position alone          */
+    CHECK(!llm_forward(&m, &s, VOCAB, 2) && s.status == KVQ_ERR_SIZE, "token = vocab");
+    CHECK(!llm_forward(&m, &s, -1, 2) && s.status == KVQ_ERR_SIZE, "token = -1");
+    CHECK(!llm_forward(&m, &s, 1, SEQ) && s.status == KVQ_ERR_SIZE, "pos = seq_len");
+    CHECK(!llm_forward(&m, &s, 1, -3) && s.status == KVQ_ERR_SIZE, "pos < 0");
+    CHECK(!llm_forward(&m, &s, 1, 5) && s.status == KVQ_ERR_STATE, "pos skips ahead");
+    CHECK(!llm_forward(&m, &s, 1, 1) && s.status == KVQ_ERR_STATE, "pos repeats");
+    CHECK(!llm_forward(NULL, &s, 1, 2) && s.status == KVQ_ERR_NULL, "NULL model");
+    CHECK(!llm_forward(&m, NULL, 1, 2), "NULL state");
+    CHECK(!llm_prefill(&m, &s, toks, 4, NULL) && s.status == KVQ_ERR_STATE,
+          "prefill on a non-empty state");
+    CHECK(s.why[0] != '\0', "no reason given");
+    CHECK(s.n_pos == 2, "bad calls moved the position to %d", s.n_pos);
+    /* and the state still computes the right thing                          */
+    lg = llm_forward(&m, &s, toks[2], 2);
+    ref_forward(&m, &r, toks[2], 2, ref_logits);
+    CHECK(lg && rel_err_d(lg, ref_logits, VOCAB) < 1e-4, "forward after bad calls");
+
+    /* fill to seq_len: the next position does not exist                     */
+    for (t = 3; t < SEQ; t++) CHECK(llm_forward(&m, &s, toks[t], t) != NULL, "fill %d", t);
+    CHECK(!llm_forward(&m, &s, 1, SEQ) && s.status == KVQ_ERR_SIZE, "pos = seq_len, full");
+
+    /* prefill arguments                                                     */
+    llm_state_reset(&s);
+    {
+        int bad[4];
+        memcpy(bad, toks, sizeof bad);
+        bad[2] = VOCAB + 3;
+        CHECK(!llm_prefill(&m, &s, toks, 0, NULL) && s.status == KVQ_ERR_SIZE, "prefill 0");
+        CHECK(!llm_prefill(&m, &s, toks, 9, NULL) && s.status == KVQ_ERR_SIZE,
+              "prefill > max_prefill");
+        CHECK(!llm_prefill(&m, &s, bad, 4, NULL) && s.status == KVQ_ERR_SIZE,
+              "prefill with a bad token");
+        CHECK(!llm_prefill(&m, &s, NULL, 4, NULL) && s.status == KVQ_ERR_NULL,
+              "prefill NULL tokens");
+        CHECK(s.n_pos == 0 && llm_prefill(&m, &s, toks, 4, NULL) != NULL,
+              "prefill after bad calls: %s", s.why);
+    }
+
+    /* a NaN inside the layers: the cache refuses it; the state then refuses
+       every call (its caches disagree) until reset                          */
+    llm_state_reset(&s);
+    {
+        float saved = m.w.token_embedding[(size_t)toks[0] * DIM];
+        m.w.token_embedding[(size_t)toks[0] * DIM] = NAN;
+        CHECK(!llm_forward(&m, &s, toks[0], 0) && s.status == KVQ_ERR_NONFINITE,
+              "NaN embedding: status %d (%s)", (int)s.status, s.why);
+        m.w.token_embedding[(size_t)toks[0] * DIM] = saved;
+        CHECK(!llm_forward(&m, &s, toks[0], 0) && s.status == KVQ_ERR_STATE,
+              "state not refused after a failure inside the layers");
+        CHECK(llm_state_reset(&s) == KVQ_OK && llm_forward(&m, &s, toks[0], 0) != NULL,
+              "reset did not recover");
+    }
+    llm_state_free(&s);
+
+    /* bad configs at init: an error and a reason, nothing leaked (ASan)      */
+    {
+        llm_model bad = m;
+        llm_opts o = llm_opts_default();
+        kvq_config k3 = kvq_config_kivi(HD, 3);
+        bad.cfg.n_kv_heads = 3;
+        CHECK(llm_state_init(&s, &bad, NULL) == KVQ_ERR_CONFIG && s.why[0], "kv heads 3");
+        bad = m; bad.cfg.head_dim = 7;
+        CHECK(llm_state_init(&s, &bad, NULL) == KVQ_ERR_CONFIG, "odd head_dim");
+        bad = m; bad.cfg.rope_pairs = (llm_rope_pairs)7;
+        CHECK(llm_state_init(&s, &bad, NULL) == KVQ_ERR_CONFIG, "bad rope_pairs");
+        bad = m; bad.w.wk = NULL;
+        CHECK(llm_state_init(&s, &bad, NULL) == KVQ_ERR_NULL, "NULL weight");
+        o.cache_fn = cfg_bad_dim;
+        CHECK(llm_state_init(&s, &m, &o) == KVQ_ERR_CONFIG, "cache head_dim mismatch");
+        o.cache_fn = llm_cache_same; o.cache_user = &k3;
+        CHECK(llm_state_init(&s, &m, &o) == KVQ_ERR_BITS && s.why[0],
+              "3-bit cache accepted (%s)", s.why);
+        o = llm_opts_default(); o.max_prefill = SEQ + 1;
+        CHECK(llm_state_init(&s, &m, &o) == KVQ_ERR_SIZE, "max_prefill > seq_len");
+        CHECK(llm_state_init(NULL, &m, NULL) == KVQ_ERR_NULL, "NULL state");
+    }
+    llm_weights_free(&m.w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 6. hook, recorder, bytes                                                 */
+/* ------------------------------------------------------------------------ */
+typedef struct hook_log {
+    ref_model *r;
+    int calls, fail_at;
+    double worst;     /* max |p - reference p|                               */
+} hook_log;
+
+static int hook_fn(void *user, int layer, int kv, int pos, const float *probs, int n_q,
+                   kvq_cache *c)
+{
+    hook_log *h = (hook_log *)user;
+    int j, p;
+    (void)c;
+    h->calls++;
+    if (h->calls == h->fail_at) return 1;
+    for (j = 0; j < n_q; j++)
+        for (p = 0; p <= pos; p++) {
+            double e = fabs(probs[j * (pos + 1) + p] - h->r->P[layer][kv * n_q + j][p]);
+            if (e > h->worst) h->worst = e;
+        }
+    return 0;
+}
+
+static void test_hook_capture_bytes(void)
+{
+    static ref_model r;
+    llm_model m;
+    llm_state s;
+    llm_opts o = llm_opts_default();
+    llm_recorder rec[2];
+    hook_log hl;
+    double ref_logits[VOCAB], worst_k = 0.0, worst_q = 0.0, worst_lg = 0.0;
+    int t, d;
+    const int n_tok = 12;
+    make_tokens(13);
+    CHECK(tiny_build(&m, LLM_ROPE_HALF, 0, 500), "build");
+    memset(&hl, 0, sizeof hl);
+    hl.r = &r;
+    CHECK(llm_recorder_init(&rec[0], &m.cfg, 1, 1, SEQ) == KVQ_OK, "recorder");
+    CHECK(llm_recorder_init(&rec[1], &m.cfg, 0, 0, 4) == KVQ_OK, "recorder");
+    rec[0].next = &rec[1];
+    o.hook = hook_fn; o.hook_user = &hl;
+    o.capture = llm_record; o.capture_user = &rec[0];
+    o.reserve = SEQ;
+    if (llm_state_init(&s, &m, &o) != KVQ_OK) { CHECK(0, "init: %s", s.why); return; }
+    for (t = 0; t < n_tok; t++) {
+        /* (this hook's comparison runs before r reaches position t and is
+           not checked here; the lockstep run below checks it)               */
+        float *lg = llm_forward(&m, &s, toks[t], t);
+        ref_forward(&m, &r, toks[t], t, ref_logits);
+        if (!lg) { CHECK(0, "forward: %s", s.why); break; }
+        if (rel_err_d(lg, ref_logits, VOCAB) > worst_lg) worst_lg = rel_err_d(lg, ref_logits, VOCAB);
+        for (d = 0; d < KVDIM / NKV; d++) {
+            double e = fabs(rec[0].K[(size_t)t * HD + d] - r.K[1][t][1 * HD + d]);
+            if (e > worst_k) worst_k = e;
+        }
+        for (d = 0; d < GRP * HD; d++) {
+            double e = fabs(rec[0].Q[(size_t)t * GRP * HD + d] - r.Q[1][1 * GRP * HD + d]);
+            if (e > worst_q) worst_q = e;
+        }
+    }
+    CHECK(hl.calls == n_tok * NL * NKV, "hook called %d times, expected %d", hl.calls,
+          n_tok * NL * NKV);
+    CHECK(worst_lg < 1e-4, "eager (hook) logits vs reference: %g", worst_lg);
+    CHECK(worst_k < 1e-4 && worst_q < 1e-4, "recorded K/Q vs reference: %g %g", worst_k,
+          worst_q);
+    CHECK(rec[0].n == (size_t)n_tok && rec[1].n == 4, "recorder counts %lu %lu",
+          (unsigned long)rec[0].n, (unsigned long)rec[1].n);
+    printf("  hook/recorder (eager, half RoPE, untied): logits %.2e, K %.2e, Q %.2e\n",
+           worst_lg, worst_k, worst_q);
+
+    /* byte accounting: fp32 rows are 32 bits per element, every token,
+       every (layer, kv head), K and V                                       */
+    {
+        kvq_bytes b;
+        CHECK(llm_state_bytes(&s, &b) == KVQ_OK, "bytes");
+        CHECK(b.payload == (size_t)NL * NKV * n_tok * HD * 4 * 2 &&
+              fabs(b.bits_per_element - 32.0) < 1e-12,
+              "FULL32 payload %lu, %g bits", (unsigned long)b.payload, b.bits_per_element);
+    }
+    llm_state_free(&s);
+
+    /* the hook sees the reference's softmax at the same position: compare
+       with a hook-only state stepped in lockstep with the reference         */
+    {
+        llm_opts o2 = llm_opts_default();
+        hook_log h2;
+        memset(&h2, 0, sizeof h2);
+        h2.r = &r;
+        o2.hook = hook_fn; o2.hook_user = &h2;
+        if (llm_state_init(&s, &m, &o2) == KVQ_OK) {
+            for (t = 0; t < n_tok; t++) {
+                ref_forward(&m, &r, toks[t], t, ref_logits);   /* first: P(t) */
+                CHECK(llm_forward(&m, &s, toks[t], t) != NULL, "forward");
+            }
+            CHECK(h2.worst < 1e-5, "hook probabilities vs reference softmax: %g", h2.worst);
+            printf("  hook probabilities vs naive softmax: max abs err %.2e (bound 1e-5)\n",
+                   h2.worst);
+            /* a hook that returns non-zero aborts with KVQ_ERR_STATE         */
+            llm_state_reset(&s);
+            h2.calls = 0; h2.fail_at = 3;
+            CHECK(!llm_forward(&m, &s, toks[0], 0) && s.status == KVQ_ERR_STATE,
+                  "hook abort not reported");
+            llm_state_free(&s);
+        } else CHECK(0, "init");
+    }
+
+    /* prefill feeds the recorder the same post-RoPE K and the hook the
+       prompt's (full-precision) softmax                                     */
+    {
+        llm_opts o3 = llm_opts_default();
+        llm_recorder rp;
+        hook_log h3;
+        memset(&h3, 0, sizeof h3);
+        h3.r = &r;
+        CHECK(llm_recorder_init(&rp, &m.cfg, 1, 1, SEQ) == KVQ_OK, "recorder");
+        o3.capture = llm_record; o3.capture_user = &rp;
+        o3.hook = hook_fn; o3.hook_user = &h3;
+        o3.max_prefill = n_tok;
+        if (llm_state_init(&s, &m, &o3) == KVQ_OK) {
+            double wk = 0.0;
+            CHECK(llm_prefill(&m, &s, toks, n_tok, NULL) != NULL, "prefill: %s", s.why);
+            for (t = 0; t < n_tok * HD; t++) {
+                double e = fabs(rp.K[t] - rec[0].K[t]);
+                if (e > wk) wk = e;
+            }
+            CHECK(rp.n == (size_t)n_tok && wk < 1e-5, "prefill capture: n %lu err %g",
+                  (unsigned long)rp.n, wk);
+            CHECK(h3.calls == n_tok * NL * NKV, "prefill hook calls %d", h3.calls);
+            llm_state_free(&s);
+        } else CHECK(0, "init");
+        llm_recorder_free(&rp);
+    }
+    llm_recorder_free(&rec[0]);
+    llm_recorder_free(&rec[1]);
+    llm_weights_free(&m.w);
+}
+
+int main(void)
+{
+    test_rope();
+    test_forward_vs_ref();
+    test_prefill();
+    test_quantized();
+    test_bad_args();
+    test_hook_capture_bytes();
+    return TEST_END("test_llm");
+}
