@@ -420,6 +420,7 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+#ifndef LLM_NO_MAIN   /* tests/test_model.c includes this file for its loader */
 static const char *ALL_METHODS[] = {
     "fp32", "kivi4", "kivi2", "hf4", "hf2", "kivi2-KtVt", "kivi2-KcVc", "kivi2-KtVc",
     "ott2", "logquant2", "streaming", "h2o", "snapkv"
@@ -585,3 +586,4 @@ int main(int argc, char **argv)
     model_close(&f);
     return rc;
 }
+#endif /* LLM_NO_MAIN */

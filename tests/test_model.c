@@ -1,0 +1,113 @@
+/* tests/test_model.c - the real SmolLM2-135M model, when `make model` has
+   fetched it (CI does): tokenization, greedy agreement of an 8-bit cache
+   with fp32, and a perplexity sanity bound. Without the model file every
+   check is skipped with a message (the other tests cover the code paths on
+   small files they write themselves).
+
+   Reference ids: the Hugging Face `tokenizers` library run offline on this
+   GGUF's own vocabulary and merges with the smollm pre-tokenizer (digits
+   split, then GPT-2 byte-level), no BOS (the file sets add_bos_token false). */
+#define LLM_NO_MAIN
+#include "examples/llm.c"
+#include "test.h"
+
+#ifdef KVQ_TEST_QUICK          /* the sanitizer build: a shorter text       */
+#define N_PPL 48
+#else
+#define N_PPL 256
+#endif
+
+static void test_tokenizer(model_file *f)
+{
+    static const char *text = "The quick brown fox jumps over the lazy dog.";
+    static const int want[] = { 504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30 };
+    int n, i, *ids = encode(f, text, strlen(text), &n), same = ids != NULL;
+    CHECK(ids && n == 10, "fixed sentence: %d tokens, reference 10", ids ? n : -1);
+    for (i = 0; same && i < n && i < 10; i++) same = ids[i] == want[i];
+    CHECK(same, "fixed sentence ids differ from the reference tokenizer");
+    free(ids);
+}
+
+/* Greedy tokens after a prompt with the cache method `name`.               */
+static int greedy(model_file *f, const char *name, const int *prompt, int n, int *out, int n_out)
+{
+    method M;
+    llm_state s;
+    const float *lg = NULL;
+    int t;
+    if (!method_make(&M, name, &f->m.cfg, 256) || !state_for(&s, f, &M, 0)) return 0;
+    for (t = 0; t < n; t++) lg = llm_forward(&f->m, &s, prompt[t], t);
+    for (t = 0; t < n_out && lg; t++) {
+        out[t] = argmax(lg, f->m.cfg.vocab_size);
+        lg = llm_forward(&f->m, &s, out[t], n + t);
+    }
+    llm_state_free(&s);
+    method_free(&M);
+    return t == n_out;
+}
+
+static void test_greedy_and_ppl(model_file *f)
+{
+    static const char *prompt = "The capital of France is";
+    int n, *ids = encode(f, prompt, strlen(prompt), &n), a[8], b[8], i, same = 1;
+    method M;
+    run_result R;
+    size_t len;
+    char *text;
+    int *gpl, n_gpl;
+    /* 8-bit KIVI: a config of the same schedule with B = 8                  */
+    CHECK(ids && greedy(f, "fp32", ids, n, a, 8), "fp32 greedy run");
+    {
+        kvq_config c8 = kvq_config_kivi((size_t)f->m.cfg.head_dim, 8);
+        llm_opts o = llm_opts_default();
+        llm_state s;
+        const float *lg = NULL;
+        int t;
+        o.cache_fn = llm_cache_same;
+        o.cache_user = &c8;
+        CHECK(llm_state_init(&s, &f->m, &o) == KVQ_OK, "8-bit state");
+        for (t = 0; t < n; t++) lg = llm_forward(&f->m, &s, ids[t], t);
+        for (t = 0; t < 8 && lg; t++) { b[t] = argmax(lg, f->m.cfg.vocab_size); lg = llm_forward(&f->m, &s, b[t], n + t); }
+        llm_state_free(&s);
+    }
+    for (i = 0; i < 8; i++) same &= a[i] == b[i];
+    CHECK(same, "greedy tokens with an 8-bit KIVI cache differ from fp32 in the first 8");
+    free(ids);
+    /* perplexity of fp32 on the first 256 tokens of the GPL-3 text: a
+       135M model on plain English legal prose lands far below the vocab
+       size; 60 is a loose sanity bound (it catches a broken forward pass,
+       RoPE pairing or tokenizer, which give hundreds or more)              */
+    text = read_file("/usr/share/common-licenses/GPL-3", &len);
+    if (!text) { printf("  skip: no /usr/share/common-licenses/GPL-3\n"); return; }
+    gpl = encode(f, text, len, &n_gpl);
+    free(text);
+    CHECK(gpl && n_gpl > N_PPL, "GPL-3 tokenized");
+    if (gpl && method_make(&M, "fp32", &f->m.cfg, 0) && run_method(f, &M, gpl, N_PPL, 0, 0, &R)) {
+        printf("  fp32 perplexity on %d GPL-3 tokens: %.2f\n", N_PPL, R.ppl);
+        CHECK(R.ppl > 1.0 && R.ppl < 60.0, "perplexity %.2f outside (1, 60)", R.ppl);
+    } else {
+        CHECK(0, "perplexity run failed");
+    }
+    method_free(&M);
+    free(gpl);
+}
+
+int main(void)
+{
+    model_file f;
+    FILE *probe = fopen(DEFAULT_MODEL, "rb");
+    if (!probe) {
+        printf("test_model: %s absent (run `make model`): skipped\n", DEFAULT_MODEL);
+        return TEST_END("test_model");
+    }
+    fclose(probe);
+    if (!model_open(&f, DEFAULT_MODEL, 512)) {
+        CHECK(0, "cannot open %s", DEFAULT_MODEL);
+        model_close(&f);
+        return TEST_END("test_model");
+    }
+    test_tokenizer(&f);
+    test_greedy_and_ppl(&f);
+    model_close(&f);
+    return TEST_END("test_model");
+}
