@@ -814,7 +814,8 @@ KVQ_API kvq_status kvq_pseq_evict(kvq_pages *P, kvq_pseq *S, const uint8_t *keep
    forward in order, tail blocks go back to the pool. first must be block
    aligned; any shared block at or after it -> KVQ_ERR_STATE, nothing moves.
    kvq_pseq_private_start gives the first block-aligned slot after the
-   leading shared blocks.                                                    */
+   leading shared blocks, or n_slots; first == n_slots is the empty range,
+   always accepted, and moves nothing.                                                    */
 KVQ_API kvq_status kvq_pseq_repack(kvq_pages *P, kvq_pseq *S, size_t first,
                                    kvq_page_stats *st);
 /* Hole-filling: the survivors of the newest round [round_start, n_slots)
@@ -2537,10 +2538,10 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
 /* ------------------------------------------------------------------------ */
 /* 11. eviction, paged blocks, compaction                                   */
 /* ------------------------------------------------------------------------ */
-/* A float's bits mapped so that unsigned order is numeric order (-0 < +0). */
+/* A float's bits mapped so that unsigned order is numeric order (-0 == +0). */
 static uint32_t kvq__order_key(float f)
 {
-    uint32_t u = kvq__f32_bits(f);
+    uint32_t u = kvq__f32_bits(f + 0.0f);    /* -0 + 0 = +0: a tie with +0  */
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
@@ -2987,8 +2988,10 @@ KVQ_API kvq_status kvq_pseq_fork(kvq_pages *P, kvq_pseq *dst, const kvq_pseq *sr
         dst->table[b] = src->table[b];
         P->refcount[src->table[b]]++;
     }
-    memcpy(dst->alive, src->alive, src->n_slots);
-    memcpy(dst->pos, src->pos, src->n_slots * sizeof(int32_t));
+    if (src->n_slots) {                /* an empty source shares nothing */
+        memcpy(dst->alive, src->alive, src->n_slots);
+        memcpy(dst->pos, src->pos, src->n_slots * sizeof(int32_t));
+    }
     dst->n_blocks = src->n_blocks;
     dst->n_slots = src->n_slots;
     return KVQ_OK;
@@ -3062,6 +3065,8 @@ KVQ_API kvq_status kvq_pseq_evict(kvq_pages *P, kvq_pseq *S, const uint8_t *keep
 static kvq_status kvq__compact_args(kvq_pages *P, kvq_pseq *S, size_t first, size_t end)
 {
     size_t b;
+    if (first == S->n_slots && end == S->n_slots)
+        return KVQ_OK;        /* the empty range (e.g. a fully shared fork) */
     if (first % P->block_tokens || first > end || end > S->n_slots)
         return kvq__pfail(P, KVQ_ERR_SIZE, "range [%zu, %zu) is not block aligned "
                           "inside the %zu slots", first, end, S->n_slots);
