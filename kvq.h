@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.1.0 - public domain-style: MIT license, see end of file.
+   v0.2.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
    GPU kernels that must reproduce its codes bit for bit.
@@ -41,12 +41,14 @@
        G   group size: how many values share one scale and zero
        B   bits per code, B in {1, 2, 4, 8};  N = 2^B - 1 is the largest code
        R   residual length: KIVI's full-precision window (default 128)
-       W   LogQuant window (later issue);  k  OTT outlier-pool capacity
+       W   LogQuant window (Sec. 7.2);  k  OTT outlier-pool capacity (Sec. 7.1)
        s   scale, z  zero (both stored as fp16), c  code (0..N)
        pos a token's position: the index of the append that created it, 0-based
 
    VERSION HISTORY
        0.1.0  quantization primitives, KIVI and HF caches, reference attention
+       0.2.0  OTT and LogQuant policies; eviction keep masks (StreamingLLM,
+              H2O, SnapKV), kvq_cache_evict/compact, paged blocks (Sec. 11)
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -69,7 +71,7 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 1
+#define KVQ_VERSION_MINOR 2
 #define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */

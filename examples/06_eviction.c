@@ -376,7 +376,7 @@ static void part_cd(const ex_args *a)
         ex_must(kvq_cache_evict(&c, keep, T, NULL), "evict", &c);
         ex_must(kvq_cache_compact(&c, 16, &cs), "compact", &c);
         ex_check(cs.slots_after[0] == cs.slots_before[0] && cs.pinned_slots > 0,
-                 "50%% scattered eviction frees no key group (%zu slots before and after, "
+                 "50%% scattered eviction frees no key group (%zu slots before, %zu after, "
                  "%zu dead slots pinned): our choice costs memory", cs.slots_before[0],
                  cs.slots_after[0], cs.pinned_slots);
         /* the alternative: re-quantize the survivors of the quantized key

@@ -274,6 +274,9 @@ static int ex_failures, ex_checks;
 
 /* Prints one checked claim. ok decides PASS/FAIL; the text says what was
    compared and against which figure or rule.                              */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))     /* the compiler checks the args */
+#endif
 EX_UNUSED static int ex_check(int ok, const char *fmt, ...)
 {
     va_list ap;
