@@ -1605,13 +1605,17 @@ KVQ_API void kvq_cache_free(kvq_cache *c)
     memset(c, 0, sizeof *c);
 }
 
+/* The reason of a failing call, into a cache's or a pool's why buffer.   */
+#define KVQ__FAIL_BODY(why_buf)                                              \
+    va_list ap;                                                              \
+    va_start(ap, fmt);                                                       \
+    vsnprintf(why_buf, sizeof why_buf, fmt, ap);                             \
+    va_end(ap);                                                              \
+    return st
+
 static kvq_status kvq__fail(kvq_cache *c, kvq_status st, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->why, sizeof c->why, fmt, ap);
-    va_end(ap);
-    return st;
+    KVQ__FAIL_BODY(c->why);
 }
 
 /* Returns p grown to hold at least `need` elements of `el` bytes, or NULL
@@ -2841,28 +2845,24 @@ KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
 
 static kvq_status kvq__pfail(kvq_pages *P, kvq_status st, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(P->why, sizeof P->why, fmt, ap);
-    va_end(ap);
-    return st;
+    KVQ__FAIL_BODY(P->why);
 }
 
 KVQ_API kvq_status kvq_pages_init(kvq_pages *P, size_t n_blocks,
                                   size_t block_tokens, size_t slot_bytes)
 {
     kvq_pages t;
-    size_t bytes, i;
+    size_t bytes, ids_bytes, i;
     if (!P) return KVQ_ERR_NULL;
     if (n_blocks == 0 || block_tokens == 0 || n_blocks >= KVQ__NO_BLOCK) return KVQ_ERR_SIZE;
     if (!kvq__mul(n_blocks, block_tokens, &bytes) || !kvq__mul(bytes, slot_bytes, &bytes) ||
-        !kvq__mul(n_blocks, sizeof(uint32_t), &i))
+        !kvq__mul(n_blocks, sizeof(uint32_t), &ids_bytes))
         return KVQ_ERR_OVERFLOW;
     memset(&t, 0, sizeof t);
     t.n_blocks = n_blocks; t.block_tokens = block_tokens; t.slot_bytes = slot_bytes;
     t.data = bytes ? (unsigned char *)KVQ_MALLOC(bytes) : NULL;
-    t.refcount = (uint32_t *)KVQ_MALLOC(n_blocks * sizeof(uint32_t));
-    t.free_list = (uint32_t *)KVQ_MALLOC(n_blocks * sizeof(uint32_t));
+    t.refcount = (uint32_t *)KVQ_MALLOC(ids_bytes);
+    t.free_list = (uint32_t *)KVQ_MALLOC(ids_bytes);
     if ((bytes && !t.data) || !t.refcount || !t.free_list) {
         KVQ_FREE(t.data); KVQ_FREE(t.refcount); KVQ_FREE(t.free_list);
         return KVQ_ERR_NOMEM;
@@ -2919,22 +2919,19 @@ KVQ_API void *kvq_pseq_slot(const kvq_pages *P, const kvq_pseq *S, size_t i)
 /* Room in S's tables for `blocks` blocks. On failure S is unchanged.       */
 static kvq_status kvq__pseq_reserve(const kvq_pages *P, kvq_pseq *S, size_t blocks)
 {
-    size_t bt = P->block_tokens, cap, c2, c3;
-    void *a, *b, *t;
+    size_t bt = P->block_tokens, cap, unused, pos_bytes;
+    void *p;
     if (blocks <= S->cap_blocks) return KVQ_OK;
-    cap = blocks < 2 * S->cap_blocks ? 2 * S->cap_blocks : blocks;
-    if (!kvq__mul(cap, bt * sizeof(int32_t), &c2)) return KVQ_ERR_OVERFLOW;
-    t = KVQ_REALLOC(S->table, cap * sizeof(uint32_t));
-    if (!t) return KVQ_ERR_NOMEM;
-    S->table = (uint32_t *)t;                  /* bigger, same contents      */
-    a = KVQ_REALLOC(S->alive, cap * bt);
-    if (!a) return KVQ_ERR_NOMEM;
-    S->alive = (uint8_t *)a;
-    b = KVQ_REALLOC(S->pos, c2);
-    if (!b) return KVQ_ERR_NOMEM;
-    S->pos = (int32_t *)b;
-    c3 = cap;
-    S->cap_blocks = c3;
+    if (!kvq__mul(bt, sizeof(int32_t), &pos_bytes)) return KVQ_ERR_OVERFLOW;
+    /* the table sets the new capacity (doubling); alive and pos follow it  */
+    if (!(p = kvq__grow(S->table, S->cap_blocks, blocks, sizeof(uint32_t), 0, &cap)))
+        return KVQ_ERR_NOMEM;
+    S->table = (uint32_t *)p;                  /* bigger, same contents      */
+    if (!(p = kvq__grow(S->alive, S->cap_blocks, cap, bt, 1, &unused))) return KVQ_ERR_NOMEM;
+    S->alive = (uint8_t *)p;
+    if (!(p = kvq__grow(S->pos, S->cap_blocks, cap, pos_bytes, 1, &unused))) return KVQ_ERR_NOMEM;
+    S->pos = (int32_t *)p;
+    S->cap_blocks = cap;
     return KVQ_OK;
 }
 

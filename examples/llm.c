@@ -208,7 +208,9 @@ typedef struct method {
     uint8_t    *keep;          /* (seq_len) scratch mask                     */
     float      *obs;           /* SnapKV: (W_OBS, seq_len) recent probs ring */
     float      *votes;         /* SnapKV: (W_OBS, seq_len) oldest first      */
-    int         n_kv, n_q, seq_len;
+    int         n_kv;          /* KV heads per layer: cache = layer*n_kv+head */
+    int         n_caches;      /* entries of score: n_layers * n_kv          */
+    int         seq_len;
 } method;
 
 #define SINKS   4              /* StreamingLLM's attention sinks             */
@@ -227,7 +229,7 @@ static int evict_hook(void *user, int layer, int kv_head, int pos,
     if (kvq_cache_present(c, keep, n) != KVQ_OK) return 1;
     switch (M->evict) {
     case EV_STREAMING:
-        st = kvq_evict_streaming(keep, n, SINKS, M->budget - SINKS, keep);
+        st = kvq_evict_streaming(keep, n, SINKS, M->budget > SINKS ? M->budget - SINKS : 0, keep);
         break;
     case EV_H2O:                          /* heavy hitters + recent, half each */
         score[pos] = 0.0f;
@@ -272,7 +274,7 @@ static int evict_hook(void *user, int layer, int kv_head, int pos,
 static void method_free(method *M)
 {
     int i;
-    if (M->score) for (i = 0; i < M->n_kv; i++) free(M->score[i]);
+    if (M->score) for (i = 0; i < M->n_caches; i++) free(M->score[i]);
     free(M->score); free(M->keep); free(M->obs); free(M->votes); free(M->per_layer);
     memset(M, 0, sizeof *M);
 }
@@ -317,7 +319,8 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
         if (!strcmp(name, "ott2")) M->per_layer[l] = kvq_config_ott(D, 2, l); /* k=0 in 0-1 */
     }
     if (M->evict != EV_NONE) {
-        M->n_kv = n_caches;
+        M->n_kv = c->n_kv_heads;
+        M->n_caches = n_caches;
         M->seq_len = c->seq_len;
         M->score = (float **)calloc((size_t)n_caches, sizeof(float *));
         M->keep = (uint8_t *)malloc((size_t)c->seq_len);
@@ -326,7 +329,6 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
         if (!M->score || !M->keep || !M->obs || !M->votes) return 0;
         for (l = 0; l < n_caches; l++)
             if (!(M->score[l] = (float *)calloc((size_t)c->seq_len, sizeof(float)))) return 0;
-        M->n_kv = c->n_kv_heads;   /* the hook indexes layer * n_kv + head */
     }
     return 1;
 }
