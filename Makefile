@@ -1,7 +1,10 @@
 # kvq - build, examples, tests.
 #   make            build everything, then run every example (each prints PASS/FAIL)
 #   make test       header compile checks, unit tests, and the same tests under
-#                   AddressSanitizer + UndefinedBehaviorSanitizer; ends "N passed, M failed"
+#                   AddressSanitizer + UndefinedBehaviorSanitizer; ends "N passed, M failed";
+#                   first, check-docs: the walkthrough's quoted example output is still true
+#   make plots      the examples' CSV tables (--csv) and the figures in plots/ (matplotlib;
+#                   installed with pip when missing)
 #   make bench      CPU benchmarks (results: bench/RESULTS.md)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
 # Needs: a C99 compiler (gcc by default), make, libm. clang and g++ are used by
@@ -24,7 +27,7 @@ BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-.PHONY: all examples test compile-checks bench cuda test-gpu clean model eval
+.PHONY: all examples test compile-checks check-docs plots bench cuda test-gpu clean model eval
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
 examples: $(EXAMPLES)
@@ -49,8 +52,25 @@ $(B)/bench/%: bench/%.c $(HDRS)
 compile-checks:
 	@sh tests/compile_checks.sh
 
-test: compile-checks $(TESTS) $(TESTS_SAN)
+test: compile-checks check-docs $(TESTS) $(TESTS_SAN)
 	@tests/run.sh $(TESTS) $(TESTS_SAN)
+
+# Every "$ ./build/examples/NAME" block in walkthrough/*.md must still be
+# what NAME prints (a few seconds: each example runs once).
+check-docs: $(EXAMPLES)
+	@sh tests/check_walkthrough.sh
+
+# Figures: each example writes its tables into plots/csv/ (git-ignored), then
+# every plots/*.py draws its PNGs into plots/ from them.
+PLOT_CSV := plots/csv
+plots: $(EXAMPLES)
+	@python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install matplotlib || \
+	  python3 -m pip install --break-system-packages matplotlib
+	@mkdir -p $(PLOT_CSV)
+	@set -e; for e in $(EXAMPLES); do echo "$$e --csv $(PLOT_CSV)"; \
+	  $$e --csv $(PLOT_CSV) > $(PLOT_CSV)/$${e##*/}.out || { cat $(PLOT_CSV)/$${e##*/}.out; exit 1; }; done
+	@set -e; for p in plots/[a-z]*.py; do echo "python3 $$p"; python3 $$p; done
+	@echo "plots: figures in plots/*.png, their data in $(PLOT_CSV)/*.csv"
 
 bench: $(BENCHES)
 	@set -e; for b in $(BENCHES); do $$b; done

@@ -267,6 +267,8 @@ static void streaming(const ex_head *h)
     float *out = (float *)xmalloc(h->n_q * D * sizeof(float));
     float *scratch;
     kvq_census cs;
+    FILE *csv = ex_csv_open("kivi_windows.csv",
+                            "step,tokens,k_quantized,k_window,v_quantized,v_window");
 
     ex_must(kvq_cache_init(&c, &cfg), "kvq_cache_init", &c);
     ex_must(kvq_cache_reserve(&c, T0 + steps), "reserve", &c);
@@ -294,6 +296,8 @@ static void streaming(const ex_head *h)
         if (kw < k_min) k_min = kw;
         if (kw > k_max) k_max = kw;
         k_mean += (double)kw / (double)steps;
+        ex_csv_row(csv, "%zu,%zu,%zu,%zu,%zu,%zu", s, c.n_pos, cs.quantized[0], kw,
+                   cs.quantized[1], vw);
         if (s % 32 == 0 || s == 1) {
             double d = cache_vs_readback(&c, h, Kd, Vd, ref, out, scratch);
             if (d > worst_attn) worst_attn = d;
@@ -302,6 +306,7 @@ static void streaming(const ex_head *h)
                        cs.quantized[0], kw, cs.quantized[1], vw);
         }
     }
+    ex_csv_close(csv);
     printf("   K window over the decode steps: min %zu, max %zu, mean %.2f (paper: about\n"
            "   R/2 = %zu for keys, R = %zu for values)\n", k_min, k_max, k_mean, R / 2, R);
     ex_check(bad_k == 0 && k_min >= 1 && k_max <= R,
@@ -357,6 +362,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "need T >= %d tokens and D a multiple of %d\n", G, G);
         ex_head_free(&h);
         return 2;
+    }
+    {   /* the head itself, for KIVI Fig. 2 / OTT Fig. 1(a-b): plots/kivi.py */
+        FILE *csv = ex_csv_open("kivi_kv.csv", "token,channel,k,v,outlier_token");
+        size_t t, d;
+        for (t = 0; csv && t < h.T; t++)
+            for (d = 0; d < h.D; d++)
+                ex_csv_row(csv, "%zu,%zu,%.9g,%.9g,%d", t, d, h.K[t * h.D + d],
+                           h.V[t * h.D + d], h.outlier_tok ? h.outlier_tok[t] : -1);
+        ex_csv_close(csv);
     }
     {
         vset vs[2];

@@ -295,10 +295,13 @@ static scheme_err measure(const kvq_config *cfg, const ex_head *h, const oracle 
     return e;
 }
 
-static void print_err(int bits, const char *name, scheme_err e)
+static void print_err(FILE *csv, int bits, const char *scheme, const char *name,
+                      scheme_err e)
 {
     printf("   %4d  %-30s %6.3f %6.3f %7.3f %6.3f %7.3f\n", bits, name, e.k, e.v,
            e.k_at_a, e.score, e.attn);
+    ex_csv_row(csv, "%d,%s,%.9g,%.9g,%.9g,%.9g,%.9g", bits, scheme, e.k, e.v, e.k_at_a,
+               e.score, e.attn);
 }
 
 static void section_kivi_vs_hf(const ex_head *h, const oracle *o)
@@ -306,6 +309,7 @@ static void section_kivi_vs_hf(const ex_head *h, const oracle *o)
     static const int BITS[2] = { 2, 4 };
     scheme_err kivi[2], hf[2];
     int i;
+    FILE *csv = ex_csv_open("hf_vs_kivi.csv", "bits,scheme,k_err,v_err,k_err_at_a,a_err,out_err");
     printf("\n3. KIVI vs HF on one head (%s, T=%zu, D=%zu, %zu queries; prompt T/2,\n"
            "   then T/2 decode steps); relative errors against the exact head\n",
            h->real ? "real" : "synthetic", h->T, h->D, h->n_q);
@@ -316,9 +320,10 @@ static void section_kivi_vs_hf(const ex_head *h, const oracle *o)
         kvq_config ch = kvq_config_hf(h->D, kvq_hf_defaults(BITS[i]));
         kivi[i] = measure(&ck, h, o);
         hf[i] = measure(&ch, h, o);
-        print_err(BITS[i], "KIVI: K per-channel, float z", kivi[i]);
-        print_err(BITS[i], "HF:   K per-token, int z", hf[i]);
+        print_err(csv, BITS[i], "KIVI", "KIVI: K per-channel, float z", kivi[i]);
+        print_err(csv, BITS[i], "HF", "HF:   K per-token, int z", hf[i]);
     }
+    ex_csv_close(csv);
     /* KIVI Table 2 (Llama-2-13B, 2-bit): per-token keys give 3.0x the key
        error (13.67 vs 4.55) and 4.9x the attention-score error (47.00 vs
        9.60) of per-channel keys. The HF post's LongBench table shows the

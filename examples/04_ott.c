@@ -95,6 +95,67 @@ static void fake_quant_keep(const float *K, const float *V, size_t T, size_t D,
 }
 
 /* ------------------------------------------------------------------------ */
+/* Fig. 1(c): the attention L1 loss when n tokens chosen by a rule stay in
+   full precision. Rules: 0 smallest L1 key norm, 1 random (mean of 8 draws;
+   a repeated pick is rare and kept), 2 largest L1.                         */
+/* ------------------------------------------------------------------------ */
+typedef struct fig1c {
+    size_t Tq;                   /* tokens used: a multiple of TQ            */
+    size_t *order;               /* (Tq) token ids by ascending L1 key norm  */
+    float *Kq, *Vq;              /* (Tq, D) fake-quantized K, V              */
+    float *ref, *out;            /* (n_q, D) exact and quantized outputs     */
+    unsigned char *keep;         /* (Tq)                                     */
+} fig1c;
+
+static void fig1c_init(fig1c *f, const ex_head *h, size_t Tq)
+{
+    size_t t, D = h->D;
+    double *score = (double *)malloc(Tq * sizeof(double));
+    f->Tq = Tq;
+    f->order = (size_t *)malloc(Tq * sizeof(size_t));
+    f->Kq = (float *)malloc(Tq * D * sizeof(float));
+    f->Vq = (float *)malloc(Tq * D * sizeof(float));
+    f->ref = (float *)malloc(h->n_q * D * sizeof(float));
+    f->out = (float *)malloc(h->n_q * D * sizeof(float));
+    f->keep = (unsigned char *)malloc(Tq);
+    if (!score || !f->order || !f->Kq || !f->Vq || !f->ref || !f->out || !f->keep) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    ex_must(kvq_attend_dense(h->K, h->V, Tq, D, h->Q, h->n_q, f->ref, NULL), "dense", NULL);
+    for (t = 0; t < Tq; t++) { score[t] = l1_norm(h->K + t * D, D); f->order[t] = t; }
+    for (t = 1; t < Tq; t++) {                   /* insertion sort by score */
+        size_t x = f->order[t], j = t;
+        while (j > 0 && score[f->order[j - 1]] > score[x]) { f->order[j] = f->order[j - 1]; j--; }
+        f->order[j] = x;
+    }
+    free(score);
+}
+
+static void fig1c_free(fig1c *f)
+{
+    free(f->order); free(f->Kq); free(f->Vq); free(f->ref); free(f->out); free(f->keep);
+}
+
+static double fig1c_loss(fig1c *f, const ex_head *h, int rule, size_t n, ex_rng *r)
+{
+    int draw, n_draw = rule == 1 ? 8 : 1;
+    size_t i, Tq = f->Tq;
+    double loss = 0;
+    for (draw = 0; draw < n_draw; draw++) {
+        memset(f->keep, 0, Tq);
+        for (i = 0; i < n; i++)
+            f->keep[rule == 0 ? f->order[i] : rule == 2 ? f->order[Tq - 1 - i]
+                                            : (size_t)(ex_u64(r) % Tq)] = 1;
+        fake_quant_keep(h->K, h->V, Tq, h->D, f->keep, f->Kq, f->Vq);
+        ex_must(kvq_attend_dense(f->Kq, f->Vq, Tq, h->D, h->Q, h->n_q, f->out, NULL),
+                "dense", NULL);
+        loss += l1_dist(f->ref, f->out, h->n_q * h->D) / n_draw;
+    }
+    return loss;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Streaming caches                                                         */
 /* ------------------------------------------------------------------------ */
 /* Prefill the first half of the head, decode the rest one token at a time. */
@@ -201,6 +262,12 @@ int main(int argc, char **argv)
                       : (unsigned char)(fabs(h.K[t * D + oc]) < lo + 0.4 * (hi - lo));
             n_out += is_out[t];
         }
+        {   /* Fig. 1(d)/(e): the channel's raw values, for plots/ott.py     */
+            FILE *csv = ex_csv_open("ott_channel.csv", "token,channel,k,outlier_token");
+            for (t = 0; csv && t < T; t++)
+                ex_csv_row(csv, "%zu,%zu,%.9g,%d", t, oc, h.K[t * D + oc], is_out[t]);
+            ex_csv_close(csv);
+        }
     }
     {   /* Fig. 4 / Sec. 3.1: are they small in L1 over ALL channels too?   */
         double l1o = 0, l1n = 0, att = 0;
@@ -236,24 +303,11 @@ int main(int argc, char **argv)
     {
         static const size_t n_keep[4] = {0, 4, 16, 64};
         static const char *crit[3] = {"smallest L1", "random", "largest L1"};
-        size_t Tq = T - T % TQ, k, cr, order_n = Tq;
+        size_t Tq = T - T % TQ, k, cr;
         double loss[3][4];
-        float *Kq = (float *)malloc(Tq * D * sizeof(float));
-        float *Vq = (float *)malloc(Tq * D * sizeof(float));
-        float *out = (float *)malloc(h.n_q * D * sizeof(float));
-        float *ref2 = (float *)malloc(h.n_q * D * sizeof(float));
-        size_t *order = (size_t *)malloc(Tq * sizeof(size_t));
-        double *score = (double *)malloc(Tq * sizeof(double));
-        unsigned char *keep = (unsigned char *)malloc(Tq);
+        fig1c f;
         ex_rng r = ex_rng_seed(a.seed + 7);
-        if (!Kq || !Vq || !out || !ref2 || !order || !score || !keep) return 2;
-        ex_must(kvq_attend_dense(h.K, h.V, Tq, D, h.Q, h.n_q, ref2, NULL), "dense", NULL);
-        for (t = 0; t < Tq; t++) { score[t] = l1_norm(h.K + t * D, D); order[t] = t; }
-        for (t = 1; t < order_n; t++) {          /* insertion sort by score */
-            size_t x = order[t], j = t;
-            while (j > 0 && score[order[j - 1]] > score[x]) { order[j] = order[j - 1]; j--; }
-            order[j] = x;
-        }
+        fig1c_init(&f, &h, Tq);
         printf("\n2. Fig. 1(c): attention L1 loss (sum |out - ref| over %zu queries) when n\n"
                "   tokens stay full precision, %d-bit K per-channel G=%d, V per-token\n"
                "   (random: mean of 8 draws)\n"
@@ -263,20 +317,7 @@ int main(int argc, char **argv)
         for (cr = 0; cr < 3; cr++) {
             printf("   %-12s", crit[cr]);
             for (k = 0; k < 4; k++) {
-                int draw, n_draw = cr == 1 ? 8 : 1;     /* random: mean of 8 */
-                loss[cr][k] = 0;
-                for (draw = 0; draw < n_draw; draw++) {
-                    memset(keep, 0, Tq);
-                    for (i = 0; i < n_keep[k]; i++) {
-                        size_t pick = cr == 0 ? order[i]
-                                    : cr == 2 ? order[Tq - 1 - i]
-                                    : (size_t)(ex_u64(&r) % Tq);  /* dup ok: rare */
-                        keep[pick] = 1;
-                    }
-                    fake_quant_keep(h.K, h.V, Tq, D, keep, Kq, Vq);
-                    ex_must(kvq_attend_dense(Kq, Vq, Tq, D, h.Q, h.n_q, out, NULL), "dense", NULL);
-                    loss[cr][k] += l1_dist(ref2, out, h.n_q * D) / n_draw;
-                }
+                loss[cr][k] = fig1c_loss(&f, &h, (int)cr, n_keep[k], &r);
                 printf("%10.3f", loss[cr][k]);
             }
             printf("\n");
@@ -289,7 +330,18 @@ int main(int argc, char **argv)
                  "largest-L1 no better than random (within 3%%, the spread of random "
                  "draws): %.3f vs %.3f. Paper: largest is worst; here they tie, as our "
                  "head has no large-key tokens that matter", loss[2][2], loss[1][2]);
-        free(Kq); free(Vq); free(out); free(ref2); free(order); free(score); free(keep);
+        {   /* the curve behind the table, on a finer grid, for plots/ott.py:
+               its own random stream, so the printed table stays as it is   */
+            static const size_t grid[9] = {0, 1, 2, 4, 8, 16, 32, 64, 128};
+            FILE *csv = ex_csv_open("ott_fig1c.csv", "rule,n_kept,l1_loss");
+            ex_rng rc = ex_rng_seed(a.seed + 8);
+            for (cr = 0; csv && cr < 3; cr++)
+                for (k = 0; k < 9; k++)
+                    ex_csv_row(csv, "%s,%zu,%.9g", crit[cr], grid[k],
+                               fig1c_loss(&f, &h, (int)cr, grid[k], &rc));
+            ex_csv_close(csv);
+        }
+        fig1c_free(&f);
     }
 
     /* ==== 3. Sec. 3.2 / Appendix E: an OTT cache, prefill + decode ======= */

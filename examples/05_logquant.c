@@ -67,6 +67,7 @@ static void part1_trace(const ex_head *h)
     size_t A[3 * W + 1], nA = 0, got[3 * W + 1], t, i;
     int same = 1, bounded = 1, monotone = 1, thinned = 0;
     char counts[STEPS * 3 + 1];
+    FILE *csv = ex_csv_open("logquant_kept.csv", "window,step,position");  /* Fig. 6 */
     ex_must(kvq_cache_init(&c, &cfg), "init", &c);
     printf("1. Algorithm 1, W=%d: full-precision positions ('#') after step t\n", W);
     counts[0] = 0;
@@ -77,6 +78,7 @@ static void part1_trace(const ex_head *h)
         n = lq_kept(&c.k, got);
         same &= n == nA && n == c.v.rows[KVQ_ROWS_WINDOW].n;
         for (i = 0; i < n && i < nA; i++) same &= got[i] == A[i];
+        for (i = 0; i < n; i++) ex_csv_row(csv, "%d,%zu,%zu", W, t + 1, got[i]);
         if (t + 1 >= 3 * W) bounded &= n > 2 * W && n <= 3 * W;   /* warm */
         sprintf(counts + strlen(counts), "%2zu ", n);
         if ((t + 1) % 12 == 0) {
@@ -86,6 +88,7 @@ static void part1_trace(const ex_head *h)
             printf("   t=%2zu %s\n", t + 1, row);
         }
     }
+    ex_csv_close(csv);
     printf("   |A| per step: %.*s\n                 %s\n", 30 * 3, counts, counts + 30 * 3);
     /* thinning: going back from the newest, the gaps between kept positions
        never shrink (A[0], position 0, always survives: skip that jump)     */
@@ -173,7 +176,7 @@ static void evict_err(const float *K, const float *V, size_t D, const float *q,
 /* One evaluation at step t for both caches and both eviction variants.     */
 static void eval_step(const kvq_cache *c[2], const float *K, const float *V,
                       size_t D, size_t t, const float *q, size_t n_q, size_t W,
-                      tally *ty)
+                      tally *ty, FILE *csv, const char *head)
 {
     float *ref = (float *)xmalloc(n_q * D * sizeof(float));
     float *pref = (float *)xmalloc(n_q * t * sizeof(float));
@@ -207,6 +210,8 @@ static void eval_step(const kvq_cache *c[2], const float *K, const float *V,
             for (i = 0; i < n_sel; i++)
                 if (sel[i] >= 2) cov += pref[m * t + sel[i]];
         ty->cov[j] += 100.0 * cov / (double)n_q / (double)(3 * W);
+        ex_csv_row(csv, "%s,%zu,%s,%.9g", head, t, j ? "recent 3W" : "LogQuant A",
+                   100.0 * cov / (double)n_q / (double)(3 * W));
     }
     n_sel = R_KIVI < t ? R_KIVI : t;
     for (i = 0; i < n_sel; i++) sel[i] = t - n_sel + i;
@@ -220,7 +225,8 @@ static void eval_step(const kvq_cache *c[2], const float *K, const float *V,
    head, evaluating at N_EVAL steps of the second half. Q_fixed (n_q, D) or
    NULL for the Sec. 2.2 log-decay queries. Leaves both caches full.        */
 static tally run_pair(kvq_cache c[2], const float *K, const float *V, size_t T,
-                      size_t D, const float *Q_fixed, size_t n_q, unsigned long long seed)
+                      size_t D, const float *Q_fixed, size_t n_q, unsigned long long seed,
+                      FILE *csv, const char *head)
 {
     size_t W = kvq_logquant_window_for(R_KIVI), t, T0 = T / 2, e = 0;
     kvq_config cl = kvq_config_logquant(D, BITS, W), ck = kvq_config_kivi(D, BITS);
@@ -241,7 +247,7 @@ static tally run_pair(kvq_cache c[2], const float *K, const float *V, size_t T,
         if (t + 1 == T0 + 1 + e * (T - T0 - 1) / (N_EVAL - 1)) {   /* spread */
             if (Q_fixed) memcpy(q, Q_fixed, n_q * D * sizeof(float));
             else logdecay_queries(K, D, t + 1, n_q, &r, q);
-            eval_step(cc, K, V, D, t + 1, q, n_q, W, &ty);
+            eval_step(cc, K, V, D, t + 1, q, n_q, W, &ty, csv, head);
             e++;
         }
     }
@@ -276,6 +282,7 @@ int main(int argc, char **argv)
     float *KB, *VB;                                /* (T, D) Sec. 2.2 head  */
     ex_rng r;
     size_t i;
+    FILE *csv;
 
     if (!ex_args_parse(argc, argv, &a) || !ex_head_get(&a, 2048, 128, &h)) return 2;
     T = h.T; D = h.D;
@@ -287,14 +294,16 @@ int main(int argc, char **argv)
     printf("\n2. Same full-precision budget: KIVI R=%d vs LogQuant W=floor(R/3)=%zu\n",
            R_KIVI, W);
     ex_check(3 * W == 126, "3W = %zu full-precision tokens at R=128 (paper Sec. 3.2.3: 126)", 3 * W);
-    tA = run_pair(cA, h.K, h.V, T, D, h.Q, h.n_q, a.seed);
+    csv = ex_csv_open("logquant_coverage.csv", "head,tokens,selection,coverage_x100");
+    tA = run_pair(cA, h.K, h.V, T, D, h.Q, h.n_q, a.seed, csv, "A");
     print_tally(h.real ? "A: the real head" : "A: common.h head (sinks, outlier tokens)", &tA);
     /* the Sec. 2.2 head: i.i.d. N(0,1) keys and values, log-decay queries  */
     KB = (float *)xmalloc(T * D * sizeof(float));
     VB = (float *)xmalloc(T * D * sizeof(float));
     r = ex_rng_seed(a.seed + 100);
     for (i = 0; i < T * D; i++) { KB[i] = (float)ex_normal(&r); VB[i] = (float)ex_normal(&r); }
-    tB = run_pair(cB, KB, VB, T, D, NULL, 8, a.seed + 200);
+    tB = run_pair(cB, KB, VB, T, D, NULL, 8, a.seed + 200, csv, "B");
+    ex_csv_close(csv);
     print_tally("B: log-decay spikes (Sec. 2.2)", &tB);
     printf("   paper Table 2 (Llama3.1-8B, GSM8K; absolute L1 in its own units, compare\n"
            "   ratios): evict/quantize = %.2fx (LogQuant), %.2fx (KIVI); LogQuant/KIVI\n"

@@ -50,6 +50,52 @@ static int holds_in_order(const kvq_pages *P, const kvq_pseq *S,
     return s == S->n_slots;
 }
 
+/* The pool as plots/eviction.py draws it: one CSV row per slot of every
+   block S holds (physical block id, slot, token, live/dead/empty); blocks
+   S does not hold are free.                                               */
+static void dump_pool(FILE *csv, const char *stage, const kvq_pages *P, const kvq_pseq *S)
+{
+    size_t b, j, bt = P->block_tokens;
+    for (b = 0; csv && b < S->n_blocks; b++)
+        for (j = 0; j < bt; j++) {
+            size_t i = b * bt + j;
+            int used = i < S->n_slots;
+            ex_csv_row(csv, "%s,%zu,%u,%zu,%d,%s", stage, P->n_blocks, (unsigned)S->table[b],
+                       j, used ? (int)S->pos[i] : -1,
+                       !used ? "empty" : S->alive[i] ? "live" : "dead");
+        }
+}
+
+/* Blocks freed against the share of tokens evicted at random: without
+   compaction a block frees only if all its b slots die, (f)^b of them for
+   an eviction probability f; after a repack, all but ceil(live/b).        */
+static void freed_vs_evicted(unsigned long long seed)
+{
+    enum { N = 16000, BT = 16, NB = N / BT };
+    static uint8_t keep[N];
+    FILE *csv = ex_csv_open("evict_freed.csv",
+                            "evicted_share,freed_evict,freed_repack,closed_form_evict,"
+                            "closed_form_repack,blocks");
+    ex_rng r = ex_rng_seed(seed + 11);
+    kvq_pages P;
+    kvq_pseq S;
+    kvq_page_stats st;
+    size_t i, k, live, fe;
+    for (k = 1; csv && k < 40; k++) {
+        double f = (double)k / 40.0;
+        fill(&P, &S, NB, BT, N);
+        for (i = 0, live = 0; i < N; i++) live += keep[i] = ex_uniform(&r) >= f;
+        ex_must(kvq_pseq_evict(&P, &S, keep, N, &st), "evict", NULL);
+        fe = st.blocks_freed;
+        ex_must(kvq_pseq_repack(&P, &S, 0, &st), "repack", NULL);
+        ex_csv_row(csv, "%.9g,%zu,%zu,%.9g,%zu,%d", (double)(N - live) / N, fe,
+                   fe + st.blocks_freed, NB * pow(f, BT), (size_t)NB - (live + BT - 1) / BT, NB);
+        kvq_pseq_free(&P, &S);
+        kvq_pages_free(&P);
+    }
+    ex_csv_close(csv);
+}
+
 static void part_a(void)
 {
     kvq_pages P;
@@ -102,16 +148,23 @@ static void part_a(void)
         int32_t sorted[24];
         size_t n_sorted = 0, j;
         int order_scrambled = 0, same_set = 1;
+        FILE *csv = ex_csv_open("evict_toy_blocks.csv",
+                                "stage,pool_blocks,block,slot,token,state");
         for (i = 0; i < 24; i++) k24[i] = !(i == 2 || i == 9 || i == 13 || i == 21);
         fill(&P, &S, 6, 4, 24);
+        dump_pool(csv, "filled", &P, &S);
         kvq_pseq_evict(&P, &S, k24, 24, NULL);
+        dump_pool(csv, "evicted", &P, &S);
         ex_must(kvq_pseq_repack(&P, &S, 0, &rp), "repack", NULL);
+        dump_pool(csv, "repacked", &P, &S);
         kvq_pseq_free(&P, &S);
         kvq_pages_free(&P);
 
         fill(&P, &S, 6, 4, 24);
         kvq_pseq_evict(&P, &S, k24, 24, NULL);
         ex_must(kvq_pseq_holefill(&P, &S, 0, 20, &hf), "holefill", NULL);
+        dump_pool(csv, "hole-filled", &P, &S);
+        ex_csv_close(csv);
         printf("  hole-filled layout (slot: token): ");
         for (i = 0; i < S.n_slots; i++) {
             printf("%d%s", payload(&P, &S, i), i + 1 < S.n_slots ? " " : "\n");
@@ -320,6 +373,16 @@ static void h2o_stream(kvq_cache *c, const ex_head *h, size_t T, size_t heavy,
     }
 }
 
+/* A side's quantized store, slot by slot (position, or -1 for a dead
+   placeholder), for plots/eviction.py. unit: the slot's quantization unit
+   (one token per-token, G tokens per-channel).                            */
+static void dump_slots(FILE *csv, const char *stage, const kvq_side *s)
+{
+    size_t i;
+    for (i = 0; csv && i < s->n_units * s->tokens_per_unit; i++)
+        ex_csv_row(csv, "%s,%zu,%zu,%d", stage, i, i / s->tokens_per_unit, (int)s->qpos[i]);
+}
+
 static void part_cd(const ex_args *a)
 {
     ex_head h;
@@ -330,6 +393,7 @@ static void part_cd(const ex_args *a)
     kvq_bytes b0, b1;
     kvq_cache c;
     kvq_config cfg;
+    FILE *csv = ex_csv_open("evict_cache_slots.csv", "stage,slot,unit,position");
 
     if (!ex_head_get(a, T, D, &h)) exit(2);
     T = h.T; D = h.D;
@@ -349,7 +413,9 @@ static void part_cd(const ex_args *a)
     h2o_stream(&c, &h, T, 128, 128, score, keep, work, nwork, probs);
     ex_must(kvq_attend(&c, h.Q, h.n_q, o1, NULL, KVQ_ATTN_ONLINE, work, nwork), "attend", &c);
     kvq_cache_bytes(&c, &b0);
+    dump_slots(csv, "HF int4 keys after H2O", &c.k);
     ex_must(kvq_cache_compact(&c, 16, &cs), "compact", &c);
+    dump_slots(csv, "HF int4 keys after repack", &c.k);
     kvq_cache_bytes(&c, &b1);
     ex_must(kvq_attend(&c, h.Q, h.n_q, o2, NULL, KVQ_ATTN_ONLINE, work, nwork), "attend", &c);
     printf("  H2O on an HF int4 cache: %zu tokens kept of %zu; blocks of 16: %zu -> %zu "
@@ -374,7 +440,10 @@ static void part_cd(const ex_args *a)
         kvq_sz *sz;
         for (i = 0; i < T; i++) keep[i] = ex_uniform(&r) < 0.5;   /* scatter  */
         ex_must(kvq_cache_evict(&c, keep, T, NULL), "evict", &c);
+        dump_slots(csv, "KIVI-2 keys after 50% eviction", &c.k);
         ex_must(kvq_cache_compact(&c, 16, &cs), "compact", &c);
+        dump_slots(csv, "KIVI-2 keys after compaction", &c.k);
+        ex_csv_close(csv);
         ex_check(cs.slots_after[0] == cs.slots_before[0] && cs.pinned_slots > 0,
                  "50%% scattered eviction frees no key group (%zu slots before, %zu after, "
                  "%zu dead slots pinned): our choice costs memory", cs.slots_before[0],
@@ -423,6 +492,7 @@ int main(int argc, char **argv)
     if (!ex_args_parse(argc, argv, &a)) return 2;
     printf("06_eviction: token eviction and compaction on kvq's cache (seeds 001)\n");
     part_a();
+    freed_vs_evicted(a.seed);          /* CSV only: the curve behind part A */
     part_b(a.seed);
     part_cd(&a);
     return ex_finish("06_eviction");

@@ -138,6 +138,9 @@ EX_UNUSED static void ex_synth_make(const ex_synth *s, float *K, float *V, float
 /* ------------------------------------------------------------------------ */
 /* Command line and inputs                                                  */
 /* ------------------------------------------------------------------------ */
+static const char *ex_csv_dir;   /* --csv DIR, or NULL (see "CSV tables")    */
+static int ex_csv_files;         /* tables written, reported by ex_finish    */
+
 typedef struct ex_args {
     const char *k_path, *v_path, *q_path, *csv_dir;
     unsigned long long seed;
@@ -162,7 +165,7 @@ EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a)
         if (!strcmp(o, "--k")) a->k_path = val;
         else if (!strcmp(o, "--v")) a->v_path = val;
         else if (!strcmp(o, "--q")) a->q_path = val;
-        else if (!strcmp(o, "--csv")) a->csv_dir = val;
+        else if (!strcmp(o, "--csv")) a->csv_dir = ex_csv_dir = val;
         else if (!strcmp(o, "--seed")) a->seed = strtoull(val, NULL, 10);
         else { ex_usage(argv[0]); return 0; }
     }
@@ -293,6 +296,8 @@ EX_UNUSED static int ex_check(int ok, const char *fmt, ...)
 /* Exit status of main: non-zero if any claim failed.                       */
 EX_UNUSED static int ex_finish(const char *name)
 {
+    if (ex_csv_files)
+        printf("%s: wrote %d CSV tables to %s/\n", name, ex_csv_files, ex_csv_dir);
     printf("%s: %d checks, %d FAIL -> %s\n", name, ex_checks, ex_failures,
            ex_failures ? "FAIL" : "PASS");
     return ex_failures ? 1 : 0;
@@ -307,16 +312,56 @@ EX_UNUSED static void ex_must(kvq_status st, const char *what, const kvq_cache *
     exit(2);
 }
 
-/* Opens DIR/name for a CSV table, or returns NULL when --csv was not given. */
-EX_UNUSED static FILE *ex_csv_open(const ex_args *a, const char *name)
+/* ------------------------------------------------------------------------ */
+/* CSV tables (--csv DIR): the data behind plots/. One file per table, a
+   header line, then one line per row; numbers in C's "%.9g" spelling so a
+   float survives the round trip. Without --csv every call below is a no-op
+   (ex_csv_open returns NULL and the others accept NULL), so an example
+   writes its tables unconditionally. A DIR that cannot be written is an
+   error: the user asked for the files.                                    */
+/* ------------------------------------------------------------------------ */
+/* Opens DIR/name and writes the header line; NULL when --csv was not given. */
+EX_UNUSED static FILE *ex_csv_open(const char *name, const char *header)
 {
     char path[1024];
     FILE *f;
-    if (!a->csv_dir) return NULL;
-    snprintf(path, sizeof path, "%s/%s", a->csv_dir, name);
+    if (!ex_csv_dir) return NULL;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", ex_csv_dir, name) >= sizeof path) {
+        fprintf(stderr, "--csv: path too long: %s/%s\n", ex_csv_dir, name);
+        exit(2);
+    }
     f = fopen(path, "w");
-    if (!f) fprintf(stderr, "warning: cannot write %s\n", path);
+    if (!f) {
+        fprintf(stderr, "--csv: cannot write %s (does the directory exist?)\n", path);
+        exit(2);
+    }
+    fprintf(f, "%s\n", header);
     return f;
+}
+
+/* One row: fmt without the newline.                                       */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+EX_UNUSED static void ex_csv_row(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    if (!f) return;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+}
+
+/* Closes a table; a failed write (disk full) is an error like a failed open. */
+EX_UNUSED static void ex_csv_close(FILE *f)
+{
+    if (!f) return;
+    if (ferror(f) | fclose(f)) {
+        fprintf(stderr, "--csv: write error in %s\n", ex_csv_dir);
+        exit(2);
+    }
+    ex_csv_files++;
 }
 
 #endif /* KVQ_EXAMPLES_COMMON_H */
