@@ -78,25 +78,113 @@ extern "C" {
 /* 2. STATUS CODES                                                          */
 /* ======================================================================== */
 /* Every public function that can fail returns one of these. On failure it
-   writes nothing to its outputs and leaves any cache exactly as it was.
-   kvq_status_str() gives a readable sentence; a cache also keeps a detailed
-   reason for its last failure in cache->why.
+   writes nothing to its outputs and leaves any cache, pool or sequence
+   exactly as it was (a failed allocation may leave a buffer larger, never
+   different). kvq_status_str() gives a readable sentence; a cache (and a
+   page pool) also keeps a detailed reason for its last failure in ->why.
+   Arguments are checked in a fixed order: pointers, then sizes and bits,
+   then capacity and overflow, then the contents of the inputs; so a call
+   with several faults returns the first in that order.
 
-   status               returned by
-   KVQ_ERR_NULL         every function taking pointers
-   KVQ_ERR_SIZE         zero/oversized T, D, G, n; buffer too small
-   KVQ_ERR_BITS         bits not in {1,2,4,8}
-   KVQ_ERR_GROUP        G does not divide D (per-token) or T (per-channel),
-                        or G does not divide R (KIVI keys)
-   KVQ_ERR_NONFINITE    NaN or Inf in K, V or Q
-   KVQ_ERR_RANGE        |x| too large for fp16 scale/zero (see Sec. 4)
-   KVQ_ERR_OVERFLOW     a size computation would overflow size_t
-   KVQ_ERR_NOMEM        the allocator returned NULL
-   KVQ_ERR_CAPACITY     more than KVQ_MAX_POSITIONS tokens in one cache
-   KVQ_ERR_CONFIG       an inconsistent kvq_config
-   KVQ_ERR_STATE        empty cache, position not present, broken invariant
-   KVQ_ERR_FORMAT       malformed .npy data
-   KVQ_ERR_IO           file could not be opened/read/written               */
+   INPUT POLICY for K, V and Q: NaN or +-Inf anywhere is KVQ_ERR_NONFINITE;
+   a finite |x| > KVQ_MAX_ABS_INPUT (32752) is KVQ_ERR_RANGE. Inside these
+   bounds every stored scale and zero fits fp16 and every attention output
+   is finite. The single-group and matrix quantizers accept any finite x
+   whose stored fp16 scale and zero fit (else KVQ_ERR_RANGE).
+
+   The table is checked by tests/test_status.c, which reads it from this
+   file and makes every listed function return every listed status at least
+   once (with poisoned outputs), and fails on a status it was not told of.
+   "(32-bit)" marks a case reachable only where size_t has 32 bits.
+
+   status              returned by
+   KVQ_ERR_NULL        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
+                       kvq_quantize_matrix kvq_dequantize_matrix
+                       kvq_config_validate kvq_cache_init kvq_cache_reserve
+                       kvq_cache_prefill kvq_cache_append kvq_cache_read
+                       kvq_attend kvq_attend_dense kvq_cache_bytes
+                       kvq_cache_census kvq_cache_check kvq_npy_parse
+                       kvq_npy_load kvq_npy_save kvq_evict_streaming
+                       kvq_h2o_accumulate kvq_evict_h2o kvq_snapkv_scores
+                       kvq_evict_snapkv kvq_cache_present kvq_cache_evict
+                       kvq_cache_compact kvq_pages_init kvq_pseq_append
+                       kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
+                       kvq_pseq_holefill
+       a required pointer is NULL (streaming's present mask and every
+       stats/evicted/why output may be NULL)
+   KVQ_ERR_SIZE        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
+                       kvq_quantize_matrix kvq_dequantize_matrix
+                       kvq_config_validate kvq_cache_init kvq_cache_reserve
+                       kvq_cache_prefill kvq_cache_read kvq_attend
+                       kvq_attend_dense kvq_npy_parse kvq_npy_load
+                       kvq_npy_save kvq_evict_streaming kvq_h2o_accumulate
+                       kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
+                       kvq_cache_present kvq_cache_evict kvq_cache_compact
+                       kvq_pages_init kvq_pseq_append kvq_pseq_evict
+                       kvq_pseq_repack kvq_pseq_holefill
+       a count is zero or out of its range (D, G, R, W in 1..65536; side
+       not 0/1; even SnapKV kernel), a mask's length differs from the
+       cache's, a scratch buffer is too small, an empty .npy array
+   KVQ_ERR_BITS        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
+                       kvq_quantize_matrix kvq_dequantize_matrix
+                       kvq_config_validate kvq_cache_init
+       bits not in {1, 2, 4, 8}
+   KVQ_ERR_GROUP       kvq_layout_init kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_config_validate kvq_cache_init
+       G does not divide D (per-token) or T (per-channel); a per-channel
+       FLUSH side needs G | R; OTT's per-channel value group must divide G
+   KVQ_ERR_NONFINITE   kvq_quantize_group kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_cache_prefill kvq_cache_append
+                       kvq_attend kvq_attend_dense kvq_h2o_accumulate
+                       kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
+       NaN or Inf in K, V, Q or a score; a stored fp16 scale or zero that
+       is Inf/NaN (dequantize); a probability that is not finite and >= 0
+   KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
+                       kvq_cache_prefill kvq_cache_append kvq_attend
+       |x| > KVQ_MAX_ABS_INPUT in K, V (cache) or Q; a scale or zero that
+       overflows fp16 (quantizers); a code wider than B bits (pack)
+   KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_config_validate(32-bit)
+                       kvq_cache_init(32-bit) kvq_cache_prefill
+                       kvq_attend kvq_attend_dense kvq_npy_parse
+                       kvq_npy_load kvq_npy_save kvq_h2o_accumulate
+                       kvq_snapkv_scores kvq_pages_init kvq_pseq_append
+       a size computation would overflow size_t
+   KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
+                       kvq_cache_append kvq_attend_dense kvq_npy_parse
+                       kvq_npy_load kvq_pages_init kvq_pseq_append
+                       kvq_pseq_fork
+       the allocator returned NULL
+   KVQ_ERR_CAPACITY    kvq_cache_reserve kvq_cache_prefill kvq_cache_append
+                       kvq_pseq_append
+       more than KVQ_MAX_POSITIONS positions in one cache; a full page pool
+   KVQ_ERR_CONFIG      kvq_quantize_group kvq_layout_init kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_config_validate kvq_cache_init
+                       kvq_attend kvq_snapkv_scores kvq_cache_evict
+       an unknown enum value (policy, schedule, axis, zero mode, attention
+       mode, pooling), an inconsistent configuration, probs with ONLINE
+       attention, eviction on an OTT or LogQuant cache
+   KVQ_ERR_STATE       kvq_cache_reserve kvq_cache_prefill kvq_cache_append
+                       kvq_cache_read kvq_attend kvq_cache_check
+                       kvq_cache_evict kvq_cache_compact kvq_pseq_fork
+                       kvq_pseq_repack kvq_pseq_holefill
+       a cache not initialized (or freed), a position not present, nothing
+       to attend to, a broken invariant, a non-empty fork destination,
+       compaction over a shared block
+   KVQ_ERR_FORMAT      kvq_npy_parse kvq_npy_load
+       malformed .npy data (magic, version, header, dtype, order, shape,
+       payload length)
+   KVQ_ERR_IO          kvq_npy_load kvq_npy_save
+       a file could not be opened, read or written (a failed save may
+       leave a partial file: kvq never deletes a path it was given, which
+       could be a device or a file the caller meant to keep)
+
+   Never fail (total, or NULL-safe): kvq_status_str kvq_f32_to_f16
+   kvq_f16_to_f32 kvq_sz_affine kvq_bits_supported kvq_packed_words (0 on
+   bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
+   kvq_cache_free kvq_attend_scratch_floats (0 on NULL) kvq_npy_free
+   kvq_pages_free kvq_pseq_init kvq_pseq_free kvq_pseq_slot (NULL when out
+   of range) kvq_pseq_private_start.                                        */
 typedef enum kvq_status {
     KVQ_OK = 0,
     KVQ_ERR_NULL,
@@ -882,12 +970,12 @@ KVQ_API const char *kvq_status_str(kvq_status s)
     case KVQ_ERR_SIZE:      return "a size is zero, too large, or a buffer is too small";
     case KVQ_ERR_BITS:      return "unsupported bit width (use 1, 2, 4 or 8)";
     case KVQ_ERR_GROUP:     return "group size does not divide the grouped dimension";
-    case KVQ_ERR_NONFINITE: return "input contains NaN or Inf";
-    case KVQ_ERR_RANGE:     return "input magnitude too large for fp16 scale/zero";
+    case KVQ_ERR_NONFINITE: return "input contains NaN or Inf (or a negative probability)";
+    case KVQ_ERR_RANGE:     return "input magnitude out of range (KVQ_MAX_ABS_INPUT, fp16 scale/zero, code width)";
     case KVQ_ERR_OVERFLOW:  return "size arithmetic would overflow size_t";
     case KVQ_ERR_NOMEM:     return "out of memory";
     case KVQ_ERR_CAPACITY:  return "cache capacity exceeded";
-    case KVQ_ERR_CONFIG:    return "invalid cache configuration";
+    case KVQ_ERR_CONFIG:    return "invalid configuration or unknown mode";
     case KVQ_ERR_STATE:     return "operation not valid in the cache's current state";
     case KVQ_ERR_FORMAT:    return "malformed input data";
     case KVQ_ERR_IO:        return "file could not be opened, read or written";
@@ -982,6 +1070,7 @@ KVQ_API int kvq_bits_supported(int bits)
 KVQ_API void kvq_sz_affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
 {
     float s = kvq_f16_to_f32(sz.scale), z = kvq_f16_to_f32(sz.zero);
+    if (!a || !b) return;                       /* nothing to write to      */
     *a = s;
     *b = (mode == KVQ_ZERO_INT) ? -z * s : z;   /* exact: 12 x 11 bits      */
 }
@@ -1260,6 +1349,11 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
         size_t n;
         if (!kvq__mul(T, D, &n)) return KVQ_ERR_OVERFLOW;
     }
+    /* stored parameters from outside (a file, a GPU buffer): an fp16 Inf
+       or NaN scale or zero is corrupt data, not a value to propagate      */
+    for (t = 0; t < L.total_groups; t++)
+        if (((sz[t].scale >> 10) & 0x1Fu) == 0x1Fu || ((sz[t].zero >> 10) & 0x1Fu) == 0x1Fu)
+            return KVQ_ERR_NONFINITE;
     for (t = 0; t < T; t++) {
         size_t u = t / L.tokens_per_unit;
         kvq__dequant_token(words + u * L.groups_per_unit * L.words_per_group,
@@ -1493,6 +1587,14 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *c, char *why,
         return KVQ_ERR_CONFIG;
     }
     kvq__policy_schedules(c, &ks, &vs);
+    if (c->policy == KVQ_POLICY_CUSTOM &&
+        (ks == KVQ_SCHED_POLICY || vs == KVQ_SCHED_POLICY)) {
+        /* POLICY names OTT's and LogQuant's own rules; a CUSTOM side with
+           it would grow its window forever and never quantize             */
+        kvq__say(why, why_len, "CUSTOM: schedule POLICY is reserved for OTT "
+                 "and LogQuant (use NONE, FLUSH or SLIDE)");
+        return KVQ_ERR_CONFIG;
+    }
     if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) return KVQ_OK;
     if (c->residual == 0 || c->residual > 65536) {
         kvq__say(why, why_len, "residual R=%zu must be in 1..65536", c->residual);
@@ -1618,6 +1720,16 @@ static kvq_status kvq__fail(kvq_cache *c, kvq_status st, const char *fmt, ...)
     KVQ__FAIL_BODY(c->why);
 }
 
+/* A cache that kvq_cache_init never set up, or that kvq_cache_free zeroed,
+   has D = 0: every call that changes a cache refuses it.                  */
+static kvq_status kvq__live(kvq_cache *c, const char *fn)
+{
+    if (c->cfg.head_dim == 0)
+        return kvq__fail(c, KVQ_ERR_STATE, "%s: the cache is not initialized "
+                         "(or was freed)", fn);
+    return KVQ_OK;
+}
+
 /* Returns p grown to hold at least `need` elements of `el` bytes, or NULL
    with p untouched. Capacity doubles (appends cost amortized O(1)) unless
    `exact`, used by explicit reservations and fixed-size regions.           */
@@ -1701,22 +1813,26 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
    that the mutation that follows cannot fail half way.                     */
 static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
 {
-    size_t need = c->n_pos + n_new, cap = c->cap_pos, i, window_rows = n_new;
+    size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
     kvq_status st;
     if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
         return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
                          "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
-    /* Rows leave the window as they arrive: it never grows by more than
-       R + G (OTT), 3W (LogQuant) or R + stage_rows (chunked prefill)       */
-    if (c->cfg.policy == KVQ_POLICY_OTT && window_rows > c->cfg.residual + c->cfg.group)
-        window_rows = c->cfg.residual + c->cfg.group;
-    else if (c->cfg.policy == KVQ_POLICY_LOGQUANT && window_rows > 3 * c->cfg.lq_window + 1)
-        window_rows = 3 * c->cfg.lq_window + 1;
-    else if (c->stage_rows && window_rows > c->cfg.residual + c->stage_rows)
-        window_rows = c->cfg.residual + c->stage_rows;
     for (i = 0; i < 2; i++) {
         kvq_side *s = i ? &c->v : &c->k;
-        void *p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
+        /* Rows leave a quantizing side's window as they arrive: it never
+           grows by more than R + G (OTT), 3W + 1 (LogQuant) or R +
+           stage_rows (chunked prefill). A side that never quantizes
+           (schedule NONE, possibly beside one that does in a CUSTOM
+           config) keeps every row.                                         */
+        size_t window_rows = n_new, most = n_new;
+        void *p;
+        if (s->schedule != KVQ_SCHED_NONE)
+            most = c->cfg.policy == KVQ_POLICY_OTT      ? c->cfg.residual + c->cfg.group
+                 : c->cfg.policy == KVQ_POLICY_LOGQUANT ? 3 * c->cfg.lq_window + 1
+                 : c->cfg.residual + c->stage_rows;
+        if (window_rows > most) window_rows = most;
+        p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
         if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
         s->loc = (uint32_t *)p;
         st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
@@ -2059,6 +2175,7 @@ static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
 KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
 {
     if (!c) return KVQ_ERR_NULL;
+    if (kvq__live(c, "reserve")) return KVQ_ERR_STATE;
     if (n_tokens == 0) return kvq__fail(c, KVQ_ERR_SIZE, "reserve of 0 tokens");
     return kvq__reserve_append(c, n_tokens, 1);
 }
@@ -2070,9 +2187,13 @@ KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
     kvq_status st;
     if (!c) return KVQ_ERR_NULL;
     if (!K || !V) return kvq__fail(c, KVQ_ERR_NULL, "prefill: K or V is NULL");
+    if (kvq__live(c, "prefill")) return KVQ_ERR_STATE;
     D = c->cfg.head_dim;
     if (T == 0) return kvq__fail(c, KVQ_ERR_SIZE, "prefill of 0 tokens");
     if (!kvq__mul(T, D, &n)) return kvq__fail(c, KVQ_ERR_OVERFLOW, "T*D overflows");
+    if (T > KVQ_MAX_POSITIONS - c->n_pos)   /* before reading T rows of input */
+        return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
+                         "exceed KVQ_MAX_POSITIONS", c->n_pos, T);
     if ((st = kvq__check_rows_input(c, K, n, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, V, n, "V")) != KVQ_OK) return st;
     if ((st = kvq__reserve_append(c, T, 0)) != KVQ_OK) return st;
@@ -2094,6 +2215,7 @@ KVQ_API kvq_status kvq_cache_append(kvq_cache *c, const float *k, const float *v
     kvq_status st;
     if (!c) return KVQ_ERR_NULL;
     if (!k || !v) return kvq__fail(c, KVQ_ERR_NULL, "append: k or v is NULL");
+    if (kvq__live(c, "append")) return KVQ_ERR_STATE;
     D = c->cfg.head_dim;
     if ((st = kvq__check_rows_input(c, k, D, "k")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, v, D, "v")) != KVQ_OK) return st;
@@ -2287,6 +2409,9 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
         size_t nq;
         if (!kvq__mul(n_q, D, &nq)) return KVQ_ERR_OVERFLOW;
         if (kvq__check_finite(q, nq) != KVQ_OK) return KVQ_ERR_NONFINITE;
+        for (d = 0; d < nq; d++)          /* the bound that keeps every score,
+                                             and so the output, finite      */
+            if (fabsf(q[d]) > KVQ_MAX_ABS_INPUT) return KVQ_ERR_RANGE;
         if (probs && !kvq__mul(n_q, c->n_pos, &nq)) return KVQ_ERR_OVERFLOW;
     }
     for (p = 0; p < c->n_pos; p++) n_present += kvq__present(c, p);
@@ -2354,7 +2479,8 @@ KVQ_API kvq_status kvq_attend_dense(const float *K, const float *V, size_t T,
     double *w;
     if (!K || !V || !q || !out) return KVQ_ERR_NULL;
     if (T == 0 || D == 0 || n_q == 0) return KVQ_ERR_SIZE;
-    if (!kvq__mul(T, D, &n) || !kvq__mul(n_q, D, &n) || !kvq__mul(T, sizeof(double), &n))
+    if (!kvq__mul(T, D, &n) || !kvq__mul(n_q, D, &n) || !kvq__mul(T, sizeof(double), &n) ||
+        (probs && !kvq__mul(n_q, T, &n)))
         return KVQ_ERR_OVERFLOW;
     if (kvq__check_finite(K, T * D) || kvq__check_finite(V, T * D) ||
         kvq__check_finite(q, n_q * D))
@@ -2736,7 +2862,9 @@ KVQ_API kvq_status kvq_cache_evict(kvq_cache *c, const uint8_t *keep, size_t n,
 {
     size_t p, count = 0, i;
     int r;
-    if (!c || !keep) return KVQ_ERR_NULL;
+    if (!c) return KVQ_ERR_NULL;
+    if (!keep) return kvq__fail(c, KVQ_ERR_NULL, "evict: keep is NULL");
+    if (kvq__live(c, "evict")) return KVQ_ERR_STATE;
     if (n != c->n_pos)
         return kvq__fail(c, KVQ_ERR_SIZE, "keep mask has %zu entries; the cache "
                          "has %zu positions", n, c->n_pos);
@@ -2820,6 +2948,7 @@ KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
     kvq_compact_stats st;
     size_t i, live = 0, slots = 0, t;
     if (!c) return KVQ_ERR_NULL;
+    if (kvq__live(c, "compact")) return KVQ_ERR_STATE;
     if (block_tokens == 0)
         return kvq__fail(c, KVQ_ERR_SIZE, "block_tokens must be > 0");
     memset(&st, 0, sizeof st);
