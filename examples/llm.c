@@ -13,6 +13,7 @@
    pass; this file wires them to the caches and runs the evaluation.
 
    Sections: 1 loading  2 cache methods (incl. eviction hooks)  3 commands */
+#define _POSIX_C_SOURCE 199309L   /* clock_gettime, for wall-clock tok/s */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "gguf.h"
@@ -290,26 +291,35 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
     M->per_layer = (kvq_config *)calloc((size_t)c->n_layers, sizeof(kvq_config));
     if (!M->per_layer) return 0;
     if (!strcmp(name, "fp32"))       { base = kvq_config_full(D, 32); M->paper = "reference"; }
-    else if (!strcmp(name, "kivi4")) { base = kvq_config_kivi(D, 4); M->paper = "KIVI: 4-bit ~ lossless"; }
-    else if (!strcmp(name, "kivi2")) { base = kvq_config_kivi(D, 2); M->paper = "KIVI: 2-bit small loss"; }
+    else if (!strcmp(name, "kivi4")) { base = kvq_config_kivi(D, 4); M->paper = "KIVI T3: 4-bit ~ 16-bit"; }
+    else if (!strcmp(name, "kivi2")) { base = kvq_config_kivi(D, 2); M->paper = "KIVI T3: small drop"; }
+    else if (!strcmp(name, "kivi2-g128")) {
+        /* the KIVI baseline of OTT's experiments (OTT Sec. 4.1): G = R = 128;
+           per-token value groups cannot exceed the head: D channels        */
+        base = kvq_config_kivi(D, 2);
+        base.group = base.residual = 128;
+        base.value_group = D < 128 ? D : 128;
+        M->paper = "OTT Sec. 4.1's KIVI baseline";
+    }
     else if (!strcmp(name, "kivi2-KtVt") || !strcmp(name, "kivi2-KcVc") || !strcmp(name, "kivi2-KtVc")) {
         base = kvq_config_kivi(D, 2);    /* KIVI Table 1's other combinations */
         base.key_axis = name[7] == 't' ? KVQ_PER_TOKEN : KVQ_PER_CHANNEL;
         base.value_axis = name[9] == 't' ? KVQ_PER_TOKEN : KVQ_PER_CHANNEL;
-        M->paper = "KIVI T1: only Kc+Vt works";
+        M->paper = name[9] == 'c' ? "KIVI T1: V per-channel collapses"
+                                  : "KIVI T1: worse than Kc+Vt";
     }
-    else if (!strcmp(name, "hf4"))   { base = kvq_config_hf(D, kvq_hf_defaults(4)); M->paper = "HF: int4 ~ lossless"; }
-    else if (!strcmp(name, "hf2"))   { base = kvq_config_hf(D, kvq_hf_defaults(2)); M->paper = "HF: int2 degrades"; }
-    else if (!strcmp(name, "ott2"))  { base = kvq_config_ott(D, 2, 2); M->paper = "OTT: beats KIVI-2"; }
+    else if (!strcmp(name, "hf4"))   { base = kvq_config_hf(D, kvq_hf_defaults(4)); M->paper = "HF post: int4 ~ fp16"; }
+    else if (!strcmp(name, "hf2"))   { base = kvq_config_hf(D, kvq_hf_defaults(2)); M->paper = "HF post: int2 degrades"; }
+    else if (!strcmp(name, "ott2"))  { base = kvq_config_ott(D, 2, 2); M->paper = "OTT T1-2: beats KIVI-2"; }
     else if (!strcmp(name, "logquant2")) {
         base = kvq_config_logquant(D, 2, kvq_logquant_window_for(128));
-        M->paper = "LogQuant: beats KIVI-2";
+        M->paper = "LogQuant 3.2: beats KIVI-2";
     }
     else if (!strcmp(name, "streaming") || !strcmp(name, "h2o") || !strcmp(name, "snapkv")) {
         base = kvq_config_full(D, 16);
         M->evict = name[0] == 's' ? (name[1] == 't' ? EV_STREAMING : EV_SNAPKV) : EV_H2O;
         M->budget = budget;
-        M->paper = "evict < quantize (LQ 2.3)";
+        M->paper = "LogQuant 2.3: evict < quantize";
     } else {
         fprintf(stderr, "unknown cache method %s\n", name);
         return 0;
@@ -364,7 +374,45 @@ typedef struct run_result {
     int   *gen;            /* (n_gen) greedy continuation                    */
 } run_result;
 
-static double now_s(void) { return (double)clock() / CLOCKS_PER_SEC; }
+#define CHUNK 64           /* tokens per llm_forward_many call               */
+
+/* Wall-clock seconds (threads make CPU time overstate the work).          */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* -log softmax(lg)[target], in double, shifted by the max.                 */
+static double token_nll(const float *lg, int V, int target)
+{
+    double mx = -INFINITY, z = 0.0;
+    int i;
+    for (i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
+    for (i = 0; i < V; i++) z += exp((double)lg[i] - mx);
+    return -((double)lg[target] - mx - log(z));
+}
+
+/* Feeds ids[0..n) in chunks of CHUNK (each token decoded against the cache
+   as stored, llm.h Sec. 7). With nll non-NULL, the logits of token t score
+   ids[t + 1], so ids must then hold n + 1 tokens. buf: (CHUNK, vocab).
+   Returns the last token's logits, or NULL with the reason printed.       */
+static const float *feed(model_file *f, llm_state *s, const int *ids, int n, float *buf,
+                         double *nll)
+{
+    const float *lg = NULL;
+    int t, j, T, V = f->m.cfg.vocab_size;
+    for (t = 0; t < n; t += T) {
+        T = n - t < CHUNK ? n - t : CHUNK;
+        if (!(lg = llm_forward_many(&f->m, s, ids + t, T, nll ? buf : NULL))) {
+            fprintf(stderr, "forward: %s\n", s->why);
+            return NULL;
+        }
+        for (j = 0; nll && j < T; j++) *nll += token_nll(buf + (size_t)j * V, V, ids[t + j + 1]);
+    }
+    return lg;
+}
 
 /* Teacher-forced negative log-likelihood over ids[0..n-1] (token t predicts
    t+1), then a greedy continuation of n_gen tokens after ids[0..n_prompt).  */
@@ -373,39 +421,36 @@ static int run_method(model_file *f, method *M, const int *ids, int n, int n_pro
 {
     llm_state s;
     kvq_bytes b;
-    int t, V = f->m.cfg.vocab_size;
+    int t, V = f->m.cfg.vocab_size, ok = 0;
+    float *buf = (float *)malloc((size_t)CHUNK * (size_t)V * sizeof(float));
+    const float *lg;
     double t0;
     memset(R, 0, sizeof *R);
-    if (!state_for(&s, f, M, 0)) return 0;
+    if (!buf || n < 2 || !state_for(&s, f, M, CHUNK)) { free(buf); return 0; }
     t0 = now_s();
-    for (t = 0; t + 1 < n; t++) {
-        const float *lg = llm_forward(&f->m, &s, ids[t], t);
-        double mx = -INFINITY, z = 0.0;
-        int i;
-        if (!lg) { fprintf(stderr, "%s: %s\n", M->name, s.why); llm_state_free(&s); return 0; }
-        for (i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
-        for (i = 0; i < V; i++) z += exp((double)lg[i] - mx);
-        R->nll += -((double)lg[ids[t + 1]] - mx - log(z));
-        R->n_scored++;
-    }
+    if (!feed(f, &s, ids, n - 1, buf, &R->nll)) goto done;
     R->tok_s = (n - 1) / (now_s() - t0 + 1e-9);
+    R->n_scored = n - 1;
     llm_state_bytes(&s, &b);
     R->bits = b.bits_per_element;
     R->ppl = exp(R->nll / R->n_scored);
-    llm_state_free(&s);
     /* greedy continuation from the first n_prompt tokens                    */
     if (n_gen > 0) {
-        const float *lg = NULL;
+        llm_state_free(&s);
         R->gen = (int *)malloc((size_t)n_gen * sizeof(int));
-        if (!R->gen || !state_for(&s, f, M, 0)) return 0;
-        for (t = 0; t < n_prompt; t++) lg = llm_forward(&f->m, &s, ids[t], t);
+        if (!R->gen || n_prompt < 1 || !state_for(&s, f, M, CHUNK)) { free(buf); return 0; }
+        lg = feed(f, &s, ids, n_prompt, buf, NULL);
         for (t = 0; t < n_gen && lg; t++) {
             R->gen[t] = argmax(lg, V);
-            lg = llm_forward(&f->m, &s, R->gen[t], n_prompt + t);
+            lg = t + 1 < n_gen ? llm_forward(&f->m, &s, R->gen[t], n_prompt + t) : lg;
         }
-        llm_state_free(&s);
+        if (!lg) { fprintf(stderr, "%s: %s\n", M->name, s.why); goto done; }
     }
-    return 1;
+    ok = 1;
+done:
+    llm_state_free(&s);
+    free(buf);
+    return ok;
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -414,7 +459,11 @@ static char *read_file(const char *path, size_t *len)
     char *buf;
     long n;
     if (!fp) { fprintf(stderr, "cannot open %s\n", path); return NULL; }
-    fseek(fp, 0, SEEK_END); n = ftell(fp); fseek(fp, 0, SEEK_SET);
+    if (fseek(fp, 0, SEEK_END) != 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) != 0) {
+        fprintf(stderr, "cannot size %s\n", path);
+        fclose(fp);
+        return NULL;
+    }
     buf = (char *)malloc((size_t)(n > 0 ? n : 1));
     if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) { free(buf); buf = NULL; }
     fclose(fp);
@@ -424,54 +473,217 @@ static char *read_file(const char *path, size_t *len)
 
 #ifndef LLM_NO_MAIN   /* tests/test_model.c includes this file for its loader */
 static const char *ALL_METHODS[] = {
-    "fp32", "kivi4", "kivi2", "hf4", "hf2", "kivi2-KtVt", "kivi2-KcVc", "kivi2-KtVc",
-    "ott2", "logquant2", "streaming", "h2o", "snapkv"
+    "fp32", "kivi4", "kivi2", "kivi2-g128", "hf4", "hf2", "kivi2-KtVt", "kivi2-KcVc",
+    "kivi2-KtVc", "ott2", "logquant2", "streaming", "h2o", "snapkv"
 };
 #define N_METHODS (sizeof ALL_METHODS / sizeof ALL_METHODS[0])
 
-static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_gen,
-                    const char *only)
+/* The eviction budget "equal in bytes to 2-bit KIVI": KIVI-2's payload for
+   n tokens of one head, from its own byte accounting (it depends only on
+   the count: codes, scales/zeros, the residual), divided by the bytes of
+   one fp16 token (K and V). The eviction caches store fp16 rows.          */
+static size_t kivi2_budget(size_t D, size_t n)
 {
-    size_t len, i;
+    kvq_config cfg = kvq_config_kivi(D, 2);
+    kvq_cache c;
+    kvq_bytes b;
+    float *zero = (float *)calloc(D, sizeof(float));
+    size_t i, budget = 0;
+    if (zero && kvq_cache_init(&c, &cfg) == KVQ_OK) {
+        for (i = 0; i < n; i++) if (kvq_cache_append(&c, zero, zero) != KVQ_OK) break;
+        if (i == n && kvq_cache_bytes(&c, &b) == KVQ_OK) budget = b.payload / (2 * D * 2);
+        kvq_cache_free(&c);
+    }
+    free(zero);
+    return budget;
+}
+
+/* One row of the table.                                                    */
+typedef struct row {
+    const char *name, *paper;
+    int    ran;
+    double bits, ppl, agree, tok_s;
+    int    first_diff;      /* first greedy position differing from fp32    */
+    size_t budget;          /* eviction: tokens kept per (layer, KV head)   */
+} row;
+
+static const row *find_row(const row *rows, const char *name)
+{
+    size_t i;
+    for (i = 0; i < N_METHODS; i++)
+        if (rows[i].ran && !strcmp(rows[i].name, name)) return &rows[i];
+    return NULL;
+}
+
+/* ppl rise over fp32, percent                                              */
+static double pct(const row *r, const row *ref) { return 100.0 * (r->ppl / ref->ppl - 1.0); }
+
+/* One claim: prints PASS/FAIL (or "n/a" when a method it needs did not
+   run), appends it to the claims CSV. Returns 1 on FAIL.                  */
+static int claim(FILE *csv, const char *source, const char *text, int have, int ok,
+                 const char *measured)
+{
+    const char *verdict = !have ? "n/a" : ok ? "PASS" : "FAIL";
+    printf("  %-4s  %-27s %-46s %s\n", verdict, source, text, have ? measured : "(not run)");
+    if (csv) fprintf(csv, "\"%s\",\"%s\",\"%s\",%s\n", source, text, have ? measured : "", verdict);
+    return have && !ok;
+}
+
+/* The papers' claims, as ordering or rough size, against the table. The
+   tolerances are ours (the papers report task accuracy on 7B+ models, not
+   perplexity on a 135M one); each is stated in the claim's text.          */
+static int check_claims(const row *rows, FILE *csv)
+{
+    const row *fp = find_row(rows, "fp32"), *k4 = find_row(rows, "kivi4"),
+              *k2 = find_row(rows, "kivi2"), *k2g = find_row(rows, "kivi2-g128"),
+              *h4 = find_row(rows, "hf4"), *h2 = find_row(rows, "hf2"),
+              *tt = find_row(rows, "kivi2-KtVt"), *cc = find_row(rows, "kivi2-KcVc"),
+              *tc = find_row(rows, "kivi2-KtVc"), *ott = find_row(rows, "ott2"),
+              *lq = find_row(rows, "logquant2"), *st = find_row(rows, "streaming"),
+              *h2o = find_row(rows, "h2o"), *snap = find_row(rows, "snapkv");
+    char m[160];
+    int fails = 0, have;
+    printf("\npapers' claims (ordering / rough size) vs this run:\n");
+    if (!fp) { printf("  (fp32 did not run: nothing to compare)\n"); return 0; }
+
+    have = k4 != NULL;
+    if (have) snprintf(m, sizeof m, "kivi4 %+.2f%%", pct(k4, fp));
+    fails += claim(csv, "KIVI Table 3", "4-bit ~ 16-bit: dppl < 2%", have,
+                   have && pct(k4, fp) < 2.0, m);
+    have = h4 != NULL;
+    if (have) snprintf(m, sizeof m, "hf4 %+.2f%%", pct(h4, fp));
+    fails += claim(csv, "HF post (PG-19 plot)", "int4 ~ fp16: dppl < 2%", have,
+                   have && pct(h4, fp) < 2.0, m);
+    have = h2 && h4;
+    if (have) snprintf(m, sizeof m, "hf2 %+.1f%% vs hf4 %+.2f%%", pct(h2, fp), pct(h4, fp));
+    fails += claim(csv, "HF post (PG-19 plot)", "int2 degrades: dppl > 10%, > int4", have,
+                   have && pct(h2, fp) > 10.0 && h2->ppl > h4->ppl, m);
+    have = k2 != NULL;
+    if (have) snprintf(m, sizeof m, "kivi2 %+.1f%%", pct(k2, fp));
+    fails += claim(csv, "KIVI Table 3", "KIVI-2 small drop: dppl < 5%", have,
+                   have && pct(k2, fp) < 5.0, m);
+    have = k2 && k4;
+    if (have) snprintf(m, sizeof m, "kivi4 %.3f < kivi2 %.3f", k4->ppl, k2->ppl);
+    fails += claim(csv, "KIVI Table 3", "KIVI-4 better than KIVI-2", have,
+                   have && k4->ppl < k2->ppl, m);
+    have = k2 && tt && cc && tc;
+    if (have) snprintf(m, sizeof m, "KcVt %.2f, KtVt %.2f, KcVc %.2f, KtVc %.2f", k2->ppl,
+                       tt->ppl, cc->ppl, tc->ppl);
+    fails += claim(csv, "KIVI Tables 1, 3", "K per-channel + V per-token is best", have,
+                   have && k2->ppl < tt->ppl && k2->ppl < cc->ppl && k2->ppl < tc->ppl, m);
+    have = k2 && tt;
+    if (have) snprintf(m, sizeof m, "KtVt %+.1f%% vs KcVt %+.1f%%", pct(tt, fp), pct(k2, fp));
+    fails += claim(csv, "KIVI Tables 1, 3", "per-token 2-bit keys: > 2x KcVt's loss", have,
+                   have && pct(tt, fp) > 2.0 * pct(k2, fp), m);
+    have = tt && cc && tc;
+    if (have) snprintf(m, sizeof m, "KcVc %+.0f%%, KtVc %+.0f%% vs KtVt %+.1f%%", pct(cc, fp),
+                       pct(tc, fp), pct(tt, fp));
+    fails += claim(csv, "KIVI Tables 1, 3", "V per-channel is worst (collapses)", have,
+                   have && cc->ppl > tt->ppl && tc->ppl > tt->ppl, m);
+    have = h2 && k2;
+    if (have) snprintf(m, sizeof m, "hf2 %.2f vs kivi2 %.2f", h2->ppl, k2->ppl);
+    fails += claim(csv, "KIVI Sec. 3.2; HF post", "per-token int2 (HF) worse than KIVI-2", have,
+                   have && h2->ppl > k2->ppl, m);
+    have = ott && k2g;
+    if (have) snprintf(m, sizeof m, "ott2 %.3f vs kivi2-g128 %.3f", ott->ppl, k2g->ppl);
+    fails += claim(csv, "OTT Tables 1-2", "OTT-2 beats KIVI-2 (G=R=128)", have,
+                   have && ott->ppl < k2g->ppl, m);
+    have = lq && k2;
+    if (have) snprintf(m, sizeof m, "logquant2 %.3f vs kivi2 %.3f", lq->ppl, k2->ppl);
+    fails += claim(csv, "LogQuant Sec. 3.2", "LogQuant-2 beats KIVI-2 (fp budget 128)", have,
+                   have && lq->ppl < k2->ppl, m);
+    have = k2 && st && h2o && snap;
+    if (have) snprintf(m, sizeof m, "kivi2 %.2f; stream %.2f, h2o %.2f, snapkv %.2f", k2->ppl,
+                       st->ppl, h2o->ppl, snap->ppl);
+    fails += claim(csv, "LogQuant Sec. 2.3, Table 2", "eviction worse than 2-bit at equal bytes",
+                   have, have && k2->ppl < st->ppl && k2->ppl < h2o->ppl && k2->ppl < snap->ppl, m);
+    return fails;
+}
+
+static FILE *open_csv(const char *dir, const char *name)
+{
+    char path[1024];
+    FILE *fp;
+    if (!dir) return NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (!(fp = fopen(path, "w"))) fprintf(stderr, "cannot write %s\n", path);
+    return fp;
+}
+
+/* Exit status: 0 every claim reproduced, 3 some claim not (the table is
+   still complete), 1 a method failed to run or a file could not be read. */
+static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_gen,
+                    const char *only, const char *csv_dir)
+{
+    size_t len, i, budget;
     char *text = read_file(text_path, &len);
-    int *ids, n, n_prompt = 128, ok = 1;
+    int *ids, n, n_prompt = 128, ok = 1, fails;
+    row rows[N_METHODS];
     run_result ref, R;
-    double kivi2_bits = 0.0;
+    FILE *csv, *claims_csv;
     if (!text) return 1;
     ids = encode(f, text, len, &n);
     free(text);
     if (!ids) return 1;
     if (n > n_tokens) n = n_tokens;
-    printf("eval: %s, %d tokens teacher-forced, greedy agreement over %d tokens after a "
-           "%d-token prompt\n", text_path, n, n_gen, n_prompt);
-    printf("%-11s %6s %9s %8s %7s %7s  %s\n", "method", "bits", "ppl", "dppl", "agree",
-           "tok/s", "paper's claim");
+    if (n_gen > 0 && n < n_prompt + 1) {
+        fprintf(stderr, "eval: %d tokens is fewer than the %d-token greedy prompt\n", n, n_prompt);
+        free(ids);
+        return 1;
+    }
+    budget = kivi2_budget((size_t)f->m.cfg.head_dim, (size_t)n - 1);
+    memset(rows, 0, sizeof rows);
     memset(&ref, 0, sizeof ref);
+    printf("eval: %s, %d tokens teacher-forced (%d scored), greedy agreement with fp32 over %d "
+           "tokens after a %d-token prompt; eviction keeps %zu tokens per (layer, KV head), "
+           "KIVI-2's bytes at %d tokens\n", text_path, n, n - 1, n_gen, n_prompt, budget, n - 1);
+    printf("%-11s %6s %8s %8s %7s %6s %4s %6s  %s\n", "method", "bits", "ppl", "dppl", "dppl%",
+           "agree", "div", "tok/s", "paper's claim");
+    csv = open_csv(csv_dir, "real_model_eval.csv");
+    if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,agree_pct,first_diff,tok_s,budget,claim\n");
     for (i = 0; i < N_METHODS; i++) {
         method M;
-        size_t budget;
-        int g, same = 0;
+        row *r = &rows[i];
+        int g;
+        r->name = ALL_METHODS[i];
         if (only && !strstr(only, ALL_METHODS[i]) && strcmp(ALL_METHODS[i], "fp32")) continue;
-        /* eviction budget: the tokens an fp16 cache can hold in KIVI-2's bytes */
-        budget = (size_t)((double)n * (kivi2_bits > 0 ? kivi2_bits : 3.5) / 16.0);
         if (!method_make(&M, ALL_METHODS[i], &f->m.cfg, budget) ||
             !run_method(f, &M, ids, n, n_prompt, n_gen, &R)) {
-            method_free(&M); ok = 0; continue;
+            method_free(&M); free(R.gen); ok = 0; continue;
         }
         if (i == 0) ref = R;
-        if (!strcmp(M.name, "kivi2")) kivi2_bits = R.bits;
-        for (g = 0; g < n_gen; g++) same += R.gen[g] == ref.gen[g];
-        printf("%-11s %6.2f %9.3f %+8.3f %6.1f%% %7.1f  %s", M.name, R.bits, R.ppl,
-               R.ppl - ref.ppl, n_gen ? 100.0 * same / n_gen : 0.0, R.tok_s, M.paper);
-        if (M.evict) printf(" [%zu tokens]", M.budget);
-        printf("\n");
+        r->ran = 1; r->paper = M.paper; r->bits = R.bits; r->ppl = R.ppl; r->tok_s = R.tok_s;
+        r->budget = M.evict ? M.budget : 0;
+        r->first_diff = n_gen;
+        for (g = 0; g < n_gen && ref.gen; g++) {
+            r->agree += R.gen[g] == ref.gen[g];
+            if (R.gen[g] != ref.gen[g] && r->first_diff == n_gen) r->first_diff = g;
+        }
+        r->agree = n_gen ? 100.0 * r->agree / n_gen : 100.0;
+        printf("%-11s %6.2f %8.3f %+8.3f %+6.1f%% %5.1f%% %4d %6.1f  %s\n", r->name, r->bits,
+               r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0), r->agree,
+               r->first_diff, r->tok_s, r->paper);
+        if (csv)
+            fprintf(csv, "%s,%.4f,%.4f,%.4f,%.3f,%.2f,%d,%.2f,%zu,\"%s\"\n", r->name, r->bits,
+                    r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0), r->agree,
+                    r->first_diff, r->tok_s, r->budget, r->paper);
         fflush(stdout);
         if (i) free(R.gen);
         method_free(&M);
     }
+    printf("bits: payload (codes + fp16 scales/zeros + full-precision rows) * 8 / (2 * tokens * "
+           "head_dim), from kvq_cache_bytes at the end; agree: greedy tokens equal to fp32's, "
+           "position by position; div: first differing position\n");
+    claims_csv = open_csv(csv_dir, "real_model_claims.csv");
+    if (claims_csv) fprintf(claims_csv, "source,claim,measured,verdict\n");
+    fails = check_claims(rows, claims_csv);
+    printf("%d claim(s) not reproduced%s\n", fails,
+           fails ? " (discussed in walkthrough/10_real_model.md)" : "");
+    if (csv) fclose(csv);
+    if (claims_csv) fclose(claims_csv);
     free(ref.gen);
     free(ids);
-    return ok ? 0 : 1;
+    return !ok ? 1 : fails ? 3 : 0;
 }
 
 static int cmd_generate(model_file *f, const char *prompt, int n_gen, const char *cache)
@@ -500,45 +712,188 @@ static int cmd_generate(model_file *f, const char *prompt, int n_gen, const char
     return 0;
 }
 
-/* Dumps post-RoPE K, V, Q of chosen layers (one KV head) to .npy.          */
-static int cmd_dump(model_file *f, const char *text_path, const char *out, const char *layers,
-                    int kv_head, int n_tokens)
+/* Sorts floats ascending (qsort comparator).                              */
+static int cmp_float(const void *a, const void *b)
 {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* What the papers say real keys look like, measured on one recorded
+   (layer, KV head) of n tokens. work: (n + D) floats.
+     KIVI Sec. 3.2 (Fig. 2): a few fixed key channels have very large
+       magnitudes; values have no such channel. -> per channel, the mean |x|
+       over tokens; the largest over the median, for K and for V.
+     OTT Sec. 3.1 (Fig. 1(d-e), Appendix F Table 9): within the outlier
+       channel most keys sit together and a few tokens have very SMALL
+       magnitude; those tokens also have small keys overall (Fig. 4). ->
+       the outlier channel's range cut into 10 equal bins, the share of
+       tokens in each; each token's key L1 norm and its spread; the
+       correlation between a token's |key| in the outlier channel and its
+       L1 norm. Token 0 (the attention sink) is left out of the token
+       statistics: it is an outlier of a different kind (larger, not
+       smaller) and would set the outlier channel's range alone.          */
+typedef struct key_stats {
+    int    top_ch;             /* K channel with the largest mean |k|       */
+    double k_ratio, v_ratio;   /* largest / median channel mean |x|         */
+    double bins[10];           /* % of tokens 1.. per tenth of top_ch range */
+    double l1_min, l1_p01, l1_med, l1_p99, l1_max;  /* tokens 1..n-1        */
+    int    low_tokens;         /* tokens with L1 < half the median          */
+    double corr;               /* Pearson(|k[top_ch]|, L1), tokens 1..n-1   */
+} key_stats;
+
+/* The mean |x| of each channel of X (n, D) into mag (D); returns the
+   largest over the median of mag and the argmax in *top.                  */
+static double channel_ratio(const float *X, size_t n, size_t D, float *mag, float *sorted,
+                            int *top)
+{
+    size_t t, d;
+    int best = 0;
+    for (d = 0; d < D; d++) mag[d] = 0.0f;
+    for (t = 0; t < n; t++)
+        for (d = 0; d < D; d++) mag[d] += fabsf(X[t * D + d]) / (float)n;
+    for (d = 1; d < D; d++) if (mag[d] > mag[best]) best = (int)d;
+    memcpy(sorted, mag, D * sizeof(float));
+    qsort(sorted, D, sizeof(float), cmp_float);
+    if (top) *top = best;
+    return (double)mag[best] / ((double)sorted[D / 2] + 1e-30);
+}
+
+static void stats_of(const llm_recorder *r, float *work, key_stats *S)
+{
+    size_t n = r->n, D = (size_t)r->head_dim, t, d, m = n - 1;
+    float *l1 = work, *mag = work + n;      /* (n) and (D)                   */
+    float sorted[512];                      /* head_dim <= 512 (checked)     */
+    double lo = INFINITY, hi = -INFINITY, sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0;
+    memset(S, 0, sizeof *S);
+    S->k_ratio = channel_ratio(r->K, n, D, mag, sorted, &S->top_ch);
+    S->v_ratio = channel_ratio(r->V, n, D, mag, sorted, NULL);
+    for (t = 1; t < n; t++) {
+        double x = r->K[t * D + (size_t)S->top_ch], s = 0;
+        if (x < lo) lo = x;
+        if (x > hi) hi = x;
+        for (d = 0; d < D; d++) s += fabs(r->K[t * D + d]);
+        l1[t - 1] = (float)s;
+        sa += fabs(x); sb += s; saa += x * x; sbb += s * s; sab += fabs(x) * s;
+    }
+    for (t = 1; t < n; t++) {
+        double x = r->K[t * D + (size_t)S->top_ch];
+        int b = hi > lo ? (int)(10.0 * (x - lo) / (hi - lo)) : 0;
+        S->bins[b > 9 ? 9 : b] += 100.0 / (double)m;
+    }
+    {
+        double cov = sab / m - (sa / m) * (sb / m), va = saa / m - (sa / m) * (sa / m),
+               vb = sbb / m - (sb / m) * (sb / m);
+        S->corr = va > 0 && vb > 0 ? cov / sqrt(va * vb) : 0.0;
+    }
+    qsort(l1, m, sizeof(float), cmp_float);
+    S->l1_min = l1[0]; S->l1_p01 = l1[m / 100]; S->l1_med = l1[m / 2];
+    S->l1_p99 = l1[m - 1 - m / 100]; S->l1_max = l1[m - 1];
+    for (t = 0; t < m; t++) S->low_tokens += l1[t] < 0.5f * (float)S->l1_med;
+}
+
+/* Parses "all" or a comma list of integers in [0, limit) into out (up to
+   max); returns the count, or -1 with a message.                          */
+static int parse_list(const char *s, int limit, int *out, int max, const char *what)
+{
+    int n = 0;
+    if (!strcmp(s, "all")) {
+        for (n = 0; n < limit && n < max; n++) out[n] = n;
+        return n;
+    }
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v >= limit || n == max || (*end && *end != ',')) {
+            fprintf(stderr, "dump: bad %s list at \"%s\" (0..%d or all)\n", what, s, limit - 1);
+            return -1;
+        }
+        out[n++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Runs the text through the fp32 model recording post-RoPE K, V, Q of the
+   chosen (layer, KV head) pairs; prints key_stats for each, writes them to
+   DIR/real_model_keys.csv with --csv, and the arrays to .npy with --out.   */
+static int cmd_dump(model_file *f, const char *text_path, const char *out, const char *layers,
+                    const char *heads, int n_tokens, const char *csv_dir)
+{
+    enum { MAX_LIST = 256 };
     size_t len;
     char *text = read_file(text_path, &len), prefix[512];
-    int *ids, n, t, l, n_rec = 0, rc = 0;
-    llm_recorder rec[16];
+    int *ids = NULL, n, i, j, n_rec = 0, rc = 1, li[MAX_LIST], hi[MAX_LIST], nl, nh;
+    llm_recorder *rec = NULL;
     llm_state s;
     llm_opts o = llm_opts_default();
-    const char *p = layers;
+    float *work = NULL, *buf = NULL;
+    FILE *csv = NULL;
+    memset(&s, 0, sizeof s);
     if (!text) return 1;
     ids = encode(f, text, len, &n);
     free(text);
-    if (!ids) return 1;
+    nl = parse_list(layers, f->m.cfg.n_layers, li, MAX_LIST, "layer");
+    nh = parse_list(heads, f->m.cfg.n_kv_heads, hi, MAX_LIST, "head");
+    if (!ids || nl <= 0 || nh <= 0) goto done;
+    if (f->m.cfg.head_dim > 512) { fprintf(stderr, "dump: head_dim above 512\n"); goto done; }
     if (n > n_tokens) n = n_tokens;
-    while (*p && n_rec < 16) {
-        l = atoi(p);
-        if (llm_recorder_init(&rec[n_rec], &f->m.cfg, l, kv_head, (size_t)n) != KVQ_OK) {
-            fprintf(stderr, "dump: bad layer %d or head %d\n", l, kv_head);
-            return 1;
+    if (n < 3) { fprintf(stderr, "dump: need at least 3 tokens\n"); goto done; }
+    rec = (llm_recorder *)calloc((size_t)nl * (size_t)nh, sizeof *rec);
+    work = (float *)malloc(((size_t)n + (size_t)f->m.cfg.head_dim) * sizeof(float));
+    if (!rec || !work) goto done;
+    for (i = 0; i < nl; i++)
+        for (j = 0; j < nh; j++, n_rec++) {
+            if (llm_recorder_init(&rec[n_rec], &f->m.cfg, li[i], hi[j], (size_t)n) != KVQ_OK) {
+                fprintf(stderr, "dump: cannot record layer %d head %d\n", li[i], hi[j]);
+                goto done;
+            }
+            if (n_rec) rec[n_rec - 1].next = &rec[n_rec];
         }
-        if (n_rec) rec[n_rec - 1].next = &rec[n_rec];
-        n_rec++;
-        while (*p && *p != ',') p++;
-        if (*p == ',') p++;
-    }
     o.capture = llm_record;
     o.capture_user = &rec[0];
     o.reserve = f->m.cfg.seq_len;
-    if (llm_state_init(&s, &f->m, &o) != KVQ_OK) { fprintf(stderr, "%s\n", s.why); return 1; }
-    for (t = 0; t < n; t++)
-        if (!llm_forward(&f->m, &s, ids[t], t)) { fprintf(stderr, "%s\n", s.why); rc = 1; break; }
-    for (l = 0; l < n_rec && !rc; l++) {
-        snprintf(prefix, sizeof prefix, "%s/L%d_H%d", out, rec[l].layer, kv_head);
-        if (llm_recorder_save(&rec[l], prefix) != KVQ_OK) { fprintf(stderr, "dump: cannot write %s_*.npy\n", prefix); rc = 1; }
-        else printf("wrote %s_{K,V,Q}.npy (%zu tokens)\n", prefix, rec[l].n);
+    o.max_prefill = CHUNK;
+    if (llm_state_init(&s, &f->m, &o) != KVQ_OK) { fprintf(stderr, "%s\n", s.why); goto done; }
+    if (!feed(f, &s, ids, n, buf, NULL)) goto done;
+    if ((csv = open_csv(csv_dir, "real_model_keys.csv")))
+        fprintf(csv, "layer,head,tokens,top_channel,k_ratio,v_ratio,l1_min,l1_p01,l1_median,"
+                     "l1_p99,l1_max,low_tokens,corr,bin0,bin1,bin2,bin3,bin4,bin5,bin6,bin7,"
+                     "bin8,bin9\n");
+    printf("post-RoPE keys of %s, %d tokens (token statistics leave out token 0, the sink)\n"
+           "%5s %4s %5s %7s %7s %27s %5s %6s  %s\n", text_path, n, "layer", "head", "topch",
+           "K max/md", "V max/md", "key L1: min p1 median max", "low", "corr",
+           "% of tokens per tenth of the top channel's range, low to high");
+    for (i = 0; i < n_rec; i++) {
+        key_stats S;
+        stats_of(&rec[i], work, &S);
+        printf("%5d %4d %5d %7.2f %7.2f %6.1f %6.1f %6.1f %6.1f %5d %+6.2f ", rec[i].layer,
+               rec[i].kv_head, S.top_ch, S.k_ratio, S.v_ratio, S.l1_min, S.l1_p01, S.l1_med,
+               S.l1_max, S.low_tokens, S.corr);
+        for (j = 0; j < 10; j++) printf(" %4.1f", S.bins[j]);
+        printf("\n");
+        if (csv) {
+            fprintf(csv, "%d,%d,%zu,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%.4f", rec[i].layer,
+                    rec[i].kv_head, rec[i].n, S.top_ch, S.k_ratio, S.v_ratio, S.l1_min, S.l1_p01,
+                    S.l1_med, S.l1_p99, S.l1_max, S.low_tokens, S.corr);
+            for (j = 0; j < 10; j++) fprintf(csv, ",%.3f", S.bins[j]);
+            fprintf(csv, "\n");
+        }
     }
-    for (l = 0; l < n_rec; l++) llm_recorder_free(&rec[l]);
+    rc = 0;
+    for (i = 0; i < n_rec && out; i++) {
+        snprintf(prefix, sizeof prefix, "%s/L%d_H%d", out, rec[i].layer, rec[i].kv_head);
+        if (llm_recorder_save(&rec[i], prefix) != KVQ_OK) {
+            fprintf(stderr, "dump: cannot write %s_{k,v,q}.npy\n", prefix);
+            rc = 1;
+            break;
+        }
+        printf("wrote %s_{k,v,q}.npy (%zu tokens)\n", prefix, rec[i].n);
+    }
+done:
+    if (csv) fclose(csv);
+    for (i = 0; rec && i < n_rec; i++) llm_recorder_free(&rec[i]);
+    free(rec); free(work); free(buf);
     llm_state_free(&s);
     free(ids);
     return rc;
@@ -548,19 +903,20 @@ static void usage(void)
 {
     fprintf(stderr,
         "usage: llm generate --prompt TEXT [-n N] [--cache METHOD]\n"
-        "       llm eval [--text FILE] [--tokens N] [--agree N] [--only m1,m2]\n"
-        "       llm dump --out DIR [--text FILE] [--layers 0,5,15] [--head 0] [--tokens N]\n"
+        "       llm eval [--text FILE] [--tokens N] [--agree N] [--only m1,m2] [--csv DIR]\n"
+        "       llm dump [--out DIR] [--text FILE] [--layers 0,5,15|all] [--head 0|all]\n"
+        "                [--tokens N] [--csv DIR]\n"
         "       common: --model PATH (default " DEFAULT_MODEL ")\n"
-        "methods: fp32 kivi4 kivi2 hf4 hf2 kivi2-KtVt kivi2-KcVc kivi2-KtVc ott2 logquant2\n"
-        "         streaming h2o snapkv\n");
+        "methods: fp32 kivi4 kivi2 kivi2-g128 hf4 hf2 kivi2-KtVt kivi2-KcVc kivi2-KtVc ott2\n"
+        "         logquant2 streaming h2o snapkv\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *model = DEFAULT_MODEL, *prompt = "The capital of France is",
                *cache = "fp32", *text = "/usr/share/common-licenses/GPL-3",
-               *only = NULL, *out = NULL, *layers = "0,5,15";
-    int n_gen = 32, n_tokens = 2048, n_agree = 64, head = 0, i, rc;
+               *only = NULL, *out = NULL, *layers = "0,5,15", *head = "0", *csv = NULL;
+    int n_gen = 32, n_tokens = 2048, n_agree = 64, i, rc;
     model_file f;
     if (argc < 2) { usage(); return 2; }
     for (i = 2; i < argc; i += 2) {
@@ -576,14 +932,18 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--only")) only = v;
         else if (!strcmp(o, "--out")) out = v;
         else if (!strcmp(o, "--layers")) layers = v;
-        else if (!strcmp(o, "--head")) head = atoi(v);
+        else if (!strcmp(o, "--head")) head = v;
+        else if (!strcmp(o, "--csv")) csv = v;
         else { usage(); return 2; }
     }
-    if (n_tokens < 2 || n_gen < 0 || n_agree < 0) { usage(); return 2; }
+    if (n_tokens < 2 || n_gen < 0 || n_agree < 0 || n_tokens > (1 << 20) || n_agree > (1 << 16)) {
+        usage();
+        return 2;
+    }
     if (!model_open(&f, model, n_tokens + n_agree + 512)) { model_close(&f); return 1; }
-    if (!strcmp(argv[1], "eval")) rc = cmd_eval(&f, text, n_tokens, n_agree, only);
+    if (!strcmp(argv[1], "eval")) rc = cmd_eval(&f, text, n_tokens, n_agree, only, csv);
     else if (!strcmp(argv[1], "generate")) rc = cmd_generate(&f, prompt, n_gen, cache);
-    else if (!strcmp(argv[1], "dump") && out) rc = cmd_dump(&f, text, out, layers, head, n_tokens);
+    else if (!strcmp(argv[1], "dump")) rc = cmd_dump(&f, text, out, layers, head, n_tokens, csv);
     else { usage(); rc = 2; }
     model_close(&f);
     return rc;

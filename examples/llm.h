@@ -14,6 +14,8 @@
        o.cache_fn = my_cache_fn;  o.cache_user = ...;   // NULL: fp32 caches
        llm_state s;  llm_state_init(&s, &m, &o);
        float *logits = llm_forward(&m, &s, token, pos);  // NULL on error: s.why
+       // T tokens at once (o.max_prefill >= T): same logits, weights read once
+       llm_forward_many(&m, &s, tokens, T, all_logits);
 
    COMPILE-TIME OPTIONS
        -fopenmp   matrix rows and KV heads are split across threads with
@@ -27,7 +29,7 @@
        4. Building blocks: RMSNorm, matmul, RoPE, SwiGLU
        5. Attention over the kvq caches (decode) and over the prompt (prefill)
        6. llm_forward: one token through the whole model
-       7. llm_prefill: a prompt, layer by layer
+       7. Many tokens layer by layer: llm_prefill, llm_forward_many
        8. Bytes, and a K/V/Q recorder that writes .npy
 
    THE MODEL (LLaMA; SmolLM2 is one)
@@ -259,6 +261,9 @@ LLM_API kvq_config llm_cache_per_layer(void *user, int layer, int kv_head,
    return aborts the call with KVQ_ERR_STATE. Setting a hook makes decode
    attention EAGER (the online kernel never has the probabilities) and runs
    the KV-head loop on one thread, so the hook need not be thread-safe.
+   Each (layer, KV head) sees its positions in order; llm_forward_many runs
+   one head's T positions before the next head's (caches are independent,
+   so this is the same computation as T llm_forward calls).
    In llm_prefill the probabilities are those of the prompt's full-precision
    attention (Sec. 5), and c already holds the whole prompt.                 */
 typedef int (*llm_attn_hook)(void *user, int layer, int kv_head, int pos,
@@ -277,7 +282,8 @@ typedef void (*llm_capture_fn)(void *user, int layer, int kv_head, int pos,
 typedef struct llm_opts {
     llm_cache_fn   cache_fn;    /* NULL: kvq_config_full(head_dim, 32)       */
     void          *cache_user;
-    int            max_prefill; /* longest prompt llm_prefill takes; 0 = 0
+    int            max_prefill; /* most tokens llm_prefill and llm_forward_many
+                                   take in one call; 0 = 0
                                    (no prefill buffers). Costs about
                                    max_prefill * (4 dim + 3 q_dim + 4 kv_dim
                                    + 2 hidden) floats.                       */
@@ -647,15 +653,17 @@ static void llm__add(float *x, const float *y, size_t n)
    is the (n_q, head_dim) block kvq_attend takes, and its output lands at the
    same offset of att. Scores are scaled by 1/sqrt(head_dim) inside kvq.   */
 
-/* Decode, one (layer, kv head): capture, append the new k/v, attend, hook. */
-static kvq_status llm__decode_head(llm_state *s, int l, int kv, int pos)
+/* Decode, one (layer, kv head), one position: capture, append the new k/v,
+   attend the group's queries to whatever the cache now holds, hook. The
+   pointers say where this position's q (n_q, head_dim), k, v (head_dim) and
+   output (n_q, head_dim) live: the decode buffers (llm_forward) or one row
+   of the batch buffers (llm_forward_many).                                 */
+static kvq_status llm__decode_head(llm_state *s, int l, int kv, int pos, const float *q,
+                                   const float *k, const float *v, float *out)
 {
     const llm_config *c = &s->cfg;
-    int hd = c->head_dim, n_q = c->n_heads / c->n_kv_heads;
+    int n_q = c->n_heads / c->n_kv_heads;
     kvq_cache *cache = llm_cache(s, l, kv);
-    const float *k = s->k + (size_t)kv * (size_t)hd, *v = s->v + (size_t)kv * (size_t)hd;
-    float *q = s->q + (size_t)kv * (size_t)n_q * (size_t)hd;
-    float *out = s->att + (size_t)kv * (size_t)n_q * (size_t)hd;
     float *scratch = s->scratch + (size_t)kv * s->scratch_floats;
     float *probs = s->opts.hook ? s->probs + (size_t)kv * (size_t)n_q * (size_t)c->seq_len
                                 : NULL;
@@ -731,20 +739,51 @@ static kvq_status llm__prefill_head(llm_state *s, int l, int kv, int T)
     return KVQ_OK;
 }
 
-/* Runs every KV head of layer l (decode at position arg, or prefill of arg
-   tokens), on threads unless a callback is set: callbacks then see the heads
-   in order and need not be thread-safe. Returns the first failure, with its
-   reason in s->why.                                                        */
-static kvq_status llm__heads(llm_state *s, int l, int arg, int prefill)
+/* What one KV head does in a layer (Sec. 6, 7).                            */
+typedef enum llm__step {
+    LLM__DECODE  = 0,   /* one token at pos, from the decode buffers        */
+    LLM__PREFILL = 1,   /* T prompt tokens, full-precision attention         */
+    LLM__MANY    = 2    /* T tokens from pos on, each decoded in turn        */
+} llm__step;
+
+/* One KV head's T tokens of the batch buffers, each exactly as llm_forward
+   would run it: append, attend to the cache as stored, hook; in order.     */
+static kvq_status llm__many_head(llm_state *s, int l, int kv, int pos0, int T)
+{
+    const llm_config *c = &s->cfg;
+    size_t hd = (size_t)c->head_dim, n_q = (size_t)(c->n_heads / c->n_kv_heads);
+    size_t QD = (size_t)c->n_heads * hd, row = (size_t)kv * n_q * hd;
+    const float *K = s->pkh + (size_t)kv * (size_t)s->max_prefill * hd; /* (T, hd) */
+    const float *V = s->pvh + (size_t)kv * (size_t)s->max_prefill * hd; /* (T, hd) */
+    int t;
+    for (t = 0; t < T; t++) {
+        size_t tq = (size_t)t * QD + row;
+        kvq_status st = llm__decode_head(s, l, kv, pos0 + t, s->pq + tq, K + (size_t)t * hd,
+                                         V + (size_t)t * hd, s->patt + tq);
+        if (st != KVQ_OK) return st;
+    }
+    return KVQ_OK;
+}
+
+/* Runs every KV head of layer l, on threads unless a callback is set:
+   callbacks then see the heads in order (and, within a head, the positions
+   in order) and need not be thread-safe. Returns the first failure, with
+   its reason in s->why.                                                    */
+static kvq_status llm__heads(llm_state *s, int l, llm__step step, int pos, int T)
 {
     int kv, n_kv = s->cfg.n_kv_heads;
+    size_t hd = (size_t)s->cfg.head_dim, n_q = (size_t)(s->cfg.n_heads / n_kv);
 #ifdef _OPENMP
     int serial = s->opts.hook != NULL || s->opts.capture != NULL;
 #pragma omp parallel for schedule(static) if (!serial)
 #endif
-    for (kv = 0; kv < n_kv; kv++)
-        s->head_status[kv] = prefill ? llm__prefill_head(s, l, kv, arg)
-                                     : llm__decode_head(s, l, kv, arg);
+    for (kv = 0; kv < n_kv; kv++) {
+        size_t qo = (size_t)kv * n_q * hd, ko = (size_t)kv * hd;
+        s->head_status[kv] =
+            step == LLM__PREFILL ? llm__prefill_head(s, l, kv, T)
+          : step == LLM__MANY    ? llm__many_head(s, l, kv, pos, T)
+          : llm__decode_head(s, l, kv, pos, s->q + qo, s->k + ko, s->v + ko, s->att + qo);
+    }
     for (kv = 0; kv < n_kv; kv++)
         if (s->head_status[kv] != KVQ_OK) {
             kvq_status st = s->head_status[kv];
@@ -825,7 +864,7 @@ LLM_API float *llm_forward(const llm_model *m, llm_state *s, int token, int pos)
         llm_rope(s->q, c->n_heads, hd, c->rope_pairs, s->rope_cos, s->rope_sin);
         llm_rope(s->k, c->n_kv_heads, hd, c->rope_pairs, s->rope_cos, s->rope_sin);
         /* each kv head: append k, v to its cache, attend its query group    */
-        if (llm__heads(s, l, pos, 0) != KVQ_OK) { s->n_pos = -1; return NULL; }
+        if (llm__heads(s, l, LLM__DECODE, pos, 1) != KVQ_OK) { s->n_pos = -1; return NULL; }
         /* output projection, back into the residual stream                  */
         llm__matmul(s->xb2, s->att, w->wo + L * (size_t)dim * QD, (int)QD, dim);
         llm__add(s->x, s->xb2, (size_t)dim);
@@ -848,33 +887,46 @@ LLM_API float *llm_forward(const llm_model *m, llm_state *s, int token, int pos)
 }
 
 /* ======================================================================== */
-/* 7. llm_prefill: A PROMPT, LAYER BY LAYER                                 */
+/* 7. MANY TOKENS AT ONCE: llm_prefill AND llm_forward_many                 */
 /* ======================================================================== */
-/* All T prompt tokens go through layer l before any enters layer l + 1. Then
-   every projection is a (T, in) x (in, out) matmul that reads each weight
-   T / LLM_TILE times instead of T times, and each (layer, kv head) gets its
-   whole prompt K, V in one kvq_cache_prefill (the policy's prefill rule).
-   Attention inside the prompt is full precision (Sec. 5, llm__prefill_head).
-   Needs an empty state (n_pos 0) and T <= opts.max_prefill. Returns the last
-   token's logits (vocab_size), like llm_forward(tokens[T-1], T-1); with
-   all_logits (T, vocab_size) non-NULL it also fills every token's logits
-   (teacher-forced scoring of the prompt). NULL on error, as llm_forward.    */
-LLM_API float *llm_prefill(const llm_model *m, llm_state *s, const int *tokens, int T,
-                           float *all_logits)
+/* All T tokens go through layer l before any enters layer l + 1. Then every
+   projection is a (T, in) x (in, out) matmul that reads each weight
+   T / LLM_TILE times instead of T times: one token at a time, the model
+   streams every weight from memory for every token (135M floats, 540 MB,
+   for SmolLM2), and that, not arithmetic, is what limits llm_forward.
+   The two entry points differ only in what a KV head does inside a layer:
+     llm_prefill       a prompt into an empty state: each (layer, kv head)
+                       gets its whole prompt K, V in one kvq_cache_prefill
+                       (the policy's prefill rule), and attention inside the
+                       prompt is full precision (Sec. 5, llm__prefill_head).
+     llm_forward_many  T more tokens at positions n_pos.., each appended and
+                       attending to the cache AS STORED, one after another:
+                       exactly llm_forward called T times (the same dot
+                       products in the same order, so bit for bit the same
+                       logits), only faster. Teacher-forced scoring uses it.
+   Both need T <= opts.max_prefill (the batch buffers). They return the last
+   token's logits (vocab_size); with all_logits (T, vocab_size) non-NULL
+   they also fill every token's logits. NULL on error, as llm_forward.      */
+static float *llm__many(const llm_model *m, llm_state *s, const int *tokens, int T,
+                        float *all_logits, llm__step step)
 {
     const llm_config *c;
     const llm_weights *w;
-    int l, t, kv, dim, hd, hidden, n_kv;
+    int l, t, kv, dim, hd, hidden, n_kv, pos0;
     size_t QD, KVD, D;
     if (!llm__ready(m, s)) return NULL;
     c = &m->cfg; w = &m->w;
+    pos0 = s->n_pos;
     if (!tokens) return llm__fail(s, KVQ_ERR_NULL, "tokens is NULL");
     if (T <= 0 || T > s->max_prefill)
-        return llm__fail(s, KVQ_ERR_SIZE, "prompt of %d tokens: llm_prefill takes "
-                         "1..max_prefill (%d)", T, s->max_prefill);
-    if (s->n_pos != 0)
+        return llm__fail(s, KVQ_ERR_SIZE, "%d tokens: a batch takes 1..max_prefill (%d)",
+                         T, s->max_prefill);
+    if (step == LLM__PREFILL && pos0 != 0)
         return llm__fail(s, KVQ_ERR_STATE, "llm_prefill needs an empty state (it "
-                         "holds %d positions): llm_state_reset first", s->n_pos);
+                         "holds %d positions): llm_state_reset first", pos0);
+    if (T > c->seq_len - pos0)
+        return llm__fail(s, KVQ_ERR_SIZE, "%d tokens after %d positions exceed seq_len %d",
+                         T, pos0, c->seq_len);
     for (t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return llm__fail(s, KVQ_ERR_SIZE, "tokens[%d] = %d outside 0..%d", t,
@@ -900,7 +952,7 @@ LLM_API float *llm_prefill(const llm_model *m, llm_state *s, const int *tokens, 
         llm__matmul_rows(s->pv, s->pxb, w->wv + L * KVD * D, T, dim, (int)KVD);
         /* RoPE each token at its own position                               */
         for (t = 0; t < T; t++) {
-            llm_rope_table((double)c->rope_theta, hd, t, s->rope_cos, s->rope_sin);
+            llm_rope_table((double)c->rope_theta, hd, pos0 + t, s->rope_cos, s->rope_sin);
             llm_rope(s->pq + (size_t)t * QD, c->n_heads, hd, c->rope_pairs,
                      s->rope_cos, s->rope_sin);
             llm_rope(s->pk + (size_t)t * KVD, n_kv, hd, c->rope_pairs,
@@ -915,8 +967,8 @@ LLM_API float *llm_prefill(const llm_model *m, llm_state *s, const int *tokens, 
                 memcpy(s->pkh + dst, s->pk + src, (size_t)hd * sizeof(float));
                 memcpy(s->pvh + dst, s->pv + src, (size_t)hd * sizeof(float));
             }
-        /* each kv head: fill its cache, causal attention over the prompt    */
-        if (llm__heads(s, l, T, 1) != KVQ_OK) { s->n_pos = -1; return NULL; }
+        /* each kv head: its cache takes the T tokens and they attend        */
+        if (llm__heads(s, l, step, pos0, T) != KVQ_OK) { s->n_pos = -1; return NULL; }
         /* output projection, back into every token's residual stream        */
         llm__matmul_rows(s->pxb2, s->patt, w->wo + L * D * QD, T, (int)QD, dim);
         llm__add(s->px, s->pxb2, (size_t)T * D);
@@ -947,8 +999,20 @@ LLM_API float *llm_prefill(const llm_model *m, llm_state *s, const int *tokens, 
             llm__matmul(s->logits, s->pxb + (size_t)(T - 1) * D, wcls, dim, c->vocab_size);
         }
     }
-    s->n_pos = T;
+    s->n_pos = pos0 + T;
     return s->logits;
+}
+
+LLM_API float *llm_prefill(const llm_model *m, llm_state *s, const int *tokens, int T,
+                           float *all_logits)
+{
+    return llm__many(m, s, tokens, T, all_logits, LLM__PREFILL);
+}
+
+LLM_API float *llm_forward_many(const llm_model *m, llm_state *s, const int *tokens,
+                                int T, float *all_logits)
+{
+    return llm__many(m, s, tokens, T, all_logits, LLM__MANY);
 }
 
 /* ======================================================================== */

@@ -18,6 +18,9 @@
         the layers makes the state refuse until llm_state_reset
      6. the attention hook's probabilities == the reference softmax; the
         recorder's K/Q == the reference's post-RoPE K/Q; byte accounting
+     7. llm_forward_many in uneven chunks == llm_forward token by token, bit
+        for bit, with a quantizing cache and with an evicting hook; its bad
+        arguments change nothing
    No expected number was captured from running llm.h.                      */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
@@ -740,6 +743,128 @@ static void test_hook_capture_bytes(void)
     llm_weights_free(&m.w);
 }
 
+/* ------------------------------------------------------------------------ */
+/* 7. llm_forward_many                                                      */
+/* ------------------------------------------------------------------------ */
+/* A streaming-eviction hook (2 sinks + 6 recent) that also folds every
+   probability it sees into a per-cache FNV-1a hash, so two runs can be
+   compared for the same calls with the same values in the same per-cache
+   order (the order across heads is allowed to differ).                     */
+typedef struct many_log {
+    unsigned long long h[NL][NKV];
+    int calls;
+} many_log;
+
+static int many_hook(void *user, int layer, int kv, int pos, const float *probs, int n_q,
+                     kvq_cache *c)
+{
+    many_log *g = (many_log *)user;
+    uint8_t keep[SEQ];
+    size_t n = (size_t)pos + 1, i;
+    unsigned long long h = g->h[layer][kv] ^ (unsigned long long)pos;
+    const unsigned char *b = (const unsigned char *)probs;
+    for (i = 0; i < (size_t)n_q * n * sizeof(float); i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    g->h[layer][kv] = h;
+    g->calls++;
+    if (kvq_cache_present(c, keep, n) != KVQ_OK ||
+        kvq_evict_streaming(keep, n, 2, 6, keep) != KVQ_OK)
+        return 1;
+    return kvq_cache_evict(c, keep, n, NULL) != KVQ_OK;
+}
+
+static void test_many(void)
+{
+    static float seq_logits[SEQ][VOCAB], all[8 * VOCAB];
+    const int chunks[5] = {5, 7, 1, 8, 3};  /* 24 tokens; 8 = max_prefill    */
+    kvq_config k2 = kivi_small(2), f16 = kvq_config_full(HD, 16);
+    llm_model m;
+    int run, t, i;
+    make_tokens(17);
+    CHECK(tiny_build(&m, LLM_ROPE_ADJACENT, 0, 700), "build");
+    for (run = 0; run < 2; run++) {
+        /* run 0: KIVI-2 with G = R = 8, so groups flush inside chunks;
+           run 1: fp16 rows with the evicting hook (EAGER attention)         */
+        llm_opts o = llm_opts_default();
+        llm_state a, b;
+        many_log la, lb;
+        int same = 1, pos = 0;
+        memset(&la, 0, sizeof la); memset(&lb, 0, sizeof lb);
+        o.cache_fn = llm_cache_same;
+        o.cache_user = run == 0 ? &k2 : &f16;
+        if (run == 1) { o.hook = many_hook; o.hook_user = &la; }
+        if (llm_state_init(&a, &m, &o) != KVQ_OK) { CHECK(0, "init: %s", a.why); return; }
+        o.max_prefill = 8;
+        if (run == 1) o.hook_user = &lb;
+        if (llm_state_init(&b, &m, &o) != KVQ_OK) { CHECK(0, "init: %s", b.why); return; }
+        for (t = 0; t < 24; t++) {
+            float *lg = llm_forward(&m, &a, toks[t], t);
+            if (!lg) { CHECK(0, "forward: %s", a.why); break; }
+            memcpy(seq_logits[t], lg, sizeof seq_logits[t]);
+        }
+        for (i = 0; i < 5; i++) {
+            /* the last chunk without all_logits: only the return value      */
+            float *lg = llm_forward_many(&m, &b, toks + pos, chunks[i], i < 4 ? all : NULL);
+            if (!lg) { CHECK(0, "forward_many: %s", b.why); same = 0; break; }
+            for (t = 0; t < chunks[i] && i < 4; t++)
+                same &= memcmp(all + (size_t)t * VOCAB, seq_logits[pos + t],
+                               sizeof seq_logits[0]) == 0;
+            same &= memcmp(lg, seq_logits[pos + chunks[i] - 1], sizeof seq_logits[0]) == 0;
+            pos += chunks[i];
+        }
+        CHECK(same, "run %d: llm_forward_many logits differ from llm_forward's", run);
+        CHECK(b.n_pos == 24, "run %d: n_pos %d after 24 tokens", run, b.n_pos);
+        /* both continue identically with llm_forward                        */
+        {
+            float *x = llm_forward(&m, &a, toks[24], 24), *y;
+            float keep[VOCAB];
+            if (x) memcpy(keep, x, sizeof keep);
+            y = llm_forward(&m, &b, toks[24], 24);
+            CHECK(x && y && memcmp(keep, y, sizeof keep) == 0, "run %d: decode after many", run);
+        }
+        if (run == 0) {
+            kvq_census ca, cb;
+            CHECK(kvq_cache_census(llm_cache(&a, 1, 1), &ca) == KVQ_OK &&
+                  kvq_cache_census(llm_cache(&b, 1, 1), &cb) == KVQ_OK &&
+                  ca.quantized[0] == cb.quantized[0] && cb.quantized[0] >= 16,
+                  "KIVI-2 caches hold %lu and %lu quantized keys", (unsigned long)ca.quantized[0],
+                  (unsigned long)cb.quantized[0]);
+        } else {
+            CHECK(la.calls == lb.calls && la.calls == 25 * NL * NKV &&
+                  memcmp(la.h, lb.h, sizeof la.h) == 0,
+                  "hook calls %d vs %d or their probabilities differ", la.calls, lb.calls);
+            {
+                kvq_census cb;
+                CHECK(kvq_cache_census(llm_cache(&b, 0, 1), &cb) == KVQ_OK &&
+                      cb.absent[0] == 25 - 8, "evicting hook left %lu absent (expected 17)",
+                      (unsigned long)cb.absent[0]);
+            }
+        }
+        /* bad arguments: an error, nothing changed, the state still works  */
+        {
+            int bad[2] = {0, VOCAB};
+            CHECK(!llm_forward_many(&m, &b, NULL, 2, NULL) && b.status == KVQ_ERR_NULL,
+                  "NULL tokens");
+            CHECK(!llm_forward_many(&m, &b, toks, 0, NULL) && b.status == KVQ_ERR_SIZE, "T = 0");
+            CHECK(!llm_forward_many(&m, &b, toks, 9, NULL) && b.status == KVQ_ERR_SIZE,
+                  "T > max_prefill");
+            CHECK(!llm_forward_many(&m, &b, bad, 2, NULL) && b.status == KVQ_ERR_SIZE,
+                  "token out of range");
+            CHECK(!llm_forward_many(&m, &b, toks, 8, NULL) && b.status == KVQ_ERR_SIZE,
+                  "25 + 8 positions > seq_len 32 accepted");
+            CHECK(!llm_forward_many(&m, &a, toks, 1, NULL) && a.status == KVQ_ERR_SIZE,
+                  "a state without batch buffers (max_prefill 0) accepted a batch");
+            CHECK(b.n_pos == 25, "bad calls moved n_pos to %d", b.n_pos);
+            CHECK(llm_forward_many(&m, &b, toks, 7, NULL) != NULL && b.n_pos == 32,
+                  "the state refuses after bad calls: %s", b.why);
+        }
+        llm_state_free(&a);
+        llm_state_free(&b);
+    }
+    printf("  llm_forward_many in chunks 5,7,1,8,3 == llm_forward x 24, bit for bit "
+           "(KIVI-2 G=R=8; fp16 + evicting hook)\n");
+    llm_weights_free(&m.w);
+}
+
 int main(void)
 {
     test_rope();
@@ -748,5 +873,6 @@ int main(void)
     test_quantized();
     test_bad_args();
     test_hook_capture_bytes();
+    test_many();
     return TEST_END("test_llm");
 }
