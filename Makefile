@@ -5,6 +5,10 @@
 #                   first, check-docs: the walkthrough's quoted example output is still true
 #   make plots      the examples' CSV tables (--csv) and the figures in plots/ (matplotlib;
 #                   installed with pip when missing)
+#                   and, when valgrind is installed, the QUICK tests under memcheck
+#                   (zero errors, zero leaks)
+#   make soak       1,000,000 decode steps per policy, invariants at every step
+#   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each (default 60)
 #   make bench      CPU benchmarks (results: bench/RESULTS.md)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
 # Needs: a C99 compiler (gcc by default), make, libm. clang and g++ are used by
@@ -27,6 +31,7 @@ BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
+.PHONY: soak fuzz fuzz-build valgrind
 .PHONY: all examples test compile-checks check-docs plots bench cuda cuda-build test-gpu bench-gpu clean model eval plots-real
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
@@ -52,8 +57,53 @@ $(B)/bench/%: bench/%.c $(HDRS)
 compile-checks:
 	@sh tests/compile_checks.sh
 
-test: compile-checks check-docs $(TESTS) $(TESTS_SAN)
+test: compile-checks check-docs $(TESTS) $(TESTS_SAN) $(TESTS_VG)
 	@tests/run.sh $(TESTS) $(TESTS_SAN)
+	@$(MAKE) --no-print-directory valgrind
+
+# valgrind memcheck over the QUICK builds (no sanitizer): any error or leak
+# fails. Skipped, with a message, when valgrind is not installed.
+# test_model is left out: its 135M-parameter forward passes take minutes
+# under memcheck, and test_llm runs the same code on a small model.
+TESTS_VG := $(filter-out $(B)/vg/test_model,$(TEST_SRC:tests/%.c=$(B)/vg/%))
+VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible
+$(B)/vg/%: tests/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DKVQ_TEST_QUICK -I. -o $@ $< $(LDLIBS)
+valgrind: $(TESTS_VG)
+	@if command -v valgrind >/dev/null 2>&1; then \
+	  echo "=== valgrind memcheck (QUICK builds, no sanitizer)"; \
+	  VALGRIND="$(VALGRIND)" tests/run.sh $(TESTS_VG); \
+	else echo "valgrind not found: skipping memcheck (apt-get install valgrind)"; fi
+
+# Soak: 1,000,000 decode steps per policy (HF with re-quantization: 1/16),
+# every invariant at every step; prints ns/append and peak memory.
+SOAK_STEPS ?= 1000000
+soak: $(B)/tests/test_soak
+	$(B)/tests/test_soak $(SOAK_STEPS)
+
+# Fuzzing with libFuzzer: clang -fsanitize=fuzzer,address,undefined. Each
+# target runs FUZZ_SECONDS from its seed corpus in fuzz/corpus/NAME; a new
+# input that grows coverage lands in $(B)/fuzz/corpus/NAME (not committed);
+# a crash leaves $(B)/fuzz/crash-* and fails the target.
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_SRC     := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZERS      := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
+FUZZ_FLAGS   := -std=c99 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+$(B)/fuzz/%: fuzz/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -I. -o $@ $< -lm
+fuzz-build: $(FUZZERS)
+fuzz: $(FUZZERS)
+	@set -e; for f in $(FUZZERS); do n=$${f##*/}; \
+	  mkdir -p $(B)/fuzz/corpus/$$n; echo "=== $$n: $(FUZZ_SECONDS) s"; \
+	  rc=0; $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(B)/fuzz/ \
+	      $(B)/fuzz/corpus/$$n fuzz/corpus/$$n > $(B)/fuzz/$$n.log 2>&1 || rc=$$?; \
+	  grep -E 'Done [0-9]+ runs|stat::peak_rss_mb' $(B)/fuzz/$$n.log || true; \
+	  if [ $$rc -ne 0 ]; then tail -n 40 $(B)/fuzz/$$n.log; \
+	    echo "$$n: FAILED (input saved as $(B)/fuzz/crash-*)"; exit 1; fi; \
+	done; echo "fuzz: every target ran $(FUZZ_SECONDS) s without a finding"
 
 # Every "$ ./build/examples/NAME" block in walkthrough/*.md must still be
 # what NAME prints (a few seconds: each example runs once).

@@ -4,7 +4,7 @@
 set -u
 pass=0; fail=0; bad=0
 for t in "$@"; do
-    out=$("$t" 2>&1); rc=$?
+    out=$(${VALGRIND:-} "$t" 2>&1); rc=$?    # VALGRIND: an optional runner
     printf '%s\n' "$out" | grep -v '^  ' | tail -n 60
     line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     if [ -z "$line" ]; then
