@@ -17,7 +17,9 @@
      6. memory against sequence length for fp16, KIVI, OTT and LogQuant
         caches (OTT Sec. 4.3, Fig. 3(c)): the slope is the compression ratio.
 
-   Run: make build/examples/01_quant_basics && ./build/examples/01_quant_basics */
+   Run: make build/examples/01_quant_basics && ./build/examples/01_quant_basics
+   --csv DIR writes bits_vs_length.csv (5) and memory_vs_length.csv (6),
+   which plots/memory.py draws.                                             */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"

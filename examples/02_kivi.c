@@ -15,7 +15,9 @@
 
    Data: the synthetic head of common.h (outlier key channels, outlier/sink
    tokens, i.i.d. values), or a real head with --k K.npy --v V.npy [--q Q.npy].
-   Run: make build/examples/02_kivi && ./build/examples/02_kivi              */
+   Run: make build/examples/02_kivi && ./build/examples/02_kivi
+   --csv DIR writes kivi_kv.csv (the head) and kivi_windows.csv (3), which
+   plots/kivi.py draws.                                                     */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"

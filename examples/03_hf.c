@@ -36,7 +36,8 @@
 
    Run: make build/examples/03_hf && ./build/examples/03_hf
         (--k K.npy --v V.npy [--q Q.npy] replaces the synthetic head of
-        section 3 and 4 with a real one)                                    */
+        section 3 and 4 with a real one; --csv DIR writes hf_vs_kivi.csv,
+        section 3's table, which plots/kivi.py draws)                       */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"

@@ -11,7 +11,9 @@
         output error proxy, not task accuracy; and both replacement means.
 
    Run:  make build/examples/04_ott && ./build/examples/04_ott [--k K.npy --v V.npy]
-   Data: common.h's synthetic head (T = 2048, D = 128), or a real head.     */
+   Data: common.h's synthetic head (T = 2048, D = 128), or a real head.
+   --csv DIR writes ott_channel.csv (1) and ott_fig1c.csv (2, on a finer
+   grid than the printed table), which plots/ott.py draws.                  */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"

@@ -16,7 +16,9 @@
    The errors are attention proxies, not the paper's task accuracy.
 
    Run:  make build/examples/05_logquant && ./build/examples/05_logquant
-         [--k K.npy --v V.npy [--q Q.npy]]                                  */
+         [--k K.npy --v V.npy [--q Q.npy]]
+   --csv DIR writes logquant_kept.csv (1) and logquant_coverage.csv (2),
+   which plots/logquant.py draws.                                           */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"

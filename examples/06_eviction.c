@@ -10,7 +10,10 @@
    Part D  quantized keys under compaction: our group-granularity choice,
            and what re-quantizing survivors would have cost.
 
-   Run: ./build/examples/06_eviction [--seed N]                            */
+   Run: ./build/examples/06_eviction [--seed N] [--csv DIR]
+   --csv DIR writes evict_toy_blocks.csv (A), evict_freed.csv (a sweep run
+   only then) and evict_cache_slots.csv (C, D), which plots/eviction.py
+   draws.                                                                   */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"
