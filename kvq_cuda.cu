@@ -1,39 +1,57 @@
-/* kvq_cuda.cu - GPU kernels for kvq.h. STATUS: SKELETON, NOT YET RUN ON A GPU.
+/* kvq_cuda.cu - GPU kernels that reproduce kvq.h: quantize+pack, fused paged
+   decode attention over every kvq cache, an fp16 baseline, and compaction.
 
-   What this file will hold (a later issue): fused kernels that read the
-   packed cache of kvq.h directly, i.e. quantize+pack of a [T x D] matrix per
-   token and per channel, and one-query decode attention over a KIVI cache that
-   never materializes dequantized K or V (the algebra of kvq.h Sec. 8). Each
-   kernel must reproduce the CPU reference in kvq.h: the same codes bit for
-   bit, and attention within a stated tolerance.
+   kvq.h is the definition; this file must agree with it. Codes, scales and
+   zeros are bit-identical to kvq.h's on the same fp16 inputs; attention
+   outputs agree within the tolerances stated in tests/test_gpu.cu. What has
+   and has not been run on a GPU is recorded in bench/RESULTS.md.
 
-   What it holds now:
-     - device helpers that mirror kvq.h exactly (fp16 decode, code extraction,
-       the affine map of one group), written to be correct by construction;
-     - one simple real kernel, per-token dequantization (kvq.h Sec. 6),
-       one thread per element, and its host launcher.
-   It compiles with nvcc for sm_80 and sm_90 (`make cuda`). None of it has
-   been run or checked on a GPU yet, and no GPU timing exists
-   (bench/RESULTS.md).
+   USAGE
+       #define KVQ_IMPLEMENTATION   // in one host TU (kvq_cache_export needs it)
+       #include "kvq.h"
+       #include "kvq_cuda.cu"       // or compile this file alone: make cuda
+   Build with nvcc -O3 -std=c++17 for sm_80 / sm_90. NEVER --use_fast_math:
+   the codes depend on IEEE division and round-half-even (Sec. 1 below).
 
-   It shares every layout with kvq.h and redefines none:
-     kvq_sz   {fp16 scale, fp16 zero}, 4 bytes per group         (Sec. 4)
-     words    32/B codes per uint32_t, least significant first    (Sec. 5)
-     matrix   words[units][groups_per_unit][words_per_group]       (Sec. 6)
-              sz[units][groups_per_unit]
-   A cache or matrix built on the CPU can be copied to the device as it is.
+   CONTENTS
+       0. Errors: how a launcher reports bad arguments and bad data
+       1. Device mirrors of kvq.h Sec. 3-5 (fp16, group parameters, codes)
+       2. Quantize + pack of an fp16 [T x D] matrix (kvq.h Sec. 6)
+       3. The paged store: pages, streams, and what a stream may hold
+       4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding)
+       5. Compaction: gather-clone-scatter of slots (kvq.h Sec. 11)
+       6. Host: a kvq_cache exported to pages (for tests, benches, engines)
 
-   Build: nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_80
-               -gencode arch=compute_90,code=sm_90 -I. -c kvq_cuda.cu
-   No --use_fast_math: kvq.h's exactness arguments assume IEEE division and
-   rounding (its Sec. 4).                                                    */
+   0. ERRORS. Every launcher returns a cudaError_t.
+     - Bad arguments (NULL, unsupported D/B/G, groups that do not divide, a
+       workspace too small, size overflow) are caught on the host before any
+       launch: the launcher returns cudaErrorInvalidValue, writes nothing,
+       and kvq_cuda_why() gives the reason in one readable line.
+     - CUDA failures are returned as they come (each call is checked).
+     - Bad DATA lives on the device, and reading it back would cost a
+       host-device synchronization per call. The launchers therefore take
+       `int *d_status` (device memory, one int): kernels record there the
+       kvq_status of the first problem (the smallest code wins, so the result
+       does not depend on thread timing), and the caller reads it whenever it
+       synchronizes anyway.
+         quantize: NaN/Inf -> KVQ_ERR_NONFINITE, fp16 overflow of a scale or
+           zero -> KVQ_ERR_RANGE (kvq.h's policy). A separate validation pass
+           runs first and the quantize pass writes NOTHING if it found a
+           problem, exactly like kvq_quantize_matrix.
+         attention: a non-finite q or a stream with no live token ->
+           KVQ_ERR_NONFINITE / KVQ_ERR_STATE, and that (stream, head) output
+           row is written as quiet NaN so it cannot pass for a result.     */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdarg.h>
+#include <string.h>
+#include <stdlib.h>
+#include <math.h>
 
-#include "kvq.h"   /* host side: types, layouts, status codes (no implementation) */
+#include "kvq.h"   /* types, layouts, status codes */
 
 /* The packed format is shared byte for byte with the CPU: pin the sizes.   */
 static_assert(sizeof(kvq_sz) == 4, "kvq_sz must be 4 bytes (fp16 scale, fp16 zero)");
@@ -42,131 +60,1294 @@ static_assert(offsetof(kvq_sz, scale) == 0 && offsetof(kvq_sz, zero) == 2,
 static_assert(sizeof(kvq_f16) == 2, "kvq_f16 holds raw IEEE binary16 bits");
 static_assert(sizeof(uint32_t) == 4, "packed words are 32 bits");
 
-/* CUDA error check for host code. The library never exits: on failure it
-   prints where and why to stderr and returns the error from the enclosing
-   function, which must return cudaError_t.                                 */
+/* ======================================================================== */
+/* 0. errors                                                                */
+/* ======================================================================== */
+static thread_local char kvq_cuda__why[200];
+
+/* The reason of the last launcher failure on this host thread ("" if none). */
+extern "C" const char *kvq_cuda_why(void) { return kvq_cuda__why; }
+
+static cudaError_t kvq_cuda__bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kvq_cuda__why, sizeof kvq_cuda__why, fmt, ap);
+    va_end(ap);
+    return cudaErrorInvalidValue;
+}
+
+/* Check a CUDA call in host code; on failure record where and return it.  */
 #define KVQ_CUDA_CHECK(call)                                                  \
     do {                                                                      \
         cudaError_t kvq_err_ = (call);                                        \
         if (kvq_err_ != cudaSuccess) {                                        \
-            fprintf(stderr, "kvq_cuda: %s:%d: %s failed: %s\n", __FILE__,     \
-                    __LINE__, #call, cudaGetErrorString(kvq_err_));           \
+            snprintf(kvq_cuda__why, sizeof kvq_cuda__why, "%s:%d: %s: %s",    \
+                     __FILE__, __LINE__, #call, cudaGetErrorString(kvq_err_));\
             return kvq_err_;                                                  \
         }                                                                     \
     } while (0)
 
-/* ======================================================================== */
-/* device helpers: kvq.h, mirrored                                          */
-/* ======================================================================== */
-/* __host__ __device__ so that the very same source can also be run on the
-   CPU and compared with kvq.h's functions without a GPU.                    */
+/* Record a data problem: the smallest kvq_status code wins, so which thread
+   gets there first does not matter (NONFINITE < RANGE < STATE, as on the
+   CPU, where the finiteness pass runs before the range pass).              */
+static __device__ void kvq_dev_report(int *status, int code)
+{
+    int old = *(volatile int *)status;
+    while (old == 0 || code < old) {
+        int seen = atomicCAS(status, old, code);
+        if (seen == old) break;
+        old = seen;
+    }
+}
 
-/* kvq_f16_to_f32: raw binary16 bits -> float. Converting fp16 to fp32 is
-   exact for every finite value, subnormals included, and for +-Inf, so it
-   matches kvq_f16_to_f32 bit for bit. A stored scale or zero is never NaN:
-   kvq.h rejects non-finite input and out-of-range groups.                   */
+/* ======================================================================== */
+/* 1. device mirrors of kvq.h                                               */
+/* ======================================================================== */
+/* Each function below is the GPU twin of the kvq.h function named in its
+   comment, operation for operation. Why the results are bit-identical:
+     - fp16 -> fp32 is exact, and __float2half_rn rounds to nearest even,
+       which is kvq_f32_to_f16 (both overflow to Inf at 65520).
+     - fp32 +, -, / are IEEE correctly rounded in CUDA without fast-math
+       (nvcc's defaults -prec-div=true -ftz=false), as in C on the host.
+     - rintf is round-half-to-even on both sides.
+     - No expression here can be contracted into a different fma: the only
+       mul+add is c * s + z in dequantization, where c * s is exact (kvq.h
+       Sec. 4), so fma and mul-then-add give the same float.             */
 static __host__ __device__ __forceinline__ float kvq_dev_f16(kvq_f16 h)
 {
     return __half2float(__ushort_as_half(h));
 }
-
-/* kvq__get_code (kvq.h Sec. 5): code i of a group whose packed words start at
-   `words`. 32/B codes per word, least significant bits first: code i sits in
-   word i / (32/B) at bit (i % (32/B)) * B. Requires bits in {1, 2, 4, 8}
-   (kvq_bits_supported). Then 32/B is a power of two, so the division and
-   modulo become a shift and a mask: with lb = log2(B), 32/B = 2^(5 - lb).   */
-static __host__ __device__ __forceinline__ uint32_t kvq_dev_code(const uint32_t *words,
-                                                                 size_t i, int bits)
+static __device__ __forceinline__ kvq_f16 kvq_dev_to_f16(float x)
 {
-    const unsigned lb = (bits > 1) + (bits > 2) + (bits > 4); /* log2(B)     */
-    const size_t word = i >> (5u - lb);                      /* i / (32/B)   */
-    const unsigned slot = (unsigned)(i & ((32u >> lb) - 1u)); /* i % (32/B)  */
-    return (words[word] >> (slot << lb)) & ((1u << bits) - 1u);
+    return __half_as_ushort(__float2half_rn(x));
 }
+static __device__ __forceinline__ bool kvq_dev_finite(float x) { return x - x == 0.0f; }
 
-/* kvq_sz_affine (kvq.h Sec. 4): x' = c * a + b from one group's stored
-   parameters.
-     KVQ_ZERO_FLOAT: a = s, b = z
-     KVQ_ZERO_INT:   a = s, b = -zp * s   (exact: zp has <= 12 significant
-                                           bits, s has 11)
-   c * a is exact as well (c <= 255, 8 bits), so nvcc contracting c * a + b
-   into one fma gives the same float as the CPU's multiply then add.       */
+/* kvq_sz_affine: x' = c * a + b from one group's stored parameters.        */
 static __host__ __device__ __forceinline__ void kvq_dev_affine(kvq_sz sz,
                                                                kvq_zero_mode mode,
                                                                float *a, float *b)
 {
     const float s = kvq_dev_f16(sz.scale), z = kvq_dev_f16(sz.zero);
     *a = s;
-    *b = (mode == KVQ_ZERO_INT) ? -z * s : z;
+    *b = (mode == KVQ_ZERO_INT) ? -z * s : z;   /* exact: 12 x 11 bits */
+}
+
+/* kvq__group_params: the stored (s, z) of a group with min mn and max mx.
+   Returns KVQ_OK or KVQ_ERR_RANGE (a scale or zero overflows fp16).       */
+static __device__ int kvq_dev_group_params(float mn, float mx, int bits,
+                                           kvq_zero_mode mode, kvq_sz *out)
+{
+    const float n_levels = (float)((1u << bits) - 1u);
+    const kvq_f16 s16 = kvq_dev_to_f16((mx - mn) / n_levels);
+    const float s = kvq_dev_f16(s16);
+    if (!kvq_dev_finite(s)) return KVQ_ERR_RANGE;
+    if (mode == KVQ_ZERO_FLOAT) {
+        const kvq_f16 z16 = kvq_dev_to_f16(mn);
+        if (!kvq_dev_finite(kvq_dev_f16(z16))) return KVQ_ERR_RANGE;
+        out->scale = s16;
+        out->zero = z16;
+        return KVQ_OK;
+    }
+    if (s == 0.0f) {                 /* constant group: c = 1 or 0 (Sec. 4) */
+        const kvq_f16 a16 = kvq_dev_to_f16(fabsf(mn));
+        if (!kvq_dev_finite(kvq_dev_f16(a16))) return KVQ_ERR_RANGE;
+        out->scale = a16;
+        out->zero = kvq_dev_to_f16(mn < 0.0f ? 1.0f : 0.0f);
+        return KVQ_OK;
+    }
+    float zp = rintf(-mn / s) + 0.0f;        /* + 0: -0 becomes +0          */
+    zp = fminf(fmaxf(zp, -2048.0f), 2048.0f);
+    out->scale = s16;
+    out->zero = kvq_dev_to_f16(zp);          /* an integer <= 2048: exact  */
+    return KVQ_OK;
+}
+
+/* kvq__code: the code of x under stored parameters: clamp, then RNE.     */
+static __device__ __forceinline__ uint32_t kvq_dev_code(float x, float s, float z,
+                                                        float n_levels,
+                                                        kvq_zero_mode mode)
+{
+    if (s == 0.0f) return 0;
+    float v = (mode == KVQ_ZERO_FLOAT) ? (x - z) / s : x / s + z;
+    v = fminf(fmaxf(v, 0.0f), n_levels);
+    return (uint32_t)rintf(v);
+}
+
+/* kvq__get_code: code i of a group whose packed words start at `words`:
+   word i / (32/B), bits (i % (32/B)) * B, least significant first.       */
+static __host__ __device__ __forceinline__ uint32_t kvq_dev_get_code(const uint32_t *words,
+                                                                     uint32_t i, int bits)
+{
+    const unsigned lb = (bits > 1) + (bits > 2) + (bits > 4);   /* log2(B) */
+    return (words[i >> (5u - lb)] >> ((i & ((32u >> lb) - 1u)) << lb)) &
+           ((1u << bits) - 1u);
 }
 
 /* ======================================================================== */
-/* kernel: per-token dequantization (kvq.h Sec. 6, kvq_dequantize_matrix)   */
+/* 2. quantize + pack (kvq.h Sec. 6, kvq_quantize_matrix)                   */
 /* ======================================================================== */
-/* One element of kvq_dequantize_matrix for per-token groups: words
-   (T, D/G, wpg) and sz (T, D/G) -> element idx = t*D + d of out (T, D).
-   Group g of token t holds channels g*G .. g*G+G-1, so element (t, d) is code
-   d % G of group t*(D/G) + d/G. Written as a __host__ __device__ function so
-   that the kernel's arithmetic can be compared with kvq.h on the CPU.      */
-static __host__ __device__ __forceinline__ float
-kvq_dev_dequant_per_token(const uint32_t *words, const kvq_sz *sz, size_t idx,
-                          size_t D, int bits, size_t G, size_t wpg,
-                          kvq_zero_mode mode)
+/* X (T, D) fp16, row-major -> words, sz in kvq.h's matrix layout:
+     words: [units][groups_per_unit][words_per_group],  sz: [units][groups_per_unit]
+   per-token: unit = 1 token, D/G groups of G consecutive channels.
+   per-channel: unit = G tokens, D groups (one per channel) along tokens.
+   (The value of an fp16 input as a float is exact, so "the same inputs" for
+   kvq_quantize_matrix are the fp16 values converted to float.)
+
+   One thread per group. A group's G values are read twice, once for
+   min/max and once for the codes: the second read hits L1/L2 (a group is
+   at most 512 bytes), which is cheaper than holding G floats in registers.
+   Per-channel: neighbouring threads are neighbouring channels, so every
+   row read is coalesced across the warp. Per-token: neighbouring threads
+   own neighbouring groups of one token, so the warp reads contiguous rows.
+   Optional `unit_dst` (units entries) sends unit u to unit slot
+   unit_dst[u] of the output, which is how a flushed residual lands in a
+   page of the paged store (Sec. 3) without an extra copy.                 */
+struct kvq_dev_qshape {
+    size_t T, D, G;
+    int bits;
+    kvq_axis axis;
+    kvq_zero_mode mode;
+    size_t groups_per_unit, words_per_group, units, n_groups;
+};
+
+/* First element of group `gi` and the stride between its elements.       */
+static __device__ __forceinline__ const __half *kvq_dev_group_start(const __half *X,
+                                                                    const kvq_dev_qshape &q,
+                                                                    size_t gi, size_t *stride)
 {
-    const size_t t = idx / D, d = idx % D;
-    const size_t group = t * (D / G) + d / G;   /* index into sz             */
-    float a, b;
-    kvq_dev_affine(sz[group], mode, &a, &b);
-    return (float)kvq_dev_code(words + group * wpg, d % G, bits) * a + b;
+    const size_t u = gi / q.groups_per_unit, g = gi % q.groups_per_unit;
+    if (q.axis == KVQ_PER_TOKEN) { *stride = 1; return X + u * q.D + g * q.G; }
+    *stride = q.D;
+    return X + u * q.G * q.D + g;
 }
 
-/* out (T, D) = dequantized per-token matrix; one thread per output element,
-   and a grid-stride loop covers any T * D.
-   version 1: the naive mapping. Neighbouring threads re-read the same word
-   and the same kvq_sz; a later version will load a word per thread and
-   write several elements.                                                   */
-__global__ void kvq_dequantize_per_token_kernel(const uint32_t *__restrict__ words,
-                                                const kvq_sz *__restrict__ sz,
-                                                size_t T, size_t D, int bits,
-                                                size_t G, size_t wpg,
-                                                kvq_zero_mode mode,
-                                                float *__restrict__ out)
+/* kvq__minmax in the same order (the first element, then ascending), with
+   + 0 at the end so that -0/+0 never leak into the stored zero.          */
+static __device__ void kvq_dev_minmax(const __half *x, size_t n, size_t stride,
+                                      float *mn, float *mx, bool *finite)
 {
-    const size_t n = T * D, stride = (size_t)gridDim.x * blockDim.x;
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; idx < n; idx += stride)
-        out[idx] = kvq_dev_dequant_per_token(words, sz, idx, D, bits, G, wpg, mode);
+    float lo = __half2float(x[0]), hi = lo;
+    bool ok = kvq_dev_finite(lo);
+    for (size_t i = 1; i < n; i++) {
+        const float t = __half2float(x[i * stride]);
+        ok = ok && kvq_dev_finite(t);
+        if (t < lo) lo = t;
+        if (t > hi) hi = t;
+    }
+    *mn = lo + 0.0f;
+    *mx = hi + 0.0f;
+    *finite = ok;
 }
 
-/* Host launcher. All pointers are device pointers in kvq.h's per-token
-   matrix layout (kvq_layout_init with KVQ_PER_TOKEN gives the sizes). The
-   launch is asynchronous on `stream`. A kernel fault shows up at the next
-   synchronizing call. Returns cudaErrorInvalidValue on bad arguments and
-   writes nothing then.                                                      */
-extern "C" cudaError_t kvq_cuda_dequantize_per_token(const uint32_t *d_words,
-                                                     const kvq_sz *d_sz,
-                                                     size_t T, size_t D, int bits,
-                                                     size_t G, kvq_zero_mode mode,
-                                                     float *d_out,
-                                                     cudaStream_t stream)
+/* Pass 1: validation only. Writes nothing but *status.                    */
+__global__ void kvq_quantize_check_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
+                                          int *status)
 {
-    const int threads = 256;
-    size_t wpg, blocks;
-    int device, sms;
-    if (!d_words || !d_sz || !d_out) return cudaErrorInvalidValue;
-    if (bits != 1 && bits != 2 && bits != 4 && bits != 8) return cudaErrorInvalidValue;
-    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return cudaErrorInvalidValue;
-    if (T == 0 || D == 0 || G == 0 || D % G != 0) return cudaErrorInvalidValue;
-    if (T > SIZE_MAX / D) return cudaErrorInvalidValue;      /* T * D overflows */
-    wpg = G / (32u / (unsigned)bits) + (G % (32u / (unsigned)bits) != 0);
-                                              /* kvq_packed_words(G, bits) */
-    /* enough blocks to fill the GPU, then the grid-stride loop takes over  */
-    KVQ_CUDA_CHECK(cudaGetDevice(&device));
-    KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    blocks = T * D / threads + (T * D % threads != 0);
-    if (blocks > (size_t)sms * 32u) blocks = (size_t)sms * 32u;
-    kvq_dequantize_per_token_kernel<<<(unsigned)blocks, threads, 0, stream>>>(
-        d_words, d_sz, T, D, bits, G, wpg, mode, d_out);
+    const size_t stride_all = (size_t)gridDim.x * blockDim.x;
+    for (size_t gi = (size_t)blockIdx.x * blockDim.x + threadIdx.x; gi < q.n_groups;
+         gi += stride_all) {
+        size_t stride;
+        const __half *x = kvq_dev_group_start(X, q, gi, &stride);
+        float mn, mx;
+        bool finite;
+        kvq_sz p;
+        kvq_dev_minmax(x, q.G, stride, &mn, &mx, &finite);
+        if (!finite) { kvq_dev_report(status, KVQ_ERR_NONFINITE); continue; }
+        if (kvq_dev_group_params(mn, mx, q.bits, q.mode, &p) != KVQ_OK)
+            kvq_dev_report(status, KVQ_ERR_RANGE);
+    }
+}
+
+/* Pass 2: parameters, codes, packing. Does nothing if pass 1 (or an earlier
+   call on the same status word) found a problem.                          */
+__global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
+                                    const int32_t *__restrict__ unit_dst,
+                                    uint32_t *__restrict__ words, kvq_sz *__restrict__ sz,
+                                    const int *status)
+{
+    if (status && *(volatile const int *)status != 0) return;
+    const float n_levels = (float)((1u << q.bits) - 1u);
+    const unsigned per = 32u / (unsigned)q.bits;           /* codes per word */
+    const size_t stride_all = (size_t)gridDim.x * blockDim.x;
+    for (size_t gi = (size_t)blockIdx.x * blockDim.x + threadIdx.x; gi < q.n_groups;
+         gi += stride_all) {
+        size_t stride;
+        const __half *x = kvq_dev_group_start(X, q, gi, &stride);
+        const size_t u = gi / q.groups_per_unit, g = gi % q.groups_per_unit;
+        const size_t out_unit = unit_dst ? (size_t)unit_dst[u] : u;
+        const size_t og = out_unit * q.groups_per_unit + g;
+        float mn, mx;
+        bool finite;
+        kvq_sz p;
+        kvq_dev_minmax(x, q.G, stride, &mn, &mx, &finite);
+        kvq_dev_group_params(mn, mx, q.bits, q.mode, &p);  /* checked in pass 1 */
+        const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero);
+        uint32_t *w = words + og * q.words_per_group;
+        for (size_t wi = 0; wi < q.words_per_group; wi++) {
+            uint32_t word = 0;
+            for (unsigned i = 0; i < per; i++) {
+                const size_t e = wi * per + i;
+                if (e >= q.G) break;                 /* ragged tail: zero bits */
+                const float v = __half2float(x[e * stride]);
+                word |= kvq_dev_code(v, s, z, n_levels, q.mode) << (i * (unsigned)q.bits);
+            }
+            w[wi] = word;
+        }
+        sz[og] = p;
+    }
+}
+
+/* Argument checks shared by the quantize launchers; fills the shape.      */
+static cudaError_t kvq_cuda__qshape(const void *X, const void *words, const void *sz,
+                                    size_t T, size_t D, int bits, size_t G,
+                                    kvq_axis axis, kvq_zero_mode mode, kvq_dev_qshape *q)
+{
+    kvq_layout L;
+    kvq_status st;
+    if (!X || !words || !sz) return kvq_cuda__bad("kvq_cuda_quantize: NULL pointer");
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT)
+        return kvq_cuda__bad("kvq_cuda_quantize: zero mode %d unknown", (int)mode);
+    /* kvq_layout_init is kvq.h's own check (bits, sizes, G | D or G | T,
+       overflow); it is a pure function of its arguments, safe to share.  */
+    if (bits != 1 && bits != 2 && bits != 4 && bits != 8)
+        return kvq_cuda__bad("kvq_cuda_quantize: bits=%d (use 1, 2, 4 or 8)", bits);
+    if (T == 0 || D == 0 || G == 0)
+        return kvq_cuda__bad("kvq_cuda_quantize: T=%zu D=%zu G=%zu must be > 0", T, D, G);
+    if (axis == KVQ_PER_TOKEN && D % G)
+        return kvq_cuda__bad("kvq_cuda_quantize: G=%zu does not divide D=%zu", G, D);
+    if (axis == KVQ_PER_CHANNEL && T % G)
+        return kvq_cuda__bad("kvq_cuda_quantize: G=%zu does not divide T=%zu", G, T);
+    if (axis != KVQ_PER_TOKEN && axis != KVQ_PER_CHANNEL)
+        return kvq_cuda__bad("kvq_cuda_quantize: axis %d unknown", (int)axis);
+    if (T > SIZE_MAX / D / sizeof(__half))
+        return kvq_cuda__bad("kvq_cuda_quantize: T*D overflows size_t");
+    st = kvq_layout_init(&L, T, D, bits, G, axis);
+    if (st != KVQ_OK) return kvq_cuda__bad("kvq_cuda_quantize: %s", kvq_status_str(st));
+    q->T = T; q->D = D; q->G = G; q->bits = bits; q->axis = axis; q->mode = mode;
+    q->groups_per_unit = L.groups_per_unit;
+    q->words_per_group = L.words_per_group;
+    q->units = L.units;
+    q->n_groups = L.total_groups;
+    return cudaSuccess;
+}
+
+static unsigned kvq_cuda__grid(size_t work, unsigned threads)
+{
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        sms = 132;
+    size_t blocks = (work + threads - 1) / threads;
+    const size_t cap = (size_t)sms * 16u;    /* then the grid-stride loop */
+    if (blocks > cap) blocks = cap;
+    if (blocks == 0) blocks = 1;
+    return (unsigned)blocks;
+}
+
+/* Quantize X (T, D) fp16 into words/sz (kvq_layout_init's sizes), on the
+   stream. d_status (device int) receives the data status; the launcher
+   zeroes it first. unit_dst: NULL, or (units) destination unit slots.
+   `validate` = 0 skips pass 1 for inputs the caller knows are finite and in
+   range (then a bad group writes garbage codes instead of an error).     */
+extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, int bits,
+                                         size_t G, kvq_axis axis, kvq_zero_mode mode,
+                                         const int32_t *d_unit_dst, uint32_t *d_words,
+                                         kvq_sz *d_sz, int *d_status, int validate,
+                                         cudaStream_t stream)
+{
+    kvq_dev_qshape q;
+    cudaError_t e = kvq_cuda__qshape(d_X, d_words, d_sz, T, D, bits, G, axis, mode, &q);
+    if (e != cudaSuccess) return e;
+    if (!d_status) return kvq_cuda__bad("kvq_cuda_quantize: d_status is NULL");
+    const unsigned threads = 128, blocks = kvq_cuda__grid(q.n_groups, threads);
+    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    if (validate) {
+        kvq_quantize_check_kernel<<<blocks, threads, 0, stream>>>(d_X, q, d_status);
+        KVQ_CUDA_CHECK(cudaGetLastError());
+    }
+    kvq_quantize_kernel<<<blocks, threads, 0, stream>>>(d_X, q, d_unit_dst, d_words, d_sz,
+                                                        d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return cudaSuccess;
+}
+
+/* ======================================================================== */
+/* 3. the paged store                                                       */
+/* ======================================================================== */
+/* A PAGE holds one per-channel key unit and the G per-token value units of
+   the same G slots, for one (sequence, KV head): page = G slots. The pool
+   keeps each part in its own array, every page at a fixed stride, and each
+   part is byte for byte the slice of kvq.h's cache arrays for those slots:
+
+     k_words (n_pages, D, wpg_k)          wpg_k = G * B / 32
+     k_sz    (n_pages, D)                 per-channel (s, z), one per channel
+     v_words (n_pages, G, D/Gv, wpg_v)    wpg_v = Gv * B / 32
+     v_sz    (n_pages, G, D/Gv)           per-token (s, z), one per group
+
+       page p:  k_words ┌ ch 0: [w0: slots 0..15][w1: slots 16..31] ┐ (B=2,
+                        │ ch 1: [w0            ][w1               ] │  G=32)
+                        └ ...                                       ┘
+                v_words ┌ slot 0: [g0: w0 w1][g1: w0 w1][g2..][g3..] ┐
+                        └ slot 1 ... slot 31                          ┘
+
+   A STREAM is one (sequence, KV head), the unit of work of the attention
+   kernel. Its slots 0 .. n_slots-1 (n_slots = max(n_kq, n_vq)) live in its
+   pages, page i of the stream = pool page pages[i]. A slot's key is
+   quantized if slot < n_kq (a multiple of G: keys quantize whole units) and
+   otherwise full precision in k_tail; its value is quantized if slot < n_vq
+   and otherwise in v_tail. Only one tail is ever non-empty:
+     KIVI:     n_kq >= n_vq; the value window's first n_kq - n_vq rows are
+               the v_tail (values of key-quantized slots), the rest are fp.
+     LogQuant: with per-channel keys, dropped tokens wait in the key stage
+               (up to G - 1) while their values are already quantized:
+               n_vq >= n_kq, k_tail = those stage keys.
+     OTT, HF-per-channel: n_kq == n_vq.
+   Tokens whose key AND value are full precision (KIVI's window, OTT's pool
+   and auxiliary pool, LogQuant's kept set and sinks) are n_fp rows in k_fp,
+   v_fp. `dead` marks slots that are stored but never attended (OTT's
+   replaced outliers, evicted tokens): bit s of dead[s / 32].
+   Attention does not depend on the order in which tokens are stored
+   (LogQuant Sec. 2.4), so nothing here records positions.                 */
+typedef struct kvq_cuda_pool {
+    uint32_t *k_words;     /* (n_pages, D, wpg_k)                           */
+    kvq_sz   *k_sz;        /* (n_pages, D)                                  */
+    uint32_t *v_words;     /* (n_pages, G, D/Gv, wpg_v)                     */
+    kvq_sz   *v_sz;        /* (n_pages, G, D/Gv)                            */
+    size_t    n_pages;
+    int       head_dim;    /* D: 64 or 128                                   */
+    int       group;       /* G: key group = slots per page: 32, 64 or 128   */
+    int       value_group; /* Gv: per-token value group, Gv*B % 32 == 0      */
+    int       bits;        /* B for keys and values: 2, 4 or 8               */
+    kvq_zero_mode zero_mode;
+} kvq_cuda_pool;
+
+typedef struct kvq_cuda_stream {
+    const int32_t  *pages;   /* (ceil(n_slots / G)) pool page ids            */
+    const uint32_t *dead;    /* NULL, or (ceil(n_slots / 32)) dead-slot bits  */
+    const kvq_f16  *k_tail;  /* (n_vq - n_kq, D) keys of slots n_kq..n_vq-1   */
+    const kvq_f16  *v_tail;  /* (n_kq - n_vq, D) values of slots n_vq..n_kq-1 */
+    const kvq_f16  *k_fp;    /* (n_fp, D) full-precision keys                */
+    const kvq_f16  *v_fp;    /* (n_fp, D) their values                       */
+    uint32_t n_kq, n_vq, n_fp, reserved;
+} kvq_cuda_stream;
+
+/* Page strides, in words and in kvq_sz entries.                            */
+static __host__ __device__ __forceinline__ size_t kvq_cuda__kw_stride(int D, int G, int B) { return (size_t)D * G * B / 32; }
+static __host__ __device__ __forceinline__ size_t kvq_cuda__vw_stride(int D, int G, int B) { return (size_t)G * D * B / 32; }
+static __host__ __device__ __forceinline__ size_t kvq_cuda__vs_stride(int D, int G, int Gv) { return (size_t)G * (D / Gv); }
+
+/* ======================================================================== */
+/* 4. fused decode attention                                                */
+/* ======================================================================== */
+/* For every stream s and each of its n_rep query heads h (GQA: the n_rep
+   heads share the stream's K and V, which are read once for all of them):
+       out[s][h] = softmax_t(q[s][h] . k_t / sqrt(D)) . v_t
+   over every live token t of the stream, exactly kvq_attend's function.
+
+   Work split (flash-decoding): grid.x = streams x head chunks, grid.y =
+   splits of the stream's work items. An item is one page (the fast path,
+   G tokens with both sides quantized), or 32 tokens of the slow path (slots
+   of a partly quantized page, then the full-precision rows). Each warp owns
+   items round-robin and keeps its own online-softmax state in fp32, base 2
+   (scores are pre-multiplied by log2(e)/sqrt(D), so exp becomes exp2):
+       m' = max(m, max_t s_t), l' = l 2^(m-m') + sum_t 2^(s_t-m'),
+       acc' = acc 2^(m-m') + sum_t 2^(s_t-m') v_t.
+   Warps merge in shared memory, splits in kvq_attend_combine_kernel.
+
+   FAST PATH, one page (kvq.h Sec. 8's algebra; nothing is dequantized):
+     keys, per-channel: q.k_t = sum_d (q_d s_d) c_td + sum_d q_d z_d.
+       The warp reads the page's D * wpg_k words as 32 coalesced columns:
+       lane l always holds word w = l % wpg_k (slots w*32/B .. of the unit)
+       of channels d = (32c + l) / wpg_k. It accumulates 32/B partial dot
+       products (one per slot of its word), then lanes that share w swap
+       halves of their partials (a transposing reduction) until each lane
+       holds the complete score of G/32 slots.
+     values, per-token: sum_t p_t v_td = sum_t (p_t s_tg) c_td + sum_t p_t z_tg.
+       Lane l always holds word j = l % wpt of a token's value (wpt = D*B/32
+       words per token, so the same 32/B channels) for every 32/wpt-th slot.
+     a code as a float for free: OR-ing the B code bits under the exponent
+     of 1.0f gives f = 1 + c / 2^B exactly, so c = 2^B (f - 1) and
+       a * c = (2^B a) * f - 2^B a:
+     one shift and one logical op per code, then one FMA per query head;
+     the constant part is summed once per channel or group.
+   SLOW PATH, 32 tokens: each lane owns D/32 channels of every token (a
+     coalesced read of the fp16 row, or the dequantized codes of a mixed
+     slot), partial dot products are reduced across the warp the same
+     transposing way. It serves the full-precision rows and is, with no
+     pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
+#define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
+#define KVQ_CUDA_CHUNK 32          /* tokens per slow-path item             */
+#define KVQ_CUDA_MAX_SPLITS 128
+
+/* -- warp helpers --------------------------------------------------------- */
+/* Transposing reduction: p[0..N) are a lane's partial sums for N tokens;
+   after STEPS exchanges (xor masks MASK0 << k), lane l holds in p[0..N>>STEPS)
+   the sum over the 2^STEPS lanes {l ^ (any combination of those masks)} of
+   the partials of tokens  tau(l) + i,  tau(l) = sum_k bit_k * (N >> (k+1)),
+   bit_k = (l & (MASK0 << k)) != 0.                                          */
+template <int N, int STEPS, int MASK0, int K = 0>
+struct kvq_dev_transpose {
+    static __device__ __forceinline__ void run(float (&p)[N], int lane)
+    {
+        if constexpr (K < STEPS) {
+            constexpr int half = N >> (K + 1), mask = MASK0 << K;
+            const bool upper = (lane & mask) != 0;
+#pragma unroll
+            for (int i = 0; i < half; i++) {
+                const float send = upper ? p[i] : p[i + half];
+                const float keep = upper ? p[i + half] : p[i];
+                p[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+            }
+            kvq_dev_transpose<N, STEPS, MASK0, K + 1>::run(p, lane);
+        }
+    }
+};
+template <int N, int STEPS, int MASK0>
+static __device__ __forceinline__ int kvq_dev_transpose_tau(int lane)
+{
+    int tau = 0;
+#pragma unroll
+    for (int k = 0; k < STEPS; k++)
+        if (lane & (MASK0 << k)) tau += N >> (k + 1);
+    return tau;
+}
+static __device__ __forceinline__ float kvq_dev_warp_max(float x)
+{
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+    return x;
+}
+static __device__ __forceinline__ float kvq_dev_warp_sum(float x)
+{
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+    return x;
+}
+/* 2^(a - b) with 2^(-inf) = 0 and no NaN when both are -inf.               */
+static __device__ __forceinline__ float kvq_dev_rescale(float a, float b)
+{
+    return (a == -INFINITY) ? 0.0f : exp2f(a - b);
+}
+/* Code i (compile-time) of word x as f = 1 + c / 2^B: shift the code under
+   the mantissa's top bits, mask, and set the exponent of 1.0f.            */
+template <int B, int I>
+static __device__ __forceinline__ float kvq_dev_code_f(uint32_t x)
+{
+    constexpr int at = I * B, to = 23 - B;            /* bit positions */
+    constexpr uint32_t mask = ((1u << B) - 1u) << to;
+    const uint32_t moved = (at <= to) ? (x << (to - at)) : (x >> (at - to));
+    return __uint_as_float((moved & mask) | 0x3F800000u);
+}
+template <int B, int I = 0>
+struct kvq_dev_codes {   /* f[i] = 1 + c_i / 2^B for the 32/B codes of x    */
+    static __device__ __forceinline__ void run(uint32_t x, float (&f)[32 / B])
+    {
+        if constexpr (I < 32 / B) {
+            f[I] = kvq_dev_code_f<B, I>(x);
+            kvq_dev_codes<B, I + 1>::run(x, f);
+        }
+    }
+};
+
+/* -- per-warp state ------------------------------------------------------- */
+template <int D, int B, int NH>
+struct kvq_dev_warp_state {
+    float m[NH];                     /* running max (warp-uniform), base 2  */
+    float l[NH];                     /* this lane's share of the sum        */
+    float acc_f[NH][D / 32];         /* slow path: channels lane*D/32 + c    */
+    float acc_q[NH][B ? 32 / (B ? B : 1) : 1];   /* fast path: channels j*32/B + i */
+    float acc_b[NH];                 /* fast path: constant part, per group */
+};
+
+/* Fold one batch of scores into the state: new max, rescale everything,
+   and return the factor; the caller then adds 2^(s - m) terms.           */
+template <int D, int B, int NH>
+static __device__ __forceinline__ void kvq_dev_softmax_step(kvq_dev_warp_state<D, B, NH> &st,
+                                                            int h, float batch_max,
+                                                            float *m_new_out)
+{
+    const float m_new = fmaxf(st.m[h], batch_max);
+    const float alpha = (m_new == -INFINITY) ? 1.0f : kvq_dev_rescale(st.m[h], m_new);
+    st.l[h] *= alpha;
+#pragma unroll
+    for (int c = 0; c < D / 32; c++) st.acc_f[h][c] *= alpha;
+    if constexpr (B > 0) {
+#pragma unroll
+        for (int i = 0; i < 32 / B; i++) st.acc_q[h][i] *= alpha;
+        st.acc_b[h] *= alpha;
+    }
+    st.m[h] = m_new;
+    *m_new_out = m_new;
+}
+
+/* -- the slow path: 32 tokens from any source ----------------------------- */
+/* Where token v of the slow range comes from, and its key/value channels
+   [lane*CPL, lane*CPL + CPL) as floats.                                   */
+template <int D, int B>
+struct kvq_dev_slow_src {
+    static constexpr int CPL = D / 32;
+    const kvq_cuda_stream *s;
+    kvq_cuda_pool pool;
+    uint32_t slot0, n_mixed, n_total;  /* mixed slots start at slot0       */
+
+    /* fp16 row -> CPL floats (one 2*CPL-byte load, coalesced in the warp) */
+    static __device__ __forceinline__ void row(const kvq_f16 *r, int lane, float (&x)[CPL])
+    {
+        const __half *h = reinterpret_cast<const __half *>(r) + lane * CPL;
+        if constexpr (CPL == 4) {
+            const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(h));
+            const __half2 a = *reinterpret_cast<const __half2 *>(&raw.x);
+            const __half2 b = *reinterpret_cast<const __half2 *>(&raw.y);
+            const float2 fa = __half22float2(a), fb = __half22float2(b);
+            x[0] = fa.x; x[1] = fa.y; x[2] = fb.x; x[3] = fb.y;
+        } else {
+            const __half2 a = __ldg(reinterpret_cast<const __half2 *>(h));
+            const float2 fa = __half22float2(a);
+            x[0] = fa.x; x[1] = fa.y;
+        }
+    }
+    /* Token v: its key and value, and whether it is attended.            */
+    __device__ __forceinline__ bool fetch(uint32_t v, int lane, float (&k)[CPL],
+                                          float (&val)[CPL]) const
+    {
+        if (v >= n_total) return false;
+        if (v >= n_mixed) {                       /* a full-precision row  */
+            const size_t r = (size_t)(v - n_mixed) * D;
+            row(s->k_fp + r, lane, k);
+            row(s->v_fp + r, lane, val);
+            return true;
+        }
+        const uint32_t slot = slot0 + v;
+        if (s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u)) return false;
+        if constexpr (B > 0) {
+            const int G = pool.group, Gv = pool.value_group;
+            const size_t page = (size_t)s->pages[slot / G];
+            const uint32_t t = slot % G;
+            if (slot < s->n_kq) {                 /* per-channel key codes */
+                const uint32_t *w = pool.k_words + page * kvq_cuda__kw_stride(D, G, B);
+                const kvq_sz *z = pool.k_sz + page * D;
+                const int wpg = G * B / 32;
+#pragma unroll
+                for (int c = 0; c < CPL; c++) {
+                    const int d = lane * CPL + c;
+                    float a, b;
+                    kvq_dev_affine(z[d], pool.zero_mode, &a, &b);
+                    k[c] = (float)kvq_dev_get_code(w + (size_t)d * wpg, t, B) * a + b;
+                }
+            } else {
+                row(s->k_tail + (size_t)(slot - s->n_kq) * D, lane, k);
+            }
+            if (slot < s->n_vq) {                 /* per-token value codes */
+                const int wpgv = Gv * B / 32, gpt = D / Gv;
+                const uint32_t *w = pool.v_words + page * kvq_cuda__vw_stride(D, G, B) +
+                                    (size_t)t * gpt * wpgv;
+                const kvq_sz *z = pool.v_sz + page * kvq_cuda__vs_stride(D, G, Gv) +
+                                  (size_t)t * gpt;
+#pragma unroll
+                for (int c = 0; c < CPL; c++) {
+                    const int d = lane * CPL + c, g = d / Gv;
+                    float a, b;
+                    kvq_dev_affine(z[g], pool.zero_mode, &a, &b);
+                    val[c] = (float)kvq_dev_get_code(w + (size_t)g * wpgv, d % Gv, B) * a + b;
+                }
+            } else {
+                row(s->v_tail + (size_t)(slot - s->n_vq) * D, lane, val);
+            }
+        }
+        return true;
+    }
+};
+
+/* 32 tokens v0 .. v0+31 of the slow range, in two halves of 16 so that a
+   lane holds 16 partial sums per head at a time.                          */
+template <int D, int B, int NH>
+static __device__ void kvq_dev_slow_item(const kvq_dev_slow_src<D, B> &src, uint32_t v0,
+                                         const float (&qf)[NH][D / 32],
+                                         kvq_dev_warp_state<D, B, NH> &st,
+                                         float *pbuf /* (NH, 32) this warp's */, int lane)
+{
+    constexpr int CPL = D / 32, HALF = 16;
+    float score[NH][2];
+    /* keys: partial dot products over this lane's channels, then the warp
+       sum via a transposing reduction (masks 1,2,4,8) and one plain step  */
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float part[NH][HALF];
+#pragma unroll
+        for (int i = 0; i < HALF; i++) {
+            float k[CPL], v[CPL];
+            const bool live = src.fetch(v0 + half * HALF + i, lane, k, v);
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int c = 0; c < CPL; c++) dot = fmaf(qf[h][c], k[c], dot);
+                part[h][i] = live ? dot : -INFINITY;   /* -inf survives the sum */
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+            kvq_dev_transpose<HALF, 4, 1>::run(part[h], lane);
+            score[h][half] = part[h][0] + __shfl_xor_sync(0xffffffffu, part[h][0], 16);
+        }
+    }
+    /* lane holds tokens tau and 16 + tau, tau = bit-reversed (lane & 15)  */
+    const int tau = kvq_dev_transpose_tau<HALF, 4, 1>(lane);
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        float m_new;
+        kvq_dev_softmax_step(st, h, kvq_dev_warp_max(fmaxf(score[h][0], score[h][1])), &m_new);
+        const float p0 = kvq_dev_rescale(score[h][0], m_new);
+        const float p1 = kvq_dev_rescale(score[h][1], m_new);
+        if (lane < 16) {                      /* lanes l and l^16 agree    */
+            st.l[h] += p0 + p1;
+            pbuf[h * 32 + tau] = p0;
+            pbuf[h * 32 + HALF + tau] = p1;
+        }
+    }
+    __syncwarp();
+    /* values: every lane needs every token's weight: read them back       */
+#pragma unroll 4
+    for (int i = 0; i < 32; i++) {
+        float k[CPL], v[CPL];
+        bool live;
+        float p[NH], any = 0.0f;
+#pragma unroll
+        for (int h = 0; h < NH; h++) { p[h] = pbuf[h * 32 + i]; any += p[h]; }
+        if (any == 0.0f) continue;           /* dead, absent or underflowed */
+        live = src.fetch(v0 + i, lane, k, v);
+        if (!live) continue;
+#pragma unroll
+        for (int h = 0; h < NH; h++)
+#pragma unroll
+            for (int c = 0; c < CPL; c++) st.acc_f[h][c] = fmaf(p[h], v[c], st.acc_f[h][c]);
+    }
+    __syncwarp();
+}
+
+/* -- the fast path: one page, both sides quantized -------------------------- */
+template <int D, int B, int G, int NH>
+static __device__ void kvq_dev_fast_item(const kvq_cuda_pool &pool, const kvq_cuda_stream *s,
+                                         uint32_t unit, const float *qs /* (NH, D) smem */,
+                                         kvq_dev_warp_state<D, B, NH> &st,
+                                         float *pbuf /* (NH, G) */, int lane)
+{
+    constexpr int P = 32 / B;                 /* codes per word            */
+    constexpr int WPG = G * B / 32;           /* key words per channel     */
+    constexpr int KW = D * WPG / 32;          /* key words per lane        */
+    constexpr int L = 32 / WPG;               /* lanes sharing a word column */
+    constexpr int LOGL = (L >= 32) ? 5 : (L >= 16) ? 4 : (L >= 8) ? 3 : (L >= 4) ? 2 : (L >= 2) ? 1 : 0;
+    constexpr int SPL = P >> LOGL;            /* scores per lane = G / 32   */
+    constexpr int WPT = D * B / 32;           /* value words per token     */
+    constexpr int VW = G * WPT / 32;          /* value words per lane      */
+    constexpr float SCALE = (float)(1u << B); /* 2^B                       */
+    static_assert(SPL * 32 == G, "fast-path geometry");
+    static_assert(32 % WPG == 0 && 32 % WPT == 0, "a word column must fit a warp");
+
+    const size_t page = (size_t)s->pages[unit];
+    const uint32_t *kw = pool.k_words + page * kvq_cuda__kw_stride(D, G, B);
+    const kvq_sz *ks = pool.k_sz + page * D;
+    const uint32_t *vw = pool.v_words + page * kvq_cuda__vw_stride(D, G, B);
+    const kvq_sz *vs = pool.v_sz + page * kvq_cuda__vs_stride(D, G, pool.value_group);
+    const int gpt = D / pool.value_group;     /* value groups per token     */
+    const kvq_zero_mode mode = pool.zero_mode;
+
+    /* ---- keys: partial scores for the P slots of this lane's word ------ */
+    float part[NH][P], cst[NH];
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        cst[h] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < P; i++) part[h][i] = 0.0f;
+    }
+    constexpr int CH = (KW < 8) ? KW : 8;     /* words in flight per lane  */
+#pragma unroll
+    for (int c0 = 0; c0 < KW; c0 += CH) {
+        uint32_t x[CH];
+        kvq_sz z[CH];
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            x[c] = __ldg(kw + (size_t)(c0 + c) * 32 + lane);
+            z[c] = ks[((c0 + c) * 32 + lane) / WPG];
+        }
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            const int d = ((c0 + c) * 32 + lane) / WPG;
+            float a, b, f[P];
+            kvq_dev_affine(z[c], mode, &a, &b);
+            kvq_dev_codes<B>::run(x[c], f);
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                const float q = qs[h * D + d];
+                const float qa = q * a * SCALE;
+                cst[h] = fmaf(q, b, cst[h]) - qa;
+#pragma unroll
+                for (int i = 0; i < P; i++) part[h][i] = fmaf(qa, f[i], part[h][i]);
+            }
+        }
+    }
+    /* complete the sums across the L lanes of each word column            */
+    const int w = lane % WPG;
+    const int tau = kvq_dev_transpose_tau<P, LOGL, WPG>(lane);
+    float score[NH][SPL];
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        kvq_dev_transpose<P, LOGL, WPG>::run(part[h], lane);
+#pragma unroll
+        for (int k = 0; k < LOGL; k++) cst[h] += __shfl_xor_sync(0xffffffffu, cst[h], WPG << k);
+#pragma unroll
+        for (int i = 0; i < SPL; i++) {
+            const uint32_t slot = unit * G + w * P + tau + i;
+            const bool dead = s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u);
+            score[h][i] = dead ? -INFINITY : part[h][i] + cst[h];
+        }
+    }
+    /* ---- softmax: weights of this page's slots into pbuf ---------------- */
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        float mx = -INFINITY, m_new;
+#pragma unroll
+        for (int i = 0; i < SPL; i++) mx = fmaxf(mx, score[h][i]);
+        kvq_dev_softmax_step(st, h, kvq_dev_warp_max(mx), &m_new);
+#pragma unroll
+        for (int i = 0; i < SPL; i++) {
+            const float p = kvq_dev_rescale(score[h][i], m_new);
+            st.l[h] += p;
+            pbuf[h * G + w * P + tau + i] = p;
+        }
+    }
+    __syncwarp();
+    /* ---- values: word j of slot t, for every 32/WPT-th slot ------------- */
+    const int j = lane % WPT;
+    const int g = (j * P) / pool.value_group;   /* this lane's value group */
+    constexpr int CHV = (VW < 8) ? VW : 8;
+#pragma unroll
+    for (int c0 = 0; c0 < VW; c0 += CHV) {
+        uint32_t x[CHV];
+        kvq_sz z[CHV];
+#pragma unroll
+        for (int c = 0; c < CHV; c++) {
+            const int t = ((c0 + c) * 32 + lane) / WPT;
+            x[c] = __ldg(vw + (size_t)(c0 + c) * 32 + lane);
+            z[c] = vs[t * gpt + g];
+        }
+#pragma unroll
+        for (int c = 0; c < CHV; c++) {
+            const int t = ((c0 + c) * 32 + lane) / WPT;
+            float a, b, f[P];
+            kvq_dev_affine(z[c], mode, &a, &b);
+            kvq_dev_codes<B>::run(x[c], f);
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                const float p = pbuf[h * G + t];
+                const float pa = p * a * SCALE;
+                st.acc_b[h] = fmaf(p, b, st.acc_b[h]) - pa;
+#pragma unroll
+                for (int i = 0; i < P; i++) st.acc_q[h][i] = fmaf(pa, f[i], st.acc_q[h][i]);
+            }
+        }
+    }
+    __syncwarp();
+}
+
+/* -- the kernel ------------------------------------------------------------- */
+/* Work items of a stream: fast pages first, then slow chunks of 32.       */
+struct kvq_dev_items {
+    uint32_t n_fast, n_mixed, n_slow_tokens, n_items;
+};
+static __host__ __device__ __forceinline__ kvq_dev_items kvq_dev_count(const kvq_cuda_stream &s,
+                                                                       int G, bool quantized)
+{
+    kvq_dev_items it;
+    const uint32_t n_slots = s.n_kq > s.n_vq ? s.n_kq : s.n_vq;
+    const uint32_t both = s.n_kq < s.n_vq ? s.n_kq : s.n_vq;
+    it.n_fast = quantized ? both / (uint32_t)G : 0;
+    it.n_mixed = quantized ? n_slots - it.n_fast * (uint32_t)G : 0;
+    it.n_slow_tokens = it.n_mixed + s.n_fp;
+    it.n_items = it.n_fast + (it.n_slow_tokens + KVQ_CUDA_CHUNK - 1) / KVQ_CUDA_CHUNK;
+    return it;
+}
+
+/* Partial result of one split: m, l, acc[D], per (stream, head, split).   */
+template <int D, int B, int G, int NH>
+__global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32)
+kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
+                  int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
+                  float *__restrict__ work /* (S, n_rep, splits, D + 2) */)
+{
+    constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
+    constexpr int PB = (B ? G : 32) > 32 ? (B ? G : 32) : 32;   /* pbuf length per head */
+    __shared__ float qs[NH * D];
+    __shared__ float pbuf[KVQ_CUDA_WARPS][NH * PB];
+    __shared__ float red_acc[KVQ_CUDA_WARPS][NH * D];
+    __shared__ float red_ml[KVQ_CUDA_WARPS][2 * NH];
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int stream_id = blockIdx.x / n_hchunks, h0 = (blockIdx.x % n_hchunks) * NH;
+    const int split = blockIdx.y, n_splits = gridDim.y;
+    const kvq_cuda_stream *s = streams + stream_id;
+    const float qscale = 1.4426950408889634f / sqrtf((float)D);   /* log2(e)/sqrt(D) */
+
+    /* the query heads of this chunk, pre-scaled; heads past n_rep are 0   */
+    for (int i = threadIdx.x; i < NH * D; i += blockDim.x) {
+        const int h = h0 + i / D;
+        qs[i] = (h < n_rep) ? q[((size_t)stream_id * n_rep + h) * D + i % D] * qscale : 0.0f;
+    }
+    __syncthreads();
+    float qf[NH][CPL];
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+#pragma unroll
+        for (int c = 0; c < CPL; c++) qf[h][c] = qs[h * D + lane * CPL + c];
+
+    kvq_dev_warp_state<D, B, NH> st;
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        st.m[h] = -INFINITY; st.l[h] = 0.0f; st.acc_b[h] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CPL; c++) st.acc_f[h][c] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < P; i++) st.acc_q[h][i] = 0.0f;
+    }
+
+    const kvq_dev_items it = kvq_dev_count(*s, G, B > 0);
+    const uint32_t per = (it.n_items + n_splits - 1) / n_splits;
+    const uint32_t first = split * per;
+    const uint32_t last = (first + per < it.n_items) ? first + per : it.n_items;
+    kvq_dev_slow_src<D, B> src;
+    src.s = s;
+    src.pool = pool;
+    src.slot0 = it.n_fast * (uint32_t)G;
+    src.n_mixed = it.n_mixed;
+    src.n_total = it.n_slow_tokens;
+    for (uint32_t item = first + warp; item < last; item += KVQ_CUDA_WARPS) {
+        if constexpr (B > 0) {
+            if (item < it.n_fast) {
+                kvq_dev_fast_item<D, B, G, NH>(pool, s, item, qs, st, pbuf[warp], lane);
+                continue;
+            }
+        }
+        kvq_dev_slow_item<D, B, NH>(src, (item - it.n_fast) * KVQ_CUDA_CHUNK, qf, st,
+                                    pbuf[warp], lane);
+    }
+
+    /* ---- merge this warp's two accumulator layouts into red_acc ------- */
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        st.l[h] = kvq_dev_warp_sum(st.l[h]);
+#pragma unroll
+        for (int c = 0; c < CPL; c++) red_acc[warp][h * D + lane * CPL + c] = st.acc_f[h][c];
+    }
+    if constexpr (B > 0) {
+        constexpr int WPT = D * B / 32;
+        /* lanes with the same word j hold disjoint slots: sum them         */
+#pragma unroll
+        for (int m = WPT; m < 32; m <<= 1)
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                st.acc_b[h] += __shfl_xor_sync(0xffffffffu, st.acc_b[h], m);
+#pragma unroll
+                for (int i = 0; i < P; i++)
+                    st.acc_q[h][i] += __shfl_xor_sync(0xffffffffu, st.acc_q[h][i], m);
+            }
+        __syncwarp();
+        if (lane < WPT)
+#pragma unroll
+            for (int h = 0; h < NH; h++)
+#pragma unroll
+                for (int i = 0; i < P; i++)
+                    red_acc[warp][h * D + lane * P + i] += st.acc_q[h][i] + st.acc_b[h];
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int h = 0; h < NH; h++) { red_ml[warp][2 * h] = st.m[h]; red_ml[warp][2 * h + 1] = st.l[h]; }
+    __syncthreads();
+
+    /* ---- merge the warps; write this split's (m, l, acc) ---------------- */
+    for (int i = threadIdx.x; i < NH * (D + 2); i += blockDim.x) {
+        const int h = i / (D + 2), e = i % (D + 2);
+        if (h0 + h >= n_rep) continue;
+        float M = -INFINITY;
+        for (int w2 = 0; w2 < KVQ_CUDA_WARPS; w2++) M = fmaxf(M, red_ml[w2][2 * h]);
+        float sum = 0.0f;
+        for (int w2 = 0; w2 < KVQ_CUDA_WARPS; w2++) {
+            const float f = kvq_dev_rescale(red_ml[w2][2 * h], M);
+            sum += f * (e == 0 ? 0.0f : e == 1 ? red_ml[w2][2 * h + 1] : red_acc[w2][h * D + e - 2]);
+        }
+        float *dst = work + (((size_t)stream_id * n_rep + h0 + h) * n_splits + split) * (D + 2);
+        dst[e] = (e == 0) ? M : sum;
+    }
+}
+
+/* One (stream, head) per CTA: merge the splits, divide, check q.          */
+template <int D>
+__global__ void kvq_attend_combine_kernel(const float *__restrict__ work, int n_splits,
+                                          const float *__restrict__ q, float *__restrict__ out,
+                                          int *status)
+{
+    const size_t row = blockIdx.x;            /* stream * n_rep + head     */
+    const float *wk = work + row * n_splits * (D + 2);
+    __shared__ int q_bad;
+    if (threadIdx.x == 0) q_bad = 0;
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        if (!kvq_dev_finite(q[row * D + d])) q_bad = 1;
+    float M = -INFINITY;
+    for (int sp = 0; sp < n_splits; sp++) M = fmaxf(M, wk[sp * (D + 2)]);
+    float L = 0.0f;
+    for (int sp = 0; sp < n_splits; sp++)
+        L += kvq_dev_rescale(wk[sp * (D + 2)], M) * wk[sp * (D + 2) + 1];
+    __syncthreads();
+    const bool bad = q_bad || !(L > 0.0f) || !kvq_dev_finite(L);
+    if (bad && threadIdx.x == 0)
+        kvq_dev_report(status, q_bad ? KVQ_ERR_NONFINITE : KVQ_ERR_STATE);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int sp = 0; sp < n_splits; sp++)
+            a += kvq_dev_rescale(wk[sp * (D + 2)], M) * wk[sp * (D + 2) + 2 + d];
+        out[row * D + d] = bad ? __int_as_float(0x7fc00000) : a / L;
+    }
+}
+
+/* Splits: enough CTAs to fill the GPU a few times over, but at least
+   KVQ_CUDA_WARPS items per split so that no warp idles from the start.   */
+static int kvq_cuda__splits(size_t n_ctas, size_t max_items)
+{
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        sms = 132;
+    const size_t want = (size_t)sms * 8;      /* CTAs for ~full occupancy  */
+    size_t splits = (want + n_ctas - 1) / n_ctas;
+    const size_t by_items = max_items / (2 * KVQ_CUDA_WARPS);
+    if (splits > by_items) splits = by_items;
+    if (splits < 1) splits = 1;
+    if (splits > KVQ_CUDA_MAX_SPLITS) splits = KVQ_CUDA_MAX_SPLITS;
+    return (int)splits;
+}
+
+static int kvq_cuda__nh(int n_rep) { return n_rep >= 4 ? 4 : n_rep >= 2 ? 2 : 1; }
+
+/* Floats of workspace kvq_cuda_attend needs; also returns its split count.
+   max_tokens: an upper bound on any stream's n_slots + n_fp (it only
+   chooses the split count; each CTA reads its stream's true sizes).     */
+extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int head_dim,
+                                            int group, size_t max_tokens, int *n_splits)
+{
+    const int nh = kvq_cuda__nh(n_rep > 0 ? n_rep : 1);
+    const size_t n_hchunks = (size_t)((n_rep + nh - 1) / nh);
+    const size_t g = group > 0 ? (size_t)group : KVQ_CUDA_CHUNK;
+    const size_t max_items = max_tokens / (g < KVQ_CUDA_CHUNK ? g : KVQ_CUDA_CHUNK) + 2;
+    const int sp = kvq_cuda__splits(n_streams * n_hchunks, max_items);
+    if (n_splits) *n_splits = sp;
+    return n_streams * (size_t)(n_rep > 0 ? n_rep : 1) * (size_t)sp * (size_t)(head_dim + 2);
+}
+
+/* Instantiation table: D x B x G x NH. B = 0 is the fp16 baseline.        */
+typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
+                                  const float *, float *);
+template <int D, int B, int G>
+static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
+{
+    return nh == 4 ? kvq_attend_kernel<D, B, G, 4>
+         : nh == 2 ? kvq_attend_kernel<D, B, G, 2> : kvq_attend_kernel<D, B, G, 1>;
+}
+template <int D, int B>
+static kvq_cuda__attn_fn kvq_cuda__pick_g(int G, int nh)
+{
+    return G == 32 ? kvq_cuda__pick_nh<D, B, 32>(nh)
+         : G == 64 ? kvq_cuda__pick_nh<D, B, 64>(nh)
+         : G == 128 ? kvq_cuda__pick_nh<D, B, 128>(nh) : nullptr;
+}
+template <int D>
+static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int G, int nh)
+{
+    if (B == 0) return kvq_cuda__pick_nh<D, 0, 32>(nh);
+    return B == 2 ? kvq_cuda__pick_g<D, 2>(G, nh)
+         : B == 4 ? kvq_cuda__pick_g<D, 4>(G, nh)
+         : B == 8 ? kvq_cuda__pick_g<D, 8>(G, nh) : nullptr;
+}
+
+/* Decode attention. pool: NULL for the fp16 baseline (every stream has only
+   k_fp/v_fp rows), else a host struct holding device pointers. d_streams:
+   (n_streams) descriptors in device memory. d_q: (n_streams, n_rep, D)
+   fp32; d_out the same shape. d_work: kvq_cuda_attend_workspace floats.
+   head_dim: D of the streams (must equal pool->head_dim when pool != NULL). */
+extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
+                                       const kvq_cuda_stream *d_streams, size_t n_streams,
+                                       int n_rep, size_t max_tokens, const float *d_q,
+                                       float *d_out, float *d_work, size_t work_floats,
+                                       int *d_status, cudaStream_t stream)
+{
+    const int D = head_dim;
+    if (!d_streams || !d_q || !d_out || !d_work || !d_status)
+        return kvq_cuda__bad("kvq_cuda_attend: NULL pointer");
+    if (D != 64 && D != 128)
+        return kvq_cuda__bad("kvq_cuda_attend: head_dim=%d (the kernels are built for 64 and 128)", D);
+    if (n_streams == 0 || n_rep <= 0)
+        return kvq_cuda__bad("kvq_cuda_attend: n_streams=%zu n_rep=%d must be > 0", n_streams, n_rep);
+    const int nh = kvq_cuda__nh(n_rep);
+    const size_t n_hchunks = (size_t)((n_rep + nh - 1) / nh);
+    if (n_streams > (size_t)0x7fffffff / n_hchunks || n_streams * (size_t)n_rep > 0x7fffffffu)
+        return kvq_cuda__bad("kvq_cuda_attend: %zu streams x %d heads is too many for one launch",
+                             n_streams, n_rep);
+    int B = 0, G = 0;
+    kvq_cuda_pool pl;
+    memset(&pl, 0, sizeof pl);
+    if (pool) {
+        pl = *pool;
+        B = pl.bits; G = pl.group;
+        if (pl.head_dim != D)
+            return kvq_cuda__bad("kvq_cuda_attend: pool D=%d but head_dim=%d", pl.head_dim, D);
+        if (!pl.k_words || !pl.k_sz || !pl.v_words || !pl.v_sz)
+            return kvq_cuda__bad("kvq_cuda_attend: pool has a NULL array");
+        if (B != 2 && B != 4 && B != 8)
+            return kvq_cuda__bad("kvq_cuda_attend: bits=%d (the fused kernel takes 2, 4 or 8)", B);
+        if (G != 32 && G != 64 && G != 128)
+            return kvq_cuda__bad("kvq_cuda_attend: G=%d (the fused kernel takes 32, 64 or 128)", G);
+        if (pl.value_group <= 0 || D % pl.value_group || (pl.value_group * B) % 32)
+            return kvq_cuda__bad("kvq_cuda_attend: value group %d must divide D=%d and fill "
+                                 "whole words (Gv*B multiple of 32)", pl.value_group, D);
+        if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
+            return kvq_cuda__bad("kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
+    }
+    int n_splits;
+    const size_t need = kvq_cuda_attend_workspace(n_streams, n_rep, D, pool ? G : 0,
+                                                  max_tokens, &n_splits);
+    if (work_floats < need)
+        return kvq_cuda__bad("kvq_cuda_attend: workspace of %zu floats, %zu needed",
+                             work_floats, need);
+    kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, G, nh)
+                                      : kvq_cuda__pick_b<64>(B, G, nh);
+    if (!fn) return kvq_cuda__bad("kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
+    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
+    fn<<<grid, KVQ_CUDA_WARPS * 32, 0, stream>>>(pl, d_streams, n_rep, (int)n_hchunks, d_q,
+                                                 d_work);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
+    if (D == 128)
+        kvq_attend_combine_kernel<128><<<rows, 128, 0, stream>>>(d_work, n_splits, d_q, d_out, d_status);
+    else
+        kvq_attend_combine_kernel<64><<<rows, 64, 0, stream>>>(d_work, n_splits, d_q, d_out, d_status);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return cudaSuccess;
+}
+
+/* ======================================================================== */
+/* 5. compaction (kvq.h Sec. 11)                                            */
+/* ======================================================================== */
+/* Compaction decides on the host (kvq_pseq_repack, kvq_pseq_holefill,
+   kvq_cache_compact plan which slot goes where) and moves bytes on the
+   device. A move list (src[i] -> dst[i], slot indices into a pool of
+   slot_bytes-byte slots) is applied gather-clone-scatter: every source is
+   first copied into temp, then temp is scattered to the destinations. So
+   the result equals applying all moves "at once" from the old contents,
+   whatever the overlaps, which is what makes an in-place repack safe
+   (a destination can be another move's source). The moves' destinations
+   must be distinct; sources may repeat (a clone).                         */
+__global__ void kvq_gather_kernel(const uint32_t *__restrict__ pool, size_t slot_words,
+                                  const int64_t *__restrict__ src, size_t n,
+                                  uint32_t *__restrict__ temp)
+{
+    const size_t total = n * slot_words, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step)
+        temp[i] = pool[(size_t)src[i / slot_words] * slot_words + i % slot_words];
+}
+__global__ void kvq_scatter_kernel(uint32_t *__restrict__ pool, size_t slot_words,
+                                   const int64_t *__restrict__ dst, size_t n,
+                                   const uint32_t *__restrict__ temp)
+{
+    const size_t total = n * slot_words, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step)
+        pool[(size_t)dst[i / slot_words] * slot_words + i % slot_words] = temp[i];
+}
+
+/* d_pool: (n_slots, slot_bytes) device bytes, slot_bytes a multiple of 4.
+   d_src, d_dst: (n_moves) slot indices in [0, n_slots). d_temp: n_moves *
+   slot_bytes bytes. The indices are trusted to be in range: the host
+   planned them (validate them there if they come from elsewhere).        */
+extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
+                                           const int64_t *d_src, const int64_t *d_dst,
+                                           size_t n_moves, void *d_temp, cudaStream_t stream)
+{
+    if (!d_pool || !d_src || !d_dst || !d_temp)
+        return n_moves == 0 && d_pool ? cudaSuccess
+                                      : kvq_cuda__bad("kvq_cuda_move_slots: NULL pointer");
+    if (slot_bytes == 0 || slot_bytes % 4 || n_slots == 0)
+        return kvq_cuda__bad("kvq_cuda_move_slots: slot_bytes=%zu (a positive multiple of 4), "
+                             "n_slots=%zu", slot_bytes, n_slots);
+    if (n_moves > n_slots)
+        return kvq_cuda__bad("kvq_cuda_move_slots: %zu moves into %zu slots", n_moves, n_slots);
+    if (n_slots > SIZE_MAX / slot_bytes)
+        return kvq_cuda__bad("kvq_cuda_move_slots: pool size overflows size_t");
+    if (n_moves == 0) return cudaSuccess;
+    const size_t words = slot_bytes / 4;
+    const unsigned threads = 256, blocks = kvq_cuda__grid(n_moves * words, threads);
+    kvq_gather_kernel<<<blocks, threads, 0, stream>>>((const uint32_t *)d_pool, words, d_src,
+                                                      n_moves, (uint32_t *)d_temp);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    kvq_scatter_kernel<<<blocks, threads, 0, stream>>>((uint32_t *)d_pool, words, d_dst,
+                                                       n_moves, (const uint32_t *)d_temp);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return cudaSuccess;
+}
+
+/* ======================================================================== */
+/* 6. host: a kvq_cache exported to the paged format                        */
+/* ======================================================================== */
+/* kvq_cache_export turns one CPU cache (kvq.h) into the parts of one GPU
+   stream, in host memory: its pages (contiguous here; the caller places
+   them into any pool pages), the dead bits, the tails and the fp rows.
+   The bytes of the pages are the cache's own words and scales, unchanged:
+   the GPU attends exactly the cache the CPU built. Needs kvq.h's
+   implementation linked in (KVQ_IMPLEMENTATION in some host TU).
+
+   Supported: keys per-channel, values per-token, B in {2, 4, 8} on both
+   sides, G in {32, 64, 128}, Gv*B a multiple of 32, fp16 rows, and the
+   two sides' quantized slots aligned (slot s holds the same position on
+   both sides where both are quantized: true for KIVI, OTT, LogQuant and
+   eviction without compaction; a compacted KIVI cache compacts K by
+   groups and V by tokens, so its slots no longer align).               */
+typedef struct kvq_cuda_export_t {
+    size_t    n_pages;
+    uint32_t *k_words;   /* (n_pages, D, wpg_k)                            */
+    kvq_sz   *k_sz;      /* (n_pages, D)                                   */
+    uint32_t *v_words;   /* (n_pages, G, D/Gv, wpg_v)                      */
+    kvq_sz   *v_sz;      /* (n_pages, G, D/Gv)                             */
+    uint32_t *dead;      /* (ceil(n_slots / 32))                           */
+    kvq_f16  *k_tail, *v_tail, *k_fp, *v_fp;   /* (rows, D) each           */
+    uint32_t  n_kq, n_vq, n_fp;
+    int       head_dim, group, value_group, bits;
+    kvq_zero_mode zero_mode;
+} kvq_cuda_export_t;
+
+extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e)
+{
+    if (!e) return;
+    free(e->k_words); free(e->k_sz); free(e->v_words); free(e->v_sz); free(e->dead);
+    free(e->k_tail); free(e->v_tail); free(e->k_fp); free(e->v_fp);
+    memset(e, 0, sizeof *e);
+}
+
+/* The stored row of position p on one side, as fp16 bits (exact: fp16 rows
+   hold fp16 values, and a dequantized value is only read here for
+   positions that are not quantized).                                      */
+static kvq_status kvq_cuda__row16(const kvq_cache *c, int side, size_t p, kvq_f16 *out,
+                                  float *tmp)
+{
+    kvq_status st = kvq_cache_read(c, side, p, tmp);
+    if (st != KVQ_OK) return st;
+    for (size_t d = 0; d < c->cfg.head_dim; d++) {
+        const __half h = __float2half_rn(tmp[d]);
+        out[d] = __half_as_ushort(h);
+    }
+    return KVQ_OK;
+}
+
+extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e, char *why,
+                                      size_t why_len)
+{
+#define KVQ_CUDA__NO(...) do { if (why) snprintf(why, why_len, __VA_ARGS__);      \
+                              kvq_cuda_export_free(&x); free(tmp); free(covered); \
+                              return st_fail; } while (0)
+    kvq_cuda_export_t x;
+    float *tmp = NULL;
+    uint8_t *covered = NULL;
+    kvq_status st_fail = KVQ_ERR_CONFIG;
+    memset(&x, 0, sizeof x);
+    if (!c || !e) { if (why) snprintf(why, why_len, "NULL argument"); return KVQ_ERR_NULL; }
+    const size_t D = c->cfg.head_dim;
+    const kvq_side *K = &c->k, *V = &c->v;
+    if (D != 64 && D != 128) KVQ_CUDA__NO("head_dim %zu: the GPU kernels take 64 or 128", D);
+    if (c->cfg.fp_bits != 16) KVQ_CUDA__NO("full-precision rows must be fp16 (fp_bits=%d)", c->cfg.fp_bits);
+    /* a cache that never quantizes (kvq_config_full) exports fp rows only,
+       for the fp16 baseline (kvq_cuda_attend with pool = NULL)           */
+    const bool never_q = K->schedule == KVQ_SCHED_NONE && V->schedule == KVQ_SCHED_NONE;
+    if (never_q) goto rows_only;
+    if (K->axis != KVQ_PER_CHANNEL || V->axis != KVQ_PER_TOKEN)
+        KVQ_CUDA__NO("the fused kernel takes per-channel keys and per-token values");
+    if (K->bits != V->bits || (K->bits != 2 && K->bits != 4 && K->bits != 8))
+        KVQ_CUDA__NO("bits K=%d V=%d: both must be 2, 4 or 8", K->bits, V->bits);
+    if (K->group != 32 && K->group != 64 && K->group != 128)
+        KVQ_CUDA__NO("key group %zu: the fused kernel takes 32, 64 or 128", K->group);
+    if ((V->group * (size_t)V->bits) % 32 || D % V->group)
+        KVQ_CUDA__NO("value group %zu must divide D and fill whole words", V->group);
+rows_only:
+    const size_t G = never_q ? 32 : K->group, Gv = never_q ? 32 : V->group,
+                 B = never_q ? 2 : (size_t)K->bits;
+    x.head_dim = (int)D; x.group = (int)G; x.value_group = (int)Gv; x.bits = (int)B;
+    x.zero_mode = c->cfg.zero_mode;
+    x.n_kq = never_q ? 0 : (uint32_t)(K->n_units * G);
+    x.n_vq = never_q ? 0 : (uint32_t)V->n_units;
+    const size_t n_slots = x.n_kq > x.n_vq ? x.n_kq : x.n_vq;
+    const size_t both = x.n_kq < x.n_vq ? x.n_kq : x.n_vq;
+    x.n_pages = (n_slots + G - 1) / G;
+    st_fail = KVQ_ERR_NOMEM;
+    tmp = (float *)malloc(D * sizeof(float));
+    covered = (uint8_t *)calloc(c->n_pos + 1, 1);
+    const size_t kw = kvq_cuda__kw_stride((int)D, (int)G, (int)B);
+    const size_t vw = kvq_cuda__vw_stride((int)D, (int)G, (int)B);
+    const size_t vsz = kvq_cuda__vs_stride((int)D, (int)G, (int)Gv);
+    const size_t pages = x.n_pages ? x.n_pages : 1;
+    x.k_words = (uint32_t *)calloc(pages * kw, 4);
+    x.k_sz = (kvq_sz *)calloc(pages * D, sizeof(kvq_sz));
+    x.v_words = (uint32_t *)calloc(pages * vw, 4);
+    x.v_sz = (kvq_sz *)calloc(pages * vsz, sizeof(kvq_sz));
+    x.dead = (uint32_t *)calloc(n_slots / 32 + 1, 4);
+    x.k_tail = (kvq_f16 *)calloc((n_slots - x.n_kq) * D + 1, 2);
+    x.v_tail = (kvq_f16 *)calloc((n_slots - x.n_vq) * D + 1, 2);
+    x.k_fp = (kvq_f16 *)calloc(c->n_pos * D + 1, 2);
+    x.v_fp = (kvq_f16 *)calloc(c->n_pos * D + 1, 2);
+    if (!tmp || !covered || !x.k_words || !x.k_sz || !x.v_words || !x.v_sz || !x.dead ||
+        !x.k_tail || !x.v_tail || !x.k_fp || !x.v_fp)
+        KVQ_CUDA__NO("out of host memory");
+    st_fail = KVQ_ERR_STATE;
+    /* the pages: the cache's own bytes                                    */
+    if (x.n_kq) {
+        memcpy(x.k_words, K->words, (x.n_kq / G) * kw * 4);
+        memcpy(x.k_sz, K->sz, (x.n_kq / G) * D * sizeof(kvq_sz));
+    }
+    if (x.n_vq) {
+        memcpy(x.v_words, V->words, x.n_vq * (D / Gv) * V->words_per_group * 4);
+        memcpy(x.v_sz, V->sz, x.n_vq * (D / Gv) * sizeof(kvq_sz));
+    }
+    /* slots: positions, dead bits, tails                                   */
+    for (size_t slot = 0; slot < n_slots; slot++) {
+        const int32_t pk = slot < x.n_kq ? K->qpos[slot] : -2;
+        const int32_t pv = slot < x.n_vq ? V->qpos[slot] : -2;
+        const int32_t p = slot < x.n_kq ? pk : pv;
+        if (slot < both && pk != pv)
+            KVQ_CUDA__NO("slot %zu holds position %d on K but %d on V: the sides' quantized "
+                         "slots are not aligned (compacted?)", slot, (int)pk, (int)pv);
+        if (p < 0) { x.dead[slot / 32] |= 1u << (slot % 32); continue; }
+        if (covered[p]) KVQ_CUDA__NO("position %d is quantized twice", (int)p);
+        covered[p] = 1;
+        if (slot >= x.n_kq &&
+            kvq_cuda__row16(c, 0, (size_t)p, x.k_tail + (slot - x.n_kq) * D, tmp) != KVQ_OK)
+            KVQ_CUDA__NO("position %d: no key", (int)p);
+        if (slot >= x.n_vq &&
+            kvq_cuda__row16(c, 1, (size_t)p, x.v_tail + (slot - x.n_vq) * D, tmp) != KVQ_OK)
+            KVQ_CUDA__NO("position %d: no value", (int)p);
+    }
+    /* every other present position must be full precision on both sides    */
+    for (size_t p = 0; p < c->n_pos; p++) {
+        const uint32_t lk = KVQ_LOC_TAG(K->loc[p]), lv = KVQ_LOC_TAG(V->loc[p]);
+        if (covered[p]) continue;
+        if (lk == KVQ_LOC_ABSENT && lv == KVQ_LOC_ABSENT) continue;
+        if (lk == KVQ_LOC_QUANT || lv == KVQ_LOC_QUANT || lk == KVQ_LOC_ABSENT ||
+            lv == KVQ_LOC_ABSENT)
+            KVQ_CUDA__NO("position %zu is quantized on one side outside the aligned slots", p);
+        if (kvq_cuda__row16(c, 0, p, x.k_fp + (size_t)x.n_fp * D, tmp) != KVQ_OK ||
+            kvq_cuda__row16(c, 1, p, x.v_fp + (size_t)x.n_fp * D, tmp) != KVQ_OK)
+            KVQ_CUDA__NO("position %zu cannot be read", p);
+        x.n_fp++;
+    }
+    free(tmp);
+    free(covered);
+    *e = x;
+    return KVQ_OK;
+#undef KVQ_CUDA__NO
 }

@@ -1,0 +1,441 @@
+/* bench/bench_gpu.cu - GPU benchmark of kvq_cuda.cu (make bench-gpu), llm.c style.
+
+   Each kernel version is validated against a float64 CPU reference (or
+   kvq.h's quantizer, bit for bit) on the same inputs before it is timed.
+   Timing: CUDA events around each call, after warm-up, median of REPS
+   calls, rotating between input copies when one copy would fit in L2.
+   Every row reports time, GB/s of the bytes the kernel actually has to
+   read (pages, fp rows, block tables, queries) and write (outputs and the
+   flash-decoding partials), and that rate as a percentage of a
+   device-to-device copy measured in the same run (bytes read + written
+   over time, the usual convention: cudaMemcpy of 1 GiB).
+
+   Attention versions (the library keeps only the last):
+     version 1: fused kernel, one CTA per (stream, head chunk): no split
+     version 2: fused kernel + flash-decoding split across the sequence
+                (kvq_cuda_attend as shipped)
+     fp16:      our fp16 decode kernel (the same kernel, pool = NULL) on the
+                same T, the baseline for the 2-bit speedup
+   Quantize versions:
+     version 1: kvq_cuda_quantize with validation (two passes; writes
+                nothing on bad data)
+     version 2: the same with validate = 0 (one pass, trusted input)
+
+   Usage: bench_gpu [--quick] [--csv DIR]                                  */
+#define KVQ_IMPLEMENTATION
+#include "kvq.h"
+#include "kvq_cuda.cu"
+
+#include <vector>
+#include <algorithm>
+#include <string>
+
+#define CU(call)                                                              \
+    do {                                                                      \
+        cudaError_t e_ = (call);                                              \
+        if (e_ != cudaSuccess) {                                              \
+            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,\
+                    cudaGetErrorString(e_), kvq_cuda_why());                  \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+static const int REPS = 25, WARMUP = 3;
+static FILE *csv_attn = nullptr, *csv_quant = nullptr;
+
+/* ---- device-side random fill (a hash of the index: reproducible) -------- */
+static __device__ __forceinline__ uint32_t hash32(uint64_t x)
+{
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    return (uint32_t)x;
+}
+__global__ void fill_words(uint32_t *w, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        w[i] = hash32(i * 0x9E3779B97F4A7C15ull + seed);
+}
+/* scales in [0.01, 0.11), zeros in [-1, 1): what a unit-variance head gives */
+__global__ void fill_sz(kvq_sz *s, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = hash32(i + seed);
+        s[i].scale = __half_as_ushort(__float2half_rn(0.01f + (h & 0xffff) * (0.1f / 65536.0f)));
+        s[i].zero = __half_as_ushort(__float2half_rn(((h >> 16) * (2.0f / 65536.0f)) - 1.0f));
+    }
+}
+__global__ void fill_half(__half *x, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __float2half_rn(((hash32(i + seed) & 0xffffff) * (2.0f / 16777216.0f) - 1.0f) * scale);
+}
+
+/* ---- timing ---------------------------------------------------------------- */
+template <class F>
+static float median_ms(F &&call, int n_copies)
+{
+    cudaEvent_t a, b;
+    CU(cudaEventCreate(&a)); CU(cudaEventCreate(&b));
+    for (int i = 0; i < WARMUP; i++) call(i % n_copies);
+    std::vector<float> t;
+    for (int i = 0; i < REPS; i++) {
+        CU(cudaEventRecord(a));
+        call(i % n_copies);
+        CU(cudaEventRecord(b));
+        CU(cudaEventSynchronize(b));
+        float ms;
+        CU(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    CU(cudaEventDestroy(a)); CU(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+static double copy_gbps(void)
+{
+    const size_t bytes = (size_t)1 << 30;
+    void *src, *dst;
+    CU(cudaMalloc(&src, bytes)); CU(cudaMalloc(&dst, bytes));
+    CU(cudaMemset(src, 1, bytes));
+    const float ms = median_ms([&](int) { CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); }, 1);
+    CU(cudaFree(src)); CU(cudaFree(dst));
+    return 2.0 * bytes / (ms * 1e-3) / 1e9;
+}
+
+/* ---- one attention problem on the device ---------------------------------- */
+/* KIVI at steady state, every stream of length T: keys quantized in whole
+   R = 128 flushes with 1..R left in the residual (here T mod 128, or 128),
+   values quantized up to T - R, so slots [T - R, n_kq) take v_tail rows. */
+struct attn_problem {
+    int D, B, G, n_rep;
+    size_t S, T, n_kq, n_vq, n_fp;
+    kvq_cuda_pool pool;
+    kvq_cuda_stream *d_streams;
+    std::vector<kvq_cuda_stream> hs;
+    std::vector<void *> allocs;
+    double bytes;                      /* what one call must move          */
+    void *alloc(size_t bytes_)
+    {
+        void *p;
+        CU(cudaMalloc(&p, bytes_ ? bytes_ : 4));
+        allocs.push_back(p);
+        return p;
+    }
+    ~attn_problem() { for (void *p : allocs) cudaFree(p); }
+};
+
+static void build_problem(attn_problem &P, int D, int B, int G, int n_rep, size_t S, size_t T,
+                          bool fp16, uint64_t seed)
+{
+    const size_t R = 128;
+    P.D = D; P.B = B; P.G = G; P.n_rep = n_rep; P.S = S; P.T = T;
+    if (fp16) { P.n_kq = P.n_vq = 0; P.n_fp = T; }
+    else {
+        P.n_kq = ((T - 1) / R) * R;
+        P.n_vq = T > R ? T - R : 0;
+        P.n_fp = T - P.n_kq;
+    }
+    const size_t pages_per = (std::max(P.n_kq, P.n_vq) + G - 1) / G, n_pages = S * pages_per;
+    const int Gv = G;
+    memset(&P.pool, 0, sizeof P.pool);
+    P.pool.head_dim = D; P.pool.group = G; P.pool.value_group = Gv; P.pool.bits = B;
+    P.pool.zero_mode = KVQ_ZERO_FLOAT; P.pool.n_pages = n_pages;
+    const size_t kw = kvq_cuda__kw_stride(D, G, B), vw = kvq_cuda__vw_stride(D, G, B),
+                 vs = kvq_cuda__vs_stride(D, G, Gv);
+    const unsigned fb = 1024, ft = 256;
+    if (!fp16) {
+        P.pool.k_words = (uint32_t *)P.alloc(n_pages * kw * 4);
+        P.pool.k_sz = (kvq_sz *)P.alloc(n_pages * D * 4);
+        P.pool.v_words = (uint32_t *)P.alloc(n_pages * vw * 4);
+        P.pool.v_sz = (kvq_sz *)P.alloc(n_pages * vs * 4);
+        fill_words<<<fb, ft>>>(P.pool.k_words, n_pages * kw, seed + 1);
+        fill_words<<<fb, ft>>>(P.pool.v_words, n_pages * vw, seed + 2);
+        fill_sz<<<fb, ft>>>(P.pool.k_sz, n_pages * D, seed + 3);
+        fill_sz<<<fb, ft>>>(P.pool.v_sz, n_pages * vs, seed + 4);
+        CU(cudaGetLastError());
+    }
+    /* block tables: a random permutation of pages across all streams      */
+    std::vector<int32_t> perm(n_pages);
+    for (size_t i = 0; i < n_pages; i++) perm[i] = (int32_t)i;
+    uint64_t r = seed | 1;
+    for (size_t i = n_pages; i > 1; i--) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        std::swap(perm[i - 1], perm[r % i]);
+    }
+    int32_t *d_tables = (int32_t *)P.alloc(n_pages * 4);
+    CU(cudaMemcpy(d_tables, perm.data(), n_pages * 4, cudaMemcpyHostToDevice));
+    const size_t tail = P.n_kq - std::min(P.n_kq, P.n_vq);
+    __half *d_tail = (__half *)P.alloc(S * tail * D * 2);
+    __half *d_kfp = (__half *)P.alloc(S * P.n_fp * D * 2);
+    __half *d_vfp = (__half *)P.alloc(S * P.n_fp * D * 2);
+    fill_half<<<fb, ft>>>(d_tail, S * tail * D, seed + 5, 1.0f);
+    fill_half<<<fb, ft>>>(d_kfp, S * P.n_fp * D, seed + 6, 1.0f);
+    fill_half<<<fb, ft>>>(d_vfp, S * P.n_fp * D, seed + 7, 1.0f);
+    CU(cudaGetLastError());
+    P.hs.resize(S);
+    for (size_t s = 0; s < S; s++) {
+        kvq_cuda_stream &x = P.hs[s];
+        memset(&x, 0, sizeof x);
+        x.pages = d_tables + s * pages_per;
+        x.v_tail = reinterpret_cast<const kvq_f16 *>(d_tail + s * tail * D);
+        x.k_fp = reinterpret_cast<const kvq_f16 *>(d_kfp + s * P.n_fp * D);
+        x.v_fp = reinterpret_cast<const kvq_f16 *>(d_vfp + s * P.n_fp * D);
+        x.n_kq = (uint32_t)P.n_kq; x.n_vq = (uint32_t)P.n_vq; x.n_fp = (uint32_t)P.n_fp;
+    }
+    P.d_streams = (kvq_cuda_stream *)P.alloc(S * sizeof(kvq_cuda_stream));
+    CU(cudaMemcpy(P.d_streams, P.hs.data(), S * sizeof(kvq_cuda_stream), cudaMemcpyHostToDevice));
+    /* bytes a call must read: codes + scales/zeros + fp rows + tables + q */
+    const double kunit = (double)kw * 4 + D * 4, vtok = (double)D * B / 8 + (double)(D / Gv) * 4;
+    P.bytes = (double)S * ((P.n_kq / G) * kunit + P.n_vq * vtok + (tail + 2.0 * P.n_fp) * D * 2 +
+                           pages_per * 4 + (double)n_rep * D * 4 * 2);
+}
+
+/* float64 reference for stream s, head h, from the device data.          */
+static void reference(const attn_problem &P, const float *q, size_t s, std::vector<double> &out)
+{
+    const int D = P.D, G = P.G, B = P.B;
+    const size_t pages_per = (std::max(P.n_kq, P.n_vq) + G - 1) / G;
+    const kvq_cuda_stream &st = P.hs[s];
+    std::vector<int32_t> table(pages_per);
+    if (pages_per) CU(cudaMemcpy(table.data(), st.pages, pages_per * 4, cudaMemcpyDeviceToHost));
+    const size_t kw = kvq_cuda__kw_stride(D, G, B), vw = kvq_cuda__vw_stride(D, G, B),
+                 vs = kvq_cuda__vs_stride(D, G, G);
+    std::vector<uint32_t> kwh(kw), vwh(vw);
+    std::vector<kvq_sz> ksh(D), vsh(vs);
+    const size_t tail = P.n_kq - std::min(P.n_kq, P.n_vq);
+    std::vector<kvq_f16> tl(tail * D + 1), kf(P.n_fp * D + 1), vf(P.n_fp * D + 1);
+    if (tail) CU(cudaMemcpy(tl.data(), st.v_tail, tail * D * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(kf.data(), st.k_fp, P.n_fp * D * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(vf.data(), st.v_fp, P.n_fp * D * 2, cudaMemcpyDeviceToHost));
+    std::vector<double> K, V;           /* all rows, dequantized exactly   */
+    std::vector<float> krow(D), vrow(D);
+    for (size_t p = 0; p < pages_per; p++) {
+        CU(cudaMemcpy(kwh.data(), P.pool.k_words + table[p] * kw, kw * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(ksh.data(), P.pool.k_sz + table[p] * D, D * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(vwh.data(), P.pool.v_words + table[p] * vw, vw * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(vsh.data(), P.pool.v_sz + table[p] * vs, vs * 4, cudaMemcpyDeviceToHost));
+        for (int t = 0; t < G; t++) {
+            const size_t slot = p * G + t;
+            if (slot >= std::max(P.n_kq, P.n_vq)) break;
+            for (int d = 0; d < D; d++) {
+                float a, b;
+                kvq_sz_affine(ksh[d], KVQ_ZERO_FLOAT, &a, &b);
+                K.push_back((double)((float)kvq_dev_get_code(&kwh[(size_t)d * (G * B / 32)], t, B) * a + b));
+            }
+            if (slot < P.n_vq) {
+                const int wpgv = G * B / 32, gpt = D / G;
+                for (int d = 0; d < D; d++) {
+                    float a, b;
+                    kvq_sz_affine(vsh[t * gpt + d / G], KVQ_ZERO_FLOAT, &a, &b);
+                    V.push_back((double)((float)kvq_dev_get_code(&vwh[((size_t)t * gpt + d / G) * wpgv], d % G, B) * a + b));
+                }
+            } else {
+                for (int d = 0; d < D; d++) V.push_back(kvq_f16_to_f32(tl[(slot - P.n_vq) * D + d]));
+            }
+        }
+    }
+    for (size_t r = 0; r < P.n_fp; r++)
+        for (int d = 0; d < D; d++) {
+            K.push_back(kvq_f16_to_f32(kf[r * D + d]));
+            V.push_back(kvq_f16_to_f32(vf[r * D + d]));
+        }
+    const size_t n = K.size() / D;
+    out.assign((size_t)P.n_rep * D, 0.0);
+    std::vector<double> sc(n);
+    for (int h = 0; h < P.n_rep; h++) {
+        const float *qh = q + (s * P.n_rep + h) * D;
+        double mx = -1e300, l = 0;
+        for (size_t t = 0; t < n; t++) {
+            double dot = 0;
+            for (int d = 0; d < D; d++) dot += (double)qh[d] * K[t * D + d];
+            sc[t] = dot / sqrt((double)D);
+            mx = std::max(mx, sc[t]);
+        }
+        for (size_t t = 0; t < n; t++) { sc[t] = exp(sc[t] - mx); l += sc[t]; }
+        for (size_t t = 0; t < n; t++)
+            for (int d = 0; d < D; d++) out[h * D + d] += sc[t] / l * V[t * D + d];
+    }
+}
+
+static double rel_err(const float *got, const std::vector<double> &ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) { num += (got[i] - ref[i]) * (got[i] - ref[i]); den += ref[i] * ref[i]; }
+    return sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+/* Time one version on P. max_tokens_plan = 1 forces one split (version 1). */
+static bool run_attn(attn_problem &P, bool fp16, bool split, double copy, float *ms_out,
+                     double *err_out)
+{
+    const size_t S = P.S;
+    const int n_rep = P.n_rep, D = P.D;
+    const size_t plan_tokens = split ? P.T : 1;
+    int n_splits;
+    const size_t wf = kvq_cuda_attend_workspace(S, n_rep, D, fp16 ? 0 : P.G, plan_tokens, &n_splits);
+    float *d_q, *d_out, *d_work;
+    int *d_status;
+    CU(cudaMalloc(&d_q, S * n_rep * D * 4)); CU(cudaMalloc(&d_out, S * n_rep * D * 4));
+    CU(cudaMalloc(&d_work, wf * 4)); CU(cudaMalloc(&d_status, 4));
+    std::vector<float> hq(S * n_rep * D);
+    uint64_t r = 0x1234567ull + S + P.T;
+    for (auto &x : hq) { r ^= r << 13; r ^= r >> 7; r ^= r << 17; x = (float)((int)(r % 2001) - 1000) / 1000.0f; }
+    CU(cudaMemcpy(d_q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemset(d_out, 0xFF, S * n_rep * D * 4));
+    const kvq_cuda_pool *pool = fp16 ? nullptr : &P.pool;
+    auto call = [&](int) {
+        CU(kvq_cuda_attend(pool, D, P.d_streams, S, n_rep, plan_tokens, d_q, d_out, d_work, wf,
+                           d_status, 0));
+    };
+    call(0);
+    CU(cudaDeviceSynchronize());
+    /* validate stream 0 and the last stream against float64               */
+    std::vector<float> got(S * n_rep * D);
+    CU(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+    int status;
+    CU(cudaMemcpy(&status, d_status, 4, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (size_t s : { (size_t)0, S - 1 }) {
+        std::vector<double> ref;
+        reference(P, hq.data(), s, ref);
+        const double e = rel_err(&got[s * n_rep * D], ref, (size_t)n_rep * D);
+        worst = std::max(worst, e);
+        if (!(e <= 1e-4)) worst = e > worst ? e : (e == e ? worst : 1e9);
+    }
+    *err_out = worst;
+    bool ok = status == 0 && worst <= 1e-4;
+    if (ok) *ms_out = median_ms(call, 1);
+    (void)copy;
+    CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
+    return ok;
+}
+
+static void bench_attention(bool quick, double copy)
+{
+    printf("\n== fused decode attention (D = 128; KIVI steady state, R = 128) ==\n");
+    printf("%-5s %2s %4s %5s %7s %4s | %9s %8s %6s | %9s %8s %6s | %9s %7s | %6s %6s %6s\n",
+           "ver", "B", "G", "gqa", "T", "S", "v1 us", "v1 GB/s", "v1 %", "v2 us", "v2 GB/s",
+           "v2 %", "fp16 us", "fp16 %", "x fp16", "bytesx", "err");
+    std::vector<size_t> Ts = { 1024, 4096, 16384, 32768, 131072 };
+    std::vector<size_t> Ss = { 8, 64, 256 };
+    if (quick) { Ts = { 4096, 32768 }; Ss = { 64 }; }
+    for (int gqa : { 1, 4 })
+        for (size_t S : Ss)
+            for (size_t T : Ts) {
+                if ((double)S * T * 512 > 24e9) continue;      /* fp16 KV over 24 GB */
+                attn_problem F;
+                build_problem(F, 128, 2, 32, gqa, S, T, true, 99);
+                float ms_f = 0;
+                double err_f;
+                const bool okf = run_attn(F, true, true, copy, &ms_f, &err_f);
+                const double gb_f = F.bytes / (ms_f * 1e-3) / 1e9;
+                for (int B : { 2, 4 })
+                    for (int G : { 32, 128 }) {
+                        attn_problem P;
+                        build_problem(P, 128, B, G, gqa, S, T, false, 7 + T + S + B + G);
+                        float ms1 = 0, ms2 = 0;
+                        double e1, e2;
+                        const bool ok1 = run_attn(P, false, false, copy, &ms1, &e1);
+                        const bool ok2 = run_attn(P, false, true, copy, &ms2, &e2);
+                        const double gb1 = P.bytes / (ms1 * 1e-3) / 1e9, gb2 = P.bytes / (ms2 * 1e-3) / 1e9;
+                        printf("%-5s %2d %4d %5d %7zu %4zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | "
+                               "%9.1f %6.1f%% | %6.2f %6.2f %6.0e%s\n",
+                               "v1/v2", B, G, gqa, T, S, ms1 * 1e3, gb1, 100 * gb1 / copy, ms2 * 1e3,
+                               gb2, 100 * gb2 / copy, ms_f * 1e3, 100 * gb_f / copy, ms_f / ms2,
+                               F.bytes / P.bytes, std::max(e1, e2),
+                               (ok1 && ok2 && okf) ? "" : "  INVALID");
+                        if (csv_attn)
+                            fprintf(csv_attn, "%d,%d,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.3f,%.1f,%.1f,%.3g,%d\n",
+                                    B, G, gqa, T, S, ms1 * 1e3, gb1, ms2 * 1e3, gb2, ms_f * 1e3, gb_f,
+                                    copy, std::max(e1, e2), (int)(ok1 && ok2 && okf));
+                    }
+            }
+}
+
+static void bench_quantize(bool quick, double copy)
+{
+    printf("\n== quantize + pack (fp16 X of T x 128) ==\n");
+    printf("%-11s %2s %4s %8s | %9s %8s %6s | %9s %8s %6s | %s\n", "axis", "B", "G", "T",
+           "v1 us", "v1 GB/s", "v1 %", "v2 us", "v2 GB/s", "v2 %", "codes vs kvq.h");
+    const size_t D = 128, T = quick ? 65536 : 262144, Tcheck = 4096;
+    const size_t copies = 4;       /* 4 x 64 MB inputs: more than L2 */
+    __half *d_x;
+    CU(cudaMalloc(&d_x, copies * T * D * 2));
+    fill_half<<<1024, 256>>>(d_x, copies * T * D, 42, 3.0f);
+    CU(cudaGetLastError());
+    for (kvq_axis ax : { KVQ_PER_CHANNEL, KVQ_PER_TOKEN })
+        for (int B : { 2, 4 })
+            for (size_t G : { (size_t)32, (size_t)128 }) {
+                kvq_layout L;
+                kvq_layout_init(&L, T, D, B, G, ax);
+                uint32_t *d_w; kvq_sz *d_s; int *d_st;
+                CU(cudaMalloc(&d_w, L.total_words * 4)); CU(cudaMalloc(&d_s, L.total_groups * 4));
+                CU(cudaMalloc(&d_st, 4));
+                /* validate: the first Tcheck rows, bit for bit vs kvq.h  */
+                kvq_layout Lc;
+                kvq_layout_init(&Lc, Tcheck, D, B, G, ax);
+                std::vector<kvq_f16> hx(Tcheck * D);
+                CU(cudaMemcpy(hx.data(), d_x, hx.size() * 2, cudaMemcpyDeviceToHost));
+                std::vector<float> fx(hx.size());
+                for (size_t i = 0; i < hx.size(); i++) fx[i] = kvq_f16_to_f32(hx[i]);
+                std::vector<uint32_t> cw(Lc.total_words), gw(Lc.total_words);
+                std::vector<kvq_sz> cs(Lc.total_groups), gs(Lc.total_groups);
+                kvq_quantize_matrix(fx.data(), Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, cw.data(), cs.data());
+                bool same = true;
+                for (int v = 0; v < 2; v++) {
+                    CU(kvq_cuda_quantize(d_x, Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, nullptr, d_w, d_s,
+                                         d_st, v == 0, 0));
+                    CU(cudaDeviceSynchronize());
+                    CU(cudaMemcpy(gw.data(), d_w, gw.size() * 4, cudaMemcpyDeviceToHost));
+                    CU(cudaMemcpy(gs.data(), d_s, gs.size() * 4, cudaMemcpyDeviceToHost));
+                    same = same && gw == std::vector<uint32_t>(cw) &&
+                           memcmp(gs.data(), cs.data(), gs.size() * 4) == 0;
+                }
+                float ms[2];
+                for (int v = 0; v < 2; v++)
+                    ms[v] = median_ms([&](int c) {
+                        CU(kvq_cuda_quantize(d_x + (size_t)c * T * D, T, D, B, G, ax, KVQ_ZERO_FLOAT,
+                                             nullptr, d_w, d_s, d_st, v == 0, 0));
+                    }, (int)copies);
+                /* bytes: input once + codes + scales (the minimum to move) */
+                const double bytes = (double)T * D * 2 + L.total_words * 4.0 + L.total_groups * 4.0;
+                const double g1 = bytes / (ms[0] * 1e-3) / 1e9, g2 = bytes / (ms[1] * 1e-3) / 1e9;
+                printf("%-11s %2d %4zu %8zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | %s\n",
+                       ax == KVQ_PER_CHANNEL ? "per-channel" : "per-token", B, G, T, ms[0] * 1e3, g1,
+                       100 * g1 / copy, ms[1] * 1e3, g2, 100 * g2 / copy, same ? "identical" : "DIFFERENT");
+                if (csv_quant)
+                    fprintf(csv_quant, "%s,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.1f,%d\n",
+                            ax == KVQ_PER_CHANNEL ? "per-channel" : "per-token", B, G, T, ms[0] * 1e3,
+                            g1, ms[1] * 1e3, g2, copy, (int)same);
+                CU(cudaFree(d_w)); CU(cudaFree(d_s)); CU(cudaFree(d_st));
+            }
+    CU(cudaFree(d_x));
+}
+
+int main(int argc, char **argv)
+{
+    bool quick = false;
+    const char *csv_dir = nullptr;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_dir = argv[++i];
+        else { fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR]\n"); return 2; }
+    }
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, 0));
+    const double copy = copy_gbps();
+    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    printf("device-to-device copy: %.0f GB/s (read + write, 1 GiB, median of %d)\n", copy, REPS);
+    if (csv_dir) {
+        std::string a = std::string(csv_dir) + "/gpu_attention.csv", q = std::string(csv_dir) + "/gpu_quantize.csv";
+        csv_attn = fopen(a.c_str(), "w");
+        csv_quant = fopen(q.c_str(), "w");
+        if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,v1_us,v1_gbps,v2_us,v2_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid\n");
+        if (csv_quant) fprintf(csv_quant, "axis,B,G,T,v1_us,v1_gbps,v2_us,v2_gbps,copy_gbps,identical\n");
+    }
+    bench_quantize(quick, copy);
+    bench_attention(quick, copy);
+    if (csv_attn) fclose(csv_attn);
+    if (csv_quant) fclose(csv_quant);
+    return 0;
+}

@@ -1,0 +1,685 @@
+/* tests/test_gpu.cu - kvq_cuda.cu against kvq.h on the same inputs (make test-gpu).
+
+   Needs a CUDA GPU. Each check has an independent expectation:
+     quantize   codes and fp16 scales/zeros byte-identical to
+                kvq_quantize_matrix on the same fp16 values; the same status
+                on bad data; nothing written on failure (outputs poisoned).
+     attention  relative L2 error per output row against a float64 oracle
+                (kvq_attend_dense) over the rows the CPU cache holds
+                (kvq_cache_read), <= ATTN_TOL; outputs poisoned before.
+     compaction the CPU's kvq_pseq_repack/holefill on a real pool vs the GPU
+                applying the same moves (planned on a shadow pool) in place.
+   Fixed seed, fresh random inputs for every case, adversarial cases.     */
+#define KVQ_IMPLEMENTATION
+#include "kvq.h"
+#include "kvq_cuda.cu"
+#include "test.h"
+
+#include <vector>
+#include <algorithm>
+
+/* Attention tolerance: fp32 accumulation over <= 64K tokens, the score
+   scaled by log2(e) for exp2, and the 1 + c/2^B code trick (a constant
+   subtracted per channel) keep the relative L2 error of an output row
+   near 1e-6 in practice; 1e-4 leaves room without hiding a wrong term
+   (a single missing or doubled token moves a row by far more).         */
+#define ATTN_TOL 1e-4
+
+#define CU(call)                                                              \
+    do {                                                                      \
+        cudaError_t e_ = (call);                                              \
+        if (e_ != cudaSuccess) {                                              \
+            printf("FAIL %s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,    \
+                   cudaGetErrorString(e_), kvq_cuda_why());                   \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+/* ---- RNG (splitmix64), Gaussian by Box-Muller ----------------------------- */
+static uint64_t rng_state = 0x6b7671ull;
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unif(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static float rng_gauss(void)
+{
+    double u = rng_unif(), v = rng_unif();
+    if (u < 1e-300) u = 1e-300;
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+static size_t rng_below(size_t n) { return (size_t)(rng_u64() % n); }
+
+template <class T> struct dbuf {               /* a device array, freed at scope end */
+    T *p = nullptr;
+    size_t n = 0;
+    explicit dbuf(size_t count) : n(count) { CU(cudaMalloc(&p, (count ? count : 1) * sizeof(T))); }
+    ~dbuf() { cudaFree(p); }
+    void up(const T *h) { CU(cudaMemcpy(p, h, n * sizeof(T), cudaMemcpyHostToDevice)); }
+    void down(T *h) const { CU(cudaMemcpy(h, p, n * sizeof(T), cudaMemcpyDeviceToHost)); }
+    void poison() { CU(cudaMemset(p, 0xAB, n * sizeof(T))); }
+};
+
+/* ======================================================================== */
+/* quantize + pack                                                          */
+/* ======================================================================== */
+/* Input families: plain Gaussian with outlier channels, constant groups,
+   extremes (largest/smallest fp16, +-0), and ties at low B.             */
+enum { IN_GAUSS, IN_CONST, IN_EXTREME, IN_TIES, IN_NAN, IN_INF, IN_HUGE };
+
+static void fill_input(std::vector<kvq_f16> &h, size_t T, size_t D, int kind)
+{
+    for (size_t t = 0; t < T; t++)
+        for (size_t d = 0; d < D; d++) {
+            float x = rng_gauss() * (d % 17 == 3 ? 12.0f : 1.0f);   /* outlier channels */
+            if (kind == IN_CONST) x = (d / 8) % 3 == 0 ? 0.5f * (float)(d % 5) - 1.0f : x;
+            if (kind == IN_CONST && (t / 4) % 2 == 0) x = -3.25f;  /* whole blocks const */
+            if (kind == IN_EXTREME) {
+                static const float ex[] = { 65504.0f, -65504.0f, 5.9604645e-08f, -5.9604645e-08f,
+                                            0.0f, -0.0f, 6.1035156e-05f, 1.0f };
+                x = ex[rng_below(8)];
+            }
+            if (kind == IN_TIES) x = 0.5f * (float)((int)rng_below(9) - 4);
+            h[t * D + d] = kvq_f32_to_f16(x);
+        }
+    if (kind == IN_NAN) h[rng_below(T * D)] = 0x7E00;
+    if (kind == IN_INF) h[rng_below(T * D)] = 0xFC00;
+    if (kind == IN_HUGE)      /* range 131008 overflows an fp16 scale at B = 1 */
+        for (size_t d = 0; d < D; d++) { h[d] = kvq_f32_to_f16(65504.0f); h[(T - 1) * D + d] = kvq_f32_to_f16(-65504.0f); }
+}
+
+static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis axis,
+                               kvq_zero_mode mode, int kind, bool scatter)
+{
+    kvq_layout L;
+    if (kvq_layout_init(&L, T, D, bits, G, axis) != KVQ_OK) { CHECK(0, "bad case"); return; }
+    std::vector<kvq_f16> hx(T * D);
+    fill_input(hx, T, D, kind);
+    std::vector<float> fx(T * D);
+    for (size_t i = 0; i < T * D; i++) fx[i] = kvq_f16_to_f32(hx[i]);
+    std::vector<uint32_t> cw(L.total_words, 0xCDCDCDCDu);
+    std::vector<kvq_sz> cs(L.total_groups);
+    memset(cs.data(), 0xCD, cs.size() * sizeof(kvq_sz));
+    const kvq_status want = kvq_quantize_matrix(fx.data(), T, D, bits, G, axis, mode,
+                                                cw.data(), cs.data());
+    /* scatter: unit u goes to unit slot perm[u] of a larger output        */
+    const size_t n_out = scatter ? L.units + 3 : L.units;
+    std::vector<int32_t> perm(L.units);
+    for (size_t u = 0; u < L.units; u++) perm[u] = (int32_t)u;
+    if (scatter) {
+        for (size_t u = 0; u < L.units; u++) perm[u] = (int32_t)(u + 3);
+        std::reverse(perm.begin(), perm.end());
+    }
+    const size_t wpu = L.groups_per_unit * L.words_per_group;
+    dbuf<__half> dx(T * D);
+    dbuf<uint32_t> dw(n_out * wpu);
+    dbuf<kvq_sz> ds(n_out * L.groups_per_unit);
+    dbuf<int32_t> dp(L.units);
+    dbuf<int> dst(1);
+    dx.up(reinterpret_cast<const __half *>(hx.data()));
+    dp.up(perm.data());
+    dw.poison(); ds.poison();
+    CU(kvq_cuda_quantize(dx.p, T, D, bits, G, axis, mode, scatter ? dp.p : nullptr,
+                         dw.p, ds.p, dst.p, 1, 0));
+    int got;
+    CU(cudaDeviceSynchronize());
+    dst.down(&got);
+    std::vector<uint32_t> gw(n_out * wpu);
+    std::vector<kvq_sz> gs(n_out * L.groups_per_unit);
+    dw.down(gw.data()); ds.down(gs.data());
+    CHECK(got == (int)want, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d: "
+          "status %d, CPU %d", T, D, bits, G, (int)axis, (int)mode, kind, got, (int)want);
+    if (want != KVQ_OK) {                 /* nothing may have been written */
+        size_t touched = 0;
+        for (size_t i = 0; i < gw.size(); i++) touched += gw[i] != 0xABABABABu;
+        CHECK(touched == 0, "quantize wrote %zu words on failure", touched);
+        return;
+    }
+    size_t bad_w = 0, bad_s = 0;
+    for (size_t u = 0; u < L.units; u++) {
+        const size_t o = (size_t)perm[u];
+        bad_w += memcmp(&gw[o * wpu], &cw[u * wpu], wpu * 4) != 0;
+        bad_s += memcmp(&gs[o * L.groups_per_unit], &cs[u * L.groups_per_unit],
+                        L.groups_per_unit * sizeof(kvq_sz)) != 0;
+    }
+    CHECK(bad_w == 0 && bad_s == 0, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d "
+          "scatter=%d: %zu units with other codes, %zu with other scales/zeros", T, D, bits, G,
+          (int)axis, (int)mode, kind, (int)scatter, bad_w, bad_s);
+    if (scatter) {                        /* slots no unit maps to stay poisoned */
+        size_t touched = 0;
+        for (size_t o = 0; o < 3; o++)
+            for (size_t i = 0; i < wpu; i++) touched += gw[o * wpu + i] != 0xABABABABu;
+        CHECK(touched == 0, "quantize scatter wrote %zu words outside its units", touched);
+    }
+}
+
+static void test_quantize(void)
+{
+    const int bits_list[] = { 1, 2, 4, 8 };
+    const kvq_zero_mode modes[] = { KVQ_ZERO_FLOAT, KVQ_ZERO_INT };
+    for (int bi = 0; bi < 4; bi++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int kind = IN_GAUSS; kind <= IN_HUGE; kind++) {
+                const int b = bits_list[bi];
+                const kvq_zero_mode m = modes[mi];
+                /* per-token: any T; G need not fill whole words (48 at B=1) */
+                test_quantize_case(1 + rng_below(300), 128, b, 32, KVQ_PER_TOKEN, m, kind, false);
+                test_quantize_case(37, 96, b, 48, KVQ_PER_TOKEN, m, kind, false);
+                test_quantize_case(200, 64, b, 64, KVQ_PER_TOKEN, m, kind, kind == IN_GAUSS);
+                /* per-channel: T a multiple of G                            */
+                test_quantize_case(32 * (1 + rng_below(9)), 128, b, 32, KVQ_PER_CHANNEL, m, kind,
+                                   kind == IN_GAUSS);
+                test_quantize_case(256, 128, b, 128, KVQ_PER_CHANNEL, m, kind, false);
+                test_quantize_case(96, 64, b, 48, KVQ_PER_CHANNEL, m, kind, false);
+            }
+    /* a large matrix: many blocks, the grid-stride loop                   */
+    test_quantize_case(65536, 128, 2, 32, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, IN_GAUSS, false);
+    test_quantize_case(40000, 128, 4, 128, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, IN_GAUSS, false);
+
+    /* bad arguments: caught on the host, nothing launched or written      */
+    dbuf<__half> dx(256 * 128);
+    dbuf<uint32_t> dw(256 * 128);
+    dbuf<kvq_sz> ds(256 * 128);
+    dbuf<int> dst(1);
+    dw.poison();
+    struct { size_t T, D; int b; size_t G; kvq_axis ax; const char *what; } bad[] = {
+        { 256, 128, 3, 32, KVQ_PER_TOKEN, "bits=3" },
+        { 256, 128, 2, 48, KVQ_PER_TOKEN, "G=48 does not divide D=128" },
+        { 100, 128, 2, 32, KVQ_PER_CHANNEL, "G=32 does not divide T=100" },
+        { 0, 128, 2, 32, KVQ_PER_TOKEN, "T=0" },
+        { 256, 0, 2, 32, KVQ_PER_TOKEN, "D=0" },
+        { (size_t)1 << 62, 128, 2, 32, KVQ_PER_TOKEN, "T*D overflows" },
+    };
+    for (auto &c : bad) {
+        cudaError_t e = kvq_cuda_quantize(dx.p, c.T, c.D, c.b, c.G, c.ax, KVQ_ZERO_FLOAT,
+                                          nullptr, dw.p, ds.p, dst.p, 1, 0);
+        CHECK(e == cudaErrorInvalidValue && kvq_cuda_why()[0], "quantize accepted %s", c.what);
+    }
+    CHECK(kvq_cuda_quantize(nullptr, 32, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, nullptr,
+                            dw.p, ds.p, dst.p, 1, 0) == cudaErrorInvalidValue, "NULL X accepted");
+    CHECK(kvq_cuda_quantize(dx.p, 32, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, nullptr,
+                            dw.p, ds.p, nullptr, 1, 0) == cudaErrorInvalidValue, "NULL status accepted");
+    std::vector<uint32_t> hw(dw.n);
+    CU(cudaDeviceSynchronize());
+    dw.down(hw.data());
+    size_t touched = 0;
+    for (uint32_t v : hw) touched += v != 0xABABABABu;
+    CHECK(touched == 0, "rejected quantize calls wrote %zu words", touched);
+}
+
+/* ======================================================================== */
+/* attention                                                                */
+/* ======================================================================== */
+/* One CPU cache per stream; all streams' pages go into one pool in a
+   shuffled order, which is what a block table is for.                     */
+struct gpu_batch {
+    std::vector<kvq_cuda_export_t> ex;
+    kvq_cuda_pool pool;
+    std::vector<void *> allocs;
+    kvq_cuda_stream *d_streams = nullptr;
+    size_t max_tokens = 0;
+    ~gpu_batch()
+    {
+        for (auto &e : ex) kvq_cuda_export_free(&e);
+        for (void *p : allocs) cudaFree(p);
+    }
+    template <class T> T *put(const T *h, size_t n)
+    {
+        void *p;
+        CU(cudaMalloc(&p, (n ? n : 1) * sizeof(T)));
+        if (n) CU(cudaMemcpy(p, h, n * sizeof(T), cudaMemcpyHostToDevice));
+        allocs.push_back(p);
+        return (T *)p;
+    }
+};
+
+/* Upload; quantized = false builds a baseline batch from the fp rows only. */
+static bool upload(gpu_batch &b, bool quantized)
+{
+    const kvq_cuda_export_t &e0 = b.ex[0];
+    const int D = e0.head_dim, G = e0.group, Gv = e0.value_group, B = e0.bits;
+    size_t n_pages = 0;
+    for (auto &e : b.ex) n_pages += e.n_pages;
+    std::vector<int32_t> order(n_pages);
+    for (size_t i = 0; i < n_pages; i++) order[i] = (int32_t)i;
+    for (size_t i = n_pages; i > 1; i--) std::swap(order[i - 1], order[rng_below(i)]);
+    const size_t kw = kvq_cuda__kw_stride(D, G, B), vw = kvq_cuda__vw_stride(D, G, B),
+                 vs = kvq_cuda__vs_stride(D, G, Gv);
+    std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
+    std::vector<kvq_sz> hks(n_pages * D), hvs(n_pages * vs);
+    std::vector<kvq_cuda_stream> hs(b.ex.size());
+    size_t next = 0;
+    for (size_t i = 0; i < b.ex.size(); i++) {
+        const kvq_cuda_export_t &e = b.ex[i];
+        std::vector<int32_t> table(e.n_pages);
+        for (size_t p = 0; p < e.n_pages; p++) {
+            const size_t dst = (size_t)order[next++];
+            table[p] = (int32_t)dst;
+            memcpy(&hkw[dst * kw], e.k_words + p * kw, kw * 4);
+            memcpy(&hks[dst * D], e.k_sz + p * D, D * sizeof(kvq_sz));
+            memcpy(&hvw[dst * vw], e.v_words + p * vw, vw * 4);
+            memcpy(&hvs[dst * vs], e.v_sz + p * vs, vs * sizeof(kvq_sz));
+        }
+        const size_t n_slots = std::max(e.n_kq, e.n_vq);
+        kvq_cuda_stream s;
+        memset(&s, 0, sizeof s);
+        s.pages = b.put(table.data(), table.size());
+        s.dead = b.put(e.dead, n_slots / 32 + 1);
+        s.k_tail = b.put(e.k_tail, (n_slots - e.n_kq) * D);
+        s.v_tail = b.put(e.v_tail, (n_slots - e.n_vq) * D);
+        s.k_fp = b.put(e.k_fp, (size_t)e.n_fp * D);
+        s.v_fp = b.put(e.v_fp, (size_t)e.n_fp * D);
+        s.n_kq = quantized ? e.n_kq : 0;
+        s.n_vq = quantized ? e.n_vq : 0;
+        s.n_fp = e.n_fp;
+        if (!quantized && n_slots) return false;   /* baseline needs fp-only caches */
+        hs[i] = s;
+        b.max_tokens = std::max(b.max_tokens, n_slots + e.n_fp);
+    }
+    b.pool.k_words = b.put(hkw.data(), hkw.size());
+    b.pool.k_sz = b.put(hks.data(), hks.size());
+    b.pool.v_words = b.put(hvw.data(), hvw.size());
+    b.pool.v_sz = b.put(hvs.data(), hvs.size());
+    b.pool.n_pages = n_pages;
+    b.pool.head_dim = D; b.pool.group = G; b.pool.value_group = Gv; b.pool.bits = B;
+    b.pool.zero_mode = e0.zero_mode;
+    b.d_streams = b.put(hs.data(), hs.size());
+    return true;
+}
+
+/* The float64 oracle for one cache and its n_rep queries.                */
+static void oracle(const kvq_cache *c, const float *q, int n_rep, std::vector<float> &out)
+{
+    const size_t D = c->cfg.head_dim;
+    std::vector<float> K, V, row(D);
+    for (size_t p = 0; p < c->n_pos; p++) {
+        if (kvq_cache_read(c, 0, p, row.data()) != KVQ_OK) continue;
+        K.insert(K.end(), row.begin(), row.end());
+        kvq_cache_read(c, 1, p, row.data());
+        V.insert(V.end(), row.begin(), row.end());
+    }
+    out.assign((size_t)n_rep * D, 0.0f);
+    kvq_attend_dense(K.data(), V.data(), K.size() / D, D, q, (size_t)n_rep, out.data(), NULL);
+}
+
+/* A synthetic head: a few outlier key channels, sink-like first tokens.   */
+static void make_kv(size_t T, size_t D, std::vector<float> &K, std::vector<float> &V)
+{
+    K.resize(T * D); V.resize(T * D);
+    for (size_t t = 0; t < T; t++)
+        for (size_t d = 0; d < D; d++) {
+            K[t * D + d] = rng_gauss() * (d % 19 == 5 ? 8.0f : 1.0f) + (t < 4 ? 2.0f : 0.0f);
+            V[t * D + d] = rng_gauss();
+        }
+}
+
+enum { POL_KIVI, POL_OTT, POL_LOGQUANT, POL_EVICT, POL_FULL, POL_KIVI_INT };
+static const char *pol_name[] = { "KIVI", "OTT", "LogQuant", "KIVI+evict", "fp16", "KIVI-intzp" };
+
+static kvq_config make_config(int pol, size_t D, int bits, size_t G)
+{
+    kvq_config cfg;
+    switch (pol) {
+    case POL_OTT: cfg = kvq_config_ott(D, bits, 5); break;
+    case POL_LOGQUANT: cfg = kvq_config_logquant(D, bits, 42); cfg.group = G; break;
+    case POL_FULL: cfg = kvq_config_full(D, 16); break;
+    default: cfg = kvq_config_kivi(D, bits); cfg.group = G; break;
+    }
+    if (pol == POL_OTT) { cfg.group = G; cfg.value_group = G < D ? G : D; }
+    if (pol == POL_KIVI_INT) cfg.zero_mode = KVQ_ZERO_INT;   /* HF's integer zero point */
+    if (pol != POL_FULL && (cfg.value_group ? cfg.value_group : cfg.group) > D) cfg.value_group = D;
+    return cfg;
+}
+
+/* Build n_streams caches of the policy with random lengths (prefill, then
+   a few decode appends), run the GPU, compare every row with the oracle. */
+static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
+                             size_t n_streams, size_t max_len)
+{
+    gpu_batch b;
+    std::vector<kvq_cache> caches(n_streams);
+    std::vector<float> hq(n_streams * n_rep * D);
+    char why[200] = "";
+    bool ok = true;
+    for (size_t i = 0; i < n_streams && ok; i++) {
+        kvq_config cfg = make_config(pol, D, bits, G);
+        const size_t T = 1 + rng_below(max_len), pre = T / 2;
+        std::vector<float> K, V;
+        make_kv(T, D, K, V);
+        kvq_cache *c = &caches[i];
+        if (kvq_cache_init(c, &cfg) != KVQ_OK) { printf("init: %s\n", c->why); ok = false; break; }
+        if (kvq_cache_prefill(c, K.data(), V.data(), pre) != KVQ_OK) ok = false;
+        for (size_t t = pre; t < T && ok; t++)
+            ok = kvq_cache_append(c, &K[t * D], &V[t * D]) == KVQ_OK;
+        if (ok && pol == POL_EVICT && T > 8) {          /* random dead slots */
+            std::vector<uint8_t> keep(c->n_pos);
+            for (auto &k : keep) k = rng_below(4) != 0;
+            ok = kvq_cache_evict(c, keep.data(), keep.size(), NULL) == KVQ_OK;
+        }
+        kvq_cuda_export_t e;
+        if (ok && kvq_cuda_export(c, &e, why, sizeof why) != KVQ_OK) ok = false;
+        if (ok) b.ex.push_back(e);
+    }
+    for (auto &x : hq) x = rng_gauss();
+    CHECK(ok, "%s: building the caches failed: %s", pol_name[pol], why);
+    if (ok) {
+        const bool quantized = pol != POL_FULL;
+        upload(b, quantized);
+        int n_splits;
+        const size_t wf = kvq_cuda_attend_workspace(n_streams, n_rep, (int)D,
+                                                    quantized ? (int)G : 0, b.max_tokens, &n_splits);
+        dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
+        dbuf<int> dst(1);
+        dq.up(hq.data());
+        CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));    /* NaN poison */
+        CU(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams, n_rep,
+                           b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
+        CU(cudaDeviceSynchronize());
+        std::vector<float> got(hq.size()), ref;
+        int status;
+        dout.down(got.data());
+        dst.down(&status);
+        double worst = 0.0;
+        size_t bad = 0;
+        for (size_t i = 0; i < n_streams; i++) {
+            oracle(&caches[i], &hq[i * n_rep * D], n_rep, ref);
+            for (int h = 0; h < n_rep; h++) {
+                double num = 0.0, den = 0.0;
+                for (size_t d = 0; d < D; d++) {
+                    const double g = got[(i * n_rep + h) * D + d], r = ref[h * D + d];
+                    num += (g - r) * (g - r);
+                    den += r * r;
+                }
+                const double rel = sqrt(num / (den > 0 ? den : 1e-30));
+                if (!(rel <= ATTN_TOL)) bad++;
+                if (!(rel <= worst)) worst = rel;       /* NaN sticks */
+            }
+        }
+        CHECK(status == 0, "%s: status %d", pol_name[pol], status);
+        CHECK(bad == 0, "%s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d: %zu rows "
+              "over tolerance, worst rel err %.3g", pol_name[pol], D, bits, G, n_rep, n_streams,
+              max_len, n_splits, bad, worst);
+        printf("  attend %-10s D=%3zu B=%d G=%3zu n_rep=%d streams=%3zu T<=%6zu splits=%3d  "
+               "worst rel err %.2e\n", pol_name[pol], D, bits, G, n_rep, n_streams, max_len,
+               n_splits, worst);
+    }
+    for (auto &c : caches) kvq_cache_free(&c);
+}
+
+static void test_attend(void)
+{
+    const int reps[] = { 1, 3, 4, 8 };
+    /* KIVI at every supported (B, G), both D, every GQA ratio             */
+    for (int bits : { 2, 4, 8 })
+        for (size_t G : { 32, 64, 128 })
+            for (size_t D : { 64, 128 })
+                test_attend_case(POL_KIVI, D, bits, G, reps[rng_below(4)], 6, 700);
+    for (int r : reps) test_attend_case(POL_KIVI, 128, 2, 32, r, 24, 3000);
+    test_attend_case(POL_KIVI, 128, 2, 128, 4, 8, 20000);     /* many splits */
+    test_attend_case(POL_KIVI, 128, 4, 32, 1, 3, 60000);
+    /* the other policies on the same kernel                               */
+    for (int r : { 1, 4 }) {
+        test_attend_case(POL_OTT, 128, 2, 128, r, 8, 1500);
+        test_attend_case(POL_OTT, 64, 4, 32, r, 8, 900);
+        test_attend_case(POL_LOGQUANT, 128, 2, 64, r, 8, 1500);
+        test_attend_case(POL_LOGQUANT, 64, 2, 32, r, 8, 700);
+        test_attend_case(POL_EVICT, 128, 2, 32, r, 8, 1500);
+        test_attend_case(POL_EVICT, 128, 4, 128, r, 8, 1500);
+        test_attend_case(POL_KIVI_INT, 128, 2, 32, r, 8, 1500);
+        test_attend_case(POL_KIVI_INT, 64, 4, 64, r, 8, 900);
+    }
+    /* the fp16 baseline: the same kernel with no pages                     */
+    for (int r : reps) test_attend_case(POL_FULL, 128, 2, 32, r, 8, 5000);
+    test_attend_case(POL_FULL, 64, 2, 32, 2, 5, 300);
+}
+
+/* Bad data and bad arguments for attention.                               */
+static void test_attend_status(void)
+{
+    const size_t D = 128;
+    gpu_batch b;
+    kvq_cache c;
+    kvq_config cfg = kvq_config_kivi(D, 2);
+    std::vector<float> K, V;
+    make_kv(300, D, K, V);
+    kvq_cache_init(&c, &cfg);
+    kvq_cache_prefill(&c, K.data(), V.data(), 300);
+    kvq_cuda_export_t e;
+    char why[200];
+    CHECK(kvq_cuda_export(&c, &e, why, sizeof why) == KVQ_OK, "export: %s", why);
+    b.ex.push_back(e);
+    /* second stream: everything dead and nothing in full precision       */
+    kvq_cuda_export_t e2;
+    kvq_cuda_export(&c, &e2, why, sizeof why);
+    memset(e2.dead, 0xFF, ((std::max(e2.n_kq, e2.n_vq)) / 32 + 1) * 4);
+    e2.n_fp = 0;
+    e2.n_vq = e2.n_kq;            /* no value tail either                  */
+    b.ex.push_back(e2);
+    upload(b, true);
+    int n_splits;
+    const size_t wf = kvq_cuda_attend_workspace(2, 1, (int)D, 32, b.max_tokens, &n_splits);
+    dbuf<float> dq(2 * D), dout(2 * D), dwork(wf);
+    dbuf<int> dst(1);
+    std::vector<float> hq(2 * D);
+    for (auto &x : hq) x = rng_gauss();
+    dq.up(hq.data());
+    CU(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                       wf, dst.p, 0));
+    CU(cudaDeviceSynchronize());
+    int status;
+    std::vector<float> got(2 * D);
+    dst.down(&status);
+    dout.down(got.data());
+    CHECK(status == KVQ_ERR_STATE, "empty stream: status %d, want KVQ_ERR_STATE", status);
+    CHECK(isnan(got[D]) && isnan(got[2 * D - 1]) && isfinite(got[0]),
+          "empty stream's row must be NaN, the other finite");
+    hq[7] = NAN;                  /* a NaN query -> NONFINITE beats STATE   */
+    dq.up(hq.data());
+    CU(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                       wf, dst.p, 0));
+    CU(cudaDeviceSynchronize());
+    dst.down(&status);
+    dout.down(got.data());
+    CHECK(status == KVQ_ERR_NONFINITE, "NaN q: status %d", status);
+    CHECK(isnan(got[0]), "NaN q: row must be NaN");
+    /* bad arguments                                                        */
+    kvq_cuda_pool bad = b.pool;
+    bad.bits = 3;
+    CHECK(kvq_cuda_attend(&bad, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0) == cudaErrorInvalidValue, "bits=3 accepted");
+    bad = b.pool; bad.value_group = 48;
+    CHECK(kvq_cuda_attend(&bad, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0) == cudaErrorInvalidValue, "Gv=48 accepted");
+    CHECK(kvq_cuda_attend(&b.pool, 96, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0) == cudaErrorInvalidValue, "D=96 accepted");
+    CHECK(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf - 1, dst.p, 0) == cudaErrorInvalidValue, "small workspace accepted");
+    CHECK(kvq_cuda_attend(&b.pool, (int)D, nullptr, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0) == cudaErrorInvalidValue, "NULL streams accepted");
+    CHECK(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 0, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0) == cudaErrorInvalidValue, "0 streams accepted");
+    /* export refuses what the kernel cannot read                           */
+    kvq_cache hf;
+    kvq_config hcfg = kvq_config_hf(D, kvq_hf_defaults(2));
+    kvq_cache_init(&hf, &hcfg);
+    kvq_cache_prefill(&hf, K.data(), V.data(), 300);
+    kvq_cuda_export_t e3;
+    why[0] = 0;
+    CHECK(kvq_cuda_export(&hf, &e3, why, sizeof why) == KVQ_ERR_CONFIG && why[0],
+          "export of a per-token-key cache must be refused with a reason");
+    kvq_cache_free(&hf);
+    kvq_cache_free(&c);
+}
+
+/* Split count must not change the result beyond rounding.                 */
+static void test_attend_splits(void)
+{
+    const size_t D = 128, n = 4;
+    gpu_batch b;
+    std::vector<kvq_cache> caches(n);
+    for (size_t i = 0; i < n; i++) {
+        kvq_config cfg = kvq_config_kivi(D, 2);
+        std::vector<float> K, V;
+        make_kv(5000 + 37 * i, D, K, V);
+        kvq_cache_init(&caches[i], &cfg);
+        kvq_cache_prefill(&caches[i], K.data(), V.data(), 5000 + 37 * i);
+        kvq_cuda_export_t e;
+        kvq_cuda_export(&caches[i], &e, NULL, 0);
+        b.ex.push_back(e);
+    }
+    upload(b, true);
+    std::vector<float> hq(n * 4 * D), o1(hq.size()), o2(hq.size());
+    for (auto &x : hq) x = rng_gauss();
+    dbuf<float> dq(hq.size()), dout(hq.size());
+    dbuf<int> dst(1);
+    dq.up(hq.data());
+    for (int pass = 0; pass < 2; pass++) {
+        const size_t mt = pass ? b.max_tokens : 64;   /* 1 split vs many   */
+        int sp;
+        const size_t wf = kvq_cuda_attend_workspace(n, 4, (int)D, 32, mt, &sp);
+        dbuf<float> dwork(wf);
+        CU(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n, 4, mt, dq.p, dout.p, dwork.p, wf,
+                           dst.p, 0));
+        CU(cudaDeviceSynchronize());
+        dout.down(pass ? o2.data() : o1.data());
+        printf("  splits pass %d: %d splits\n", pass, sp);
+    }
+    double num = 0, den = 0;
+    for (size_t i = 0; i < o1.size(); i++) { num += (o1[i] - o2[i]) * (o1[i] - o2[i]); den += o1[i] * o1[i]; }
+    CHECK(sqrt(num / den) < 1e-5, "1 split vs many: rel diff %.3g", sqrt(num / den));
+    for (auto &c : caches) kvq_cache_free(&c);
+}
+
+/* ======================================================================== */
+/* compaction                                                               */
+/* ======================================================================== */
+/* Global slot index of slot i of a sequence.                               */
+static int64_t gslot(const kvq_pages *P, const kvq_pseq *S, size_t i)
+{
+    return (int64_t)S->table[i / P->block_tokens] * (int64_t)P->block_tokens +
+           (int64_t)(i % P->block_tokens);
+}
+
+static void test_compaction_round(bool holefill)
+{
+    const size_t n_blocks = 64, bt = 16, slot_bytes = 96;  /* a 2-bit K+V token, D=128 */
+    kvq_pages real, shadow;
+    kvq_pseq rs, ss;
+    CHECK(kvq_pages_init(&real, n_blocks, bt, slot_bytes) == KVQ_OK, "pages");
+    CHECK(kvq_pages_init(&shadow, n_blocks, bt, 8) == KVQ_OK, "pages");
+    kvq_pseq_init(&rs); kvq_pseq_init(&ss);
+    std::vector<unsigned char> payload(slot_bytes);
+    const size_t n = 300 + rng_below(300);
+    for (size_t i = 0; i < n; i++) {
+        for (auto &x : payload) x = (unsigned char)rng_u64();
+        int64_t zero = 0;
+        kvq_pseq_append(&real, &rs, (int32_t)i, payload.data());
+        kvq_pseq_append(&shadow, &ss, (int32_t)i, &zero);
+    }
+    /* evict a random ~40%, with whole dead runs so blocks can free        */
+    std::vector<uint8_t> keep(rs.n_slots);
+    for (size_t i = 0; i < keep.size(); i++) keep[i] = (i / 40) % 3 == 1 ? 0 : rng_below(5) != 0;
+    kvq_page_stats st;
+    kvq_pseq_evict(&real, &rs, keep.data(), keep.size(), &st);
+    kvq_pseq_evict(&shadow, &ss, keep.data(), keep.size(), &st);
+    /* the device gets the pool as it is now                                */
+    dbuf<unsigned char> dpool(n_blocks * bt * slot_bytes);
+    dpool.up(real.data);
+    /* tag every shadow slot with its own global index, then compact both  */
+    for (size_t i = 0; i < ss.n_slots; i++) {
+        int64_t g = gslot(&shadow, &ss, i);
+        memcpy(kvq_pseq_slot(&shadow, &ss, i), &g, 8);
+    }
+    const size_t round_start = (rs.n_slots / 2) / bt * bt;
+    kvq_status a, c;
+    if (holefill) {
+        a = kvq_pseq_holefill(&real, &rs, 0, round_start, &st);
+        c = kvq_pseq_holefill(&shadow, &ss, 0, round_start, &st);
+    } else {
+        a = kvq_pseq_repack(&real, &rs, 0, &st);
+        c = kvq_pseq_repack(&shadow, &ss, 0, &st);
+    }
+    CHECK(a == KVQ_OK && c == KVQ_OK, "compaction failed");
+    CHECK(rs.n_slots == ss.n_slots, "shadow diverged");
+    std::vector<int64_t> src, dst;
+    for (size_t i = 0; i < ss.n_slots; i++) {
+        if (!ss.alive[i]) continue;
+        int64_t from;
+        memcpy(&from, kvq_pseq_slot(&shadow, &ss, i), 8);
+        const int64_t to = gslot(&shadow, &ss, i);
+        if (from != to) { src.push_back(from); dst.push_back(to); }
+    }
+    dbuf<int64_t> dsrc(src.size()), ddst(dst.size());
+    dbuf<unsigned char> dtemp(src.size() * slot_bytes);
+    dsrc.up(src.data()); ddst.up(dst.data());
+    CU(kvq_cuda_move_slots(dpool.p, n_blocks * bt, slot_bytes, dsrc.p, ddst.p, src.size(),
+                           dtemp.p, 0));
+    CU(cudaDeviceSynchronize());
+    std::vector<unsigned char> got(dpool.n);
+    dpool.down(got.data());
+    size_t mismatch = 0, live = 0;
+    for (size_t i = 0; i < rs.n_slots; i++) {
+        if (!rs.alive[i]) continue;
+        live++;
+        const int64_t g = gslot(&real, &rs, i);
+        mismatch += memcmp(&got[(size_t)g * slot_bytes], kvq_pseq_slot(&real, &rs, i), slot_bytes) != 0;
+    }
+    CHECK(mismatch == 0 && live > 0, "%s: %zu of %zu live slots differ from the CPU (moves %zu)",
+          holefill ? "hole-filling" : "repack", mismatch, live, src.size());
+    printf("  %-12s %zu slots, %zu live, %zu moves, all equal to the CPU: %s\n",
+           holefill ? "hole-filling" : "repack", n, live, src.size(), mismatch ? "no" : "yes");
+    kvq_pseq_free(&real, &rs); kvq_pseq_free(&shadow, &ss);
+    kvq_pages_free(&real); kvq_pages_free(&shadow);
+}
+
+/* Overlapping moves (a rotation and clones) vs a host model that reads the
+   old contents for every move: the definition of gather-clone-scatter.   */
+static void test_move_overlap(void)
+{
+    const size_t n_slots = 1000, sb = 12;
+    std::vector<uint32_t> pool(n_slots * sb / 4);
+    for (auto &x : pool) x = (uint32_t)rng_u64();
+    std::vector<int64_t> src, dst;
+    for (size_t i = 0; i < 500; i++) { src.push_back((int64_t)((i + 1) % 500)); dst.push_back((int64_t)i); }
+    src.push_back(3); dst.push_back(700);       /* a clone of slot 3        */
+    std::vector<uint32_t> want = pool;
+    for (size_t m = 0; m < src.size(); m++)
+        memcpy(&want[dst[m] * sb / 4], &pool[src[m] * sb / 4], sb);
+    dbuf<uint32_t> dp(pool.size());
+    dbuf<int64_t> ds(src.size()), dd(dst.size());
+    dbuf<unsigned char> dt(src.size() * sb);
+    dp.up(pool.data()); ds.up(src.data()); dd.up(dst.data());
+    CU(kvq_cuda_move_slots(dp.p, n_slots, sb, ds.p, dd.p, src.size(), dt.p, 0));
+    CU(cudaDeviceSynchronize());
+    std::vector<uint32_t> got(pool.size());
+    dp.down(got.data());
+    CHECK(got == want, "overlapping moves differ from gather-then-scatter");
+    CHECK(kvq_cuda_move_slots(dp.p, n_slots, 10, ds.p, dd.p, 3, dt.p, 0) == cudaErrorInvalidValue,
+          "slot_bytes=10 accepted");
+    CHECK(kvq_cuda_move_slots(dp.p, 2, 12, ds.p, dd.p, 3, dt.p, 0) == cudaErrorInvalidValue,
+          "more moves than slots accepted");
+}
+
+int main(void)
+{
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        printf("test_gpu: no CUDA device: 0 passed, 1 failed\n");
+        return 1;
+    }
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, 0));
+    printf("test_gpu on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    test_quantize();
+    printf("  quantize: %d checks so far\n", test__pass + test__fail);
+    test_attend();
+    test_attend_status();
+    test_attend_splits();
+    test_compaction_round(false);
+    test_compaction_round(true);
+    test_move_overlap();
+    return TEST_END("test_gpu");
+}
