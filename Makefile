@@ -193,7 +193,7 @@ plots-real: $(LLM) $(MODEL_FILE)
 	@mkdir -p plots/csv $(B)/kv
 	$(LLM) dump --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 --layers all --head all \
 	  --csv plots/csv
-	$(LLM) dump --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 --layers 0,2,15,29 --head 0 \
+	$(LLM) dump --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 --layers 3,20 --head 0 \
 	  --out $(B)/kv
 	python3 plots/real_model.py plots/csv $(B)/kv plots
 
