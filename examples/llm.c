@@ -4,10 +4,21 @@
 
      build/llm generate --prompt "The capital of France is" [-n 32] [--cache kivi2]
      build/llm eval     [--text FILE] [--tokens 2048] [--agree 64] [--only LIST]
-     build/llm dump     --out DIR [--layers 0,5,15] [--head 0] [--tokens 1024]
+                        [--csv DIR]
+     build/llm dump     [--out DIR] [--layers 0,5,15|all] [--head 0|all]
+                        [--tokens 1024] [--csv DIR]
      common: --model PATH (default models/SmolLM2-135M-Instruct.Q4_1.gguf,
              fetched by `make model`; any LLaMA-architecture GGUF whose
              tensors are F32/F16/Q4_0/Q4_1/Q8_0 works)
+
+   eval   teacher-forced perplexity of every cache method over the text's
+          first --tokens tokens, the bits per element each stored, greedy
+          agreement with fp32, tokens/s; then the papers' claims (ordering
+          and rough size) with PASS/FAIL. Exit 0: every claim holds; 3: some
+          does not (the table is still complete); 1: a run failed.
+   dump   the fp32 model's post-RoPE K, V, Q of chosen (layer, KV head)s:
+          statistics of the keys (outlier channels, outlier tokens) printed
+          and, with --csv, written; with --out, the arrays as .npy.
 
    Files: gguf.h reads the model, bpe.h tokenizes, llm.h is the forward
    pass; this file wires them to the caches and runs the evaluation.
@@ -308,6 +319,13 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
         M->paper = name[9] == 'c' ? "KIVI T1: V per-channel collapses"
                                   : "KIVI T1: worse than Kc+Vt";
     }
+    else if (!strcmp(name, "kivi-K2V4") || !strcmp(name, "kivi-K4V2")) {
+        /* diagnostics (not in a paper): which side's 2 bits cost more      */
+        base = kvq_config_kivi(D, 2);
+        base.key_bits = name[6] - '0';
+        base.value_bits = name[8] - '0';
+        M->paper = "(diagnostic: K vs V side)";
+    }
     else if (!strcmp(name, "hf4"))   { base = kvq_config_hf(D, kvq_hf_defaults(4)); M->paper = "HF post: int4 ~ fp16"; }
     else if (!strcmp(name, "hf2"))   { base = kvq_config_hf(D, kvq_hf_defaults(2)); M->paper = "HF post: int2 degrades"; }
     else if (!strcmp(name, "ott2"))  { base = kvq_config_ott(D, 2, 2); M->paper = "OTT T1-2: beats KIVI-2"; }
@@ -472,11 +490,28 @@ static char *read_file(const char *path, size_t *len)
 }
 
 #ifndef LLM_NO_MAIN   /* tests/test_model.c includes this file for its loader */
+/* The table's rows in order; the last N_DIAG run only when --only names
+   them (diagnostics beyond the issue's list).                             */
 static const char *ALL_METHODS[] = {
     "fp32", "kivi4", "kivi2", "kivi2-g128", "hf4", "hf2", "kivi2-KtVt", "kivi2-KcVc",
-    "kivi2-KtVc", "ott2", "logquant2", "streaming", "h2o", "snapkv"
+    "kivi2-KtVc", "ott2", "logquant2", "streaming", "h2o", "snapkv",
+    "kivi-K2V4", "kivi-K4V2"
 };
 #define N_METHODS (sizeof ALL_METHODS / sizeof ALL_METHODS[0])
+#define N_DIAG    2
+
+/* 1 if name is an item of the comma-separated list.                       */
+static int in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    while (*list) {
+        const char *end = strchr(list, ',');
+        size_t len = end ? (size_t)(end - list) : strlen(list);
+        if (len == n && !strncmp(list, name, n)) return 1;
+        list += len + (end != NULL);
+    }
+    return 0;
+}
 
 /* The eviction budget "equal in bytes to 2-bit KIVI": KIVI-2's payload for
    n tokens of one head, from its own byte accounting (it depends only on
@@ -646,7 +681,7 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         row *r = &rows[i];
         int g;
         r->name = ALL_METHODS[i];
-        if (only && !strstr(only, ALL_METHODS[i]) && strcmp(ALL_METHODS[i], "fp32")) continue;
+        if (i > 0 && (only ? !in_list(only, ALL_METHODS[i]) : i >= N_METHODS - N_DIAG)) continue;
         if (!method_make(&M, ALL_METHODS[i], &f->m.cfg, budget) ||
             !run_method(f, &M, ids, n, n_prompt, n_gen, &R)) {
             method_free(&M); free(R.gen); ok = 0; continue;
@@ -667,6 +702,7 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
             fprintf(csv, "%s,%.4f,%.4f,%.4f,%.3f,%.2f,%d,%.2f,%zu,\"%s\"\n", r->name, r->bits,
                     r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0), r->agree,
                     r->first_diff, r->tok_s, r->budget, r->paper);
+        if (csv) fflush(csv);
         fflush(stdout);
         if (i) free(R.gen);
         method_free(&M);
@@ -730,16 +766,14 @@ static int cmp_float(const void *a, const void *b)
        the outlier channel's range cut into 10 equal bins, the share of
        tokens in each; each token's key L1 norm and its spread; the
        correlation between a token's |key| in the outlier channel and its
-       L1 norm. Token 0 (the attention sink) is left out of the token
-       statistics: it is an outlier of a different kind (larger, not
-       smaller) and would set the outlier channel's range alone.          */
+       L1 norm. Every token counts, the first (the attention sink) too.    */
 typedef struct key_stats {
     int    top_ch;             /* K channel with the largest mean |k|       */
     double k_ratio, v_ratio;   /* largest / median channel mean |x|         */
-    double bins[10];           /* % of tokens 1.. per tenth of top_ch range */
-    double l1_min, l1_p01, l1_med, l1_p99, l1_max;  /* tokens 1..n-1        */
+    double bins[10];           /* % of tokens per tenth of top_ch's range   */
+    double l1_min, l1_p01, l1_med, l1_p99, l1_max;  /* over the n tokens    */
     int    low_tokens;         /* tokens with L1 < half the median          */
-    double corr;               /* Pearson(|k[top_ch]|, L1), tokens 1..n-1   */
+    double corr;               /* Pearson(|k[top_ch]|, L1) over the tokens  */
 } key_stats;
 
 /* The mean |x| of each channel of X (n, D) into mag (D); returns the
@@ -759,37 +793,44 @@ static double channel_ratio(const float *X, size_t n, size_t D, float *mag, floa
     return (double)mag[best] / ((double)sorted[D / 2] + 1e-30);
 }
 
-static void stats_of(const llm_recorder *r, float *work, key_stats *S)
+/* work: (n + D) floats; low: (n) counts, +1 for each token whose key L1 is
+   below half this head's median (summed over heads by the caller).        */
+static void stats_of(const llm_recorder *r, float *work, int *low, key_stats *S)
 {
-    size_t n = r->n, D = (size_t)r->head_dim, t, d, m = n - 1;
+    size_t n = r->n, D = (size_t)r->head_dim, t, d;
     float *l1 = work, *mag = work + n;      /* (n) and (D)                   */
     float sorted[512];                      /* head_dim <= 512 (checked)     */
     double lo = INFINITY, hi = -INFINITY, sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0;
     memset(S, 0, sizeof *S);
     S->k_ratio = channel_ratio(r->K, n, D, mag, sorted, &S->top_ch);
     S->v_ratio = channel_ratio(r->V, n, D, mag, sorted, NULL);
-    for (t = 1; t < n; t++) {
+    for (t = 0; t < n; t++) {
         double x = r->K[t * D + (size_t)S->top_ch], s = 0;
         if (x < lo) lo = x;
         if (x > hi) hi = x;
         for (d = 0; d < D; d++) s += fabs(r->K[t * D + d]);
-        l1[t - 1] = (float)s;
+        l1[t] = (float)s;
         sa += fabs(x); sb += s; saa += x * x; sbb += s * s; sab += fabs(x) * s;
     }
-    for (t = 1; t < n; t++) {
+    for (t = 0; t < n; t++) {
         double x = r->K[t * D + (size_t)S->top_ch];
         int b = hi > lo ? (int)(10.0 * (x - lo) / (hi - lo)) : 0;
-        S->bins[b > 9 ? 9 : b] += 100.0 / (double)m;
+        S->bins[b > 9 ? 9 : b] += 100.0 / (double)n;
     }
     {
-        double cov = sab / m - (sa / m) * (sb / m), va = saa / m - (sa / m) * (sa / m),
-               vb = sbb / m - (sb / m) * (sb / m);
+        double cov = sab / n - (sa / n) * (sb / n), va = saa / n - (sa / n) * (sa / n),
+               vb = sbb / n - (sb / n) * (sb / n);
         S->corr = va > 0 && vb > 0 ? cov / sqrt(va * vb) : 0.0;
     }
-    qsort(l1, m, sizeof(float), cmp_float);
-    S->l1_min = l1[0]; S->l1_p01 = l1[m / 100]; S->l1_med = l1[m / 2];
-    S->l1_p99 = l1[m - 1 - m / 100]; S->l1_max = l1[m - 1];
-    for (t = 0; t < m; t++) S->low_tokens += l1[t] < 0.5f * (float)S->l1_med;
+    /* the spread of the norms (sorting l1), then which tokens are low      */
+    qsort(l1, n, sizeof(float), cmp_float);
+    S->l1_min = l1[0]; S->l1_p01 = l1[n / 100]; S->l1_med = l1[n / 2];
+    S->l1_p99 = l1[n - 1 - n / 100]; S->l1_max = l1[n - 1];
+    for (t = 0; t < n; t++) {
+        double s = 0;
+        for (d = 0; d < D; d++) s += fabs(r->K[t * D + d]);
+        if (s < 0.5 * S->l1_med) { S->low_tokens++; low[t]++; }
+    }
 }
 
 /* Parses "all" or a comma list of integers in [0, limit) into out (up to
@@ -828,6 +869,7 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
     llm_state s;
     llm_opts o = llm_opts_default();
     float *work = NULL, *buf = NULL;
+    int *low = NULL;                        /* (n) heads where a token is low */
     FILE *csv = NULL;
     memset(&s, 0, sizeof s);
     if (!text) return 1;
@@ -841,7 +883,8 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
     if (n < 3) { fprintf(stderr, "dump: need at least 3 tokens\n"); goto done; }
     rec = (llm_recorder *)calloc((size_t)nl * (size_t)nh, sizeof *rec);
     work = (float *)malloc(((size_t)n + (size_t)f->m.cfg.head_dim) * sizeof(float));
-    if (!rec || !work) goto done;
+    low = (int *)calloc((size_t)n, sizeof(int));
+    if (!rec || !work || !low) goto done;
     for (i = 0; i < nl; i++)
         for (j = 0; j < nh; j++, n_rec++) {
             if (llm_recorder_init(&rec[n_rec], &f->m.cfg, li[i], hi[j], (size_t)n) != KVQ_OK) {
@@ -860,13 +903,15 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
         fprintf(csv, "layer,head,tokens,top_channel,k_ratio,v_ratio,l1_min,l1_p01,l1_median,"
                      "l1_p99,l1_max,low_tokens,corr,bin0,bin1,bin2,bin3,bin4,bin5,bin6,bin7,"
                      "bin8,bin9\n");
-    printf("post-RoPE keys of %s, %d tokens (token statistics leave out token 0, the sink)\n"
+    printf("post-RoPE keys of %s, %d tokens; per (layer, KV head): the key channel with the "
+           "largest mean |k|, largest/median channel mean |x| for K and V, the spread of the "
+           "tokens' key L1 norms, tokens below half the median, corr(|k[topch]|, L1)\n"
            "%5s %4s %5s %7s %7s %27s %5s %6s  %s\n", text_path, n, "layer", "head", "topch",
            "K max/md", "V max/md", "key L1: min p1 median max", "low", "corr",
            "% of tokens per tenth of the top channel's range, low to high");
     for (i = 0; i < n_rec; i++) {
         key_stats S;
-        stats_of(&rec[i], work, &S);
+        stats_of(&rec[i], work, low, &S);
         printf("%5d %4d %5d %7.2f %7.2f %6.1f %6.1f %6.1f %6.1f %5d %+6.2f ", rec[i].layer,
                rec[i].kv_head, S.top_ch, S.k_ratio, S.v_ratio, S.l1_min, S.l1_p01, S.l1_med,
                S.l1_max, S.low_tokens, S.corr);
@@ -880,6 +925,20 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
             fprintf(csv, "\n");
         }
     }
+    /* the low-magnitude tokens, by how many of the heads flag them         */
+    printf("tokens whose key L1 is below half the median in at least a quarter of the %d "
+           "heads (position: heads, text):\n", n_rec);
+    for (i = 0; i < n; i++)
+        if (4 * low[i] >= n_rec) {
+            size_t blen = 0, b;
+            const char *bytes = bpe_token_bytes(&f->tok, ids[i], &blen);
+            printf("  %4d: %2d  \"", i, low[i]);
+            for (b = 0; bytes && b < blen; b++)
+                if (bytes[b] == '\n') printf("\\n");
+                else if ((unsigned char)bytes[b] < 32) printf("\\x%02x", (unsigned char)bytes[b]);
+                else putchar(bytes[b]);
+            printf("\"\n");
+        }
     rc = 0;
     for (i = 0; i < n_rec && out; i++) {
         snprintf(prefix, sizeof prefix, "%s/L%d_H%d", out, rec[i].layer, rec[i].kv_head);
@@ -893,7 +952,7 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
 done:
     if (csv) fclose(csv);
     for (i = 0; rec && i < n_rec; i++) llm_recorder_free(&rec[i]);
-    free(rec); free(work); free(buf);
+    free(rec); free(work); free(buf); free(low);
     llm_state_free(&s);
     free(ids);
     return rc;
@@ -908,7 +967,8 @@ static void usage(void)
         "                [--tokens N] [--csv DIR]\n"
         "       common: --model PATH (default " DEFAULT_MODEL ")\n"
         "methods: fp32 kivi4 kivi2 kivi2-g128 hf4 hf2 kivi2-KtVt kivi2-KcVc kivi2-KtVc ott2\n"
-        "         logquant2 streaming h2o snapkv\n");
+        "         logquant2 streaming h2o snapkv; with --only also kivi-K2V4 kivi-K4V2\n"
+        "eval exits 0 when every paper claim it checks holds, 3 when some does not\n");
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,233 @@
+"""plots/real_model.py - chapter 10: the papers' claims on a real model
+(SmolLM2-135M-Instruct run by examples/llm.c; `make eval`, `make plots-real`).
+
+  real_model_ppl.png   perplexity rise over fp32 of every cache on 2048 tokens
+                       of GPL-3, against the bits per element it stored
+                       (plots/csv/real_model_eval.csv, from `llm eval --csv`)
+  real_kv_heatmap.png  |K| and |V| per channel x token of two real heads,
+                       post-RoPE (KIVI Fig. 2 on real data); from the .npy
+                       that `llm dump --out` writes
+  real_key_stats.png   per layer: the largest/median channel magnitude of K
+                       and of V, and how many tokens have a key L1 norm below
+                       half the median (OTT Sec. 3.1's outlier tokens); and
+                       one head's outlier channel, raw and sorted
+                       (plots/csv/real_model_keys.csv, `llm dump --csv`)
+
+usage: python3 plots/real_model.py [CSV_DIR [NPY_DIR [OUT_DIR]]]
+       (defaults plots/csv, build/kv, plots). Each figure whose input is
+       absent is skipped with a message, so `make plots` works without the
+       model. Needs matplotlib only (the .npy files are read with the stdlib).
+"""
+import array
+import ast
+import csv
+import os
+import struct
+import sys
+
+from _plot import COLOR, figure, save, HERE
+
+REAL = "SmolLM2-135M-Instruct (real model), GPL-3 text"
+
+FAMILY = {  # method -> (family label, colour)
+    "fp32": ("reference", COLOR["fp16"]),
+    "kivi4": ("KIVI", COLOR["KIVI"]), "kivi2": ("KIVI", COLOR["KIVI"]),
+    "kivi2-g128": ("KIVI", COLOR["KIVI G=128"]),
+    "kivi2-KtVt": ("KIVI Table 1 axes", "#8c564b"), "kivi2-KcVc": ("KIVI Table 1 axes", "#8c564b"),
+    "kivi2-KtVc": ("KIVI Table 1 axes", "#8c564b"),
+    "hf4": ("HF", COLOR["HF"]), "hf2": ("HF", COLOR["HF"]),
+    "ott2": ("OTT", COLOR["OTT"]), "logquant2": ("LogQuant", COLOR["LogQuant"]),
+    "streaming": ("eviction", "#ff7f0e"), "h2o": ("eviction", "#ff7f0e"),
+    "snapkv": ("eviction", "#ff7f0e"),
+}
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        print("  skip: %s absent (run `make eval` / `make plots-real` with the model)" % path)
+        return None
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_npy(path):
+    """A little-endian float32 C-order .npy as (flat array, shape)."""
+    with open(path, "rb") as f:
+        b = f.read()
+    if b[:6] != b"\x93NUMPY":
+        raise ValueError("%s: not a .npy file" % path)
+    if b[6] == 1:
+        hlen, start = struct.unpack("<H", b[8:10])[0], 10
+    else:
+        hlen, start = struct.unpack("<I", b[8:12])[0], 12
+    h = ast.literal_eval(b[start:start + hlen].decode("latin1"))
+    if h["descr"] != "<f4" or h["fortran_order"]:
+        raise ValueError("%s: expected <f4, C order" % path)
+    a = array.array("f")
+    a.frombytes(b[start + hlen:])
+    return a, tuple(h["shape"])
+
+
+def ppl_chart(rows, out):
+    """Perplexity rise (log scale) vs bits, one labelled point per method."""
+    fp = [r for r in rows if r["method"] == "fp32"]
+    if not fp:
+        print("  skip: no fp32 row in real_model_eval.csv")
+        return
+    by = {r["method"]: r for r in rows}
+
+    def d(m):
+        return "%s %+.1f%%" % (m, float(by[m]["dppl_pct"])) if m in by else "%s (not run)" % m
+    fig, (ax, bx) = figure(
+        "Every kvq cache on a real model: perplexity rise vs bits stored",
+        "What to see: the rise each cache costs at the bits it really stores: %s, %s, %s, %s;\n"
+        "%s vs %s; %s; eviction at KIVI-2's bytes: %s, %s, %s. fp32 perplexity %.2f. %s."
+        % (d("kivi4"), d("hf4"), d("kivi2"), d("hf2"), d("ott2"), d("kivi2-g128"),
+           d("logquant2"), d("streaming"), d("h2o"), d("snapkv"), float(fp[0]["ppl"]), REAL),
+        ncols=2, size=(13, 5.6), gridspec_kw={"width_ratios": [1.1, 1]})
+    seen = set()
+    for r in rows:
+        if r["method"] == "fp32":
+            continue
+        fam, c = FAMILY.get(r["method"], ("other", "k"))
+        x, y = float(r["bits"]), max(float(r["dppl_pct"]), 0.01)
+        ax.plot(x, y, "o", color=c, ms=7, label=fam if fam not in seen else None)
+        seen.add(fam)
+        ax.annotate(r["method"], (x, y), textcoords="offset points", xytext=(5, 3), fontsize=7.5)
+    ax.set_yscale("log")
+    ax.set_xlabel("bits per stored K/V element (kvq_cache_bytes; fp32 = 32)")
+    ax.set_ylabel("perplexity rise over fp32, % (log scale)")
+    ax.set_title("(a) quality vs memory", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7.5, loc="upper right")
+    # (b) the table as bars, sorted by perplexity
+    rs = sorted((r for r in rows if r["method"] != "fp32"), key=lambda r: float(r["ppl"]))
+    names = [r["method"] for r in rs]
+    vals = [float(r["ppl"]) for r in rs]
+    bx.barh(range(len(rs)), vals, color=[FAMILY.get(n, ("", "k"))[1] for n in names])
+    bx.axvline(float(fp[0]["ppl"]), color=COLOR["fp16"], ls="--", lw=1, label="fp32")
+    for i, r in enumerate(rs):
+        bx.text(vals[i], i, " %.2f (%+.1f%%, %.2f b)" % (vals[i], float(r["dppl_pct"]),
+                                                        float(r["bits"])), va="center", fontsize=7)
+    bx.set_yticks(range(len(rs)))
+    bx.set_yticklabels(names, fontsize=8)
+    bx.invert_yaxis()
+    bx.set_xscale("log")
+    bx.set_xlim(0.8 * float(fp[0]["ppl"]), 6 * max(vals))
+    bx.set_xlabel("perplexity on 2047 scored tokens (log scale)")
+    bx.set_title("(b) perplexity, best first", fontsize=10)
+    bx.legend(fontsize=8, loc="lower right")
+    bx.grid(alpha=0.3, axis="x", which="both")
+    save(fig, os.path.join(out, "real_model_ppl.png"), bottom=0.17, wspace=0.32)
+
+
+def heatmap(npy_dir, heads, out, n_tok=512):
+    """|K| and |V| (channel x token) for each (layer, head) in heads."""
+    data = []
+    for L, H in heads:
+        pk = os.path.join(npy_dir, "L%d_H%d_k.npy" % (L, H))
+        pv = os.path.join(npy_dir, "L%d_H%d_v.npy" % (L, H))
+        if not (os.path.exists(pk) and os.path.exists(pv)):
+            print("  skip: %s absent (run `make plots-real`)" % pk)
+            return
+        data.append((L, H, read_npy(pk), read_npy(pv)))
+    fig, axes = figure(
+        "Real post-RoPE keys and values, |x| per channel and token (cf. KIVI Fig. 2, OTT Fig. 1(a-b))",
+        "What to see: one or two key channels (rows) stay large across all tokens; value rows are "
+        "far more even; red marks: tokens whose keys are small\nin every channel (OTT's outlier "
+        "tokens: the first token, some ' ' and ' the'). Channels in the GGUF's RoPE order "
+        "(pairs 2i, 2i+1). " + REAL + ".",
+        ncols=2, nrows=len(data), size=(13, 3.4 * len(data) + 1.2))
+    for row, (L, H, (K, ks), (V, vs)) in enumerate(data):
+        n, D = ks
+        n = min(n, n_tok)
+        for col, (X, what) in enumerate(((K, "keys"), (V, "values"))):
+            ax = axes[row][col]
+            img = [[abs(X[t * D + d]) for t in range(n)] for d in range(D)]
+            im = ax.imshow(img, aspect="auto", cmap="viridis", interpolation="nearest")
+            if what == "keys":     # mark the tokens whose key L1 < median/2
+                l1 = [sum(abs(X[t * D + d]) for d in range(D)) for t in range(ks[0])]
+                med = sorted(l1)[len(l1) // 2]
+                low = [t for t in range(n) if l1[t] < 0.5 * med]
+                ax.plot(low, [-1.5] * len(low), "v", color="#d62728", ms=5, clip_on=False,
+                        label="key L1 < median/2 (%d tokens)" % len(low))
+                ax.set_ylim(D - 0.5, -2.5)
+                ax.legend(fontsize=7, loc="lower right")
+            ax.set_title("layer %d, KV head %d: |%s|, first %d tokens" % (L, H, what, n),
+                         fontsize=9.5)
+            ax.set_xlabel("token position")
+            ax.set_ylabel("channel")
+            fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02, label="|x|")
+    save(fig, os.path.join(out, "real_kv_heatmap.png"), bottom=0.11, top=0.9, hspace=0.45)
+
+
+def key_stats(rows, npy_dir, head, out):
+    """Per layer (mean over KV heads): K and V max/median channel ratio and
+    low-L1 token counts; plus one head's outlier channel, raw and sorted."""
+    layers = sorted({int(r["layer"]) for r in rows})
+
+    def per_layer(key):
+        return [sum(float(r[key]) for r in rows if int(r["layer"]) == L) /
+                sum(1 for r in rows if int(r["layer"]) == L) for L in layers]
+    fig, (ax, bx) = figure(
+        "Real keys: outlier channels (KIVI Sec. 3.2) and low-magnitude outlier tokens (OTT Sec. 3.1)",
+        "What to see: (a) keys have a channel ~6-15x the median channel from layer 1 on, values "
+        "~2-4x (layer 0 reverses it); bars: tokens whose key L1\nis below half the median: 10-16 "
+        "in layers 1-10, deeper at most the first token. (b) one head's outlier channel: most tokens "
+        "share one band, a few sit far below. " + REAL + ", 1024 tokens.", ncols=2, size=(13, 5.2))
+    ax.plot(layers, per_layer("k_ratio"), "o-", color=COLOR["KIVI"], label="keys")
+    ax.plot(layers, per_layer("v_ratio"), "s-", color=COLOR["HF"], label="values")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("largest / median channel mean |x| (mean over 3 KV heads)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.bar(layers, per_layer("low_tokens"), color=COLOR["OTT"], alpha=0.35,
+            label="tokens with key L1 < median/2")
+    ax2.set_ylabel("tokens with key L1 < median / 2 (of %s)" % rows[0]["tokens"])
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="center right", bbox_to_anchor=(1.0, 0.25))
+    ax.set_title("(a) per layer", fontsize=10)
+    L, H = head
+    pk = os.path.join(npy_dir, "L%d_H%d_k.npy" % (L, H))
+    st = [r for r in rows if int(r["layer"]) == L and int(r["head"]) == H]
+    if os.path.exists(pk) and st:
+        K, (n, D) = read_npy(pk)
+        ch = int(st[0]["top_channel"])
+        col = [K[t * D + ch] for t in range(n)]
+        l1 = [sum(abs(K[t * D + d]) for d in range(D)) for t in range(n)]
+        med = sorted(l1)[n // 2]
+        low = [t for t in range(n) if l1[t] < 0.5 * med]
+        sign = 1 if sum(col) > 0 else -1     # sort toward the channel's bulk
+        order = sorted(range(n), key=lambda t: sign * col[t])
+        bx.plot(range(n), [col[t] for t in order], color=COLOR["KIVI"], lw=1.5,
+                label="channel %d, all %d tokens sorted" % (ch, n))
+        pos = {t: i for i, t in enumerate(order)}
+        bx.plot([pos[t] for t in low], [col[t] for t in low], "o", color=COLOR["HF"], ms=4,
+                label="tokens with key L1 < median/2 (%d)" % len(low))
+        bx.set_xlabel("rank (tokens sorted by the channel's value)")
+        bx.set_ylabel("key value in channel %d" % ch)
+        bx.set_title("(b) layer %d, KV head %d: its outlier channel" % (L, H), fontsize=10)
+        bx.legend(fontsize=8, loc="lower right")
+        bx.grid(alpha=0.3)
+    else:
+        bx.text(0.5, 0.5, "%s absent" % pk, ha="center", transform=bx.transAxes)
+    save(fig, os.path.join(out, "real_key_stats.png"), bottom=0.18, wspace=0.35)
+
+
+def main():
+    csv_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "csv")
+    npy_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "..", "build", "kv")
+    out = sys.argv[3] if len(sys.argv) > 3 else HERE
+    ev = read_csv(os.path.join(csv_dir, "real_model_eval.csv"))
+    if ev:
+        ppl_chart(ev, out)
+    heatmap(npy_dir, [(3, 0), (20, 0)], out)
+    ks = read_csv(os.path.join(csv_dir, "real_model_keys.csv"))
+    if ks:
+        key_stats(ks, npy_dir, (3, 0), out)
+
+
+if __name__ == "__main__":
+    main()
