@@ -31,7 +31,7 @@ BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-.PHONY: soak fuzz fuzz-build valgrind
+.PHONY: soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: all examples test compile-checks check-docs plots bench cuda cuda-build test-gpu bench-gpu clean model eval plots-real
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
@@ -95,6 +95,9 @@ $(B)/fuzz/%: fuzz/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -I. -o $@ $< -lm
 fuzz-build: $(FUZZERS)
+fuzz-seeds:
+	@mkdir -p $(B) $(addprefix fuzz/corpus/,$(notdir $(FUZZERS)))
+	$(CC) $(CFLAGS) -o $(B)/fuzz_seeds fuzz/seeds.c && $(B)/fuzz_seeds
 fuzz: $(FUZZERS)
 	@set -e; for f in $(FUZZERS); do n=$${f##*/}; \
 	  mkdir -p $(B)/fuzz/corpus/$$n; echo "=== $$n: $(FUZZ_SECONDS) s"; \

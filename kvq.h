@@ -272,6 +272,10 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
    for fp32-subnormal inputs, where rounding error stops being relative):
      float zero:  |x - x'| <= s/2 + e_z + N*e_s + eps
      int zero:    |x - x'| <= s/2 + s*|zp + mn/s| + N*e_s + eps
+   A group whose stored scale underflows to 0 in int mode (every |x| below
+   about 2^-25, fp16's smallest step) dequantizes to 0, so its error is
+   max |x_i| < 2^-24 there (found by fuzz/fuzz_quant.c: the formula above
+   has s in a denominator and does not cover it).
    While |mn/s| <= 2048 the middle term is at most s/2: the integer zero point
    costs up to a full step at the group's edges. A group far from zero
    relative to its range (|mn| > 2048 s, e.g. values 15.0..15.1 at B = 8)

@@ -449,7 +449,7 @@ static void soak(int pol, size_t steps)
         double total = now_s() - t0;
         getrusage(RUSAGE_SELF, &ru);
         kvq_cache_bytes(&c, &by);
-        printf("  %-16s %8zu steps  %7.1f ns/append  %5.2f s total (checks %.2f s)  "
+        printf("  %-16s %8zu steps  %7.1f ns/append  %5.2f s total (rest: checks, evict, compact %.2f s)  "
                "peak heap %9.2f MiB  payload %8.2f MiB  metadata %7.2f MiB  "
                "max RSS %6.1f MiB  worst attn err %.3g\n",
                pol_name[pol], t - 1, 1e9 * t_append / (double)(t - 1), total,

@@ -1,0 +1,363 @@
+/* fuzz/fuzz_cache.c - random sequences of cache operations against a
+   full-precision shadow.
+
+   The first 8 bytes choose a configuration (any policy, D in {4, 8, 16},
+   bits, G, R, axes, zero mode, fp16/fp32 rows, OTT k and auxiliary pool,
+   LogQuant W and sinks, HF re-quantization; an invalid one must be refused
+   with a reason, and then the input ends). Every later byte starts an op:
+     append   one token; its values come from the input, and a few byte
+              values are NaN, +-Inf, out-of-range or boundary values
+     prefill  1..24 tokens from a seeded generator (sometimes one bad value)
+     attend   EAGER or ONLINE, 1..3 query heads, probs sometimes
+     evict    a random keep mask (StreamingLLM, H2O or arbitrary)
+     compact  with a random block size
+     reserve  a few tokens
+     read     every position, present or not
+   The shadow keeps every appended row in fp32 and which positions are
+   alive. After EVERY op:
+     - a refused op returned the status its input calls for (NONFINITE,
+       RANGE, CONFIG for eviction under OTT/LogQuant) and left the cache
+       unchanged (n_pos, census, every row bit for bit);
+     - kvq_cache_check passes; the census counts exactly the shadow's live
+       positions on both sides (positions conserved: none lost, none twice);
+     - full-precision bounds hold (kvq_cache_check's window rules; OTT pool
+       <= k, auxiliary <= its capacity);
+   and after attend: the output is finite, EAGER probs sum to 1 over
+   present positions and are 0 elsewhere, and the output equals exact
+   attention (double) over the cache's OWN rows (kvq_cache_read) within an
+   fp32 rounding bound; after read: each live row is within the
+   quantization bound of the shadow's row (float zero; the integer form's
+   clamped zero point can reach |x|, so it gets |x|-scale slack).          */
+#define KVQ_IMPLEMENTATION
+#include "kvq.h"
+#include "fuzz.h"
+
+#define MAXP 640            /* positions per run                            */
+#define MAXD 16
+
+static float SK[MAXP * MAXD], SV[MAXP * MAXD];   /* shadow rows (fp32)      */
+static uint8_t alive[MAXP];
+static size_t n_shadow;
+static double amax;                              /* max |value| appended    */
+
+typedef struct { size_t n_pos; kvq_census cen; float rows[2 * MAXP * MAXD]; } snap;
+static snap before, after;
+
+static void snap_take(snap *s, const kvq_cache *c)
+{
+    size_t p, D = c->cfg.head_dim;
+    int side;
+    s->n_pos = c->n_pos;
+    kvq_cache_census(c, &s->cen);
+    for (side = 0; side < 2; side++)
+        for (p = 0; p < c->n_pos; p++) {
+            float *o = s->rows + ((size_t)side * MAXP + p) * MAXD;
+            memset(o, 0, MAXD * sizeof(float));
+            if (kvq_cache_read(c, side, p, o) != KVQ_OK) memset(o, 0xEE, D * sizeof(float));
+        }
+}
+static int snap_same(const snap *a, const snap *b)
+{
+    size_t side;
+    if (a->n_pos != b->n_pos || memcmp(&a->cen, &b->cen, sizeof a->cen)) return 0;
+    for (side = 0; side < 2; side++)
+        if (memcmp(a->rows + side * MAXP * MAXD, b->rows + side * MAXP * MAXD,
+                   a->n_pos * MAXD * sizeof(float)))
+            return 0;
+    return 1;
+}
+
+/* One value from a byte: mostly a small grid, a few special values.       */
+static float value_of(uint8_t v, float scale)
+{
+    switch (v) {
+    case 250: return NAN;
+    case 251: return INFINITY;
+    case 252: return -INFINITY;
+    case 253: return 40000.0f;
+    case 254: return KVQ_MAX_ABS_INPUT;
+    case 255: return -KVQ_MAX_ABS_INPUT;
+    case 249: return 1e-40f;                       /* fp32 subnormal        */
+    case 248: return -0.0f;
+    default:  return (float)((int)v - 124) * scale;
+    }
+}
+
+/* The status kvq.h's input policy gives K then V (n values each): the
+   first bad element in that order decides (Sec. 2).                       */
+static int expected_status(const float *K, const float *V, size_t n)
+{
+    size_t i;
+    for (i = 0; i < 2 * n; i++) {
+        float x = i < n ? K[i] : V[i - n];
+        if (!isfinite(x)) return KVQ_ERR_NONFINITE;
+        if (fabsf(x) > KVQ_MAX_ABS_INPUT) return KVQ_ERR_RANGE;
+    }
+    return KVQ_OK;
+}
+
+static void check_invariants(kvq_cache *c)
+{
+    kvq_census cen;
+    size_t p, live = 0, side;
+    FZ_ASSERT(kvq_cache_check(c) == KVQ_OK, "invariant: %s", c->why);
+    FZ_ASSERT(c->n_pos == n_shadow, "n_pos %zu vs shadow %zu", c->n_pos, n_shadow);
+    FZ_ASSERT(kvq_cache_census(c, &cen) == KVQ_OK, "census");
+    for (p = 0; p < n_shadow; p++) live += alive[p];
+    for (side = 0; side < 2; side++) {
+        size_t in = cen.quantized[side] + cen.absent[side];
+        int r;
+        for (r = 0; r < KVQ_ROW_REGIONS; r++) in += cen.rows[side][r];
+        FZ_ASSERT(in == n_shadow && n_shadow - cen.absent[side] == live,
+                  "side %zu: %zu present, shadow %zu alive", side, n_shadow - cen.absent[side], live);
+    }
+    if (c->cfg.policy == KVQ_POLICY_OTT)
+        FZ_ASSERT(c->k.rows[KVQ_ROWS_OUTLIER].n <= c->cfg.ott_k &&
+                  c->k.rows[KVQ_ROWS_AUX].n <= c->cfg.ott_aux, "OTT pools over capacity");
+}
+
+/* Exact attention in double over the cache's own rows vs kvq_attend.       */
+static void check_attention(kvq_cache *c, const float *q, size_t nq, const float *out,
+                            const float *probs)
+{
+    size_t D = c->cfg.head_dim, h, p, d;
+    static float kr[MAXP * MAXD], vr[MAXP * MAXD];
+    static double w[MAXP];
+    double kmax = 0.0, vmax = 0.0;
+    size_t n_live = 0;
+    for (p = 0; p < c->n_pos; p++) {
+        if (!alive[p]) continue;
+        n_live++;
+        FZ_ASSERT(kvq_cache_read(c, 0, p, kr + p * D) == KVQ_OK &&
+                  kvq_cache_read(c, 1, p, vr + p * D) == KVQ_OK, "live position %zu unreadable", p);
+        for (d = 0; d < D; d++) {
+            if (fabs(kr[p * D + d]) > kmax) kmax = fabs(kr[p * D + d]);
+            if (fabs(vr[p * D + d]) > vmax) vmax = fabs(vr[p * D + d]);
+        }
+    }
+    for (h = 0; h < nq; h++) {
+        const float *qh = q + h * D;
+        double mx = -INFINITY, sum = 0.0, t = 0.0, bound, psum = 0.0;
+        for (p = 0; p < c->n_pos; p++) {
+            double s = 0.0, tp = 0.0;
+            if (!alive[p]) continue;
+            for (d = 0; d < D; d++) {
+                s += (double)qh[d] * kr[p * D + d];
+                /* the algebra sums q.(a c) and q.b separately: b (a group's
+                   zero) and a c can be as large as any value the group ever
+                   held, evicted or replaced ones included (amax), and cancel */
+                tp += fabs(qh[d]) * (fabs(kr[p * D + d]) + 2.0 * kmax + 3.0 * amax);
+            }
+            w[p] = s / sqrt((double)D);
+            if (w[p] > mx) mx = w[p];
+            tp *= (double)(D + 4) * ldexp(1.0, -24) / sqrt((double)D);
+            if (tp > t) t = tp;
+        }
+        for (p = 0; p < c->n_pos; p++) if (alive[p]) { w[p] = exp(w[p] - mx); sum += w[p]; }
+        /* scores off by <= t each move the weights by a factor e^(2t) at
+           most; the value sums add n fp32 roundings                        */
+        bound = (exp(2.0 * t) - 1.0) * vmax + (double)(n_live + D + 16) * ldexp(1.0, -21) * vmax + 1e-30;
+        for (d = 0; d < D; d++) {
+            double o = 0.0;
+            for (p = 0; p < c->n_pos; p++) if (alive[p]) o += w[p] * vr[p * D + d];
+            o /= sum;
+            FZ_ASSERT(isfinite(out[h * D + d]), "attention output not finite");
+            FZ_ASSERT(fabs(out[h * D + d] - o) <= bound, "head %zu channel %zu: %.9g vs exact %.9g "
+                      "(bound %.3g, t %.3g)", h, d, (double)out[h * D + d], o, bound, t);
+        }
+        if (probs) {
+            for (p = 0; p < c->n_pos; p++) {
+                float pr = probs[h * c->n_pos + p];
+                FZ_ASSERT(alive[p] ? pr >= 0.0f : pr == 0.0f, "prob of position %zu", p);
+                psum += pr;
+            }
+            FZ_ASSERT(fabs(psum - 1.0) <= (double)(n_live + 8) * ldexp(1.0, -22), "probs sum %.9g", psum);
+        }
+    }
+}
+
+static void check_reads(kvq_cache *c)
+{
+    size_t D = c->cfg.head_dim, p, d;
+    int side;
+    float row[MAXD];
+    for (side = 0; side < 2; side++) {
+        const kvq_side *s = side ? &c->v : &c->k;
+        double N = (double)((1 << s->bits) - 1), step = 2.0 * amax / N, lim;
+        /* Sec. 4: float zero s/2 + fp16 rounding of s and z; fp16 rows
+           2^-11 relative; the integer zero point can be clamped (|x| far
+           from 0 relative to the range) and then costs up to |x|          */
+        lim = step / 2 + (N + 2.0) * step * ldexp(1.0, -10) + amax * ldexp(1.0, -10) + ldexp(1.0, -24);
+        if (c->cfg.zero_mode == KVQ_ZERO_INT) lim += step + amax;
+        /* HF re-quantization moves a group until it settles: up to ~2.5
+           steps (tests/test_soak.c, bench/RESULTS.md)                      */
+        if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize) lim += 2.5 * step;
+        for (p = 0; p < c->n_pos; p++) {
+            kvq_status st = kvq_cache_read(c, side, p, row);
+            const float *x = (side ? SV : SK) + p * MAXD;
+            if (!alive[p]) { FZ_ASSERT(st == KVQ_ERR_STATE, "read of an evicted position"); continue; }
+            FZ_ASSERT(st == KVQ_OK, "read of live position %zu", p);
+            for (d = 0; d < D; d++)
+                FZ_ASSERT(fabs((double)row[d] - x[d]) <= lim, "side %d position %zu channel %zu: "
+                          "%.9g stored for %.9g (bound %.3g)", side, p, d, (double)row[d],
+                          (double)x[d], lim);
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const size_t dims[3] = { 4, 8, 16 }, gs[4] = { 1, 2, 4, 8 }, rs[5] = { 2, 4, 8, 12, 16 };
+    static const int bits_of[4] = { 1, 2, 4, 8 };
+    fz f = { data, size, 0 };
+    kvq_config cfg;
+    kvq_cache c;
+    char why[160];
+    uint8_t b[8];
+    size_t D, i, nw;
+    float scale;
+    static float work[8 * MAXD + MAXP + 64], q[3 * MAXD], out[3 * MAXD], probs[3 * MAXP];
+    for (i = 0; i < 8; i++) b[i] = fz_u8(&f);
+    D = dims[b[0] % 3];
+    switch ((b[0] / 3) % 6) {
+    case 0:  cfg = kvq_config_kivi(D, bits_of[b[1] & 3]); break;
+    case 1: { kvq_hf_params hp = kvq_hf_defaults(bits_of[b[1] & 3]);
+              cfg = kvq_config_hf(D, hp); cfg.hf_requantize = (b[1] >> 7) & 1; break; }
+    case 2:  cfg = kvq_config_ott(D, bits_of[b[1] & 3], 2 + (b[1] >> 6)); break;
+    case 3:  cfg = kvq_config_logquant(D, bits_of[b[1] & 3], 1 + (b[1] >> 5) % 5); break;
+    case 4:  cfg = kvq_config_full(D, (b[1] & 1) ? 32 : 16); break;
+    default: cfg = kvq_config_kivi(D, bits_of[b[1] & 3]); cfg.policy = KVQ_POLICY_CUSTOM;
+             cfg.key_schedule = (kvq_schedule)((b[1] >> 2) % 3);
+             cfg.value_schedule = (kvq_schedule)((b[1] >> 4) % 3); break;
+    }
+    cfg.value_bits = bits_of[(b[1] >> 2) & 3];
+    cfg.group = gs[b[2] & 3];
+    cfg.value_group = (b[2] >> 2) & 1 ? gs[(b[2] >> 3) & 3] : 0;
+    if (cfg.policy != KVQ_POLICY_LOGQUANT) cfg.residual = rs[(b[2] >> 5) % 5];
+    cfg.key_axis = (kvq_axis)(b[3] & 1);
+    cfg.value_axis = (kvq_axis)((b[3] >> 1) & 1);
+    cfg.zero_mode = (kvq_zero_mode)((b[3] >> 2) & 1);
+    if (cfg.policy != KVQ_POLICY_FULL) cfg.fp_bits = (b[3] >> 3) & 1 ? 32 : 16;
+    cfg.ott_k = (b[4] & 7) % 5;
+    cfg.ott_aux = 1 + ((b[4] >> 3) & 7);
+    cfg.ott_mean = (kvq_ott_mean)((b[4] >> 6) & 1);
+    cfg.lq_sinks = b[5] % 4;
+    scale = ldexpf(1.0f, (int)(b[6] % 16) - 12);
+    why[0] = '\0';
+    if (kvq_config_validate(&cfg, why, sizeof why) != KVQ_OK) {
+        FZ_ASSERT(why[0] != '\0', "invalid config without a reason");
+        FZ_ASSERT(kvq_cache_init(&c, &cfg) != KVQ_OK, "init accepted what validate refused");
+        return 0;
+    }
+    FZ_ASSERT(kvq_cache_init(&c, &cfg) == KVQ_OK, "init: %s", c.why);
+    n_shadow = 0;
+    amax = 0.0;
+    memset(alive, 0, sizeof alive);
+
+    while (fz_left(&f)) {
+        uint8_t op = fz_u8(&f);
+        switch (op % 7) {
+        case 0: case 1: {                                    /* append / prefill */
+            size_t T = op % 7 == 0 ? 1 : 1 + fz_u8(&f) % 24, t, d;
+            uint64_t seed = fz_u8(&f);
+            int bad, inject = op % 7 == 1 && (op >> 3) == 31;
+            kvq_status st;
+            static float K[24 * MAXD], V[24 * MAXD];
+            if (n_shadow + T > MAXP) goto done;
+            for (t = 0; t < T; t++)
+                for (d = 0; d < D; d++) {
+                    uint8_t kv = T == 1 ? fz_u8(&f) : (uint8_t)(fz_mix(&seed) % 248);
+                    uint8_t vv = T == 1 ? fz_u8(&f) : (uint8_t)(fz_mix(&seed) % 248);
+                    K[t * D + d] = value_of(kv, scale);
+                    V[t * D + d] = value_of(vv, scale);
+                }
+            if (inject) V[(T - 1) * D + D / 2] = value_of((uint8_t)(250 + seed % 4), scale);
+            bad = expected_status(K, V, T * D);
+            snap_take(&before, &c);
+            st = T == 1 ? kvq_cache_append(&c, K, V) : kvq_cache_prefill(&c, K, V, T);
+            if (bad) {
+                FZ_ASSERT(st == (kvq_status)bad, "bad input returned %d, want %d", (int)st, bad);
+                snap_take(&after, &c);
+                FZ_ASSERT(snap_same(&before, &after), "a refused append changed the cache");
+            } else {
+                FZ_ASSERT(st == KVQ_OK, "append/prefill of %zu: %s", T, c.why);
+                for (t = 0; t < T; t++) {
+                    memcpy(SK + n_shadow * MAXD, K + t * D, D * sizeof(float));
+                    memcpy(SV + n_shadow * MAXD, V + t * D, D * sizeof(float));
+                    for (d = 0; d < D; d++) {
+                        if (fabs(K[t * D + d]) > amax) amax = fabs(K[t * D + d]);
+                        if (fabs(V[t * D + d]) > amax) amax = fabs(V[t * D + d]);
+                    }
+                    alive[n_shadow++] = 1;
+                }
+            }
+            break;
+        }
+        case 2: {                                            /* attend          */
+            size_t nq = 1 + fz_u8(&f) % 3, d, live = 0, p;
+            kvq_attn_mode mode = (kvq_attn_mode)(op >> 7);
+            int want_probs = mode == KVQ_ATTN_EAGER && ((op >> 6) & 1);
+            kvq_status st;
+            for (d = 0; d < nq * D; d++) q[d] = value_of(fz_u8(&f) % 248, 0.25f);
+            for (p = 0; p < n_shadow; p++) live += alive[p];
+            nw = kvq_attend_scratch_floats(&c, mode);
+            FZ_ASSERT(nw <= sizeof work / sizeof work[0], "scratch %zu", nw);
+            st = kvq_attend(&c, q, nq, out, want_probs ? probs : NULL, mode, work, nw);
+            if (live == 0) { FZ_ASSERT(st == KVQ_ERR_STATE, "attend on nothing: %d", (int)st); break; }
+            FZ_ASSERT(st == KVQ_OK, "attend: %d", (int)st);
+            check_attention(&c, q, nq, out, want_probs ? probs : NULL);
+            break;
+        }
+        case 3: {                                            /* evict           */
+            static uint8_t keep[MAXP], present[MAXP];
+            static float score[MAXP];
+            size_t p, n_ev = 0, want = 0;
+            uint64_t seed = fz_u8(&f);
+            kvq_status st;
+            if (n_shadow == 0) break;
+            FZ_ASSERT(kvq_cache_present(&c, present, n_shadow) == KVQ_OK, "present");
+            for (p = 0; p < n_shadow; p++) FZ_ASSERT(present[p] == alive[p], "present mask");
+            switch (op >> 6) {
+            case 0:  kvq_evict_streaming(present, n_shadow, seed % 4, fz_u8(&f) % 32, keep); break;
+            case 1:
+                for (p = 0; p < n_shadow; p++) score[p] = (float)(fz_mix(&seed) % 64);
+                kvq_evict_h2o(score, present, n_shadow, fz_u8(&f) % 16, fz_u8(&f) % 16, keep);
+                break;
+            default:
+                for (p = 0; p < n_shadow; p++) keep[p] = (fz_mix(&seed) & 3) != 0;
+            }
+            for (p = 0; p < n_shadow; p++) want += alive[p] && !keep[p];
+            snap_take(&before, &c);
+            st = kvq_cache_evict(&c, keep, n_shadow, &n_ev);
+            if (cfg.policy == KVQ_POLICY_OTT || cfg.policy == KVQ_POLICY_LOGQUANT) {
+                FZ_ASSERT(st == KVQ_ERR_CONFIG, "eviction under OTT/LogQuant: %d", (int)st);
+                snap_take(&after, &c);
+                FZ_ASSERT(snap_same(&before, &after), "a refused eviction changed the cache");
+                break;
+            }
+            FZ_ASSERT(st == KVQ_OK && n_ev == want, "evicted %zu, want %zu", n_ev, want);
+            for (p = 0; p < n_shadow; p++) if (!keep[p]) alive[p] = 0;
+            break;
+        }
+        case 4: {                                            /* compact         */
+            kvq_compact_stats cs;
+            size_t bt = 1 + fz_u8(&f) % 64;
+            FZ_ASSERT(kvq_cache_compact(&c, bt, &cs) == KVQ_OK, "compact");
+            FZ_ASSERT(cs.slots_after[0] <= cs.slots_before[0] && cs.slots_after[1] <= cs.slots_before[1] &&
+                      cs.blocks_after <= cs.blocks_before && cs.occupancy >= 0.0 && cs.occupancy <= 1.0,
+                      "compaction stats");
+            break;
+        }
+        case 5:                                              /* reserve         */
+            FZ_ASSERT(kvq_cache_reserve(&c, 1 + fz_u8(&f) % 32) == KVQ_OK, "reserve");
+            break;
+        default:                                             /* read all        */
+            check_reads(&c);
+            break;
+        }
+        check_invariants(&c);
+    }
+done:
+    kvq_cache_free(&c);
+    return 0;
+}

@@ -1,0 +1,135 @@
+/* fuzz/seeds.c - writes the small seed corpus in fuzz/corpus/ (committed;
+   regenerate with `make fuzz-seeds`). Each seed is a valid input that
+   reaches deep into its target: a well-formed .npy of each version and
+   dtype, a tiny GGUF v3 with every metadata kind and three tensor types,
+   quantizer shapes of every axis and mode, and for every cache policy an
+   op sequence (appends, a prefill, attention, eviction, compaction, reads). */
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+
+static void put(const char *dir, const char *name, const void *p, size_t n)
+{
+    char path[256];
+    FILE *f;
+    snprintf(path, sizeof path, "fuzz/corpus/%s/%s", dir, name);
+    f = fopen(path, "wb");
+    if (!f) { perror(path); return; }
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+/* ---- .npy ---------------------------------------------------------------- */
+static size_t npy(uint8_t *b, int major, const char *dict, size_t payload)
+{
+    size_t hoff = major == 1 ? 10 : 12, dl = strlen(dict), hlen = dl + 1, i;
+    while ((hoff + hlen) % 64) hlen++;
+    memcpy(b, "\x93NUMPY", 6);
+    b[6] = (uint8_t)major; b[7] = 0;
+    b[8] = (uint8_t)hlen; b[9] = (uint8_t)(hlen >> 8);
+    if (major != 1) { b[10] = 0; b[11] = 0; }
+    memcpy(b + hoff, dict, dl);
+    memset(b + hoff + dl, ' ', hlen - dl - 1);
+    b[hoff + hlen - 1] = '\n';
+    for (i = 0; i < payload; i++) b[hoff + hlen + i] = (uint8_t)(i * 37 + 60);
+    return hoff + hlen + payload;
+}
+
+/* ---- GGUF ---------------------------------------------------------------- */
+static uint8_t *g_p;
+static void u8(unsigned v) { *g_p++ = (uint8_t)v; }
+static void u32(uint32_t v) { int i; for (i = 0; i < 4; i++) u8((v >> (8 * i)) & 0xFF); }
+static void u64(uint64_t v) { int i; for (i = 0; i < 8; i++) u8((unsigned)((v >> (8 * i)) & 0xFF)); }
+static void str(const char *s) { u64(strlen(s)); memcpy(g_p, s, strlen(s)); g_p += strlen(s); }
+
+static size_t gguf(uint8_t *b)
+{
+    size_t n;
+    g_p = b;
+    memcpy(g_p, "GGUF", 4); g_p += 4;
+    u32(3); u64(3); u64(5);                       /* version, tensors, kv  */
+    str("general.architecture"); u32(8); str("llama");
+    str("llama.block_count"); u32(4); u32(1);
+    str("llama.rope.freq_base"); u32(6); u32(0x461C4000u);      /* 10000.f */
+    str("general.alignment"); u32(4); u32(32);
+    str("tokenizer.ggml.tokens"); u32(9); u32(8); u64(3); str("a"); str("bc"); str("<s>");
+    str("t.f32"); u32(2); u64(4); u64(2); u32(0); u64(0);      /* F32 4x2  */
+    str("t.q8");  u32(1); u64(32); u32(8); u64(32);             /* Q8_0 32  */
+    str("t.f16"); u32(1); u64(8); u32(1); u64(96);              /* F16 8    */
+    while ((size_t)(g_p - b) % 32) u8(0);
+    for (n = 0; n < 8; n++) u32(0x3F800000u + (uint32_t)n * 0x100000u);   /* t.f32 */
+    u8(0x00); u8(0x3C);                           /* Q8_0: d = 1.0 (fp16)  */
+    for (n = 0; n < 32; n++) u8((unsigned)(n * 7) & 0xFF);
+    while ((size_t)(g_p - b) % 32) u8(0);
+    for (n = 0; n < 8; n++) { u8(0x00); u8(0x38 + (unsigned)n); }        /* t.f16 */
+    return (size_t)(g_p - b);
+}
+
+int main(void)
+{
+    static uint8_t b[4096];
+    size_t n, i, pol;
+    /* npy                                                                  */
+    n = npy(b, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
+    put("fuzz_npy", "f4_2x3_v1.npy", b, n);
+    n = npy(b, 2, "{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", 8);
+    put("fuzz_npy", "f2_4_v2.npy", b, n);
+    n = npy(b, 3, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 1, 2), }", 16);
+    put("fuzz_npy", "f4_4d_v3.npy", b, n);
+    n = npy(b, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16);
+    put("fuzz_npy", "fortran_refused.npy", b, n);
+    /* gguf                                                                 */
+    n = gguf(b);
+    put("fuzz_gguf", "tiny_v3.gguf", b, n);
+    /* quantizer: (bits|mode|axis|raw, G, D, T) then data                   */
+    {
+        static const uint8_t heads[6][4] = {
+            { 0x01, 0x06, 0x1F, 0x07 },    /* B=2 float per-token, G=32, D=32, T=8  */
+            { 0x0A, 0x04, 0x0F, 0x0F },    /* B=4 per-channel, G=8, D=16, T=16 */
+            { 0x17, 0x05, 0x0F, 0x03 },    /* B=8 int per-token raw, G=16      */
+            { 0x00, 0x00, 0x03, 0x00 },    /* B=1, G=1, D=4, T=1               */
+            { 0x05, 0x07, 0x09, 0x04 },    /* G=5 per-token, D=10 (divides)    */
+            { 0x1E, 0x03, 0x0B, 0x07 },    /* raw floats, int per-channel, G=4 */
+        };
+        for (i = 0; i < 6; i++) {
+            char name[32];
+            memcpy(b, heads[i], 4);
+            for (n = 4; n < 4 + 64; n++) b[n] = (uint8_t)((n * 29 + i * 11) & 0xFF);
+            if (heads[i][0] & 0x10)            /* a few real floats          */
+                for (n = 4; n + 4 <= 68; n += 4) { b[n] = 0; b[n + 1] = 0; b[n + 2] = (uint8_t)(0x80 + n); b[n + 3] = (uint8_t)(0x3F + (n & 0x40)); }
+            snprintf(name, sizeof name, "shape_%zu", i);
+            put("fuzz_quant", name, b, 68);
+        }
+    }
+    /* cache: 8 config bytes, then ops for every policy                     */
+    for (pol = 0; pol < 6; pol++) {
+        char name[32];
+        uint8_t *p = b;
+        *p++ = (uint8_t)(pol * 3 + 1);     /* D = 8, policy pol              */
+        *p++ = 0x05;                       /* 2-bit keys, 4-bit values       */
+        *p++ = 0x42;                       /* G 4, R 8                       */
+        *p++ = 0x01;                       /* per-channel keys, per-token values */
+        *p++ = 0x1A;                       /* OTT k 2, aux 4                 */
+        *p++ = 0x01;                       /* one LogQuant sink              */
+        *p++ = 0x0A;                       /* value scale 2^-2               */
+        *p++ = 0x00;
+        *p++ = 1; *p++ = 24; *p++ = 7;     /* prefill 25 tokens, seed 7      */
+        for (i = 0; i < 12; i++) {         /* 12 appends                     */
+            size_t d;
+            *p++ = 0;
+            for (d = 0; d < 16; d++) *p++ = (uint8_t)(100 + (i * 13 + d * 7) % 50);
+        }
+        *p++ = 2; *p++ = 1;                /* attend, 2 heads, EAGER         */
+        for (i = 0; i < 16; i++) *p++ = (uint8_t)(110 + i);
+        *p++ = 6;                          /* read all                       */
+        *p++ = 3 + 7 * 36; *p++ = 9;       /* evict: random mask (op >> 6 = 3) */
+        *p++ = 4; *p++ = 8;                /* compact, blocks of 9           */
+        *p++ = 2 + 7 * 18; *p++ = 0;       /* 128: attend ONLINE, 1 head     */
+        for (i = 0; i < 8; i++) *p++ = (uint8_t)(130 - i);
+        *p++ = 6;
+        snprintf(name, sizeof name, "policy_%zu", pol);
+        put("fuzz_cache", name, b, (size_t)(p - b));
+    }
+    printf("seeds written under fuzz/corpus/\n");
+    return 0;
+}
