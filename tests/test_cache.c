@@ -20,110 +20,15 @@
 #include <math.h>
 #include <stdint.h>
 
-/* ------------------------------------------------------------------------ */
-/* A counting allocator, routed into kvq.h through its documented override.
-   It keeps a ledger of live blocks and bytes (so leaks and kvq_bytes'
-   `allocated` can be checked against what was really allocated) and can be
-   told to fail the attempt with a given index (group 7).                   */
-/* ------------------------------------------------------------------------ */
-#define TA_SLOTS 4096
-static void  *ta_ptr[TA_SLOTS];
-static size_t ta_size[TA_SLOTS];
-static size_t ta_hi;            /* slots [0, ta_hi) may be in use           */
-static long   ta_calls;         /* malloc + realloc attempts so far         */
-static long   ta_fail_at = -1;  /* the attempt index that returns NULL      */
-static long   ta_live;          /* live blocks                              */
-static size_t ta_bytes;         /* live bytes                               */
-static int    ta_broken;        /* ledger lost track (table full, bad free) */
-
-static void ta_add(void *p, size_t n)
-{
-    size_t i;
-    for (i = 0; i < TA_SLOTS; i++)
-        if (!ta_ptr[i]) {
-            ta_ptr[i] = p; ta_size[i] = n; ta_live++; ta_bytes += n;
-            if (i + 1 > ta_hi) ta_hi = i + 1;
-            return;
-        }
-    ta_broken = 1;
-}
-static void ta_del(void *p)
-{
-    size_t i;
-    for (i = 0; i < ta_hi; i++)
-        if (ta_ptr[i] == p) {
-            ta_ptr[i] = NULL; ta_live--; ta_bytes -= ta_size[i];
-            return;
-        }
-    ta_broken = 1;       /* freeing something this allocator never gave out */
-}
-static void *ta_malloc(size_t n)
-{
-    void *p;
-    if (ta_calls++ == ta_fail_at) return NULL;
-    p = malloc(n ? n : 1);
-    if (p) ta_add(p, n);
-    return p;
-}
-static void *ta_realloc(void *p, size_t n)
-{
-    void *q;
-    size_t i = TA_SLOTS;
-    if (ta_calls++ == ta_fail_at) return NULL;      /* p stays valid        */
-    if (p) {                 /* find p's entry before realloc invalidates p */
-        for (i = 0; i < ta_hi && ta_ptr[i] != p; i++) {}
-        if (i == ta_hi) { ta_broken = 1; i = TA_SLOTS; }
-    }
-    q = realloc(p, n ? n : 1);
-    if (!q) return NULL;
-    if (i < TA_SLOTS) {
-        ta_bytes = ta_bytes - ta_size[i] + n;
-        ta_ptr[i] = q;
-        ta_size[i] = n;
-    } else {
-        ta_add(q, n);
-    }
-    return q;
-}
-static void ta_free(void *p)
-{
-    if (!p) return;
-    ta_del(p);
-    free(p);
-}
-
-#define KVQ_MALLOC(sz)     ta_malloc(sz)
-#define KVQ_REALLOC(p, sz) ta_realloc(p, sz)
-#define KVQ_FREE(p)        ta_free(p)
+#define TEST_ALLOC            /* tests/test.h: counting allocator, RNG */
+#define TEST_RNG
+#include "test.h"
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
-#include "test.h"
-
-#ifdef KVQ_TEST_QUICK
-#define QUICK 1
-#else
-#define QUICK 0
-#endif
 
 /* ------------------------------------------------------------------------ */
-/* small helpers: RNG, data, an fp16 rounding written from its definition   */
+/* small helpers: data, an fp16 rounding written from its definition        */
 /* ------------------------------------------------------------------------ */
-typedef struct { uint64_t s; } rng;
-static uint64_t rnext(rng *r)                  /* splitmix64               */
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double runif(rng *r) { return (double)(rnext(r) >> 11) * (1.0 / 9007199254740992.0); }
-static size_t rbelow(rng *r, size_t n) { return (size_t)(rnext(r) % n); }
-static float rnorm(rng *r)
-{
-    double u1 = 1.0 - runif(r), u2 = runif(r);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 /* Data kinds: 0 N(0,1); 1 N(0,1) with 4 large channels (x8, offset 3), the
    key-outlier pattern KIVI Sec. 3 describes; 2 adversarial: constant runs,
    integer grid (exact ties), fp16-subnormal magnitudes, values at the

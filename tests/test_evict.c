@@ -25,94 +25,15 @@
 #include <math.h>
 #include <stdint.h>
 
-/* ------------------------------------------------------------------------ */
-/* A counting allocator routed through kvq.h's documented override: a ledger
-   of live blocks (leaks) and an attempt index that fails (group 4).        */
-/* ------------------------------------------------------------------------ */
-#define TA_SLOTS 4096
-static void  *ta_ptr[TA_SLOTS];
-static size_t ta_hi;            /* slots [0, ta_hi) may be in use           */
-static long   ta_calls;         /* malloc + realloc attempts so far         */
-static long   ta_fail_at = -1;  /* the attempt index that returns NULL      */
-static long   ta_live;          /* live blocks                              */
-static int    ta_broken;        /* ledger lost track (table full, bad free) */
-
-static long ta_find(void *p)
-{
-    size_t i;
-    for (i = 0; i < ta_hi; i++) if (ta_ptr[i] == p) return (long)i;
-    return -1;
-}
-static void ta_add(void *p)
-{
-    long i = ta_find(NULL);
-    if (i < 0) {
-        if (ta_hi == TA_SLOTS) { ta_broken = 1; return; }
-        i = (long)ta_hi++;
-    }
-    ta_ptr[i] = p;
-    ta_live++;
-}
-static void *ta_malloc(size_t n)
-{
-    void *p;
-    if (ta_calls++ == ta_fail_at) return NULL;
-    p = malloc(n ? n : 1);
-    if (p) ta_add(p);
-    return p;
-}
-static void *ta_realloc(void *p, size_t n)
-{
-    long i = -1;
-    void *q;
-    if (ta_calls++ == ta_fail_at) return NULL;      /* p stays valid        */
-    if (p && (i = ta_find(p)) < 0) ta_broken = 1;
-    q = realloc(p, n ? n : 1);
-    if (!q) return NULL;
-    if (i >= 0) ta_ptr[i] = q;
-    else ta_add(q);
-    return q;
-}
-static void ta_free(void *p)
-{
-    long i;
-    if (!p) return;
-    if ((i = ta_find(p)) < 0) ta_broken = 1;
-    else { ta_ptr[i] = NULL; ta_live--; }
-    free(p);
-}
-
-#define KVQ_MALLOC(sz)     ta_malloc(sz)
-#define KVQ_REALLOC(p, sz) ta_realloc(p, sz)
-#define KVQ_FREE(p)        ta_free(p)
+#define TEST_ALLOC            /* tests/test.h: counting allocator, RNG */
+#define TEST_RNG
+#include "test.h"
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
-#include "test.h"
-
-#ifdef KVQ_TEST_QUICK
-#define QUICK 1
-#else
-#define QUICK 0
-#endif
 
 /* ------------------------------------------------------------------------ */
-/* RNG and small helpers                                                    */
+/* small helpers                                                            */
 /* ------------------------------------------------------------------------ */
-typedef struct { uint64_t s; } rng;
-static uint64_t rnext(rng *r)                  /* splitmix64               */
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double runif(rng *r) { return (double)(rnext(r) >> 11) * (1.0 / 9007199254740992.0); }
-static size_t rbelow(rng *r, size_t n) { return n ? (size_t)(rnext(r) % n) : 0; }
-static float rnorm(rng *r)
-{
-    double u1 = 1.0 - runif(r), u2 = runif(r);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 static void *xmalloc(size_t n)     /* test-side memory: plain malloc, not kvq's */
 {

@@ -32,13 +32,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef KVQ_TEST_QUICK
-#define QUICK 1
-#else
-#define QUICK 0
-#endif
-#define COUNT(full, quick) (QUICK ? (quick) : (full))
-
 static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
 static uint64_t rng(void)
 {

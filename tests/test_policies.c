@@ -31,64 +31,15 @@
 #include <math.h>
 #include <stdint.h>
 
-/* A counting allocator through kvq.h's documented override: a failed init
-   must leave tally_live where it was; tally_fail_at makes one chosen
-   allocation attempt fail.                                                */
-static long tally_live;           /* blocks allocated and not yet freed  */
-static long tally_calls;          /* malloc + realloc attempts so far    */
-static long tally_fail_at = -1;   /* this attempt returns NULL (group 8) */
-static void *tally_malloc(size_t n)
-{
-    void *p;
-    if (tally_calls++ == tally_fail_at) return NULL;
-    p = malloc(n ? n : 1);
-    if (p) tally_live++;
-    return p;
-}
-static void *tally_realloc(void *p, size_t n)
-{
-    void *q;
-    if (tally_calls++ == tally_fail_at) return NULL;   /* p stays valid  */
-    q = realloc(p, n ? n : 1);
-    if (q && !p) tally_live++;
-    return q;
-}
-static void tally_free(void *p)
-{
-    if (p) { tally_live--; free(p); }
-}
-#define KVQ_MALLOC(sz)     tally_malloc(sz)
-#define KVQ_REALLOC(p, sz) tally_realloc(p, sz)
-#define KVQ_FREE(p)        tally_free(p)
+#define TEST_ALLOC            /* tests/test.h: counting allocator, RNG */
+#define TEST_RNG
+#include "test.h"
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
-#include "test.h"
-
-#ifdef KVQ_TEST_QUICK
-#define QUICK 1
-#else
-#define QUICK 0
-#endif
-#define COUNT(full, quick) (QUICK ? (quick) : (full))
 
 /* ------------------------------------------------------------------------ */
-/* helpers: RNG, fp16 from its definition, the one-unit reference quantizer */
+/* helpers: fp16 from its definition, the one-unit reference quantizer      */
 /* ------------------------------------------------------------------------ */
-typedef struct { uint64_t s; } rng;
-static uint64_t rnext(rng *r)                      /* splitmix64           */
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double runif(rng *r) { return (double)(rnext(r) >> 11) * (1.0 / 9007199254740992.0); }
-static size_t rbelow(rng *r, size_t n) { return (size_t)(rnext(r) % n); }
-static float rnorm(rng *r)
-{
-    double u1 = 1.0 - runif(r), u2 = runif(r);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 static size_t pick(rng *r, const size_t *v, size_t n) { return v[rbelow(r, n)]; }
 static float *falloc(size_t n) { return (float *)malloc((n + 1) * sizeof(float)); }
 
@@ -1171,7 +1122,7 @@ static void test_bad_configs(void)
 #undef LQ
 #undef GOOD
     for (i = 0; i < nb; i++) {
-        long live = tally_live;
+        long live = ta_live;
         kvq_status st;
         int want_any = bad[i].want == KVQ_STATUS_COUNT;
         why[0] = '\0';
@@ -1186,16 +1137,16 @@ static void test_bad_configs(void)
               bad[i].name, (int)st, (int)bad[i].want);
         if (st == KVQ_OK) { kvq_cache_free(&c); continue; }   /* wrongly accepted */
         CHECK(c.why[0] != '\0', "init %s: no reason in c->why", bad[i].name);
-        CHECK(tally_live == live, "init %s: %ld blocks left allocated", bad[i].name,
-              tally_live - live);
+        CHECK(ta_live == live, "init %s: %ld blocks left allocated", bad[i].name,
+              ta_live - live);
     }
     for (i = 0; i < ng; i++) {
-        long live = tally_live;
+        long live = ta_live;
         kvq_status st = kvq_config_validate(&good[i].cfg, why, sizeof why);
         CHECK(st == KVQ_OK, "validate %s: %s (%s)", good[i].name, kvq_status_str(st), why);
         CHECK(kvq_cache_init(&c, &good[i].cfg) == KVQ_OK, "init %s: %s", good[i].name, c.why);
         kvq_cache_free(&c);
-        CHECK(tally_live == live, "%s: %ld blocks left after free", good[i].name, tally_live - live);
+        CHECK(ta_live == live, "%s: %ld blocks left after free", good[i].name, ta_live - live);
     }
 }
 
@@ -1228,18 +1179,18 @@ static void test_alloc_failure(void)
         kvq_status st = KVQ_ERR_NOMEM;
         gen_kv(&r, 0, T, D, K, V);
         for (at = 0; st != KVQ_OK && at < 64; at++) {
-            long live = tally_live;
+            long live = ta_live;
             memset(&c, 0xA5, sizeof c);
             c.why[0] = '\0';
-            tally_calls = 0;
-            tally_fail_at = at;
+            ta_calls = 0;
+            ta_fail_at = at;
             st = kvq_cache_init(&c, cfg);
-            tally_fail_at = -1;
+            ta_fail_at = -1;
             if (st == KVQ_OK) break;
             injected++;
-            CHECK(st == KVQ_ERR_NOMEM && c.why[0] && tally_live == live,
+            CHECK(st == KVQ_ERR_NOMEM && c.why[0] && ta_live == live,
                   "config %d init failing at attempt %ld: %s, %ld blocks left", ci, at,
-                  kvq_status_str(st), tally_live - live);
+                  kvq_status_str(st), ta_live - live);
         }
         CHECK(st == KVQ_OK && at > 2, "config %d: init never succeeded or made %ld allocations",
               ci, at);
@@ -1248,11 +1199,11 @@ static void test_alloc_failure(void)
             size_t n = rbelow(&r, 3) ? 1 : 1 + rbelow(&r, 20);
             if (n > T - p) n = T - p;
             for (at = 0;; at++) {
-                tally_calls = 0;
-                tally_fail_at = at;
+                ta_calls = 0;
+                ta_fail_at = at;
                 st = n == 1 ? kvq_cache_append(&c, K + p * D, V + p * D)
                             : kvq_cache_prefill(&c, K + p * D, V + p * D, n);
-                tally_fail_at = -1;
+                ta_fail_at = -1;
                 if (st == KVQ_OK) break;
                 injected++;
                 CHECK(st == KVQ_ERR_NOMEM && same_cache(&c, &twin),
@@ -1283,6 +1234,6 @@ int main(void)
     test_bad_configs();
     test_alloc_failure();
     CHECK(ref_failures == 0, "the reference quantizer failed %ld times", ref_failures);
-    CHECK(tally_live == 0, "%ld blocks leaked", tally_live);
+    CHECK(ta_live == 0, "%ld blocks leaked", ta_live);
     return TEST_END("test_policies");
 }

@@ -30,13 +30,6 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 #endif
 
-#ifdef KVQ_TEST_QUICK
-#define QUICK 1
-#else
-#define QUICK 0
-#endif
-#define COUNT(full, quick) (QUICK ? (quick) : (full))
-
 /* ------------------------------------------------------------------------ */
 /* helpers: RNG (splitmix64), bit casts, poison                             */
 /* ------------------------------------------------------------------------ */
