@@ -6,7 +6,8 @@
 #   make plots      the examples' CSV tables (--csv) and the figures in plots/ (matplotlib;
 #                   installed with pip when missing)
 #                   and, when valgrind is installed, the QUICK tests under memcheck
-#                   (zero errors, zero leaks)
+#                   (zero errors, zero leaks); replays fuzz/corpus through the
+#                   fuzz targets (gcc + ASan/UBSan, no libFuzzer needed)
 #   make soak       1,000,000 decode steps per policy, invariants at every step
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each (default 60)
 #   make bench      CPU benchmarks (results: bench/RESULTS.md)
@@ -30,6 +31,12 @@ EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(B)/examples/%)
 BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# valgrind builds: test_model is left out (its 135M-parameter forward passes
+# take minutes under memcheck; test_llm runs the same code on a small model)
+TESTS_VG    := $(filter-out $(B)/vg/test_model,$(TEST_SRC:tests/%.c=$(B)/vg/%))
+FUZZ_SRC    := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZERS     := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
+FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 
 .PHONY: soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: all examples test compile-checks check-docs plots bench cuda cuda-build test-gpu bench-gpu clean model eval plots-real
@@ -57,15 +64,13 @@ $(B)/bench/%: bench/%.c $(HDRS)
 compile-checks:
 	@sh tests/compile_checks.sh
 
-test: compile-checks check-docs $(TESTS) $(TESTS_SAN) $(TESTS_VG)
+test: compile-checks check-docs $(TESTS) $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY)
 	@tests/run.sh $(TESTS) $(TESTS_SAN)
+	@set -e; for f in $(FUZZ_REPLAY); do $$f fuzz/corpus/$${f##*/}; done
 	@$(MAKE) --no-print-directory valgrind
 
 # valgrind memcheck over the QUICK builds (no sanitizer): any error or leak
 # fails. Skipped, with a message, when valgrind is not installed.
-# test_model is left out: its 135M-parameter forward passes take minutes
-# under memcheck, and test_llm runs the same code on a small model.
-TESTS_VG := $(filter-out $(B)/vg/test_model,$(TEST_SRC:tests/%.c=$(B)/vg/%))
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible
 $(B)/vg/%: tests/%.c $(HDRS)
 	@mkdir -p $(@D)
@@ -88,13 +93,16 @@ soak: $(B)/tests/test_soak
 # a crash leaves $(B)/fuzz/crash-* and fails the target.
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_SRC     := $(sort $(wildcard fuzz/fuzz_*.c))
-FUZZERS      := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 FUZZ_FLAGS   := -std=c99 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 $(B)/fuzz/%: fuzz/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -I. -o $@ $< -lm
 fuzz-build: $(FUZZERS)
+# the same targets without libFuzzer (gcc, ASan + UBSan): make test replays
+# the committed seed corpus through them
+$(B)/fuzz-replay/%: fuzz/%.c fuzz/replay.c fuzz/fuzz.h $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O1 $(SAN) -I. -o $@ $< fuzz/replay.c $(LDLIBS)
 fuzz-seeds:
 	@mkdir -p $(B) $(addprefix fuzz/corpus/,$(notdir $(FUZZERS)))
 	$(CC) $(CFLAGS) -o $(B)/fuzz_seeds fuzz/seeds.c && $(B)/fuzz_seeds

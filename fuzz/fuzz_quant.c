@@ -111,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvq_zero_mode mode = (kvq_zero_mode)((b0 >> 2) & 1);
     kvq_axis axis = (kvq_axis)((b0 >> 3) & 1);
     size_t G = g_of[b1 & 7], D = 1 + b2 % MAXD, T = 1 + b3 % MAXT, n = T * D, i, start = f.i;
-    size_t units, gpu, u, g, k, stride, N = ((size_t)1 << bits) - 1;
+    size_t units, gpu, u, g, stride, N = ((size_t)1 << bits) - 1;
     kvq_status st, want = KVQ_OK;
     kvq_layout L;
     if (start >= size) return 0;
