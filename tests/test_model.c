@@ -83,7 +83,7 @@ static void test_greedy_and_ppl(model_file *f)
     gpl = encode(f, text, len, &n_gpl);
     free(text);
     CHECK(gpl && n_gpl > N_PPL, "GPL-3 tokenized");
-    if (gpl && method_make(&M, "fp32", &f->m.cfg, 0) && run_method(f, &M, gpl, N_PPL, 0, 0, &R)) {
+    if (gpl && method_make(&M, "fp32", &f->m.cfg, 0) && run_method(f, &M, gpl, N_PPL, 0, &R)) {
         printf("  fp32 perplexity on %d GPL-3 tokens: %.2f\n", N_PPL, R.ppl);
         CHECK(R.ppl > 1.0 && R.ppl < 60.0, "perplexity %.2f outside (1, 60)", R.ppl);
     } else {
@@ -106,7 +106,7 @@ static void test_chunked_scoring(model_file *f)
     method M;
     run_result R;
     llm_state s;
-    double nll = 0.0;
+    double nll, early = 0.0, late = 0.0;
     if (!text) { printf("  skip: no /usr/share/common-licenses/GPL-3\n"); return; }
     ids = encode(f, text, len, &n);
     free(text);
@@ -116,13 +116,15 @@ static void test_chunked_scoring(model_file *f)
         return;
     }
     for (i = 0; i < f->m.cfg.n_layers; i++) M.per_layer[i].residual = 32;
-    CHECK(run_method(f, &M, ids, N, 0, 0, &R), "chunked run");
+    CHECK(run_method(f, &M, ids, N, 0, &R), "chunked run");
     CHECK(state_for(&s, f, &M, 0), "state");
+    /* summed as run_method sums: the two halves apart, then together      */
     for (t = 0; t + 1 < N; t++) {
         const float *lg = llm_forward(&f->m, &s, ids[t], t);
         if (!lg) { CHECK(0, "forward: %s", s.why); break; }
-        nll += token_nll(lg, V, ids[t + 1]);
+        *(t < (N - 1) / 2 ? &early : &late) += token_nll(lg, V, ids[t + 1]);
     }
+    nll = early + late;
     {
         kvq_census c;
         CHECK(kvq_cache_census(llm_cache(&s, 5, 1), &c) == KVQ_OK && c.quantized[0] >= 32,
