@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.2.0 - MIT license, see end of file.
+   v0.2.1 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
    GPU kernels that must reproduce its codes bit for bit.
@@ -49,6 +49,12 @@
        0.1.0  quantization primitives, KIVI and HF caches, reference attention
        0.2.0  OTT and LogQuant policies; eviction keep masks (StreamingLLM,
               H2O, SnapKV), kvq_cache_evict/compact, paged blocks (Sec. 11)
+       0.2.1  the status table (Sec. 2) lists every function per status and
+              tests/test_status.c checks it both ways; fixes: a CUSTOM cache
+              with one side never quantized overran its window on prefill;
+              CUSTOM refuses schedule POLICY; calls on a zeroed or freed cache
+              return KVQ_ERR_STATE; |q| > KVQ_MAX_ABS_INPUT is KVQ_ERR_RANGE;
+              dequantize refuses Inf/NaN stored parameters
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -72,7 +78,7 @@ extern "C" {
 
 #define KVQ_VERSION_MAJOR 0
 #define KVQ_VERSION_MINOR 2
-#define KVQ_VERSION_PATCH 0
+#define KVQ_VERSION_PATCH 1
 
 /* ======================================================================== */
 /* 2. STATUS CODES                                                          */
@@ -787,8 +793,8 @@ KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
    bytes per side for every position ever appended, evicted ones
    included; it is the one structure that grows with the stream when
    eviction + compaction hold everything else flat (tests/test_soak.c:
-   7.6 MiB of loc map after 1,000,000 tokens with 512 kept). An engine
-   that streams without end would renumber positions (a later version).
+   7.6 MiB of loc map after 1,000,000 tokens with 512 kept). Renumbering
+   positions would remove it; kvq does not do that.
 
    The block view: the quantized store is an array of slots (unit-major,
    tokens_per_unit slots per unit). Seen as blocks of `block_tokens` slots,
