@@ -390,6 +390,7 @@ typedef struct run_result {
     double nll, ppl, bits, tok_s;
     double ppl_late;       /* over the second half of the predictions       */
     int    n_scored;
+    int   *top;            /* (n_scored) argmax of each teacher-forced step  */
     int   *gen;            /* (n_gen) greedy continuation                    */
 } run_result;
 
@@ -415,10 +416,11 @@ static double token_nll(const float *lg, int V, int target)
 
 /* Feeds ids[0..n) in chunks of CHUNK (each token decoded against the cache
    as stored, llm.h Sec. 7). With nll non-NULL, the logits of token t score
-   ids[t + 1], so ids must then hold n + 1 tokens. buf: (CHUNK, vocab).
-   Returns the last token's logits, or NULL with the reason printed.       */
+   ids[t + 1], so ids must then hold n + 1 tokens, and top (n) gets each
+   step's argmax. buf: (CHUNK, vocab). Returns the last token's logits, or
+   NULL with the reason printed.                                           */
 static const float *feed(model_file *f, llm_state *s, const int *ids, int n, float *buf,
-                         double *nll)
+                         double *nll, int *top)
 {
     const float *lg = NULL;
     int t, j, T, V = f->m.cfg.vocab_size;
@@ -428,7 +430,10 @@ static const float *feed(model_file *f, llm_state *s, const int *ids, int n, flo
             fprintf(stderr, "forward: %s\n", s->why);
             return NULL;
         }
-        for (j = 0; nll && j < T; j++) *nll += token_nll(buf + (size_t)j * V, V, ids[t + j + 1]);
+        for (j = 0; nll && j < T; j++) {
+            *nll += token_nll(buf + (size_t)j * V, V, ids[t + j + 1]);
+            top[t + j] = argmax(buf + (size_t)j * V, V);
+        }
     }
     return lg;
 }
@@ -448,10 +453,14 @@ static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen
     const float *lg;
     double t0, early = 0.0, late = 0.0;
     memset(R, 0, sizeof *R);
-    if (!buf || n < 3 || !state_for(&s, f, M, CHUNK)) { free(buf); return 0; }
+    R->top = (int *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int));
+    if (!buf || !R->top || n < 3 || !state_for(&s, f, M, CHUNK)) {
+        free(buf); free(R->top); R->top = NULL;
+        return 0;
+    }
     t0 = now_s();
-    if (!feed(f, &s, ids, half, buf, &early) ||
-        !feed(f, &s, ids + half, n - 1 - half, buf, &late))
+    if (!feed(f, &s, ids, half, buf, &early, R->top) ||
+        !feed(f, &s, ids + half, n - 1 - half, buf, &late, R->top + half))
         goto done;
     R->tok_s = (n - 1) / (now_s() - t0 + 1e-9);
     R->n_scored = n - 1;
@@ -474,6 +483,7 @@ static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen
 done:
     llm_state_free(&s);
     free(buf);
+    if (!ok) { free(R->top); free(R->gen); R->top = R->gen = NULL; }  /* all or nothing */
     return ok;
 }
 
@@ -544,6 +554,7 @@ typedef struct row {
     const char *name, *paper;
     int    ran;
     double bits, ppl, ppl_late, agree, tok_s;
+    double top1;            /* % of teacher-forced argmaxes equal to fp32's */
     int    first_diff;      /* first greedy position differing from fp32    */
     size_t budget;          /* eviction: tokens kept per (layer, KV head)   */
 } row;
@@ -681,11 +692,11 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
            "tokens compared with fp32's; eviction keeps %zu tokens per (layer, KV head), "
            "KIVI-2's bytes at %d tokens\n", text_path, n, n - 1, n - 1 - (n - 1) / 2, n_gen,
            budget, n - 1);
-    printf("%-11s %6s %8s %8s %7s %8s %7s %6s %4s %6s  %s\n", "method", "bits", "ppl", "dppl",
-           "dppl%", "late", "late%", "agree", "div", "tok/s", "paper's claim");
+    printf("%-11s %6s %8s %8s %7s %8s %7s %6s %6s %4s %6s  %s\n", "method", "bits", "ppl",
+           "dppl", "dppl%", "late", "late%", "top1", "agree", "div", "tok/s", "paper's claim");
     csv = open_csv(csv_dir, "real_model_eval.csv");
-    if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,ppl_late,late_pct,agree_pct,first_diff,"
-                          "tok_s,budget,claim\n");
+    if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,ppl_late,late_pct,top1_pct,agree_pct,"
+                          "first_diff,tok_s,budget,claim\n");
     for (i = 0; i < N_METHODS; i++) {
         method M;
         row *r = &rows[i];
@@ -695,11 +706,13 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         memset(&R, 0, sizeof R);
         if (!method_make(&M, ALL_METHODS[i], &f->m.cfg, budget) ||
             !run_method(f, &M, ids, n, n_gen, &R)) {
-            method_free(&M); free(R.gen); ok = 0; continue;
+            method_free(&M); free(R.gen); free(R.top); ok = 0; continue;
         }
         if (i == 0) ref = R;
         r->ran = 1; r->paper = M.paper; r->bits = R.bits; r->ppl = R.ppl; r->tok_s = R.tok_s;
         r->ppl_late = R.ppl_late;
+        for (g = 0; g < R.n_scored && ref.top; g++) r->top1 += R.top[g] == ref.top[g];
+        r->top1 = 100.0 * r->top1 / R.n_scored;
         r->budget = M.evict ? M.budget : 0;
         r->first_diff = n_gen;
         for (g = 0; g < n_gen && ref.gen; g++) {
@@ -707,24 +720,25 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
             if (R.gen[g] != ref.gen[g] && r->first_diff == n_gen) r->first_diff = g;
         }
         r->agree = n_gen ? 100.0 * r->agree / n_gen : 100.0;
-        printf("%-11s %6.2f %8.3f %+8.3f %+6.1f%% %8.3f %+6.1f%% %5.1f%% %4d %6.1f  %s\n",
+        printf("%-11s %6.2f %8.3f %+8.3f %+6.1f%% %8.3f %+6.1f%% %5.1f%% %5.1f%% %4d %6.1f  %s\n",
                r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
-               r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->agree,
+               r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1, r->agree,
                r->first_diff, r->tok_s, r->paper);
         if (csv)
-            fprintf(csv, "%s,%.4f,%.4f,%.4f,%.3f,%.4f,%.3f,%.2f,%d,%.2f,%zu,\"%s\"\n", r->name,
-                    r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
-                    r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->agree,
+            fprintf(csv, "%s,%.4f,%.4f,%.4f,%.3f,%.4f,%.3f,%.2f,%.2f,%d,%.2f,%zu,\"%s\"\n",
+                    r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
+                    r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1, r->agree,
                     r->first_diff, r->tok_s, r->budget, r->paper);
         if (csv) fflush(csv);
         fflush(stdout);
-        if (i) free(R.gen);
+        if (i) { free(R.gen); free(R.top); }
         method_free(&M);
     }
     printf("bits: payload (codes + fp16 scales/zeros + full-precision rows) * 8 / (2 * tokens * "
            "head_dim), from kvq_cache_bytes at the end; late: perplexity of the second half of "
-           "the predictions (every eviction budget in force); agree: greedy tokens after the "
-           "whole text equal to fp32's, position by position; div: first differing position\n");
+           "the predictions (every eviction budget in force); top1: teacher-forced steps whose argmax "
+           "is fp32's; agree: greedy tokens after the whole text equal to fp32's, position by "
+           "position; div: first differing position\n");
     claims_csv = open_csv(csv_dir, "real_model_claims.csv");
     if (claims_csv) fprintf(claims_csv, "source,claim,measured,verdict\n");
     fails = check_claims(rows, claims_csv);
@@ -733,6 +747,7 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     if (csv) fclose(csv);
     if (claims_csv) fclose(claims_csv);
     free(ref.gen);
+    free(ref.top);
     free(ids);
     return !ok ? 1 : fails ? 3 : 0;
 }
@@ -919,7 +934,7 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
     o.reserve = f->m.cfg.seq_len;
     o.max_prefill = CHUNK;
     if (llm_state_init(&s, &f->m, &o) != KVQ_OK) { fprintf(stderr, "%s\n", s.why); goto done; }
-    if (!feed(f, &s, ids, n, buf, NULL)) goto done;
+    if (!feed(f, &s, ids, n, buf, NULL, NULL)) goto done;
     if ((csv = open_csv(csv_dir, "real_model_keys.csv")))
         fprintf(csv, "layer,head,tokens,top_channel,k_ratio,v_ratio,l1_min,l1_p01,l1_median,"
                      "l1_p99,l1_max,low_tokens,corr,bin0,bin1,bin2,bin3,bin4,bin5,bin6,bin7,"

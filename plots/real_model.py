@@ -172,14 +172,14 @@ def key_stats(rows, npy_dir, head, out):
     fig, (ax, bx) = figure(
         "Real keys: outlier channels (KIVI Sec. 3.2) and low-magnitude outlier tokens (OTT Sec. 3.1)",
         "What to see: (a) keys have a channel ~6-15x the median channel from layer 1 on, values "
-        "~2-4x (layer 0 reverses it); bars: tokens whose key L1\nis below half the median: 10-16 "
-        "in layers 1-10, deeper at most the first token. (b) one head's outlier channel: most tokens "
-        "share one band, a few sit far below. " + REAL + ", 1024 tokens.", ncols=2, size=(13, 5.2))
+        "~2-4x (layer 0 reverses it); bars: tokens with key L1\nbelow half the median: 10-16 in "
+        "layers 1-10, deeper at most the first. (b) most tokens share one band, a few sit far "
+        "below. " + REAL + ", 1024 tokens.", ncols=2, size=(13, 5.2))
     ax.plot(layers, per_layer("k_ratio"), "o-", color=COLOR["KIVI"], label="keys")
     ax.plot(layers, per_layer("v_ratio"), "s-", color=COLOR["HF"], label="values")
     ax.set_xlabel("layer")
     ax.set_ylabel("largest / median channel mean |x| (mean over 3 KV heads)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, 1.3 * max(per_layer("k_ratio") + per_layer("v_ratio")))  # room: legend
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
     ax2.bar(layers, per_layer("low_tokens"), color=COLOR["OTT"], alpha=0.35,
@@ -187,7 +187,8 @@ def key_stats(rows, npy_dir, head, out):
     ax2.set_ylabel("tokens with key L1 < median / 2 (of %s)" % rows[0]["tokens"])
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="center right", bbox_to_anchor=(1.0, 0.25))
+    ax.legend(h1 + h2, l1 + l2, fontsize=7.5, loc="upper center", ncol=3)
+    ax2.set_ylim(0, 1.3 * max(per_layer("low_tokens")))
     ax.set_title("(a) per layer", fontsize=10)
     L, H = head
     pk = os.path.join(npy_dir, "L%d_H%d_k.npy" % (L, H))
@@ -219,7 +220,7 @@ def key_stats(rows, npy_dir, head, out):
 def main():
     csv_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "csv")
     npy_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "..", "build", "kv")
-    out = sys.argv[3] if len(sys.argv) > 3 else HERE
+    out = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else HERE
     ev = read_csv(os.path.join(csv_dir, "real_model_eval.csv"))
     if ev:
         ppl_chart(ev, out)

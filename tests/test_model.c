@@ -86,6 +86,7 @@ static void test_greedy_and_ppl(model_file *f)
     if (gpl && method_make(&M, "fp32", &f->m.cfg, 0) && run_method(f, &M, gpl, N_PPL, 0, &R)) {
         printf("  fp32 perplexity on %d GPL-3 tokens: %.2f\n", N_PPL, R.ppl);
         CHECK(R.ppl > 1.0 && R.ppl < 60.0, "perplexity %.2f outside (1, 60)", R.ppl);
+        free(R.top);
     } else {
         CHECK(0, "perplexity run failed");
     }
@@ -136,6 +137,7 @@ static void test_chunked_scoring(model_file *f)
     llm_state_free(&s);
     method_free(&M);
     free(R.gen);
+    free(R.top);
     free(ids);
 }
 
