@@ -12,6 +12,8 @@
      evict    a random keep mask (StreamingLLM, H2O or arbitrary)
      compact  with a random block size
      reserve  a few tokens
+   (append, prefill and reserve sometimes run with one of their allocations
+   failed: they must return NOMEM and leave the cache as it was)
      read     every position, present or not
    The shadow keeps every appended row in fp32 and which positions are
    alive. After EVERY op:
@@ -28,6 +30,15 @@
    fp32 rounding bound; after read: each live row is within the
    quantization bound of the shadow's row (float zero; the integer form's
    clamped zero point can reach |x|, so it gets |x|-scale slack).          */
+#include <stdlib.h>
+/* An allocator that fails on request: an append, prefill or reserve op
+   with bit 6 set arms a failure of one of its next few allocations.       */
+static long fa_calls, fa_fail_at = -1;
+static void *fa_malloc(size_t n) { return fa_calls++ == fa_fail_at ? NULL : malloc(n); }
+static void *fa_realloc(void *p, size_t n) { return fa_calls++ == fa_fail_at ? NULL : realloc(p, n); }
+#define KVQ_MALLOC(sz)     fa_malloc(sz)
+#define KVQ_REALLOC(p, sz) fa_realloc(p, sz)
+#define KVQ_FREE(p)        free(p)
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "fuzz.h"
@@ -274,8 +285,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (inject) V[(T - 1) * D + D / 2] = value_of((uint8_t)(250 + seed % 4), scale);
             bad = expected_status(K, V, T * D);
             snap_take(&before, &c);
+            if (op & 0x40) fa_fail_at = fa_calls + (long)(seed % 4);
             st = T == 1 ? kvq_cache_append(&c, K, V) : kvq_cache_prefill(&c, K, V, T);
-            if (bad) {
+            fa_fail_at = -1;
+            if (st == KVQ_ERR_NOMEM && !bad) {      /* the injected failure */
+                FZ_ASSERT(op & 0x40, "NOMEM without an injected failure");
+                snap_take(&after, &c);
+                FZ_ASSERT(snap_same(&before, &after), "a failed allocation changed the cache");
+            } else if (bad) {
                 FZ_ASSERT(st == (kvq_status)bad, "bad input returned %d, want %d", (int)st, bad);
                 snap_take(&after, &c);
                 FZ_ASSERT(snap_same(&before, &after), "a refused append changed the cache");
@@ -348,9 +365,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       "compaction stats");
             break;
         }
-        case 5:                                              /* reserve         */
-            FZ_ASSERT(kvq_cache_reserve(&c, 1 + fz_u8(&f) % 32) == KVQ_OK, "reserve");
+        case 5: {                                            /* reserve         */
+            kvq_status st;
+            snap_take(&before, &c);
+            if (op & 0x40) fa_fail_at = fa_calls + (long)(op >> 7);
+            st = kvq_cache_reserve(&c, 1 + fz_u8(&f) % 64);
+            fa_fail_at = -1;
+            FZ_ASSERT(st == KVQ_OK || ((op & 0x40) && st == KVQ_ERR_NOMEM), "reserve: %d", (int)st);
+            if (st != KVQ_OK) {
+                snap_take(&after, &c);
+                FZ_ASSERT(snap_same(&before, &after), "a failed reserve changed the cache");
+            }
             break;
+        }
         default:                                             /* read all        */
             check_reads(&c);
             break;

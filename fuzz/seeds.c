@@ -114,11 +114,13 @@ int main(void)
         *p++ = 0x0A;                       /* value scale 2^-2               */
         *p++ = 0x00;
         *p++ = 1; *p++ = 24; *p++ = 7;     /* prefill 25 tokens, seed 7      */
-        for (i = 0; i < 12; i++) {         /* 12 appends                     */
+        for (i = 0; i < 12; i++) {         /* 12 appends: op, seed, K, V     */
             size_t d;
+            *p++ = i == 5 ? 70 : 0;        /* 70: with an allocation failed  */
             *p++ = 0;
             for (d = 0; d < 16; d++) *p++ = (uint8_t)(100 + (i * 13 + d * 7) % 50);
         }
+        *p++ = 5 + 7 * 9; *p++ = 40;       /* 68: reserve 41, one allocation failed */
         *p++ = 2; *p++ = 1;                /* attend, 2 heads, EAGER         */
         for (i = 0; i < 16; i++) *p++ = (uint8_t)(110 + i);
         *p++ = 6;                          /* read all                       */
