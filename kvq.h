@@ -54,7 +54,8 @@
               with one side never quantized overran its window on prefill;
               CUSTOM refuses schedule POLICY; calls on a zeroed or freed cache
               return KVQ_ERR_STATE; |q| > KVQ_MAX_ABS_INPUT is KVQ_ERR_RANGE;
-              dequantize refuses Inf/NaN stored parameters
+              dequantize refuses Inf/NaN stored parameters; kvq_pages_init
+              refuses a block size whose sequence tables would overflow
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -154,7 +155,7 @@ extern "C" {
                        kvq_cache_init(32-bit) kvq_cache_prefill
                        kvq_attend kvq_attend_dense kvq_npy_parse
                        kvq_npy_load kvq_npy_save kvq_h2o_accumulate
-                       kvq_snapkv_scores kvq_pages_init kvq_pseq_append
+                       kvq_snapkv_scores kvq_pages_init
        a size computation would overflow size_t
    KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
                        kvq_cache_append kvq_attend_dense kvq_npy_parse
@@ -3007,8 +3008,11 @@ KVQ_API kvq_status kvq_pages_init(kvq_pages *P, size_t n_blocks,
     size_t bytes, ids_bytes, i;
     if (!P) return KVQ_ERR_NULL;
     if (n_blocks == 0 || block_tokens == 0 || n_blocks >= KVQ__NO_BLOCK) return KVQ_ERR_SIZE;
+    /* every size the pool and its sequences will compute, checked once:
+       blocks x slots x bytes, and a sequence's per-block position table   */
     if (!kvq__mul(n_blocks, block_tokens, &bytes) || !kvq__mul(bytes, slot_bytes, &bytes) ||
-        !kvq__mul(n_blocks, sizeof(uint32_t), &ids_bytes))
+        !kvq__mul(n_blocks, sizeof(uint32_t), &ids_bytes) ||
+        !kvq__mul(n_blocks * block_tokens, sizeof(int32_t), &i))
         return KVQ_ERR_OVERFLOW;
     memset(&t, 0, sizeof t);
     t.n_blocks = n_blocks; t.block_tokens = block_tokens; t.slot_bytes = slot_bytes;
