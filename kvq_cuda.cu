@@ -7,9 +7,14 @@
    and has not been run on a GPU is recorded in bench/RESULTS.md.
 
    USAGE
-       #define KVQ_IMPLEMENTATION   // in one host TU (kvq_cache_export needs it)
+       nvcc -c kvq_cuda.cu -o kvq_cuda.o           (make cuda: sm_80 + sm_90)
+       // in your .cu file:
+       #define KVQ_IMPLEMENTATION   // in one host TU (kvq_cuda_export uses it)
        #include "kvq.h"
-       #include "kvq_cuda.cu"       // or compile this file alone: make cuda
+       #define KVQ_CUDA_DECLARE_ONLY
+       #include "kvq_cuda.cu"       // types, helpers and the API; link kvq_cuda.o
+   (Including it without KVQ_CUDA_DECLARE_ONLY compiles the kernels into
+   that translation unit instead.)
    Build with nvcc -O3 -std=c++17 for sm_80 / sm_90. NEVER --use_fast_math:
    the codes depend on IEEE division and round-half-even (Sec. 1 below).
 
@@ -63,6 +68,7 @@ static_assert(sizeof(uint32_t) == 4, "packed words are 32 bits");
 /* ======================================================================== */
 /* 0. errors                                                                */
 /* ======================================================================== */
+#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 static thread_local char kvq_cuda__why[200];
 
 /* The reason of the last launcher failure on this host thread ("" if none). */
@@ -100,6 +106,8 @@ static __device__ void kvq_dev_report(int *status, int code)
         old = seen;
     }
 }
+
+#endif /* KVQ_CUDA_DECLARE_ONLY */
 
 /* ======================================================================== */
 /* 1. device mirrors of kvq.h                                               */
@@ -185,6 +193,7 @@ static __host__ __device__ __forceinline__ uint32_t kvq_dev_get_code(const uint3
            ((1u << bits) - 1u);
 }
 
+#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 /* ======================================================================== */
 /* 2. quantize + pack (kvq.h Sec. 6, kvq_quantize_matrix)                   */
 /* ======================================================================== */
@@ -223,22 +232,56 @@ static __device__ __forceinline__ const __half *kvq_dev_group_start(const __half
     return X + u * q.G * q.D + g;
 }
 
-/* kvq__minmax in the same order (the first element, then ascending), with
-   + 0 at the end so that -0/+0 never leak into the stored zero.          */
+/* kvq__minmax over one group, with + 0 at the end so that -0/+0 never leak
+   into the stored zero. min and max are exact and, after the + 0, do not
+   depend on the order the elements are visited in (a NaN is reported,
+   never stored), so a vectorized walk gives kvq.h's values.
+   Contiguous groups (per-token, G % 8 == 0, 16-byte aligned) are read 8
+   halves per load; strided ones (per-channel) one half per row, which the
+   warp's neighbouring channels turn into coalesced row reads.           */
+static __device__ __forceinline__ bool kvq_dev_vec8(const __half *x, size_t n, size_t stride)
+{
+    return stride == 1 && n % 8 == 0 && ((uintptr_t)x & 15u) == 0;
+}
+static __device__ __forceinline__ void kvq_dev_load8(const __half *x, float (&f)[8])
+{
+    const uint4 r = __ldg(reinterpret_cast<const uint4 *>(x));
+    const __half2 *h = reinterpret_cast<const __half2 *>(&r);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 t = __half22float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
 static __device__ void kvq_dev_minmax(const __half *x, size_t n, size_t stride,
                                       float *mn, float *mx, bool *finite)
 {
     float lo = __half2float(x[0]), hi = lo;
-    bool ok = kvq_dev_finite(lo);
-    for (size_t i = 1; i < n; i++) {
-        const float t = __half2float(x[i * stride]);
-        ok = ok && kvq_dev_finite(t);
-        if (t < lo) lo = t;
-        if (t > hi) hi = t;
+    bool ok = true;
+    if (kvq_dev_vec8(x, n, stride)) {
+        for (size_t i = 0; i < n; i += 8) {
+            float f[8];
+            kvq_dev_load8(x + i, f);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                ok = ok && kvq_dev_finite(f[k]);
+                lo = fminf(lo, f[k]);
+                hi = fmaxf(hi, f[k]);
+            }
+        }
+    } else {
+#pragma unroll 8
+        for (size_t i = 0; i < n; i++) {
+            const float t = __half2float(x[i * stride]);
+            ok = ok && kvq_dev_finite(t);
+            lo = fminf(lo, t);
+            hi = fmaxf(hi, t);
+        }
     }
     *mn = lo + 0.0f;
     *mx = hi + 0.0f;
-    *finite = ok;
+    *finite = ok && kvq_dev_finite(lo) && kvq_dev_finite(hi);
 }
 
 /* Pass 1: validation only. Writes nothing but *status.                    */
@@ -285,16 +328,26 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
         kvq_dev_group_params(mn, mx, q.bits, q.mode, &p);  /* checked in pass 1 */
         const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero);
         uint32_t *w = words + og * q.words_per_group;
-        for (size_t wi = 0; wi < q.words_per_group; wi++) {
-            uint32_t word = 0;
-            for (unsigned i = 0; i < per; i++) {
-                const size_t e = wi * per + i;
-                if (e >= q.G) break;                 /* ragged tail: zero bits */
-                const float v = __half2float(x[e * stride]);
-                word |= kvq_dev_code(v, s, z, n_levels, q.mode) << (i * (unsigned)q.bits);
+        /* codes, packed B bits at a time, least significant first        */
+        uint32_t word = 0;
+        unsigned at = 0;                     /* code index inside `word`  */
+        size_t wi = 0;
+        const bool vec = kvq_dev_vec8(x, q.G, stride);
+        for (size_t e0 = 0; e0 < q.G; e0 += 8) {
+            float f[8];
+            if (vec) kvq_dev_load8(x + e0, f);
+            else
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    f[k] = (e0 + k < q.G) ? __half2float(x[(e0 + k) * stride]) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (e0 + k >= q.G) break;
+                word |= kvq_dev_code(f[k], s, z, n_levels, q.mode) << (at * (unsigned)q.bits);
+                if (++at == per) { w[wi++] = word; word = 0; at = 0; }
             }
-            w[wi] = word;
         }
+        if (at) w[wi] = word;                /* ragged tail: high bits zero */
         sz[og] = p;
     }
 }
@@ -373,6 +426,8 @@ extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, 
     return cudaSuccess;
 }
 
+#endif /* KVQ_CUDA_DECLARE_ONLY */
+
 /* ======================================================================== */
 /* 3. the paged store                                                       */
 /* ======================================================================== */
@@ -419,7 +474,7 @@ typedef struct kvq_cuda_pool {
     int       head_dim;    /* D: 64 or 128                                   */
     int       group;       /* G: key group = slots per page: 32, 64 or 128   */
     int       value_group; /* Gv: per-token value group, Gv*B % 32 == 0      */
-    int       bits;        /* B for keys and values: 2, 4 or 8               */
+    int       bits;        /* B for keys and values: 2 or 4                  */
     kvq_zero_mode zero_mode;
 } kvq_cuda_pool;
 
@@ -438,6 +493,7 @@ static __host__ __device__ __forceinline__ size_t kvq_cuda__kw_stride(int D, int
 static __host__ __device__ __forceinline__ size_t kvq_cuda__vw_stride(int D, int G, int B) { return (size_t)G * D * B / 32; }
 static __host__ __device__ __forceinline__ size_t kvq_cuda__vs_stride(int D, int G, int Gv) { return (size_t)G * (D / Gv); }
 
+#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 /* ======================================================================== */
 /* 4. fused decode attention                                                */
 /* ======================================================================== */
@@ -608,24 +664,20 @@ struct kvq_dev_slow_src {
             x[0] = fa.x; x[1] = fa.y;
         }
     }
-    /* Token v: its key and value, and whether it is attended.            */
-    __device__ __forceinline__ bool fetch(uint32_t v, int lane, float (&k)[CPL],
-                                          float (&val)[CPL]) const
+    /* Token v's key; false if it is not attended (dead or past the end). */
+    __device__ __forceinline__ bool fetch_k(uint32_t v, int lane, float (&k)[CPL]) const
     {
         if (v >= n_total) return false;
         if (v >= n_mixed) {                       /* a full-precision row  */
-            const size_t r = (size_t)(v - n_mixed) * D;
-            row(s->k_fp + r, lane, k);
-            row(s->v_fp + r, lane, val);
+            row(s->k_fp + (size_t)(v - n_mixed) * D, lane, k);
             return true;
         }
         const uint32_t slot = slot0 + v;
         if (s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u)) return false;
         if constexpr (B > 0) {
-            const int G = pool.group, Gv = pool.value_group;
-            const size_t page = (size_t)s->pages[slot / G];
-            const uint32_t t = slot % G;
+            const int G = pool.group;
             if (slot < s->n_kq) {                 /* per-channel key codes */
+                const size_t page = (size_t)s->pages[slot / G];
                 const uint32_t *w = pool.k_words + page * kvq_cuda__kw_stride(D, G, B);
                 const kvq_sz *z = pool.k_sz + page * D;
                 const int wpg = G * B / 32;
@@ -634,12 +686,27 @@ struct kvq_dev_slow_src {
                     const int d = lane * CPL + c;
                     float a, b;
                     kvq_dev_affine(z[d], pool.zero_mode, &a, &b);
-                    k[c] = (float)kvq_dev_get_code(w + (size_t)d * wpg, t, B) * a + b;
+                    k[c] = (float)kvq_dev_get_code(w + (size_t)d * wpg, slot % G, B) * a + b;
                 }
             } else {
                 row(s->k_tail + (size_t)(slot - s->n_kq) * D, lane, k);
             }
+        }
+        return true;
+    }
+    /* Token v's value (only called for tokens fetch_k found live).        */
+    __device__ __forceinline__ void fetch_v(uint32_t v, int lane, float (&val)[CPL]) const
+    {
+        if (v >= n_mixed) {
+            row(s->v_fp + (size_t)(v - n_mixed) * D, lane, val);
+            return;
+        }
+        if constexpr (B > 0) {
+            const uint32_t slot = slot0 + v;
+            const int G = pool.group, Gv = pool.value_group;
             if (slot < s->n_vq) {                 /* per-token value codes */
+                const size_t page = (size_t)s->pages[slot / G];
+                const uint32_t t = slot % G;
                 const int wpgv = Gv * B / 32, gpt = D / Gv;
                 const uint32_t *w = pool.v_words + page * kvq_cuda__vw_stride(D, G, B) +
                                     (size_t)t * gpt * wpgv;
@@ -656,7 +723,6 @@ struct kvq_dev_slow_src {
                 row(s->v_tail + (size_t)(slot - s->n_vq) * D, lane, val);
             }
         }
-        return true;
     }
 };
 
@@ -677,8 +743,8 @@ static __device__ void kvq_dev_slow_item(const kvq_dev_slow_src<D, B> &src, uint
         float part[NH][HALF];
 #pragma unroll
         for (int i = 0; i < HALF; i++) {
-            float k[CPL], v[CPL];
-            const bool live = src.fetch(v0 + half * HALF + i, lane, k, v);
+            float k[CPL];
+            const bool live = src.fetch_k(v0 + half * HALF + i, lane, k);
 #pragma unroll
             for (int h = 0; h < NH; h++) {
                 float dot = 0.0f;
@@ -708,32 +774,98 @@ static __device__ void kvq_dev_slow_item(const kvq_dev_slow_src<D, B> &src, uint
         }
     }
     __syncwarp();
-    /* values: every lane needs every token's weight: read them back       */
-#pragma unroll 4
-    for (int i = 0; i < 32; i++) {
-        float k[CPL], v[CPL];
-        bool live;
-        float p[NH], any = 0.0f;
+    /* values: every lane needs every token's weight: read them back, four
+       rows' loads at a time. A zero weight (dead, absent, underflowed) is
+       the same in every lane, so skipping its load never diverges.       */
+#pragma unroll 1
+    for (int i0 = 0; i0 < 32; i0 += 4) {
+        float v[4][CPL], p[4][NH];
+        bool use[4];
 #pragma unroll
-        for (int h = 0; h < NH; h++) { p[h] = pbuf[h * 32 + i]; any += p[h]; }
-        if (any == 0.0f) continue;           /* dead, absent or underflowed */
-        live = src.fetch(v0 + i, lane, k, v);
-        if (!live) continue;
+        for (int i = 0; i < 4; i++) {
+            float any = 0.0f;
 #pragma unroll
-        for (int h = 0; h < NH; h++)
+            for (int h = 0; h < NH; h++) { p[i][h] = pbuf[h * 32 + i0 + i]; any += p[i][h]; }
+            use[i] = any > 0.0f;
+            if (use[i]) src.fetch_v(v0 + i0 + i, lane, v[i]);
+        }
 #pragma unroll
-            for (int c = 0; c < CPL; c++) st.acc_f[h][c] = fmaf(p[h], v[c], st.acc_f[h][c]);
+        for (int i = 0; i < 4; i++)
+            if (use[i])
+#pragma unroll
+                for (int h = 0; h < NH; h++)
+#pragma unroll
+                    for (int c = 0; c < CPL; c++)
+                        st.acc_f[h][c] = fmaf(p[i][h], v[i][c], st.acc_f[h][c]);
     }
     __syncwarp();
 }
 
 /* -- the fast path: one page, both sides quantized -------------------------- */
+/* A page is staged into shared memory with cp.async (16 bytes per lane per
+   instruction, no registers held while in flight), one buffer per stage:
+     [ k_words: D*wpg_k words | k_sz: D | v_words: G*wpt words | v_sz: G*D/Gv ]
+   Two stages per warp: the next page's copy is in flight while this one
+   is computed, which is what keeps enough bytes moving to approach the
+   memory bandwidth (a warp's page is only 3 KB at B = 2, G = 32).       */
+template <int D, int B, int G>
+struct kvq_dev_page {
+    static constexpr int KWB = D * G * B / 8;        /* key code bytes     */
+    static constexpr int KSB = D * 4;                /* key (s, z) bytes   */
+    static constexpr int VWB = G * D * B / 8;        /* value code bytes   */
+    static constexpr int VSB_MAX = G * (D * B / 32) * 4;   /* Gv >= 32/B  */
+    static constexpr int BYTES = KWB + KSB + VWB + VSB_MAX;
+};
+static __device__ __forceinline__ void kvq_dev_cp16(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+#else
+    *(uint4 *)smem = *(const uint4 *)gmem;
+#endif
+}
+static __device__ __forceinline__ void kvq_dev_cp_commit(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+static __device__ __forceinline__ void kvq_dev_cp_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+/* The warp copies `bytes` (a multiple of 16) from global to shared.       */
+static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, const void *src,
+                                                         int bytes, int lane)
+{
+    const unsigned char *s8 = (const unsigned char *)src;
+    for (int i = lane * 16; i < bytes; i += 32 * 16) kvq_dev_cp16(dst + i, s8 + i);
+}
+template <int D, int B, int G>
+static __device__ __forceinline__ void kvq_dev_stage_page(const kvq_cuda_pool &pool,
+                                                          size_t page, unsigned char *buf,
+                                                          int vsb, int lane)
+{
+    typedef kvq_dev_page<D, B, G> PG;
+    kvq_dev_warp_copy(buf, pool.k_words + page * (PG::KWB / 4), PG::KWB, lane);
+    kvq_dev_warp_copy(buf + PG::KWB, pool.k_sz + page * D, PG::KSB, lane);
+    kvq_dev_warp_copy(buf + PG::KWB + PG::KSB, pool.v_words + page * (PG::VWB / 4), PG::VWB, lane);
+    kvq_dev_warp_copy(buf + PG::KWB + PG::KSB + PG::VWB,
+                      (const unsigned char *)pool.v_sz + page * (size_t)vsb, vsb, lane);
+}
+
 template <int D, int B, int G, int NH>
-static __device__ void kvq_dev_fast_item(const kvq_cuda_pool &pool, const kvq_cuda_stream *s,
+static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged page */,
+                                         const kvq_cuda_pool &pool, const kvq_cuda_stream *s,
                                          uint32_t unit, const float *qs /* (NH, D) smem */,
                                          kvq_dev_warp_state<D, B, NH> &st,
                                          float *pbuf /* (NH, G) */, int lane)
 {
+    typedef kvq_dev_page<D, B, G> PG;
     constexpr int P = 32 / B;                 /* codes per word            */
     constexpr int WPG = G * B / 32;           /* key words per channel     */
     constexpr int KW = D * WPG / 32;          /* key words per lane        */
@@ -746,11 +878,10 @@ static __device__ void kvq_dev_fast_item(const kvq_cuda_pool &pool, const kvq_cu
     static_assert(SPL * 32 == G, "fast-path geometry");
     static_assert(32 % WPG == 0 && 32 % WPT == 0, "a word column must fit a warp");
 
-    const size_t page = (size_t)s->pages[unit];
-    const uint32_t *kw = pool.k_words + page * kvq_cuda__kw_stride(D, G, B);
-    const kvq_sz *ks = pool.k_sz + page * D;
-    const uint32_t *vw = pool.v_words + page * kvq_cuda__vw_stride(D, G, B);
-    const kvq_sz *vs = pool.v_sz + page * kvq_cuda__vs_stride(D, G, pool.value_group);
+    const uint32_t *kw = (const uint32_t *)buf;
+    const kvq_sz *ks = (const kvq_sz *)(buf + PG::KWB);
+    const uint32_t *vw = (const uint32_t *)(buf + PG::KWB + PG::KSB);
+    const kvq_sz *vs = (const kvq_sz *)(buf + PG::KWB + PG::KSB + PG::VWB);
     const int gpt = D / pool.value_group;     /* value groups per token     */
     const kvq_zero_mode mode = pool.zero_mode;
 
@@ -769,7 +900,7 @@ static __device__ void kvq_dev_fast_item(const kvq_cuda_pool &pool, const kvq_cu
         kvq_sz z[CH];
 #pragma unroll
         for (int c = 0; c < CH; c++) {
-            x[c] = __ldg(kw + (size_t)(c0 + c) * 32 + lane);
+            x[c] = kw[(c0 + c) * 32 + lane];
             z[c] = ks[((c0 + c) * 32 + lane) / WPG];
         }
 #pragma unroll
@@ -830,7 +961,7 @@ static __device__ void kvq_dev_fast_item(const kvq_cuda_pool &pool, const kvq_cu
 #pragma unroll
         for (int c = 0; c < CHV; c++) {
             const int t = ((c0 + c) * 32 + lane) / WPT;
-            x[c] = __ldg(vw + (size_t)(c0 + c) * 32 + lane);
+            x[c] = vw[(c0 + c) * 32 + lane];
             z[c] = vs[t * gpt + g];
         }
 #pragma unroll
@@ -872,10 +1003,10 @@ static __host__ __device__ __forceinline__ kvq_dev_items kvq_dev_count(const kvq
 
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).   */
 template <int D, int B, int G, int NH>
-__global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32)
+__global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? 3 : 1)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
-                  float *__restrict__ work /* (S, n_rep, splits, D + 2) */)
+                  float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages)
 {
     constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
     constexpr int PB = (B ? G : 32) > 32 ? (B ? G : 32) : 32;   /* pbuf length per head */
@@ -922,16 +1053,47 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
     src.slot0 = it.n_fast * (uint32_t)G;
     src.n_mixed = it.n_mixed;
     src.n_total = it.n_slow_tokens;
-    for (uint32_t item = first + warp; item < last; item += KVQ_CUDA_WARPS) {
-        if constexpr (B > 0) {
-            if (item < it.n_fast) {
-                kvq_dev_fast_item<D, B, G, NH>(pool, s, item, qs, st, pbuf[warp], lane);
-                continue;
+    uint32_t item = first + warp;
+    if constexpr (B > 0) {
+        /* fast pages: with two stages, the next page's copy is in flight
+           while this one is computed; one stage when two do not fit      */
+        typedef kvq_dev_page<D, (B ? B : 2), G> PG;
+        extern __shared__ __align__(16) unsigned char kvq_dev_stage[];
+        const int vsb = G * (D / pool.value_group) * 4;
+        const int pb = PG::KWB + PG::KSB + PG::VWB + vsb;      /* page bytes */
+        unsigned char *mine = kvq_dev_stage + (size_t)warp * n_stages * pb;
+        const uint32_t fast_end = it.n_fast < last ? it.n_fast : last;
+        if (n_stages == 2) {
+            int stage = 0;
+            if (item < fast_end)
+                kvq_dev_stage_page<D, B, G>(pool, (size_t)s->pages[item], mine, vsb, lane);
+            kvq_dev_cp_commit();
+            for (; item < fast_end; item += KVQ_CUDA_WARPS) {
+                const uint32_t next = item + KVQ_CUDA_WARPS;
+                if (next < fast_end)
+                    kvq_dev_stage_page<D, B, G>(pool, (size_t)s->pages[next],
+                                                mine + (stage ^ 1) * pb, vsb, lane);
+                kvq_dev_cp_commit();
+                kvq_dev_cp_wait<1>();          /* this page has landed      */
+                __syncwarp();
+                kvq_dev_fast_item<D, B, G, NH>(mine + stage * pb, pool, s, item, qs, st,
+                                               pbuf[warp], lane);
+                stage ^= 1;                    /* fast_item ends in __syncwarp */
+            }
+            kvq_dev_cp_wait<0>();
+        } else {
+            for (; item < fast_end; item += KVQ_CUDA_WARPS) {
+                kvq_dev_stage_page<D, B, G>(pool, (size_t)s->pages[item], mine, vsb, lane);
+                kvq_dev_cp_commit();
+                kvq_dev_cp_wait<0>();
+                __syncwarp();
+                kvq_dev_fast_item<D, B, G, NH>(mine, pool, s, item, qs, st, pbuf[warp], lane);
             }
         }
+    }
+    for (; item < last; item += KVQ_CUDA_WARPS)
         kvq_dev_slow_item<D, B, NH>(src, (item - it.n_fast) * KVQ_CUDA_CHUNK, qf, st,
                                     pbuf[warp], lane);
-    }
 
     /* ---- merge this warp's two accumulator layouts into red_acc ------- */
 #pragma unroll
@@ -1028,7 +1190,9 @@ static int kvq_cuda__splits(size_t n_ctas, size_t max_items)
     return (int)splits;
 }
 
-static int kvq_cuda__nh(int n_rep) { return n_rep >= 4 ? 4 : n_rep >= 2 ? 2 : 1; }
+/* Query heads per CTA: 1, or 4 (n_rep = 2 or 3 run as 4 with the extra
+   heads' queries zero and their outputs dropped; 8 as two chunks of 4).  */
+static int kvq_cuda__nh(int n_rep) { return n_rep == 1 ? 1 : 4; }
 
 /* Floats of workspace kvq_cuda_attend needs; also returns its split count.
    max_tokens: an upper bound on any stream's n_slots + n_fp (it only
@@ -1047,12 +1211,11 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
 
 /* Instantiation table: D x B x G x NH. B = 0 is the fp16 baseline.        */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
-                                  const float *, float *);
+                                  const float *, float *, int);
 template <int D, int B, int G>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
-    return nh == 4 ? kvq_attend_kernel<D, B, G, 4>
-         : nh == 2 ? kvq_attend_kernel<D, B, G, 2> : kvq_attend_kernel<D, B, G, 1>;
+    return nh == 4 ? kvq_attend_kernel<D, B, G, 4> : kvq_attend_kernel<D, B, G, 1>;
 }
 template <int D, int B>
 static kvq_cuda__attn_fn kvq_cuda__pick_g(int G, int nh)
@@ -1066,8 +1229,7 @@ static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int G, int nh)
 {
     if (B == 0) return kvq_cuda__pick_nh<D, 0, 32>(nh);
     return B == 2 ? kvq_cuda__pick_g<D, 2>(G, nh)
-         : B == 4 ? kvq_cuda__pick_g<D, 4>(G, nh)
-         : B == 8 ? kvq_cuda__pick_g<D, 8>(G, nh) : nullptr;
+         : B == 4 ? kvq_cuda__pick_g<D, 4>(G, nh) : nullptr;
 }
 
 /* Decode attention. pool: NULL for the fp16 baseline (every stream has only
@@ -1103,8 +1265,8 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
             return kvq_cuda__bad("kvq_cuda_attend: pool D=%d but head_dim=%d", pl.head_dim, D);
         if (!pl.k_words || !pl.k_sz || !pl.v_words || !pl.v_sz)
             return kvq_cuda__bad("kvq_cuda_attend: pool has a NULL array");
-        if (B != 2 && B != 4 && B != 8)
-            return kvq_cuda__bad("kvq_cuda_attend: bits=%d (the fused kernel takes 2, 4 or 8)", B);
+        if (B != 2 && B != 4)
+            return kvq_cuda__bad("kvq_cuda_attend: bits=%d (the fused kernel is built for 2 and 4)", B);
         if (G != 32 && G != 64 && G != 128)
             return kvq_cuda__bad("kvq_cuda_attend: G=%d (the fused kernel takes 32, 64 or 128)", G);
         if (pl.value_group <= 0 || D % pl.value_group || (pl.value_group * B) % 32)
@@ -1122,10 +1284,22 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, G, nh)
                                       : kvq_cuda__pick_b<64>(B, G, nh);
     if (!fn) return kvq_cuda__bad("kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
+    /* staged pages (Sec. 4, fast path): two per warp while a CTA's stages
+       stay within 48 KB, else one (a G = 128 page is 9-17 KB: two stages
+       would leave one CTA, 4 warps, per SM; with one stage, more CTAs
+       overlap each other's copies instead). The attribute is set every
+       time because static + dynamic shared memory may pass 48 KB.       */
+    const size_t page_bytes = pool ? (size_t)D * G * B / 8 * 2 + (size_t)D * 4 +
+                                     (size_t)G * (D / pl.value_group) * 4 : 0;
+    const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= 48 * 1024) ? 2 : 1;
+    const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
+    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)stage_bytes));
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
-    fn<<<grid, KVQ_CUDA_WARPS * 32, 0, stream>>>(pl, d_streams, n_rep, (int)n_hchunks, d_q,
-                                                 d_work);
+    fn<<<grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream>>>(pl, d_streams, n_rep, (int)n_hchunks,
+                                                           d_q, d_work, n_stages);
     KVQ_CUDA_CHECK(cudaGetLastError());
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     if (D == 128)
@@ -1195,6 +1369,8 @@ extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t 
     return cudaSuccess;
 }
 
+#endif /* KVQ_CUDA_DECLARE_ONLY */
+
 /* ======================================================================== */
 /* 6. host: a kvq_cache exported to the paged format                        */
 /* ======================================================================== */
@@ -1205,7 +1381,7 @@ extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t 
    the GPU attends exactly the cache the CPU built. Needs kvq.h's
    implementation linked in (KVQ_IMPLEMENTATION in some host TU).
 
-   Supported: keys per-channel, values per-token, B in {2, 4, 8} on both
+   Supported: keys per-channel, values per-token, B in {2, 4} on both
    sides, G in {32, 64, 128}, Gv*B a multiple of 32, fp16 rows, and the
    two sides' quantized slots aligned (slot s holds the same position on
    both sides where both are quantized: true for KIVI, OTT, LogQuant and
@@ -1224,6 +1400,7 @@ typedef struct kvq_cuda_export_t {
     kvq_zero_mode zero_mode;
 } kvq_cuda_export_t;
 
+#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e)
 {
     if (!e) return;
@@ -1269,8 +1446,8 @@ extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e, 
     if (never_q) goto rows_only;
     if (K->axis != KVQ_PER_CHANNEL || V->axis != KVQ_PER_TOKEN)
         KVQ_CUDA__NO("the fused kernel takes per-channel keys and per-token values");
-    if (K->bits != V->bits || (K->bits != 2 && K->bits != 4 && K->bits != 8))
-        KVQ_CUDA__NO("bits K=%d V=%d: both must be 2, 4 or 8", K->bits, V->bits);
+    if (K->bits != V->bits || (K->bits != 2 && K->bits != 4))
+        KVQ_CUDA__NO("bits K=%d V=%d: the fused kernel takes 2 or 4 on both sides", K->bits, V->bits);
     if (K->group != 32 && K->group != 64 && K->group != 128)
         KVQ_CUDA__NO("key group %zu: the fused kernel takes 32, 64 or 128", K->group);
     if ((V->group * (size_t)V->bits) % 32 || D % V->group)
@@ -1351,3 +1528,32 @@ rows_only:
     return KVQ_OK;
 #undef KVQ_CUDA__NO
 }
+#endif /* KVQ_CUDA_DECLARE_ONLY */
+
+#ifdef KVQ_CUDA_DECLARE_ONLY
+/* ======================================================================== */
+/* The API of kvq_cuda.o, for translation units that link against it       */
+/* (#define KVQ_CUDA_DECLARE_ONLY, then #include "kvq_cuda.cu"): the types  */
+/* and inline helpers above, and these functions, documented at their       */
+/* definitions in Sec. 0-6.                                                  */
+/* ======================================================================== */
+extern "C" const char *kvq_cuda_why(void);
+extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, int bits,
+                                         size_t G, kvq_axis axis, kvq_zero_mode mode,
+                                         const int32_t *d_unit_dst, uint32_t *d_words,
+                                         kvq_sz *d_sz, int *d_status, int validate,
+                                         cudaStream_t stream);
+extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int head_dim,
+                                            int group, size_t max_tokens, int *n_splits);
+extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
+                                       const kvq_cuda_stream *d_streams, size_t n_streams,
+                                       int n_rep, size_t max_tokens, const float *d_q,
+                                       float *d_out, float *d_work, size_t work_floats,
+                                       int *d_status, cudaStream_t stream);
+extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
+                                           const int64_t *d_src, const int64_t *d_dst,
+                                           size_t n_moves, void *d_temp, cudaStream_t stream);
+extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e);
+extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e, char *why,
+                                      size_t why_len);
+#endif

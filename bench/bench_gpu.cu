@@ -24,6 +24,7 @@
    Usage: bench_gpu [--quick] [--csv DIR]                                  */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
+#define KVQ_CUDA_DECLARE_ONLY        /* the kernels come from build/kvq_cuda.o */
 #include "kvq_cuda.cu"
 
 #include <vector>
