@@ -534,6 +534,15 @@ static __host__ __device__ __forceinline__ size_t kvq_cuda__vs_stride(int D, int
      transposing way. It serves the full-precision rows and is, with no
      pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
 #define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
+/* Tuning knobs (bench/bench_gpu.cu compares settings): CTAs per SM the
+   compiler must fit for the 1-head kernels (a register cap), and the
+   largest two-stage page buffer per CTA, in KB, above which one stage. */
+#ifndef KVQ_CUDA_NH1_MIN_CTAS
+#define KVQ_CUDA_NH1_MIN_CTAS 3
+#endif
+#ifndef KVQ_CUDA_STAGE2_MAX_KB
+#define KVQ_CUDA_STAGE2_MAX_KB 48
+#endif
 #define KVQ_CUDA_CHUNK 32          /* tokens per slow-path item             */
 #define KVQ_CUDA_MAX_SPLITS 128
 
@@ -1003,7 +1012,7 @@ static __host__ __device__ __forceinline__ kvq_dev_items kvq_dev_count(const kvq
 
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).   */
 template <int D, int B, int G, int NH>
-__global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? 3 : 1)
+__global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : 1)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages)
@@ -1291,7 +1300,7 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
        time because static + dynamic shared memory may pass 48 KB.       */
     const size_t page_bytes = pool ? (size_t)D * G * B / 8 * 2 + (size_t)D * 4 +
                                      (size_t)G * (D / pl.value_group) * 4 : 0;
-    const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= 48 * 1024) ? 2 : 1;
+    const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
