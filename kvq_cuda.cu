@@ -616,6 +616,33 @@ struct kvq_dev_codes {   /* f[i] = 1 + c_i / 2^B for the 32/B codes of x    */
     }
 };
 
+/* One packed word of codes against one weight per query head: the shared
+   inner step of both sides of the fast path (Sec. 4's algebra).
+     keys:   weight = q_d,  acc[i] = partial score of slot i of the word
+     values: weight = p_t,  acc[i] = output channel i of the word
+   With (a, b) the group's affine map and f_i = 1 + c_i / 2^B:
+     weight * (a c_i + b) = (2^B a weight) f_i + (weight b - 2^B a weight),
+   so acc[i] += wa * f_i and the constant goes to cst once per word.      */
+template <int B, int NH>
+static __device__ __forceinline__ void kvq_dev_word_fma(uint32_t x, kvq_sz z, kvq_zero_mode mode,
+                                                        const float (&weight)[NH],
+                                                        float (&acc)[NH][32 / B],
+                                                        float (&cst)[NH])
+{
+    constexpr int P = 32 / B;
+    constexpr float SCALE = (float)(1u << B);
+    float a, b, f[P];
+    kvq_dev_affine(z, mode, &a, &b);
+    kvq_dev_codes<B>::run(x, f);
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        const float wa = weight[h] * a * SCALE;
+        cst[h] = fmaf(weight[h], b, cst[h]) - wa;
+#pragma unroll
+        for (int i = 0; i < P; i++) acc[h][i] = fmaf(wa, f[i], acc[h][i]);
+    }
+}
+
 /* -- per-warp state ------------------------------------------------------- */
 template <int D, int B, int NH>
 struct kvq_dev_warp_state {
@@ -883,7 +910,6 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
     constexpr int SPL = P >> LOGL;            /* scores per lane = G / 32   */
     constexpr int WPT = D * B / 32;           /* value words per token     */
     constexpr int VW = G * WPT / 32;          /* value words per lane      */
-    constexpr float SCALE = (float)(1u << B); /* 2^B                       */
     static_assert(SPL * 32 == G, "fast-path geometry");
     static_assert(32 % WPG == 0 && 32 % WPT == 0, "a word column must fit a warp");
 
@@ -915,17 +941,10 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
 #pragma unroll
         for (int c = 0; c < CH; c++) {
             const int d = ((c0 + c) * 32 + lane) / WPG;
-            float a, b, f[P];
-            kvq_dev_affine(z[c], mode, &a, &b);
-            kvq_dev_codes<B>::run(x[c], f);
+            float q[NH];
 #pragma unroll
-            for (int h = 0; h < NH; h++) {
-                const float q = qs[h * D + d];
-                const float qa = q * a * SCALE;
-                cst[h] = fmaf(q, b, cst[h]) - qa;
-#pragma unroll
-                for (int i = 0; i < P; i++) part[h][i] = fmaf(qa, f[i], part[h][i]);
-            }
+            for (int h = 0; h < NH; h++) q[h] = qs[h * D + d];
+            kvq_dev_word_fma<B, NH>(x[c], z[c], mode, q, part, cst);
         }
     }
     /* complete the sums across the L lanes of each word column            */
@@ -976,17 +995,10 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
 #pragma unroll
         for (int c = 0; c < CHV; c++) {
             const int t = ((c0 + c) * 32 + lane) / WPT;
-            float a, b, f[P];
-            kvq_dev_affine(z[c], mode, &a, &b);
-            kvq_dev_codes<B>::run(x[c], f);
+            float p[NH];
 #pragma unroll
-            for (int h = 0; h < NH; h++) {
-                const float p = pbuf[h * G + t];
-                const float pa = p * a * SCALE;
-                st.acc_b[h] = fmaf(p, b, st.acc_b[h]) - pa;
-#pragma unroll
-                for (int i = 0; i < P; i++) st.acc_q[h][i] = fmaf(pa, f[i], st.acc_q[h][i]);
-            }
+            for (int h = 0; h < NH; h++) p[h] = pbuf[h * G + t];
+            kvq_dev_word_fma<B, NH>(x[c], z[c], mode, p, st.acc_q, st.acc_b);
         }
     }
     __syncwarp();
