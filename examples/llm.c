@@ -207,7 +207,7 @@ static int *encode(model_file *f, const char *text, size_t len, int *n_out)
 /* ======================================================================== */
 /* A method = a kvq_config per layer, plus (for eviction) a hook that sees
    the eager attention's probabilities and evicts down to a token budget.  */
-typedef enum evict_kind { EV_NONE, EV_STREAMING, EV_H2O, EV_SNAPKV } evict_kind;
+typedef enum evict_kind { EV_NONE, EV_STREAMING, EV_H2O, EV_SNAPKV, EV_LOGQUANT } evict_kind;
 
 typedef struct method {
     const char *name;
@@ -215,11 +215,14 @@ typedef struct method {
     kvq_config *per_layer;     /* (n_layers)                                 */
     evict_kind  evict;
     size_t      budget;        /* tokens kept per (layer, KV head)           */
+    size_t      sinks;         /* streaming: first tokens always kept        */
     /* eviction state, (n_layers * n_kv_heads) of each                      */
     float     **score;         /* H2O cumulative attention / SnapKV votes    */
     uint8_t    *keep;          /* (seq_len) scratch mask                     */
     float      *obs;           /* SnapKV: (W_OBS, seq_len) recent probs ring */
     float      *votes;         /* SnapKV: (W_OBS, seq_len) oldest first      */
+    int        *lq_set;        /* LogQuant eviction: (n_caches, 3W + 1) set A */
+    size_t     *lq_n;          /* (n_caches) |A| of each cache               */
     int         n_kv;          /* KV heads per layer: cache = layer*n_kv+head */
     int         n_caches;      /* entries of score: n_layers * n_kv          */
     int         seq_len;
@@ -228,6 +231,24 @@ typedef struct method {
 #define SINKS   4              /* StreamingLLM's attention sinks             */
 #define W_OBS   32             /* SnapKV observation window (its default)    */
 #define POOL_K  5              /* SnapKV pooling kernel (its default)        */
+#define LQ_W    42             /* LogQuant's W for R = 128: floor(128 / 3)   */
+
+/* LogQuant's kept set A, advanced by one position: Algorithm 1, lines 7-8
+   (LogQuant Sec. 2.5): once A holds 3W positions, keep A[0:2W:2] and
+   A[2W:3W], then append pos. It depends on positions only, so this is
+   exactly the set kvq.h's LOGQUANT policy keeps in full precision (kvq.h
+   Sec. 7.2; tests/test_model.c checks the two agree). A (3W + 1).         */
+static size_t logquant_advance(int *A, size_t n_a, size_t W, int pos)
+{
+    size_t o, m = 0;
+    if (n_a >= 3 * W) {
+        for (o = 0; o < 3 * W; o++)
+            if (o >= 2 * W || !(o & 1u)) A[m++] = A[o];
+        n_a = m;
+    }
+    A[n_a] = pos;
+    return n_a + 1;
+}
 
 /* The eviction hook, after attention of (layer, kv_head) at `pos`.         */
 static int evict_hook(void *user, int layer, int kv_head, int pos,
@@ -241,8 +262,17 @@ static int evict_hook(void *user, int layer, int kv_head, int pos,
     if (kvq_cache_present(c, keep, n) != KVQ_OK) return 1;
     switch (M->evict) {
     case EV_STREAMING:
-        st = kvq_evict_streaming(keep, n, SINKS, M->budget > SINKS ? M->budget - SINKS : 0, keep);
+        st = kvq_evict_streaming(keep, n, M->sinks,
+                                 M->budget > M->sinks ? M->budget - M->sinks : 0, keep);
         break;
+    case EV_LOGQUANT: {                   /* keep A, evict everything else  */
+        int *A = M->lq_set + cache_i * (3 * LQ_W + 1);
+        size_t i;
+        M->lq_n[cache_i] = logquant_advance(A, M->lq_n[cache_i], LQ_W, pos);
+        memset(keep, 0, n);
+        for (i = 0; i < M->lq_n[cache_i]; i++) keep[A[i]] = 1;
+        break;
+    }
     case EV_H2O:                          /* heavy hitters + recent, half each */
         score[pos] = 0.0f;
         st = kvq_h2o_accumulate(score, probs, (size_t)n_q, n);
@@ -288,6 +318,7 @@ static void method_free(method *M)
     int i;
     if (M->score) for (i = 0; i < M->n_caches; i++) free(M->score[i]);
     free(M->score); free(M->keep); free(M->obs); free(M->votes); free(M->per_layer);
+    free(M->lq_set); free(M->lq_n);
     memset(M, 0, sizeof *M);
 }
 
@@ -330,14 +361,24 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
     else if (!strcmp(name, "hf2"))   { base = kvq_config_hf(D, kvq_hf_defaults(2)); M->paper = "HF post: int2 degrades"; }
     else if (!strcmp(name, "ott2"))  { base = kvq_config_ott(D, 2, 2); M->paper = "OTT T1-2: beats KIVI-2"; }
     else if (!strcmp(name, "logquant2")) {
-        base = kvq_config_logquant(D, 2, kvq_logquant_window_for(128));
+        base = kvq_config_logquant(D, 2, LQ_W);
         M->paper = "LogQuant 3.2: beats KIVI-2";
     }
     else if (!strcmp(name, "streaming") || !strcmp(name, "h2o") || !strcmp(name, "snapkv")) {
         base = kvq_config_full(D, 16);
         M->evict = name[0] == 's' ? (name[1] == 't' ? EV_STREAMING : EV_SNAPKV) : EV_H2O;
         M->budget = budget;
-        M->paper = "LogQuant 2.3: evict < quantize";
+        M->sinks = SINKS;
+        M->paper = "ours: evict < quantize, =bytes";
+    }
+    else if (!strcmp(name, "kivi-evict") || !strcmp(name, "logquant-evict")) {
+        /* LogQuant Table 2's eviction columns: the same full-precision set
+           as kivi2 / logquant2 (the last 128 tokens / LogQuant's A, 3W),
+           with every other token evicted instead of quantized             */
+        base = kvq_config_full(D, 16);
+        M->evict = name[0] == 'k' ? EV_STREAMING : EV_LOGQUANT;
+        M->budget = name[0] == 'k' ? 128 : 3 * LQ_W;
+        M->paper = "LogQuant T2: evict < quantize";
     } else {
         fprintf(stderr, "unknown cache method %s\n", name);
         return 0;
@@ -357,6 +398,9 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
         if (!M->score || !M->keep || !M->obs || !M->votes) return 0;
         for (l = 0; l < n_caches; l++)
             if (!(M->score[l] = (float *)calloc((size_t)c->seq_len, sizeof(float)))) return 0;
+        M->lq_set = (int *)calloc((size_t)n_caches * (3 * LQ_W + 1), sizeof(int));
+        M->lq_n = (size_t *)calloc((size_t)n_caches, sizeof(size_t));
+        if (!M->lq_set || !M->lq_n) return 0;
     }
     return 1;
 }
@@ -394,7 +438,12 @@ typedef struct run_result {
     int   *gen;            /* (n_gen) greedy continuation                    */
 } run_result;
 
-#define CHUNK 64           /* tokens per llm_forward_many call               */
+/* Tokens per llm_forward_many call. 1 gives the token-at-a-time loop, for
+   timing the batching (walkthrough ch. 10 Sec. 6); the results are the same
+   bit for bit at any value.                                               */
+#ifndef LLM_CHUNK
+#define LLM_CHUNK 64
+#endif
 
 /* Wall-clock seconds (threads make CPU time overstate the work).          */
 static double now_s(void)
@@ -414,10 +463,10 @@ static double token_nll(const float *lg, int V, int target)
     return -((double)lg[target] - mx - log(z));
 }
 
-/* Feeds ids[0..n) in chunks of CHUNK (each token decoded against the cache
+/* Feeds ids[0..n) in chunks of LLM_CHUNK (each token decoded against the cache
    as stored, llm.h Sec. 7). With nll non-NULL, the logits of token t score
    ids[t + 1], so ids must then hold n + 1 tokens, and top (n) gets each
-   step's argmax. buf: (CHUNK, vocab). Returns the last token's logits, or
+   step's argmax. buf: (LLM_CHUNK, vocab). Returns the last token's logits, or
    NULL with the reason printed.                                           */
 static const float *feed(model_file *f, llm_state *s, const int *ids, int n, float *buf,
                          double *nll, int *top)
@@ -425,7 +474,7 @@ static const float *feed(model_file *f, llm_state *s, const int *ids, int n, flo
     const float *lg = NULL;
     int t, j, T, V = f->m.cfg.vocab_size;
     for (t = 0; t < n; t += T) {
-        T = n - t < CHUNK ? n - t : CHUNK;
+        T = n - t < LLM_CHUNK ? n - t : LLM_CHUNK;
         if (!(lg = llm_forward_many(&f->m, s, ids + t, T, nll ? buf : NULL))) {
             fprintf(stderr, "forward: %s\n", s->why);
             return NULL;
@@ -449,12 +498,12 @@ static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen
     llm_state s;
     kvq_bytes b;
     int t, V = f->m.cfg.vocab_size, ok = 0, half = (n - 1) / 2;
-    float *buf = (float *)malloc((size_t)CHUNK * (size_t)V * sizeof(float));
+    float *buf = (float *)malloc((size_t)LLM_CHUNK * (size_t)V * sizeof(float));
     const float *lg;
     double t0, early = 0.0, late = 0.0;
     memset(R, 0, sizeof *R);
     R->top = (int *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int));
-    if (!buf || !R->top || n < 3 || !state_for(&s, f, M, CHUNK)) {
+    if (!buf || !R->top || n < 3 || !state_for(&s, f, M, LLM_CHUNK)) {
         free(buf); free(R->top); R->top = NULL;
         return 0;
     }
@@ -510,8 +559,8 @@ static char *read_file(const char *path, size_t *len)
    them (diagnostics beyond the issue's list).                             */
 static const char *ALL_METHODS[] = {
     "fp32", "kivi4", "kivi2", "kivi2-g128", "hf4", "hf2", "kivi2-KtVt", "kivi2-KcVc",
-    "kivi2-KtVc", "ott2", "logquant2", "streaming", "h2o", "snapkv",
-    "kivi-K2V4", "kivi-K4V2"
+    "kivi2-KtVc", "ott2", "logquant2", "kivi-evict", "logquant-evict", "streaming", "h2o",
+    "snapkv", "kivi-K2V4", "kivi-K4V2"
 };
 #define N_METHODS (sizeof ALL_METHODS / sizeof ALL_METHODS[0])
 #define N_DIAG    2
@@ -592,7 +641,8 @@ static int check_claims(const row *rows, FILE *csv)
               *tt = find_row(rows, "kivi2-KtVt"), *cc = find_row(rows, "kivi2-KcVc"),
               *tc = find_row(rows, "kivi2-KtVc"), *ott = find_row(rows, "ott2"),
               *lq = find_row(rows, "logquant2"), *st = find_row(rows, "streaming"),
-              *h2o = find_row(rows, "h2o"), *snap = find_row(rows, "snapkv");
+              *h2o = find_row(rows, "h2o"), *snap = find_row(rows, "snapkv"),
+              *k2e = find_row(rows, "kivi-evict"), *lqe = find_row(rows, "logquant-evict");
     char m[160];
     int fails = 0, have;
     printf("\npapers' claims (ordering / rough size) vs this run:\n");
@@ -644,11 +694,25 @@ static int check_claims(const row *rows, FILE *csv)
     if (have) snprintf(m, sizeof m, "logquant2 %.3f vs kivi2 %.3f", lq->ppl, k2->ppl);
     fails += claim(csv, "LogQuant Sec. 3.2", "LogQuant-2 beats KIVI-2 (fp budget 128)", have,
                    have && lq->ppl < k2->ppl, m);
-    /* on the late half, where every eviction budget is in force            */
+    /* Table 2 keeps the same full-precision set and evicts the rest
+       instead of quantizing it; measured on the late half, where every
+       eviction is in force                                                 */
+    have = k2 && lq && k2e && lqe;
+    if (have) snprintf(m, sizeof m, "late: kivi2 %.2f < %.2f, logquant2 %.2f < %.2f",
+                       k2->ppl_late, k2e->ppl_late, lq->ppl_late, lqe->ppl_late);
+    fails += claim(csv, "LogQuant Sec. 2.3, Table 2", "evicting the rest worse than 2-bit", have,
+                   have && k2->ppl_late < k2e->ppl_late && lq->ppl_late < lqe->ppl_late, m);
+    have = k2e && lqe;
+    if (have) snprintf(m, sizeof m, "late: logquant-evict %.2f vs kivi-evict %.2f",
+                       lqe->ppl_late, k2e->ppl_late);
+    fails += claim(csv, "LogQuant Table 2", "evicting: log-spaced set beats recent", have,
+                   have && lqe->ppl_late < k2e->ppl_late, m);
+    /* our stronger test of Sec. 2.3's argument: eviction given the same
+       bytes as KIVI-2 (487 tokens here), not only the full-precision set   */
     have = k2 && st && h2o && snap;
     if (have) snprintf(m, sizeof m, "late: kivi2 %.2f; stream %.2f, h2o %.2f, snapkv %.2f",
                        k2->ppl_late, st->ppl_late, h2o->ppl_late, snap->ppl_late);
-    fails += claim(csv, "LogQuant Sec. 2.3, Table 2", "eviction worse than 2-bit at equal bytes",
+    fails += claim(csv, "ours, after LogQuant 2.3", "eviction worse than 2-bit at equal bytes",
                    have, have && k2->ppl_late < st->ppl_late && k2->ppl_late < h2o->ppl_late &&
                    k2->ppl_late < snap->ppl_late, m);
     return fails;
@@ -689,10 +753,11 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     memset(rows, 0, sizeof rows);
     memset(&ref, 0, sizeof ref);
     printf("eval: %s, %d tokens teacher-forced (%d scored; late: the last %d), then %d greedy "
-           "tokens compared with fp32's; eviction keeps %zu tokens per (layer, KV head), "
-           "KIVI-2's bytes at %d tokens\n", text_path, n, n - 1, n - 1 - (n - 1) / 2, n_gen,
-           budget, n - 1);
-    printf("%-11s %6s %8s %8s %7s %8s %7s %6s %6s %4s %6s  %s\n", "method", "bits", "ppl",
+           "tokens compared with fp32's; streaming, h2o and snapkv keep %zu tokens per "
+           "(layer, KV head), KIVI-2's bytes at %d tokens; kivi-evict keeps KIVI's last 128, "
+           "logquant-evict LogQuant's set A (<= %d)\n", text_path, n, n - 1,
+           n - 1 - (n - 1) / 2, n_gen, budget, n - 1, 3 * LQ_W);
+    printf("%-14s %6s %8s %8s %7s %8s %7s %6s %6s %4s %6s  %s\n", "method", "bits", "ppl",
            "dppl", "dppl%", "late", "late%", "top1", "agree", "div", "tok/s", "paper's claim");
     csv = open_csv(csv_dir, "real_model_eval.csv");
     if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,ppl_late,late_pct,top1_pct,agree_pct,"
@@ -720,7 +785,7 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
             if (R.gen[g] != ref.gen[g] && r->first_diff == n_gen) r->first_diff = g;
         }
         r->agree = n_gen ? 100.0 * r->agree / n_gen : 100.0;
-        printf("%-11s %6.2f %8.3f %+8.3f %+6.1f%% %8.3f %+6.1f%% %5.1f%% %5.1f%% %4d %6.1f  %s\n",
+        printf("%-14s %6.2f %8.3f %+8.3f %+6.1f%% %8.3f %+6.1f%% %5.1f%% %5.1f%% %4d %6.1f  %s\n",
                r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
                r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1, r->agree,
                r->first_diff, r->tok_s, r->paper);
@@ -932,7 +997,7 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
     o.capture = llm_record;
     o.capture_user = &rec[0];
     o.reserve = f->m.cfg.seq_len;
-    o.max_prefill = CHUNK;
+    o.max_prefill = LLM_CHUNK;
     if (llm_state_init(&s, &f->m, &o) != KVQ_OK) { fprintf(stderr, "%s\n", s.why); goto done; }
     if (!feed(f, &s, ids, n, buf, NULL, NULL)) goto done;
     if ((csv = open_csv(csv_dir, "real_model_keys.csv")))

@@ -3,7 +3,9 @@
    with fp32, and a perplexity sanity bound. Without the model file every
    check is skipped with a message (the other tests cover the code paths on
    small files they write themselves). Also: the eval's chunked scoring
-   equals token-by-token scoring exactly, on real weights and a 2-bit cache.
+   equals token-by-token scoring exactly, on real weights and a 2-bit cache;
+   and (model-free) the logquant-evict method keeps exactly the positions
+   kvq.h's LOGQUANT cache keeps in full precision.
 
    Reference ids: the Hugging Face `tokenizers` library run offline on this
    GGUF's own vocabulary and merges with the smollm pre-tokenizer (digits
@@ -94,7 +96,34 @@ static void test_greedy_and_ppl(model_file *f)
     free(gpl);
 }
 
-/* Teacher-forced scoring in chunks (run_method: llm_forward_many, CHUNK
+/* The eval's logquant-evict keeps LogQuant's set A by its own copy of
+   Algorithm 1's rule (logquant_advance). Against kvq.h's LOGQUANT cache
+   with the same W, after every one of 1,000 appends: the same positions,
+   in the same order, as the cache's full-precision window region.         */
+static void test_logquant_eviction_set(void)
+{
+    enum { D = 64, N = 1000 };        /* the model's head_dim */
+    kvq_config cfg = kvq_config_logquant(D, 2, LQ_W);
+    kvq_cache c;
+    int A[3 * LQ_W + 1], t, same = 1, max_n = 0;
+    size_t n_a = 0, i;
+    float k[D], v[D];
+    if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "LogQuant cache init: %s", c.why); return; }
+    for (t = 0; t < N && same; t++) {
+        const kvq_rows *w = &c.k.rows[KVQ_ROWS_WINDOW];
+        for (i = 0; i < D; i++) { k[i] = (float)((t * 7 + (int)i) % 13); v[i] = -k[i]; }
+        if (kvq_cache_append(&c, k, v) != KVQ_OK) { same = 0; break; }
+        n_a = logquant_advance(A, n_a, LQ_W, t);
+        same = w->n == n_a;
+        for (i = 0; same && i < n_a; i++) same = w->pos[w->off + i] == A[i];
+        if ((int)n_a > max_n) max_n = (int)n_a;
+    }
+    CHECK(same, "logquant-evict's set differs from kvq.h's LogQuant window after %d appends", t);
+    CHECK(max_n == 3 * LQ_W, "set A peaked at %d positions, expected 3W = %d", max_n, 3 * LQ_W);
+    kvq_cache_free(&c);
+}
+
+/* Teacher-forced scoring in chunks (run_method: llm_forward_many, LLM_CHUNK
    tokens per call, as `make eval` runs) against a plain llm_forward loop:
    the same log-likelihood to the last bit, on real weights, with a 2-bit
    KIVI cache small enough (G = R = 32) to quantize within 96 tokens.      */
@@ -145,6 +174,7 @@ int main(void)
 {
     model_file f;
     FILE *probe = fopen(DEFAULT_MODEL, "rb");
+    test_logquant_eviction_set();
     if (!probe) {
         printf("test_model: %s absent (run `make model`): skipped\n", DEFAULT_MODEL);
         return TEST_END("test_model");
