@@ -290,11 +290,13 @@ int main(int argc, char **argv)
             for (t = 0; t < T; t++) if (is_out[t]) att += probs[q * T + t] / (double)h.n_q;
         printf("   %zu outlier tokens (%s): mean L1 key norm %.1f vs %.1f for the rest;\n"
                "   %zu of the %zu smallest-L1 tokens are outliers; they draw %.1f%% of\n"
-               "   attention while being %.1f%% of tokens (the generator aims queries\n"
-               "   against the outlier channels, so this share is built in, not found)\n",
+               "   attention while being %.1f%% of tokens%s\n",
                n_out, h.outlier_tok ? "generator truth" : "bottom 40% of range",
                n_out ? l1o / n_out : 0.0, l1n / (double)(T - n_out), caught, n_out,
-               100.0 * att, 100.0 * n_out / T);
+               100.0 * att, 100.0 * n_out / T,
+               h.real ? " (measured on this head)"
+                      : " (the generator aims queries\n   against the outlier channels, so "
+                        "this share is built in, not found)");
         ex_check(n_out > 0 && l1o / n_out < l1n / (double)(T - n_out) && 2 * caught >= n_out,
                  "outlier tokens have a smaller L1 key norm and most are among the "
                  "smallest (Sec. 3.1, Fig. 4: 'smaller magnitude overall')");

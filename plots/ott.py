@@ -50,16 +50,13 @@ def outlier_channel(n_raw=100):
     save(fig, "ott_outlier_channel.png", bottom=0.2)
 
 
-def fig1c():
+def draw_fig1c(table, title, caption, n_tokens, n_queries, out):
+    """OTT Fig. 1(c) from 04_ott's ott_fig1c.csv rows (rule, n_kept, l1_loss);
+    also used by real_model.py for the real head."""
     data = {}
-    for x in rows("ott_fig1c.csv"):
+    for x in table:
         data.setdefault(x["rule"], []).append((int(x["n_kept"]), float(x["l1_loss"])))
-    fig, ax = figure(
-        "Attention L1 loss vs tokens kept in full precision, by rule (cf. OTT Fig. 1(c))",
-        "What to see: keeping the smallest-L1 keys out of the 2-bit groups cuts the loss once "
-        "they cover the 20 outlier tokens; random and largest-L1 do nothing.\nThe paper finds "
-        "largest-L1 clearly worst; here it ties with random. " + SYNTHETIC + ".",
-        size=(10, 5.2))
+    fig, ax = figure(title, caption, size=(10, 5.2))
     style = {"smallest L1": (COLOR["OTT"], "o"), "random": (COLOR["random"], "s"),
              "largest L1": (COLOR["HF"], "^")}
     for rule, pts in data.items():
@@ -72,12 +69,22 @@ def fig1c():
     ticks = sorted({p[0] for pts in data.values() for p in pts})
     ax.set_xticks([t if t else 0.5 for t in ticks])
     ax.set_xticklabels([str(t) for t in ticks])
-    ax.set_xlabel("tokens kept in full precision, n (log scale; of 2048)")
-    ax.set_ylabel("L1 loss, sum |out - ref| over 16 queries")
+    ax.set_xlabel("tokens kept in full precision, n (log scale; of %d)" % n_tokens)
+    ax.set_ylabel("L1 loss, sum |out - ref| over %d queries" % n_queries)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3)
-    save(fig, "ott_fig1c.png", bottom=0.21)
+    save(fig, out, bottom=0.21)
+
+
+def fig1c():
+    draw_fig1c(
+        rows("ott_fig1c.csv"),
+        "Attention L1 loss vs tokens kept in full precision, by rule (cf. OTT Fig. 1(c))",
+        "What to see: keeping the smallest-L1 keys out of the 2-bit groups cuts the loss once "
+        "they cover the 20 outlier tokens; random and largest-L1 do nothing.\nThe paper finds "
+        "largest-L1 clearly worst; here it ties with random. " + SYNTHETIC + ".",
+        2048, 16, "ott_fig1c.png")
 
 
 if __name__ == "__main__":

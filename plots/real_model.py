@@ -12,6 +12,10 @@
                        half the median (OTT Sec. 3.1's outlier tokens); and
                        one head's outlier channel, raw and sorted
                        (plots/csv/real_model_keys.csv, `llm dump --csv`)
+  real_ott_fig1c.png   OTT Fig. 1(c) on the real head L3_H0: attention L1
+                       loss vs tokens kept in full precision, by rule
+                       (plots/csv/real/ott_fig1c.csv, from `04_ott --k ...
+                       --csv plots/csv/real`)
 
 usage: python3 plots/real_model.py [CSV_DIR [NPY_DIR [OUT_DIR]]]
        (defaults plots/csv, build/kv, plots). Each figure whose input is
@@ -25,7 +29,10 @@ import os
 import struct
 import sys
 
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
 from _plot import COLOR, figure, save, HERE
+from ott import draw_fig1c
 
 REAL = "SmolLM2-135M-Instruct (real model), GPL-3 text"
 
@@ -37,9 +44,16 @@ FAMILY = {  # method -> (family label, colour)
     "kivi2-KtVc": ("KIVI Table 1 axes", "#8c564b"),
     "hf4": ("HF", COLOR["HF"]), "hf2": ("HF", COLOR["HF"]),
     "ott2": ("OTT", COLOR["OTT"]), "logquant2": ("LogQuant", COLOR["LogQuant"]),
-    "streaming": ("eviction", "#ff7f0e"), "h2o": ("eviction", "#ff7f0e"),
-    "snapkv": ("eviction", "#ff7f0e"),
+    "streaming": ("eviction at KIVI-2's bytes", "#ff7f0e"), "h2o": ("eviction at KIVI-2's bytes", "#ff7f0e"),
+    "snapkv": ("eviction at KIVI-2's bytes", "#ff7f0e"),
+    "kivi-evict": ("eviction of the rest (LogQuant T2)", "#7f7f7f"),
+    "logquant-evict": ("eviction of the rest (LogQuant T2)", "#7f7f7f"),
 }
+
+
+# where a point's label goes (points): neighbours that would collide
+LABEL_OFFSET = {"kivi2-KcVc": (5, -10), "kivi2-KtVt": (-62, 3), "h2o": (5, 4),
+                "streaming": (5, -9)}
 
 
 def read_csv(path):
@@ -81,9 +95,11 @@ def ppl_chart(rows, out):
     fig, (ax, bx) = figure(
         "Every kvq cache on a real model: perplexity rise vs bits stored",
         "What to see: the rise each cache costs at the bits it really stores: %s, %s, %s, %s;\n"
-        "%s vs %s; %s; eviction at KIVI-2's bytes: %s, %s, %s. fp32 perplexity %.2f. %s."
+        "%s vs %s; %s; eviction at KIVI-2's bytes: %s, %s, %s;\n"
+        "only the full-precision set kept (LogQuant Table 2): %s, %s. fp32 perplexity %.2f. %s."
         % (d("kivi4"), d("hf4"), d("kivi2"), d("hf2"), d("ott2"), d("kivi2-g128"),
-           d("logquant2"), d("streaming"), d("h2o"), d("snapkv"), float(fp[0]["ppl"]), REAL),
+           d("logquant2"), d("streaming"), d("h2o"), d("snapkv"), d("kivi-evict"),
+           d("logquant-evict"), float(fp[0]["ppl"]), REAL),
         ncols=2, size=(13, 5.6), gridspec_kw={"width_ratios": [1.1, 1]})
     seen = set()
     for r in rows:
@@ -93,13 +109,14 @@ def ppl_chart(rows, out):
         x, y = float(r["bits"]), max(float(r["dppl_pct"]), 0.01)
         ax.plot(x, y, "o", color=c, ms=7, label=fam if fam not in seen else None)
         seen.add(fam)
-        ax.annotate(r["method"], (x, y), textcoords="offset points", xytext=(5, 3), fontsize=7.5)
+        ax.annotate(r["method"], (x, y), textcoords="offset points",
+                    xytext=LABEL_OFFSET.get(r["method"], (5, 3)), fontsize=7.5)
     ax.set_yscale("log")
     ax.set_xlabel("bits per stored K/V element (kvq_cache_bytes; fp32 = 32)")
     ax.set_ylabel("perplexity rise over fp32, % (log scale)")
     ax.set_title("(a) quality vs memory", fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7.5, loc="upper right")
+    ax.legend(fontsize=7.5, loc="lower left")
     # (b) the table as bars, sorted by perplexity
     rs = sorted((r for r in rows if r["method"] != "fp32"), key=lambda r: float(r["ppl"]))
     names = [r["method"] for r in rs]
@@ -114,11 +131,15 @@ def ppl_chart(rows, out):
     bx.invert_yaxis()
     bx.set_xscale("log")
     bx.set_xlim(0.8 * float(fp[0]["ppl"]), 6 * max(vals))
+    bx.xaxis.set_major_locator(FixedLocator([t for t in (10, 20, 50, 100, 200, 500)
+                                             if bx.get_xlim()[0] <= t <= bx.get_xlim()[1]]))
+    bx.xaxis.set_major_formatter(ScalarFormatter())
+    bx.xaxis.set_minor_formatter(NullFormatter())
     bx.set_xlabel("perplexity on 2047 scored tokens (log scale)")
     bx.set_title("(b) perplexity, best first", fontsize=10)
     bx.legend(fontsize=8, loc="lower right")
     bx.grid(alpha=0.3, axis="x", which="both")
-    save(fig, os.path.join(out, "real_model_ppl.png"), bottom=0.17, wspace=0.32)
+    save(fig, os.path.join(out, "real_model_ppl.png"), bottom=0.22, wspace=0.32)
 
 
 def heatmap(npy_dir, heads, out, n_tok=512):
@@ -158,7 +179,7 @@ def heatmap(npy_dir, heads, out, n_tok=512):
             ax.set_xlabel("token position")
             ax.set_ylabel("channel")
             fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02, label="|x|")
-    save(fig, os.path.join(out, "real_kv_heatmap.png"), bottom=0.11, top=0.9, hspace=0.45)
+    save(fig, os.path.join(out, "real_kv_heatmap.png"), bottom=0.11, top=0.9, hspace=0.45, wspace=0.3)
 
 
 def key_stats(rows, npy_dir, head, out):
@@ -228,6 +249,16 @@ def main():
     ks = read_csv(os.path.join(csv_dir, "real_model_keys.csv"))
     if ks:
         key_stats(ks, npy_dir, (3, 0), out)
+    f1c = read_csv(os.path.join(csv_dir, "real", "ott_fig1c.csv"))
+    if f1c:
+        draw_fig1c(
+            f1c, "Attention L1 loss vs tokens kept in full precision, on a real head "
+            "(cf. OTT Fig. 1(c))",
+            "What to see: on this head, keeping the smallest-L1 keys exact makes the loss "
+            "larger, not smaller (the paper's Fig. 1(c) and our synthetic head say the\n"
+            "opposite), and the largest-L1 rule helps most. Layer 3, KV head 0, 1024 tokens, "
+            "2-bit K per-channel G = 128; " + REAL + ".",
+            1024, 3072, os.path.join(out, "real_ott_fig1c.png"))
 
 
 if __name__ == "__main__":
