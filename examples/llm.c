@@ -231,7 +231,8 @@ typedef struct method {
 #define SINKS   4              /* StreamingLLM's attention sinks             */
 #define W_OBS   32             /* SnapKV observation window (its default)    */
 #define POOL_K  5              /* SnapKV pooling kernel (its default)        */
-#define LQ_W    42             /* LogQuant's W for R = 128: floor(128 / 3)   */
+#define KIVI_R  128            /* KIVI's full-precision window (Sec. 3.3)    */
+#define LQ_W    (KIVI_R / 3)   /* = kvq_logquant_window_for(KIVI_R)          */
 
 /* LogQuant's kept set A, advanced by one position: Algorithm 1, lines 7-8
    (LogQuant Sec. 2.5): once A holds 3W positions, keep A[0:2W:2] and
@@ -377,7 +378,7 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
            with every other token evicted instead of quantized             */
         base = kvq_config_full(D, 16);
         M->evict = name[0] == 'k' ? EV_STREAMING : EV_LOGQUANT;
-        M->budget = name[0] == 'k' ? 128 : 3 * LQ_W;
+        M->budget = name[0] == 'k' ? KIVI_R : 3 * LQ_W;
         M->paper = "LogQuant T2: evict < quantize";
     } else {
         fprintf(stderr, "unknown cache method %s\n", name);
