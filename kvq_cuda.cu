@@ -505,7 +505,18 @@ static __host__ __device__ __forceinline__ size_t kvq_cuda__vs_stride(int D, int
    Work split (flash-decoding): grid.x = streams x head chunks, grid.y =
    splits of the stream's work items. An item is one page (the fast path,
    G tokens with both sides quantized), or 32 tokens of the slow path (slots
-   of a partly quantized page, then the full-precision rows). Each warp owns
+   of a partly quantized page, then the full-precision rows). Optionally
+   (kvq_cuda_set_attend_tile(32)) the fast items of G = 64/128 pages are
+   32-token TILES of a page instead, staged into the layout of a G = 32
+   page: the same arithmetic on the same codes, a quarter of the shared
+   memory per stage, and 4 key scales per channel re-read from L2:
+
+       page (G = 128)   k_words ch d: [w0 w1 | w2 w3 | w4 w5 | w6 w7]   B = 2
+                        tile:            t0     t1      t2      t3
+                        v_words:  slots 0-31 | 32-63 | 64-95 | 96-127
+                        k_sz:     all D, in every tile
+
+   Each warp owns
    items round-robin and keeps its own online-softmax state in fp32, base 2
    (scores are pre-multiplied by log2(e)/sqrt(D), so exp becomes exp2):
        m' = max(m, max_t s_t), l' = l 2^(m-m') + sum_t 2^(s_t-m'),
@@ -881,23 +892,59 @@ static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, con
     const unsigned char *s8 = (const unsigned char *)src;
     for (int i = lane * 16; i < bytes; i += 32 * 16) kvq_dev_cp16(dst + i, s8 + i);
 }
-template <int D, int B, int G>
-static __device__ __forceinline__ void kvq_dev_stage_page(const kvq_cuda_pool &pool,
-                                                          size_t page, unsigned char *buf,
-                                                          int vsb, int lane)
+/* 8 bytes global -> shared (a tile's 2 key words per channel at B = 2).   */
+static __device__ __forceinline__ void kvq_dev_cp8(void *smem, const void *gmem)
 {
-    typedef kvq_dev_page<D, B, G> PG;
-    kvq_dev_warp_copy(buf, pool.k_words + page * (PG::KWB / 4), PG::KWB, lane);
-    kvq_dev_warp_copy(buf + PG::KWB, pool.k_sz + page * D, PG::KSB, lane);
-    kvq_dev_warp_copy(buf + PG::KWB + PG::KSB, pool.v_words + page * (PG::VWB / 4), PG::VWB, lane);
-    kvq_dev_warp_copy(buf + PG::KWB + PG::KSB + PG::VWB,
-                      (const unsigned char *)pool.v_sz + page * (size_t)vsb, vsb, lane);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(a), "l"(gmem));
+#else
+    *(uint2 *)smem = *(const uint2 *)gmem;
+#endif
+}
+/* Stage fast item `tile` of pool page `page` (TG tokens, Sec. 4's tiles)
+   into buf, laid out exactly as a page of TG tokens would be, so that
+   kvq_dev_fast_item<D, B, TG> reads it unchanged. vsb: one tile's v_sz
+   bytes. With TG == G (tile 0, the whole page) every part is one
+   contiguous copy. With TG < G a tile's key codes are a column slice of
+   the page, WPT = TG*B/32 words of each channel's G*B/32 (8 or 16 bytes
+   every 16..64): one copy per channel. Its values and value (s, z) are
+   contiguous rows of the page; its key (s, z) are the page's, all D.      */
+template <int D, int B, int G, int TG>
+static __device__ __forceinline__ void kvq_dev_stage_tile(const kvq_cuda_pool &pool,
+                                                          size_t page, int tile,
+                                                          unsigned char *buf, int vsb, int lane)
+{
+    typedef kvq_dev_page<D, B, TG> PT;
+    constexpr int TPP = G / TG;                    /* tiles per page        */
+    constexpr int WPG = G * B / 32, WPT = TG * B / 32;
+    static_assert(TPP * TG == G && (WPT == 2 || WPT % 4 == 0), "tile geometry");
+    const uint32_t *kw = pool.k_words + page * (size_t)(D * WPG);
+    if constexpr (TPP == 1) {
+        kvq_dev_warp_copy(buf, kw, PT::KWB, lane);
+    } else {
+        kw += (size_t)tile * WPT;
+        for (int d = lane; d < D; d += 32)
+#pragma unroll
+            for (int k = 0; k < WPT; k += (WPT == 2 ? 2 : 4)) {
+                if constexpr (WPT == 2) kvq_dev_cp8(buf + (d * WPT + k) * 4, kw + (size_t)d * WPG + k);
+                else kvq_dev_cp16(buf + (d * WPT + k) * 4, kw + (size_t)d * WPG + k);
+            }
+    }
+    const size_t item = page * TPP + (size_t)tile;  /* pool-wide tile index */
+    kvq_dev_warp_copy(buf + PT::KWB, pool.k_sz + page * D, PT::KSB, lane);
+    kvq_dev_warp_copy(buf + PT::KWB + PT::KSB, pool.v_words + item * (PT::VWB / 4), PT::VWB, lane);
+    kvq_dev_warp_copy(buf + PT::KWB + PT::KSB + PT::VWB,
+                      (const unsigned char *)pool.v_sz + item * (size_t)vsb, vsb, lane);
 }
 
+/* G here is the item's token count: the page's G, or a tile's TG (its
+   staged layout is a TG-token page's); slot0 = the stream slot of its
+   first token.                                                            */
 template <int D, int B, int G, int NH>
-static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged page */,
+static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged page or tile */,
                                          const kvq_cuda_pool &pool, const kvq_cuda_stream *s,
-                                         uint32_t unit, const float *qs /* (NH, D) smem */,
+                                         uint32_t slot0, const float *qs /* (NH, D) smem */,
                                          kvq_dev_warp_state<D, B, NH> &st,
                                          float *pbuf /* (NH, G) */, int lane)
 {
@@ -958,7 +1005,7 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
         for (int k = 0; k < LOGL; k++) cst[h] += __shfl_xor_sync(0xffffffffu, cst[h], WPG << k);
 #pragma unroll
         for (int i = 0; i < SPL; i++) {
-            const uint32_t slot = unit * G + w * P + tau + i;
+            const uint32_t slot = slot0 + w * P + tau + i;
             const bool dead = s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u);
             score[h][i] = dead ? -INFINITY : part[h][i] + cst[h];
         }
@@ -1005,32 +1052,37 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
 }
 
 /* -- the kernel ------------------------------------------------------------- */
-/* Work items of a stream: fast pages first, then slow chunks of 32.       */
+/* Work items of a stream: fast items first (pages, or tiles of TG tokens),
+   then slow chunks of 32. A tile is fast when all its slots are < both:
+   its values are quantized, and so are its keys, whose unit (page) is
+   whole because n_kq is a multiple of G.                                 */
 struct kvq_dev_items {
     uint32_t n_fast, n_mixed, n_slow_tokens, n_items;
 };
 static __host__ __device__ __forceinline__ kvq_dev_items kvq_dev_count(const kvq_cuda_stream &s,
-                                                                       int G, bool quantized)
+                                                                       int TG, bool quantized)
 {
     kvq_dev_items it;
     const uint32_t n_slots = s.n_kq > s.n_vq ? s.n_kq : s.n_vq;
     const uint32_t both = s.n_kq < s.n_vq ? s.n_kq : s.n_vq;
-    it.n_fast = quantized ? both / (uint32_t)G : 0;
-    it.n_mixed = quantized ? n_slots - it.n_fast * (uint32_t)G : 0;
+    it.n_fast = quantized ? both / (uint32_t)TG : 0;
+    it.n_mixed = quantized ? n_slots - it.n_fast * (uint32_t)TG : 0;
     it.n_slow_tokens = it.n_mixed + s.n_fp;
     it.n_items = it.n_fast + (it.n_slow_tokens + KVQ_CUDA_CHUNK - 1) / KVQ_CUDA_CHUNK;
     return it;
 }
 
-/* Partial result of one split: m, l, acc[D], per (stream, head, split).   */
-template <int D, int B, int G, int NH>
+/* Partial result of one split: m, l, acc[D], per (stream, head, split).
+   G: the pool's page; TG: tokens per fast item (G, or 32 for tiles).      */
+template <int D, int B, int G, int TG, int NH>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : 1)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages)
 {
     constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
-    constexpr int PB = (B ? G : 32) > 32 ? (B ? G : 32) : 32;   /* pbuf length per head */
+    constexpr int PB = (B ? TG : 32) > 32 ? (B ? TG : 32) : 32; /* pbuf length per head */
+    static_assert(G % TG == 0, "a tile divides the page");
     __shared__ float qs[NH * D];
     __shared__ float pbuf[KVQ_CUDA_WARPS][NH * PB];
     __shared__ float red_acc[KVQ_CUDA_WARPS][NH * D];
@@ -1064,51 +1116,54 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
         for (int i = 0; i < P; i++) st.acc_q[h][i] = 0.0f;
     }
 
-    const kvq_dev_items it = kvq_dev_count(*s, G, B > 0);
+    const kvq_dev_items it = kvq_dev_count(*s, TG, B > 0);
     const uint32_t per = (it.n_items + n_splits - 1) / n_splits;
     const uint32_t first = split * per;
     const uint32_t last = (first + per < it.n_items) ? first + per : it.n_items;
     kvq_dev_slow_src<D, B> src;
     src.s = s;
     src.pool = pool;
-    src.slot0 = it.n_fast * (uint32_t)G;
+    src.slot0 = it.n_fast * (uint32_t)TG;
     src.n_mixed = it.n_mixed;
     src.n_total = it.n_slow_tokens;
     uint32_t item = first + warp;
     if constexpr (B > 0) {
-        /* fast pages: with two stages, the next page's copy is in flight
+        /* fast items: with two stages, the next item's copy is in flight
            while this one is computed; one stage when two do not fit      */
-        typedef kvq_dev_page<D, (B ? B : 2), G> PG;
+        typedef kvq_dev_page<D, (B ? B : 2), TG> PT;
+        constexpr uint32_t TPP = G / TG;               /* tiles per page   */
         extern __shared__ __align__(16) unsigned char kvq_dev_stage[];
-        const int vsb = G * (D / pool.value_group) * 4;
-        const int pb = PG::KWB + PG::KSB + PG::VWB + vsb;      /* page bytes */
+        const int vsb = TG * (D / pool.value_group) * 4;
+        const int pb = PT::KWB + PT::KSB + PT::VWB + vsb;      /* item bytes */
         unsigned char *mine = kvq_dev_stage + (size_t)warp * n_stages * pb;
         const uint32_t fast_end = it.n_fast < last ? it.n_fast : last;
+        auto stage_item = [&](uint32_t i, unsigned char *buf) {
+            kvq_dev_stage_tile<D, B, G, TG>(pool, (size_t)s->pages[i / TPP], (int)(i % TPP),
+                                            buf, vsb, lane);
+        };
         if (n_stages == 2) {
             int stage = 0;
-            if (item < fast_end)
-                kvq_dev_stage_page<D, B, G>(pool, (size_t)s->pages[item], mine, vsb, lane);
+            if (item < fast_end) stage_item(item, mine);
             kvq_dev_cp_commit();
             for (; item < fast_end; item += KVQ_CUDA_WARPS) {
                 const uint32_t next = item + KVQ_CUDA_WARPS;
-                if (next < fast_end)
-                    kvq_dev_stage_page<D, B, G>(pool, (size_t)s->pages[next],
-                                                mine + (stage ^ 1) * pb, vsb, lane);
+                if (next < fast_end) stage_item(next, mine + (stage ^ 1) * pb);
                 kvq_dev_cp_commit();
-                kvq_dev_cp_wait<1>();          /* this page has landed      */
+                kvq_dev_cp_wait<1>();          /* this item has landed      */
                 __syncwarp();
-                kvq_dev_fast_item<D, B, G, NH>(mine + stage * pb, pool, s, item, qs, st,
-                                               pbuf[warp], lane);
+                kvq_dev_fast_item<D, B, TG, NH>(mine + stage * pb, pool, s, item * TG, qs, st,
+                                                pbuf[warp], lane);
                 stage ^= 1;                    /* fast_item ends in __syncwarp */
             }
             kvq_dev_cp_wait<0>();
         } else {
             for (; item < fast_end; item += KVQ_CUDA_WARPS) {
-                kvq_dev_stage_page<D, B, G>(pool, (size_t)s->pages[item], mine, vsb, lane);
+                stage_item(item, mine);
                 kvq_dev_cp_commit();
                 kvq_dev_cp_wait<0>();
                 __syncwarp();
-                kvq_dev_fast_item<D, B, G, NH>(mine, pool, s, item, qs, st, pbuf[warp], lane);
+                kvq_dev_fast_item<D, B, TG, NH>(mine, pool, s, item * TG, qs, st, pbuf[warp],
+                                                lane);
             }
         }
     }
@@ -1230,27 +1285,46 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
     return n_streams * (size_t)(n_rep > 0 ? n_rep : 1) * (size_t)sp * (size_t)(head_dim + 2);
 }
 
-/* Instantiation table: D x B x G x NH. B = 0 is the fp16 baseline.        */
+/* Fast items of G = 64 and 128 pools: whole pages (0, the default, the
+   version measured in bench/RESULTS.md), or 32-token tiles (32: each item
+   stages and computes like a G = 32 page, so two stages fit at the same
+   occupancy; bench version 3). Process-wide; set it before launching.
+   G = 32 pages are tiles already.                                         */
+static int kvq_cuda__tile_tokens = 0;
+extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
+{
+    if (tokens != 0 && tokens != 32)
+        return kvq_cuda__bad("kvq_cuda_set_attend_tile: %d (use 0 for whole pages or 32)", tokens);
+    kvq_cuda__tile_tokens = tokens;
+    return cudaSuccess;
+}
+
+/* Instantiation table: D x B x G x TG x NH. B = 0 is the fp16 baseline.   */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
                                   const float *, float *, int);
-template <int D, int B, int G>
+template <int D, int B, int G, int TG>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
-    return nh == 4 ? kvq_attend_kernel<D, B, G, 4> : kvq_attend_kernel<D, B, G, 1>;
+    return nh == 4 ? kvq_attend_kernel<D, B, G, TG, 4> : kvq_attend_kernel<D, B, G, TG, 1>;
+}
+template <int D, int B, int G>
+static kvq_cuda__attn_fn kvq_cuda__pick_tile(bool tiles, int nh)
+{
+    return tiles ? kvq_cuda__pick_nh<D, B, G, 32>(nh) : kvq_cuda__pick_nh<D, B, G, G>(nh);
 }
 template <int D, int B>
-static kvq_cuda__attn_fn kvq_cuda__pick_g(int G, int nh)
+static kvq_cuda__attn_fn kvq_cuda__pick_g(int G, bool tiles, int nh)
 {
-    return G == 32 ? kvq_cuda__pick_nh<D, B, 32>(nh)
-         : G == 64 ? kvq_cuda__pick_nh<D, B, 64>(nh)
-         : G == 128 ? kvq_cuda__pick_nh<D, B, 128>(nh) : nullptr;
+    return G == 32 ? kvq_cuda__pick_nh<D, B, 32, 32>(nh)
+         : G == 64 ? kvq_cuda__pick_tile<D, B, 64>(tiles, nh)
+         : G == 128 ? kvq_cuda__pick_tile<D, B, 128>(tiles, nh) : nullptr;
 }
 template <int D>
-static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int G, int nh)
+static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int G, bool tiles, int nh)
 {
-    if (B == 0) return kvq_cuda__pick_nh<D, 0, 32>(nh);
-    return B == 2 ? kvq_cuda__pick_g<D, 2>(G, nh)
-         : B == 4 ? kvq_cuda__pick_g<D, 4>(G, nh) : nullptr;
+    if (B == 0) return kvq_cuda__pick_nh<D, 0, 32, 32>(nh);
+    return B == 2 ? kvq_cuda__pick_g<D, 2>(G, tiles, nh)
+         : B == 4 ? kvq_cuda__pick_g<D, 4>(G, tiles, nh) : nullptr;
 }
 
 /* Decode attention. pool: NULL for the fp16 baseline (every stream has only
@@ -1302,16 +1376,19 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     if (work_floats < need)
         return kvq_cuda__bad("kvq_cuda_attend: workspace of %zu floats, %zu needed",
                              work_floats, need);
-    kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, G, nh)
-                                      : kvq_cuda__pick_b<64>(B, G, nh);
+    const bool tiles = kvq_cuda__tile_tokens == 32;
+    const int TG = (pool && tiles) ? 32 : G;           /* tokens per fast item */
+    kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, G, tiles, nh)
+                                      : kvq_cuda__pick_b<64>(B, G, tiles, nh);
     if (!fn) return kvq_cuda__bad("kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
-    /* staged pages (Sec. 4, fast path): two per warp while a CTA's stages
+    /* staged items (Sec. 4, fast path): two per warp while a CTA's stages
        stay within 48 KB, else one (a G = 128 page is 9-17 KB: two stages
        would leave one CTA, 4 warps, per SM; with one stage, more CTAs
-       overlap each other's copies instead). The attribute is set every
-       time because static + dynamic shared memory may pass 48 KB.       */
-    const size_t page_bytes = pool ? (size_t)D * G * B / 8 * 2 + (size_t)D * 4 +
-                                     (size_t)G * (D / pl.value_group) * 4 : 0;
+       overlap each other's copies instead; a 32-token tile is 2.5-5 KB
+       and always gets two). The attribute is set every time because
+       static + dynamic shared memory may pass 48 KB.                    */
+    const size_t page_bytes = pool ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
+                                     (size_t)TG * (D / pl.value_group) * 4 : 0;
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
@@ -1571,6 +1648,7 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        int n_rep, size_t max_tokens, const float *d_q,
                                        float *d_out, float *d_work, size_t work_floats,
                                        int *d_status, cudaStream_t stream);
+extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens);
 extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,
                                            size_t n_moves, void *d_temp, cudaStream_t stream);

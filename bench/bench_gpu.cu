@@ -14,6 +14,9 @@
      version 1: fused kernel, one CTA per (stream, head chunk): no split
      version 2: fused kernel + flash-decoding split across the sequence
                 (kvq_cuda_attend as shipped)
+     version 3: version 2 with G = 128 pages cut into 32-token tiles
+                (kvq_cuda_set_attend_tile(32)): two stages per warp at
+                G = 32's occupancy; G = 32 rows are version 2 itself
      fp16:      our fp16 decode kernel (the same kernel, pool = NULL) on the
                 same T, the baseline for the 2-bit speedup
    Quantize versions:
@@ -21,7 +24,9 @@
                 nothing on bad data)
      version 2: the same with validate = 0 (one pass, trusted input)
 
-   Usage: bench_gpu [--quick] [--csv DIR]                                  */
+   Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]
+   --shape runs only that attention shape (no quantize section): the
+   target for a profiler, e.g. bench/gpu_run.sh's ncu step.               */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #define KVQ_CUDA_DECLARE_ONLY        /* the kernels come from build/kvq_cuda.o */
@@ -265,10 +270,12 @@ static double rel_err(const float *got, const std::vector<double> &ref, size_t n
     return sqrt(num / (den > 0 ? den : 1e-300));
 }
 
-/* Time one version on P. max_tokens_plan = 1 forces one split (version 1). */
-static bool run_attn(attn_problem &P, bool fp16, bool split, double copy, float *ms_out,
+/* Time one version on P. max_tokens_plan = 1 forces one split (version 1);
+   tiles: kvq_cuda_set_attend_tile(32) for this run (version 3).          */
+static bool run_attn(attn_problem &P, bool fp16, bool split, bool tiles, float *ms_out,
                      double *err_out)
 {
+    CU(kvq_cuda_set_attend_tile(tiles ? 32 : 0));
     const size_t S = P.S;
     const int n_rep = P.n_rep, D = P.D;
     const size_t plan_tokens = split ? P.T : 1;
@@ -306,21 +313,26 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, double copy, float 
     *err_out = worst;
     bool ok = status == 0 && worst <= 1e-4;
     if (ok) *ms_out = median_ms(call, 1);
-    (void)copy;
+    CU(kvq_cuda_set_attend_tile(0));
     CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
     return ok;
 }
 
-static void bench_attention(bool quick, double copy)
+/* One attention shape, or (shape = NULL) the issue's grid.               */
+struct attn_shape { int B, G, gqa; size_t S, T; };
+
+static void bench_attention(bool quick, double copy, const attn_shape *only)
 {
     printf("\n== fused decode attention (D = 128; KIVI steady state, R = 128) ==\n");
-    printf("%-5s %2s %4s %5s %7s %4s | %9s %8s %6s | %9s %8s %6s | %9s %7s | %6s %6s %6s\n",
-           "ver", "B", "G", "gqa", "T", "S", "v1 us", "v1 GB/s", "v1 %", "v2 us", "v2 GB/s",
-           "v2 %", "fp16 us", "fp16 %", "x fp16", "bytesx", "err");
+    printf("%2s %4s %3s %7s %4s | %8s %5s | %8s %7s %5s | %8s %5s | %8s %5s | %6s %6s %6s\n",
+           "B", "G", "gqa", "T", "S", "v1 us", "v1 %", "v2 us", "v2 GB/s", "v2 %", "v3 us",
+           "v3 %", "fp16 us", "fp16%", "x fp16", "bytesx", "err");
     std::vector<size_t> Ts = { 1024, 4096, 16384, 32768, 131072 };
     std::vector<size_t> Ss = { 8, 64, 256 };
+    std::vector<int> gqas = { 1, 4 }, Bs = { 2, 4 }, Gs = { 32, 128 };
     if (quick) { Ts = { 4096, 32768 }; Ss = { 64 }; }
-    for (int gqa : { 1, 4 })
+    if (only) { Ts = { only->T }; Ss = { only->S }; gqas = { only->gqa }; Bs = { only->B }; Gs = { only->G }; }
+    for (int gqa : gqas)
         for (size_t S : Ss)
             for (size_t T : Ts) {
                 if ((double)S * T * 512 > 24e9) continue;      /* fp16 KV over 24 GB */
@@ -328,27 +340,33 @@ static void bench_attention(bool quick, double copy)
                 build_problem(F, 128, 2, 32, gqa, S, T, true, 99);
                 float ms_f = 0;
                 double err_f;
-                const bool okf = run_attn(F, true, true, copy, &ms_f, &err_f);
+                const bool okf = run_attn(F, true, true, false, &ms_f, &err_f);
                 const double gb_f = F.bytes / (ms_f * 1e-3) / 1e9;
-                for (int B : { 2, 4 })
-                    for (int G : { 32, 128 }) {
+                for (int B : Bs)
+                    for (int G : Gs) {
                         attn_problem P;
                         build_problem(P, 128, B, G, gqa, S, T, false, 7 + T + S + B + G);
-                        float ms1 = 0, ms2 = 0;
-                        double e1, e2;
-                        const bool ok1 = run_attn(P, false, false, copy, &ms1, &e1);
-                        const bool ok2 = run_attn(P, false, true, copy, &ms2, &e2);
-                        const double gb1 = P.bytes / (ms1 * 1e-3) / 1e9, gb2 = P.bytes / (ms2 * 1e-3) / 1e9;
-                        printf("%-5s %2d %4d %5d %7zu %4zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | "
-                               "%9.1f %6.1f%% | %6.2f %6.2f %6.0e%s\n",
-                               "v1/v2", B, G, gqa, T, S, ms1 * 1e3, gb1, 100 * gb1 / copy, ms2 * 1e3,
-                               gb2, 100 * gb2 / copy, ms_f * 1e3, 100 * gb_f / copy, ms_f / ms2,
-                               F.bytes / P.bytes, std::max(e1, e2),
-                               (ok1 && ok2 && okf) ? "" : "  INVALID");
+                        float ms1 = 0, ms2 = 0, ms3 = 0;
+                        double e1, e2, e3 = 0;
+                        const bool ok1 = run_attn(P, false, false, false, &ms1, &e1);
+                        const bool ok2 = run_attn(P, false, true, false, &ms2, &e2);
+                        /* G = 32 pages are tiles already: v3 == v2 there */
+                        const bool ok3 = G > 32 ? run_attn(P, false, true, true, &ms3, &e3) : true;
+                        if (G == 32) ms3 = ms2;
+                        const double gb1 = P.bytes / (ms1 * 1e-3) / 1e9, gb2 = P.bytes / (ms2 * 1e-3) / 1e9,
+                                     gb3 = P.bytes / (ms3 * 1e-3) / 1e9;
+                        const double err = std::max(std::max(e1, e2), e3);
+                        const bool ok = ok1 && ok2 && ok3 && okf;
+                        printf("%2d %4d %3d %7zu %4zu | %8.1f %4.1f%% | %8.1f %7.0f %4.1f%% | %8.1f %4.1f%% | "
+                               "%8.1f %4.1f%% | %6.2f %6.2f %6.0e%s\n",
+                               B, G, gqa, T, S, ms1 * 1e3, 100 * gb1 / copy, ms2 * 1e3, gb2,
+                               100 * gb2 / copy, ms3 * 1e3, 100 * gb3 / copy, ms_f * 1e3,
+                               100 * gb_f / copy, ms_f / ms2, F.bytes / P.bytes, err,
+                               ok ? "" : "  INVALID");
                         if (csv_attn)
-                            fprintf(csv_attn, "%d,%d,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.3f,%.1f,%.1f,%.3g,%d\n",
+                            fprintf(csv_attn, "%d,%d,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.3f,%.1f,%.1f,%.3g,%d,%.3f,%.1f\n",
                                     B, G, gqa, T, S, ms1 * 1e3, gb1, ms2 * 1e3, gb2, ms_f * 1e3, gb_f,
-                                    copy, std::max(e1, e2), (int)(ok1 && ok2 && okf));
+                                    copy, err, (int)ok, ms3 * 1e3, gb3);
                     }
             }
 }
@@ -417,10 +435,21 @@ int main(int argc, char **argv)
 {
     bool quick = false;
     const char *csv_dir = nullptr;
+    attn_shape shape;
+    const attn_shape *only = nullptr;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_dir = argv[++i];
-        else { fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR]\n"); return 2; }
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
+                 sscanf(argv[++i], "%d,%d,%d,%zu,%zu", &shape.B, &shape.G, &shape.gqa, &shape.S,
+                        &shape.T) == 5 && (shape.B == 2 || shape.B == 4) &&
+                 (shape.G == 32 || shape.G == 64 || shape.G == 128) && shape.gqa >= 1 &&
+                 shape.gqa <= 8 && shape.S >= 1 && shape.T >= 1)
+            only = &shape;
+        else {
+            fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]\n");
+            return 2;
+        }
     }
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
@@ -431,11 +460,11 @@ int main(int argc, char **argv)
         std::string a = std::string(csv_dir) + "/gpu_attention.csv", q = std::string(csv_dir) + "/gpu_quantize.csv";
         csv_attn = fopen(a.c_str(), "w");
         csv_quant = fopen(q.c_str(), "w");
-        if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,v1_us,v1_gbps,v2_us,v2_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid\n");
+        if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,v1_us,v1_gbps,v2_us,v2_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid,v3_us,v3_gbps\n");
         if (csv_quant) fprintf(csv_quant, "axis,B,G,T,v1_us,v1_gbps,v2_us,v2_gbps,copy_gbps,identical\n");
     }
-    bench_quantize(quick, copy);
-    bench_attention(quick, copy);
+    if (!only) bench_quantize(quick, copy);
+    bench_attention(quick, copy, only);
     if (csv_attn) fclose(csv_attn);
     if (csv_quant) fclose(csv_quant);
     return 0;

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # One GPU-machine session: build, test, sanitize, benchmark. Used with the
 # device tool; every result lands in $OUT (or ./gpu_out). Steps: any of
-#   build test sanitize bench bench-quick sdpa sdpa-quick
+#   build test sanitize bench bench-quick sdpa sdpa-quick ptxas ncu
+# ncu profiles version 2 (whole pages) and, for G > 32, version 3 (tiles)
+# of the fused kernel at each shape of NCU_SHAPES (B,G,GQA,S,T); in
+# bench_gpu --shape the attention kernels launch as: fp16 x 29, v1 x 29,
+# v2 x 29, v3 x 29 (1 validation + 3 warm-up + 25 timed), so v2's 4th
+# launch is the 33rd of the pages kernel (v1 and v2 share it).
 set -u
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT" build
 log() { echo "=== $*"; }
@@ -22,5 +27,28 @@ for step in "$@"; do
     bench-quick) log "bench_gpu --quick"; timeout 200 build/bench_gpu --quick > "$OUT/bench_quick.log" 2>&1; echo "rc=$?"; cat "$OUT/bench_quick.log" ;;
     sdpa) log "sdpa"; timeout 300 python3 bench/sdpa_baseline.py --csv "$OUT/gpu_sdpa.csv" > "$OUT/sdpa.log" 2>&1; echo "rc=$?"; cat "$OUT/sdpa.log" ;;
     sdpa-quick) log "sdpa quick"; timeout 120 python3 bench/sdpa_baseline.py --quick 2>&1 | tail -8 ;;
+    ptxas)
+      log "ptxas registers and spills (sm_90)"
+      nvcc -O3 -std=c++17 -arch=sm_90 -Xptxas -v -c kvq_cuda.cu -o /dev/null 2> "$OUT/ptxas.log"
+      python3 bench/ptxas_report.py "$OUT/ptxas.log" | tee "$OUT/ptxas_report.txt" | grep attend ;;
+    ncu)
+      for shape in ${NCU_SHAPES:-2,32,1,64,32768 2,128,1,64,32768 2,128,4,64,32768}; do
+        IFS=, read -r b g r s t <<< "$shape"
+        for v in 2 3; do
+          if [ $v = 2 ]; then tg=$g; skip=32; else [ "$g" -gt 32 ] || continue; tg=32; skip=3; fi
+          log "ncu v$v B=$b G=$g gqa=$r S=$s T=$t"
+          timeout 300 ncu --clock-control none --kernel-name-base demangled \
+            --kernel-name "regex:kvq_attend_kernel<128, $b, $g, $tg, " --launch-skip $skip --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section InstructionStats build/bench_gpu --shape "$shape" > "$OUT/ncu_v${v}_${b}_${g}_${r}_${s}_${t}.log" 2>&1
+          echo "rc=$?"; grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu_v${v}_${b}_${g}_${r}_${s}_${t}.log" | head -24
+        done
+      done
+      log "ncu quantize (per-channel, B = 2, G = 32: bench_gpu's first quantize row)"
+      timeout 300 ncu --clock-control none --kernel-name kvq_quantize_kernel --launch-skip 6 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis --section InstructionStats build/bench_gpu --quick > "$OUT/ncu_quantize.log" 2>&1
+      echo "rc=$?"; grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Issue Slots Busy|Stall" "$OUT/ncu_quantize.log" | head -16 ;;
   esac
 done

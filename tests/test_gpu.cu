@@ -339,6 +339,10 @@ static kvq_config make_config(int pol, size_t D, int bits, size_t G)
     return cfg;
 }
 
+/* kvq_cuda_set_attend_tile's setting for the attention tests: 0 = whole
+   pages (the default), 32 = 32-token tiles of G = 64/128 pages.          */
+static int tile_mode = 0;
+
 /* Build n_streams caches of the policy with random lengths (prefill, then
    a few decode appends), run the GPU, compare every row with the oracle. */
 static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
@@ -405,12 +409,12 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
             }
         }
         CHECK(status == 0, "%s: status %d", pol_name[pol], status);
-        CHECK(bad == 0, "%s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d: %zu rows "
-              "over tolerance, worst rel err %.3g", pol_name[pol], D, bits, G, n_rep, n_streams,
-              max_len, n_splits, bad, worst);
-        printf("  attend %-10s D=%3zu B=%d G=%3zu n_rep=%d streams=%3zu T<=%6zu splits=%3d  "
-               "worst rel err %.2e\n", pol_name[pol], D, bits, G, n_rep, n_streams, max_len,
-               n_splits, worst);
+        CHECK(bad == 0, "%s D=%zu B=%d G=%zu tile=%d n_rep=%d streams=%zu max_len=%zu splits=%d: "
+              "%zu rows over tolerance, worst rel err %.3g", pol_name[pol], D, bits, G, tile_mode,
+              n_rep, n_streams, max_len, n_splits, bad, worst);
+        printf("  attend %-10s D=%3zu B=%d G=%3zu%s n_rep=%d streams=%3zu T<=%6zu splits=%3d  "
+               "worst rel err %.2e\n", pol_name[pol], D, bits, G, tile_mode ? " tiles" : "",
+               n_rep, n_streams, max_len, n_splits, worst);
     }
     for (auto &c : caches) kvq_cache_free(&c);
 }
@@ -693,6 +697,13 @@ int main(void)
     test_attend();
     test_attend_status();
     test_attend_splits();
+    /* the same checks with the fast path cut into 32-token tiles          */
+    CHECK(kvq_cuda_set_attend_tile(7) == cudaErrorInvalidValue, "tile 7 was accepted");
+    CU(kvq_cuda_set_attend_tile(32));
+    tile_mode = 32;
+    test_attend();
+    CU(kvq_cuda_set_attend_tile(0));
+    tile_mode = 0;
     test_compaction_round(false);
     test_compaction_round(true);
     test_move_overlap();
