@@ -863,13 +863,19 @@ struct kvq_dev_page {
     static constexpr int VSB_MAX = G * (D * B / 32) * 4;   /* Gv >= 32/B  */
     static constexpr int BYTES = KWB + KSB + VWB + VSB_MAX;
 };
-static __device__ __forceinline__ void kvq_dev_cp16(void *smem, const void *gmem)
+/* N bytes (8 or 16, both addresses N-aligned) global -> shared, async;
+   16-byte copies bypass L1 (.cg), 8-byte ones may only go through it.   */
+template <int N>
+static __device__ __forceinline__ void kvq_dev_cp(void *smem, const void *gmem)
 {
+    static_assert(N == 8 || N == 16, "cp.async copies 8 or 16 bytes here");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+    if constexpr (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(a), "l"(gmem));
 #else
-    *(uint4 *)smem = *(const uint4 *)gmem;
+    if constexpr (N == 16) *(uint4 *)smem = *(const uint4 *)gmem;
+    else *(uint2 *)smem = *(const uint2 *)gmem;
 #endif
 }
 static __device__ __forceinline__ void kvq_dev_cp_commit(void)
@@ -890,17 +896,7 @@ static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, con
                                                          int bytes, int lane)
 {
     const unsigned char *s8 = (const unsigned char *)src;
-    for (int i = lane * 16; i < bytes; i += 32 * 16) kvq_dev_cp16(dst + i, s8 + i);
-}
-/* 8 bytes global -> shared (a tile's 2 key words per channel at B = 2).   */
-static __device__ __forceinline__ void kvq_dev_cp8(void *smem, const void *gmem)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(a), "l"(gmem));
-#else
-    *(uint2 *)smem = *(const uint2 *)gmem;
-#endif
+    for (int i = lane * 16; i < bytes; i += 32 * 16) kvq_dev_cp<16>(dst + i, s8 + i);
 }
 /* Stage fast item `tile` of pool page `page` (TG tokens, Sec. 4's tiles)
    into buf, laid out exactly as a page of TG tokens would be, so that
@@ -924,12 +920,11 @@ static __device__ __forceinline__ void kvq_dev_stage_tile(const kvq_cuda_pool &p
         kvq_dev_warp_copy(buf, kw, PT::KWB, lane);
     } else {
         kw += (size_t)tile * WPT;
+        constexpr int STEP = (WPT == 2) ? 2 : 4;  /* words per copy: 8 or 16 B */
         for (int d = lane; d < D; d += 32)
 #pragma unroll
-            for (int k = 0; k < WPT; k += (WPT == 2 ? 2 : 4)) {
-                if constexpr (WPT == 2) kvq_dev_cp8(buf + (d * WPT + k) * 4, kw + (size_t)d * WPG + k);
-                else kvq_dev_cp16(buf + (d * WPT + k) * 4, kw + (size_t)d * WPG + k);
-            }
+            for (int k = 0; k < WPT; k += STEP)
+                kvq_dev_cp<STEP * 4>(buf + (d * WPT + k) * 4, kw + (size_t)d * WPG + k);
     }
     const size_t item = page * TPP + (size_t)tile;  /* pool-wide tile index */
     kvq_dev_warp_copy(buf + PT::KWB, pool.k_sz + page * D, PT::KSB, lane);
@@ -1384,8 +1379,8 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     /* staged items (Sec. 4, fast path): two per warp while a CTA's stages
        stay within 48 KB, else one (a G = 128 page is 9-17 KB: two stages
        would leave one CTA, 4 warps, per SM; with one stage, more CTAs
-       overlap each other's copies instead; a 32-token tile is 2.5-5 KB
-       and always gets two). The attribute is set every time because
+       overlap each other's copies instead; a 32-token tile is 1.4-6.5 KB
+       and gets two, except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set every time because
        static + dynamic shared memory may pass 48 KB.                    */
     const size_t page_bytes = pool ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
                                      (size_t)TG * (D / pl.value_group) * 4 : 0;

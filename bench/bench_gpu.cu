@@ -14,7 +14,7 @@
      version 1: fused kernel, one CTA per (stream, head chunk): no split
      version 2: fused kernel + flash-decoding split across the sequence
                 (kvq_cuda_attend as shipped)
-     version 3: version 2 with G = 128 pages cut into 32-token tiles
+     version 3: version 2 with G = 64/128 pages cut into 32-token tiles
                 (kvq_cuda_set_attend_tile(32)): two stages per warp at
                 G = 32's occupancy; G = 32 rows are version 2 itself
      fp16:      our fp16 decode kernel (the same kernel, pool = NULL) on the
@@ -437,12 +437,14 @@ int main(int argc, char **argv)
     const char *csv_dir = nullptr;
     attn_shape shape;
     const attn_shape *only = nullptr;
+    int used = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_dir = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
-                 sscanf(argv[++i], "%d,%d,%d,%zu,%zu", &shape.B, &shape.G, &shape.gqa, &shape.S,
-                        &shape.T) == 5 && (shape.B == 2 || shape.B == 4) &&
+                 sscanf(argv[++i], "%d,%d,%d,%zu,%zu%n", &shape.B, &shape.G, &shape.gqa, &shape.S,
+                        &shape.T, &used) == 5 && argv[i][used] == '\0' &&
+                 (shape.B == 2 || shape.B == 4) &&
                  (shape.G == 32 || shape.G == 64 || shape.G == 128) && shape.gqa >= 1 &&
                  shape.gqa <= 8 && shape.S >= 1 && shape.T >= 1)
             only = &shape;

@@ -342,6 +342,9 @@ static kvq_config make_config(int pol, size_t D, int bits, size_t G)
 /* kvq_cuda_set_attend_tile's setting for the attention tests: 0 = whole
    pages (the default), 32 = 32-token tiles of G = 64/128 pages.          */
 static int tile_mode = 0;
+/* Streams of G = 64/128 pools whose fast range reaches a page's second
+   tile (min(n_kq, n_vq) >= 64) in the tile pass: proof the tiles ran.    */
+static size_t tiled_streams = 0;
 
 /* Build n_streams caches of the policy with random lengths (prefill, then
    a few decode appends), run the GPU, compare every row with the oracle. */
@@ -372,6 +375,7 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
         kvq_cuda_export_t e;
         if (ok && kvq_cuda_export(c, &e, why, sizeof why) != KVQ_OK) ok = false;
         if (ok) b.ex.push_back(e);
+        if (ok && tile_mode && G > 32 && std::min(e.n_kq, e.n_vq) >= 64) tiled_streams++;
     }
     for (auto &x : hq) x = rng_gauss();
     CHECK(ok, "%s: building the caches failed: %s", pol_name[pol], why);
@@ -702,6 +706,8 @@ int main(void)
     CU(kvq_cuda_set_attend_tile(32));
     tile_mode = 32;
     test_attend();
+    CHECK(tiled_streams > 0, "the tile pass never reached a second tile of a G > 32 page");
+    printf("  tiles: %zu streams reached a page's second tile\n", tiled_streams);
     CU(kvq_cuda_set_attend_tile(0));
     tile_mode = 0;
     test_compaction_round(false);
