@@ -2,16 +2,19 @@
 #   make            build everything, then run every example (each prints PASS/FAIL)
 #   make test       header compile checks, unit tests, and the same tests under
 #                   AddressSanitizer + UndefinedBehaviorSanitizer; ends "N passed, M failed";
-#                   first, check-docs: the walkthrough's quoted example output is still true
-#   make plots      the examples' CSV tables (--csv) and the figures in plots/ (matplotlib;
-#                   installed with pip when missing)
+#                   first, check-docs: the walkthrough's quoted example output is still true;
 #                   and, when valgrind is installed, the QUICK tests under memcheck
 #                   (zero errors, zero leaks); replays fuzz/corpus through the
 #                   fuzz targets (gcc + ASan/UBSan, no libFuzzer needed)
+#   make plots      the examples' CSV tables (--csv) and the figures in plots/ (matplotlib;
+#                   installed with pip when missing)
 #   make soak       1,000,000 decode steps per policy, invariants at every step
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each (default 60)
 #   make bench      CPU benchmarks (results: bench/RESULTS.md)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
+#   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
+#                   runs test_gpu's CPU-side checks (no GPU); make test-gpu and
+#                   make bench-gpu need an NVIDIA GPU (walkthrough chapter 9)
 # Needs: a C99 compiler (gcc by default), make, libm. clang and g++ are used by
 # `make test` when present (skipped with a message otherwise).
 
@@ -39,7 +42,7 @@ FUZZERS     := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 
 .PHONY: soak fuzz fuzz-build fuzz-seeds valgrind
-.PHONY: all examples test compile-checks check-docs plots bench cuda cuda-build test-gpu bench-gpu clean model eval plots-real
+.PHONY: all examples test compile-checks check-docs plots bench cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
 examples: $(EXAMPLES)
@@ -148,13 +151,17 @@ $(B)/kvq_cuda.o: kvq_cuda.cu kvq.h
 
 # GPU tests and benchmark: light translation units (KVQ_CUDA_DECLARE_ONLY)
 # linked against build/kvq_cuda.o, the one heavy compile. They need a CUDA
-# GPU to run; `make cuda-build` only compiles them, which CI does.
+# GPU to run, except `make test-cuda-host` (test_gpu --host: the kernels'
+# walk of exported caches, checked on the CPU), which CI runs after
+# `make cuda-build`.
 GPU_FLAGS = -O3 -std=c++17 -I. -Itests
 $(B)/test_gpu: tests/test_gpu.cu $(B)/kvq_cuda.o kvq.h tests/test.h
 	$(NVCC) $(GPU_FLAGS) $(NVFLAGS) -o $@ $< $(B)/kvq_cuda.o
 $(B)/bench_gpu: bench/bench_gpu.cu $(B)/kvq_cuda.o kvq.h
 	$(NVCC) $(GPU_FLAGS) $(NVFLAGS) -o $@ $< $(B)/kvq_cuda.o
 cuda-build: $(B)/test_gpu $(B)/bench_gpu
+test-cuda-host: $(B)/test_gpu
+	$(B)/test_gpu --host
 test-gpu: $(B)/test_gpu
 	$(B)/test_gpu
 	KVQ_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 $(B)/test_gpu

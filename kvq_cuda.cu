@@ -493,6 +493,44 @@ static __host__ __device__ __forceinline__ size_t kvq_cuda__kw_stride(int D, int
 static __host__ __device__ __forceinline__ size_t kvq_cuda__vw_stride(int D, int G, int B) { return (size_t)G * D * B / 32; }
 static __host__ __device__ __forceinline__ size_t kvq_cuda__vs_stride(int D, int G, int Gv) { return (size_t)G * (D / Gv); }
 
+/* Where the parts of fast item `tile` (TG tokens) of pool page `page` start,
+   in words of k_words / v_words and entries of k_sz / v_sz. The kernel's
+   staging copies from here (Sec. 4); tests/test_gpu.cu follows the same
+   plan on the CPU. Key codes of channel d: kw words from key_word(d).    */
+struct kvq_cuda_tile_src {
+    int D, B, G, TG, gpt;                  /* gpt = D / Gv                  */
+    __host__ __device__ int kw(void) const { return TG * B / 32; }   /* per channel */
+    __host__ __device__ size_t item(size_t page, int tile) const { return page * (size_t)(G / TG) + tile; }
+    __host__ __device__ size_t key_word(size_t page, int tile, int d) const
+    { return page * kvq_cuda__kw_stride(D, G, B) + (size_t)d * (G * B / 32) + (size_t)tile * kw(); }
+    __host__ __device__ size_t key_sz(size_t page) const { return page * (size_t)D; }
+    __host__ __device__ size_t value_word(size_t page, int tile) const
+    { return item(page, tile) * (size_t)(TG * D * B / 32); }
+    __host__ __device__ size_t value_sz(size_t page, int tile) const
+    { return item(page, tile) * (size_t)TG * gpt; }
+};
+
+/* Work items of a stream: fast items first (pages, or tiles of TG tokens),
+   then slow chunks of 32. A tile is fast when all its slots are < both:
+   its values are quantized, and so are its keys, whose unit (page) is
+   whole because n_kq is a multiple of G. Slow chunks are 32 tokens
+   (KVQ_CUDA_CHUNK in Sec. 4).                                            */
+struct kvq_cuda_items {
+    uint32_t n_fast, n_mixed, n_slow_tokens, n_items;
+};
+static __host__ __device__ __forceinline__ kvq_cuda_items
+kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
+{
+    kvq_cuda_items it;
+    const uint32_t n_slots = s.n_kq > s.n_vq ? s.n_kq : s.n_vq;
+    const uint32_t both = s.n_kq < s.n_vq ? s.n_kq : s.n_vq;
+    it.n_fast = quantized ? both / (uint32_t)TG : 0;
+    it.n_mixed = quantized ? n_slots - it.n_fast * (uint32_t)TG : 0;
+    it.n_slow_tokens = it.n_mixed + s.n_fp;
+    it.n_items = it.n_fast + (it.n_slow_tokens + 31) / 32;
+    return it;
+}
+
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 /* ======================================================================== */
 /* 4. fused decode attention                                                */
@@ -555,6 +593,7 @@ static __host__ __device__ __forceinline__ size_t kvq_cuda__vs_stride(int D, int
 #define KVQ_CUDA_STAGE2_MAX_KB 48
 #endif
 #define KVQ_CUDA_CHUNK 32          /* tokens per slow-path item             */
+static_assert(KVQ_CUDA_CHUNK == 32, "kvq_cuda_count_items (Sec. 3) counts 32-token chunks");
 #define KVQ_CUDA_MAX_SPLITS 128
 
 /* -- warp helpers --------------------------------------------------------- */
@@ -900,8 +939,8 @@ static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, con
 }
 /* Stage fast item `tile` of pool page `page` (TG tokens, Sec. 4's tiles)
    into buf, laid out exactly as a page of TG tokens would be, so that
-   kvq_dev_fast_item<D, B, TG> reads it unchanged. vsb: one tile's v_sz
-   bytes. With TG == G (tile 0, the whole page) every part is one
+   kvq_dev_fast_item<D, B, TG> reads it unchanged; the sources are
+   kvq_cuda_tile_src's (Sec. 3). With TG == G (tile 0, the whole page) every part is one
    contiguous copy. With TG < G a tile's key codes are a column slice of
    the page, WPT = TG*B/32 words of each channel's G*B/32 (8 or 16 bytes
    every 16..64): one copy per channel. Its values and value (s, z) are
@@ -909,28 +948,25 @@ static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, con
 template <int D, int B, int G, int TG>
 static __device__ __forceinline__ void kvq_dev_stage_tile(const kvq_cuda_pool &pool,
                                                           size_t page, int tile,
-                                                          unsigned char *buf, int vsb, int lane)
+                                                          unsigned char *buf, int lane)
 {
     typedef kvq_dev_page<D, B, TG> PT;
-    constexpr int TPP = G / TG;                    /* tiles per page        */
-    constexpr int WPG = G * B / 32, WPT = TG * B / 32;
-    static_assert(TPP * TG == G && (WPT == 2 || WPT % 4 == 0), "tile geometry");
-    const uint32_t *kw = pool.k_words + page * (size_t)(D * WPG);
-    if constexpr (TPP == 1) {
-        kvq_dev_warp_copy(buf, kw, PT::KWB, lane);
+    constexpr int WPT = TG * B / 32;               /* key words per channel */
+    static_assert(G % TG == 0 && (WPT == 2 || WPT % 4 == 0), "tile geometry");
+    const kvq_cuda_tile_src at = { D, B, G, TG, D / pool.value_group };
+    const int vsb = TG * at.gpt * 4;               /* the tile's v_sz bytes */
+    if constexpr (TG == G) {
+        kvq_dev_warp_copy(buf, pool.k_words + at.key_word(page, 0, 0), PT::KWB, lane);
     } else {
-        kw += (size_t)tile * WPT;
         constexpr int STEP = (WPT == 2) ? 2 : 4;  /* words per copy: 8 or 16 B */
         for (int d = lane; d < D; d += 32)
 #pragma unroll
             for (int k = 0; k < WPT; k += STEP)
-                kvq_dev_cp<STEP * 4>(buf + (d * WPT + k) * 4, kw + (size_t)d * WPG + k);
+                kvq_dev_cp<STEP * 4>(buf + (d * WPT + k) * 4, pool.k_words + at.key_word(page, tile, d) + k);
     }
-    const size_t item = page * TPP + (size_t)tile;  /* pool-wide tile index */
-    kvq_dev_warp_copy(buf + PT::KWB, pool.k_sz + page * D, PT::KSB, lane);
-    kvq_dev_warp_copy(buf + PT::KWB + PT::KSB, pool.v_words + item * (PT::VWB / 4), PT::VWB, lane);
-    kvq_dev_warp_copy(buf + PT::KWB + PT::KSB + PT::VWB,
-                      (const unsigned char *)pool.v_sz + item * (size_t)vsb, vsb, lane);
+    kvq_dev_warp_copy(buf + PT::KWB, pool.k_sz + at.key_sz(page), PT::KSB, lane);
+    kvq_dev_warp_copy(buf + PT::KWB + PT::KSB, pool.v_words + at.value_word(page, tile), PT::VWB, lane);
+    kvq_dev_warp_copy(buf + PT::KWB + PT::KSB + PT::VWB, pool.v_sz + at.value_sz(page, tile), vsb, lane);
 }
 
 /* G here is the item's token count: the page's G, or a tile's TG (its
@@ -1047,26 +1083,6 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
 }
 
 /* -- the kernel ------------------------------------------------------------- */
-/* Work items of a stream: fast items first (pages, or tiles of TG tokens),
-   then slow chunks of 32. A tile is fast when all its slots are < both:
-   its values are quantized, and so are its keys, whose unit (page) is
-   whole because n_kq is a multiple of G.                                 */
-struct kvq_dev_items {
-    uint32_t n_fast, n_mixed, n_slow_tokens, n_items;
-};
-static __host__ __device__ __forceinline__ kvq_dev_items kvq_dev_count(const kvq_cuda_stream &s,
-                                                                       int TG, bool quantized)
-{
-    kvq_dev_items it;
-    const uint32_t n_slots = s.n_kq > s.n_vq ? s.n_kq : s.n_vq;
-    const uint32_t both = s.n_kq < s.n_vq ? s.n_kq : s.n_vq;
-    it.n_fast = quantized ? both / (uint32_t)TG : 0;
-    it.n_mixed = quantized ? n_slots - it.n_fast * (uint32_t)TG : 0;
-    it.n_slow_tokens = it.n_mixed + s.n_fp;
-    it.n_items = it.n_fast + (it.n_slow_tokens + KVQ_CUDA_CHUNK - 1) / KVQ_CUDA_CHUNK;
-    return it;
-}
-
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).
    G: the pool's page; TG: tokens per fast item (G, or 32 for tiles).      */
 template <int D, int B, int G, int TG, int NH>
@@ -1111,7 +1127,7 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
         for (int i = 0; i < P; i++) st.acc_q[h][i] = 0.0f;
     }
 
-    const kvq_dev_items it = kvq_dev_count(*s, TG, B > 0);
+    const kvq_cuda_items it = kvq_cuda_count_items(*s, TG, B > 0);
     const uint32_t per = (it.n_items + n_splits - 1) / n_splits;
     const uint32_t first = split * per;
     const uint32_t last = (first + per < it.n_items) ? first + per : it.n_items;
@@ -1134,7 +1150,7 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
         const uint32_t fast_end = it.n_fast < last ? it.n_fast : last;
         auto stage_item = [&](uint32_t i, unsigned char *buf) {
             kvq_dev_stage_tile<D, B, G, TG>(pool, (size_t)s->pages[i / TPP], (int)(i % TPP),
-                                            buf, vsb, lane);
+                                            buf, lane);
         };
         if (n_stages == 2) {
             int stage = 0;

@@ -1,6 +1,10 @@
 /* tests/test_gpu.cu - kvq_cuda.cu against kvq.h on the same inputs (make test-gpu).
 
-   Needs a CUDA GPU. Each check has an independent expectation:
+   Needs a CUDA GPU, except `test_gpu --host` (the walk below, on the CPU).
+   Each check has an independent expectation:
+     walk       (host) the kernel's item plan and staging offsets, replayed
+                on the CPU over exported caches: exactly the cache's live
+                rows, and attention over them equal to the oracle
      quantize   codes and fp16 scales/zeros byte-identical to
                 kvq_quantize_matrix on the same fp16 values; the same status
                 on bad data; nothing written on failure (outputs poisoned).
@@ -310,6 +314,19 @@ static void oracle(const kvq_cache *c, const float *q, int n_rep, std::vector<fl
     kvq_attend_dense(K.data(), V.data(), K.size() / D, D, q, (size_t)n_rep, out.data(), NULL);
 }
 
+/* Relative L2 error of one output row; NaN if got holds a NaN.           */
+template <class A, class R>
+static double rel_l2(const A *got, const R *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double g = got[i], r = ref[i];
+        num += (g - r) * (g - r);
+        den += r * r;
+    }
+    return sqrt(num / (den > 0 ? den : 1e-30));
+}
+
 /* A synthetic head: a few outlier key channels, sink-like first tokens.   */
 static void make_kv(size_t T, size_t D, std::vector<float> &K, std::vector<float> &V)
 {
@@ -346,6 +363,31 @@ static int tile_mode = 0;
    tile (min(n_kq, n_vq) >= 64) in the tile pass: proof the tiles ran.    */
 static size_t tiled_streams = 0;
 
+/* One stream: a cache of the policy with a random length in [1, max_len]
+   (prefill half, append the rest; KIVI+evict then evicts a random quarter),
+   exported. On failure *why says what failed and the cache is freed.     */
+static bool make_stream(int pol, size_t D, int bits, size_t G, size_t max_len, kvq_cache *c,
+                        kvq_cuda_export_t *e, char *why, size_t why_len)
+{
+    kvq_config cfg = make_config(pol, D, bits, G);
+    const size_t T = 1 + rng_below(max_len), pre = T / 2;
+    std::vector<float> K, V;
+    make_kv(T, D, K, V);
+    if (kvq_cache_init(c, &cfg) != KVQ_OK) { snprintf(why, why_len, "init: %s", c->why); return false; }
+    bool ok = pre == 0 || kvq_cache_prefill(c, K.data(), V.data(), pre) == KVQ_OK;
+    for (size_t t = pre; t < T && ok; t++)
+        ok = kvq_cache_append(c, &K[t * D], &V[t * D]) == KVQ_OK;
+    if (ok && pol == POL_EVICT && T > 8) {              /* random dead slots */
+        std::vector<uint8_t> keep(c->n_pos);
+        for (auto &k : keep) k = rng_below(4) != 0;
+        ok = kvq_cache_evict(c, keep.data(), keep.size(), NULL) == KVQ_OK;
+    }
+    if (!ok) snprintf(why, why_len, "building the cache: %s", c->why);
+    if (ok && kvq_cuda_export(c, e, why, why_len) != KVQ_OK) ok = false;
+    if (!ok) kvq_cache_free(c);
+    return ok;
+}
+
 /* Build n_streams caches of the policy with random lengths (prefill, then
    a few decode appends), run the GPU, compare every row with the oracle. */
 static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
@@ -358,22 +400,8 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
     char why[200] = "";
     bool ok = true;
     for (size_t i = 0; i < n_streams && ok; i++) {
-        kvq_config cfg = make_config(pol, D, bits, G);
-        const size_t T = 1 + rng_below(max_len), pre = T / 2;
-        std::vector<float> K, V;
-        make_kv(T, D, K, V);
-        kvq_cache *c = &caches[i];
-        if (kvq_cache_init(c, &cfg) != KVQ_OK) { printf("init: %s\n", c->why); ok = false; break; }
-        if (kvq_cache_prefill(c, K.data(), V.data(), pre) != KVQ_OK) ok = false;
-        for (size_t t = pre; t < T && ok; t++)
-            ok = kvq_cache_append(c, &K[t * D], &V[t * D]) == KVQ_OK;
-        if (ok && pol == POL_EVICT && T > 8) {          /* random dead slots */
-            std::vector<uint8_t> keep(c->n_pos);
-            for (auto &k : keep) k = rng_below(4) != 0;
-            ok = kvq_cache_evict(c, keep.data(), keep.size(), NULL) == KVQ_OK;
-        }
         kvq_cuda_export_t e;
-        if (ok && kvq_cuda_export(c, &e, why, sizeof why) != KVQ_OK) ok = false;
+        ok = make_stream(pol, D, bits, G, max_len, &caches[i], &e, why, sizeof why);
         if (ok) b.ex.push_back(e);
         if (ok && tile_mode && G > 32 && std::min(e.n_kq, e.n_vq) >= 64) tiled_streams++;
     }
@@ -401,13 +429,7 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
         for (size_t i = 0; i < n_streams; i++) {
             oracle(&caches[i], &hq[i * n_rep * D], n_rep, ref);
             for (int h = 0; h < n_rep; h++) {
-                double num = 0.0, den = 0.0;
-                for (size_t d = 0; d < D; d++) {
-                    const double g = got[(i * n_rep + h) * D + d], r = ref[h * D + d];
-                    num += (g - r) * (g - r);
-                    den += r * r;
-                }
-                const double rel = sqrt(num / (den > 0 ? den : 1e-30));
+                const double rel = rel_l2(&got[(i * n_rep + h) * D], &ref[h * D], D);
                 if (!(rel <= ATTN_TOL)) bad++;
                 if (!(rel <= worst)) worst = rel;       /* NaN sticks */
             }
@@ -685,11 +707,154 @@ static void test_move_overlap(void)
           "more moves than slots accepted");
 }
 
-int main(void)
+/* ======================================================================== */
+/* host: the kernel's walk of an exported stream, on the CPU                */
+/* ======================================================================== */
+/* Runs without a GPU (`test_gpu --host`; CI runs it). For every policy and
+   (D, B, G), both item sizes (TG = G, whole pages; TG = 32, tiles), each
+   exported stream is walked the way kvq_attend_kernel walks it: fast items
+   from kvq_cuda_count_items, each staged from the offsets of
+   kvq_cuda_tile_src into a TG-token page and read with the fast path's
+   indexing (channel d's key codes at word d * TG*B/32, value row t); then
+   the slow range (mixed slots from the page layout, tails, fp rows). The
+   rows it finds must be exactly the cache's live rows (count), and
+   attention over them in double must match the oracle on the CPU cache.
+   What stays for the GPU: the lanes' copy loops and the arithmetic.     */
+static double code_val(const uint32_t *words, size_t i, int bits, kvq_sz z, kvq_zero_mode mode)
 {
+    float a, b;
+    kvq_sz_affine(z, mode, &a, &b);
+    return (double)((float)kvq_dev_get_code(words, i, bits) * a + b);
+}
+
+/* The rows (key, value) the kernel attends for stream e, in its order.    */
+static void host_walk(const kvq_cuda_export_t &e, int TG, std::vector<double> &K,
+                      std::vector<double> &V, size_t *n_tiles)
+{
+    const int D = e.head_dim, G = e.group, B = e.bits, Gv = e.value_group, gpt = D / Gv;
+    const int wpg = G * B / 32, wpgv = Gv * B / 32, kw = TG * B / 32;
+    const kvq_cuda_tile_src at = { D, B, G, TG, gpt };
+    kvq_cuda_stream st;
+    memset(&st, 0, sizeof st);
+    st.n_kq = e.n_kq; st.n_vq = e.n_vq; st.n_fp = e.n_fp;
+    const kvq_cuda_items it = kvq_cuda_count_items(st, TG, true);
+    const uint32_t n_slots = std::max(e.n_kq, e.n_vq);
+    auto dead = [&](uint32_t slot) { return e.dead && ((e.dead[slot >> 5] >> (slot & 31)) & 1u); };
+    K.clear(); V.clear();
+    /* fast items: stage, then read as kvq_dev_fast_item<D, B, TG> does    */
+    std::vector<uint32_t> skw((size_t)D * kw), svw((size_t)TG * D * B / 32);
+    std::vector<kvq_sz> sks(D), svs((size_t)TG * gpt);
+    for (uint32_t i = 0; i < it.n_fast; i++) {
+        const size_t page = i / (G / TG);
+        const int tile = (int)(i % (G / TG));
+        for (int d = 0; d < D; d++)
+            memcpy(&skw[(size_t)d * kw], e.k_words + at.key_word(page, tile, d), kw * 4);
+        memcpy(sks.data(), e.k_sz + at.key_sz(page), D * sizeof(kvq_sz));
+        memcpy(svw.data(), e.v_words + at.value_word(page, tile), svw.size() * 4);
+        memcpy(svs.data(), e.v_sz + at.value_sz(page, tile), svs.size() * sizeof(kvq_sz));
+        if (tile > 0) (*n_tiles)++;
+        for (int t = 0; t < TG; t++) {
+            if (dead(i * (uint32_t)TG + t)) continue;
+            for (int d = 0; d < D; d++)
+                K.push_back(code_val(&skw[(size_t)d * kw], t, B, sks[d], e.zero_mode));
+            for (int d = 0; d < D; d++) {
+                const size_t g = (size_t)t * gpt + d / Gv;
+                V.push_back(code_val(&svw[g * wpgv], d % Gv, B, svs[g], e.zero_mode));
+            }
+        }
+    }
+    /* slow range: the mixed slots, as kvq_dev_slow_src reads them, then fp */
+    for (uint32_t slot = it.n_fast * (uint32_t)TG; slot < n_slots; slot++) {
+        if (dead(slot)) continue;
+        const size_t page = slot / G, t = slot % G;
+        for (int d = 0; d < D; d++)
+            K.push_back(slot < e.n_kq
+                ? code_val(e.k_words + page * kvq_cuda__kw_stride(D, G, B) + (size_t)d * wpg, t, B,
+                           e.k_sz[page * D + d], e.zero_mode)
+                : (double)kvq_f16_to_f32(e.k_tail[(size_t)(slot - e.n_kq) * D + d]));
+        for (int d = 0; d < D; d++) {
+            const size_t g = t * gpt + d / Gv;
+            V.push_back(slot < e.n_vq
+                ? code_val(e.v_words + page * kvq_cuda__vw_stride(D, G, B) + g * wpgv, d % Gv, B,
+                           e.v_sz[page * kvq_cuda__vs_stride(D, G, Gv) + g], e.zero_mode)
+                : (double)kvq_f16_to_f32(e.v_tail[(size_t)(slot - e.n_vq) * D + d]));
+        }
+    }
+    for (size_t r = 0; r < e.n_fp * (size_t)D; r++) {
+        K.push_back(kvq_f16_to_f32(e.k_fp[r]));
+        V.push_back(kvq_f16_to_f32(e.v_fp[r]));
+    }
+}
+
+static void test_host_walk(void)
+{
+    const int pols[] = { POL_KIVI, POL_OTT, POL_LOGQUANT, POL_EVICT, POL_KIVI_INT };
+    size_t n_tiles = 0, n_streams = 0;
+    for (int pol : pols)
+        for (size_t D : { 64, 128 })
+            for (int bits : { 2, 4 })
+                for (size_t G : { 32, 64, 128 }) {
+                    double worst = 0.0;
+                    bool ok = true;
+                    for (int i = 0; i < 3 && ok; i++) {
+                        kvq_cache c;
+                        kvq_cuda_export_t e;
+                        char why[200] = "";
+                        ok = make_stream(pol, D, bits, G, 1500, &c, &e, why, sizeof why);
+                        CHECK(ok, "host walk %s D=%zu B=%d G=%zu: %s", pol_name[pol], D, bits, G, why);
+                        if (!ok) break;
+                        n_streams++;
+                        size_t live = 0;
+                        std::vector<float> row(D), q(D), ref;
+                        for (size_t p = 0; p < c.n_pos; p++) live += kvq_cache_read(&c, 0, p, row.data()) == KVQ_OK;
+                        for (auto &x : q) x = rng_gauss();
+                        oracle(&c, q.data(), 1, ref);
+                        for (int TG : { (int)G, 32 }) {
+                            std::vector<double> K, V;
+                            host_walk(e, TG, K, V, &n_tiles);
+                            const size_t n = K.size() / D;
+                            CHECK(n == live, "host walk %s D=%zu B=%d G=%zu TG=%d: %zu rows, the cache has %zu",
+                                  pol_name[pol], D, bits, G, TG, n, live);
+                            std::vector<double> out(D, 0.0), sc(n);
+                            double mx = -INFINITY, l = 0.0;
+                            for (size_t t = 0; t < n; t++) {
+                                double dot = 0.0;
+                                for (size_t d = 0; d < D; d++) dot += (double)q[d] * K[t * D + d];
+                                sc[t] = dot / sqrt((double)D);
+                                mx = std::max(mx, sc[t]);
+                            }
+                            for (size_t t = 0; t < n; t++) { sc[t] = exp(sc[t] - mx); l += sc[t]; }
+                            for (size_t t = 0; t < n; t++)
+                                for (size_t d = 0; d < D; d++) out[d] += sc[t] / l * V[t * D + d];
+                            const double rel = n ? rel_l2(out.data(), ref.data(), D) : 0.0;
+                            CHECK(rel <= ATTN_TOL, "host walk %s D=%zu B=%d G=%zu TG=%d: rel err %.3g",
+                                  pol_name[pol], D, bits, G, TG, rel);
+                            if (!(rel <= worst)) worst = rel;
+                        }
+                        kvq_cuda_export_free(&e);
+                        kvq_cache_free(&c);
+                    }
+                    if (ok)
+                        printf("  host walk %-10s D=%3zu B=%d G=%3zu  pages and tiles: worst rel err %.2e\n",
+                               pol_name[pol], D, bits, G, worst);
+                }
+    CHECK(n_tiles > 0, "the host walk never staged a second tile of a page");
+    printf("  host walk: %zu streams, %zu second-or-later tiles staged\n", n_streams, n_tiles);
+}
+
+int main(int argc, char **argv)
+{
+    const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
+    if (argc > 1 && !host_only) {
+        printf("usage: test_gpu [--host]   (--host: the CPU-side checks only, no GPU needed)\n");
+        return 2;
+    }
+    printf("test_gpu: host checks\n");
+    test_host_walk();
+    if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-        printf("test_gpu: no CUDA device: 0 passed, 1 failed\n");
+        printf("test_gpu: no CUDA device (run `test_gpu --host` for the CPU-side checks)\n");
         return 1;
     }
     cudaDeviceProp prop;
