@@ -5,6 +5,8 @@
         key's outlier channel and small in L1 norm overall.
      2. Sec. 3.1, Fig. 1(c): keeping the smallest-key tokens out of the
         quantization groups cuts attention error most; the largest, least.
+        And why it can fail: how the kept tokens' attention share moves
+        (walkthrough 10 Sec. 5).
      3. Sec. 3.2, Appendix E: an OTT cache through prefill + decode: rounds,
         pool, auxiliary pool, stop rule, recall of the true outliers, bytes.
      4. Sec. 4.2 (Tables 1, 2): OTT-2 beats KIVI-2. We measure an attention-
@@ -155,6 +157,171 @@ static double fig1c_loss(fig1c *f, const ex_head *h, int rule, size_t n, ex_rng 
         loss += l1_dist(f->ref, f->out, h->n_q * h->D) / n_draw;
     }
     return loss;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Why keeping a set H exact can RAISE the loss (walkthrough 10 Sec. 5).
+   Softmax ignores a shift common to all scores, so what moves the output
+   is how H's scores move against the rest R's. Per query, with exact
+   scores s, quantized s', e = s' - s and exact attention p, over a set X:
+     mean(X) = sum_X p e / sum_X p             the plain shift of X
+     lme(X)  = log(sum_X p e^e / sum_X p)      the shift softmax applies:
+   H's share is exact iff lme(H) = lme(R); by Jensen lme >= mean, so score
+   noise of mean zero still raises a quantized set's share. With P the
+   sets' exact shares, P' H's quantized share, and a, b the sets' exact
+   and quantized attention-weighted mean values, exactly:
+     out' - out = (P'_H - P_H)(b_H - b_R) + P_H (b_H - a_H) + P_R (b_R - a_R)
+                   share moved                inside H          inside R   */
+/* ------------------------------------------------------------------------ */
+/* Softmax of one query's scores sc (T), the set's shifted by `shift`, over
+   V (T, D): b[x] (2, D) is side x's weighted mean value (x = 0 the rest,
+   1 the set; 0 if its weight underflows). Returns the set's share.         */
+static double split_softmax(const double *sc, const unsigned char *set, double shift,
+                            const float *V, size_t T, size_t D, double *b)
+{
+    double m = -HUGE_VAL, w[2] = {0, 0};
+    size_t t, d;
+    int x;
+    for (t = 0; t < T; t++) {
+        double st = sc[t] + (set[t] ? shift : 0);
+        if (st > m) m = st;
+    }
+    memset(b, 0, 2 * D * sizeof(double));
+    for (t = 0; t < T; t++) {
+        double e;
+        x = set[t] != 0;
+        e = exp(sc[t] + (x ? shift : 0) - m);
+        w[x] += e;
+        for (d = 0; d < D; d++) b[x * D + d] += e * V[t * D + d];
+    }
+    for (x = 0; x < 2; x++)
+        for (d = 0; d < D && w[x] > 0; d++) b[x * D + d] /= w[x];
+    return w[1] / (w[0] + w[1]);
+}
+
+/* s (T) = K q / sqrt(D) in double, as kvq_attend_dense scores.             */
+static void scores_of(const float *K, const float *q, size_t T, size_t D, double *s)
+{
+    size_t t, d;
+    for (t = 0; t < T; t++) {
+        double x = 0;
+        for (d = 0; d < D; d++) x += (double)q[d] * K[t * D + d];
+        s[t] = x / sqrt((double)D);
+    }
+}
+
+/* Rows: all quantized; the same with H shifted so its share is exact (by
+   lme(R) - lme(H)); H exact (fig1c_loss, rule 0); H exact shifted by
+   lme(R); H exact shifted by mean(R), the plain shift.                     */
+enum { WHY_NONE, WHY_NONE_FIX, WHY_KEPT, WHY_KEPT_FIX, WHY_KEPT_MEAN, WHY_ROWS };
+typedef struct why_row {
+    double loss, moved, in_h, in_r;  /* L1 of out' - out and its three parts */
+    double share;                    /* mean over queries of P'_H - P_H      */
+} why_row;
+
+/* Adds one query's out' = P' b_H + (1 - P') b_R to row r; a, b: (2, D).   */
+static void why_add(why_row *r, double P, double Pq, const double *a, const double *b,
+                    const float *ref, size_t D, size_t n_q)
+{
+    size_t d;
+    for (d = 0; d < D; d++) {
+        double out = Pq * b[D + d] + (1 - Pq) * b[d];
+        r->loss  += fabs(out - (double)ref[d]);
+        r->moved += fabs((Pq - P) * (b[D + d] - b[d]));
+        r->in_h  += fabs(P * (b[D + d] - a[D + d]));
+        r->in_r  += fabs((1 - P) * (b[d] - a[d]));
+    }
+    r->share += (Pq - P) / (double)n_q;
+}
+
+/* H = the n smallest-L1 tokens: the score statistics above with and
+   without H exact, the losses of the WHY_ rows, and two alternatives: the
+   value side (H exact in K only, in V only) and R's own error when H
+   leaves R's groups (H's rows become the group mean in fake_quant_keep).  */
+static void fig1c_why(fig1c *f, const ex_head *h, size_t n)
+{
+    static const char *row_name[WHY_ROWS] = {
+        "all quantized", "  H shifted so its share is exact", "H exact",
+        "  H shifted by lme(R)", "  H shifted by mean(R)"};
+    size_t Tq = f->Tq, D = h->D, n_q = h->n_q, q, t, v, i;
+    /* index v: 0 all quantized, 1 H exact                                 */
+    unsigned char *set = (unsigned char *)calloc(Tq, 2);  /* (2, Tq): none, H */
+    float *kv = (float *)malloc(4 * Tq * D * sizeof(float));  /* (4, Tq, D)  */
+    float *Kq[2], *Vq[2];                                 /* (Tq, D) each     */
+    double *s = (double *)malloc(3 * Tq * sizeof(double)); /* (3, Tq): s, s'v */
+    double *ab = (double *)malloc(4 * D * sizeof(double));  /* a, b: (2, D)  */
+    double mean[2][2] = {{0}}, lme[2][2] = {{0}}, abs_r[2] = {0}, kerr[2] = {0}, knorm = 0;
+    why_row row[WHY_ROWS];
+    if (!set || !kv || !s || !ab) { fprintf(stderr, "out of memory\n"); exit(2); }
+    memset(row, 0, sizeof row);
+    for (i = 0; i < n; i++) set[Tq + f->order[i]] = 1;
+    for (v = 0; v < 2; v++) {
+        Kq[v] = kv + v * Tq * D;
+        Vq[v] = kv + (2 + v) * Tq * D;
+        fake_quant_keep(h->K, h->V, Tq, D, set + v * Tq, Kq[v], Vq[v]);
+    }
+    for (q = 0; q < n_q; q++) {
+        const float *qv = h->Q + q * D, *ref = f->ref + q * D;
+        double P, m = -HUGE_VAL, z = 0;
+        scores_of(h->K, qv, Tq, D, s);
+        for (v = 0; v < 2; v++) scores_of(Kq[v], qv, Tq, D, s + (1 + v) * Tq);
+        P = split_softmax(s, set + Tq, 0, h->V, Tq, D, ab);            /* a */
+        for (t = 0; t < Tq; t++) m = s[t] > m ? s[t] : m;
+        for (t = 0; t < Tq; t++) z += exp(s[t] - m);
+        for (v = 0; v < 2; v++) {
+            double se[2] = {0, 0}, sx[2] = {0, 0}, sp[2] = {0, 0}, sa = 0, mq[2], lq[2], Pq;
+            int r = v ? WHY_KEPT : WHY_NONE, x;
+            for (t = 0; t < Tq; t++) {
+                double p = exp(s[t] - m) / z, e = s[(1 + v) * Tq + t] - s[t];
+                x = set[Tq + t];
+                sp[x] += p; se[x] += p * e; sx[x] += p * exp(e);
+                if (!x) sa += p * fabs(e);
+            }
+            Pq = split_softmax(s + (1 + v) * Tq, set + Tq, 0, Vq[v], Tq, D, ab + 2 * D);
+            why_add(&row[r], P, Pq, ab, ab + 2 * D, ref, D, n_q);
+            for (x = 0; x < 2; x++) {
+                mq[x] = sp[x] > 0 ? se[x] / sp[x] : 0;
+                lq[x] = sp[x] > 0 && sx[x] > 0 ? log(sx[x] / sp[x]) : 0;
+                mean[v][x] += mq[x] / (double)n_q; lme[v][x] += lq[x] / (double)n_q;
+            }
+            abs_r[v] += (sp[0] > 0 ? sa / sp[0] : 0) / (double)n_q;
+            Pq = split_softmax(s + (1 + v) * Tq, set + Tq, lq[0] - lq[1], Vq[v], Tq, D,
+                               ab + 2 * D);
+            why_add(&row[r + 1], P, Pq, ab, ab + 2 * D, ref, D, n_q);
+            if (v) {
+                Pq = split_softmax(s + 2 * Tq, set + Tq, mq[0], Vq[1], Tq, D, ab + 2 * D);
+                why_add(&row[WHY_KEPT_MEAN], P, Pq, ab, ab + 2 * D, ref, D, n_q);
+            }
+        }
+    }
+    for (t = 0; t < Tq * D; t++) {                   /* R's key error        */
+        double k = h->K[t];
+        if (set[Tq + t / D]) continue;
+        knorm += k * k;
+        for (v = 0; v < 2; v++) kerr[v] += (Kq[v][t] - k) * (Kq[v][t] - k);
+    }
+    printf("   Why keeping H = the %zu smallest-L1 tokens exact moves the loss (R: the\n"
+           "   rest). Per query e = s' - s (score error) and p = exact attention; over\n"
+           "   a set X, mean = sum p e / sum p, lme = log(sum p e^e / sum p): the shift\n"
+           "   softmax applies to X. Averages over queries; share: of H, in points\n"
+           "   %-16s %8s %8s %8s %8s %8s\n", n, "", "mean(H)", "mean(R)", "lme(H)",
+           "lme(R)", "share");
+    for (v = 0; v < 2; v++)
+        printf("   %-16s %+8.3f %+8.3f %+8.3f %+8.3f %+8.1f\n", v ? "H exact" : "all quantized",
+               mean[v][1], mean[v][0], lme[v][1], lme[v][0],
+               100 * row[v ? WHY_KEPT : WHY_NONE].share);
+    printf("   loss = sum |out' - out| = |share moved + inside H + inside R|\n"
+           "   %-34s %9s %9s %9s %9s\n", "", "loss", "moved", "in H", "in R");
+    for (i = 0; i < WHY_ROWS; i++)
+        printf("   %-34s %9.1f %9.1f %9.1f %9.1f\n", row_name[i], row[i].loss,
+               row[i].moved, row[i].in_h, row[i].in_r);
+    ex_must(kvq_attend_dense(Kq[1], Vq[0], Tq, D, h->Q, n_q, f->out, NULL), "dense", NULL);
+    printf("   H exact in K only: loss %.1f; in V only: ", l1_dist(f->ref, f->out, n_q * D));
+    ex_must(kvq_attend_dense(Kq[0], Vq[1], Tq, D, h->Q, n_q, f->out, NULL), "dense", NULL);
+    printf("%.1f\n   R without H in its groups: mean |e| %.3f -> %.3f, key error %.3f -> %.3f\n",
+           l1_dist(f->ref, f->out, n_q * D), abs_r[0], abs_r[1],
+           knorm > 0 ? sqrt(kerr[0] / knorm) : 0, knorm > 0 ? sqrt(kerr[1] / knorm) : 0);
+    free(set); free(kv); free(s); free(ab);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -334,6 +501,7 @@ int main(int argc, char **argv)
                  "largest-L1 no better than random (within 3%%, the spread of random "
                  "draws): %.3f vs %.3f. Paper: largest is worst; here they tie, as our "
                  "head has no large-key tokens that matter", loss[2][2], loss[1][2]);
+        fig1c_why(&f, &h, n_keep[2]);
         {   /* the curve behind the table, on a finer grid, for plots/ott.py:
                its own random stream, so the printed table stays as it is   */
             static const size_t grid[9] = {0, 1, 2, 4, 8, 16, 32, 64, 128};
