@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session: build, test, sanitize, benchmark. Used with the
 # device tool; every result lands in $OUT (or ./gpu_out). Steps: any of
-#   build test sanitize bench bench-quick sdpa sdpa-quick ptxas ncu
+#   build test sanitize bench bench-quick sdpa sdpa-quick ptxas sass ncu
 # ncu profiles version 2 (whole pages) and, for G > 32, version 3 (tiles)
 # of the fused kernel at each shape of NCU_SHAPES (B,G,GQA,S,T); in
 # bench_gpu --shape the attention kernels launch as: fp16 x 29, v1 x 29,
@@ -29,6 +29,7 @@ for step in "$@"; do
     bench-quick) log "bench_gpu --quick"; timeout 200 build/bench_gpu --quick > "$OUT/bench_quick.log" 2>&1; echo "rc=$?"; cat "$OUT/bench_quick.log" ;;
     sdpa) log "sdpa"; timeout 300 python3 bench/sdpa_baseline.py --csv "$OUT/gpu_sdpa.csv" > "$OUT/sdpa.log" 2>&1; echo "rc=$?"; cat "$OUT/sdpa.log" ;;
     sdpa-quick) log "sdpa quick"; timeout 120 python3 bench/sdpa_baseline.py --quick 2>&1 | tail -8 ;;
+    sass) log "SASS of the fast path's inner step"; bench/sass_probe.sh | tee "$OUT/sass_probe.txt" ;;
     ptxas)
       log "ptxas registers and spills (sm_90)"
       nvcc -O3 -std=c++17 -arch=sm_90 -Xptxas -v -c kvq_cuda.cu -o /dev/null 2> "$OUT/ptxas.log"
