@@ -720,16 +720,16 @@ static void test_move_overlap(void)
    rows it finds must be exactly the cache's live rows (count), and
    attention over them in double must match the oracle on the CPU cache.
    What stays for the GPU: the lanes' copy loops and the arithmetic.     */
-static double code_val(const uint32_t *words, size_t i, int bits, kvq_sz z, kvq_zero_mode mode)
+static float code_val(const uint32_t *words, size_t i, int bits, kvq_sz z, kvq_zero_mode mode)
 {
     float a, b;
     kvq_sz_affine(z, mode, &a, &b);
-    return (double)((float)kvq_dev_get_code(words, i, bits) * a + b);
+    return (float)kvq_dev_get_code(words, i, bits) * a + b;
 }
 
 /* The rows (key, value) the kernel attends for stream e, in its order.    */
-static void host_walk(const kvq_cuda_export_t &e, int TG, std::vector<double> &K,
-                      std::vector<double> &V, size_t *n_tiles)
+static void host_walk(const kvq_cuda_export_t &e, int TG, std::vector<float> &K,
+                      std::vector<float> &V, size_t *n_tiles)
 {
     const int D = e.head_dim, G = e.group, B = e.bits, Gv = e.value_group, gpt = D / Gv;
     const int wpg = G * B / 32, wpgv = Gv * B / 32, kw = TG * B / 32;
@@ -771,13 +771,13 @@ static void host_walk(const kvq_cuda_export_t &e, int TG, std::vector<double> &K
             K.push_back(slot < e.n_kq
                 ? code_val(e.k_words + page * kvq_cuda__kw_stride(D, G, B) + (size_t)d * wpg, t, B,
                            e.k_sz[page * D + d], e.zero_mode)
-                : (double)kvq_f16_to_f32(e.k_tail[(size_t)(slot - e.n_kq) * D + d]));
+                : kvq_f16_to_f32(e.k_tail[(size_t)(slot - e.n_kq) * D + d]));
         for (int d = 0; d < D; d++) {
             const size_t g = t * gpt + d / Gv;
             V.push_back(slot < e.n_vq
                 ? code_val(e.v_words + page * kvq_cuda__vw_stride(D, G, B) + g * wpgv, d % Gv, B,
                            e.v_sz[page * kvq_cuda__vs_stride(D, G, Gv) + g], e.zero_mode)
-                : (double)kvq_f16_to_f32(e.v_tail[(size_t)(slot - e.n_vq) * D + d]));
+                : kvq_f16_to_f32(e.v_tail[(size_t)(slot - e.n_vq) * D + d]));
         }
     }
     for (size_t r = 0; r < e.n_fp * (size_t)D; r++) {
@@ -810,23 +810,16 @@ static void test_host_walk(void)
                         for (auto &x : q) x = rng_gauss();
                         oracle(&c, q.data(), 1, ref);
                         for (int TG : { (int)G, 32 }) {
-                            std::vector<double> K, V;
+                            std::vector<float> K, V, out(D);
                             host_walk(e, TG, K, V, &n_tiles);
                             const size_t n = K.size() / D;
                             CHECK(n == live, "host walk %s D=%zu B=%d G=%zu TG=%d: %zu rows, the cache has %zu",
                                   pol_name[pol], D, bits, G, TG, n, live);
-                            std::vector<double> out(D, 0.0), sc(n);
-                            double mx = -INFINITY, l = 0.0;
-                            for (size_t t = 0; t < n; t++) {
-                                double dot = 0.0;
-                                for (size_t d = 0; d < D; d++) dot += (double)q[d] * K[t * D + d];
-                                sc[t] = dot / sqrt((double)D);
-                                mx = std::max(mx, sc[t]);
-                            }
-                            for (size_t t = 0; t < n; t++) { sc[t] = exp(sc[t] - mx); l += sc[t]; }
-                            for (size_t t = 0; t < n; t++)
-                                for (size_t d = 0; d < D; d++) out[d] += sc[t] / l * V[t * D + d];
-                            const double rel = n ? rel_l2(out.data(), ref.data(), D) : 0.0;
+                            /* the oracle's own attention, over the walk's rows */
+                            const double rel = n ? (kvq_attend_dense(K.data(), V.data(), n, D, q.data(), 1,
+                                                                     out.data(), NULL) == KVQ_OK
+                                                        ? rel_l2(out.data(), ref.data(), D) : 1.0)
+                                                 : 0.0;
                             CHECK(rel <= ATTN_TOL, "host walk %s D=%zu B=%d G=%zu TG=%d: rel err %.3g",
                                   pol_name[pol], D, bits, G, TG, rel);
                             if (!(rel <= worst)) worst = rel;
