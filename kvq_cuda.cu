@@ -254,12 +254,15 @@ static __device__ __forceinline__ void kvq_dev_load8(const __half *x, float (&f)
         f[2 * i + 1] = t.y;
     }
 }
+template <int FN = 0>    /* FN: n fixed at compile time (the loops unroll), or 0 */
 static __device__ void kvq_dev_minmax(const __half *x, size_t n, size_t stride,
                                       float *mn, float *mx, bool *finite)
 {
+    if (FN) n = FN;
     float lo = __half2float(x[0]), hi = lo;
     bool ok = true;
     if (kvq_dev_vec8(x, n, stride)) {
+#pragma unroll (FN ? FN / 8 : 1)
         for (size_t i = 0; i < n; i += 8) {
             float f[8];
             kvq_dev_load8(x + i, f);
@@ -271,7 +274,7 @@ static __device__ void kvq_dev_minmax(const __half *x, size_t n, size_t stride,
             }
         }
     } else {
-#pragma unroll 8
+#pragma unroll (FN ? FN : 8)
         for (size_t i = 0; i < n; i++) {
             const float t = __half2float(x[i * stride]);
             ok = ok && kvq_dev_finite(t);
@@ -304,15 +307,23 @@ __global__ void kvq_quantize_check_kernel(const __half *__restrict__ X, kvq_dev_
 }
 
 /* Pass 2: parameters, codes, packing. Does nothing if pass 1 (or an earlier
-   call on the same status word) found a problem.                          */
+   call on the same status word) found a problem.
+   FB, FG: 0, 0 for any shape; or B and G fixed at compile time, which turns
+   every loop below into straight-line code (no branch per element on the
+   group's end or the word's), with the same operations in the same order,
+   hence the same bits. kvq_cuda_set_quantize_fixed(1) selects these for
+   B in {2, 4}, G in {32, 128}: bench version 3, not yet run on a GPU.    */
+template <int FB, int FG>
 __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
                                     const int32_t *__restrict__ unit_dst,
                                     uint32_t *__restrict__ words, kvq_sz *__restrict__ sz,
                                     const int *status)
 {
     if (status && *(volatile const int *)status != 0) return;
-    const float n_levels = (float)((1u << q.bits) - 1u);
-    const unsigned per = 32u / (unsigned)q.bits;           /* codes per word */
+    const int bits = FB ? FB : q.bits;
+    const size_t G = FG ? (size_t)FG : q.G;
+    const float n_levels = (float)((1u << bits) - 1u);
+    const unsigned per = 32u / (unsigned)bits;             /* codes per word */
     const size_t stride_all = (size_t)gridDim.x * blockDim.x;
     for (size_t gi = (size_t)blockIdx.x * blockDim.x + threadIdx.x; gi < q.n_groups;
          gi += stride_all) {
@@ -324,26 +335,27 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
         float mn, mx;
         bool finite;
         kvq_sz p;
-        kvq_dev_minmax(x, q.G, stride, &mn, &mx, &finite);
-        kvq_dev_group_params(mn, mx, q.bits, q.mode, &p);  /* checked in pass 1 */
+        kvq_dev_minmax<FG>(x, G, stride, &mn, &mx, &finite);
+        kvq_dev_group_params(mn, mx, bits, q.mode, &p);    /* checked in pass 1 */
         const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero);
         uint32_t *w = words + og * q.words_per_group;
         /* codes, packed B bits at a time, least significant first        */
         uint32_t word = 0;
         unsigned at = 0;                     /* code index inside `word`  */
         size_t wi = 0;
-        const bool vec = kvq_dev_vec8(x, q.G, stride);
-        for (size_t e0 = 0; e0 < q.G; e0 += 8) {
+        const bool vec = kvq_dev_vec8(x, G, stride);
+#pragma unroll (FG ? FG / 8 : 1)
+        for (size_t e0 = 0; e0 < G; e0 += 8) {
             float f[8];
             if (vec) kvq_dev_load8(x + e0, f);
             else
 #pragma unroll
                 for (int k = 0; k < 8; k++)
-                    f[k] = (e0 + k < q.G) ? __half2float(x[(e0 + k) * stride]) : 0.0f;
+                    f[k] = (e0 + k < G) ? __half2float(x[(e0 + k) * stride]) : 0.0f;
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                if (e0 + k >= q.G) break;
-                word |= kvq_dev_code(f[k], s, z, n_levels, q.mode) << (at * (unsigned)q.bits);
+                if (e0 + k >= G) break;
+                word |= kvq_dev_code(f[k], s, z, n_levels, q.mode) << (at * (unsigned)bits);
                 if (++at == per) { w[wi++] = word; word = 0; at = 0; }
             }
         }
@@ -399,6 +411,18 @@ static unsigned kvq_cuda__grid(size_t work, unsigned threads)
     return (unsigned)blocks;
 }
 
+/* Group shapes fixed at compile time for B in {2, 4}, G in {32, 128} (1),
+   or the one kernel for every shape (0, the default, the version measured
+   in bench/RESULTS.md). Process-wide; set it before launching.           */
+static int kvq_cuda__quantize_fixed = 0;
+extern "C" cudaError_t kvq_cuda_set_quantize_fixed(int on)
+{
+    if (on != 0 && on != 1)
+        return kvq_cuda__bad("kvq_cuda_set_quantize_fixed: %d (use 0 or 1)", on);
+    kvq_cuda__quantize_fixed = on;
+    return cudaSuccess;
+}
+
 /* Quantize X (T, D) fp16 into words/sz (kvq_layout_init's sizes), on the
    stream. d_status (device int) receives the data status; the launcher
    zeroes it first. unit_dst: NULL, or (units) destination unit slots.
@@ -420,8 +444,15 @@ extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, 
         kvq_quantize_check_kernel<<<blocks, threads, 0, stream>>>(d_X, q, d_status);
         KVQ_CUDA_CHECK(cudaGetLastError());
     }
-    kvq_quantize_kernel<<<blocks, threads, 0, stream>>>(d_X, q, d_unit_dst, d_words, d_sz,
-                                                        d_status);
+    typedef void (*kernel_fn)(const __half *, kvq_dev_qshape, const int32_t *, uint32_t *,
+                              kvq_sz *, const int *);
+    kernel_fn fn = kvq_quantize_kernel<0, 0>;
+    if (kvq_cuda__quantize_fixed)
+        fn = (bits == 2 && G == 32) ? kvq_quantize_kernel<2, 32>
+           : (bits == 2 && G == 128) ? kvq_quantize_kernel<2, 128>
+           : (bits == 4 && G == 32) ? kvq_quantize_kernel<4, 32>
+           : (bits == 4 && G == 128) ? kvq_quantize_kernel<4, 128> : fn;
+    fn<<<blocks, threads, 0, stream>>>(d_X, q, d_unit_dst, d_words, d_sz, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return cudaSuccess;
 }
@@ -1669,6 +1700,7 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        float *d_out, float *d_work, size_t work_floats,
                                        int *d_status, cudaStream_t stream);
 extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens);
+extern "C" cudaError_t kvq_cuda_set_quantize_fixed(int on);
 extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,
                                            size_t n_moves, void *d_temp, cudaStream_t stream);

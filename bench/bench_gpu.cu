@@ -23,6 +23,8 @@
      version 1: kvq_cuda_quantize with validation (two passes; writes
                 nothing on bad data)
      version 2: the same with validate = 0 (one pass, trusted input)
+     version 3: version 2 with the group shape fixed at compile time
+                (kvq_cuda_set_quantize_fixed(1): straight-line loops)
 
    Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]
    --shape runs only that attention shape (no quantize section): the
@@ -374,8 +376,9 @@ static void bench_attention(bool quick, double copy, const attn_shape *only)
 static void bench_quantize(bool quick, double copy)
 {
     printf("\n== quantize + pack (fp16 X of T x 128) ==\n");
-    printf("%-11s %2s %4s %8s | %9s %8s %6s | %9s %8s %6s | %s\n", "axis", "B", "G", "T",
-           "v1 us", "v1 GB/s", "v1 %", "v2 us", "v2 GB/s", "v2 %", "codes vs kvq.h");
+    printf("%-11s %2s %4s %8s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s | %s\n", "axis", "B", "G",
+           "T", "v1 us", "v1 GB/s", "v1 %", "v2 us", "v2 GB/s", "v2 %", "v3 us", "v3 GB/s", "v3 %",
+           "codes vs kvq.h");
     const size_t D = 128, T = quick ? 65536 : 262144, Tcheck = 4096;
     const size_t copies = 4;       /* 4 x 64 MB inputs: more than L2 */
     __half *d_x;
@@ -401,7 +404,8 @@ static void bench_quantize(bool quick, double copy)
                 std::vector<kvq_sz> cs(Lc.total_groups), gs(Lc.total_groups);
                 kvq_quantize_matrix(fx.data(), Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, cw.data(), cs.data());
                 bool same = true;
-                for (int v = 0; v < 2; v++) {
+                for (int v = 0; v < 3; v++) {
+                    CU(kvq_cuda_set_quantize_fixed(v == 2));
                     CU(kvq_cuda_quantize(d_x, Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, nullptr, d_w, d_s,
                                          d_st, v == 0, 0));
                     CU(cudaDeviceSynchronize());
@@ -410,22 +414,28 @@ static void bench_quantize(bool quick, double copy)
                     same = same && gw == std::vector<uint32_t>(cw) &&
                            memcmp(gs.data(), cs.data(), gs.size() * 4) == 0;
                 }
-                float ms[2];
-                for (int v = 0; v < 2; v++)
+                float ms[3];
+                for (int v = 0; v < 3; v++) {
+                    CU(kvq_cuda_set_quantize_fixed(v == 2));
                     ms[v] = median_ms([&](int c) {
                         CU(kvq_cuda_quantize(d_x + (size_t)c * T * D, T, D, B, G, ax, KVQ_ZERO_FLOAT,
                                              nullptr, d_w, d_s, d_st, v == 0, 0));
                     }, (int)copies);
+                }
+                CU(kvq_cuda_set_quantize_fixed(0));
                 /* bytes: input once + codes + scales (the minimum to move) */
                 const double bytes = (double)T * D * 2 + L.total_words * 4.0 + L.total_groups * 4.0;
-                const double g1 = bytes / (ms[0] * 1e-3) / 1e9, g2 = bytes / (ms[1] * 1e-3) / 1e9;
-                printf("%-11s %2d %4zu %8zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | %s\n",
+                const double g1 = bytes / (ms[0] * 1e-3) / 1e9, g2 = bytes / (ms[1] * 1e-3) / 1e9,
+                             g3 = bytes / (ms[2] * 1e-3) / 1e9;
+                printf("%-11s %2d %4zu %8zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | "
+                       "%9.1f %8.0f %5.1f%% | %s\n",
                        ax == KVQ_PER_CHANNEL ? "per-channel" : "per-token", B, G, T, ms[0] * 1e3, g1,
-                       100 * g1 / copy, ms[1] * 1e3, g2, 100 * g2 / copy, same ? "identical" : "DIFFERENT");
+                       100 * g1 / copy, ms[1] * 1e3, g2, 100 * g2 / copy, ms[2] * 1e3, g3,
+                       100 * g3 / copy, same ? "identical" : "DIFFERENT");
                 if (csv_quant)
-                    fprintf(csv_quant, "%s,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.1f,%d\n",
+                    fprintf(csv_quant, "%s,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.1f,%d,%.3f,%.1f\n",
                             ax == KVQ_PER_CHANNEL ? "per-channel" : "per-token", B, G, T, ms[0] * 1e3,
-                            g1, ms[1] * 1e3, g2, copy, (int)same);
+                            g1, ms[1] * 1e3, g2, copy, (int)same, ms[2] * 1e3, g3);
                 CU(cudaFree(d_w)); CU(cudaFree(d_s)); CU(cudaFree(d_st));
             }
     CU(cudaFree(d_x));
@@ -463,7 +473,7 @@ int main(int argc, char **argv)
         csv_attn = fopen(a.c_str(), "w");
         csv_quant = fopen(q.c_str(), "w");
         if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,v1_us,v1_gbps,v2_us,v2_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid,v3_us,v3_gbps\n");
-        if (csv_quant) fprintf(csv_quant, "axis,B,G,T,v1_us,v1_gbps,v2_us,v2_gbps,copy_gbps,identical\n");
+        if (csv_quant) fprintf(csv_quant, "axis,B,G,T,v1_us,v1_gbps,v2_us,v2_gbps,copy_gbps,identical,v3_us,v3_gbps\n");
     }
     if (!only) bench_quantize(quick, copy);
     bench_attention(quick, copy, only);

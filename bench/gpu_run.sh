@@ -48,10 +48,17 @@ for step in "$@"; do
           echo "rc=$?"; grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu_v${v}_${b}_${g}_${r}_${s}_${t}.log" | head -24
         done
       done
-      log "ncu quantize (per-channel, B = 2, G = 32: bench_gpu's first quantize row)"
-      timeout 300 ncu --clock-control none --kernel-name kvq_quantize_kernel --launch-skip 6 --launch-count 1 \
-        --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-        --section MemoryWorkloadAnalysis --section InstructionStats build/bench_gpu --quick > "$OUT/ncu_quantize.log" 2>&1
-      echo "rc=$?"; grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Issue Slots Busy|Stall" "$OUT/ncu_quantize.log" | head -16 ;;
+      # quantize, bench_gpu's first row (per-channel, B = 2, G = 32): the
+      # generic kernel (v1/v2) and the fixed-shape one (v3), each past its
+      # validation call and warm-up
+      for kq in "0, 0" "2, 32"; do
+        tag=${kq//, /_}
+        log "ncu quantize kernel<$kq>"
+        timeout 300 ncu --clock-control none --kernel-name-base demangled \
+          --kernel-name "regex:kvq_quantize_kernel<$kq>" --launch-skip 6 --launch-count 1 \
+          --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+          --section MemoryWorkloadAnalysis --section InstructionStats build/bench_gpu --quick > "$OUT/ncu_quantize_$tag.log" 2>&1
+        echo "rc=$?"; grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Issue Slots Busy|Stall" "$OUT/ncu_quantize_$tag.log" | head -16
+      done ;;
   esac
 done

@@ -7,7 +7,8 @@
                 rows, and attention over them equal to the oracle
      quantize   codes and fp16 scales/zeros byte-identical to
                 kvq_quantize_matrix on the same fp16 values; the same status
-                on bad data; nothing written on failure (outputs poisoned).
+                on bad data; nothing written on failure (outputs poisoned);
+                with the generic kernel and the fixed-shape ones.
      attention  relative L2 error per output row against a float64 oracle
                 (kvq_attend_dense) over the rows the CPU cache holds
                 (kvq_cache_read), <= ATTN_TOL; outputs poisoned before.
@@ -100,6 +101,9 @@ static void fill_input(std::vector<kvq_f16> &h, size_t T, size_t D, int kind)
         for (size_t d = 0; d < D; d++) { h[d] = kvq_f32_to_f16(65504.0f); h[(T - 1) * D + d] = kvq_f32_to_f16(-65504.0f); }
 }
 
+/* kvq_cuda_set_quantize_fixed's setting for the quantize tests.          */
+static int quant_fixed = 0;
+
 static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis axis,
                                kvq_zero_mode mode, int kind, bool scatter)
 {
@@ -139,8 +143,8 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
     std::vector<uint32_t> gw(n_out * wpu);
     std::vector<kvq_sz> gs(n_out * L.groups_per_unit);
     dw.down(gw.data()); ds.down(gs.data());
-    CHECK(got == (int)want, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d: "
-          "status %d, CPU %d", T, D, bits, G, (int)axis, (int)mode, kind, got, (int)want);
+    CHECK(got == (int)want, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d fixed=%d: "
+          "status %d, CPU %d", T, D, bits, G, (int)axis, (int)mode, kind, quant_fixed, got, (int)want);
     if (want != KVQ_OK) {                 /* nothing may have been written */
         size_t touched = 0;
         for (size_t i = 0; i < gw.size(); i++) touched += gw[i] != 0xABABABABu;
@@ -155,8 +159,8 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
                         L.groups_per_unit * sizeof(kvq_sz)) != 0;
     }
     CHECK(bad_w == 0 && bad_s == 0, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d "
-          "scatter=%d: %zu units with other codes, %zu with other scales/zeros", T, D, bits, G,
-          (int)axis, (int)mode, kind, (int)scatter, bad_w, bad_s);
+          "scatter=%d fixed=%d: %zu units with other codes, %zu with other scales/zeros", T, D,
+          bits, G, (int)axis, (int)mode, kind, (int)scatter, quant_fixed, bad_w, bad_s);
     if (scatter) {                        /* slots no unit maps to stay poisoned */
         size_t touched = 0;
         for (size_t o = 0; o < 3; o++)
@@ -178,6 +182,7 @@ static void test_quantize(void)
                 test_quantize_case(1 + rng_below(300), 128, b, 32, KVQ_PER_TOKEN, m, kind, false);
                 test_quantize_case(37, 96, b, 48, KVQ_PER_TOKEN, m, kind, false);
                 test_quantize_case(200, 64, b, 64, KVQ_PER_TOKEN, m, kind, kind == IN_GAUSS);
+                test_quantize_case(1 + rng_below(100), 128, b, 128, KVQ_PER_TOKEN, m, kind, false);
                 /* per-channel: T a multiple of G                            */
                 test_quantize_case(32 * (1 + rng_below(9)), 128, b, 32, KVQ_PER_CHANNEL, m, kind,
                                    kind == IN_GAUSS);
@@ -855,6 +860,14 @@ int main(int argc, char **argv)
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("test_gpu%s on %s (sm_%d%d)\n", quick_mode ? " (quick)" : "", prop.name, prop.major, prop.minor);
     test_quantize();
+    /* the same cases with the group shape fixed at compile time where it
+       can be (B in {2, 4}, G in {32, 128}): the same bits are required   */
+    CHECK(kvq_cuda_set_quantize_fixed(2) == cudaErrorInvalidValue, "quantize_fixed 2 was accepted");
+    CU(kvq_cuda_set_quantize_fixed(1));
+    quant_fixed = 1;
+    test_quantize();
+    CU(kvq_cuda_set_quantize_fixed(0));
+    quant_fixed = 0;
     printf("  quantize: %d checks so far\n", test__pass + test__fail);
     test_attend();
     test_attend_status();
