@@ -311,8 +311,8 @@ __global__ void kvq_quantize_check_kernel(const __half *__restrict__ X, kvq_dev_
    FB, FG: 0, 0 for any shape; or B and G fixed at compile time, which turns
    every loop below into straight-line code (no branch per element on the
    group's end or the word's), with the same operations in the same order,
-   hence the same bits. kvq_cuda_set_quantize_fixed(1) selects these for
-   B in {2, 4}, G in {32, 128}: bench version 3, not yet run on a GPU.    */
+   hence the same bits (test_gpu checks it on a GPU). Bench version 3;
+   kvq_cuda_set_quantize_fixed picks when it runs (by default at G = 32).  */
 template <int FB, int FG>
 __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
                                     const int32_t *__restrict__ unit_dst,
@@ -411,14 +411,19 @@ static unsigned kvq_cuda__grid(size_t work, unsigned threads)
     return (unsigned)blocks;
 }
 
-/* Group shapes fixed at compile time for B in {2, 4}, G in {32, 128} (1),
-   or the one kernel for every shape (0, the default, the version measured
-   in bench/RESULTS.md). Process-wide; set it before launching.           */
-static int kvq_cuda__quantize_fixed = 0;
+/* Which quantize kernel runs (every choice writes the same bits):
+     1  group shape fixed at compile time for B in {2, 4}, G in {32, 128}
+        (version 3), the one kernel for other shapes;
+     0  the one kernel for every shape (versions 1 and 2);
+    -1  the default: version 3 for G = 32 only. On the H100 (2026-11-23,
+        bench_gpu, T = 262,144) it was 12-32% faster than 0 at G = 32, and
+        at G = 128 faster in one row and 6-26% slower in three.
+   Process-wide; set it before launching.                                 */
+static int kvq_cuda__quantize_fixed = -1;
 extern "C" cudaError_t kvq_cuda_set_quantize_fixed(int on)
 {
-    if (on != 0 && on != 1)
-        return kvq_cuda__bad("kvq_cuda_set_quantize_fixed: %d (use 0 or 1)", on);
+    if (on < -1 || on > 1)
+        return kvq_cuda__bad("kvq_cuda_set_quantize_fixed: %d (use -1, 0 or 1)", on);
     kvq_cuda__quantize_fixed = on;
     return cudaSuccess;
 }
@@ -447,7 +452,7 @@ extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, 
     typedef void (*kernel_fn)(const __half *, kvq_dev_qshape, const int32_t *, uint32_t *,
                               kvq_sz *, const int *);
     kernel_fn fn = kvq_quantize_kernel<0, 0>;
-    if (kvq_cuda__quantize_fixed)
+    if (kvq_cuda__quantize_fixed == 1 || (kvq_cuda__quantize_fixed == -1 && G == 32))
         fn = (bits == 2 && G == 32) ? kvq_quantize_kernel<2, 32>
            : (bits == 2 && G == 128) ? kvq_quantize_kernel<2, 128>
            : (bits == 4 && G == 32) ? kvq_quantize_kernel<4, 32>
@@ -614,11 +619,15 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
      transposing way. It serves the full-precision rows and is, with no
      pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
 #define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
-/* Tuning knobs (bench/bench_gpu.cu compares settings): CTAs per SM the
-   compiler must fit for the 1-head kernels (a register cap), and the
-   largest two-stage page buffer per CTA, in KB, above which one stage. */
+/* Tuning knobs (bench/gpu_run.sh's sweep step compares settings): CTAs
+   per SM the compiler must fit for the 1-head and the 4-head kernels (a
+   register cap: 65536 / (128 * n) registers per thread), and the largest
+   two-stage page buffer per CTA, in KB, above which one stage.          */
 #ifndef KVQ_CUDA_NH1_MIN_CTAS
 #define KVQ_CUDA_NH1_MIN_CTAS 3
+#endif
+#ifndef KVQ_CUDA_NH4_MIN_CTAS
+#define KVQ_CUDA_NH4_MIN_CTAS 1
 #endif
 #ifndef KVQ_CUDA_STAGE2_MAX_KB
 #define KVQ_CUDA_STAGE2_MAX_KB 48
@@ -1126,7 +1135,7 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).
    G: the pool's page; TG: tokens per fast item (G, or 32 for tiles).      */
 template <int D, int B, int G, int TG, int NH>
-__global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : 1)
+__global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages)
@@ -1336,12 +1345,14 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
     return n_streams * (size_t)(n_rep > 0 ? n_rep : 1) * (size_t)sp * (size_t)(head_dim + 2);
 }
 
-/* Fast items of G = 64 and 128 pools: whole pages (0, the default, the
-   version measured in bench/RESULTS.md), or 32-token tiles (32: each item
-   stages and computes like a G = 32 page, so two stages fit at the same
-   occupancy; bench version 3). Process-wide; set it before launching.
-   G = 32 pages are tiles already.                                         */
-static int kvq_cuda__tile_tokens = 0;
+/* Fast items of G = 64 and 128 pools: 32-token tiles (32, the default
+   since the H100 run of 2026-11-23: each item stages and computes like a
+   G = 32 page, so two stages fit at the same occupancy; bench version 3,
+   faster than whole pages in 46 of bench_gpu's 60 G = 128 rows, up to
+   2.06x at GQA 4, and up to 1.27x slower where there is little work:
+   S = 8, or T <= 4K), or whole pages (0; version 2). Process-wide; set
+   it before launching. G = 32 pages are tiles already.                    */
+static int kvq_cuda__tile_tokens = 32;
 extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
 {
     if (tokens != 0 && tokens != 32)

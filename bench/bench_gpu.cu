@@ -12,11 +12,11 @@
 
    Attention versions (the library keeps only the last):
      version 1: fused kernel, one CTA per (stream, head chunk): no split
-     version 2: fused kernel + flash-decoding split across the sequence
-                (kvq_cuda_attend as shipped)
+     version 2: fused kernel + flash-decoding split across the sequence,
+                whole pages (kvq_cuda_set_attend_tile(0))
      version 3: version 2 with G = 64/128 pages cut into 32-token tiles
-                (kvq_cuda_set_attend_tile(32)): two stages per warp at
-                G = 32's occupancy; G = 32 rows are version 2 itself
+                (kvq_cuda_set_attend_tile(32), the default): two stages
+                per warp at G = 32's occupancy; G = 32 rows are version 2
      fp16:      our fp16 decode kernel (the same kernel, pool = NULL) on the
                 same T, the baseline for the 2-bit speedup
    Quantize versions:
@@ -24,7 +24,8 @@
                 nothing on bad data)
      version 2: the same with validate = 0 (one pass, trusted input)
      version 3: version 2 with the group shape fixed at compile time
-                (kvq_cuda_set_quantize_fixed(1): straight-line loops)
+                (kvq_cuda_set_quantize_fixed(1): straight-line loops;
+                the default uses it at G = 32 only)
 
    Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]
    --shape runs only that attention shape (no quantize section): the
@@ -315,7 +316,7 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, bool tiles, float *
     *err_out = worst;
     bool ok = status == 0 && worst <= 1e-4;
     if (ok) *ms_out = median_ms(call, 1);
-    CU(kvq_cuda_set_attend_tile(0));
+    CU(kvq_cuda_set_attend_tile(32));      /* back to the default */
     CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
     return ok;
 }
@@ -422,7 +423,7 @@ static void bench_quantize(bool quick, double copy)
                                              nullptr, d_w, d_s, d_st, v == 0, 0));
                     }, (int)copies);
                 }
-                CU(kvq_cuda_set_quantize_fixed(0));
+                CU(kvq_cuda_set_quantize_fixed(-1));   /* back to the default */
                 /* bytes: input once + codes + scales (the minimum to move) */
                 const double bytes = (double)T * D * 2 + L.total_words * 4.0 + L.total_groups * 4.0;
                 const double g1 = bytes / (ms[0] * 1e-3) / 1e9, g2 = bytes / (ms[1] * 1e-3) / 1e9,

@@ -859,16 +859,21 @@ int main(int argc, char **argv)
     quick_mode = getenv("KVQ_TEST_QUICK") != NULL;
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("test_gpu%s on %s (sm_%d%d)\n", quick_mode ? " (quick)" : "", prop.name, prop.major, prop.minor);
+    CU(kvq_cuda_set_quantize_fixed(0));    /* the one kernel for every shape */
+    quant_fixed = 0;
     test_quantize();
     /* the same cases with the group shape fixed at compile time where it
        can be (B in {2, 4}, G in {32, 128}): the same bits are required   */
     CHECK(kvq_cuda_set_quantize_fixed(2) == cudaErrorInvalidValue, "quantize_fixed 2 was accepted");
+    CHECK(kvq_cuda_set_quantize_fixed(-2) == cudaErrorInvalidValue, "quantize_fixed -2 was accepted");
     CU(kvq_cuda_set_quantize_fixed(1));
     quant_fixed = 1;
     test_quantize();
     CU(kvq_cuda_set_quantize_fixed(0));
     quant_fixed = 0;
     printf("  quantize: %d checks so far\n", test__pass + test__fail);
+    CU(kvq_cuda_set_attend_tile(0));       /* whole pages first (version 2) */
+    tile_mode = 0;
     test_attend();
     test_attend_status();
     test_attend_splits();
