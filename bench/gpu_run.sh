@@ -3,8 +3,9 @@
 # device tool; every result lands in $OUT (or ./gpu_out). Steps: any of
 #   build test sanitize bench bench-quick sdpa sdpa-quick ptxas sass ncu sweep
 # sweep builds bench_gpu once per SWEEP entry (name:-Dmacro=value,...; the
-# compiles run in parallel) and runs each with --quick; add "base:" to
-# rebuild the defaults in the same way.
+# compiles run in parallel) and runs each with SWEEP_ARGS (default --quick;
+# SWEEP_ARGS= runs the full bench), CSVs in $OUT/sweep_<name>/; add "base:"
+# to rebuild the defaults in the same way.
 # ncu profiles version 2 (whole pages) and, for G > 32, version 3 (tiles)
 # of the fused kernel at each shape of NCU_SHAPES (B,G,GQA,S,T); in
 # bench_gpu --shape the attention kernels launch as: fp16 x 29, v1 x 29,
@@ -36,13 +37,15 @@ for step in "$@"; do
         name=${v%%:*}; defs=${v#*:}; d=build/sweep_$name; mkdir -p $d
         ( nvcc -O3 -std=c++17 -arch=sm_90 -I. ${defs//,/ } -c kvq_cuda.cu -o $d/kvq_cuda.o &&
           nvcc -O3 -std=c++17 -arch=sm_90 -I. -Itests -o $d/bench_gpu bench/bench_gpu.cu $d/kvq_cuda.o
-        ) > "$OUT/sweep_build_$name.log" 2>&1 &
+        ) > "$d.log" 2>&1 || cat "$d.log" &
       done
       wait; echo "sweep builds: $((SECONDS - t0)) s"
       for v in $SWEEP; do
         name=${v%%:*}; log "sweep $name (${v#*:})"
-        timeout 120 build/sweep_$name/bench_gpu --quick > "$OUT/sweep_$name.log" 2>&1; echo "rc=$?"
-        grep -A40 "fused decode" "$OUT/sweep_$name.log"
+        mkdir -p "$OUT/sweep_$name"
+        timeout 400 build/sweep_$name/bench_gpu ${SWEEP_ARGS---quick} --csv "$OUT/sweep_$name" \
+          > "$OUT/sweep_$name/bench.log" 2>&1; echo "rc=$?"
+        [ -n "${SWEEP_ARGS---quick}" ] && grep -A40 "fused decode" "$OUT/sweep_$name/bench.log"
       done ;;
     sdpa) log "sdpa"; timeout 300 python3 bench/sdpa_baseline.py --csv "$OUT/gpu_sdpa.csv" > "$OUT/sdpa.log" 2>&1; echo "rc=$?"; cat "$OUT/sdpa.log" ;;
     sdpa-quick) log "sdpa quick"; timeout 120 python3 bench/sdpa_baseline.py --quick 2>&1 | tail -8 ;;
