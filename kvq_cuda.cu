@@ -579,9 +579,9 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
    Work split (flash-decoding): grid.x = streams x head chunks, grid.y =
    splits of the stream's work items. An item is one page (the fast path,
    G tokens with both sides quantized), or 32 tokens of the slow path (slots
-   of a partly quantized page, then the full-precision rows). Optionally
-   (kvq_cuda_set_attend_tile(32)) the fast items of G = 64/128 pages are
-   32-token TILES of a page instead, staged into the layout of a G = 32
+   of a partly quantized page, then the full-precision rows). By default
+   (kvq_cuda_set_attend_tile(32); 0 restores whole pages) the fast items
+   of G = 64/128 pages are 32-token TILES of a page instead, staged into the layout of a G = 32
    page: the same arithmetic on the same codes, a quarter of the shared
    memory per stage, and 4 key scales per channel re-read from L2:
 
@@ -1349,8 +1349,9 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
    since the H100 run of 2026-11-23: each item stages and computes like a
    G = 32 page, so two stages fit at the same occupancy; bench version 3,
    faster than whole pages in 46 of bench_gpu's 60 G = 128 rows, up to
-   2.06x at GQA 4, and up to 1.27x slower where there is little work:
-   S = 8, or T <= 4K), or whole pages (0; version 2). Process-wide; set
+   2.06x at GQA 4; the 14 losses, up to 1.27x slower, are where there is
+   little work: S = 8 with T <= 32K, or S = 64 with T <= 4K), or whole
+   pages (0; version 2). Process-wide; set
    it before launching. G = 32 pages are tiles already.                    */
 static int kvq_cuda__tile_tokens = 32;
 extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)

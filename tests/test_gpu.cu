@@ -362,7 +362,7 @@ static kvq_config make_config(int pol, size_t D, int bits, size_t G)
 }
 
 /* kvq_cuda_set_attend_tile's setting for the attention tests: 0 = whole
-   pages (the default), 32 = 32-token tiles of G = 64/128 pages.          */
+   pages, 32 = 32-token tiles of G = 64/128 pages (the library default).  */
 static int tile_mode = 0;
 /* Streams of G = 64/128 pools whose fast range reaches a page's second
    tile (min(n_kq, n_vq) >= 64) in the tile pass: proof the tiles ran.    */
