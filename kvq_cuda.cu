@@ -567,6 +567,33 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
     return it;
 }
 
+/* Whole waves (kvq_cuda_set_attend_waves(1)): the split count that makes a
+   grid of n_ctas x s CTAs end in the fullest last wave, s in 1..sp, where a
+   wave is the `wave` CTAs the device holds at once (SMs x CTAs per SM).
+   Only counts giving at least one full wave compete (fewer would leave SMs
+   idle for the whole launch); ties go to the larger count. The fill of s
+   is total / (waves(s) * wave), compared exactly by cross-multiplication.
+   Returns sp itself when n_ctas * sp is under one wave.
+
+       n_ctas = 64, wave = 396 (132 SMs x 3):  s = 17: 1088 CTAs, 2.75
+       waves, fill 92%;  s = 12: 768 CTAs, 1.94 waves, fill 97%  -> 12   */
+static inline int kvq_cuda_wave_splits(size_t n_ctas, int sp, size_t wave)
+{
+    if (n_ctas == 0 || wave == 0 || sp <= 1 || n_ctas * (size_t)sp <= wave) return sp;
+    int best = sp;
+    size_t best_total = n_ctas * (size_t)sp, best_cap = (best_total + wave - 1) / wave * wave;
+    for (int t = sp - 1; t >= 1; t--) {
+        const size_t total = n_ctas * (size_t)t;
+        if (total < wave) break;
+        const size_t cap = (total + wave - 1) / wave * wave;
+        /* total / cap > best_total / best_cap, exactly (both < 2^40)    */
+        if ((unsigned long long)total * best_cap > (unsigned long long)best_total * cap) {
+            best = t; best_total = total; best_cap = cap;
+        }
+    }
+    return best;
+}
+
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 /* ======================================================================== */
 /* 4. fused decode attention                                                */
@@ -1362,6 +1389,22 @@ extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
     return cudaSuccess;
 }
 
+/* Split count: as kvq_cuda_attend_workspace plans it (0, the default), or
+   trimmed to whole waves of the kernel's real occupancy (1; bench version
+   4, not yet run on a GPU). The plan asks for about 8 CTAs per SM, but
+   only 2-3 fit (registers), so grids ended in a partial wave: 2.75 waves
+   at S = 64, 3.2 at S = 256, with SMs idle in 15-17% of cycles (ncu,
+   bench/RESULTS.md). Fewer splits never need more workspace.
+   Process-wide; set it before launching.                                 */
+static int kvq_cuda__waves = 0;
+extern "C" cudaError_t kvq_cuda_set_attend_waves(int on)
+{
+    if (on != 0 && on != 1)
+        return kvq_cuda__bad("kvq_cuda_set_attend_waves: %d (use 0 or 1)", on);
+    kvq_cuda__waves = on;
+    return cudaSuccess;
+}
+
 /* Instantiation table: D x B x G x TG x NH. B = 0 is the fp16 baseline.   */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
                                   const float *, float *, int);
@@ -1457,6 +1500,14 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)stage_bytes));
+    if (kvq_cuda__waves) {
+        int dev = 0, sms = 0, per_sm = 0;
+        KVQ_CUDA_CHECK(cudaGetDevice(&dev));
+        KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        KVQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn,
+                                                                     KVQ_CUDA_WARPS * 32, stage_bytes));
+        n_splits = kvq_cuda_wave_splits(n_streams * n_hchunks, n_splits, (size_t)sms * per_sm);
+    }
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
     fn<<<grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream>>>(pl, d_streams, n_rep, (int)n_hchunks,
@@ -1712,6 +1763,7 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        float *d_out, float *d_work, size_t work_floats,
                                        int *d_status, cudaStream_t stream);
 extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens);
+extern "C" cudaError_t kvq_cuda_set_attend_waves(int on);
 extern "C" cudaError_t kvq_cuda_set_quantize_fixed(int on);
 extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,

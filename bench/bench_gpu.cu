@@ -17,6 +17,8 @@
      version 3: version 2 with G = 64/128 pages cut into 32-token tiles
                 (kvq_cuda_set_attend_tile(32), the default): two stages
                 per warp at G = 32's occupancy; G = 32 rows are version 2
+     version 4: version 3 with the split count trimmed to whole waves of
+                the kernel's occupancy (kvq_cuda_set_attend_waves(1))
      fp16:      our fp16 decode kernel (the same kernel, pool = NULL) on the
                 same T, the baseline for the 2-bit speedup
    Quantize versions:
@@ -274,11 +276,13 @@ static double rel_err(const float *got, const std::vector<double> &ref, size_t n
 }
 
 /* Time one version on P. max_tokens_plan = 1 forces one split (version 1);
-   tiles: kvq_cuda_set_attend_tile(32) for this run (version 3).          */
+   tiles: kvq_cuda_set_attend_tile(32) for this run (version 3); waves:
+   kvq_cuda_set_attend_waves(1) as well (version 4).                      */
 static bool run_attn(attn_problem &P, bool fp16, bool split, bool tiles, float *ms_out,
-                     double *err_out)
+                     double *err_out, bool waves = false)
 {
     CU(kvq_cuda_set_attend_tile(tiles ? 32 : 0));
+    CU(kvq_cuda_set_attend_waves(waves ? 1 : 0));
     const size_t S = P.S;
     const int n_rep = P.n_rep, D = P.D;
     const size_t plan_tokens = split ? P.T : 1;
@@ -316,7 +320,8 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, bool tiles, float *
     *err_out = worst;
     bool ok = status == 0 && worst <= 1e-4;
     if (ok) *ms_out = median_ms(call, 1);
-    CU(kvq_cuda_set_attend_tile(32));      /* back to the default */
+    CU(kvq_cuda_set_attend_tile(32));      /* back to the defaults */
+    CU(kvq_cuda_set_attend_waves(0));
     CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
     return ok;
 }
@@ -327,9 +332,9 @@ struct attn_shape { int B, G, gqa; size_t S, T; };
 static void bench_attention(bool quick, double copy, const attn_shape *only)
 {
     printf("\n== fused decode attention (D = 128; KIVI steady state, R = 128) ==\n");
-    printf("%2s %4s %3s %7s %4s | %8s %5s | %8s %7s %5s | %8s %5s | %8s %5s | %6s %6s %6s\n",
+    printf("%2s %4s %3s %7s %4s | %8s %5s | %8s %7s %5s | %8s %5s | %8s %5s | %8s %5s | %6s %6s %6s\n",
            "B", "G", "gqa", "T", "S", "v1 us", "v1 %", "v2 us", "v2 GB/s", "v2 %", "v3 us",
-           "v3 %", "fp16 us", "fp16%", "x fp16", "bytesx", "err");
+           "v3 %", "v4 us", "v4 %", "fp16 us", "fp16%", "x fp16", "bytesx", "err");
     std::vector<size_t> Ts = { 1024, 4096, 16384, 32768, 131072 };
     std::vector<size_t> Ss = { 8, 64, 256 };
     std::vector<int> gqas = { 1, 4 }, Bs = { 2, 4 }, Gs = { 32, 128 };
@@ -349,27 +354,28 @@ static void bench_attention(bool quick, double copy, const attn_shape *only)
                     for (int G : Gs) {
                         attn_problem P;
                         build_problem(P, 128, B, G, gqa, S, T, false, 7 + T + S + B + G);
-                        float ms1 = 0, ms2 = 0, ms3 = 0;
-                        double e1, e2, e3 = 0;
+                        float ms1 = 0, ms2 = 0, ms3 = 0, ms4 = 0;
+                        double e1, e2, e3 = 0, e4;
                         const bool ok1 = run_attn(P, false, false, false, &ms1, &e1);
                         const bool ok2 = run_attn(P, false, true, false, &ms2, &e2);
                         /* G = 32 pages are tiles already: v3 == v2 there */
                         const bool ok3 = G > 32 ? run_attn(P, false, true, true, &ms3, &e3) : true;
                         if (G == 32) ms3 = ms2;
+                        const bool ok4 = run_attn(P, false, true, true, &ms4, &e4, true);
                         const double gb1 = P.bytes / (ms1 * 1e-3) / 1e9, gb2 = P.bytes / (ms2 * 1e-3) / 1e9,
-                                     gb3 = P.bytes / (ms3 * 1e-3) / 1e9;
-                        const double err = std::max(std::max(e1, e2), e3);
-                        const bool ok = ok1 && ok2 && ok3 && okf;
+                                     gb3 = P.bytes / (ms3 * 1e-3) / 1e9, gb4 = P.bytes / (ms4 * 1e-3) / 1e9;
+                        const double err = std::max(std::max(e1, e2), std::max(e3, e4));
+                        const bool ok = ok1 && ok2 && ok3 && ok4 && okf;
                         printf("%2d %4d %3d %7zu %4zu | %8.1f %4.1f%% | %8.1f %7.0f %4.1f%% | %8.1f %4.1f%% | "
-                               "%8.1f %4.1f%% | %6.2f %6.2f %6.0e%s\n",
+                               "%8.1f %4.1f%% | %8.1f %4.1f%% | %6.2f %6.2f %6.0e%s\n",
                                B, G, gqa, T, S, ms1 * 1e3, 100 * gb1 / copy, ms2 * 1e3, gb2,
-                               100 * gb2 / copy, ms3 * 1e3, 100 * gb3 / copy, ms_f * 1e3,
-                               100 * gb_f / copy, ms_f / ms2, F.bytes / P.bytes, err,
-                               ok ? "" : "  INVALID");
+                               100 * gb2 / copy, ms3 * 1e3, 100 * gb3 / copy, ms4 * 1e3,
+                               100 * gb4 / copy, ms_f * 1e3, 100 * gb_f / copy, ms_f / ms2,
+                               F.bytes / P.bytes, err, ok ? "" : "  INVALID");
                         if (csv_attn)
-                            fprintf(csv_attn, "%d,%d,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.3f,%.1f,%.1f,%.3g,%d,%.3f,%.1f\n",
+                            fprintf(csv_attn, "%d,%d,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.3f,%.1f,%.1f,%.3g,%d,%.3f,%.1f,%.3f,%.1f\n",
                                     B, G, gqa, T, S, ms1 * 1e3, gb1, ms2 * 1e3, gb2, ms_f * 1e3, gb_f,
-                                    copy, err, (int)ok, ms3 * 1e3, gb3);
+                                    copy, err, (int)ok, ms3 * 1e3, gb3, ms4 * 1e3, gb4);
                     }
             }
 }
@@ -473,7 +479,7 @@ int main(int argc, char **argv)
         std::string a = std::string(csv_dir) + "/gpu_attention.csv", q = std::string(csv_dir) + "/gpu_quantize.csv";
         csv_attn = fopen(a.c_str(), "w");
         csv_quant = fopen(q.c_str(), "w");
-        if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,v1_us,v1_gbps,v2_us,v2_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid,v3_us,v3_gbps\n");
+        if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,v1_us,v1_gbps,v2_us,v2_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid,v3_us,v3_gbps,v4_us,v4_gbps\n");
         if (csv_quant) fprintf(csv_quant, "axis,B,G,T,v1_us,v1_gbps,v2_us,v2_gbps,copy_gbps,identical,v3_us,v3_gbps\n");
     }
     if (!only) bench_quantize(quick, copy);

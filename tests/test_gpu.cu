@@ -585,20 +585,33 @@ static void test_attend_splits(void)
     dbuf<float> dq(hq.size()), dout(hq.size());
     dbuf<int> dst(1);
     dq.up(hq.data());
-    for (int pass = 0; pass < 2; pass++) {
-        const size_t mt = pass ? b.max_tokens : 64;   /* 1 split vs many   */
+    /* pass 0: 1 split; 1: the planned many; 2: many, trimmed to whole
+       waves (4 streams x up to 128 splits pass one wave of 2 CTAs per SM) */
+    std::vector<float> o3(hq.size());
+    for (int pass = 0; pass < 3; pass++) {
+        const size_t mt = pass ? b.max_tokens : 64;
         int sp;
         const size_t wf = kvq_cuda_attend_workspace(n, 4, (int)D, 32, mt, &sp);
         dbuf<float> dwork(wf);
+        CU(kvq_cuda_set_attend_waves(pass == 2));
+        CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));    /* NaN poison */
         CU(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n, 4, mt, dq.p, dout.p, dwork.p, wf,
                            dst.p, 0));
         CU(cudaDeviceSynchronize());
-        dout.down(pass ? o2.data() : o1.data());
-        printf("  splits pass %d: %d splits\n", pass, sp);
+        dout.down(pass == 0 ? o1.data() : pass == 1 ? o2.data() : o3.data());
+        printf("  splits pass %d: %d splits planned%s\n", pass, sp, pass == 2 ? ", whole waves" : "");
     }
-    double num = 0, den = 0;
-    for (size_t i = 0; i < o1.size(); i++) { num += (o1[i] - o2[i]) * (o1[i] - o2[i]); den += o1[i] * o1[i]; }
-    CHECK(sqrt(num / den) < 1e-5, "1 split vs many: rel diff %.3g", sqrt(num / den));
+    CU(kvq_cuda_set_attend_waves(0));
+    CHECK(kvq_cuda_set_attend_waves(2) == cudaErrorInvalidValue, "attend_waves 2 was accepted");
+    for (const std::vector<float> *o : { &o2, &o3 }) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < o1.size(); i++) {
+            num += (o1[i] - (*o)[i]) * (o1[i] - (*o)[i]);
+            den += o1[i] * o1[i];
+        }
+        CHECK(sqrt(num / den) < 1e-5, "1 split vs many%s: rel diff %.3g",
+              o == &o3 ? " (whole waves)" : "", sqrt(num / den));
+    }
     for (auto &c : caches) kvq_cache_free(&c);
 }
 
@@ -840,6 +853,43 @@ static void test_host_walk(void)
     printf("  host walk: %zu streams, %zu second-or-later tiles staged\n", n_streams, n_tiles);
 }
 
+/* kvq_cuda_wave_splits (no GPU): against a brute-force enumeration of its
+   stated rule. For every candidate t in 1..sp giving at least one full
+   wave, the chosen r must fill its last wave at least as well (compared in
+   long double), be the largest among equally good, and itself give a full
+   wave; under one wave the planned count stays. Plus the worked example of
+   its comment (64 CTAs, 17 splits, 396 per wave -> 12).                    */
+static void test_wave_splits(void)
+{
+    CHECK(kvq_cuda_wave_splits(64, 17, 396) == 12, "64 x 17 on 396: got %d, want 12",
+          kvq_cuda_wave_splits(64, 17, 396));
+    CHECK(kvq_cuda_wave_splits(256, 5, 396) == 3, "256 x 5 on 396: got %d, want 3 (97%% fill)",
+          kvq_cuda_wave_splits(256, 5, 396));
+    size_t bad = 0, cases = 0;
+    for (int k = 0; k < 4000; k++) {
+        const size_t n = 1 + rng_below(600), wave = 1 + rng_below(1200);
+        const int sp = 1 + (int)rng_below(128);
+        const int r = kvq_cuda_wave_splits(n, sp, wave);
+        cases++;
+        auto fill = [&](int t) {
+            const size_t total = n * (size_t)t, cap = (total + wave - 1) / wave * wave;
+            return (long double)total / (long double)cap;
+        };
+        bool ok = r >= 1 && r <= sp;
+        if (ok && n * (size_t)sp <= wave) ok = r == sp;
+        else if (ok) {
+            ok = n * (size_t)r >= wave || r == sp;
+            for (int t = 1; ok && t <= sp; t++) {
+                if (n * (size_t)t < wave) continue;
+                if (fill(t) > fill(r) || (fill(t) == fill(r) && t > r)) ok = false;
+            }
+        }
+        if (!ok && bad++ < 3)
+            printf("    wave_splits(%zu, %d, %zu) = %d breaks the rule\n", n, sp, wave, r);
+    }
+    CHECK(bad == 0, "kvq_cuda_wave_splits broke its rule in %zu of %zu random cases", bad, cases);
+}
+
 int main(int argc, char **argv)
 {
     const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
@@ -849,6 +899,7 @@ int main(int argc, char **argv)
     }
     printf("test_gpu: host checks\n");
     test_host_walk();
+    test_wave_splits();
     if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
