@@ -1391,10 +1391,12 @@ extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
 
 /* Split count: as kvq_cuda_attend_workspace plans it (0, the default), or
    trimmed to whole waves of the kernel's real occupancy (1; bench version
-   4, not yet run on a GPU). The plan asks for about 8 CTAs per SM, but
-   only 2-3 fit (registers), so grids ended in a partial wave: 2.75 waves
-   at S = 64, 3.2 at S = 256, with SMs idle in 15-17% of cycles (ncu,
-   bench/RESULTS.md). Fewer splits never need more workspace.
+   4). The plan asks for about 8 CTAs per SM, but only 2-3 fit
+   (registers), so grids end in a partial wave: 2.75 waves at S = 64, 3.2
+   at S = 256, with SMs idle in 15-17% of cycles (ncu, bench/RESULTS.md).
+   On the H100 (2026-11-23, quick) trimming gained 1-9% at S = 64 and
+   nothing at S = 256, so it stays off until a full bench decides. Fewer
+   splits never need more workspace.
    Process-wide; set it before launching.                                 */
 static int kvq_cuda__waves = 0;
 extern "C" cudaError_t kvq_cuda_set_attend_waves(int on)
