@@ -1394,8 +1394,8 @@ extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
    4). The plan asks for about 8 CTAs per SM, but only 2-3 fit
    (registers), so grids end in a partial wave: 2.75 waves at S = 64, 3.2
    at S = 256, with SMs idle in 15-17% of cycles (ncu, bench/RESULTS.md).
-   On the H100 (2026-11-23, quick) trimming gained 1-9% at S = 64 and
-   nothing at S = 256, so it stays off until a full bench decides. Fewer
+   On the H100 (2026-11-23, quick) trimming gained up to 10% at S = 64
+   (median 4.5%) and nothing at S = 256, so it stays off until a full bench decides. Fewer
    splits never need more workspace.
    Process-wide; set it before launching.                                 */
 static int kvq_cuda__waves = 0;
