@@ -571,25 +571,27 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
    grid of n_ctas x s CTAs end in the fullest last wave, s in 1..sp, where a
    wave is the `wave` CTAs the device holds at once (SMs x CTAs per SM).
    Only counts giving at least one full wave compete (fewer would leave SMs
-   idle for the whole launch); ties go to the larger count. The fill of s
-   is total / (waves(s) * wave), compared exactly by cross-multiplication.
+   idle for the whole launch); ties go to the larger count. With
+   total = n_ctas x s and idle = the empty CTA slots of its last wave, the
+   fill total / (total + idle) is best where idle / total is least, which
+   is compared exactly as idle_a x total_b < idle_b x total_a (idle < wave
+   < 2^24 and total < 2^39, so the products fit in 64 bits).
    Returns sp itself when n_ctas * sp is under one wave.
 
        n_ctas = 64, wave = 396 (132 SMs x 3):  s = 17: 1088 CTAs, 2.75
        waves, fill 92%;  s = 12: 768 CTAs, 1.94 waves, fill 97%  -> 12   */
 static inline int kvq_cuda_wave_splits(size_t n_ctas, int sp, size_t wave)
 {
-    if (n_ctas == 0 || wave == 0 || sp <= 1 || n_ctas * (size_t)sp <= wave) return sp;
+    if (n_ctas == 0 || wave == 0 || wave >= ((size_t)1 << 24) || sp <= 1 ||
+        n_ctas > ((size_t)1 << 31) || sp > 256 || n_ctas * (size_t)sp <= wave)
+        return sp;
     int best = sp;
-    size_t best_total = n_ctas * (size_t)sp, best_cap = (best_total + wave - 1) / wave * wave;
+    unsigned long long best_total = n_ctas * (size_t)sp,
+                       best_idle = (wave - best_total % wave) % wave;
     for (int t = sp - 1; t >= 1; t--) {
-        const size_t total = n_ctas * (size_t)t;
+        const unsigned long long total = n_ctas * (size_t)t, idle = (wave - total % wave) % wave;
         if (total < wave) break;
-        const size_t cap = (total + wave - 1) / wave * wave;
-        /* total / cap > best_total / best_cap, exactly (both < 2^40)    */
-        if ((unsigned long long)total * best_cap > (unsigned long long)best_total * cap) {
-            best = t; best_total = total; best_cap = cap;
-        }
+        if (idle * best_total < best_idle * total) { best = t; best_total = total; best_idle = idle; }
     }
     return best;
 }

@@ -855,10 +855,12 @@ static void test_host_walk(void)
 
 /* kvq_cuda_wave_splits (no GPU): against a brute-force enumeration of its
    stated rule. For every candidate t in 1..sp giving at least one full
-   wave, the chosen r must fill its last wave at least as well (compared in
-   long double), be the largest among equally good, and itself give a full
-   wave; under one wave the planned count stays. Plus the worked example of
-   its comment (64 CTAs, 17 splits, 396 per wave -> 12).                    */
+   wave, the chosen r must fill its last wave at least as well, and be the
+   largest among equally good; under one wave the planned count stays. The
+   fills total / cap are compared here as exact 128-bit cross products (the
+   function itself compares idle / total in 64 bits). Small and large
+   random cases (up to 2^31 CTAs, where naive 64-bit products of totals
+   overflow), plus the worked example of its comment.                     */
 static void test_wave_splits(void)
 {
     CHECK(kvq_cuda_wave_splits(64, 17, 396) == 12, "64 x 17 on 396: got %d, want 12",
@@ -866,22 +868,29 @@ static void test_wave_splits(void)
     CHECK(kvq_cuda_wave_splits(256, 5, 396) == 3, "256 x 5 on 396: got %d, want 3 (97%% fill)",
           kvq_cuda_wave_splits(256, 5, 396));
     size_t bad = 0, cases = 0;
-    for (int k = 0; k < 4000; k++) {
-        const size_t n = 1 + rng_below(600), wave = 1 + rng_below(1200);
+    for (int k = 0; k < 6000; k++) {
+        const bool large = k % 3 == 2;
+        const size_t n = 1 + rng_below(large ? ((size_t)1 << 31) - 1 : 600);
+        const size_t wave = 1 + rng_below(large ? 8192 : 1200);
         const int sp = 1 + (int)rng_below(128);
         const int r = kvq_cuda_wave_splits(n, sp, wave);
         cases++;
-        auto fill = [&](int t) {
-            const size_t total = n * (size_t)t, cap = (total + wave - 1) / wave * wave;
-            return (long double)total / (long double)cap;
+        typedef unsigned __int128 u128;
+        auto total = [&](int t) { return (u128)n * (u128)t; };
+        auto cap = [&](int t) { return (total(t) + wave - 1) / wave * wave; };
+        /* fill(a) vs fill(b): -1, 0, 1 */
+        auto cmp = [&](int a, int b) {
+            const u128 x = total(a) * cap(b), y = total(b) * cap(a);
+            return x < y ? -1 : x > y ? 1 : 0;
         };
         bool ok = r >= 1 && r <= sp;
-        if (ok && n * (size_t)sp <= wave) ok = r == sp;
+        if (ok && total(sp) <= wave) ok = r == sp;
         else if (ok) {
-            ok = n * (size_t)r >= wave || r == sp;
+            ok = total(r) >= wave;
             for (int t = 1; ok && t <= sp; t++) {
-                if (n * (size_t)t < wave) continue;
-                if (fill(t) > fill(r) || (fill(t) == fill(r) && t > r)) ok = false;
+                if (total(t) < wave) continue;
+                const int c = cmp(t, r);
+                if (c > 0 || (c == 0 && t > r)) ok = false;
             }
         }
         if (!ok && bad++ < 3)
