@@ -398,12 +398,30 @@ static cudaError_t kvq_cuda__qshape(const void *X, const void *words, const void
     return cudaSuccess;
 }
 
+/* SMs of the current device (an H100's 132 if the query fails: it only
+   sizes grids, never decides a result).                                  */
+static int kvq_cuda__sm_count(void)
+{
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        sms <= 0)
+        sms = 132;
+    return sms;
+}
+
+/* A process-wide mode switch: store `value` if `valid`, else say why not. */
+static cudaError_t kvq_cuda__set_mode(int *mode, int value, bool valid, const char *name,
+                                      const char *choices)
+{
+    if (!valid) return kvq_cuda__bad("%s: %d (use %s)", name, value, choices);
+    *mode = value;
+    return cudaSuccess;
+}
+
 static unsigned kvq_cuda__grid(size_t work, unsigned threads)
 {
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        sms = 132;
+    const int sms = kvq_cuda__sm_count();
     size_t blocks = (work + threads - 1) / threads;
     const size_t cap = (size_t)sms * 16u;    /* then the grid-stride loop */
     if (blocks > cap) blocks = cap;
@@ -422,10 +440,8 @@ static unsigned kvq_cuda__grid(size_t work, unsigned threads)
 static int kvq_cuda__quantize_fixed = -1;
 extern "C" cudaError_t kvq_cuda_set_quantize_fixed(int on)
 {
-    if (on < -1 || on > 1)
-        return kvq_cuda__bad("kvq_cuda_set_quantize_fixed: %d (use -1, 0 or 1)", on);
-    kvq_cuda__quantize_fixed = on;
-    return cudaSuccess;
+    return kvq_cuda__set_mode(&kvq_cuda__quantize_fixed, on, on >= -1 && on <= 1,
+                              "kvq_cuda_set_quantize_fixed", "-1, 0 or 1");
 }
 
 /* Quantize X (T, D) fp16 into words/sz (kvq_layout_init's sizes), on the
@@ -610,9 +626,10 @@ static inline int kvq_cuda_wave_splits(size_t n_ctas, int sp, size_t wave)
    G tokens with both sides quantized), or 32 tokens of the slow path (slots
    of a partly quantized page, then the full-precision rows). By default
    (kvq_cuda_set_attend_tile(32); 0 restores whole pages) the fast items
-   of G = 64/128 pages are 32-token TILES of a page instead, staged into the layout of a G = 32
-   page: the same arithmetic on the same codes, a quarter of the shared
-   memory per stage, and 4 key scales per channel re-read from L2:
+   of G = 64/128 pages are 32-token TILES of a page instead, staged into
+   the layout of a G = 32 page: the same arithmetic on the same codes, a
+   quarter of the shared memory per stage, and 4 key scales per channel
+   re-read from L2:
 
        page (G = 128)   k_words ch d: [w0 w1 | w2 w3 | w4 w5 | w6 w7]   B = 2
                         tile:            t0     t1      t2      t3
@@ -1018,8 +1035,8 @@ static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, con
 /* Stage fast item `tile` of pool page `page` (TG tokens, Sec. 4's tiles)
    into buf, laid out exactly as a page of TG tokens would be, so that
    kvq_dev_fast_item<D, B, TG> reads it unchanged; the sources are
-   kvq_cuda_tile_src's (Sec. 3). With TG == G (tile 0, the whole page) every part is one
-   contiguous copy. With TG < G a tile's key codes are a column slice of
+   kvq_cuda_tile_src's (Sec. 3). With TG == G (tile 0, the whole page)
+   every part is one contiguous copy. With TG < G a tile's key codes are a column slice of
    the page, WPT = TG*B/32 words of each channel's G*B/32 (8 or 16 bytes
    every 16..64): one copy per channel. Its values and value (s, z) are
    contiguous rows of the page; its key (s, z) are the page's, all D.      */
@@ -1342,10 +1359,7 @@ __global__ void kvq_attend_combine_kernel(const float *__restrict__ work, int n_
    KVQ_CUDA_WARPS items per split so that no warp idles from the start.   */
 static int kvq_cuda__splits(size_t n_ctas, size_t max_items)
 {
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        sms = 132;
+    const int sms = kvq_cuda__sm_count();
     const size_t want = (size_t)sms * 8;      /* CTAs for ~full occupancy  */
     size_t splits = (want + n_ctas - 1) / n_ctas;
     const size_t by_items = max_items / (2 * KVQ_CUDA_WARPS);
@@ -1380,15 +1394,13 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
    faster than whole pages in 46 of bench_gpu's 60 G = 128 rows, up to
    2.06x at GQA 4; the 14 losses, up to 1.27x slower, are where there is
    little work: S = 8 with T <= 32K, or S = 64 with T <= 4K), or whole
-   pages (0; version 2). Process-wide; set
-   it before launching. G = 32 pages are tiles already.                    */
+   pages (0; version 2). Process-wide; set it before launching. G = 32
+   pages are tiles already.                                                */
 static int kvq_cuda__tile_tokens = 32;
 extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
 {
-    if (tokens != 0 && tokens != 32)
-        return kvq_cuda__bad("kvq_cuda_set_attend_tile: %d (use 0 for whole pages or 32)", tokens);
-    kvq_cuda__tile_tokens = tokens;
-    return cudaSuccess;
+    return kvq_cuda__set_mode(&kvq_cuda__tile_tokens, tokens, tokens == 0 || tokens == 32,
+                              "kvq_cuda_set_attend_tile", "0 for whole pages or 32");
 }
 
 /* Split count: as kvq_cuda_attend_workspace plans it (0, the default), or
@@ -1397,16 +1409,14 @@ extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
    (registers), so grids end in a partial wave: 2.75 waves at S = 64, 3.2
    at S = 256, with SMs idle in 15-17% of cycles (ncu, bench/RESULTS.md).
    On the H100 (2026-11-23, quick) trimming gained up to 10% at S = 64
-   (median 4.5%) and nothing at S = 256, so it stays off until a full bench decides. Fewer
-   splits never need more workspace.
-   Process-wide; set it before launching.                                 */
+   (median 4.5%) and nothing at S = 256, so it stays off until a full
+   bench decides. Fewer splits never need more workspace. Process-wide;
+   set it before launching.                                               */
 static int kvq_cuda__waves = 0;
 extern "C" cudaError_t kvq_cuda_set_attend_waves(int on)
 {
-    if (on != 0 && on != 1)
-        return kvq_cuda__bad("kvq_cuda_set_attend_waves: %d (use 0 or 1)", on);
-    kvq_cuda__waves = on;
-    return cudaSuccess;
+    return kvq_cuda__set_mode(&kvq_cuda__waves, on, on == 0 || on == 1,
+                              "kvq_cuda_set_attend_waves", "0 or 1");
 }
 
 /* Instantiation table: D x B x G x TG x NH. B = 0 is the fp16 baseline.   */
@@ -1495,8 +1505,9 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
        stay within 48 KB, else one (a G = 128 page is 9-17 KB: two stages
        would leave one CTA, 4 warps, per SM; with one stage, more CTAs
        overlap each other's copies instead; a 32-token tile is 1.4-6.5 KB
-       and gets two, except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set every time because
-       static + dynamic shared memory may pass 48 KB.                    */
+       and gets two, except D = 128, B = 4, Gv = 8 at 6.5 KB). The
+       attribute is set every time because static + dynamic shared memory
+       may pass 48 KB.                                                   */
     const size_t page_bytes = pool ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
                                      (size_t)TG * (D / pl.value_group) * 4 : 0;
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
@@ -1505,12 +1516,11 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)stage_bytes));
     if (kvq_cuda__waves) {
-        int dev = 0, sms = 0, per_sm = 0;
-        KVQ_CUDA_CHECK(cudaGetDevice(&dev));
-        KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        int per_sm = 0;
         KVQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn,
                                                                      KVQ_CUDA_WARPS * 32, stage_bytes));
-        n_splits = kvq_cuda_wave_splits(n_streams * n_hchunks, n_splits, (size_t)sms * per_sm);
+        n_splits = kvq_cuda_wave_splits(n_streams * n_hchunks, n_splits,
+                                        (size_t)kvq_cuda__sm_count() * per_sm);
     }
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);

@@ -9,7 +9,7 @@
 # ncu profiles version 2 (whole pages) and, for G > 32, version 3 (tiles)
 # of the fused kernel at each shape of NCU_SHAPES (B,G,GQA,S,T); in
 # bench_gpu --shape the attention kernels launch as: fp16 x 29, v1 x 29,
-# v2 x 29, v3 x 29 (1 validation + 3 warm-up + 25 timed), so v2's 4th
+# v2 x 29, v3 x 29, v4 x 29 (1 validation + 3 warm-up + 25 timed), so v2's 4th
 # launch is the 33rd of the pages kernel (v1 and v2 share it). A version
 # that fails validation is not timed (1 launch, not 29): then the counts
 # are off and the logs say so (check the bench line printed with them).

@@ -604,13 +604,8 @@ static void test_attend_splits(void)
     CU(kvq_cuda_set_attend_waves(0));
     CHECK(kvq_cuda_set_attend_waves(2) == cudaErrorInvalidValue, "attend_waves 2 was accepted");
     for (const std::vector<float> *o : { &o2, &o3 }) {
-        double num = 0, den = 0;
-        for (size_t i = 0; i < o1.size(); i++) {
-            num += (o1[i] - (*o)[i]) * (o1[i] - (*o)[i]);
-            den += o1[i] * o1[i];
-        }
-        CHECK(sqrt(num / den) < 1e-5, "1 split vs many%s: rel diff %.3g",
-              o == &o3 ? " (whole waves)" : "", sqrt(num / den));
+        const double rel = rel_l2(o->data(), o1.data(), o1.size());
+        CHECK(rel < 1e-5, "1 split vs many%s: rel diff %.3g", o == &o3 ? " (whole waves)" : "", rel);
     }
     for (auto &c : caches) kvq_cache_free(&c);
 }
