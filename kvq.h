@@ -173,9 +173,11 @@ extern "C" {
        attention, eviction on an OTT or LogQuant cache
    KVQ_ERR_STATE       kvq_cache_reserve kvq_cache_prefill kvq_cache_append
                        kvq_cache_read kvq_attend kvq_cache_check
-                       kvq_cache_evict kvq_cache_compact kvq_pseq_fork
-                       kvq_pseq_repack kvq_pseq_holefill
-       a cache not initialized (or freed), a position not present, nothing
+                       kvq_cache_evict kvq_cache_compact kvq_pseq_append
+                       kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
+                       kvq_pseq_holefill
+       a cache or page pool not initialized (or freed), a position not
+       present, nothing
        to attend to, a broken invariant, a non-empty fork destination,
        compaction over a shared block
    KVQ_ERR_FORMAT      kvq_npy_parse kvq_npy_load
@@ -191,7 +193,12 @@ extern "C" {
    bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
    kvq_cache_free kvq_attend_scratch_floats (0 on NULL) kvq_npy_free
    kvq_pages_free kvq_pseq_init kvq_pseq_free kvq_pseq_slot (NULL when out
-   of range) kvq_pseq_private_start.                                        */
+   of range or the pool is dead) kvq_pseq_private_start (0 on a dead pool).
+
+   Config fields a policy does not read (OTT's on a KIVI config, LogQuant's
+   W on an OTT one, value_group where values are not quantized, ...) are
+   ignored: they are not validated, and kvq_cache_init stores the config
+   with them set to zero, so they never size anything.                      */
 typedef enum kvq_status {
     KVQ_OK = 0,
     KVQ_ERR_NULL,
@@ -1587,11 +1594,33 @@ static kvq_status kvq__validate_policy(const kvq_config *c, char *why,
     return KVQ_OK;
 }
 
+/* The config a cache keeps: every field its policy does not read is set to
+   zero (value_group is made explicit). A field is validated only where it
+   is read, so an unused one may hold anything; zeroing it here is what
+   guarantees that no size is ever formed from it.                          */
+static kvq_config kvq__config_used(const kvq_config *c)
+{
+    kvq_config u = *c;
+    kvq_schedule ks, vs;
+    kvq__policy_schedules(c, &ks, &vs);
+    u.key_schedule = ks;
+    u.value_schedule = vs;
+    u.value_group = vs == KVQ_SCHED_NONE ? 0 : kvq__value_group(c);
+    if (ks == KVQ_SCHED_NONE) u.group = 0;
+    if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) u.residual = 0;
+    if (c->policy != KVQ_POLICY_HF) u.hf_requantize = 0;
+    if (c->policy != KVQ_POLICY_OTT) { u.ott_k = 0; u.ott_mean = KVQ_OTT_MEAN_REST; }
+    if (u.ott_k == 0) u.ott_aux = 0;
+    if (c->policy != KVQ_POLICY_LOGQUANT) u.lq_window = u.lq_sinks = 0;
+    return u;
+}
+
 KVQ_API kvq_status kvq_config_validate(const kvq_config *c, char *why,
                                        size_t why_len)
 {
     kvq_schedule ks, vs;
     kvq_status st;
+    kvq_config u;
     size_t t;
     if (!c) { kvq__say(why, why_len, "config is NULL"); return KVQ_ERR_NULL; }
     if ((int)c->policy < 0 || c->policy > KVQ_POLICY_CUSTOM) {
@@ -1632,9 +1661,11 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *c, char *why,
     if (st != KVQ_OK) return st;
     st = kvq__validate_policy(c, why, why_len);
     if (st != KVQ_OK) return st;
-    /* the staging buffer: (R + G + Gv + 3W) rows of D floats at most      */
-    if (!kvq__mul3(c->residual + c->group + kvq__value_group(c) + 3 * c->lq_window,
-                   c->head_dim, sizeof(float), &t)) {
+    /* the staging buffer: (R + G + Gv + 3W) rows of D floats at most; only
+       fields this policy reads count (each is <= 65536 by now)             */
+    u = kvq__config_used(c);
+    if (!kvq__mul3(u.residual + u.group + u.value_group + 3 * u.lq_window,
+                   u.head_dim, sizeof(float), &t)) {
         kvq__say(why, why_len, "staging buffer size overflows size_t");
         return KVQ_ERR_OVERFLOW;
     }
@@ -1668,20 +1699,20 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
     memset(&t, 0, sizeof t);
     st = kvq_config_validate(cfg, t.why, sizeof t.why);
     if (st != KVQ_OK) { memcpy(c->why, t.why, sizeof t.why); return st; }
-    t.cfg = *cfg;
-    kvq__policy_schedules(cfg, &ks, &vs);
-    t.cfg.key_schedule = ks;
-    t.cfg.value_schedule = vs;
+    t.cfg = kvq__config_used(cfg);      /* from here on, only t.cfg is read */
+    cfg = &t.cfg;
+    ks = cfg->key_schedule;
+    vs = cfg->value_schedule;
     kvq__side_init(&t.k, cfg, cfg->key_bits, cfg->key_axis, ks, cfg->group);
     kvq__side_init(&t.v, cfg, cfg->value_bits, cfg->value_axis, vs,
-                   kvq__value_group(cfg));
+                   cfg->value_group);
     t.ott_tracing = cfg->policy == KVQ_POLICY_OTT && cfg->ott_k > 0;
     if (ks != KVQ_SCHED_NONE || vs != KVQ_SCHED_NONE) {
         /* a flush quantizes up to R rows, an OTT round G, a LogQuant drop W;
-           requantization works one unit at a time                          */
+           requantization works one unit at a time. Every term is <= 65536. */
         size_t rows = cfg->residual, i;
         if (cfg->group > rows) rows = cfg->group;
-        if (kvq__value_group(cfg) > rows) rows = kvq__value_group(cfg);
+        if (cfg->value_group > rows) rows = cfg->value_group;
         if (cfg->lq_window > rows) rows = cfg->lq_window;
         t.stage_rows = rows;
         t.stage = (float *)KVQ_MALLOC(rows * cfg->head_dim * sizeof(float));
@@ -2646,6 +2677,7 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
     kvq_status st;
     size_t R, nk, nv;
     if (!c) return KVQ_ERR_NULL;
+    if ((st = kvq__live(c, "kvq_cache_check")) != KVQ_OK) return st;
     if ((st = kvq__check_side(c, &c->k, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_side(c, &c->v, "V")) != KVQ_OK) return st;
     R = c->cfg.residual;
@@ -3001,6 +3033,20 @@ static kvq_status kvq__pfail(kvq_pages *P, kvq_status st, const char *fmt, ...)
     KVQ__FAIL_BODY(P->why);
 }
 
+/* A pool that kvq_pages_init never set up, or that kvq_pages_free zeroed,
+   has block_tokens = 0 and no tables: every call on it is refused (STATE),
+   never a division by zero or a NULL table read.                           */
+static int kvq__pages_live(const kvq_pages *P)
+{
+    return P->block_tokens != 0 && P->n_blocks != 0 && P->refcount && P->free_list;
+}
+
+static kvq_status kvq__pages_dead(kvq_pages *P, const char *fn)
+{
+    return kvq__pfail(P, KVQ_ERR_STATE, "%s: the page pool is not initialized "
+                      "(or was freed)", fn);
+}
+
 KVQ_API kvq_status kvq_pages_init(kvq_pages *P, size_t n_blocks,
                                   size_t block_tokens, size_t slot_bytes)
 {
@@ -3055,7 +3101,9 @@ KVQ_API void kvq_pseq_free(kvq_pages *P, kvq_pseq *S)
 {
     size_t b;
     if (!P || !S) return;
-    for (b = 0; b < S->n_blocks; b++) kvq__unref(P, S->table[b]);
+    /* a dead pool has no reference counts left to drop: free S's tables    */
+    if (kvq__pages_live(P))
+        for (b = 0; b < S->n_blocks; b++) kvq__unref(P, S->table[b]);
     KVQ_FREE(S->table); KVQ_FREE(S->alive); KVQ_FREE(S->pos);
     memset(S, 0, sizeof *S);
 }
@@ -3068,7 +3116,7 @@ static unsigned char *kvq__slot_ptr(const kvq_pages *P, const kvq_pseq *S, size_
 
 KVQ_API void *kvq_pseq_slot(const kvq_pages *P, const kvq_pseq *S, size_t i)
 {
-    if (!P || !S || i >= S->n_slots) return NULL;
+    if (!P || !S || i >= S->n_slots || !kvq__pages_live(P)) return NULL;
     return kvq__slot_ptr(P, S, i);
 }
 
@@ -3097,6 +3145,7 @@ KVQ_API kvq_status kvq_pseq_append(kvq_pages *P, kvq_pseq *S, int32_t pos,
     size_t bt, i;
     kvq_status st;
     if (!P || !S) return KVQ_ERR_NULL;
+    if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_append");
     if (pos < 0) return kvq__pfail(P, KVQ_ERR_SIZE, "position %d is negative", (int)pos);
     bt = P->block_tokens;
     i = S->n_slots;
@@ -3135,6 +3184,7 @@ KVQ_API kvq_status kvq_pseq_fork(kvq_pages *P, kvq_pseq *dst, const kvq_pseq *sr
     size_t b;
     kvq_status st;
     if (!P || !dst || !src) return KVQ_ERR_NULL;
+    if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_fork");
     if (dst == src || dst->n_blocks || dst->n_slots)
         return kvq__pfail(P, KVQ_ERR_STATE, "fork needs an empty destination sequence");
     if ((st = kvq__pseq_reserve(P, dst, src->n_blocks)) != KVQ_OK)
@@ -3155,7 +3205,7 @@ KVQ_API kvq_status kvq_pseq_fork(kvq_pages *P, kvq_pseq *dst, const kvq_pseq *sr
 KVQ_API size_t kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
 {
     size_t b = 0;
-    if (!P || !S) return 0;
+    if (!P || !S || !kvq__pages_live(P)) return 0;
     while (b < S->n_blocks && P->refcount[S->table[b]] > 1) b++;
     b *= P->block_tokens;
     return b < S->n_slots ? b : S->n_slots;
@@ -3182,6 +3232,7 @@ KVQ_API kvq_status kvq_pseq_evict(kvq_pages *P, kvq_pseq *S, const uint8_t *keep
     kvq_page_stats st;
     size_t bt, i, b, w, kept_slots = 0;
     if (!P || !S || !keep) return KVQ_ERR_NULL;
+    if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_evict");
     if (n != S->n_slots)
         return kvq__pfail(P, KVQ_ERR_SIZE, "keep mask has %zu entries; the sequence "
                           "has %zu slots", n, S->n_slots);
@@ -3257,6 +3308,7 @@ KVQ_API kvq_status kvq_pseq_repack(kvq_pages *P, kvq_pseq *S, size_t first,
     kvq_status e;
     size_t i, j;
     if (!P || !S) return KVQ_ERR_NULL;
+    if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_repack");
     if ((e = kvq__compact_args(P, S, first, S->n_slots)) != KVQ_OK) return e;
     memset(&st, 0, sizeof st);
     for (i = first, j = first; i < S->n_slots; i++) {
@@ -3276,6 +3328,7 @@ KVQ_API kvq_status kvq_pseq_holefill(kvq_pages *P, kvq_pseq *S, size_t first,
     kvq_status e;
     size_t i, hole = first, j = round_start;
     if (!P || !S) return KVQ_ERR_NULL;
+    if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_holefill");
     if ((e = kvq__compact_args(P, S, first, round_start)) != KVQ_OK) return e;
     memset(&st, 0, sizeof st);
     for (i = round_start; i < S->n_slots; i++) {

@@ -324,6 +324,39 @@ static void test_configs(void)
         memset(c.why, 0xA5, sizeof c.why);
         CHECK(poisoned(&c, sizeof c), "config %d: init wrote beyond why", i);
     }
+    /* Fields a policy does not read are ignored and never size anything
+       (issue 16): a CUSTOM config whose unused value_group and W would wrap
+       R + G + Gv + 3W (a 64-byte stage, then a heap overflow on the 8th
+       append), a KIVI config with W = 2e7 and a k = 0 OTT config with an
+       auxiliary pool of 2e7 (gigabytes before the fix).                   */
+    {
+        kvq_config u[3];
+        float k[16], v[16];
+        size_t j, d;
+        u[0] = kvq_config_kivi(16, 2);
+        u[0].policy = KVQ_POLICY_CUSTOM;
+        u[0].key_schedule = KVQ_SCHED_FLUSH; u[0].value_schedule = KVQ_SCHED_NONE;
+        u[0].group = 4; u[0].residual = 8;
+        u[0].value_group = ((size_t)1 << (sizeof(size_t) * 8 - 1)) + 1;
+        u[0].lq_window = u[0].value_group / 3;
+        u[1] = kvq_config_kivi(16, 2); u[1].group = 16; u[1].lq_window = 20000000; u[1].ott_aux = 20000000;
+        u[2] = kvq_config_ott(16, 2, 0); u[2].ott_aux = 20000000; u[2].lq_window = 20000000;
+        for (i = 0; i < 3; i++) {
+            size_t bytes0 = ta_bytes;
+            CHECK(kvq_config_validate(&u[i], why, sizeof why) == KVQ_OK, "unused fields %d: %s", i, why);
+            if (kvq_cache_init(&c, &u[i]) != KVQ_OK) { CHECK(0, "unused fields %d: init: %s", i, c.why); continue; }
+            CHECK(ta_bytes - bytes0 < ((size_t)1 << 20), "unused fields %d: init allocated %zu bytes",
+                  i, ta_bytes - bytes0);
+            CHECK(c.cfg.lq_window == 0 && (c.cfg.ott_k > 0 || c.cfg.ott_aux == 0),
+                  "unused fields %d: kept in the cache's config", i);
+            for (j = 0; j < 40; j++) {
+                for (d = 0; d < 16; d++) { k[d] = (float)((j * 7 + d * 3) % 11) - 5.0f; v[d] = -k[d]; }
+                if (kvq_cache_append(&c, k, v) != KVQ_OK) { CHECK(0, "append %zu: %s", j, c.why); break; }
+            }
+            CHECK(kvq_cache_check(&c) == KVQ_OK, "unused fields %d: check: %s", i, c.why);
+            kvq_cache_free(&c);
+        }
+    }
     /* every allocation attempt of init, failed in turn: NOMEM, no leak     */
     {
         kvq_config cfg = kvq_config_ott(32, 2, 4);
@@ -542,6 +575,7 @@ static void test_cache_policies(void)
             EXPECT("kvq_cache_reserve", kvq_cache_reserve(z, 4), KVQ_ERR_STATE);
             EXPECT("kvq_cache_evict", kvq_cache_evict(z, keep, 0, NULL), KVQ_ERR_STATE);
             EXPECT("kvq_cache_compact", kvq_cache_compact(z, 8, NULL), KVQ_ERR_STATE);
+            EXPECT("kvq_cache_check", kvq_cache_check(z), KVQ_ERR_STATE);
             CHECK(z->n_pos == 0 && z->k.loc == NULL && z->cap_pos == 0,
                   "a refused zeroed cache grew");
         }
@@ -814,6 +848,35 @@ static void test_pages(void)
     }
     kvq_pseq_free(&Q, &E);
     kvq_pages_free(&Q);
+    {   /* a pool never initialized (zeroed) or already freed: every call
+           is STATE or a safe no-op, never a division by block_tokens = 0
+           or a read of a NULL table (issue 16's SIGFPE); S is untouched   */
+        kvq_pages Z;
+        kvq_pseq T, U;
+        size_t n_slots = S.n_slots, n_blocks = S.n_blocks;
+        memset(&Z, 0, sizeof Z);
+        kvq_pseq_init(&U);
+        EXPECT("kvq_pseq_append", kvq_pseq_append(&Z, &S, 0, payload), KVQ_ERR_STATE);
+        EXPECT("kvq_pseq_fork", kvq_pseq_fork(&Z, &U, &S), KVQ_ERR_STATE);
+        EXPECT("kvq_pseq_evict", kvq_pseq_evict(&Z, &S, keep, S.n_slots, &st), KVQ_ERR_STATE);
+        EXPECT("kvq_pseq_repack", kvq_pseq_repack(&Z, &S, 0, &st), KVQ_ERR_STATE);
+        EXPECT("kvq_pseq_holefill", kvq_pseq_holefill(&Z, &S, 0, 4, &st), KVQ_ERR_STATE);
+        CHECK(Z.why[0] != '\0', "a dead pool's refusal gave no reason");
+        CHECK(kvq_pseq_slot(&Z, &S, 0) == NULL, "slot of a dead pool");
+        CHECK(kvq_pseq_private_start(&Z, &S) == 0, "private start of a dead pool");
+        CHECK(S.n_slots == n_slots && S.n_blocks == n_blocks && U.n_blocks == 0,
+              "a call on a dead pool changed a sequence");
+        /* a sequence that outlives its pool: freeing it frees its tables
+           (ASan/valgrind see a leak otherwise) and touches no pool table  */
+        CHECK(kvq_pages_init(&Q, 4, 4, 4) == KVQ_OK, "short-lived pool");
+        kvq_pseq_init(&T);
+        for (i = 0; i < 6; i++) CHECK(kvq_pseq_append(&Q, &T, (int32_t)i, payload) == KVQ_OK, "append");
+        kvq_pages_free(&Q);
+        EXPECT("kvq_pseq_append", kvq_pseq_append(&Q, &T, 6, payload), KVQ_ERR_STATE);
+        kvq_pseq_free(&Q, &T);
+        CHECK(T.table == NULL && T.n_blocks == 0, "freed sequence");
+        kvq_pseq_free(&Z, &U);
+    }
     kvq_pseq_free(&P, &S); kvq_pseq_free(&P, &F); kvq_pseq_free(&P, &E);
     CHECK(P.n_free == P.n_blocks, "every block back in the pool");
     kvq_pages_free(&P);
