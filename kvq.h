@@ -1606,7 +1606,10 @@ static kvq_config kvq__config_used(const kvq_config *c)
     u.key_schedule = ks;
     u.value_schedule = vs;
     u.value_group = vs == KVQ_SCHED_NONE ? 0 : kvq__value_group(c);
-    if (ks == KVQ_SCHED_NONE) u.group = 0;
+    if (ks == KVQ_SCHED_NONE) {         /* as kvq_config_full has them      */
+        u.group = 0; u.key_bits = 16; u.key_axis = KVQ_PER_CHANNEL;
+    }
+    if (vs == KVQ_SCHED_NONE) { u.value_bits = 16; u.value_axis = KVQ_PER_TOKEN; }
     if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) u.residual = 0;
     if (c->policy != KVQ_POLICY_HF) u.hf_requantize = 0;
     if (c->policy != KVQ_POLICY_OTT) { u.ott_k = 0; u.ott_mean = KVQ_OTT_MEAN_REST; }

@@ -3,8 +3,10 @@
 
    The first 8 bytes choose a configuration (any policy, D in {4, 8, 16},
    bits, G, R, axes, zero mode, fp16/fp32 rows, OTT k and auxiliary pool,
-   LogQuant W and sinks, HF re-quantization; an invalid one must be refused
-   with a reason, and then the input ends). Every later byte starts an op:
+   LogQuant W and sinks, HF re-quantization; with b[7] bit 7 any size
+   field or enum may take a hostile value instead; an invalid config must
+   be refused with a reason, and then the input ends; fields the policy
+   does not read are ignored and never size an allocation). Every later byte starts an op:
      append   one token; its values come from the input, and a few byte
               values are NaN, +-Inf, out-of-range or boundary values
      prefill  1..24 tokens from a seeded generator (sometimes one bad value)
@@ -30,12 +32,21 @@
    fp32 rounding bound; after read: each live row is within the
    quantization bound of the shadow's row (float zero; the integer form's
    clamped zero point can reach |x|, so it gets |x|-scale slack).          */
+#include <stdio.h>
 #include <stdlib.h>
 /* An allocator that fails on request: an append, prefill or reserve op
-   with bit 6 set arms a failure of one of its next few allocations.       */
+   with bit 6 set arms a failure of one of its next few allocations.
+   No single allocation may exceed FA_CAP: with D <= 16 and every field a
+   policy reads <= 65536, nothing legitimate comes near it, so a larger
+   request means a size was formed from an unchecked field (issue 16).     */
+#define FA_CAP ((size_t)64 << 20)
 static long fa_calls, fa_fail_at = -1;
-static void *fa_malloc(size_t n) { return fa_calls++ == fa_fail_at ? NULL : malloc(n); }
-static void *fa_realloc(void *p, size_t n) { return fa_calls++ == fa_fail_at ? NULL : realloc(p, n); }
+static void fa_cap(size_t n)
+{
+    if (n > FA_CAP) { fprintf(stderr, "FZ_ASSERT: allocation of %zu bytes\n", n); abort(); }
+}
+static void *fa_malloc(size_t n) { fa_cap(n); return fa_calls++ == fa_fail_at ? NULL : malloc(n); }
+static void *fa_realloc(void *p, size_t n) { fa_cap(n); return fa_calls++ == fa_fail_at ? NULL : realloc(p, n); }
 #define KVQ_MALLOC(sz)     fa_malloc(sz)
 #define KVQ_REALLOC(p, sz) fa_realloc(p, sz)
 #define KVQ_FREE(p)        free(p)
@@ -253,6 +264,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.ott_aux = 1 + ((b[4] >> 3) & 7);
     cfg.ott_mean = (kvq_ott_mean)((b[4] >> 6) & 1);
     cfg.lq_sinks = b[5] % 4;
+    if (b[7] & 0x80) {
+        /* wild mode: some size fields and enums take hostile values, from
+           a table of edges or straight from the input. Fields the policy
+           does not read must be ignored; fields it reads must be refused
+           with a reason or, if accepted, size nothing beyond FA_CAP.      */
+        #define FZ_TOP (((size_t)1 << (sizeof(size_t) * 8 - 1)) + 1)
+        static const size_t edges[16] = { 0, 1, 2, 3, 31, 32, 64, 65535, 65536, 65537,
+                                          20000000, (size_t)-1, (size_t)-1 / 3, FZ_TOP,
+                                          FZ_TOP / 3, (size_t)0xFFFFFFFFu + 1 };
+        size_t *field[7];
+        int n_field = 0, j;
+        field[n_field++] = &cfg.group;     field[n_field++] = &cfg.residual;
+        field[n_field++] = &cfg.value_group; field[n_field++] = &cfg.ott_k;
+        field[n_field++] = &cfg.ott_aux;   field[n_field++] = &cfg.lq_window;
+        field[n_field++] = &cfg.lq_sinks;
+        for (j = 0; j < n_field; j++) {
+            uint8_t w = fz_u8(&f);
+            if (!(w & 1)) continue;
+            *field[j] = (w & 2) ? edges[(w >> 2) & 15]
+                                : (size_t)fz_u32(&f) << ((w >> 2) % 32);
+        }
+        if (b[7] & 0x40) {
+            uint8_t e = fz_u8(&f);
+            switch (e % 8) {
+            case 0: cfg.policy = (kvq_policy)(int8_t)fz_u8(&f); break;
+            case 1: cfg.key_schedule = (kvq_schedule)(int8_t)fz_u8(&f); break;
+            case 2: cfg.value_schedule = (kvq_schedule)(int8_t)fz_u8(&f); break;
+            case 3: cfg.key_axis = (kvq_axis)(int8_t)fz_u8(&f); break;
+            case 4: cfg.zero_mode = (kvq_zero_mode)(int8_t)fz_u8(&f); break;
+            case 5: cfg.fp_bits = (int8_t)fz_u8(&f); break;
+            case 6: cfg.ott_mean = (kvq_ott_mean)(int8_t)fz_u8(&f); break;
+            default: cfg.key_bits = (int8_t)fz_u8(&f); break;
+            }
+        }
+    }
     scale = ldexpf(1.0f, (int)(b[6] % 16) - 12);
     why[0] = '\0';
     if (kvq_config_validate(&cfg, why, sizeof why) != KVQ_OK) {
@@ -261,6 +307,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     FZ_ASSERT(kvq_cache_init(&c, &cfg) == KVQ_OK, "init: %s", c.why);
+    if (c.cfg.head_dim > MAXD || (c.k.schedule != KVQ_SCHED_NONE && c.cfg.residual > MAXP)) {
+        kvq_cache_free(&c);          /* valid, but beyond the shadow's room */
+        return 0;
+    }
     n_shadow = 0;
     amax = 0.0;
     memset(alive, 0, sizeof alive);

@@ -20,6 +20,15 @@ static void put(const char *dir, const char *name, const void *p, size_t n)
 }
 
 /* ---- .npy ---------------------------------------------------------------- */
+/* ---- pages: an op byte for (kind, sequence) as fuzz_pages.c decodes it -- */
+static uint8_t page_op(int kind, int seq)
+{
+    int op;
+    for (op = 0; op < 256; op++)
+        if (op % 7 == kind && (op >> 3) % 4 == seq) return (uint8_t)op;
+    return 0;
+}
+
 static size_t npy(uint8_t *b, int major, const char *dict, size_t payload)
 {
     size_t hoff = major == 1 ? 10 : 12, dl = strlen(dict), hlen = dl + 1, i;
@@ -131,6 +140,65 @@ int main(void)
         *p++ = 6;
         snprintf(name, sizeof name, "policy_%zu", pol);
         put("fuzz_cache", name, b, (size_t)(p - b));
+    }
+    /* cache, wild mode (b[7] bit 7): the three configs of issue 16 whose
+       unused fields once sized buffers, then 40 appends each              */
+    for (pol = 0; pol < 3; pol++) {
+        /* D = 16; policy CUSTOM (keys FLUSH, values NONE), KIVI, OTT (layer
+           2 + 0 = k > 0; the seed sets k = 0 through b[4])                 */
+        static const uint8_t first[3] = { 5 * 3 + 2, 0 * 3 + 2, 2 * 3 + 2 };
+        /* field bytes: group, R, value_group, ott_k, ott_aux, W, sinks;
+           (e << 2) | 3 is edges[e]: 13 = 2^63 + 1, 14 = (2^63 + 1) / 3,
+           10 = 2e7                                                         */
+        static const uint8_t wild[3][7] = {
+            { 0, 0, (13 << 2) | 3, 0, 0, (14 << 2) | 3, 0 },
+            { 0, 0, 0, 0, (10 << 2) | 3, (10 << 2) | 3, 0 },
+            { 0, 0, 0, 0, (10 << 2) | 3, (10 << 2) | 3, 0 } };
+        char name[32];
+        uint8_t *p = b;
+        *p++ = first[pol];
+        *p++ = 0x05;                       /* 2-bit; CUSTOM: keys FLUSH, values NONE */
+        *p++ = 0x42;                       /* G 4, R 8                       */
+        *p++ = 0x01;
+        *p++ = 0x00;                       /* OTT k = 0                      */
+        *p++ = 0x00;
+        *p++ = 0x0A;
+        *p++ = 0x80;                       /* wild mode                      */
+        for (i = 0; i < 7; i++) *p++ = wild[pol][i];
+        for (i = 0; i < 40; i++) {
+            size_t d;
+            *p++ = 0; *p++ = 0;            /* append, seed                   */
+            for (d = 0; d < 32; d++) *p++ = (uint8_t)(100 + (i * 13 + d * 7) % 50);
+        }
+        *p++ = 6;                          /* read all                       */
+        snprintf(name, sizeof name, "unused_fields_%zu", pol);
+        put("fuzz_cache", name, b, (size_t)(p - b));
+    }
+    /* pages: 8 blocks of 4 slots, 6-byte payloads; fill, fork, evict,
+       repack, holefill; then (pool_1) the pool is freed under live
+       sequences, every call must be refused, the sequences freed, and a
+       new pool made                                                       */
+    for (pol = 0; pol < 2; pol++) {
+        char name[32];
+        uint8_t *p = b;
+        *p++ = 7; *p++ = 3; *p++ = 6;
+        for (i = 0; i < 14; i++) { *p++ = page_op(0, 0); *p++ = 0; *p++ = 0; }   /* append */
+        *p++ = page_op(1, 0); *p++ = 0; *p++ = 0;                 /* fork 0 -> 1   */
+        for (i = 0; i < 3; i++) { *p++ = page_op(0, 1); *p++ = 2; *p++ = 0; }    /* CoW   */
+        *p++ = page_op(2, 0); *p++ = 17; *p++ = 3;                /* evict         */
+        *p++ = page_op(3, 0); *p++ = 0; *p++ = 0;                 /* repack from 0 */
+        *p++ = page_op(2, 1); *p++ = 5; *p++ = 9;
+        *p++ = page_op(4, 1); *p++ = 2; *p++ = 8;                 /* holefill      */
+        if (pol == 1) {
+            *p++ = page_op(6, 0); *p++ = 0; *p++ = 0;             /* pool freed    */
+            for (i = 0; i < 5; i++) { *p++ = page_op((int)i, 0); *p++ = 2; *p++ = 4; }
+            *p++ = page_op(5, 0); *p++ = 0; *p++ = 0;             /* free seqs     */
+            *p++ = page_op(5, 1); *p++ = 0; *p++ = 0;
+            *p++ = page_op(6, 0); *p++ = 2; *p++ = 5;             /* a new pool    */
+            for (i = 0; i < 6; i++) { *p++ = page_op(0, 2); *p++ = 0; *p++ = 0; }
+        }
+        snprintf(name, sizeof name, "pool_%zu", pol);
+        put("fuzz_pages", name, b, (size_t)(p - b));
     }
     printf("seeds written under fuzz/corpus/\n");
     return 0;
