@@ -694,7 +694,9 @@ typedef enum kvq_attn_mode {
 
 #define KVQ_TILE 32
 
-/* Floats of scratch kvq_attend needs for this cache and mode.               */
+/* Floats of scratch kvq_attend needs for this cache and mode, for one query
+   head. ONLINE walks the cache once for as many heads as the scratch holds:
+   pass n_q times this and all n_q heads (GQA) share one walk.              */
 KVQ_API size_t kvq_attend_scratch_floats(const kvq_cache *c, kvq_attn_mode mode);
 /* q (n_q, D) -> out (n_q, D). probs: NULL or (n_q, n_pos), EAGER only.      */
 KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
@@ -980,6 +982,16 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
 #define KVQ_ASSERT(x) assert(x)
 #endif
 
+/* kvq's float results are defined without fused multiply-add: a * b + c
+   rounds twice. GCC compiles ISO C (-std=c99) that way by default; clang
+   would fuse within an expression, so it is told not to here (until the
+   end of the implementation). A build that fuses anyway (gcc -std=gnu99
+   on an FMA target, -ffast-math) moves the last bits of attention outputs,
+   never a quantized code.                                                 */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* Layouts shared with kvq_cuda.cu: their sizes are part of the format.      */
 typedef char kvq__check_sz_is_4_bytes[(sizeof(kvq_sz) == 4) ? 1 : -1];
 typedef char kvq__check_f16_is_2_bytes[(sizeof(kvq_f16) == 2) ? 1 : -1];
@@ -1074,19 +1086,39 @@ KVQ_API kvq_f16 kvq_f32_to_f16(float f)
     return (kvq_f16)(sign | half);
 }
 
-KVQ_API float kvq_f16_to_f32(kvq_f16 h)
+/* Exact, and written with bit masks rather than branches so that a loop of
+   conversions vectorizes (fp16 rows in attention convert D per row):
+     normal     rebias the exponent 15 -> 127: bits (em << 13) + (112 << 23)
+     Inf/NaN    exponent all ones, mantissa (the NaN payload) kept
+     subnormal  mant * 2^-24, an exact int -> float conversion and a
+                multiplication whose result is a normal float            */
+static float kvq__f16_to_f32(kvq_f16 h)
 {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-    uint32_t exp = ((uint32_t)h >> 10) & 0x1Fu;
-    uint32_t mant = (uint32_t)h & 0x3FFu;
-    if (exp == 0x1Fu)                                       /* Inf / NaN     */
-        return kvq__bits_f32(sign | 0x7F800000u | (mant << 13));
-    if (exp == 0) {                                         /* zero/subnormal */
-        float m = (float)mant * (1.0f / 16777216.0f);       /* exact: 2^-24 */
-        return sign ? -m : m;
-    }
-    return kvq__bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+    uint32_t em = (uint32_t)h & 0x7FFFu;                    /* exp|mantissa */
+    uint32_t normal = (em << 13) + (112u << 23);
+    uint32_t special = (em << 13) | 0x7F800000u;
+    uint32_t sub = kvq__f32_bits((float)(int32_t)(em & 0x3FFu) * (1.0f / 16777216.0f));
+    uint32_t is_special = 0u - (uint32_t)(em >= 0x7C00u);   /* all ones or 0 */
+    uint32_t is_normal = 0u - (uint32_t)(em >= 0x0400u);
+    uint32_t r = (special & is_special) | (normal & is_normal & ~is_special) |
+                 (sub & ~is_normal);
+    return kvq__bits_f32(r | sign);
 }
+
+KVQ_API float kvq_f16_to_f32(kvq_f16 h) { return kvq__f16_to_f32(h); }
+
+/* The same conversion for values kvq stored itself (scales, zeros, rows of
+   validated finite input: never NaN). Where the compiler targets F16C it
+   is one instruction (vcvtph2ps), which equals kvq__f16_to_f32 on every
+   non-NaN input (tests/test_quant.c checks all of them); NaN is the one
+   case where they may differ (hardware quiets a signaling NaN).           */
+#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
+#include <immintrin.h>
+static float kvq__f16_stored(kvq_f16 h) { return _cvtsh_ss(h); }
+#else
+static float kvq__f16_stored(kvq_f16 h) { return kvq__f16_to_f32(h); }
+#endif
 
 static float kvq__round_f16(float x) { return kvq_f16_to_f32(kvq_f32_to_f16(x)); }
 
@@ -2329,12 +2361,110 @@ typedef struct kvq__qctx {
     size_t unit;           /* per-channel unit cached in qa/qb, or (size_t)-1 */
 } kvq__qctx;
 
+/* ---- 16 lanes at a time ------------------------------------------------
+   The hot loops below work on 16 floats at a time through four helpers.
+   With GCC or clang on a target that has variable vector shifts (x86 AVX2,
+   AArch64) they are vector extensions; elsewhere, or with -DKVQ_NO_SIMD,
+   plain loops over the 16 lanes. Both do the same operations lane by lane,
+   in the same order, so they give identical floats (tests/test_cache.c
+   compares a -DKVQ_NO_SIMD build with the default one bit for bit).       */
+#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__AVX2__) || defined(__aarch64__))
+#define KVQ__SIMD 1
+typedef uint32_t kvq__u32x16 __attribute__((vector_size(64)));
+typedef int32_t  kvq__i32x16 __attribute__((vector_size(64)));
+typedef float    kvq__v16    __attribute__((vector_size(64)));
+typedef float    kvq__v16u   __attribute__((vector_size(64), aligned(4), may_alias));
+/* macros, not functions: a function taking or returning a 64-byte vector
+   draws ABI warnings from GCC and clang where AVX-512 is off             */
+#define kvq__load16(p)          (*(const kvq__v16u *)(const void *)(p))
+#define kvq__store16(p, v)      (*(kvq__v16u *)(void *)(p) = (v))
+#define kvq__splat16(x)         ((x) - (kvq__v16){ 0 })    /* x - 0 = x */
+#define kvq__add16(a, b)        ((a) + (b))
+#define kvq__madd16(acc, a, x)  ((acc) + (a) * (x))
+#else
+typedef struct kvq__v16 { float x[16]; } kvq__v16;
+static kvq__v16 kvq__load16(const float *p) { kvq__v16 v; memcpy(v.x, p, sizeof v.x); return v; }
+static void     kvq__store16(float *p, kvq__v16 v) { memcpy(p, v.x, sizeof v.x); }
+static kvq__v16 kvq__splat16(float x) { kvq__v16 v; int i; for (i = 0; i < 16; i++) v.x[i] = x; return v; }
+static kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
+{
+    int i;
+    for (i = 0; i < 16; i++) a.x[i] += b.x[i];
+    return a;
+}
+static kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
+{
+    int i;
+    for (i = 0; i < 16; i++) acc.x[i] += a.x[i] * x.x[i];
+    return acc;
+}
+#endif
+
+/* a . b in a fixed order: lane j (0..15) sums the products of i = j,
+   j + 16, j + 32, ... in increasing i, then the lanes are added pairwise
+   (lane j += lane j + 8, then + 4, + 2, + 1). Every dot product of a query
+   with a row or a group of codes uses this function, so the order is the
+   same everywhere on the CPU.                                             */
 static float kvq__dot(const float *a, const float *b, size_t n)
 {
-    float s = 0.0f;
-    size_t i;
-    for (i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+    float lane[16];
+    size_t i = 0, j, n16 = n & ~(size_t)15;
+    kvq__v16 acc = kvq__splat16(0.0f);
+    for (; i < n16; i += 16) acc = kvq__madd16(acc, kvq__load16(a + i), kvq__load16(b + i));
+    kvq__store16(lane, acc);
+    for (j = 0; i < n; i++, j++) lane[j] += a[i] * b[i];
+    for (j = 8; j > 0; j /= 2) {
+        size_t k;
+        for (k = 0; k < j; k++) lane[k] += lane[k + j];
+    }
+    return lane[0];
+}
+
+/* A group's (a, b) from its stored fp16 (s, z), as kvq_sz_affine.         */
+static void kvq__affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
+{
+    float s = kvq__f16_stored(sz.scale), z = kvq__f16_stored(sz.zero);
+    *a = s;
+    *b = (mode == KVQ_ZERO_INT) ? -z * s : z;     /* as kvq_sz_affine      */
+}
+
+/* q . k for one per-token key whose D codes are given as floats, group g
+   with stored (s_g, z_g) -> (a_g, b_g) and qsum_g = sum of q over group g:
+       q . k = sum_g a_g (q_g . c_g) + sum_g b_g qsum_g
+   Order: for G a multiple of 16, each group's 16-lane partial sums of
+   q_d c_d are scaled by a_g and added into one 16-lane total, whose lanes
+   are added once (kvq__dot's tree); then the b_g qsum_g terms in group
+   order. Other G: a_g kvq__dot(q_g, c_g) + b_g qsum_g, group by group.    */
+static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
+                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode)
+{
+    size_t g, i, j, n_groups = D / G;
+    float a, b, total = 0.0f, lane[16];
+    if (G % 16 == 0) {
+        kvq__v16 sum = kvq__splat16(0.0f);
+        for (g = 0; g < n_groups; g++) {
+            kvq__v16 part = kvq__splat16(0.0f);
+            for (i = g * G; i < (g + 1) * G; i += 16)
+                part = kvq__madd16(part, kvq__load16(q + i), kvq__load16(codes + i));
+            kvq__affine(sz[g], mode, &a, &b);
+            sum = kvq__madd16(sum, kvq__splat16(a), part);
+        }
+        kvq__store16(lane, sum);
+        for (j = 8; j > 0; j /= 2)
+            for (i = 0; i < j; i++) lane[i] += lane[i + j];
+        total = lane[0];
+        for (g = 0; g < n_groups; g++) {
+            kvq__affine(sz[g], mode, &a, &b);
+            total += b * qsum[g];
+        }
+        return total;
+    }
+    for (g = 0; g < n_groups; g++) {
+        kvq__affine(sz[g], mode, &a, &b);
+        total += a * kvq__dot(q + g * G, codes + g * G, G) + b * qsum[g];
+    }
+    return total;
 }
 
 /* q . k_p for one present position p (unscaled).                          */
@@ -2356,29 +2486,23 @@ static float kvq__qk(const kvq_cache *c, kvq__qctx *x, size_t p, float *tmp)
         const uint32_t *w = s->words + unit * s->groups_per_unit * s->words_per_group;
         const kvq_sz *sz = s->sz + unit * s->groups_per_unit;
         size_t wpg = s->words_per_group;
-        float acc = 0.0f, a, b;
+        float acc = 0.0f, a;
         if (s->axis == KVQ_PER_CHANNEL) {
             if (x->unit != unit) {          /* once per unit: q*a and q.b   */
-                x->qb = 0.0f;
                 for (d = 0; d < D; d++) {
-                    kvq_sz_affine(sz[d], c->cfg.zero_mode, &a, &b);
+                    kvq__affine(sz[d], c->cfg.zero_mode, &a, &tmp[d]);
                     x->qa[d] = x->q[d] * a;
-                    x->qb += x->q[d] * b;
                 }
+                x->qb = kvq__dot(x->q, tmp, D);
                 x->unit = unit;
             }
             for (d = 0; d < D; d++)
                 acc += x->qa[d] * (float)kvq__get_code(w + d * wpg, t, s->bits);
             return acc + x->qb;
         }
-        for (g = 0; g < D / G; g++) {       /* per-token key groups         */
-            float dot = 0.0f;
-            for (d = 0; d < G; d++)
-                dot += x->q[g * G + d] * (float)kvq__get_code(w + g * wpg, d, s->bits);
-            kvq_sz_affine(sz[g], c->cfg.zero_mode, &a, &b);
-            acc += a * dot + b * x->qsum[g];
-        }
-        return acc;
+        for (g = 0; g < D / G; g++)         /* per-token key groups         */
+            for (d = 0; d < G; d++) tmp[g * G + d] = (float)kvq__get_code(w + g * wpg, d, s->bits);
+        return kvq__token_key_dot(x->q, tmp, sz, x->qsum, D, G, c->cfg.zero_mode);
     }
 }
 
@@ -2429,8 +2553,11 @@ KVQ_API size_t kvq_attend_scratch_floats(const kvq_cache *c, kvq_attn_mode mode)
     size_t D;
     if (!c) return 0;
     D = c->cfg.head_dim;
-    /* qa (D) + qsum (D) + tmp row (D) + scores                             */
-    return 3 * D + (mode == KVQ_ATTN_EAGER ? c->n_pos : KVQ_TILE);
+    /* EAGER: qa (D) + qsum (D) + tmp row (D) + scores (n_pos).
+       ONLINE, per head: q*a or q sums (D) + a tile's scores (KVQ_TILE) +
+       m, l, q.b (3); and one shared row (D). Passing n_q times this lets
+       one walk of the cache serve all n_q heads.                          */
+    return mode == KVQ_ATTN_EAGER ? 3 * D + c->n_pos : 2 * D + KVQ_TILE + 3;
 }
 
 static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
@@ -2448,6 +2575,344 @@ static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
             x->qsum[g] = 0.0f;
             for (d = 0; d < G; d++) x->qsum[g] += q[g * G + d];
         }
+}
+
+/* ---- ONLINE: one walk over the regions for a batch of heads -------------
+   EAGER (below) is the reference: it visits positions 0..n_pos-1 and finds
+   each one's key and value through the loc maps. ONLINE computes the same
+   softmax but walks K where it is stored, region by region, KVQ_TILE
+   entries at a time (a tile never spans two regions or two key units):
+
+       quantized store  per-channel keys: up to 32 tokens of one unit;
+                        per-token keys: 32 consecutive slots
+       rows[0..4]       the live rows of each region, in order
+
+   For each tile it computes every head's scores, applies the online
+   softmax update, and adds the value of each present position, found
+   through V's loc map (K and V of one position may sit in different
+   regions: in KIVI a key is quantized while its value is in the window).
+   Codes are unpacked, and fp16 rows converted, once per tile or row for
+   all heads of the batch: with GQA the cache is read once per batch, not
+   once per query head. No division or modulo per token on the common path.
+
+   Summation order, the only difference from EAGER's result (the tests
+   bound it): positions are visited in walk order, with the running max
+   rescaled at tile boundaries, so the last bits also depend on the storage
+   layout (compaction may move them). Scores and value sums are the same
+   expressions as EAGER's: a per-channel key's score sums channels 0..D-1
+   in order, dot products use kvq__dot's lane order, and a quantized value
+   adds (w a) c + w b per channel.                                          */
+typedef struct kvq__heads {
+    size_t n;              /* heads in this batch                            */
+    const float *q;        /* (n, D) their queries                           */
+    float *out;            /* (n, D) running sum of w v                      */
+    float *qa;             /* (n, D) q*a of the current key unit (per-channel
+                              keys) or per-group sums of q (per-token keys)  */
+    float *sc;             /* (n, KVQ_TILE) the tile's scores, then weights  */
+    float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
+    float *row;            /* (D) one row of codes or of values, as floats   */
+    int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
+    float inv_sqrt_d;
+} kvq__heads;
+
+
+/* Forced inlining where a constant B must reach the loops (GCC, clang).    */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVQ__INLINE inline __attribute__((always_inline))
+#else
+#define KVQ__INLINE inline
+#endif
+
+/* 16 codes of a packed group, from code c0 (a multiple of 16), as floats:
+   code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). The vector
+   form broadcasts the word(s) to 16 lanes and shifts each lane by its own
+   amount: B = 2, one word; B = 4, two words, 8 lanes each.                */
+static KVQ__INLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
+{
+    float t[16];
+    size_t i;
+#ifdef KVQ__SIMD
+    static const kvq__u32x16 shift2 = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
+    static const kvq__u32x16 shift4 = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
+    static const kvq__u32x16 high8 = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
+    kvq__u32x16 x;
+    if (bits == 2) {
+        x = (((kvq__u32x16){ 0 } + w[c0 / 16]) >> shift2) & 3u;
+        *out = __builtin_convertvector((kvq__i32x16)x, kvq__v16);
+        return;
+    }
+    if (bits == 4) {
+        x = (((kvq__u32x16){ 0 } + w[c0 / 8]) & ~high8) | (((kvq__u32x16){ 0 } + w[c0 / 8 + 1]) & high8);
+        x = (x >> shift4) & 15u;
+        *out = __builtin_convertvector((kvq__i32x16)x, kvq__v16);
+        return;
+    }
+#endif
+    for (i = 0; i < 16; i++) t[i] = (float)kvq__get_code(w, c0 + i, bits);
+    *out = kvq__load16(t);
+}
+
+/* n codes of a packed group, from code index `first`, as floats: 16 at a
+   time where the run is aligned, the rest one by one.                     */
+static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits, float *out)
+{
+    size_t i = 0;
+    if (first % 16 == 0)
+        for (; i + 16 <= n; i += 16) {
+            kvq__v16 v;
+            kvq__codes16(&v, w, first + i, bits);
+            kvq__store16(out + i, v);
+        }
+    for (; i < n; i++) out[i] = (float)kvq__get_code(w, first + i, bits);
+}
+
+/* One full-precision row as floats: the stored fp32 row itself, or its fp16
+   converted into `tmp`.                                                     */
+static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
+{
+    const void *src = kvq__row_ptr(c, rg, i);
+    const kvq_f16 *h = (const kvq_f16 *)src;
+    size_t d, D = c->cfg.head_dim;
+    if (c->cfg.fp_bits == 32) return (const float *)src;
+    for (d = 0; d < D; d++) tmp[d] = kvq__f16_to_f32(h[d]);
+    return tmp;
+}
+
+/* Per-channel key unit u: q*a (D) and q.b for every head, once per unit
+   (q.b with kvq__dot, as EAGER computes it).                              */
+static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
+{
+    size_t D = c->cfg.head_dim, d, h;
+    const kvq_sz *sz = c->k.sz + u * D;                 /* D groups per unit */
+    float *b = H->row;                                  /* (D) the zeros     */
+    for (d = 0; d < D; d++) {
+        float a;
+        kvq__affine(sz[d], c->cfg.zero_mode, &a, &b[d]);
+        for (h = 0; h < H->n; h++) H->qa[h * D + d] = H->q[h * D + d] * a;
+    }
+    for (h = 0; h < H->n; h++) H->qb[h] = kvq__dot(H->q + h * D, b, D);
+}
+
+/* The inner step of per-channel keys for a full tile (32 tokens from a
+   multiple of 32): channel d's 32 codes, times q_d a_d, added into every
+   head's 32 scores. The two 16-code halves stay in registers across the
+   heads (GQA: unpacked once per tile, not once per head).                  */
+static KVQ__INLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D,
+                                          size_t t0, int bits, kvq__heads *H)
+{
+    size_t d, h;
+    if (H->n == 1) {             /* one head: the 32 sums stay in registers */
+        kvq__v16 sum_lo = kvq__load16(H->sc), sum_hi = kvq__load16(H->sc + 16);
+        for (d = 0; d < D; d++) {
+            kvq__v16 qa = kvq__splat16(H->qa[d]), lo, hi;
+            kvq__codes16(&lo, w + d * wpg, t0, bits);
+            kvq__codes16(&hi, w + d * wpg, t0 + 16, bits);
+            sum_lo = kvq__madd16(sum_lo, qa, lo);
+            sum_hi = kvq__madd16(sum_hi, qa, hi);
+        }
+        kvq__store16(H->sc, sum_lo);
+        kvq__store16(H->sc + 16, sum_hi);
+        return;
+    }
+    for (d = 0; d < D; d++) {
+        const uint32_t *wd = w + d * wpg;
+        kvq__v16 lo, hi;
+        kvq__codes16(&lo, wd, t0, bits);
+        kvq__codes16(&hi, wd, t0 + 16, bits);
+        for (h = 0; h < H->n; h++) {
+            float *sc = H->sc + h * KVQ_TILE;
+            kvq__v16 qa = kvq__splat16(H->qa[h * D + d]);
+            kvq__store16(sc, kvq__madd16(kvq__load16(sc), qa, lo));
+            kvq__store16(sc + 16, kvq__madd16(kvq__load16(sc + 16), qa, hi));
+        }
+    }
+}
+
+/* Scores of tokens t0 .. t0+n-1 of per-channel key unit u (Sec. 8's
+   algebra: q.k_t = sum_d (q_d a_d) c_td + q.b). Each token's sum runs over
+   the channels d = 0..D-1 in order.                                        */
+static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
+                                size_t t0, size_t n)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, wpg = s->words_per_group, h, j;
+    const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
+    for (h = 0; h < H->n; h++)
+        for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
+    if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
+        switch (s->bits) {                              /* B as a constant   */
+        case 1:  kvq__channel_tile(w, wpg, D, t0, 1, H); break;
+        case 2:  kvq__channel_tile(w, wpg, D, t0, 2, H); break;
+        case 4:  kvq__channel_tile(w, wpg, D, t0, 4, H); break;
+        default: kvq__channel_tile(w, wpg, D, t0, 8, H); break;
+        }
+    } else {                                            /* a partial tile    */
+        float codes[KVQ_TILE];
+        size_t d;
+        for (d = 0; d < D; d++) {
+            kvq__unpack_f32(w + d * wpg, t0, n, s->bits, codes);
+            for (h = 0; h < H->n; h++)
+                for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * codes[j];
+        }
+    }
+    for (h = 0; h < H->n; h++)
+        for (j = 0; j < n; j++)
+            H->sc[h * KVQ_TILE + j] = (H->sc[h * KVQ_TILE + j] + H->qb[h]) * H->inv_sqrt_d;
+}
+
+/* Scores of per-token key slots s0 .. s0+n-1 (kvq__token_key_dot).        */
+static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->groups_per_unit,
+           wpg = s->words_per_group, h, g, j;
+    for (j = 0; j < n; j++) {
+        const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
+        const kvq_sz *sz = s->sz + (s0 + j) * gpu;
+        if (H->pos[j] < 0) continue;
+        for (g = 0; g < gpu; g++) kvq__unpack_f32(w + g * wpg, 0, G, s->bits, H->row + g * G);
+        for (h = 0; h < H->n; h++)                      /* codes shared      */
+            H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, sz, H->qa + h * D,
+                                                         D, G, c->cfg.zero_mode) * H->inv_sqrt_d;
+    }
+}
+
+/* Scores of rows i0 .. i0+n-1 of a full-precision key region.             */
+static void kvq__scores_rows(const kvq_cache *c, kvq__heads *H, const kvq_rows *rg,
+                             size_t i0, size_t n)
+{
+    size_t D = c->cfg.head_dim, h, j;
+    for (j = 0; j < n; j++) {
+        const float *k = kvq__row_f32(c, rg, i0 + j, H->row);
+        for (h = 0; h < H->n; h++)
+            H->sc[h * KVQ_TILE + j] = kvq__dot(H->q + h * D, k, D) * H->inv_sqrt_d;
+    }
+}
+
+/* out_h += w_h v_p for every head, v_p wherever V keeps position p.        */
+static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, G = s->group, h, d, g;
+    uint32_t loc = s->loc[p];
+    size_t idx = KVQ_LOC_INDEX(loc);
+    const float *v = H->row;
+    if (KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) {
+        v = kvq__row_f32(c, &s->rows[KVQ_LOC_TAG(loc) - KVQ_LOC_ROWS0], idx, H->row);
+    } else if (s->axis == KVQ_PER_TOKEN) {
+        /* slot idx is one token: out += (w a_g) c + w b_g per channel,
+           the codes unpacked once for every head                           */
+        size_t gpu = s->groups_per_unit, wpg = s->words_per_group, c0;
+        const uint32_t *w = s->words + idx * gpu * wpg;
+        const kvq_sz *sz = s->sz + idx * gpu;
+        for (g = 0; g < gpu; g++) {
+            float a, b;
+            kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
+            for (c0 = 0; c0 + 16 <= G; c0 += 16) {      /* 16 codes a step   */
+                kvq__v16 cv;
+                kvq__codes16(&cv, w + g * wpg, c0, s->bits);
+                for (h = 0; h < H->n; h++) {
+                    float wt = H->sc[h * KVQ_TILE + j], *o = H->out + h * D + g * G + c0;
+                    kvq__v16 acc = kvq__madd16(kvq__load16(o), kvq__splat16(wt * a), cv);
+                    kvq__store16(o, kvq__add16(acc, kvq__splat16(wt * b)));
+                }
+            }
+            for (d = c0; d < G; d++) {                  /* G % 16 codes      */
+                float cd = (float)kvq__get_code(w + g * wpg, d, s->bits);
+                for (h = 0; h < H->n; h++) {
+                    float wt = H->sc[h * KVQ_TILE + j];
+                    H->out[h * D + g * G + d] += (wt * a) * cd + wt * b;
+                }
+            }
+        }
+        return;
+    } else {
+        /* per-channel values (not a default anywhere): dequantize the row  */
+        size_t tpu = s->tokens_per_unit, unit = idx / tpu, t = idx % tpu,
+               wpg = s->words_per_group;
+        const uint32_t *w = s->words + unit * D * wpg;
+        const kvq_sz *sz = s->sz + unit * D;
+        for (d = 0; d < D; d++) {
+            float a, b;
+            kvq__affine(sz[d], c->cfg.zero_mode, &a, &b);
+            H->row[d] = (float)kvq__get_code(w + d * wpg, t, s->bits) * a + b;
+        }
+    }
+    for (h = 0; h < H->n; h++) {
+        float wt = H->sc[h * KVQ_TILE + j], *o = H->out + h * D;
+        for (d = 0; d < D; d++) o[d] += wt * v[d];
+    }
+}
+
+/* The online softmax step for a scored tile of n entries, then its values:
+       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
+       out' = out e^(m-m') + sum_j e^(s_j-m') v_j                           */
+static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
+{
+    size_t D = c->cfg.head_dim, h, j, d;
+    for (h = 0; h < H->n; h++) {
+        float *sc = H->sc + h * KVQ_TILE, tile_max = -INFINITY;
+        for (j = 0; j < n; j++)
+            if (H->pos[j] >= 0 && sc[j] > tile_max) tile_max = sc[j];
+        if (tile_max > H->m[h]) {
+            float r = expf(H->m[h] - tile_max);           /* e^-inf = 0     */
+            for (d = 0; d < D; d++) H->out[h * D + d] *= r;
+            H->l[h] *= r;
+            H->m[h] = tile_max;
+        }
+        for (j = 0; j < n; j++) {
+            sc[j] = H->pos[j] >= 0 ? expf(sc[j] - H->m[h]) : 0.0f;
+            H->l[h] += sc[j];
+        }
+    }
+    for (j = 0; j < n; j++)
+        if (H->pos[j] >= 0) kvq__add_value(c, H, (size_t)H->pos[j], j);
+}
+
+/* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V. */
+static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, h, d, j, u, r;
+    for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
+    for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
+    if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
+        size_t G = s->group, tpu = s->tokens_per_unit;
+        if (s->axis == KVQ_PER_TOKEN)                   /* per-group q sums  */
+            for (h = 0; h < H->n; h++)
+                for (u = 0; u < D / G; u++) {
+                    float sum = 0.0f;
+                    for (d = 0; d < G; d++) sum += H->q[h * D + u * G + d];
+                    H->qa[h * D + u] = sum;
+                }
+        for (u = 0; u < s->n_units; u += s->axis == KVQ_PER_TOKEN ? KVQ_TILE : 1) {
+            size_t t0, n_tile = s->axis == KVQ_PER_TOKEN ? KVQ_TILE : tpu;
+            if (s->axis == KVQ_PER_CHANNEL) kvq__unit_qa(c, H, u);
+            for (t0 = 0; t0 < n_tile; t0 += KVQ_TILE) {
+                size_t n = n_tile - t0 < KVQ_TILE ? n_tile - t0 : KVQ_TILE,
+                       slot0 = u * tpu + t0;
+                int any = 0;
+                if (s->axis == KVQ_PER_TOKEN && u + n > s->n_units) n = s->n_units - u;
+                for (j = 0; j < n; j++) any |= (H->pos[j] = s->qpos[slot0 + j]) >= 0;
+                if (!any) continue;                     /* placeholders only */
+                if (s->axis == KVQ_PER_CHANNEL) kvq__scores_channel(c, H, u, t0, n);
+                else kvq__scores_token(c, H, slot0, n);
+                kvq__tile_update(c, H, n);
+            }
+        }
+    }
+    for (r = 0; r < KVQ_ROW_REGIONS; r++) {
+        const kvq_rows *rg = &s->rows[r];
+        size_t i0;
+        for (i0 = rg->off; i0 < rg->off + rg->n; i0 += KVQ_TILE) {
+            size_t n = rg->off + rg->n - i0 < KVQ_TILE ? rg->off + rg->n - i0 : KVQ_TILE;
+            for (j = 0; j < n; j++) H->pos[j] = rg->pos[i0 + j];
+            kvq__scores_rows(c, H, rg, i0, n);
+            kvq__tile_update(c, H, n);
+        }
+    }
+    for (h = 0; h < H->n; h++)
+        for (d = 0; d < D; d++) H->out[h * D + d] /= H->l[h];
 }
 
 KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
@@ -2476,13 +2941,33 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
     if (n_present == 0) return KVQ_ERR_STATE;
     inv_sqrt_d = 1.0f / sqrtf((float)D);
 
+    if (mode == KVQ_ATTN_ONLINE) {
+        /* as many heads per walk as the scratch holds (at least one)       */
+        size_t per_head = D + KVQ_TILE + 3, batch = (scratch_floats - D) / per_head;
+        kvq__heads H;
+        if (batch > n_q) batch = n_q;
+        for (h = 0; h < n_q; h += batch) {
+            H.n = n_q - h < batch ? n_q - h : batch;
+            H.q = q + h * D;
+            H.out = out + h * D;
+            H.row = scratch;
+            H.qa = scratch + D;
+            H.sc = H.qa + H.n * D;
+            H.m = H.sc + H.n * KVQ_TILE;
+            H.l = H.m + H.n;
+            H.qb = H.l + H.n;
+            H.inv_sqrt_d = inv_sqrt_d;
+            kvq__online_walk(c, &H);
+        }
+        return KVQ_OK;
+    }
     for (h = 0; h < n_q; h++) {
         kvq__qctx x;
         float *tmp = scratch + 2 * D, *sc = scratch + 3 * D, *o = out + h * D;
         kvq__qctx_init(c, &x, q + h * D, scratch);
         for (d = 0; d < D; d++) o[d] = 0.0f;
-        if (mode == KVQ_ATTN_EAGER) {
-            /* scores for every position, then one softmax                  */
+        {   /* EAGER, the reference: scores for every position in position
+               order, then one softmax                                      */
             float mx = -INFINITY, sum = 0.0f;
             for (p = 0; p < c->n_pos; p++) {
                 if (!kvq__present(c, p)) continue;
@@ -2496,34 +2981,6 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
                 if (probs) probs[h * c->n_pos + p] = wgt;
                 if (wgt != 0.0f) kvq__add_wv(c, p, wgt, o, tmp);
             }
-        } else {
-            /* tiles of KVQ_TILE positions with a running max and sum       */
-            float m = -INFINITY, l = 0.0f;
-            size_t p0;
-            for (p0 = 0; p0 < c->n_pos; p0 += KVQ_TILE) {
-                size_t p1 = p0 + KVQ_TILE < c->n_pos ? p0 + KVQ_TILE : c->n_pos;
-                float tile_max = -INFINITY, rescale;
-                for (p = p0; p < p1; p++) {
-                    if (!kvq__present(c, p)) continue;
-                    sc[p - p0] = kvq__qk(c, &x, p, tmp) * inv_sqrt_d;
-                    if (sc[p - p0] > tile_max) tile_max = sc[p - p0];
-                }
-                if (tile_max == -INFINITY) continue;        /* empty tile   */
-                if (tile_max > m) {
-                    rescale = expf(m - tile_max);           /* e^-inf = 0   */
-                    for (d = 0; d < D; d++) o[d] *= rescale;
-                    l *= rescale;
-                    m = tile_max;
-                }
-                for (p = p0; p < p1; p++) {
-                    float e;
-                    if (!kvq__present(c, p)) continue;
-                    e = expf(sc[p - p0] - m);
-                    l += e;
-                    kvq__add_wv(c, p, e, o, tmp);
-                }
-            }
-            for (d = 0; d < D; d++) o[d] /= l;
         }
     }
     return KVQ_OK;
@@ -3530,6 +3987,9 @@ KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
 
 #ifdef __cplusplus
 }
+#endif
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
 #endif
 #endif /* KVQ_IMPLEMENTATION_DONE */
 #endif /* KVQ_IMPLEMENTATION */

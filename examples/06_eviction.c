@@ -296,8 +296,15 @@ static void part_b(unsigned long long seed)
         if (fabs((double)out_e[i] - out_o[i]) > worstf) worstf = fabs((double)out_e[i] - out_o[i]);
     ex_check(worstf <= 1e-5, "kvq_attend float32 ONLINE vs EAGER: max |diff| %.1e (ours: <= 1e-5)",
              worstf);
-    /* 2. peak live scores: TILE per query online, N per query eager         */
-    peak = (kvq_attend_scratch_floats(&c, KVQ_ATTN_ONLINE) - 3 * D) * N;
+    /* 2. peak live scores: TILE per query online (a tile's scores are all
+          ONLINE keeps; its scratch is rows of D, not of N), N per query
+          eager                                                             */
+    peak = (size_t)KVQ_TILE * N;
+    ex_check(kvq_attend_scratch_floats(&c, KVQ_ATTN_ONLINE) < 3 * D + KVQ_TILE + 8 &&
+             kvq_attend_scratch_floats(&c, KVQ_ATTN_EAGER) >= (size_t)N,
+             "scratch per query: ONLINE %zu floats (no term in N), EAGER %zu (>= N = %d)",
+             kvq_attend_scratch_floats(&c, KVQ_ATTN_ONLINE),
+             kvq_attend_scratch_floats(&c, KVQ_ATTN_EAGER), N);
     ex_check(peak == (size_t)N * KVQ_TILE && peak * 16 == (size_t)N * N,
              "peak live score floats for %d queries: %zu online vs %d eager, %zux smaller "
              "(page: 16x)", N, peak, N * N, (size_t)N * N / peak);
@@ -414,13 +421,15 @@ static void part_cd(const ex_args *a)
     nwork = kvq_attend_scratch_floats(&c, KVQ_ATTN_EAGER) + T;
     work = (float *)malloc(nwork * sizeof(float));
     h2o_stream(&c, &h, T, 128, 128, score, keep, work, nwork, probs);
-    ex_must(kvq_attend(&c, h.Q, h.n_q, o1, NULL, KVQ_ATTN_ONLINE, work, nwork), "attend", &c);
+    /* EAGER visits positions in order, so its result cannot depend on
+       where compaction puts the slots (ONLINE's last bits can: kvq.h Sec. 8) */
+    ex_must(kvq_attend(&c, h.Q, h.n_q, o1, NULL, KVQ_ATTN_EAGER, work, nwork), "attend", &c);
     kvq_cache_bytes(&c, &b0);
     dump_slots(csv, "HF int4 keys after H2O", &c.k);
     ex_must(kvq_cache_compact(&c, 16, &cs), "compact", &c);
     dump_slots(csv, "HF int4 keys after repack", &c.k);
     kvq_cache_bytes(&c, &b1);
-    ex_must(kvq_attend(&c, h.Q, h.n_q, o2, NULL, KVQ_ATTN_ONLINE, work, nwork), "attend", &c);
+    ex_must(kvq_attend(&c, h.Q, h.n_q, o2, NULL, KVQ_ATTN_EAGER, work, nwork), "attend", &c);
     printf("  H2O on an HF int4 cache: %zu tokens kept of %zu; blocks of 16: %zu -> %zu "
            "(%zu all-dead before compaction), %zu slot copies\n", b1.tokens - c.n_evicted,
            T, cs.blocks_before, cs.blocks_after, cs.blocks_free_without_compaction, cs.slot_copies);

@@ -19,4 +19,5 @@ for t in "$@"; do
 done
 fail=$((fail + bad))
 echo "$pass passed, $fail failed"
+[ -n "${TOTALS:-}" ] && echo "$pass $fail" >> "$TOTALS"   # for tests/test_all.sh
 [ "$fail" -eq 0 ]

@@ -1471,8 +1471,20 @@ static void test_cache_evict_compact(void)
                         CHECK(memcmp(out0[0], out1[0], sizeof out0[0]) == 0 &&
                               memcmp(pr0, pr1, NQ * n * sizeof(float)) == 0,
                               "%s: EAGER attention changed under compaction", name);
-                        CHECK(memcmp(out0[1], out1[1], sizeof out0[1]) == 0,
-                              "%s trial %zu: ONLINE attention changed under compaction", name, tr);
+                        {   /* ONLINE walks storage order, with tile boundaries
+                                   where the layout puts them: compaction may move
+                                   its last bits (kvq.h Sec. 8), within the same
+                                   bound test_cache puts between EAGER and ONLINE */
+                            double e = 0.0, mx = 0.0;
+                            size_t i;
+                            for (i = 0; i < NQ * CD; i++) {
+                                double dd = fabs((double)out0[1][i] - out1[1][i]);
+                                if (dd > e) e = dd;
+                                if (fabs(out0[1][i]) > mx) mx = fabs(out0[1][i]);
+                            }
+                            CHECK(e <= 1e-5 * mx + 1e-6, "%s trial %zu: ONLINE attention "
+                                  "moved by %g under compaction", name, tr, e);
+                        }
                     }
                 }
                 free(pr0); free(pr1);
