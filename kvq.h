@@ -1053,6 +1053,47 @@ static kvq_status kvq__check_finite(const float *x, size_t n)
 static uint32_t kvq__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
+/* ---- 16 lanes at a time ------------------------------------------------
+   The hot loops below work on 16 floats at a time through four helpers.
+   With GCC or clang on a target that has variable vector shifts (x86 AVX2,
+   AArch64) they are vector extensions; elsewhere, or with -DKVQ_NO_SIMD,
+   plain loops over the 16 lanes. Both do the same operations lane by lane,
+   in the same order, so they give identical floats (tests/test_cache.c
+   compares a -DKVQ_NO_SIMD build with the default one bit for bit).       */
+#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__AVX2__) || defined(__aarch64__))
+#define KVQ__SIMD 1
+typedef uint32_t kvq__u32x16 __attribute__((vector_size(64)));
+typedef int32_t  kvq__i32x16 __attribute__((vector_size(64)));
+typedef float    kvq__v16    __attribute__((vector_size(64)));
+typedef float    kvq__v16u   __attribute__((vector_size(64), aligned(4), may_alias));
+/* macros, not functions: a function taking or returning a 64-byte vector
+   draws ABI warnings from GCC and clang where AVX-512 is off             */
+#define kvq__load16(p)          (*(const kvq__v16u *)(const void *)(p))
+#define kvq__store16(p, v)      (*(kvq__v16u *)(void *)(p) = (v))
+#define kvq__splat16(x)         ((x) - (kvq__v16){ 0 })    /* x - 0 = x */
+#define kvq__add16(a, b)        ((a) + (b))
+#define kvq__madd16(acc, a, x)  ((acc) + (a) * (x))
+#else
+typedef struct kvq__v16 { float x[16]; } kvq__v16;
+static kvq__v16 kvq__load16(const float *p) { kvq__v16 v; memcpy(v.x, p, sizeof v.x); return v; }
+static void     kvq__store16(float *p, kvq__v16 v) { memcpy(p, v.x, sizeof v.x); }
+static kvq__v16 kvq__splat16(float x) { kvq__v16 v; int i; for (i = 0; i < 16; i++) v.x[i] = x; return v; }
+static kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
+{
+    int i;
+    for (i = 0; i < 16; i++) a.x[i] += b.x[i];
+    return a;
+}
+static kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
+{
+    int i;
+    for (i = 0; i < 16; i++) acc.x[i] += a.x[i] * x.x[i];
+    return acc;
+}
+#endif
+
+
 /* ------------------------------------------------------------------------ */
 /* 3. fp16                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1108,19 +1149,27 @@ static float kvq__f16_to_f32(kvq_f16 h)
 
 KVQ_API float kvq_f16_to_f32(kvq_f16 h) { return kvq__f16_to_f32(h); }
 
-/* The same conversion for values kvq stored itself (scales, zeros, rows of
-   validated finite input: never NaN). Where the compiler targets F16C it
-   is one instruction (vcvtph2ps), which equals kvq__f16_to_f32 on every
-   non-NaN input (tests/test_quant.c checks all of them); NaN is the one
-   case where they may differ (hardware quiets a signaling NaN).           */
+/* The same two conversions for the values kvq computes and stores itself
+   (scales, zeros, rows of validated input: never NaN). Where the compiler
+   targets F16C each is one instruction (vcvtph2ps, vcvtps2ph with round to
+   nearest even), equal to the integer code above on every non-NaN input:
+   all 2^16 halves and all 2^32 - 2^24 non-NaN floats were compared, and
+   tests/simd_check.c repeats the halves and a sample of the floats. NaN is
+   the one case where they may differ (the hardware quiets and keeps the
+   payload; kvq_f32_to_f16 returns 0x7FFF), and kvq never converts one.  */
 #if !defined(KVQ_NO_SIMD) && defined(__F16C__)
 #include <immintrin.h>
-static float kvq__f16_stored(kvq_f16 h) { return _cvtsh_ss(h); }
+static float   kvq__f16_stored(kvq_f16 h) { return _cvtsh_ss(h); }
+static kvq_f16 kvq__f16_store(float f)
+{
+    return (kvq_f16)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 #else
-static float kvq__f16_stored(kvq_f16 h) { return kvq__f16_to_f32(h); }
+static float   kvq__f16_stored(kvq_f16 h) { return kvq__f16_to_f32(h); }
+static kvq_f16 kvq__f16_store(float f) { return kvq_f32_to_f16(f); }
 #endif
 
-static float kvq__round_f16(float x) { return kvq_f16_to_f32(kvq_f32_to_f16(x)); }
+static float kvq__round_f16(float x) { return kvq__f16_stored(kvq__f16_store(x)); }
 
 /* ------------------------------------------------------------------------ */
 /* 4. one group                                                             */
@@ -1148,22 +1197,22 @@ static kvq_status kvq__group_params(float mn, float mx, int bits,
     if (!kvq__finite(s)) return KVQ_ERR_RANGE;
     if (mode == KVQ_ZERO_FLOAT) {           /* the zero stored is mn itself  */
         if (!kvq__finite(kvq__round_f16(mn))) return KVQ_ERR_RANGE;
-        out->scale = kvq_f32_to_f16(s);
-        out->zero = kvq_f32_to_f16(mn);
+        out->scale = kvq__f16_store(s);
+        out->zero = kvq__f16_store(mn);
         return KVQ_OK;
     }
     if (s == 0.0f) {            /* constant group: c = 1 (mn > 0) or 0 (mn < 0) */
         if (!kvq__finite(kvq__round_f16(fabsf(mn)))) return KVQ_ERR_RANGE;
-        out->scale = kvq_f32_to_f16(fabsf(mn));
-        out->zero = kvq_f32_to_f16(mn < 0.0f ? 1.0f : 0.0f);
+        out->scale = kvq__f16_store(fabsf(mn));
+        out->zero = kvq__f16_store(mn < 0.0f ? 1.0f : 0.0f);
         return KVQ_OK;
     }
     {
         float zp = rintf(-mn / s) + 0.0f;      /* + 0: -0 becomes +0       */
         if (zp < -2048.0f) zp = -2048.0f;
         if (zp > 2048.0f) zp = 2048.0f;
-        out->scale = kvq_f32_to_f16(s);
-        out->zero = kvq_f32_to_f16(zp);          /* integer <= 2048: exact  */
+        out->scale = kvq__f16_store(s);
+        out->zero = kvq__f16_store(zp);          /* integer <= 2048: exact  */
     }
     return KVQ_OK;
 }
@@ -1172,7 +1221,7 @@ static kvq_status kvq__group_params(float mn, float mx, int bits,
 static uint8_t kvq__code(float x, kvq_sz sz, int bits, kvq_zero_mode mode)
 {
     float n_levels = (float)((1u << bits) - 1u);
-    float s = kvq_f16_to_f32(sz.scale), z = kvq_f16_to_f32(sz.zero);
+    float s = kvq__f16_stored(sz.scale), z = kvq__f16_stored(sz.zero);
     float v;
     if (s == 0.0f) return 0;                    /* float-mode constant group */
     v = (mode == KVQ_ZERO_FLOAT) ? (x - z) / s : x / s + z;
@@ -1301,32 +1350,199 @@ KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
     return KVQ_OK;
 }
 
+/* ---- the fast quantizer ------------------------------------------------
+   kvq_quantize_group is the definition (Sec. 4): per group min and max,
+   (s, z) stored in fp16, code = round-half-even(clamp(v, 0, N)) with
+   v = (x - z) / s (float zero) or x / s + z (integer zero). The loops below
+   compute exactly that, 16 values at a time so the compiler can vectorize
+   them: min and max are exact in any order; v uses the same division; the
+   rounding is (v + 2^23) - 2^23, which for 0 <= v <= 255 rounds half to even
+   exactly as rintf does; codes go straight into words. tests/test_quant.c
+   checks every code and (s, z) against kvq_quantize_group.               */
+
+/* min and max of n values x[0], x[stride], ... in 16 lanes; 0 if all are
+   finite, else 1 (x - x is 0 exactly when x is finite). The lanes are
+   plain arrays: the stride-1 loop is one the compiler vectorizes.        */
+static int kvq__minmax_check(const float *x, size_t n, size_t stride, float *mn, float *mx)
+{
+    float lo[16], hi[16], t;
+    int bad[16], any = 0;
+    size_t i = 0, j;
+    for (j = 0; j < 16; j++) { lo[j] = hi[j] = x[0]; bad[j] = 0; }
+    if (stride == 1)
+        for (; i + 16 <= n; i += 16)
+            for (j = 0; j < 16; j++) {
+                t = x[i + j];
+                lo[j] = t < lo[j] ? t : lo[j];
+                hi[j] = t > hi[j] ? t : hi[j];
+                bad[j] |= (t - t) != 0.0f;
+            }
+    for (; i < n; i++) {                        /* strided, or the tail    */
+        t = x[i * stride];
+        lo[0] = t < lo[0] ? t : lo[0];
+        hi[0] = t > hi[0] ? t : hi[0];
+        bad[0] |= (t - t) != 0.0f;
+    }
+    for (j = 1; j < 16; j++) {
+        lo[0] = lo[j] < lo[0] ? lo[j] : lo[0];
+        hi[0] = hi[j] > hi[0] ? hi[j] : hi[0];
+    }
+    for (j = 0; j < 16; j++) any |= bad[j];
+    *mn = lo[0] + 0.0f;                         /* -0 -> +0, as kvq__minmax */
+    *mx = hi[0] + 0.0f;
+    return any;
+}
+
+/* The largest |x| of n values in 16 lanes, or -1 if one is not finite.
+   Inside KVQ_MAX_ABS_INPUT every group's (s, z) fits fp16 (Sec. 2), so a
+   matrix that passes this needs no per-group range check.                */
+static float kvq__absmax_or_nonfinite(const float *x, size_t n)
+{
+    float m[16];
+    int bad[16], any = 0;
+    size_t i = 0, j;
+    for (j = 0; j < 16; j++) { m[j] = 0.0f; bad[j] = 0; }
+    for (; i + 16 <= n; i += 16)
+        for (j = 0; j < 16; j++) {
+            float a = fabsf(x[i + j]);
+            m[j] = a > m[j] ? a : m[j];
+            bad[j] |= (x[i + j] - x[i + j]) != 0.0f;
+        }
+    for (j = 0; i < n; i++, j = (j + 1) % 16) {
+        float a = fabsf(x[i]);
+        m[j] = a > m[j] ? a : m[j];
+        bad[j] |= (x[i] - x[i]) != 0.0f;
+    }
+    for (j = 1; j < 16; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    for (j = 0; j < 16; j++) any |= bad[j];
+    return any ? -1.0f : m[0];
+}
+
+/* Per-channel groups, 16 channels at a time: lane j is the min and max of
+   channel j over n rows (row stride D); bad[j] != 0 if one is not finite.
+   Vertical, so every step is one vector min, max and check.              */
+static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad)
+{
+    size_t t, j;
+    for (j = 0; j < 16; j++) { lo[j] = hi[j] = x[j]; bad[j] = 0; }
+    for (t = 0; t < n; t++)
+        for (j = 0; j < 16; j++) {
+            float v = x[t * D + j];
+            lo[j] = v < lo[j] ? v : lo[j];
+            hi[j] = v > hi[j] ? v : hi[j];
+            bad[j] |= (v - v) != 0.0f;
+        }
+    for (j = 0; j < 16; j++) { lo[j] += 0.0f; hi[j] += 0.0f; }   /* -0 -> +0 */
+}
+
+/* The codes of 16 consecutive values under one group's stored (s, z): v,
+   clamp, round, as kvq__code (one loop per zero mode, so each vectorizes). */
+static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
+                            kvq_zero_mode mode, uint32_t *code)
+{
+    float v[16];
+    size_t j;
+#ifdef KVQ__SIMD
+    {   /* the same steps on one 16-lane vector                             */
+        kvq__v16 xv = kvq__load16(x), c;
+        kvq__i32x16 below, above;
+        c = mode == KVQ_ZERO_FLOAT ? (xv - kvq__splat16(z)) / kvq__splat16(s)
+                                   : xv / kvq__splat16(s) + kvq__splat16(z);
+        below = c < kvq__splat16(0.0f);                 /* all ones or 0    */
+        c = (kvq__v16)((kvq__i32x16)c & ~below);        /* v < 0 -> 0       */
+        above = c > kvq__splat16(n_levels);
+        c = (kvq__v16)(((kvq__i32x16)c & ~above) | ((kvq__i32x16)kvq__splat16(n_levels) & above));
+        c = (c + kvq__splat16(8388608.0f)) - kvq__splat16(8388608.0f);
+        {
+            kvq__i32x16 ci = __builtin_convertvector(c, kvq__i32x16);
+            memcpy(code, &ci, sizeof ci);
+        }
+        return;
+    }
+#endif
+    if (mode == KVQ_ZERO_FLOAT)
+        for (j = 0; j < 16; j++) v[j] = (x[j] - z) / s;
+    else
+        for (j = 0; j < 16; j++) v[j] = x[j] / s + z;
+    for (j = 0; j < 16; j++) {
+        float c = v[j] < 0.0f ? 0.0f : v[j];
+        c = c > n_levels ? n_levels : c;
+        c = (c + 8388608.0f) - 8388608.0f;      /* round half to even      */
+        code[j] = (uint32_t)(int32_t)c;
+    }
+}
+
 /* Quantize one unit: rows X (tokens_per_unit, D) -> words, sz of the unit.
-   The caller has checked sizes, finiteness and range.                      */
+   The caller has checked sizes, finiteness and range.
+     per-token    D/G groups of G consecutive values: 16 codes at a time,
+                  OR-ed into their words
+     per-channel  D groups of G tokens with stride D: 16 channels at a time,
+                  so each token adds one code to 16 channels' words        */
 static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
                                      size_t G, kvq_axis axis,
                                      kvq_zero_mode mode,
                                      uint32_t *words, kvq_sz *sz)
 {
-    uint8_t codes[256];       /* one group at a time, in chunks of 256      */
-    size_t n_groups = (axis == KVQ_PER_TOKEN) ? D / G : D;
-    size_t wpg = kvq_packed_words(G, bits), g, i, done;
-    for (g = 0; g < n_groups; g++) {
-        /* per-token: channels g*G .. g*G+G-1 of the token (stride 1);
-           per-channel: tokens 0..G-1 of channel g (stride D)               */
-        const float *x = (axis == KVQ_PER_TOKEN) ? X + g * G : X + g;
-        size_t stride = (axis == KVQ_PER_TOKEN) ? 1 : D;
-        float mn, mx;
-        kvq_status st;
-        kvq__minmax(x, G, stride, &mn, &mx);
-        st = kvq__group_params(mn, mx, bits, mode, &sz[g]);
-        if (st != KVQ_OK) return st;
-        /* 256 codes is a whole number of words for every B                 */
-        for (done = 0; done < G; done += 256) {
-            size_t m = (G - done < 256) ? G - done : 256;
-            for (i = 0; i < m; i++)
-                codes[i] = kvq__code(x[(done + i) * stride], sz[g], bits, mode);
-            kvq__pack(codes, m, bits, words + g * wpg + done * (size_t)bits / 32u);
+    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, g, i, j;
+    float n_levels = (float)((1u << bits) - 1u);
+    uint32_t code[16];
+    if (axis == KVQ_PER_TOKEN || D % 16 != 0) {
+        size_t n_groups = axis == KVQ_PER_TOKEN ? D / G : D, stride = axis == KVQ_PER_TOKEN ? 1 : D;
+        for (g = 0; g < n_groups; g++) {
+            /* per-token: channels g*G .. g*G+G-1 of the token (stride 1);
+               per-channel: tokens 0..G-1 of channel g (stride D)           */
+            const float *x = axis == KVQ_PER_TOKEN ? X + g * G : X + g;
+            uint32_t *w = words + g * wpg;
+            float mn, mx, s, z;
+            kvq_status st;
+            kvq__minmax_check(x, G, stride, &mn, &mx);
+            st = kvq__group_params(mn, mx, bits, mode, &sz[g]);
+            if (st != KVQ_OK) return st;
+            s = kvq__f16_stored(sz[g].scale);
+            z = kvq__f16_stored(sz[g].zero);
+            for (i = 0; i < wpg; i++) w[i] = 0;
+            if (s == 0.0f) continue;            /* constant group: all 0   */
+            for (i = 0; i < G; i += 16) {
+                size_t m = G - i < 16 ? G - i : 16;
+                if (stride == 1 && m == 16)
+                    kvq__codes16_of(x + i, s, z, n_levels, mode, code);
+                else
+                    for (j = 0; j < m; j++) code[j] = kvq__code(x[(i + j) * stride], sz[g], bits, mode);
+                for (j = 0; j < m; j++)
+                    w[(i + j) / per] |= code[j] << ((i + j) % per * (size_t)bits);
+            }
+        }
+        return KVQ_OK;
+    }
+    for (g = 0; g < D; g += 16) {               /* per-channel, 16 at a time */
+        float s[16], z[16], lo[16], hi[16];
+        int bad[16];
+        size_t t, k;
+        kvq__minmax16_rows(X + g, G, D, lo, hi, bad);
+        for (j = 0; j < 16; j++) {
+            kvq_status st = kvq__group_params(lo[j], hi[j], bits, mode, &sz[g + j]);
+            if (st != KVQ_OK) return st;
+            s[j] = kvq__f16_stored(sz[g + j].scale);
+            z[j] = kvq__f16_stored(sz[g + j].zero);
+        }
+        for (k = 0; k < wpg; k++) {             /* word k: tokens k*per ..  */
+            uint32_t acc[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+            for (t = k * per; t < (k + 1) * per && t < G; t++) {
+                const float *x = X + t * D + g;
+                float v[16];
+                if (mode == KVQ_ZERO_FLOAT)
+                    for (j = 0; j < 16; j++) v[j] = (x[j] - z[j]) / s[j];
+                else
+                    for (j = 0; j < 16; j++) v[j] = x[j] / s[j] + z[j];
+                for (j = 0; j < 16; j++) {
+                    float c = v[j] < 0.0f ? 0.0f : v[j];
+                    c = c > n_levels ? n_levels : c;
+                    c = (c + 8388608.0f) - 8388608.0f;
+                    /* a constant float-zero group (s = 0) has code 0       */
+                    acc[j] |= (s[j] == 0.0f ? 0u : (uint32_t)(int32_t)c) << (t % per * (size_t)bits);
+                }
+            }
+            for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = acc[j];
         }
     }
     return KVQ_OK;
@@ -1353,19 +1569,6 @@ static void kvq__dequant_token(const uint32_t *words, const kvq_sz *sz,
     }
 }
 
-/* Range check for fp16 parameters before anything is written.             */
-static kvq_status kvq__check_matrix(const float *X, size_t T, size_t D,
-                                    int bits, size_t G, kvq_axis axis,
-                                    kvq_zero_mode mode, kvq_layout *L)
-{
-    size_t n;
-    kvq_status st = kvq_layout_init(L, T, D, bits, G, axis);
-    if (st != KVQ_OK) return st;
-    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
-    if (!kvq__mul(T, D, &n)) return KVQ_ERR_OVERFLOW;
-    return kvq__check_finite(X, n);
-}
-
 KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
                                        int bits, size_t G, kvq_axis axis,
                                        kvq_zero_mode mode,
@@ -1375,20 +1578,42 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
     kvq_status st;
     size_t u, g;
     if (!X || !words || !sz) return KVQ_ERR_NULL;
-    st = kvq__check_matrix(X, T, D, bits, G, axis, mode, &L);
+    st = kvq_layout_init(&L, T, D, bits, G, axis);
     if (st != KVQ_OK) return st;
-    /* first pass: every group's parameters must fit fp16 (writes nothing) */
-    for (u = 0; u < L.units; u++) {
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
+    if (!kvq__mul(T, D, &u)) return KVQ_ERR_OVERFLOW;
+    /* first pass: every value finite (NaN/Inf anywhere wins over a range
+       error) and every group's parameters in fp16; writes nothing. One
+       streaming max |x| settles both for inputs inside KVQ_MAX_ABS_INPUT. */
+    {
+        float amax = kvq__absmax_or_nonfinite(X, T * D);
+        if (amax < 0.0f) return KVQ_ERR_NONFINITE;
+        if (amax <= KVQ_MAX_ABS_INPUT) u = L.units;     /* skip the groups */
+        else u = 0;
+    }
+    for (; u < L.units; u++) {
         const float *unit = X + u * L.tokens_per_unit * D;
         for (g = 0; g < L.groups_per_unit; g++) {
             const float *x = (axis == KVQ_PER_TOKEN) ? unit + g * G : unit + g;
-            float mn, mx;
+            float mn[16], mx[16];
+            int bad[16], j, lanes = 1;
             kvq_sz p;
-            kvq__minmax(x, G, axis == KVQ_PER_TOKEN ? 1 : D, &mn, &mx);
-            st = kvq__group_params(mn, mx, bits, mode, &p);
-            if (st != KVQ_OK) return st;
+            if (axis == KVQ_PER_CHANNEL && g % 16 == 0 && g + 16 <= D) {
+                kvq__minmax16_rows(x, G, D, mn, mx, bad);     /* 16 channels */
+                lanes = 16;
+            } else {
+                bad[0] = kvq__minmax_check(x, G, axis == KVQ_PER_TOKEN ? 1 : D, &mn[0], &mx[0]);
+            }
+            for (j = 0; j < lanes; j++) {
+                kvq_status gs;
+                if (bad[j]) return KVQ_ERR_NONFINITE;
+                gs = kvq__group_params(mn[j], mx[j], bits, mode, &p);
+                if (gs != KVQ_OK && st == KVQ_OK) st = gs;
+            }
+            g += (size_t)lanes - 1;
         }
     }
+    if (st != KVQ_OK) return st;
     for (u = 0; u < L.units; u++)
         kvq__quantize_unit(X + u * L.tokens_per_unit * D, D, bits, G, axis, mode,
                            words + u * L.groups_per_unit * L.words_per_group,
@@ -1948,7 +2173,7 @@ static void kvq__row_store(const kvq_cache *c, void *dst, const float *x)
 {
     size_t d, D = c->cfg.head_dim;
     if (c->cfg.fp_bits == 32) { memcpy(dst, x, D * sizeof(float)); return; }
-    for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq_f32_to_f16(x[d]);
+    for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq__f16_store(x[d]);
 }
 
 static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
@@ -2360,46 +2585,6 @@ typedef struct kvq__qctx {
     float  qb;
     size_t unit;           /* per-channel unit cached in qa/qb, or (size_t)-1 */
 } kvq__qctx;
-
-/* ---- 16 lanes at a time ------------------------------------------------
-   The hot loops below work on 16 floats at a time through four helpers.
-   With GCC or clang on a target that has variable vector shifts (x86 AVX2,
-   AArch64) they are vector extensions; elsewhere, or with -DKVQ_NO_SIMD,
-   plain loops over the 16 lanes. Both do the same operations lane by lane,
-   in the same order, so they give identical floats (tests/test_cache.c
-   compares a -DKVQ_NO_SIMD build with the default one bit for bit).       */
-#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && \
-    (defined(__AVX2__) || defined(__aarch64__))
-#define KVQ__SIMD 1
-typedef uint32_t kvq__u32x16 __attribute__((vector_size(64)));
-typedef int32_t  kvq__i32x16 __attribute__((vector_size(64)));
-typedef float    kvq__v16    __attribute__((vector_size(64)));
-typedef float    kvq__v16u   __attribute__((vector_size(64), aligned(4), may_alias));
-/* macros, not functions: a function taking or returning a 64-byte vector
-   draws ABI warnings from GCC and clang where AVX-512 is off             */
-#define kvq__load16(p)          (*(const kvq__v16u *)(const void *)(p))
-#define kvq__store16(p, v)      (*(kvq__v16u *)(void *)(p) = (v))
-#define kvq__splat16(x)         ((x) - (kvq__v16){ 0 })    /* x - 0 = x */
-#define kvq__add16(a, b)        ((a) + (b))
-#define kvq__madd16(acc, a, x)  ((acc) + (a) * (x))
-#else
-typedef struct kvq__v16 { float x[16]; } kvq__v16;
-static kvq__v16 kvq__load16(const float *p) { kvq__v16 v; memcpy(v.x, p, sizeof v.x); return v; }
-static void     kvq__store16(float *p, kvq__v16 v) { memcpy(p, v.x, sizeof v.x); }
-static kvq__v16 kvq__splat16(float x) { kvq__v16 v; int i; for (i = 0; i < 16; i++) v.x[i] = x; return v; }
-static kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
-{
-    int i;
-    for (i = 0; i < 16; i++) a.x[i] += b.x[i];
-    return a;
-}
-static kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
-{
-    int i;
-    for (i = 0; i < 16; i++) acc.x[i] += a.x[i] * x.x[i];
-    return acc;
-}
-#endif
 
 /* a . b in a fixed order: lane j (0..15) sums the products of i = j,
    j + 16, j + 32, ... in increasing i, then the lanes are added pairwise

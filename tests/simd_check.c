@@ -41,6 +41,12 @@ int PART(vector_path)(void)
 #endif
 }
 float PART(f16_stored)(kvq_f16 h) { return kvq__f16_stored(h); }
+kvq_f16 PART(f16_store)(float f) { return kvq__f16_store(f); }
+kvq_status PART(quantize)(const float *X, size_t T, size_t D, int bits, size_t G, kvq_axis axis,
+                          kvq_zero_mode mode, uint32_t *words, kvq_sz *sz)
+{
+    return kvq_quantize_matrix(X, T, D, bits, G, axis, mode, words, sz);
+}
 kvq_status PART(cache_init)(kvq_cache *c, const kvq_config *cfg) { return kvq_cache_init(c, cfg); }
 kvq_status PART(cache_prefill)(kvq_cache *c, const float *K, const float *V, size_t T)
 {
@@ -66,6 +72,9 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
 #define DECLARE(p)                                                                  \
     int p##_vector_path(void);                                                      \
     float p##_f16_stored(kvq_f16 h);                                                \
+    kvq_f16 p##_f16_store(float f);                                                 \
+    kvq_status p##_quantize(const float *X, size_t T, size_t D, int bits, size_t G,  \
+                            kvq_axis axis, kvq_zero_mode mode, uint32_t *w, kvq_sz *sz); \
     kvq_status p##_cache_init(kvq_cache *c, const kvq_config *cfg);                 \
     kvq_status p##_cache_prefill(kvq_cache *c, const float *K, const float *V, size_t T); \
     void p##_cache_free(kvq_cache *c);                                              \
@@ -99,6 +108,66 @@ static void check_f16(void)
         }
     }
     CHECK(diff == 0 && n == 65536 - 2046, "fp16: %u of %u patterns differ", diff, n);
+}
+
+/* float -> fp16 through F16C against the integer code: every 61st bit
+   pattern (70 million floats, NaNs skipped) plus the rounding edges.     */
+static void check_f32_to_f16(void)
+{
+    static const uint32_t edges[] = { 0x477FE000u, 0x477FEFFFu, 0x477FF000u, 0x477FF001u,
+                                      0x38800000u, 0x387FFFFFu, 0x33000000u, 0x33000001u,
+                                      0x32FFFFFFu, 0x00000001u, 0x7F7FFFFFu, 0x7F800000u };
+    uint64_t i;
+    uint32_t diff = 0, n = 0;
+    for (i = 0; i < (1ull << 32) + 12 * 61; i += 61) {
+        uint32_t u = i < (1ull << 32) ? (uint32_t)i : edges[(i - (1ull << 32)) / 61] ^ 0x80000000u * (i & 1);
+        float f;
+        kvq_f16 a, b;
+        memcpy(&f, &u, sizeof f);
+        if (f != f) continue;
+        a = scalar_f16_store(f);
+        b = simd_f16_store(f);
+        n++;
+        if (a != b && diff++ < 3) CHECK(0, "f32 0x%08x: 0x%04x (integer) vs 0x%04x (F16C)", u, a, b);
+    }
+    CHECK(diff == 0 && n > 70000000u, "f32 -> f16: %u of %u floats differ", diff, n);
+}
+
+/* kvq_quantize_matrix: every word and (s, z) identical, on normal data
+   and on a grid of halves full of .5 ties, constant groups and extremes. */
+static void check_quantize(rng *r)
+{
+    static const size_t Gs[] = { 8, 16, 32, 64, 128 };
+    static const int Bs[] = { 1, 2, 4, 8 };
+    size_t gi, n_same = 0, n_runs = 0;
+    int bi, ax, m, grid;
+    for (gi = 0; gi < 5; gi++)
+        for (bi = 0; bi < 4; bi++)
+            for (ax = 0; ax < 2; ax++)
+                for (m = 0; m < 2; m++)
+                    for (grid = 0; grid < 2; grid++) {
+                        size_t G = Gs[gi], T = ax ? 2 * G : 7, D = ax ? 48 : 2 * G, i, nw, ng;
+                        kvq_layout L;
+                        float *X = (float *)malloc(T * D * sizeof(float));
+                        uint32_t *w1, *w2;
+                        kvq_sz *s1, *s2;
+                        for (i = 0; i < T * D; i++)
+                            X[i] = grid ? (float)rbelow(r, 16) * 0.5f - 3.0f : 2.0f * rnorm(r);
+                        if (grid) for (i = 0; i < T * D; i += 5) X[i] = -1.5f;
+                        if (kvq_layout_init(&L, T, D, Bs[bi], G, (kvq_axis)ax) != KVQ_OK) { CHECK(0, "layout"); free(X); continue; }
+                        nw = L.total_words; ng = L.total_groups;
+                        w1 = (uint32_t *)calloc(nw, 4); w2 = (uint32_t *)calloc(nw, 4);
+                        s1 = (kvq_sz *)calloc(ng, sizeof *s1); s2 = (kvq_sz *)calloc(ng, sizeof *s2);
+                        CHECK(scalar_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w1, s1) == KVQ_OK &&
+                              simd_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w2, s2) == KVQ_OK,
+                              "quantize G=%zu B=%d failed", G, Bs[bi]);
+                        n_runs++;
+                        if (memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, ng * sizeof *s1) == 0) n_same++;
+                        else CHECK(0, "quantize G=%zu B=%d axis %d mode %d grid %d: the vector path's "
+                                   "codes or (s, z) differ", G, Bs[bi], ax, m, grid);
+                        free(X); free(w1); free(w2); free(s1); free(s2);
+                    }
+    printf("simd_check: %zu of %zu quantized matrices identical bytes\n", n_same, n_runs);
 }
 
 static void fill(rng *r, float *x, size_t n, float scale)
@@ -183,6 +252,11 @@ int main(void)
         return TEST_END("simd_check");
     }
     check_f16();
+    check_f32_to_f16();
+    {
+        rng r = { 0x0A5EED5ull };
+        check_quantize(&r);
+    }
     check_attend();
     return TEST_END("simd_check");
 }

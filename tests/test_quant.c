@@ -873,7 +873,12 @@ static void test_layout_table(void)
 /* kvq_quantize_matrix equals gathering each documented group, quantizing it
    with kvq_quantize_group (itself checked against the reference above) and
    packing it bit by bit at [unit][group][word]; kvq_dequantize_matrix equals
-   c*a + b per element. Buffers carry a poisoned tail to catch overruns.   */
+   c*a + b per element. Buffers carry a poisoned tail to catch overruns.
+   With matrix_grid set, values come from a grid of halves with constant
+   channels and exact extremes, so many codes sit on .5 ties and clamps:
+   the adversarial case for the fast quantizer's rounding and 16-lane
+   paths (kvq.h Sec. 6).                                                   */
+static int matrix_grid;
 static void matrix_case(size_t T, size_t D, int B, size_t G, kvq_axis axis, kvq_zero_mode mode)
 {
     kvq_layout L;
@@ -888,6 +893,11 @@ static void matrix_case(size_t T, size_t D, int B, size_t G, kvq_axis axis, kvq_
     for (d = 0; d < D; d++) {                    /* KIVI-like: outlier channels */
         double sc = (d % 7 == 3) ? 20.0 : 1.0, off = rng_normal();
         for (t = 0; t < T; t++) X[t * D + d] = (float)(off + sc * rng_normal());
+        if (matrix_grid)
+            for (t = 0; t < T; t++)
+                X[t * D + d] = d % 5 == 2 ? -1.5f                       /* constant */
+                             : rng_below(9) == 0 ? (rng_below(2) ? KVQ_MAX_ABS_INPUT : -KVQ_MAX_ABS_INPUT)
+                             : (float)rng_below(16) * 0.5f - 3.0f;       /* halves   */
     }
     if (kvq_layout_init(&L, T, D, B, G, axis) != KVQ_OK) {
         CHECK(0, "matrix %s T=%zu D=%zu G=%zu B=%d: layout_init failed", ax, T, D, G, B);
@@ -963,6 +973,15 @@ static void test_matrix(void)
                                 KVQ_PER_TOKEN, (kvq_zero_mode)m);
                     matrix_case(G * (1 + rng_below(3)), 1 + rng_below(20), BITS[bi], G,
                                 KVQ_PER_CHANNEL, (kvq_zero_mode)m);
+                    /* whole blocks of 16 channels (the vertical path)       */
+                    matrix_case(G * (1 + rng_below(2)), 16 * (1 + rng_below(3)), BITS[bi], G,
+                                KVQ_PER_CHANNEL, (kvq_zero_mode)m);
+                    matrix_grid = 1;
+                    matrix_case(1 + rng_below(6), G * (1 + rng_below(3)), BITS[bi], G,
+                                KVQ_PER_TOKEN, (kvq_zero_mode)m);
+                    matrix_case(G, 16 * (1 + rng_below(2)) + rng_below(2), BITS[bi], G,
+                                KVQ_PER_CHANNEL, (kvq_zero_mode)m);
+                    matrix_grid = 0;
                 }
 }
 
