@@ -1,22 +1,30 @@
-# kvq - build, examples, tests.
-#   make            build everything, then run every example (each prints PASS/FAIL)
-#   make test       header compile checks, unit tests, and the same tests under
-#                   AddressSanitizer + UndefinedBehaviorSanitizer; ends "N passed, M failed";
-#                   first, check-docs: the walkthrough's quoted example output is still true;
-#                   and, when valgrind is installed, the QUICK tests under memcheck
-#                   (zero errors, zero leaks); replays fuzz/corpus through the
-#                   fuzz targets (gcc + ASan/UBSan, no libFuzzer needed)
-#   make plots      the examples' CSV tables (--csv) and the figures in plots/ (matplotlib;
-#                   installed with pip when missing)
-#   make soak       1,000,000 decode steps per policy, invariants at every step
+# kvq - build, examples, tests. `make help` prints this block.
+#   make            build everything, then run every example; each prints its
+#                   numbers beside the paper's with PASS/FAIL (about 3 min on
+#                   2 cores)
+#   make test       compile checks (C99, C++, static linkage, the README
+#                   snippet), check-docs (the walkthrough's quoted output),
+#                   then four passes, each under its own header: unit tests,
+#                   the same under ASan + UBSan, fuzz/corpus replayed through
+#                   the fuzz targets, valgrind memcheck; ends with one line
+#                   "total: N passed, M failed" (about 10 min on 2 cores)
+#   make plots      the examples' CSV tables and the figures in plots/
+#                   (matplotlib, installed with pip when missing)
+#   make soak       long decode streams with every invariant at every step:
+#                   1,000,000 steps for each policy, except HF with history
+#                   re-quantization (O(t^2) work), which runs 62,500
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each (default 60)
-#   make bench      CPU benchmarks (results: bench/RESULTS.md)
+#   make bench      CPU benchmarks against ggml and llama.cpp when built
+#                   (make bench-anchors); results in bench/RESULTS.md
+#   make model      the real model (SmolLM2-135M, 98 MB from PyPI) into models/
+#   make eval       every cache on the real model (needs make model)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
 #                   runs test_gpu's CPU-side checks (no GPU); make test-gpu and
 #                   make bench-gpu need an NVIDIA GPU (walkthrough chapter 9)
-# Needs: a C99 compiler (gcc by default), make, libm. clang and g++ are used by
-# `make test` when present (skipped with a message otherwise).
+# Needs: a C99 compiler (gcc by default; CC=clang works), make, libm. clang
+# and g++ are used by `make test` when present (skipped with a message
+# otherwise); valgrind likewise.
 
 # gcc unless CC is given (make predefines CC = cc, so `CC ?= gcc` would never
 # apply): `make CC=clang` or `CC=clang make` both work.
@@ -45,9 +53,12 @@ FUZZ_SRC    := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZERS     := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 
-.PHONY: soak fuzz fuzz-build fuzz-seeds valgrind
-.PHONY: all examples test compile-checks check-docs plots bench cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
+.PHONY: help soak fuzz fuzz-build fuzz-seeds valgrind
+.PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
+
+help:
+	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
 
 examples: $(EXAMPLES)
 	@set -e; for e in $(EXAMPLES); do echo "=== $$e"; $$e; done; \
@@ -154,8 +165,22 @@ plots: $(EXAMPLES)
 	@set -e; for p in $(PLOT_SCRIPTS); do echo "python3 $$p"; python3 $$p; done
 	@echo "plots: figures in plots/*.png, their data in $(PLOT_CSV)/*.csv"
 
-bench: $(BENCHES)
+# bench_cpu links ggml's reference quantizers when `sh bench/ggml_anchor.sh`
+# has built them; without them it says how and skips those rows. Its LLM
+# section runs build/llm (and llama-bench, from sh bench/llama_bench.sh).
+GGML_OBJS := $(wildcard $(B)/ggml/ggml-quants.o $(B)/ggml/ggml_shim.o)
+GGML_USE  := $(if $(word 2,$(GGML_OBJS)),-DKVQ_BENCH_GGML $(GGML_OBJS))
+$(B)/bench/bench_cpu: bench/bench_cpu.c $(HDRS) $(GGML_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O3 -march=native -I. -o $@ $< $(GGML_USE) $(LDLIBS)
+
+bench: $(BENCHES) $(B)/llm
 	@set -e; for b in $(BENCHES); do $$b; done
+# the anchors bench_cpu compares with, built from the llama-cpp-python 0.3.36
+# source package into build/ (downloads it once: needs pip and PyPI)
+bench-anchors:
+	sh bench/ggml_anchor.sh
+	sh bench/llama_bench.sh
 
 cuda:
 	@if command -v $(NVCC) >/dev/null 2>&1; then \

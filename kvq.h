@@ -2886,30 +2886,39 @@ static KVQ__INLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t 
                                           size_t t0, int bits, kvq__heads *H)
 {
     size_t d, h;
-    if (H->n == 1) {             /* one head: the 32 sums stay in registers */
-        kvq__v16 sum_lo = kvq__load16(H->sc), sum_hi = kvq__load16(H->sc + 16);
+    float *sc = H->sc;
+    const float *qa = H->qa;
+    /* heads two at a time: their 4 x 16 sums stay in registers, and each
+       channel's codes are unpacked once per pair                           */
+    for (h = 0; h + 1 < H->n; h += 2) {
+        float *s0 = sc + h * KVQ_TILE, *s1 = s0 + KVQ_TILE;
+        const float *qa0 = qa + h * D, *qa1 = qa0 + D;
+        kvq__v16 a_lo = kvq__load16(s0), a_hi = kvq__load16(s0 + 16);
+        kvq__v16 b_lo = kvq__load16(s1), b_hi = kvq__load16(s1 + 16);
         for (d = 0; d < D; d++) {
-            kvq__v16 qa = kvq__splat16(H->qa[d]), lo, hi;
+            kvq__v16 lo, hi, q0 = kvq__splat16(qa0[d]), q1 = kvq__splat16(qa1[d]);
             kvq__codes16(&lo, w + d * wpg, t0, bits);
             kvq__codes16(&hi, w + d * wpg, t0 + 16, bits);
-            sum_lo = kvq__madd16(sum_lo, qa, lo);
-            sum_hi = kvq__madd16(sum_hi, qa, hi);
+            a_lo = kvq__madd16(a_lo, q0, lo);
+            a_hi = kvq__madd16(a_hi, q0, hi);
+            b_lo = kvq__madd16(b_lo, q1, lo);
+            b_hi = kvq__madd16(b_hi, q1, hi);
         }
-        kvq__store16(H->sc, sum_lo);
-        kvq__store16(H->sc + 16, sum_hi);
-        return;
+        kvq__store16(s0, a_lo); kvq__store16(s0 + 16, a_hi);
+        kvq__store16(s1, b_lo); kvq__store16(s1 + 16, b_hi);
     }
-    for (d = 0; d < D; d++) {
-        const uint32_t *wd = w + d * wpg;
-        kvq__v16 lo, hi;
-        kvq__codes16(&lo, wd, t0, bits);
-        kvq__codes16(&hi, wd, t0 + 16, bits);
-        for (h = 0; h < H->n; h++) {
-            float *sc = H->sc + h * KVQ_TILE;
-            kvq__v16 qa = kvq__splat16(H->qa[h * D + d]);
-            kvq__store16(sc, kvq__madd16(kvq__load16(sc), qa, lo));
-            kvq__store16(sc + 16, kvq__madd16(kvq__load16(sc + 16), qa, hi));
+    if (h < H->n) {                                     /* the last, odd one */
+        float *s0 = sc + h * KVQ_TILE;
+        const float *qa0 = qa + h * D;
+        kvq__v16 a_lo = kvq__load16(s0), a_hi = kvq__load16(s0 + 16);
+        for (d = 0; d < D; d++) {
+            kvq__v16 lo, hi, q0 = kvq__splat16(qa0[d]);
+            kvq__codes16(&lo, w + d * wpg, t0, bits);
+            kvq__codes16(&hi, w + d * wpg, t0 + 16, bits);
+            a_lo = kvq__madd16(a_lo, q0, lo);
+            a_hi = kvq__madd16(a_hi, q0, hi);
         }
+        kvq__store16(s0, a_lo); kvq__store16(s0 + 16, a_hi);
     }
 }
 
@@ -2978,10 +2987,12 @@ static void kvq__scores_rows(const kvq_cache *c, kvq__heads *H, const kvq_rows *
 static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j)
 {
     const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, G = s->group, h, d, g;
+    size_t D = c->cfg.head_dim, G = s->group, h, d, g, n_heads = H->n;
     uint32_t loc = s->loc[p];
     size_t idx = KVQ_LOC_INDEX(loc);
-    const float *v = H->row;
+    const float *v = H->row, *wts = H->sc + j;          /* head h: wts[h*TILE] */
+    float *out = H->out;                    /* locals: stores to out cannot
+                                               then make H's fields reload */
     if (KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) {
         v = kvq__row_f32(c, &s->rows[KVQ_LOC_TAG(loc) - KVQ_LOC_ROWS0], idx, H->row);
     } else if (s->axis == KVQ_PER_TOKEN) {
@@ -2996,17 +3007,17 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
             for (c0 = 0; c0 + 16 <= G; c0 += 16) {      /* 16 codes a step   */
                 kvq__v16 cv;
                 kvq__codes16(&cv, w + g * wpg, c0, s->bits);
-                for (h = 0; h < H->n; h++) {
-                    float wt = H->sc[h * KVQ_TILE + j], *o = H->out + h * D + g * G + c0;
+                for (h = 0; h < n_heads; h++) {
+                    float wt = wts[h * KVQ_TILE], *o = out + h * D + g * G + c0;
                     kvq__v16 acc = kvq__madd16(kvq__load16(o), kvq__splat16(wt * a), cv);
                     kvq__store16(o, kvq__add16(acc, kvq__splat16(wt * b)));
                 }
             }
             for (d = c0; d < G; d++) {                  /* G % 16 codes      */
                 float cd = (float)kvq__get_code(w + g * wpg, d, s->bits);
-                for (h = 0; h < H->n; h++) {
-                    float wt = H->sc[h * KVQ_TILE + j];
-                    H->out[h * D + g * G + d] += (wt * a) * cd + wt * b;
+                for (h = 0; h < n_heads; h++) {
+                    float wt = wts[h * KVQ_TILE];
+                    out[h * D + g * G + d] += (wt * a) * cd + wt * b;
                 }
             }
         }
@@ -3023,8 +3034,8 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
             H->row[d] = (float)kvq__get_code(w + d * wpg, t, s->bits) * a + b;
         }
     }
-    for (h = 0; h < H->n; h++) {
-        float wt = H->sc[h * KVQ_TILE + j], *o = H->out + h * D;
+    for (h = 0; h < n_heads; h++) {
+        float wt = wts[h * KVQ_TILE], *o = out + h * D;
         for (d = 0; d < D; d++) o[d] += wt * v[d];
     }
 }
@@ -3035,23 +3046,27 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
 static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     size_t D = c->cfg.head_dim, h, j, d;
+    const int32_t *pos = H->pos;
     for (h = 0; h < H->n; h++) {
-        float *sc = H->sc + h * KVQ_TILE, tile_max = -INFINITY;
+        float *sc = H->sc + h * KVQ_TILE, *out = H->out + h * D;
+        float tile_max = -INFINITY, m = H->m[h], l = H->l[h];
         for (j = 0; j < n; j++)
-            if (H->pos[j] >= 0 && sc[j] > tile_max) tile_max = sc[j];
-        if (tile_max > H->m[h]) {
-            float r = expf(H->m[h] - tile_max);           /* e^-inf = 0     */
-            for (d = 0; d < D; d++) H->out[h * D + d] *= r;
-            H->l[h] *= r;
-            H->m[h] = tile_max;
+            if (pos[j] >= 0 && sc[j] > tile_max) tile_max = sc[j];
+        if (tile_max > m) {
+            float r = expf(m - tile_max);                 /* e^-inf = 0     */
+            for (d = 0; d < D; d++) out[d] *= r;
+            l *= r;
+            m = tile_max;
         }
         for (j = 0; j < n; j++) {
-            sc[j] = H->pos[j] >= 0 ? expf(sc[j] - H->m[h]) : 0.0f;
-            H->l[h] += sc[j];
+            sc[j] = pos[j] >= 0 ? expf(sc[j] - m) : 0.0f;
+            l += sc[j];
         }
+        H->m[h] = m;
+        H->l[h] = l;
     }
     for (j = 0; j < n; j++)
-        if (H->pos[j] >= 0) kvq__add_value(c, H, (size_t)H->pos[j], j);
+        if (pos[j] >= 0) kvq__add_value(c, H, (size_t)pos[j], j);
 }
 
 /* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V. */
