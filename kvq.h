@@ -1053,6 +1053,13 @@ static kvq_status kvq__check_finite(const float *x, size_t n)
 static uint32_t kvq__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
+/* Forced inlining where a constant B must reach the loops (GCC, clang).    */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVQ__INLINE inline __attribute__((always_inline))
+#else
+#define KVQ__INLINE inline
+#endif
+
 /* ---- 16 lanes at a time ------------------------------------------------
    The hot loops below work on 16 floats at a time through four helpers.
    With GCC or clang on a target that has variable vector shifts (x86 AVX2,
@@ -1472,6 +1479,32 @@ static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
     }
 }
 
+/* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
+   words: B = 2 fills one word, B = 4 two, B = 8 four, B = 1 half of one.
+   The codes occupy disjoint bits, so the OR of a word's lanes is the same
+   in any order and the compiler may reduce them in vector lanes.          */
+static KVQ__INLINE void kvq__pack16_b(const uint32_t *code, size_t c0, int bits, uint32_t *w)
+{
+    size_t per = 32u / (unsigned)bits, lanes = per < 16 ? per : 16, k, i;
+    unsigned base = (unsigned)(c0 % per) * (unsigned)bits;
+    for (k = 0; k < 16 / lanes; k++) {
+        uint32_t word = 0;
+        for (i = 0; i < lanes; i++)
+            word |= code[k * lanes + i] << (base + (unsigned)(i * (size_t)bits));
+        w[(c0 + k * lanes) / per] |= word;
+    }
+}
+
+static void kvq__pack16(const uint32_t *code, size_t c0, int bits, uint32_t *w)
+{
+    switch (bits) {                                     /* B as a constant   */
+    case 1:  kvq__pack16_b(code, c0, 1, w); break;
+    case 2:  kvq__pack16_b(code, c0, 2, w); break;
+    case 4:  kvq__pack16_b(code, c0, 4, w); break;
+    default: kvq__pack16_b(code, c0, 8, w); break;
+    }
+}
+
 /* Quantize one unit: rows X (tokens_per_unit, D) -> words, sz of the unit.
    The caller has checked sizes, finiteness and range.
      per-token    D/G groups of G consecutive values: 16 codes at a time,
@@ -1504,10 +1537,12 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
             if (s == 0.0f) continue;            /* constant group: all 0   */
             for (i = 0; i < G; i += 16) {
                 size_t m = G - i < 16 ? G - i : 16;
-                if (stride == 1 && m == 16)
+                if (stride == 1 && m == 16) {
                     kvq__codes16_of(x + i, s, z, n_levels, mode, code);
-                else
-                    for (j = 0; j < m; j++) code[j] = kvq__code(x[(i + j) * stride], sz[g], bits, mode);
+                    kvq__pack16(code, i, bits, w);
+                    continue;
+                }
+                for (j = 0; j < m; j++) code[j] = kvq__code(x[(i + j) * stride], sz[g], bits, mode);
                 for (j = 0; j < m; j++)
                     w[(i + j) / per] |= code[j] << ((i + j) % per * (size_t)bits);
             }
@@ -2800,13 +2835,6 @@ typedef struct kvq__heads {
     float inv_sqrt_d;
 } kvq__heads;
 
-
-/* Forced inlining where a constant B must reach the loops (GCC, clang).    */
-#if defined(__GNUC__) || defined(__clang__)
-#define KVQ__INLINE inline __attribute__((always_inline))
-#else
-#define KVQ__INLINE inline
-#endif
 
 /* 16 codes of a packed group, from code c0 (a multiple of 16), as floats:
    code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). The vector
