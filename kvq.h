@@ -34,6 +34,12 @@
       10. .npy arrays (float32 / float16, C order)
       11. Eviction (StreamingLLM, H2O, SnapKV keep masks), paged blocks with
           reference counts, and compaction (repack, hole-filling)
+      12. Which function returns which status
+   The declarations below are short: signature, shapes, effect, failures.
+   Each mechanism's definition (the paper's section and equations, the math,
+   the choices the paper leaves open, the layout diagrams) sits directly
+   above its implementation, under the same section number, in the
+   IMPLEMENTATION half of this file.
 
    1. STANDARD PARAMETERS (used with these meanings everywhere)
        T   number of tokens (positions) in a head's K or V matrix
@@ -56,6 +62,15 @@
               return KVQ_ERR_STATE; |q| > KVQ_MAX_ABS_INPUT is KVQ_ERR_RANGE;
               dequantize refuses Inf/NaN stored parameters; kvq_pages_init
               refuses a block size whose sequence tables would overflow
+       0.3.0  fast CPU paths with unchanged codes: ONLINE attention walks the
+              cache's regions once per batch of query heads (GQA), 16 codes
+              at a time (vector extensions on AVX2/AArch64, F16C for fp16;
+              -DKVQ_NO_SIMD for plain loops, bit-identical); the quantizer
+              16 values at a time; kvq_attend_scratch_floats is per head.
+              Fixes: config fields a policy does not read are ignored and
+              never size a buffer; a zeroed or freed page pool is
+              KVQ_ERR_STATE for every call; definitions moved beside their
+              implementations, the status table to Sec. 12
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -78,8 +93,8 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 2
-#define KVQ_VERSION_PATCH 1
+#define KVQ_VERSION_MINOR 3
+#define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */
 /* 2. STATUS CODES                                                          */
@@ -99,106 +114,8 @@ extern "C" {
    is finite. The single-group and matrix quantizers accept any finite x
    whose stored fp16 scale and zero fit (else KVQ_ERR_RANGE).
 
-   The table is checked by tests/test_status.c, which reads it from this
-   file and makes every listed function return every listed status at least
-   once (with poisoned outputs), and fails on a status it was not told of.
-   "(32-bit)" marks a case reachable only where size_t has 32 bits.
-
-   status              returned by
-   KVQ_ERR_NULL        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
-                       kvq_quantize_matrix kvq_dequantize_matrix
-                       kvq_config_validate kvq_cache_init kvq_cache_reserve
-                       kvq_cache_prefill kvq_cache_append kvq_cache_read
-                       kvq_attend kvq_attend_dense kvq_cache_bytes
-                       kvq_cache_census kvq_cache_check kvq_npy_parse
-                       kvq_npy_load kvq_npy_save kvq_evict_streaming
-                       kvq_h2o_accumulate kvq_evict_h2o kvq_snapkv_scores
-                       kvq_evict_snapkv kvq_cache_present kvq_cache_evict
-                       kvq_cache_compact kvq_pages_init kvq_pseq_append
-                       kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
-                       kvq_pseq_holefill
-       a required pointer is NULL (streaming's present mask and every
-       stats/evicted/why output may be NULL)
-   KVQ_ERR_SIZE        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
-                       kvq_quantize_matrix kvq_dequantize_matrix
-                       kvq_config_validate kvq_cache_init kvq_cache_reserve
-                       kvq_cache_prefill kvq_cache_read kvq_attend
-                       kvq_attend_dense kvq_npy_parse kvq_npy_load
-                       kvq_npy_save kvq_evict_streaming kvq_h2o_accumulate
-                       kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
-                       kvq_cache_present kvq_cache_evict kvq_cache_compact
-                       kvq_pages_init kvq_pseq_append kvq_pseq_evict
-                       kvq_pseq_repack kvq_pseq_holefill
-       a count is zero or out of its range (D, G, R, W in 1..65536; side
-       not 0/1; even SnapKV kernel), a mask's length differs from the
-       cache's, a scratch buffer is too small, an empty .npy array
-   KVQ_ERR_BITS        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
-                       kvq_quantize_matrix kvq_dequantize_matrix
-                       kvq_config_validate kvq_cache_init
-       bits not in {1, 2, 4, 8}
-   KVQ_ERR_GROUP       kvq_layout_init kvq_quantize_matrix
-                       kvq_dequantize_matrix kvq_config_validate kvq_cache_init
-       G does not divide D (per-token) or T (per-channel); a per-channel
-       FLUSH side needs G | R; OTT's per-channel value group must divide G
-   KVQ_ERR_NONFINITE   kvq_quantize_group kvq_quantize_matrix
-                       kvq_dequantize_matrix kvq_cache_prefill kvq_cache_append
-                       kvq_attend kvq_attend_dense kvq_h2o_accumulate
-                       kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
-       NaN or Inf in K, V, Q or a score; a stored fp16 scale or zero that
-       is Inf/NaN (dequantize); a probability that is not finite and >= 0
-   KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
-                       kvq_cache_prefill kvq_cache_append kvq_attend
-       |x| > KVQ_MAX_ABS_INPUT in K, V (cache) or Q; a scale or zero that
-       overflows fp16 (quantizers); a code wider than B bits (pack)
-   KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
-                       kvq_dequantize_matrix kvq_config_validate(32-bit)
-                       kvq_cache_init(32-bit) kvq_cache_prefill
-                       kvq_attend kvq_attend_dense kvq_npy_parse
-                       kvq_npy_load kvq_npy_save kvq_h2o_accumulate
-                       kvq_snapkv_scores kvq_pages_init
-       a size computation would overflow size_t
-   KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
-                       kvq_cache_append kvq_attend_dense kvq_npy_parse
-                       kvq_npy_load kvq_pages_init kvq_pseq_append
-                       kvq_pseq_fork
-       the allocator returned NULL
-   KVQ_ERR_CAPACITY    kvq_cache_reserve kvq_cache_prefill kvq_cache_append
-                       kvq_pseq_append
-       more than KVQ_MAX_POSITIONS positions in one cache; a full page pool
-   KVQ_ERR_CONFIG      kvq_quantize_group kvq_layout_init kvq_quantize_matrix
-                       kvq_dequantize_matrix kvq_config_validate kvq_cache_init
-                       kvq_attend kvq_snapkv_scores kvq_cache_evict
-       an unknown enum value (policy, schedule, axis, zero mode, attention
-       mode, pooling), an inconsistent configuration, probs with ONLINE
-       attention, eviction on an OTT or LogQuant cache
-   KVQ_ERR_STATE       kvq_cache_reserve kvq_cache_prefill kvq_cache_append
-                       kvq_cache_read kvq_attend kvq_cache_check
-                       kvq_cache_evict kvq_cache_compact kvq_pseq_append
-                       kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
-                       kvq_pseq_holefill
-       a cache or page pool not initialized (or freed), a position not
-       present, nothing
-       to attend to, a broken invariant, a non-empty fork destination,
-       compaction over a shared block
-   KVQ_ERR_FORMAT      kvq_npy_parse kvq_npy_load
-       malformed .npy data (magic, version, header, dtype, order, shape,
-       payload length)
-   KVQ_ERR_IO          kvq_npy_load kvq_npy_save
-       a file could not be opened, read or written (a failed save may
-       leave a partial file: kvq never deletes a path it was given, which
-       could be a device or a file the caller meant to keep)
-
-   Never fail (total, or NULL-safe): kvq_status_str kvq_f32_to_f16
-   kvq_f16_to_f32 kvq_sz_affine kvq_bits_supported kvq_packed_words (0 on
-   bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
-   kvq_cache_free kvq_attend_scratch_floats (0 on NULL) kvq_npy_free
-   kvq_pages_free kvq_pseq_init kvq_pseq_free kvq_pseq_slot (NULL when out
-   of range or the pool is dead) kvq_pseq_private_start (0 on a dead pool).
-
-   Config fields a policy does not read (OTT's on a KIVI config, LogQuant's
-   W on an OTT one, value_group where values are not quantized, ...) are
-   ignored: they are not validated, and kvq_cache_init stores the config
-   with them set to zero, so they never size anything.                      */
+   Which function returns which status, and which functions never fail,
+   is the table at the end of the declarations (Sec. 12).                  */
 typedef enum kvq_status {
     KVQ_OK = 0,
     KVQ_ERR_NULL,
@@ -238,64 +155,11 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
 /* ======================================================================== */
 /* 4. ONE GROUP: ASYMMETRIC UNIFORM QUANTIZATION                            */
 /* ======================================================================== */
-/* KIVI Sec. 3.1:  Q(X) = round((X - z) / s),  X' = Q(X) * s + z,
-                   z = min X,  s = (max X - min X) / (2^B - 1).
-   HF post:        integer zero point  zp = round(-min X / s),
-                   Q(X) = round(X / s) + zp,  X' = (Q(X) - zp) * s.
-
-   kvq's exact definition (one group of n values x_i, N = 2^B - 1):
-
-     KVQ_ZERO_FLOAT (KIVI, the default)
-       mn = min x_i, mx = max x_i                       (exact, any order)
-       s  = f16((mx - mn) / N)       fp32 subtract, fp32 divide, RNE to fp16
-       z  = f16(mn)
-       c_i = (s == 0) ? 0 : rne(clamp((x_i - z) / s, 0, N))
-       x'_i = c_i * s + z                                (fp32)
-
-     KVQ_ZERO_INT (HF / quanto style)
-       s  = f16((mx - mn) / N)
-       zp = clamp(rne(-mn / s), -2048, 2048), stored as an fp16 integer
-            (a zero zp is stored as +0, and the min as +0 if it is -0, so
-            the stored bits never depend on the order of +0 and -0)
-       c_i = rne(clamp(x_i / s + zp, 0, N))
-       x'_i = c_i * s + (-zp * s)                        (fp32)
-       A constant group (s would be 0) uses s = f16(|mn|), zp = (mn < 0), so
-       the same formula gives c = 1 or 0 and x' = f16(mn): no division by 0.
-
-   Choices the papers leave open, and why:
-   - Scale and zero are rounded to fp16 FIRST and the codes are computed from
-     the rounded values. Dequantization then uses exactly what is stored, so
-     the CPU, the GPU and any reader of the packed cache agree.
-   - Clamp, then round (KIVI's own code order). Because the bounds 0 and N are
-     integers and rounding is monotonic, clamp(rne(v)) == rne(clamp(v)) for
-     every finite v: the order cannot change a code. Clamping first keeps the
-     value inside [0, N] before the float-to-integer conversion, which is
-     therefore never undefined behaviour.
-   - rne is round-half-to-even (C99 rintf in the default rounding mode; CUDA
-     rintf / __float2int_rn). Ties are rare but real at low B.
-   - Division, not multiplication by a reciprocal: (x - z) / s is one
-     correctly rounded IEEE operation on every platform and on the GPU
-     (nvcc without --use_fast_math), so codes are bit-identical.
-   - Dequantization c*s + z is FMA-proof: c has <= 8 significant bits and s
-     has 11, so c*s is exact in fp32 and fma(c, s, z) == c*s + z. The same
-     holds for -zp*s (zp <= 2048: 12 bits) in the integer mode.
-
-   Error bound (tested as a property). With e_z = |z - mn|, e_s = |s - s_exact|
-   (s_exact the fp32 value before fp16 rounding) and eps = 2^-21 * (|x| + |z|
-   + N*s) + 2^-140 covering fp32 arithmetic (the absolute 2^-140 only matters
-   for fp32-subnormal inputs, where rounding error stops being relative):
-     float zero:  |x - x'| <= s/2 + e_z + N*e_s + eps
-     int zero:    |x - x'| <= s/2 + s*|zp + mn/s| + N*e_s + eps
-   A group whose stored scale underflows to 0 in int mode (every |x| below
-   about 2^-25, fp16's smallest step) dequantizes to 0, so its error is
-   max |x_i| < 2^-24 there (found by fuzz/fuzz_quant.c: the formula above
-   has s in a denominator and does not cover it).
-   While |mn/s| <= 2048 the middle term is at most s/2: the integer zero point
-   costs up to a full step at the group's edges. A group far from zero
-   relative to its range (|mn| > 2048 s, e.g. values 15.0..15.1 at B = 8)
-   needs a zero point fp16 cannot hold exactly; zp is clamped to +-2048 and
-   the error grows as the formula says. That is a limit of the integer form
-   itself; the float zero (the default) has no such case.                 */
+/* KIVI Sec. 3.1 and the HF post: asymmetric uniform quantization of one
+   group, with a float zero (KIVI) or an integer zero point (HF). The exact
+   definition, the rounding, the choices the papers leave open and the error
+   bound are written above the implementation (Sec. 4 of the implementation
+   half, kvq_quantize_group).                                             */
 typedef enum kvq_zero_mode {
     KVQ_ZERO_FLOAT = 0,   /* KIVI: zero = group min, stored as fp16        */
     KVQ_ZERO_INT   = 1    /* HF post: integer zero point                   */
@@ -322,18 +186,8 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
 /* ======================================================================== */
 /* 5. BIT PACKING                                                           */
 /* ======================================================================== */
-/* 32/B codes per 32-bit word, least significant bits first, along the grouped
-   dimension. Code i of a group sits in word i / (32/B) at bit (i % (32/B))*B.
-   A ragged tail leaves the high bits of the last word zero.
-
-     B = 2, one word holds codes c0..c15:
-       bit: 31 30 29 28                          3  2  1  0
-           [ c15 ][ c14 ]  . . .  [ c2 ][ c1 ][ c0 ]
-     B = 4:  [ c7 ][ c6 ][ c5 ][ c4 ][ c3 ][ c2 ][ c1 ][ c0 ]
-     B = 8:  [ c3 ][ c2 ][ c1 ][ c0 ]        B = 1: c0 at bit 0 ... c31 at 31
-
-   The word is a native uint32_t: on little-endian machines (x86, ARM, every
-   NVIDIA GPU) byte 0 of the word holds c0..c3 for B = 2.                    */
+/* 32/B codes per 32-bit word, least significant bits first (diagram above
+   the implementation of Sec. 5).                                          */
 KVQ_API int        kvq_bits_supported(int bits);
 KVQ_API size_t     kvq_packed_words(size_t n, int bits);   /* 0 on bad bits */
 KVQ_API kvq_status kvq_pack(const uint8_t *codes, size_t n, int bits,
@@ -344,31 +198,9 @@ KVQ_API kvq_status kvq_unpack(const uint32_t *words, size_t n, int bits,
 /* ======================================================================== */
 /* 6. GROUP QUANTIZATION OF A [T x D] MATRIX                                */
 /* ======================================================================== */
-/* A head's K or V is a row-major matrix X[T][D] (token t, channel d).
-
-     per-token   (KIVI values; HF keys and values): a group is G consecutive
-                 channels of ONE token. Needs G | D. Groups per token: D/G.
-     per-channel (KIVI keys): a group is G consecutive tokens of ONE channel.
-                 Needs G | T. Groups per G-token block: D.
-
-   Both axes share one layout built from "units". A unit is what gets appended
-   to a quantized store at once: one token (per-token) or G tokens
-   (per-channel). Inside a unit the groups are stored one after another, each
-   group's codes packed as in Sec. 5 along its own grouped dimension:
-
-     words: [units][groups_per_unit][words_per_group]   uint32_t
-     sz:    [units][groups_per_unit]                    kvq_sz
-
-                      units        tokens_per_unit  groups_per_unit
-       per-token      T            1                D / G     (group = channels)
-       per-channel    T / G        G                D         (group = tokens)
-     words_per_group = ceil(G * B / 32)
-
-   Per-channel key block (one unit, G = 32, B = 2, D channels):
-       channel 0:  [w0: tokens 0..15][w1: tokens 16..31]  sz[0]
-       channel 1:  [w0 .........    ][w1 ...........   ]  sz[1]
-       ...                                                 ...
-     so the GPU reads, per channel, 2 words + one 4-byte kvq_sz per 32 tokens. */
+/* A head's K or V, X[T][D], as groups along tokens (per-channel) or along
+   channels (per-token), stored unit by unit; the layout and its diagram are
+   above the implementation of Sec. 6.                                     */
 typedef enum kvq_axis {
     KVQ_PER_TOKEN   = 0,
     KVQ_PER_CHANNEL = 1
@@ -400,107 +232,12 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
 /* ======================================================================== */
 /* 7. THE STREAMING CACHE                                                   */
 /* ======================================================================== */
-/* One kvq_cache holds ONE (layer, KV head). It has two sides, K and V, and
-   each side is divided into REGIONS:
-
-       side K:  [ quantized units ][ rows[0]: window ][ rows[1] ][ rows[2] ]...
-       side V:  [ quantized units ][ rows[0]: window ][ rows[1] ][ rows[2] ]...
-
-     - the quantized region: packed units exactly as in Sec. 6, plus the
-       position of every slot (qpos; -1 marks a placeholder slot that holds a
-       value for quantization's sake but is not attended);
-     - full-precision row regions (fp16 or fp32 rows, with their positions).
-       rows[0] is the recent window / residual; the others are reserved for
-       later policies (an outlier pool, an auxiliary pool, sinks, staging).
-
-   Every position 0..n_pos-1 lives in exactly one region per side, recorded
-   in the side's loc map (region tag + index). K and V of the same position
-   may live in different regions: in KIVI a key can already be quantized while
-   its value still sits in the value window.
-
-   A POLICY is nothing but the rule that moves positions between regions:
-     schedule FLUSH  when the window holds R rows and a new one arrives, all R
-                     are quantized first (KIVI keys; HF keys and values).
-     schedule SLIDE  after each arrival, while the window holds >= R + chunk
-                     rows, the oldest `chunk` rows are quantized (KIVI values:
-                     chunk = 1 token; the window stays at exactly R).
-     schedule NONE   never quantize (the full-precision baseline).
-   Attention, byte accounting and invariants read only the regions, so later
-   policies (OTT's pools, LogQuant's selection, eviction + compaction) add
-   regions and rules, never a new cache type.
-
-   KIVI (Sec. 3.3, Algorithm 1), kvq_config_kivi:
-     keys   per-channel, FLUSH: the residual holds 1..R keys after every
-            append (mean about R/2); G | R is required.
-     values per-token, SLIDE with chunk 1: exactly R values in full precision.
-     prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
-            the last R.
-   HF QuantizedCache schedule, kvq_config_hf:
-     both per-token (HF's default axis), FLUSH with R = residual_length.
-     prefill quantizes the whole prompt (T - T % G for a per-channel axis).
-     At each flush HF dequantizes the entire history and re-quantizes it
-     together with the residual; kvq does the same when hf_requantize = 1
-     (the default for this policy). Re-quantizing a dequantized group
-     reproduces it bit for bit whenever its codes reach N; only the rare
-     group whose top code fell short through fp16 rounding of the scale
-     can move, and it settles within a few flushes (examples/03_hf.c
-     measures this), so the effect on mean error is small either way.
-     The worst case is not: tests/test_soak.c checks that every row is
-     bit-identical after 8 flushes, and measures settled elements up to
-     2.0x the largest single-quantization step away from their input
-     (one quantization: at most 1x), the error of the moves before the
-     group settled. Each flush also costs O(history) (bench/RESULTS.md,
-     Soak: 0.22 ms per append at 62,500 tokens, D = 32).
-     Flush moment: HF flushes when the R-th residual token arrives and
-     holds 0..R-1 rows between steps; kvq flushes on the append after
-     that and holds 1..R. Every step attends the same rows in full
-     precision; only the stored bytes differ on every R-th step.
-     Differences from KIVI: no sliding value window, keys per-token, the
-     prompt is fully quantized, and history is re-quantized.
-
-   7.1 OTT, outlier token tracing (OTT paper Sec. 3.2, Appendix E), on the
-   same regions plus rows[KVQ_ROWS_OUTLIER] (the pool, capacity k) and
-   rows[KVQ_ROWS_AUX] (the auxiliary pool):
-     cadence  K and V are both quantized G tokens at a time: whenever the
-              window holds R + G rows, its G oldest form the group (so the
-              full-precision part is the group being filled plus R recent).
-     score    a token's key magnitude: the L1 norm sum_d |k_d| of its stored
-              full-precision key, summed in channel order d = 0..D-1 in fp32
-              (Appendix E). Small is outlier (Sec. 3.1, Fig. 1(e)).
-     compete  the G group tokens and the pool's members compete; the k with
-              the smallest scores win (ties: smaller position first). Winners
-              from the group move (K and V, full precision) into the pool;
-              members that lose move to the auxiliary pool.
-     replace  in the group, each winner's K and V rows are replaced by the
-              mean of the group's other tokens (kvq_ott_mean, default) before
-              quantization; their slots become placeholders (qpos = -1) that
-              are stored but never attended.
-     stop     a round whose losers would not fit in the auxiliary pool is not
-              held, and tracing stops for good; tracing also stops right after
-              a round that fills the auxiliary pool exactly. ott_stopped_at
-              records when (the paper: "when it is full, tracing stops").
-     layers   k may differ per layer; kvq_config_ott(D, B, layer) uses k = 0
-              for layers 0 and 1 (Sec. 4.4: no outlier tokens there).
-   Attention covers quantized, window, pool and auxiliary tokens under one
-   softmax; each position is counted once because loc names one region.
-
-   7.2 LogQuant (LogQuant paper Sec. 2.5, Algorithm 1), window W:
-     select   rows[KVQ_ROWS_WINDOW] is Algorithm 1's list A. On each new token:
-              if |A| < 3W append it; otherwise keep A[0:2W:2] + A[2W:3W] and
-              then append it. After warm-up 2W < |A| <= 3W, and the density of
-              kept tokens halves every W further back.
-     drop     the W dropped tokens (odd offsets of A[0:2W]) go, in position
-              order, to rows[KVQ_ROWS_STAGE]; whenever it holds a whole unit
-              (G tokens for per-channel keys, 1 for per-token), that unit is
-              quantized. So per-channel key groups hold G dropped tokens that
-              are not consecutive positions; the stage holds at most G - 1.
-     keys     per-channel by default (the paper's text, following KIVI); the
-              authors' code quantizes keys per-token: set key_axis.
-     sinks    optional: the first lq_sinks tokens stay in rows[KVQ_ROWS_SINK]
-              (the KIVI+Sink comparison of Table 1); they are not part of A.
-     prefill  exactly T appends in order (Algorithm 1 is defined per token).
-   Attention is position-agnostic (Sec. 2.4, Eq. 3): with RoPE applied before
-   caching, the softmax sum does not depend on where a token is stored.   */
+/* One kvq_cache holds ONE (layer, KV head): K and V, each divided into a
+   quantized region and full-precision row regions. A policy (KIVI, HF,
+   OTT, LogQuant, or CUSTOM schedules) is only the rule that moves positions
+   between regions. The regions, the schedules and each policy's rule are
+   written above their implementations: Sec. 7 (regions, KIVI, HF), Sec. 7.1
+   (OTT) and Sec. 7.2 (LogQuant) of the implementation half.              */
 
 typedef enum kvq_policy {
     KVQ_POLICY_FULL     = 0,  /* no quantization: every token in full precision */
@@ -665,28 +402,10 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
 /* ======================================================================== */
 /* 8. DECODE ATTENTION                                                      */
 /* ======================================================================== */
-/* n_q query heads share this KV head (GQA; n_q = 1 for multi-head).
-   For each query head h:
-       s_p = (q_h . k_p) / sqrt(D)       over every present position p
-       w   = softmax(s),   out_h = sum_p w_p v_p
-   EAGER materializes s (n_pos floats) and can return w per position in probs
-   (n_q, n_pos), 0 for absent positions; eviction policies read it.
-   ONLINE never holds more than KVQ_TILE scores: it walks positions in tiles
-   with a running max m, running sum l and rescaled accumulator (the
-   FlashAttention recurrence):
-       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
-       acc' = acc e^(m-m') + sum_j e^(s_j-m') v_j,   out = acc / l.
-
-   The algebra that makes dequantization free (the GPU kernel relies on it):
-     per-channel keys, unit u (G tokens) with per-channel (a_d, b_d):
-       q . k_t = sum_d (q_d a_d) c_td + sum_d q_d b_d
-       -> precompute (q_d a_d) and sum_d q_d b_d once per unit, then each
-          token costs one dot product with raw codes.
-     per-token keys, group g of token t with (a_g, b_g):
-       q . k_t = sum_g [ a_g sum_{d in g} q_d c_td + b_g sum_{d in g} q_d ]
-       -> the per-group query sums are computed once per query.
-     per-token values: sum_t w_t v_td = sum_t (w_t a_tg) c_td + sum_t w_t b_tg.
-   Dequantized K or V is never materialized.                                 */
+/* Decode attention over every present position of a cache, for n_q query
+   heads sharing this KV head (GQA), without dequantizing K or V: EAGER (the
+   reference; can return probabilities) and ONLINE (the fast walk). The
+   math is above the implementation of Sec. 8.                             */
 typedef enum kvq_attn_mode {
     KVQ_ATTN_EAGER  = 0,
     KVQ_ATTN_ONLINE = 1
@@ -765,52 +484,12 @@ KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
 /* ======================================================================== */
 /* 11. EVICTION, PAGED BLOCKS AND COMPACTION                                */
 /* ======================================================================== */
-/* Source: the eviction-and-compaction page (seeds 001), which summarizes
-   StreamingLLM, H2O and SnapKV and the two walls between them and a serving
-   engine. kvq splits the mechanism in three, so every part composes with
-   every quantization policy above:
-
-     policy   -> keep mask      kvq_evict_streaming / _h2o / _snapkv: pure
-                                functions of a presence mask and a score
-                                vector. They decide; they move nothing.
-     cache    -> dead slots     kvq_cache_evict(c, keep): evicted positions
-                                become absent on both sides. Full-precision
-                                rows leave their region at once; quantized
-                                slots stay behind as dead placeholders
-                                (qpos = -1), exactly like a paged engine's
-                                dead slots: no memory comes back yet.
-     compact  -> memory back    kvq_cache_compact: order-preserving repack
-                                of the quantized store, with metrics.
-
-   WALL 1 (the page): a policy that scores by attention (H2O, SnapKV) needs
-   probabilities, which only the EAGER path of kvq_attend returns (probs);
-   the ONLINE path, like FlashAttention, never holds more than KVQ_TILE
-   scores per query and cannot feed them.
-
-   QUANTIZED TOKENS UNDER COMPACTION (no paper treats this; our choice):
-     per-token units (values; HF keys): one token = one unit with its own
-       scales/zeros, so a survivor moves bit-exactly: words + sz + qpos.
-     per-channel units (KIVI keys): G tokens share each channel's (s, z).
-       A survivor cannot leave its group without re-quantization, which
-       would add error on top of the first quantization. kvq compacts at
-       GROUP granularity: a unit is removed only when all G of its tokens
-       are dead; a partly dead unit stays, dead slots pinned. Zero extra
-       error, at the price of pinned slots (reported as pinned_slots).
-       examples/06_eviction.c measures what the other choice (re-quantizing
-       survivors into new groups) would cost in error.
-
-   MEMORY UNDER EVICTION: positions are indices, so the loc map keeps 4
-   bytes per side for every position ever appended, evicted ones
-   included; it is the one structure that grows with the stream when
-   eviction + compaction hold everything else flat (tests/test_soak.c:
-   7.6 MiB of loc map after 1,000,000 tokens with 512 kept). Renumbering
-   positions would remove it; kvq does not do that.
-
-   The block view: the quantized store is an array of slots (unit-major,
-   tokens_per_unit slots per unit). Seen as blocks of `block_tokens` slots,
-   a per-channel unit with block_tokens | G covers G / block_tokens whole
-   blocks, so a freed unit frees whole blocks. Compaction stats count
-   blocks in that view; kvq_pages below is the real block allocator.     */
+/* Eviction (StreamingLLM, H2O, SnapKV) on any kvq cache: a policy returns a
+   keep mask, kvq_cache_evict turns evicted positions into dead slots, and
+   compaction gives the memory back; a block allocator with reference
+   counts and two compactions (repack, hole-filling) for paged engines. The
+   design, the two walls and the choices are above the implementation of
+   Sec. 11.                                                                */
 
 /* StreamingLLM: keep the first `sinks` present positions and the last
    `recent` present positions. present, keep: (n) bytes, 1 = present/keep;
@@ -948,6 +627,112 @@ KVQ_API kvq_status kvq_pseq_repack(kvq_pages *P, kvq_pseq *S, size_t first,
 KVQ_API kvq_status kvq_pseq_holefill(kvq_pages *P, kvq_pseq *S, size_t first,
                                      size_t round_start, kvq_page_stats *st);
 KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S);
+
+/* ======================================================================== */
+/* 12. WHICH FUNCTION RETURNS WHICH STATUS                                  */
+/* ======================================================================== */
+/*
+   The table is checked by tests/test_status.c, which reads it from this
+   file and makes every listed function return every listed status at least
+   once (with poisoned outputs), and fails on a status it was not told of.
+   "(32-bit)" marks a case reachable only where size_t has 32 bits.
+
+   status              returned by
+   KVQ_ERR_NULL        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
+                       kvq_quantize_matrix kvq_dequantize_matrix
+                       kvq_config_validate kvq_cache_init kvq_cache_reserve
+                       kvq_cache_prefill kvq_cache_append kvq_cache_read
+                       kvq_attend kvq_attend_dense kvq_cache_bytes
+                       kvq_cache_census kvq_cache_check kvq_npy_parse
+                       kvq_npy_load kvq_npy_save kvq_evict_streaming
+                       kvq_h2o_accumulate kvq_evict_h2o kvq_snapkv_scores
+                       kvq_evict_snapkv kvq_cache_present kvq_cache_evict
+                       kvq_cache_compact kvq_pages_init kvq_pseq_append
+                       kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
+                       kvq_pseq_holefill
+       a required pointer is NULL (streaming's present mask and every
+       stats/evicted/why output may be NULL)
+   KVQ_ERR_SIZE        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
+                       kvq_quantize_matrix kvq_dequantize_matrix
+                       kvq_config_validate kvq_cache_init kvq_cache_reserve
+                       kvq_cache_prefill kvq_cache_read kvq_attend
+                       kvq_attend_dense kvq_npy_parse kvq_npy_load
+                       kvq_npy_save kvq_evict_streaming kvq_h2o_accumulate
+                       kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
+                       kvq_cache_present kvq_cache_evict kvq_cache_compact
+                       kvq_pages_init kvq_pseq_append kvq_pseq_evict
+                       kvq_pseq_repack kvq_pseq_holefill
+       a count is zero or out of its range (D, G, R, W in 1..65536; side
+       not 0/1; even SnapKV kernel), a mask's length differs from the
+       cache's, a scratch buffer is too small, an empty .npy array
+   KVQ_ERR_BITS        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
+                       kvq_quantize_matrix kvq_dequantize_matrix
+                       kvq_config_validate kvq_cache_init
+       bits not in {1, 2, 4, 8}
+   KVQ_ERR_GROUP       kvq_layout_init kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_config_validate kvq_cache_init
+       G does not divide D (per-token) or T (per-channel); a per-channel
+       FLUSH side needs G | R; OTT's per-channel value group must divide G
+   KVQ_ERR_NONFINITE   kvq_quantize_group kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_cache_prefill kvq_cache_append
+                       kvq_attend kvq_attend_dense kvq_h2o_accumulate
+                       kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
+       NaN or Inf in K, V, Q or a score; a stored fp16 scale or zero that
+       is Inf/NaN (dequantize); a probability that is not finite and >= 0
+   KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
+                       kvq_cache_prefill kvq_cache_append kvq_attend
+       |x| > KVQ_MAX_ABS_INPUT in K, V (cache) or Q; a scale or zero that
+       overflows fp16 (quantizers); a code wider than B bits (pack)
+   KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_config_validate(32-bit)
+                       kvq_cache_init(32-bit) kvq_cache_prefill
+                       kvq_attend kvq_attend_dense kvq_npy_parse
+                       kvq_npy_load kvq_npy_save kvq_h2o_accumulate
+                       kvq_snapkv_scores kvq_pages_init
+       a size computation would overflow size_t
+   KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
+                       kvq_cache_append kvq_attend_dense kvq_npy_parse
+                       kvq_npy_load kvq_pages_init kvq_pseq_append
+                       kvq_pseq_fork
+       the allocator returned NULL
+   KVQ_ERR_CAPACITY    kvq_cache_reserve kvq_cache_prefill kvq_cache_append
+                       kvq_pseq_append
+       more than KVQ_MAX_POSITIONS positions in one cache; a full page pool
+   KVQ_ERR_CONFIG      kvq_quantize_group kvq_layout_init kvq_quantize_matrix
+                       kvq_dequantize_matrix kvq_config_validate kvq_cache_init
+                       kvq_attend kvq_snapkv_scores kvq_cache_evict
+       an unknown enum value (policy, schedule, axis, zero mode, attention
+       mode, pooling), an inconsistent configuration, probs with ONLINE
+       attention, eviction on an OTT or LogQuant cache
+   KVQ_ERR_STATE       kvq_cache_reserve kvq_cache_prefill kvq_cache_append
+                       kvq_cache_read kvq_attend kvq_cache_check
+                       kvq_cache_evict kvq_cache_compact kvq_pseq_append
+                       kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
+                       kvq_pseq_holefill
+       a cache or page pool not initialized (or freed), a position not
+       present, nothing
+       to attend to, a broken invariant, a non-empty fork destination,
+       compaction over a shared block
+   KVQ_ERR_FORMAT      kvq_npy_parse kvq_npy_load
+       malformed .npy data (magic, version, header, dtype, order, shape,
+       payload length)
+   KVQ_ERR_IO          kvq_npy_load kvq_npy_save
+       a file could not be opened, read or written (a failed save may
+       leave a partial file: kvq never deletes a path it was given, which
+       could be a device or a file the caller meant to keep)
+
+   Never fail (total, or NULL-safe): kvq_status_str kvq_f32_to_f16
+   kvq_f16_to_f32 kvq_sz_affine kvq_bits_supported kvq_packed_words (0 on
+   bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
+   kvq_cache_free kvq_attend_scratch_floats (0 on NULL) kvq_npy_free
+   kvq_pages_free kvq_pseq_init kvq_pseq_free kvq_pseq_slot (NULL when out
+   of range or the pool is dead) kvq_pseq_private_start (0 on a dead pool).
+
+   Config fields a policy does not read (OTT's on a KIVI config, LogQuant's
+   W on an OTT one, value_group where values are not quantized, ...) are
+   ignored: they are not validated, and kvq_cache_init stores the config
+   with them set to zero, so they never size anything.
+                                                                            */
 
 #ifdef __cplusplus
 }
@@ -1181,6 +966,65 @@ static float kvq__round_f16(float x) { return kvq__f16_stored(kvq__f16_store(x))
 /* ------------------------------------------------------------------------ */
 /* 4. one group                                                             */
 /* ------------------------------------------------------------------------ */
+
+/* KIVI Sec. 3.1:  Q(X) = round((X - z) / s),  X' = Q(X) * s + z,
+                   z = min X,  s = (max X - min X) / (2^B - 1).
+   HF post:        integer zero point  zp = round(-min X / s),
+                   Q(X) = round(X / s) + zp,  X' = (Q(X) - zp) * s.
+
+   kvq's exact definition (one group of n values x_i, N = 2^B - 1):
+
+     KVQ_ZERO_FLOAT (KIVI, the default)
+       mn = min x_i, mx = max x_i                       (exact, any order)
+       s  = f16((mx - mn) / N)       fp32 subtract, fp32 divide, RNE to fp16
+       z  = f16(mn)
+       c_i = (s == 0) ? 0 : rne(clamp((x_i - z) / s, 0, N))
+       x'_i = c_i * s + z                                (fp32)
+
+     KVQ_ZERO_INT (HF / quanto style)
+       s  = f16((mx - mn) / N)
+       zp = clamp(rne(-mn / s), -2048, 2048), stored as an fp16 integer
+            (a zero zp is stored as +0, and the min as +0 if it is -0, so
+            the stored bits never depend on the order of +0 and -0)
+       c_i = rne(clamp(x_i / s + zp, 0, N))
+       x'_i = c_i * s + (-zp * s)                        (fp32)
+       A constant group (s would be 0) uses s = f16(|mn|), zp = (mn < 0), so
+       the same formula gives c = 1 or 0 and x' = f16(mn): no division by 0.
+
+   Choices the papers leave open, and why:
+   - Scale and zero are rounded to fp16 FIRST and the codes are computed from
+     the rounded values. Dequantization then uses exactly what is stored, so
+     the CPU, the GPU and any reader of the packed cache agree.
+   - Clamp, then round (KIVI's own code order). Because the bounds 0 and N are
+     integers and rounding is monotonic, clamp(rne(v)) == rne(clamp(v)) for
+     every finite v: the order cannot change a code. Clamping first keeps the
+     value inside [0, N] before the float-to-integer conversion, which is
+     therefore never undefined behaviour.
+   - rne is round-half-to-even (C99 rintf in the default rounding mode; CUDA
+     rintf / __float2int_rn). Ties are rare but real at low B.
+   - Division, not multiplication by a reciprocal: (x - z) / s is one
+     correctly rounded IEEE operation on every platform and on the GPU
+     (nvcc without --use_fast_math), so codes are bit-identical.
+   - Dequantization c*s + z is FMA-proof: c has <= 8 significant bits and s
+     has 11, so c*s is exact in fp32 and fma(c, s, z) == c*s + z. The same
+     holds for -zp*s (zp <= 2048: 12 bits) in the integer mode.
+
+   Error bound (tested as a property). With e_z = |z - mn|, e_s = |s - s_exact|
+   (s_exact the fp32 value before fp16 rounding) and eps = 2^-21 * (|x| + |z|
+   + N*s) + 2^-140 covering fp32 arithmetic (the absolute 2^-140 only matters
+   for fp32-subnormal inputs, where rounding error stops being relative):
+     float zero:  |x - x'| <= s/2 + e_z + N*e_s + eps
+     int zero:    |x - x'| <= s/2 + s*|zp + mn/s| + N*e_s + eps
+   A group whose stored scale underflows to 0 in int mode (every |x| below
+   about 2^-25, fp16's smallest step) dequantizes to 0, so its error is
+   max |x_i| < 2^-24 there (found by fuzz/fuzz_quant.c: the formula above
+   has s in a denominator and does not cover it).
+   While |mn/s| <= 2048 the middle term is at most s/2: the integer zero point
+   costs up to a full step at the group's edges. A group far from zero
+   relative to its range (|mn| > 2048 s, e.g. values 15.0..15.1 at B = 8)
+   needs a zero point fp16 cannot hold exactly; zp is clamped to +-2048 and
+   the error grows as the formula says. That is a limit of the integer form
+   itself; the float zero (the default) has no such case.                 */
 KVQ_API int kvq_bits_supported(int bits)
 {
     return bits == 1 || bits == 2 || bits == 4 || bits == 8;
@@ -1278,6 +1122,19 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
 /* ------------------------------------------------------------------------ */
 /* 5. packing                                                               */
 /* ------------------------------------------------------------------------ */
+
+/* 32/B codes per 32-bit word, least significant bits first, along the grouped
+   dimension. Code i of a group sits in word i / (32/B) at bit (i % (32/B))*B.
+   A ragged tail leaves the high bits of the last word zero.
+
+     B = 2, one word holds codes c0..c15:
+       bit: 31 30 29 28                          3  2  1  0
+           [ c15 ][ c14 ]  . . .  [ c2 ][ c1 ][ c0 ]
+     B = 4:  [ c7 ][ c6 ][ c5 ][ c4 ][ c3 ][ c2 ][ c1 ][ c0 ]
+     B = 8:  [ c3 ][ c2 ][ c1 ][ c0 ]        B = 1: c0 at bit 0 ... c31 at 31
+
+   The word is a native uint32_t: on little-endian machines (x86, ARM, every
+   NVIDIA GPU) byte 0 of the word holds c0..c3 for B = 2.                    */
 KVQ_API size_t kvq_packed_words(size_t n, int bits)
 {
     size_t per;
@@ -1334,6 +1191,32 @@ KVQ_API kvq_status kvq_unpack(const uint32_t *words, size_t n, int bits,
 /* ------------------------------------------------------------------------ */
 /* 6. matrices                                                              */
 /* ------------------------------------------------------------------------ */
+
+/* A head's K or V is a row-major matrix X[T][D] (token t, channel d).
+
+     per-token   (KIVI values; HF keys and values): a group is G consecutive
+                 channels of ONE token. Needs G | D. Groups per token: D/G.
+     per-channel (KIVI keys): a group is G consecutive tokens of ONE channel.
+                 Needs G | T. Groups per G-token block: D.
+
+   Both axes share one layout built from "units". A unit is what gets appended
+   to a quantized store at once: one token (per-token) or G tokens
+   (per-channel). Inside a unit the groups are stored one after another, each
+   group's codes packed as in Sec. 5 along its own grouped dimension:
+
+     words: [units][groups_per_unit][words_per_group]   uint32_t
+     sz:    [units][groups_per_unit]                    kvq_sz
+
+                      units        tokens_per_unit  groups_per_unit
+       per-token      T            1                D / G     (group = channels)
+       per-channel    T / G        G                D         (group = tokens)
+     words_per_group = ceil(G * B / 32)
+
+   Per-channel key block (one unit, G = 32, B = 2, D channels):
+       channel 0:  [w0: tokens 0..15][w1: tokens 16..31]  sz[0]
+       channel 1:  [w0 .........    ][w1 ...........   ]  sz[1]
+       ...                                                 ...
+     so the GPU reads, per channel, 2 words + one 4-byte kvq_sz per 32 tokens. */
 KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
                                    size_t G, kvq_axis axis)
 {
@@ -1689,6 +1572,64 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
 /* ------------------------------------------------------------------------ */
 /* 7. the cache                                                             */
 /* ------------------------------------------------------------------------ */
+
+/* One kvq_cache holds ONE (layer, KV head). It has two sides, K and V, and
+   each side is divided into REGIONS:
+
+       side K:  [ quantized units ][ rows[0]: window ][ rows[1] ][ rows[2] ]...
+       side V:  [ quantized units ][ rows[0]: window ][ rows[1] ][ rows[2] ]...
+
+     - the quantized region: packed units exactly as in Sec. 6, plus the
+       position of every slot (qpos; -1 marks a placeholder slot that holds a
+       value for quantization's sake but is not attended);
+     - full-precision row regions (fp16 or fp32 rows, with their positions).
+       rows[0] is the recent window / residual; the others are reserved for
+       later policies (an outlier pool, an auxiliary pool, sinks, staging).
+
+   Every position 0..n_pos-1 lives in exactly one region per side, recorded
+   in the side's loc map (region tag + index). K and V of the same position
+   may live in different regions: in KIVI a key can already be quantized while
+   its value still sits in the value window.
+
+   A POLICY is nothing but the rule that moves positions between regions:
+     schedule FLUSH  when the window holds R rows and a new one arrives, all R
+                     are quantized first (KIVI keys; HF keys and values).
+     schedule SLIDE  after each arrival, while the window holds >= R + chunk
+                     rows, the oldest `chunk` rows are quantized (KIVI values:
+                     chunk = 1 token; the window stays at exactly R).
+     schedule NONE   never quantize (the full-precision baseline).
+   Attention, byte accounting and invariants read only the regions, so later
+   policies (OTT's pools, LogQuant's selection, eviction + compaction) add
+   regions and rules, never a new cache type.
+
+   KIVI (Sec. 3.3, Algorithm 1), kvq_config_kivi:
+     keys   per-channel, FLUSH: the residual holds 1..R keys after every
+            append (mean about R/2); G | R is required.
+     values per-token, SLIDE with chunk 1: exactly R values in full precision.
+     prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
+            the last R.
+   HF QuantizedCache schedule, kvq_config_hf:
+     both per-token (HF's default axis), FLUSH with R = residual_length.
+     prefill quantizes the whole prompt (T - T % G for a per-channel axis).
+     At each flush HF dequantizes the entire history and re-quantizes it
+     together with the residual; kvq does the same when hf_requantize = 1
+     (the default for this policy). Re-quantizing a dequantized group
+     reproduces it bit for bit whenever its codes reach N; only the rare
+     group whose top code fell short through fp16 rounding of the scale
+     can move, and it settles within a few flushes (examples/03_hf.c
+     measures this), so the effect on mean error is small either way.
+     The worst case is not: tests/test_soak.c checks that every row is
+     bit-identical after 8 flushes, and measures settled elements up to
+     2.0x the largest single-quantization step away from their input
+     (one quantization: at most 1x), the error of the moves before the
+     group settled. Each flush also costs O(history) (bench/RESULTS.md,
+     Soak: 0.22 ms per append at 62,500 tokens, D = 32).
+     Flush moment: HF flushes when the R-th residual token arrives and
+     holds 0..R-1 rows between steps; kvq flushes on the append after
+     that and holds 1..R. Every step attends the same rows in full
+     precision; only the stored bytes differ on every R-th step.
+     Differences from KIVI: no sliding value window, keys per-token, the
+     prompt is fully quantized, and history is re-quantized.                                                   */
 static kvq_config kvq__config_base(size_t head_dim)
 {
     kvq_config c;
@@ -2388,6 +2329,31 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
 }
 
 /* ---- OTT (Sec. 7.1) ---------------------------------------------------- */
+/* 7.1 OTT, outlier token tracing (OTT paper Sec. 3.2, Appendix E), on the
+   same regions plus rows[KVQ_ROWS_OUTLIER] (the pool, capacity k) and
+   rows[KVQ_ROWS_AUX] (the auxiliary pool):
+     cadence  K and V are both quantized G tokens at a time: whenever the
+              window holds R + G rows, its G oldest form the group (so the
+              full-precision part is the group being filled plus R recent).
+     score    a token's key magnitude: the L1 norm sum_d |k_d| of its stored
+              full-precision key, summed in channel order d = 0..D-1 in fp32
+              (Appendix E). Small is outlier (Sec. 3.1, Fig. 1(e)).
+     compete  the G group tokens and the pool's members compete; the k with
+              the smallest scores win (ties: smaller position first). Winners
+              from the group move (K and V, full precision) into the pool;
+              members that lose move to the auxiliary pool.
+     replace  in the group, each winner's K and V rows are replaced by the
+              mean of the group's other tokens (kvq_ott_mean, default) before
+              quantization; their slots become placeholders (qpos = -1) that
+              are stored but never attended.
+     stop     a round whose losers would not fit in the auxiliary pool is not
+              held, and tracing stops for good; tracing also stops right after
+              a round that fills the auxiliary pool exactly. ott_stopped_at
+              records when (the paper: "when it is full, tracing stops").
+     layers   k may differ per layer; kvq_config_ott(D, B, layer) uses k = 0
+              for layers 0 and 1 (Sec. 4.4: no outlier tokens there).
+   Attention covers quantized, window, pool and auxiliary tokens under one
+   softmax; each position is counted once because loc names one region.  */
 static float kvq__l1(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
 {
     size_t d, D = c->cfg.head_dim;
@@ -2461,6 +2427,23 @@ static void kvq__ott_round(kvq_cache *c, size_t pos)
 }
 
 /* ---- LogQuant (Sec. 7.2) ------------------------------------------------ */
+/* 7.2 LogQuant (LogQuant paper Sec. 2.5, Algorithm 1), window W:
+     select   rows[KVQ_ROWS_WINDOW] is Algorithm 1's list A. On each new token:
+              if |A| < 3W append it; otherwise keep A[0:2W:2] + A[2W:3W] and
+              then append it. After warm-up 2W < |A| <= 3W, and the density of
+              kept tokens halves every W further back.
+     drop     the W dropped tokens (odd offsets of A[0:2W]) go, in position
+              order, to rows[KVQ_ROWS_STAGE]; whenever it holds a whole unit
+              (G tokens for per-channel keys, 1 for per-token), that unit is
+              quantized. So per-channel key groups hold G dropped tokens that
+              are not consecutive positions; the stage holds at most G - 1.
+     keys     per-channel by default (the paper's text, following KIVI); the
+              authors' code quantizes keys per-token: set key_axis.
+     sinks    optional: the first lq_sinks tokens stay in rows[KVQ_ROWS_SINK]
+              (the KIVI+Sink comparison of Table 1); they are not part of A.
+     prefill  exactly T appends in order (Algorithm 1 is defined per token).
+   Attention is position-agnostic (Sec. 2.4, Eq. 3): with RoPE applied before
+   caching, the softmax sum does not depend on where a token is stored.   */
 static int kvq__drop_logquant(size_t o, const void *arg)
 {
     size_t W = *(const size_t *)arg;
@@ -2609,6 +2592,30 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
 /* ------------------------------------------------------------------------ */
 /* 8. attention                                                             */
 /* ------------------------------------------------------------------------ */
+
+/* n_q query heads share this KV head (GQA; n_q = 1 for multi-head).
+   For each query head h:
+       s_p = (q_h . k_p) / sqrt(D)       over every present position p
+       w   = softmax(s),   out_h = sum_p w_p v_p
+   EAGER materializes s (n_pos floats) and can return w per position in probs
+   (n_q, n_pos), 0 for absent positions; eviction policies read it.
+   ONLINE never holds more than KVQ_TILE scores per head: it walks the
+   cache in tiles (of storage, not of positions: see below) with a running
+   max m, running sum l and rescaled accumulator (the FlashAttention
+   recurrence):
+       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
+       acc' = acc e^(m-m') + sum_j e^(s_j-m') v_j,   out = acc / l.
+
+   The algebra that makes dequantization free (the GPU kernel relies on it):
+     per-channel keys, unit u (G tokens) with per-channel (a_d, b_d):
+       q . k_t = sum_d (q_d a_d) c_td + sum_d q_d b_d
+       -> precompute (q_d a_d) and sum_d q_d b_d once per unit, then each
+          token costs one dot product with raw codes.
+     per-token keys, group g of token t with (a_g, b_g):
+       q . k_t = sum_g [ a_g sum_{d in g} q_d c_td + b_g sum_{d in g} q_d ]
+       -> the per-group query sums are computed once per query.
+     per-token values: sum_t w_t v_td = sum_t (w_t a_tg) c_td + sum_t w_t b_tg.
+   Dequantized K or V is never materialized.                                 */
 /* Per-query precomputation shared by all positions (Sec. 8's algebra).
    qa:   (D) q_d * a_d for the per-channel key unit in `unit`
    qb:   sum_d q_d b_d for that unit
@@ -3414,6 +3421,54 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
 /* ------------------------------------------------------------------------ */
 /* 11. eviction, paged blocks, compaction                                   */
 /* ------------------------------------------------------------------------ */
+
+/* Token eviction: StreamingLLM (Xiao et al., ICLR 2024, arXiv:2309.17453),
+   H2O (Zhang et al., NeurIPS 2023, arXiv:2306.14048) and SnapKV (Li et al.,
+   NeurIPS 2024, arXiv:2404.14469), and the two walls between them and a
+   paged serving engine. kvq splits the mechanism in three, so every part composes with
+   every quantization policy above:
+
+     policy   -> keep mask      kvq_evict_streaming / _h2o / _snapkv: pure
+                                functions of a presence mask and a score
+                                vector. They decide; they move nothing.
+     cache    -> dead slots     kvq_cache_evict(c, keep): evicted positions
+                                become absent on both sides. Full-precision
+                                rows leave their region at once; quantized
+                                slots stay behind as dead placeholders
+                                (qpos = -1), exactly like a paged engine's
+                                dead slots: no memory comes back yet.
+     compact  -> memory back    kvq_cache_compact: order-preserving repack
+                                of the quantized store, with metrics.
+
+   WALL 1 (the page): a policy that scores by attention (H2O, SnapKV) needs
+   probabilities, which only the EAGER path of kvq_attend returns (probs);
+   the ONLINE path, like FlashAttention, never holds more than KVQ_TILE
+   scores per query and cannot feed them.
+
+   QUANTIZED TOKENS UNDER COMPACTION (no paper treats this; our choice):
+     per-token units (values; HF keys): one token = one unit with its own
+       scales/zeros, so a survivor moves bit-exactly: words + sz + qpos.
+     per-channel units (KIVI keys): G tokens share each channel's (s, z).
+       A survivor cannot leave its group without re-quantization, which
+       would add error on top of the first quantization. kvq compacts at
+       GROUP granularity: a unit is removed only when all G of its tokens
+       are dead; a partly dead unit stays, dead slots pinned. Zero extra
+       error, at the price of pinned slots (reported as pinned_slots).
+       examples/06_eviction.c measures what the other choice (re-quantizing
+       survivors into new groups) would cost in error.
+
+   MEMORY UNDER EVICTION: positions are indices, so the loc map keeps 4
+   bytes per side for every position ever appended, evicted ones
+   included; it is the one structure that grows with the stream when
+   eviction + compaction hold everything else flat (tests/test_soak.c:
+   7.6 MiB of loc map after 1,000,000 tokens with 512 kept). Renumbering
+   positions would remove it; kvq does not do that.
+
+   The block view: the quantized store is an array of slots (unit-major,
+   tokens_per_unit slots per unit). Seen as blocks of `block_tokens` slots,
+   a per-channel unit with block_tokens | G covers G / block_tokens whole
+   blocks, so a freed unit frees whole blocks. Compaction stats count
+   blocks in that view; kvq_pages below is the real block allocator.     */
 /* A float's bits mapped so that unsigned order is numeric order (-0 == +0). */
 static uint32_t kvq__order_key(float f)
 {
