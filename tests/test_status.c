@@ -1,6 +1,6 @@
 /* tests/test_status.c - every status, every function that can return it.
 
-   The status table in kvq.h (Sec. 2) is read from the header itself: each
+   The status table in kvq.h (Sec. 12) is read from the header itself: each
    (status, function) pair it lists must be produced here at least once,
    and every failure produced here must be a pair it lists. So the table
    cannot drift from the code in either direction.
