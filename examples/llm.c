@@ -31,6 +31,7 @@
 #include "bpe.h"
 #include "llm.h"
 #include <time.h>
+#include <errno.h>
 
 #define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -47,11 +48,57 @@ typedef struct model_file {
 static int get_int(gguf_ctx *g, const char *key, int *out)
 {
     uint64_t v;
-    if (!gguf_get_uint(g, key, &v) || v > 0x7FFFFFFF) {
-        fprintf(stderr, "model: %s: %s\n", key, g->why);
+    if (!gguf_get_uint(g, key, &v)) {
+        fprintf(stderr, "model: %s: %s\n", key,
+                g->why[0] ? g->why : "missing, or not an unsigned integer");
+        return 0;
+    }
+    if (v > 0x7FFFFFFF) {
+        fprintf(stderr, "model: %s = %llu is out of range\n", key, (unsigned long long)v);
         return 0;
     }
     *out = (int)v;
+    return 1;
+}
+
+/* Tensor `name` exists and holds n elements (checked before any weight is
+   allocated, so a file can only make the loader allocate what its own
+   tensors hold, expanded to fp32).                                         */
+static int tensor_is(gguf_ctx *g, const char *name, size_t n)
+{
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) { fprintf(stderr, "model: tensor %s missing\n", name); return 0; }
+    if (t->n_elem != n || !gguf_can_dequant(t->type)) {
+        fprintf(stderr, "model: %s has %llu elements of type %u; expected %zu of a "
+                "supported type (F32/F16/Q4_0/Q4_1/Q8_0)\n", name,
+                (unsigned long long)t->n_elem, (unsigned)t->type, n);
+        return 0;
+    }
+    return 1;
+}
+
+/* Every tensor the model needs, with the shape its config implies.        */
+static int tensors_check(gguf_ctx *g, const llm_config *c)
+{
+    size_t dim = (size_t)c->dim, q = (size_t)c->n_heads * (size_t)c->head_dim,
+           kv = (size_t)c->n_kv_heads * (size_t)c->head_dim, hid = (size_t)c->hidden_dim;
+    static const char *what[] = { "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                  "ffn_norm", "ffn_gate", "ffn_up", "ffn_down" };
+    size_t size[9];
+    char name[96];
+    int l, i;
+    size[0] = dim; size[1] = q * dim; size[2] = kv * dim; size[3] = kv * dim;
+    size[4] = dim * q; size[5] = dim; size[6] = hid * dim; size[7] = hid * dim;
+    size[8] = dim * hid;
+    if (!tensor_is(g, "token_embd.weight", (size_t)c->vocab_size * dim) ||
+        !tensor_is(g, "output_norm.weight", dim) ||
+        (!c->tied_embeddings && !tensor_is(g, "output.weight", (size_t)c->vocab_size * dim)))
+        return 0;
+    for (l = 0; l < c->n_layers; l++)
+        for (i = 0; i < 9; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, what[i]);
+            if (!tensor_is(g, name, size[i])) return 0;
+        }
     return 1;
 }
 
@@ -140,7 +187,11 @@ static int model_open(model_file *f, const char *path, int seq_len)
     char why[256];
     memset(f, 0, sizeof *f);
     if (!gguf_open_file(&f->g, path)) {
-        fprintf(stderr, "%s: %s\n(run `make model` to fetch the default model)\n", path, f->g.why);
+        FILE *probe = fopen(path, "rb");
+        fprintf(stderr, "model: %s\n", f->g.why);
+        if (!probe && !strcmp(path, DEFAULT_MODEL))
+            fprintf(stderr, "(run `make model` to fetch the default model)\n");
+        if (probe) fclose(probe);
         return 0;
     }
     if (!gguf_get_str(&f->g, "general.architecture", &arch) || arch.len != 5 ||
@@ -161,7 +212,15 @@ static int model_open(model_file *f, const char *path, int seq_len)
     c->rope_pairs = LLM_ROPE_ADJACENT;     /* llama GGUF: q/k pre-permuted  */
     {
         gguf_arr toks;
-        if (!gguf_get_arr(&f->g, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks)) return 0;
+        if (!gguf_get_arr(&f->g, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks)) {
+            fprintf(stderr, "%s: no tokenizer.ggml.tokens array (%s)\n", path,
+                    f->g.why[0] ? f->g.why : "missing");
+            return 0;
+        }
+        if (toks.n == 0 || toks.n > 0x7FFFFFFF) {
+            fprintf(stderr, "%s: %llu tokens in the vocabulary\n", path, (unsigned long long)toks.n);
+            return 0;
+        }
         c->vocab_size = (int)toks.n;
     }
     c->tied_embeddings = gguf_find_tensor(&f->g, "output.weight") == NULL;
@@ -169,6 +228,12 @@ static int model_open(model_file *f, const char *path, int seq_len)
         fprintf(stderr, "%s: %s\n", path, why);
         return 0;
     }
+    if (c->dim != c->n_heads * c->head_dim) {
+        fprintf(stderr, "%s: embedding_length %d is not head_count %d x a whole head\n",
+                path, c->dim, c->n_heads);
+        return 0;
+    }
+    if (!tensors_check(&f->g, c)) return 0;    /* before any allocation     */
     if (llm_weights_alloc(&f->m.w, c) != KVQ_OK) { fprintf(stderr, "out of memory\n"); return 0; }
     dim = c->dim; q_dim = c->n_heads * c->head_dim; kv_dim = c->n_kv_heads * c->head_dim;
     ok = load_tensor(&f->g, "token_embd.weight", f->m.w.token_embedding, (size_t)c->vocab_size * dim) &&
@@ -188,18 +253,25 @@ static int model_open(model_file *f, const char *path, int seq_len)
     return ok;
 }
 
-/* Text -> ids (BOS first when the file asks for it). Caller frees.         */
-static int *encode(model_file *f, const char *text, size_t len, int *n_out)
+/* Text -> ids (BOS first when the file asks for it), with bpe_encode's
+   flags (BPE_SPECIAL: "<|im_start|>" written in the text is one token).
+   Caller frees.                                                            */
+static int *encode_flags(model_file *f, const char *text, size_t len, int flags, int *n_out)
 {
-    long n = bpe_encode(&f->tok, text, len, 0, NULL, 0);
+    long n = bpe_encode(&f->tok, text, len, flags, NULL, 0);
     int *ids, off = f->bos >= 0;
     if (n < 0) { fprintf(stderr, "tokenize: %s\n", f->tok.err); return NULL; }
     ids = (int *)malloc(((size_t)n + 1) * sizeof(int));
-    if (!ids) return NULL;
+    if (!ids) { fprintf(stderr, "tokenize: out of memory\n"); return NULL; }
     if (off) ids[0] = f->bos;
-    n = bpe_encode(&f->tok, text, len, 0, ids + off, (size_t)n);
+    n = bpe_encode(&f->tok, text, len, flags, ids + off, (size_t)n);
     *n_out = (int)n + off;
     return ids;
+}
+
+static int *encode(model_file *f, const char *text, size_t len, int *n_out)
+{
+    return encode_flags(f, text, len, 0, n_out);
 }
 
 /* ======================================================================== */
@@ -483,7 +555,7 @@ static const float *feed(model_file *f, llm_state *s, const int *ids, int n, flo
     for (t = 0; t < n; t += T) {
         T = n - t < LLM_CHUNK ? n - t : LLM_CHUNK;
         if (!(lg = llm_forward_many(&f->m, s, ids + t, T, nll ? buf : NULL))) {
-            fprintf(stderr, "forward: %s\n", s->why);
+            fprintf(stderr, "llm: forward at positions %d..%d: %s\n", t, t + T - 1, s->why);
             return NULL;
         }
         for (j = 0; nll && j < T; j++) {
@@ -826,30 +898,102 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     return !ok ? 1 : fails ? 3 : 0;
 }
 
-static int cmd_generate(model_file *f, const char *prompt, int n_gen, const char *cache)
+/* 1 if the n bytes at p contain the string needle.                        */
+static int strstr_n(const char *p, size_t n, const char *needle)
+{
+    size_t k = strlen(needle), i;
+    for (i = 0; i + k <= n; i++) if (!memcmp(p + i, needle, k)) return 1;
+    return 0;
+}
+
+/* 1 if id is one of the tokenizer's special (control) tokens.             */
+static int is_special(const bpe_tokenizer *t, int id)
+{
+    int i;
+    for (i = 0; i < t->n_special; i++) if (t->special[i] == id) return 1;
+    return 0;
+}
+
+/* Greedy generation from a prompt. Stops after n_gen tokens, or at the
+   model's end-of-sequence token or the chat template's end of turn
+   (<|im_end|>); special tokens are never printed. With chat, the prompt is
+   wrapped in the model's chat template (ChatML: the template in the GGUF
+   must use <|im_start|>). The prompt goes through llm_forward_many, which
+   equals feeding it token by token, only faster. Speeds go to stderr.    */
+static int cmd_generate(model_file *f, const char *prompt, int n_gen, const char *cache,
+                        int chat)
 {
     method M;
     llm_state s;
-    int *ids, n, t, next;
+    int *ids = NULL, n = 0, t, next, rc = 1, made = 0, stops[3], n_stops = 0, i;
     const float *lg = NULL;
-    if (!method_make(&M, cache, &f->m.cfg, 256)) return 1;
-    if (!(ids = encode(f, prompt, strlen(prompt), &n)) || !state_for(&s, f, &M, 0)) return 1;
+    char *text = NULL;
+    const char *in = prompt;
+    double t0, t1, t2;
+    uint64_t eos;
+    if (chat) {
+        gguf_str tmpl;
+        static const char head[] = "<|im_start|>user\n", tail[] = "<|im_end|>\n<|im_start|>assistant\n";
+        size_t len = strlen(prompt);
+        if (!gguf_get_str(&f->g, "tokenizer.chat_template", &tmpl) || tmpl.len < 12 ||
+            !memchr(tmpl.ptr, '<', tmpl.len) || !strstr_n(tmpl.ptr, tmpl.len, "<|im_start|>")) {
+            fprintf(stderr, "llm: --chat: this GGUF has no ChatML chat template "
+                    "(tokenizer.chat_template with <|im_start|>)\n");
+            return 2;
+        }
+        if (!(text = (char *)malloc(sizeof head + len + sizeof tail))) return 1;
+        memcpy(text, head, sizeof head - 1);
+        memcpy(text + sizeof head - 1, prompt, len);
+        memcpy(text + sizeof head - 1 + len, tail, sizeof tail);
+        in = text;
+    }
+    if (!(ids = encode_flags(f, in, strlen(in), chat ? BPE_SPECIAL : 0, &n))) goto done;
+    if (n < 1 || n + n_gen > f->m.cfg.seq_len) {
+        fprintf(stderr, "llm: the prompt is %d tokens; with -n %d that exceeds the %d "
+                "positions this run allows\n", n, n_gen, f->m.cfg.seq_len);
+        goto done;
+    }
+    made = 1;                           /* method_make zeroes M first    */
+    if (!method_make(&M, cache, &f->m.cfg, 256)) goto done;
+    if (!state_for(&s, f, &M, LLM_CHUNK)) goto done;
+    made = 2;
+    if (gguf_get_uint(&f->g, "tokenizer.ggml.eos_token_id", &eos) && eos < (uint64_t)f->m.cfg.vocab_size)
+        stops[n_stops++] = (int)eos;
+    if ((i = bpe_token_id(&f->tok, "<|im_end|>", 10)) >= 0) stops[n_stops++] = i;
+    if ((i = bpe_token_id(&f->tok, "<|endoftext|>", 13)) >= 0) stops[n_stops++] = i;
+
     fputs(prompt, stdout);
-    for (t = 0; t < n; t++) lg = llm_forward(&f->m, &s, ids[t], t);
-    for (t = 0; t < n_gen && lg; t++) {
+    if (chat) fputs("\n", stdout);
+    fflush(stdout);
+    t0 = now_s();
+    if (!(lg = feed(f, &s, ids, n, NULL, NULL, NULL))) goto done;      /* says why */
+    t1 = now_s();
+    for (t = 0; t < n_gen; t++) {
         size_t blen;
         const char *bytes;
         next = argmax(lg, f->m.cfg.vocab_size);
-        bytes = bpe_token_bytes(&f->tok, next, &blen);
-        if (bytes) fwrite(bytes, 1, blen, stdout);
+        for (i = 0; i < n_stops && stops[i] != next; i++) {}
+        if (i < n_stops) break;                           /* end of turn    */
+        if (!is_special(&f->tok, next) && (bytes = bpe_token_bytes(&f->tok, next, &blen)))
+            fwrite(bytes, 1, blen, stdout);
         fflush(stdout);
-        lg = llm_forward(&f->m, &s, next, n + t);
+        if (t + 1 < n_gen && !(lg = llm_forward(&f->m, &s, next, n + t))) {
+            printf("\n");
+            fprintf(stderr, "llm: forward at position %d: %s\n", n + t, s.why);
+            goto done;
+        }
     }
+    t2 = now_s();
     printf("\n");
-    llm_state_free(&s);
-    method_free(&M);
+    fprintf(stderr, "llm: cache %s: prompt %d tokens, %.1f tok/s; generated %d tokens, "
+            "%.1f tok/s\n", cache, n, n / (t1 - t0 + 1e-9), t, t / (t2 - t1 + 1e-9));
+    rc = 0;
+done:
+    if (made == 2) llm_state_free(&s);
+    if (made >= 1) method_free(&M);
     free(ids);
-    return 0;
+    free(text);
+    return rc;
 }
 
 /* Sorts floats ascending (qsort comparator).                              */
@@ -1068,55 +1212,120 @@ done:
     return rc;
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr,
-        "usage: llm generate --prompt TEXT [-n N] [--cache METHOD]\n"
+    size_t i;
+    fprintf(to,
+        "usage: llm generate (--prompt TEXT | --prompt-file FILE) [-n N] [--cache NAME] [--chat]\n"
         "       llm eval [--text FILE] [--tokens N] [--agree N] [--only m1,m2] [--csv DIR]\n"
         "       llm dump [--out DIR] [--text FILE] [--layers 0,5,15|all] [--head 0|all]\n"
         "                [--tokens N] [--csv DIR]\n"
-        "       common: --model PATH (default " DEFAULT_MODEL ")\n"
-        "methods: fp32 kivi4 kivi2 kivi2-g128 hf4 hf2 kivi2-KtVt kivi2-KcVc kivi2-KtVc ott2\n"
-        "         logquant2 kivi-evict logquant-evict streaming h2o snapkv;\n"
-        "         with --only also kivi-K2V4 kivi-K4V2 sink-evict (diagnostics)\n"
-        "eval exits 0 when every paper claim it checks holds, 3 when some does not\n");
+        "       llm help | --help | -h\n"
+        "       common: --model PATH (default " DEFAULT_MODEL ", fetched by `make model`)\n"
+        "generate: greedy decoding with the named cache; stops at the end-of-turn token;\n"
+        "          --chat wraps the prompt in the model's chat template; speeds on stderr\n"
+        "eval exits 0 when every paper claim it checks holds, 3 when some does not\n"
+        "caches:");
+    for (i = 0; i < N_METHODS; i++) fprintf(to, " %s", ALL_METHODS[i]);
+    fprintf(to, "\n        (the last %d are diagnostics, run by eval only with --only)\n", (int)N_DIAG);
+}
+
+/* A whole decimal integer in lo..hi, or an error that names the option.    */
+static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "llm: %s: '%s' is not a whole number in %ld..%ld\n", opt, v, lo, hi);
+        return 0;
+    }
+    *out = (int)x;
+    return 1;
 }
 
 int main(int argc, char **argv)
 {
     const char *model = DEFAULT_MODEL, *prompt = "The capital of France is",
                *cache = "fp32", *text = "/usr/share/common-licenses/GPL-3",
-               *only = NULL, *out = NULL, *layers = "0,5,15", *head = "0", *csv = NULL;
-    int n_gen = 32, n_tokens = 2048, n_agree = 64, i, rc;
+               *only = NULL, *out = NULL, *layers = "0,5,15", *head = "0", *csv = NULL,
+               *prompt_file = NULL, *cmd;
+    int n_gen = 32, n_tokens = 2048, n_agree = 64, chat = 0, i, rc;
+    char *prompt_buf = NULL;
     model_file f;
-    if (argc < 2) { usage(); return 2; }
-    for (i = 2; i < argc; i += 2) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) { usage(); return 2; }
+    if (argc < 2) { usage(stderr); return 2; }
+    for (i = 1; i < argc; i++)                 /* help works before anything */
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") ||
+            (i == 1 && !strcmp(argv[i], "help"))) {
+            usage(stdout);
+            return 0;
+        }
+    cmd = argv[1];
+    if (strcmp(cmd, "generate") && strcmp(cmd, "eval") && strcmp(cmd, "dump")) {
+        fprintf(stderr, "llm: unknown command '%s'\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    for (i = 2; i < argc; i++) {
+        const char *o = argv[i], *v;
+        int ok = 1;
+        if (!strcmp(o, "--chat")) { chat = 1; continue; }
+        if (strncmp(o, "-", 1)) {
+            fprintf(stderr, "llm: unexpected argument '%s' (options start with -)\n", o);
+            return 2;
+        }
+        if (i + 1 >= argc) { fprintf(stderr, "llm: %s needs a value\n", o); return 2; }
+        v = argv[++i];
         if (!strcmp(o, "--model")) model = v;
         else if (!strcmp(o, "--prompt")) prompt = v;
-        else if (!strcmp(o, "-n")) n_gen = atoi(v);
+        else if (!strcmp(o, "--prompt-file")) prompt_file = v;
+        else if (!strcmp(o, "-n")) ok = parse_int(o, v, 0, 1 << 20, &n_gen);
         else if (!strcmp(o, "--cache")) cache = v;
         else if (!strcmp(o, "--text")) text = v;
-        else if (!strcmp(o, "--tokens")) n_tokens = atoi(v);
-        else if (!strcmp(o, "--agree")) n_agree = atoi(v);
+        else if (!strcmp(o, "--tokens")) ok = parse_int(o, v, 2, 1 << 20, &n_tokens);
+        else if (!strcmp(o, "--agree")) ok = parse_int(o, v, 0, 1 << 16, &n_agree);
         else if (!strcmp(o, "--only")) only = v;
         else if (!strcmp(o, "--out")) out = v;
         else if (!strcmp(o, "--layers")) layers = v;
         else if (!strcmp(o, "--head")) head = v;
         else if (!strcmp(o, "--csv")) csv = v;
-        else { usage(); return 2; }
+        else {
+            fprintf(stderr, "llm: unknown option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
+        if (!ok) return 2;
     }
-    if (n_tokens < 2 || n_gen < 0 || n_agree < 0 || n_tokens > (1 << 20) || n_agree > (1 << 16)) {
-        usage();
-        return 2;
+    if (!strcmp(cmd, "generate")) {             /* names checked before loading */
+        size_t k;
+        for (k = 0; k < N_METHODS && strcmp(ALL_METHODS[k], cache); k++) {}
+        if (k == N_METHODS) {
+            fprintf(stderr, "llm: unknown cache '%s'; the caches are:", cache);
+            for (k = 0; k < N_METHODS; k++) fprintf(stderr, " %s", ALL_METHODS[k]);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+        if (prompt_file) {
+            size_t len;
+            if (!(prompt_buf = read_file(prompt_file, &len))) return 2;
+            prompt_buf = (char *)realloc(prompt_buf, len + 1);
+            if (!prompt_buf) return 1;
+            prompt_buf[len] = '\0';
+            if (strlen(prompt_buf) != len) {
+                fprintf(stderr, "llm: %s contains a NUL byte\n", prompt_file);
+                free(prompt_buf);
+                return 2;
+            }
+            prompt = prompt_buf;
+        }
     }
-    if (!model_open(&f, model, n_tokens + n_agree + 512)) { model_close(&f); return 1; }
-    if (!strcmp(argv[1], "eval")) rc = cmd_eval(&f, text, n_tokens, n_agree, only, csv);
-    else if (!strcmp(argv[1], "generate")) rc = cmd_generate(&f, prompt, n_gen, cache);
-    else if (!strcmp(argv[1], "dump")) rc = cmd_dump(&f, text, out, layers, head, n_tokens, csv);
-    else { usage(); rc = 2; }
+    if (!model_open(&f, model, n_tokens + n_agree + 512)) { model_close(&f); free(prompt_buf); return 1; }
+    if (!strcmp(cmd, "eval")) rc = cmd_eval(&f, text, n_tokens, n_agree, only, csv);
+    else if (!strcmp(cmd, "generate")) rc = cmd_generate(&f, prompt, n_gen, cache, chat);
+    else rc = cmd_dump(&f, text, out, layers, head, n_tokens, csv);
     model_close(&f);
+    free(prompt_buf);
     return rc;
 }
 #endif /* LLM_NO_MAIN */

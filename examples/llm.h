@@ -170,8 +170,12 @@ LLM_API kvq_status llm_config_check(const llm_config *c, char *why, size_t why_l
         llm__say(why, why_len, "config: RoPE needs an even head_dim (got %d)", c->head_dim);
         return KVQ_ERR_CONFIG;
     }
-    if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f) || !isfinite(c->rope_theta)) {
-        llm__say(why, why_len, "config: rope_theta must be > 0 and rms_eps >= 0");
+    if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta) ||
+        !(c->rms_eps > 0.0f) || !isfinite(c->rms_eps)) {
+        /* eps = 0 divides by zero on an all-zero row; Inf turns every
+           normalized row into zeros                                        */
+        llm__say(why, why_len, "config: rope_theta (%g) and rms_eps (%g) must be finite "
+                 "and > 0", (double)c->rope_theta, (double)c->rms_eps);
         return KVQ_ERR_CONFIG;
     }
     if (c->rope_pairs != LLM_ROPE_ADJACENT && c->rope_pairs != LLM_ROPE_HALF) {
@@ -632,6 +636,15 @@ LLM_API void llm_rope(float *x, int n_heads, int head_dim, llm_rope_pairs pairs,
 
 /* SwiGLU (Shazeer 2020; LLaMA Sec. 2.2): h = silu(gate) * up, silu(g) =
    g * sigmoid(g). Writes into gate (n).                                     */
+/* 1 if all n values are finite.                                           */
+static int llm__finite(const float *x, size_t n)
+{
+    size_t i;
+    int bad = 0;
+    for (i = 0; i < n; i++) bad |= (x[i] - x[i]) != 0.0f;     /* NaN or Inf */
+    return !bad;
+}
+
 static void llm__swiglu(float *gate, const float *up, int n)
 {
     int j;
@@ -882,6 +895,11 @@ LLM_API float *llm_forward(const llm_model *m, llm_state *s, int token, int pos)
     /* final norm, then the classifier (the embedding itself when tied)      */
     llm__rmsnorm(s->x, s->x, w->rms_final, dim, c->rms_eps);
     llm__matmul(s->logits, s->x, w->wcls ? w->wcls : w->token_embedding, dim, c->vocab_size);
+    if (!llm__finite(s->logits, (size_t)c->vocab_size)) {
+        s->n_pos = -1;            /* the caches hold this position: refuse on */
+        return llm__fail(s, KVQ_ERR_NONFINITE, "non-finite logits at position %d (a NaN "
+                         "or Inf in the weights, or activations that overflowed)", pos);
+    }
     s->n_pos = pos + 1;
     return s->logits;
 }
@@ -998,6 +1016,13 @@ static float *llm__many(const llm_model *m, llm_state *s, const int *tokens, int
         } else {
             llm__matmul(s->logits, s->pxb + (size_t)(T - 1) * D, wcls, dim, c->vocab_size);
         }
+    }
+    if (!llm__finite(s->logits, (size_t)c->vocab_size) ||
+        (all_logits && !llm__finite(all_logits, (size_t)T * (size_t)c->vocab_size))) {
+        s->n_pos = -1;
+        return llm__fail(s, KVQ_ERR_NONFINITE, "non-finite logits at positions %d..%d (a "
+                         "NaN or Inf in the weights, or activations that overflowed)",
+                         pos0, pos0 + T - 1);
     }
     s->n_pos = pos0 + T;
     return s->logits;

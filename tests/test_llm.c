@@ -865,8 +865,44 @@ static void test_many(void)
     llm_weights_free(&m.w);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Issue 16: a NaN in a weight is an error with a reason, never logits;
+   rms_eps must be finite and > 0.                                          */
+/* ------------------------------------------------------------------------ */
+static void test_nonfinite(void)
+{
+    llm_model m;
+    llm_state s;
+    llm_opts o = llm_opts_default();
+    llm_config c = tiny_config(LLM_ROPE_ADJACENT, 1);
+    const float bad[3] = { INFINITY, NAN, 0.0f };
+    int i, ids[3] = { 1, 2, 3 };
+    char why[256];
+    for (i = 0; i < 3; i++) {
+        c.rms_eps = bad[i];
+        why[0] = '\0';
+        CHECK(llm_config_check(&c, why, sizeof why) == KVQ_ERR_CONFIG && why[0],
+              "rms_eps %g accepted", (double)bad[i]);
+    }
+    memset(&m, 0, sizeof m);
+    if (!tiny_build(&m, LLM_ROPE_ADJACENT, 1, 0x4E414Eull)) { CHECK(0, "tiny model"); return; }
+    m.w.rms_final[3] = NAN;                       /* one poisoned weight   */
+    CHECK(llm_state_init(&s, &m, &o) == KVQ_OK, "state");
+    CHECK(llm_forward(&m, &s, 1, 0) == NULL && s.status == KVQ_ERR_NONFINITE && s.why[0],
+          "NaN weight: llm_forward returned logits (status %d)", (int)s.status);
+    CHECK(llm_forward(&m, &s, 2, 1) == NULL, "a failed state kept going");
+    llm_state_free(&s);
+    o.max_prefill = 4;
+    CHECK(llm_state_init(&s, &m, &o) == KVQ_OK, "state");
+    CHECK(llm_forward_many(&m, &s, ids, 3, NULL) == NULL && s.status == KVQ_ERR_NONFINITE,
+          "NaN weight: llm_forward_many returned logits");
+    llm_state_free(&s);
+    llm_weights_free(&m.w);
+}
+
 int main(void)
 {
+    test_nonfinite();
     test_rope();
     test_forward_vs_ref();
     test_prefill();

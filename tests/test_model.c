@@ -170,11 +170,70 @@ static void test_chunked_scoring(model_file *f)
     free(ids);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Model-free (issue 16): small hostile GGUF files. A file may only make the
+   loader allocate what its own tensors hold: metadata that promises a large
+   model with no tensors to match is refused before any weight buffer
+   exists. rms_eps = Inf and a missing size key are refused too.           */
+/* ------------------------------------------------------------------------ */
+typedef struct { unsigned char b[4096]; size_t n; } gbuf;
+static void g_le(gbuf *g, uint64_t v, int n) { int i; for (i = 0; i < n; i++) g->b[g->n++] = (unsigned char)(v >> (8 * i)); }
+static void g_str(gbuf *g, const char *s) { size_t n = strlen(s); g_le(g, n, 8); memcpy(g->b + g->n, s, n); g->n += n; }
+static void g_u32(gbuf *g, const char *key, uint32_t v) { g_str(g, key); g_le(g, 4, 4); g_le(g, v, 4); }
+
+/* A header, the llama size keys (skip: one left out), rms_eps, 4 tokens,
+   no tensors.                                                              */
+static const char *hostile_file(int skip, float rms_eps)
+{
+    static const char *path = "build/test_model_hostile.gguf";
+    static const char *keys[5] = { "llama.embedding_length", "llama.feed_forward_length",
+                                   "llama.block_count", "llama.attention.head_count",
+                                   "llama.attention.head_count_kv" };
+    static const uint32_t vals[5] = { 512, 1024, 4, 8, 8 };   /* ~40 MB of fp32 */
+    gbuf g;
+    FILE *fp;
+    uint32_t u;
+    int i, n_kv = 1 + 5 - (skip >= 0) + 2;
+    g.n = 0;
+    memcpy(g.b, "GGUF", 4); g.n = 4;
+    g_le(&g, 3, 4); g_le(&g, 0, 8); g_le(&g, (uint64_t)n_kv, 8);
+    g_str(&g, "general.architecture"); g_le(&g, 8, 4); g_str(&g, "llama");
+    for (i = 0; i < 5; i++) if (i != skip) g_u32(&g, keys[i], vals[i]);
+    memcpy(&u, &rms_eps, 4);
+    g_str(&g, "llama.attention.layer_norm_rms_epsilon"); g_le(&g, 6, 4); g_le(&g, u, 4);
+    g_str(&g, "tokenizer.ggml.tokens"); g_le(&g, 9, 4); g_le(&g, 8, 4); g_le(&g, 4, 8);
+    g_str(&g, "a"); g_str(&g, "b"); g_str(&g, "c"); g_str(&g, "d");
+    while (g.n % 32) g.b[g.n++] = 0;              /* the (empty) data section */
+    fp = fopen(path, "wb");
+    if (!fp || fwrite(g.b, 1, g.n, fp) != g.n) { if (fp) fclose(fp); return NULL; }
+    fclose(fp);
+    return path;
+}
+
+static void test_hostile_files(void)
+{
+    model_file f;
+    const char *path = hostile_file(-1, 1e-5f);
+    if (!path) { CHECK(0, "cannot write the hostile file"); return; }
+    CHECK(!model_open(&f, path, 64), "a model with no tensors opened");
+    CHECK(f.m.w.token_embedding == NULL && f.m.w.wq == NULL,
+          "weights were allocated before the file's tensors were checked");
+    model_close(&f);
+    path = hostile_file(-1, INFINITY);
+    CHECK(path && !model_open(&f, path, 64), "rms_eps = Inf accepted");
+    model_close(&f);
+    path = hostile_file(0, 1e-5f);                /* no embedding_length    */
+    CHECK(path && !model_open(&f, path, 64), "a file without embedding_length opened");
+    model_close(&f);
+    remove("build/test_model_hostile.gguf");
+}
+
 int main(void)
 {
     model_file f;
     FILE *probe = fopen(DEFAULT_MODEL, "rb");
     test_logquant_eviction_set();
+    test_hostile_files();
     if (!probe) {
         printf("test_model: %s absent (run `make model`): skipped\n", DEFAULT_MODEL);
         return TEST_END("test_model");
