@@ -161,13 +161,27 @@ EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a)
     for (i = 1; i < argc; i += 2) {           /* every option takes a value */
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) { ex_usage(argv[0]); exit(0); }
-        if (!val) { ex_usage(argv[0]); return 0; }
+        if (!val) {
+            fprintf(stderr, "%s: %s needs a value\n", argv[0], o);
+            ex_usage(argv[0]);
+            return 0;
+        }
         if (!strcmp(o, "--k")) a->k_path = val;
         else if (!strcmp(o, "--v")) a->v_path = val;
         else if (!strcmp(o, "--q")) a->q_path = val;
         else if (!strcmp(o, "--csv")) a->csv_dir = ex_csv_dir = val;
-        else if (!strcmp(o, "--seed")) a->seed = strtoull(val, NULL, 10);
-        else { ex_usage(argv[0]); return 0; }
+        else if (!strcmp(o, "--seed")) {
+            char *end;
+            a->seed = strtoull(val, &end, 10);     /* digits only, no sign */
+            if (end == val || *end != '\0' || val[0] == '-' || val[0] == '+') {
+                fprintf(stderr, "%s: --seed: '%s' is not a whole number\n", argv[0], val);
+                return 0;
+            }
+        } else {
+            fprintf(stderr, "%s: unknown option '%s'\n", argv[0], o);
+            ex_usage(argv[0]);
+            return 0;
+        }
     }
     if (!a->k_path != !a->v_path) {
         fprintf(stderr, "%s: --k and --v go together\n", argv[0]);
