@@ -135,7 +135,7 @@ $(B)/fuzz-replay/%: fuzz/%.c fuzz/replay.c fuzz/fuzz.h $(HDRS)
 	$(CC) $(CFLAGS) -O1 $(SAN) -I. -o $@ $< fuzz/replay.c $(LDLIBS)
 fuzz-seeds:
 	@mkdir -p $(B) $(addprefix fuzz/corpus/,$(notdir $(FUZZERS)))
-	$(CC) $(CFLAGS) -o $(B)/fuzz_seeds fuzz/seeds.c && $(B)/fuzz_seeds
+	$(CC) $(CFLAGS) -o $(B)/fuzz_seeds fuzz/seeds.c $(LDLIBS) && $(B)/fuzz_seeds
 fuzz: $(FUZZERS)
 	@set -e; for f in $(FUZZERS); do n=$${f##*/}; \
 	  mkdir -p $(B)/fuzz/corpus/$$n; echo "=== $$n: $(FUZZ_SECONDS) s"; \

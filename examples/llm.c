@@ -178,22 +178,15 @@ static void model_close(model_file *f)
     gguf_close(&f->g);
 }
 
-static int model_open(model_file *f, const char *path, int seq_len)
+/* The model in an opened GGUF (f->g): config, tensors, tokenizer. `path`
+   names it in messages.                                                    */
+static int model_load(model_file *f, const char *path, int seq_len)
 {
     llm_config *c = &f->m.cfg;
     gguf_str arch;
     float f32;
     int dim, q_dim, kv_dim, ok;
     char why[256];
-    memset(f, 0, sizeof *f);
-    if (!gguf_open_file(&f->g, path)) {
-        FILE *probe = fopen(path, "rb");
-        fprintf(stderr, "model: %s\n", f->g.why);
-        if (!probe && !strcmp(path, DEFAULT_MODEL))
-            fprintf(stderr, "(run `make model` to fetch the default model)\n");
-        if (probe) fclose(probe);
-        return 0;
-    }
     if (!gguf_get_str(&f->g, "general.architecture", &arch) || arch.len != 5 ||
         memcmp(arch.ptr, "llama", 5) != 0) {
         fprintf(stderr, "%s: not a LLaMA-architecture GGUF\n", path);
@@ -224,6 +217,11 @@ static int model_open(model_file *f, const char *path, int seq_len)
         c->vocab_size = (int)toks.n;
     }
     c->tied_embeddings = gguf_find_tensor(&f->g, "output.weight") == NULL;
+    if (!(c->rms_eps > 0.0f) || !isfinite(c->rms_eps)) {
+        fprintf(stderr, "%s: llama.attention.layer_norm_rms_epsilon = %g must be finite "
+                "and > 0\n", path, (double)c->rms_eps);
+        return 0;
+    }
     if (llm_config_check(c, why, sizeof why) != KVQ_OK) {
         fprintf(stderr, "%s: %s\n", path, why);
         return 0;
@@ -251,6 +249,20 @@ static int model_open(model_file *f, const char *path, int seq_len)
           load_tensor(&f->g, "output.weight", f->m.w.wcls, (size_t)c->vocab_size * dim)) &&
          load_tokenizer(f);
     return ok;
+}
+
+static int model_open(model_file *f, const char *path, int seq_len)
+{
+    memset(f, 0, sizeof *f);
+    if (!gguf_open_file(&f->g, path)) {
+        FILE *probe = fopen(path, "rb");
+        fprintf(stderr, "model: %s\n", f->g.why);
+        if (!probe && !strcmp(path, DEFAULT_MODEL))
+            fprintf(stderr, "(run `make model` to fetch the default model)\n");
+        if (probe) fclose(probe);
+        return 0;
+    }
+    return model_load(f, path, seq_len);
 }
 
 /* Text -> ids (BOS first when the file asks for it), with bpe_encode's

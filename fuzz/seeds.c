@@ -4,6 +4,7 @@
    dtype, a tiny GGUF v3 with every metadata kind and three tensor types,
    quantizer shapes of every axis and mode, and for every cache policy an
    op sequence (appends, a prefill, attention, eviction, compaction, reads). */
+#include <math.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +21,81 @@ static void put(const char *dir, const char *name, const void *p, size_t n)
 }
 
 /* ---- .npy ---------------------------------------------------------------- */
+/* ---- a tiny valid LLaMA model as GGUF v3 (fuzz_model) -------------------
+   dim 8, hidden 16, 1 layer, 2 heads, 1 KV head (head_dim 4), vocab 8 with
+   two ChatML specials and one merge; tensors F32 (type 0) or F16 (type 1),
+   with or without a separate classifier (output.weight).                 */
+typedef struct { uint8_t *b; size_t n; } gw;
+static void gw_le(gw *w, uint64_t v, int n) { int i; for (i = 0; i < n; i++) w->b[w->n++] = (uint8_t)(v >> (8 * i)); }
+static void gw_str(gw *w, const char *s) { size_t n = strlen(s); gw_le(w, n, 8); memcpy(w->b + w->n, s, n); w->n += n; }
+static void gw_u32kv(gw *w, const char *k, uint32_t v) { gw_str(w, k); gw_le(w, 4, 4); gw_le(w, v, 4); }
+
+static uint16_t gw_f16(float f)          /* exact for the values used: k/64 */
+{
+    uint32_t u;
+    int e;
+    float m;
+    if (f == 0.0f) return 0;
+    m = frexpf(f < 0 ? -f : f, &e);      /* f = m 2^e, 0.5 <= m < 1          */
+    u = (uint32_t)((m * 2.0f - 1.0f) * 1024.0f + 0.5f);
+    return (uint16_t)((f < 0 ? 0x8000u : 0u) | ((uint32_t)(e - 1 + 15) << 10) | u);
+}
+
+static size_t tiny_llama(uint8_t *b, int f16, int untied)
+{
+    static const char *names[12] = { "token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight",
+        "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+        "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
+        "output.weight" };
+    static const uint64_t ne[12][2] = { {8, 8}, {8, 1}, {8, 1}, {8, 8}, {8, 4}, {8, 4}, {8, 8},
+                                        {8, 1}, {8, 16}, {8, 16}, {16, 8}, {8, 8} };
+    static const char *toks[8] = { "a", "b", "c", "ab", "<|im_start|>", "<|im_end|>", "\xC4\xA0", "h" };
+    static const int32_t types[8] = { 1, 1, 1, 1, 3, 3, 1, 1 };
+    gw w = { b, 0 };
+    int n_t = untied ? 12 : 11, i, j;
+    uint64_t off = 0, esz = f16 ? 2 : 4, seed = 12345;
+    gw_le(&w, 0x46554747u, 4);                  /* "GGUF"                  */
+    gw_le(&w, 3, 4); gw_le(&w, (uint64_t)n_t, 8); gw_le(&w, 12, 8);
+    gw_str(&w, "general.architecture"); gw_le(&w, 8, 4); gw_str(&w, "llama");
+    gw_u32kv(&w, "llama.embedding_length", 8);
+    gw_u32kv(&w, "llama.feed_forward_length", 16);
+    gw_u32kv(&w, "llama.block_count", 1);
+    gw_u32kv(&w, "llama.attention.head_count", 2);
+    gw_u32kv(&w, "llama.attention.head_count_kv", 1);
+    { float e = 1e-5f; uint32_t u; memcpy(&u, &e, 4);
+      gw_str(&w, "llama.attention.layer_norm_rms_epsilon"); gw_le(&w, 6, 4); gw_le(&w, u, 4); }
+    gw_str(&w, "tokenizer.ggml.tokens"); gw_le(&w, 9, 4); gw_le(&w, 8, 4); gw_le(&w, 8, 8);
+    for (i = 0; i < 8; i++) gw_str(&w, toks[i]);
+    gw_str(&w, "tokenizer.ggml.token_type"); gw_le(&w, 9, 4); gw_le(&w, 5, 4); gw_le(&w, 8, 8);
+    for (i = 0; i < 8; i++) gw_le(&w, (uint32_t)types[i], 4);
+    gw_str(&w, "tokenizer.ggml.merges"); gw_le(&w, 9, 4); gw_le(&w, 8, 4); gw_le(&w, 1, 8);
+    gw_str(&w, "a b");
+    gw_u32kv(&w, "tokenizer.ggml.eos_token_id", 5);
+    gw_str(&w, "tokenizer.chat_template"); gw_le(&w, 8, 4);
+    gw_str(&w, "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}");
+    for (i = 0; i < n_t; i++) {                 /* tensor infos             */
+        gw_str(&w, names[i]);
+        gw_le(&w, 2, 4); gw_le(&w, ne[i][0], 8); gw_le(&w, ne[i][1], 8);
+        gw_le(&w, f16 ? 1 : 0, 4);
+        gw_le(&w, off, 8);
+        off += (ne[i][0] * ne[i][1] * esz + 31) / 32 * 32;
+    }
+    while (w.n % 32) b[w.n++] = 0;
+    for (i = 0; i < n_t; i++) {                 /* data, each 32-aligned    */
+        size_t start = w.n;
+        for (j = 0; j < (int)(ne[i][0] * ne[i][1]); j++) {
+            float v;
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            v = (float)((int)(seed >> 58) - 32) / 64.0f;          /* k/64 */
+            if (strstr(names[i], "norm")) v = 1.0f;
+            if (f16) gw_le(&w, gw_f16(v), 2);
+            else { uint32_t u; memcpy(&u, &v, 4); gw_le(&w, u, 4); }
+        }
+        while ((w.n - start) % 32) b[w.n++] = 0;
+    }
+    return w.n;
+}
+
 /* ---- pages: an op byte for (kind, sequence) as fuzz_pages.c decodes it -- */
 static uint8_t page_op(int kind, int seq)
 {
@@ -173,6 +249,15 @@ int main(void)
         *p++ = 6;                          /* read all                       */
         snprintf(name, sizeof name, "unused_fields_%zu", pol);
         put("fuzz_cache", name, b, (size_t)(p - b));
+    }
+    /* model: the tiny LLaMA, F32 and F16, tied and untied classifier       */
+    for (pol = 0; pol < 4; pol++) {
+        static uint8_t m[8192];
+        char name[32];
+        n = tiny_llama(m, (int)(pol & 1), (int)(pol >> 1));
+        snprintf(name, sizeof name, "tiny_llama_%s_%s.gguf", pol & 1 ? "f16" : "f32",
+                 pol >> 1 ? "untied" : "tied");
+        put("fuzz_model", name, m, n);
     }
     /* pages: 8 blocks of 4 slots, 6-byte payloads; fill, fork, evict,
        repack, holefill; then (pool_1) the pool is freed under live
