@@ -471,7 +471,10 @@ int main(int argc, char **argv)
     }
 
     /* ==== 2. Fig. 1(c): which tokens to keep in full precision ========== */
-    {
+    if (T < TQ) {
+        printf("\n2. Fig. 1(c) needs at least one OTT group of %d tokens; this head has "
+               "T = %zu: section skipped\n", TQ, T);
+    } else {
         static const size_t n_keep[4] = {0, 4, 16, 64};
         static const char *crit[3] = {"smallest L1", "random", "largest L1"};
         size_t Tq = T - T % TQ, k, cr;
@@ -627,6 +630,11 @@ int main(int argc, char **argv)
         if (!g.K || !g.V || !g.Q) return 2;
         ex_synth_make(&s, g.K, g.V, g.Q, NULL);
         heads[0] = &h; heads[1] = &g;
+        if (g.n_q > h.n_q) {                     /* ref holds either head's  */
+            float *grown = (float *)realloc(ref, g.n_q * D * sizeof(float));
+            if (!grown) return 2;
+            ref = grown;
+        }
         printf("\n5. Replacement mean (OTT-2, k=3): attn err / key err\n"
                "   %-18s %19s %19s\n", "", "mean of the rest", "mean of all G");
         for (m = 0; m < 2; m++) {
