@@ -333,10 +333,10 @@ static void part4_bits_table(void)
 
     printf("   Where the papers' ratios come from (D = 128, K+V per token per head):\n");
     ex_check(fabs(2 * 128 * b2g128 / 8 - 72) < 1e-9 && fabs(ratio_of(b2g128) - 7.1) < 0.05,
-             "2-bit G=128: %.0f B, %.2fx; REFERENCE.md bytes limit: ~72 B, 7.1x",
+             "2-bit G=128: %.0f B, %.2fx; the bytes ceiling of a 2-bit decode: ~72 B, 7.1x",
              2 * 128 * b2g128 / 8, ratio_of(b2g128));
     ex_check(fabs(2 * 128 * b2g32 / 8 - 96) < 1e-9 && fabs(ratio_of(b2g32) - 5.3) < 0.05,
-             "2-bit G=32 (KIVI's G): %.0f B, %.2fx; REFERENCE.md: ~96 B, 5.3x",
+             "2-bit G=32 (KIVI's G): %.0f B, %.2fx; ceiling: ~96 B, 5.3x",
              2 * 128 * b2g32 / 8, ratio_of(b2g32));
     ex_check(6.4 <= ratio_of(b2g128),
              "OTT Sec. 4.3 measures KIVI/OTT 2-bit reaching ~6.4x (G=128): below our "

@@ -1,6 +1,6 @@
 /* examples/03_hf.c - the Hugging Face quantized KV cache, step by step.
 
-   The HF post (seeds/002_...) adds a quantized KV cache to transformers,
+   The Hugging Face blog post on KV cache quantization adds a quantized KV cache to transformers,
    "largely inspired by" KIVI but not KIVI. This example walks its claims:
 
      1. the memory estimate 2 * 2 * layers * heads * head_dim * tokens for
@@ -11,9 +11,9 @@
      3. KIVI against HF on one head: per-channel keys with a float zero
         against per-token keys with an integer zero, at 2 and 4 bits;
      4. what re-quantizing the history at every flush (HF's code, see
-        REFERENCE.md) does to the stored codes, the error and the bytes.
+        the quanto backend) does to the stored codes, the error and the bytes.
 
-   Where HF's schedule differs from KIVI (kvq.h Sec. 7; REFERENCE.md):
+   Where HF's schedule differs from KIVI (kvq.h Sec. 7; HF transformers' QuantizedCache):
      - keys per-token (HF's default axis), not per-channel (KIVI Sec. 3.2);
      - integer zero point zp = round(-min/s) (the post's Z), not the float
        group minimum: it costs up to half a step more at a group's edges
@@ -181,7 +181,7 @@ static void section_bytes(const ex_args *a, double ratio[2])
     const double heads = (double)LLAMA_LAYERS * LLAMA_HEADS;
     const double fp16 = fp16_cache_bytes(T);
     /* HF's defaults, as the post ran them ("nbits=4, group_size=64,
-       resildual_length=128, per_token=True") and REFERENCE.md lists them */
+       resildual_length=128, per_token=True") and transformers' QuantizedCacheConfig has them */
     const kvq_hf_params hf = kvq_hf_defaults(4);
     ex_synth s = ex_synth_defaults(T, D, a->seed);
     float *K = (float *)malloc(T * D * sizeof(float));    /* (T, D)          */
@@ -251,7 +251,7 @@ static void section_bytes(const ex_args *a, double ratio[2])
 /* The post's memory figures against ours. Ours count the payload only (what
    any implementation must store); a measured footprint adds HF's transient
    fp16 copy (every decode step dequantizes a layer's whole store, per
-   REFERENCE.md), quanto's tensor overheads and the allocator, so a measured
+   quanto's code), quanto's tensor overheads and the allocator, so a measured
    saving can only be at or below the payload ratio.                        */
 static void section_post_figures(const double ratio[2])
 {

@@ -1,5 +1,5 @@
 /* examples/04_ott.c - OTT, KV cache quantization with outlier token tracing
-   (Su et al., ACL 2025; seeds/000_...), stepped through on one head.
+   (Su et al., ACL 2025), stepped through on one head.
 
      1. Sec. 3.1, Appendix F (Table 9), Fig. 4: a few tokens are tiny in the
         key's outlier channel and small in L1 norm overall.
@@ -379,7 +379,7 @@ int main(int argc, char **argv)
 
     if (!ex_args_parse(argc, argv, &a) || !ex_head_get(&a, 2048, 128, &h)) return 2;
     T = h.T; D = h.D;
-    printf("04_ott: OTT outlier token tracing (seeds/000_...), %s head T=%zu D=%zu, %d-bit\n",
+    printf("04_ott: OTT outlier token tracing (Su et al., ACL 2025), %s head T=%zu D=%zu, %d-bit\n",
            h.real ? "real" : "synthetic", T, D, BITS);
     ref = (float *)malloc(h.n_q * D * sizeof(float));
     probs = (float *)malloc(h.n_q * T * sizeof(float));

@@ -1,5 +1,5 @@
 /* examples/05_logquant.c - LogQuant, log-distributed 2-bit KV quantization
-   (Chen et al., 2025; seeds/004_...), stepped through on kvq's policy.
+   (Chen et al., 2025, arXiv:2503.19950), stepped through on kvq's policy.
 
      1. Sec. 2.5, Algorithm 1: which positions stay full precision, traced
         against a literal re-implementation of the pseudo-code; 2W < |A| <= 3W;
@@ -288,7 +288,7 @@ int main(int argc, char **argv)
 
     if (!ex_args_parse(argc, argv, &a) || !ex_head_get(&a, 2048, 128, &h)) return 2;
     T = h.T; D = h.D;
-    printf("05_logquant: LogQuant (seeds/004_...), %s head T=%zu D=%zu, %d-bit, G=%d\n\n",
+    printf("05_logquant: LogQuant (arXiv:2503.19950), %s head T=%zu D=%zu, %d-bit, G=%d\n\n",
            h.real ? "real" : "synthetic", T, D, BITS, G_HF);
     part1_trace(&h);
 

@@ -1,6 +1,7 @@
 /* examples/06_eviction.c - token eviction, paged blocks and compaction, on
    kvq's own structures (kvq.h Sec. 11), beside every self-checking figure of
-   the eviction-and-compaction page (seeds 001).
+   StreamingLLM (arXiv:2309.17453), H2O (arXiv:2306.14048),
+   SnapKV (arXiv:2404.14469), and a paged engine's compaction.
 
    Part A  wall 2: a paged pool frees only all-dead blocks; repack and
            hole-filling give the memory back (the page's five figures).
@@ -502,7 +503,7 @@ int main(int argc, char **argv)
 {
     ex_args a;
     if (!ex_args_parse(argc, argv, &a)) return 2;
-    printf("06_eviction: token eviction and compaction on kvq's cache (seeds 001)\n");
+    printf("06_eviction: token eviction and compaction on kvq's cache\n");
     part_a();
     freed_vs_evicted(a.seed);          /* CSV only: the curve behind part A */
     part_b(a.seed);

@@ -158,7 +158,7 @@ static int ref_quant_unit(const float *rows, size_t tpu, size_t D, size_t G,
    positions and a list of quantized positions in the order they were
    quantized. The rules are the papers' rules, written from their text:
 
-   KIVI (Algorithm 1 + the KIVI code's timing, REFERENCE.md):
+   KIVI (Algorithm 1 + the timing of KIVI's public code):
      prefill T   keys quantize [0, T - T % R); values [0, T - R) if T > R.
      append      keys: if the residual already holds R, those R are
                  quantized first, then the new key joins (residual 1..R).
