@@ -1,13 +1,13 @@
 # kvq - build, examples, tests. `make help` prints this block.
 #   make            build everything, then run every example; each prints its
-#                   numbers beside the paper's with PASS/FAIL (about 3 min on
+#                   numbers beside the paper's with PASS/FAIL (about 1 min on
 #                   2 cores)
 #   make test       compile checks (C99, C++, static linkage, the README
 #                   snippet), check-docs (the walkthrough's quoted output),
 #                   then four passes, each under its own header: unit tests,
 #                   the same under ASan + UBSan, fuzz/corpus replayed through
 #                   the fuzz targets, valgrind memcheck; ends with one line
-#                   "total: N passed, M failed" (about 10 min on 2 cores)
+#                   "total: N passed, M failed" (about 3 min on 2 cores)
 #   make plots      the examples' CSV tables and the figures in plots/
 #                   (matplotlib, installed with pip when missing)
 #   make soak       long decode streams with every invariant at every step:
