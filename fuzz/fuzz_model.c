@@ -1,5 +1,5 @@
 /* fuzz/fuzz_model.c - the LLM runner's loader, tokenizer and forward pass
-   (examples/llm.c, llm.h, gguf.h, bpe.h) on arbitrary GGUF bytes.
+   (examples/llm/llm.c, llm.h, gguf.h, bpe.h) on arbitrary GGUF bytes.
 
    The input is a GGUF image. Properties:
      - no crash, over-read or undefined behaviour (ASan, UBSan);
@@ -46,7 +46,7 @@ static void *fz_realloc(void *p, size_t n)
 #define realloc(p, n) fz_realloc(p, n)
 
 #define LLM_NO_MAIN
-#include "examples/llm.c"
+#include "examples/llm/llm.c"
 
 static void run_cache(model_file *f, const char *cache, const int *ids)
 {

@@ -1,5 +1,5 @@
 """plots/real_model.py - chapter 10: the papers' claims on a real model
-(SmolLM2-135M-Instruct run by examples/llm.c; `make eval`, `make plots-real`).
+(SmolLM2-135M-Instruct run by examples/llm/llm.c; `make eval`, `make plots-real`).
 
   real_model_ppl.png   perplexity rise over fp32 of every cache on 2048 tokens
                        of GPL-3, against the bits per element it stored

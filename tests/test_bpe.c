@@ -1,4 +1,4 @@
-/* tests/test_bpe.c - the byte-level BPE tokenizer (examples/bpe.h) against
+/* tests/test_bpe.c - the byte-level BPE tokenizer (examples/llm/bpe.h) against
    independent expectations. Needs no model file.
 
    Groups (each is a function below):
@@ -25,7 +25,7 @@
 
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
-#include "examples/bpe.h"
+#include "examples/llm/bpe.h"
 #include "tests/test.h"
 
 #ifdef KVQ_TEST_QUICK

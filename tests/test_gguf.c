@@ -1,4 +1,4 @@
-/* tests/test_gguf.c - the GGUF reader (examples/gguf.h) on files this test
+/* tests/test_gguf.c - the GGUF reader (examples/llm/gguf.h) on files this test
    writes itself. No model file is needed.
 
    Groups (each is a function below):
@@ -23,7 +23,7 @@
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "test.h"
-#include "examples/gguf.h"
+#include "examples/llm/gguf.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* tests/test_llm.c - the LLaMA forward pass of examples/llm.h against a
+/* tests/test_llm.c - the LLaMA forward pass of examples/llm/llm.h against a
    direct, naive computation of the same model.
 
    A tiny random-weight model (dim 32, 2 layers, 4 query heads sharing 2 KV
@@ -24,7 +24,7 @@
    No expected number was captured from running llm.h.                      */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
-#include "examples/llm.h"
+#include "examples/llm/llm.h"
 #include "tests/test.h"
 
 #include <math.h>

@@ -11,7 +11,7 @@
    GGUF's own vocabulary and merges with the smollm pre-tokenizer (digits
    split, then GPT-2 byte-level), no BOS (the file sets add_bos_token false). */
 #define LLM_NO_MAIN
-#include "examples/llm.c"
+#include "examples/llm/llm.c"
 #include "test.h"
 
 #ifdef KVQ_TEST_QUICK          /* the sanitizer build: a shorter text       */

@@ -1,4 +1,4 @@
-/* examples/llm.h - a LLaMA-architecture transformer in plain C whose keys and
+/* examples/llm/llm.h - a LLaMA-architecture transformer in plain C whose keys and
    values live in kvq caches, one per (layer, KV head).
 
    It is the model only: it knows nothing about files. A loader (the GGUF
@@ -8,7 +8,7 @@
    USAGE
        #define KVQ_IMPLEMENTATION
        #include "kvq.h"
-       #include "examples/llm.h"
+       #include "examples/llm/llm.h"
        llm_model m;  m.cfg = ...;  llm_weights_alloc(&m.w, &m.cfg);  // fill
        llm_opts o = llm_opts_default();
        o.cache_fn = my_cache_fn;  o.cache_user = ...;   // NULL: fp32 caches

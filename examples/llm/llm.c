@@ -1,4 +1,4 @@
-/* examples/llm.c - a real LLM (SmolLM2-135M-Instruct, LLaMA architecture)
+/* examples/llm/llm.c - a real LLM (SmolLM2-135M-Instruct, LLaMA architecture)
    in plain C, with its K/V going through any kvq cache, to check the papers'
    claims on real keys and values.
 

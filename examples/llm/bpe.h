@@ -1,4 +1,4 @@
-/* examples/bpe.h - a byte-level BPE tokenizer of the GPT-2 kind, as SmolLM2
+/* examples/llm/bpe.h - a byte-level BPE tokenizer of the GPT-2 kind, as SmolLM2
    uses it (GGUF: tokenizer.ggml.model = "gpt2", tokenizer.ggml.pre = "smollm").
 
    Usage (everything is static; include it where you need it):

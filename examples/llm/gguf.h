@@ -1,4 +1,4 @@
-/* examples/gguf.h - a GGUF reader that trusts nothing it reads.
+/* examples/llm/gguf.h - a GGUF reader that trusts nothing it reads.
 
    GGUF is the single-file model format of ggml / llama.cpp: a header, typed
    key-value metadata (hyperparameters, the tokenizer's vocabulary and merges),
