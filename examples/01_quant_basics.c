@@ -287,7 +287,7 @@ static void kivi_cache_bytes(size_t D, int B, size_t G, size_t R, size_t n_prefi
     if (!K || !V) { fprintf(stderr, "out of memory\n"); exit(2); }
     cfg.group = G;
     cfg.residual = R;
-    ex_must(kvq_cache_init(&c, &cfg), "kvq_cache_init", &c);
+    ex_must(ex_cache_init(&c, &cfg), "kvq_cache_init", &c);
     ex_must(kvq_cache_reserve(&c, n_prefill + n_decode), "reserve", &c);
     for (t = 0; t < n_prefill + n_decode; ) {
         /* prefill in chunks (repeated prefill = one long prompt), then decode */
@@ -456,7 +456,7 @@ static void part6_memory_vs_length(unsigned long long seed)
         double half = 0;
         int bits = m == 0 ? 16 : 2;
         size_t G = m == 0 ? 0 : cfg[m].group;
-        ex_must(kvq_cache_init(&c, &cfg[m]), "kvq_cache_init", &c);
+        ex_must(ex_cache_init(&c, &cfg[m]), "kvq_cache_init", &c);
         ex_must(kvq_cache_reserve(&c, T), "reserve", &c);
         for (t = 0; t < T; t++) {
             ex_must(kvq_cache_append(&c, K + t * D, V + t * D), "append", &c);

@@ -58,7 +58,7 @@ static void build_cache(kvq_cache *c, const kvq_config *cfg, const float *K,
                         const float *V, size_t T, size_t D, size_t n_prefill)
 {
     size_t t;
-    ex_must(kvq_cache_init(c, cfg), "init", NULL);
+    ex_must(ex_cache_init(c, cfg), "init", NULL);
     ex_must(kvq_cache_reserve(c, T), "reserve", c);
     if (n_prefill > 0)
         ex_must(kvq_cache_prefill(c, K, V, n_prefill), "prefill", c);

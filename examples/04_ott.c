@@ -331,7 +331,7 @@ static void fig1c_why(fig1c *f, const ex_head *h, size_t n)
 static void cache_run(kvq_cache *c, const kvq_config *cfg, const ex_head *h)
 {
     size_t T0 = h->T / 2, t;
-    ex_must(kvq_cache_init(c, cfg), "kvq_cache_init", c);
+    ex_must(ex_cache_init(c, cfg), "kvq_cache_init", c);
     ex_must(kvq_cache_prefill(c, h->K, h->V, T0), "prefill", c);
     for (t = T0; t < h->T; t++)
         ex_must(kvq_cache_append(c, h->K + t * h->D, h->V + t * h->D), "append", c);

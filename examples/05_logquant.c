@@ -70,7 +70,7 @@ static void part1_trace(const ex_head *h)
     int same = 1, bounded = 1, monotone = 1, thinned = 0;
     char counts[STEPS * 3 + 1];
     FILE *csv = ex_csv_open("logquant_kept.csv", "window,step,position");  /* Fig. 6 */
-    ex_must(kvq_cache_init(&c, &cfg), "init", &c);
+    ex_must(ex_cache_init(&c, &cfg), "init", &c);
     printf("1. Algorithm 1, W=%d: full-precision positions ('#') after step t\n", W);
     counts[0] = 0;
     for (t = 0; t < STEPS && t < h->T; t++) {
@@ -238,8 +238,8 @@ static tally run_pair(kvq_cache c[2], const float *K, const float *V, size_t T,
     tally ty;
     memset(&ty, 0, sizeof ty);
     ck.group = G_HF;                               /* Sec. 3.1: G = 64 both */
-    ex_must(kvq_cache_init(&c[0], &cl), "init", &c[0]);
-    ex_must(kvq_cache_init(&c[1], &ck), "init", &c[1]);
+    ex_must(ex_cache_init(&c[0], &cl), "init", &c[0]);
+    ex_must(ex_cache_init(&c[1], &ck), "init", &c[1]);
     ex_must(kvq_cache_prefill(&c[0], K, V, T0), "prefill", &c[0]);
     ex_must(kvq_cache_prefill(&c[1], K, V, T0), "prefill", &c[1]);
     cc[0] = &c[0]; cc[1] = &c[1];

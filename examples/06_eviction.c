@@ -255,7 +255,7 @@ static void eager_double(const double *q, const double *K, const double *V,
 static void cache_of(kvq_cache *c, const float *K, const float *V, size_t N, size_t D)
 {
     kvq_config cfg = kvq_config_full(D, 32);
-    ex_must(kvq_cache_init(c, &cfg), "cache_init", NULL);
+    ex_must(ex_cache_init(c, &cfg), "cache_init", NULL);
     ex_must(kvq_cache_prefill(c, K, V, N), "prefill", c);
 }
 
@@ -418,7 +418,7 @@ static void part_cd(const ex_args *a)
     o2 = (float *)malloc(h.n_q * D * sizeof(float));
     /* HF int4 cache (per-token keys and values): H2O keeps 128 + 128       */
     cfg = kvq_config_hf(D, kvq_hf_defaults(4));
-    ex_must(kvq_cache_init(&c, &cfg), "init", &c);
+    ex_must(ex_cache_init(&c, &cfg), "init", &c);
     nwork = kvq_attend_scratch_floats(&c, KVQ_ATTN_EAGER) + T;
     work = (float *)malloc(nwork * sizeof(float));
     h2o_stream(&c, &h, T, 128, 128, score, keep, work, nwork, probs);
@@ -442,7 +442,7 @@ static void part_cd(const ex_args *a)
     /* D. KIVI keys are per-channel: survivors cannot leave their group.    */
     printf("\nD. Per-channel keys under compaction (KIVI-2, G = 32, R = 128)\n");
     cfg = kvq_config_kivi(D, 2);
-    ex_must(kvq_cache_init(&c, &cfg), "init", &c);
+    ex_must(ex_cache_init(&c, &cfg), "init", &c);
     ex_must(kvq_cache_prefill(&c, h.K, h.V, T), "prefill", &c);
     {
         ex_rng r = ex_rng_seed(a->seed + 7);

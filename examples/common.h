@@ -326,6 +326,52 @@ EX_UNUSED static void ex_must(kvq_status st, const char *what, const kvq_cache *
     exit(2);
 }
 
+/* The largest divisor of D that is at most G (G itself when it divides).  */
+EX_UNUSED static size_t ex_divisor_at_most(size_t D, size_t G)
+{
+    size_t g = G < D ? G : D;
+    while (g > 1 && D % g) g--;
+    return g;
+}
+
+/* kvq_cache_init for a head of any D: a per-token group (the paper's G,
+   e.g. 32 or 64) that does not divide this head's D becomes the largest
+   divisor of D below it, with a note printed once per change, so every
+   example runs on real heads (D = 8 ... 128) as well as the synthetic one.
+   Per-channel groups run along tokens and never depend on D.              */
+EX_UNUSED static kvq_status ex_cache_init(kvq_cache *c, const kvq_config *cfg_in)
+{
+    static size_t noted[8][2];
+    static int n_noted;
+    kvq_config cfg = *cfg_in;
+    size_t D = cfg.head_dim, *fields[2], i, k;
+    int quantized[2], per_token[2];
+    quantized[0] = cfg.policy != KVQ_POLICY_FULL &&
+                   !(cfg.policy == KVQ_POLICY_CUSTOM && cfg.key_schedule == KVQ_SCHED_NONE);
+    quantized[1] = cfg.policy != KVQ_POLICY_FULL &&
+                   !(cfg.policy == KVQ_POLICY_CUSTOM && cfg.value_schedule == KVQ_SCHED_NONE);
+    per_token[0] = cfg.key_axis == KVQ_PER_TOKEN;
+    per_token[1] = cfg.value_axis == KVQ_PER_TOKEN;
+    if (quantized[1] && per_token[1] && cfg.value_group == 0) cfg.value_group = cfg.group;
+    fields[0] = &cfg.group;
+    fields[1] = &cfg.value_group;
+    for (i = 0; i < 2; i++) {
+        size_t G = *fields[i], fit;
+        if (!quantized[i] || !per_token[i] || G == 0 || D == 0 || D % G == 0) continue;
+        fit = ex_divisor_at_most(D, G);
+        *fields[i] = fit;
+        for (k = 0; k < (size_t)n_noted && (noted[k][0] != G || noted[k][1] != D); k++) {}
+        if (k == (size_t)n_noted && n_noted < 8) {
+            noted[n_noted][0] = G; noted[n_noted][1] = D; n_noted++;
+            printf("   note: per-token G = %zu does not divide this head's D = %zu: "
+                   "using G = %zu\n", G, D, fit);
+        }
+    }
+    if (cfg.policy == KVQ_POLICY_OTT && cfg.ott_k >= cfg.group && cfg.group > 1)
+        cfg.ott_k = cfg.group - 1;                  /* k < G (kvq.h Sec. 7.1) */
+    return kvq_cache_init(c, &cfg);
+}
+
 /* ------------------------------------------------------------------------ */
 /* CSV tables (--csv DIR): the data behind plots/. One file per table, a
    header line, then one line per row; numbers in C's "%.9g" spelling so a
