@@ -476,6 +476,15 @@ static void part_cd(const ex_args *a)
             n_surv++;
         }
         n_surv -= n_surv % G;               /* whole groups only            */
+        if (n_surv == 0) {                  /* a head too short to quantize */
+            printf("  no whole key group survives on this head (T = %zu): the "
+                   "re-quantization comparison is skipped\n", h.T);
+            free(orig); free(kept); free(req); free(w); free(sz);
+            kvq_cache_free(&c);
+            free(work); free(probs); free(score); free(keep); free(o1); free(o2);
+            ex_head_free(&h);
+            return;
+        }
         ex_must(kvq_quantize_matrix(kept, n_surv, D, 2, G, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, w, sz),
                 "requantize", NULL);
         ex_must(kvq_dequantize_matrix(w, sz, n_surv, D, 2, G, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, req),
