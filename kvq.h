@@ -17,7 +17,6 @@
        KVQ_ASSERT(x)        internal invariant check (default: assert.h)
        KVQ_MALLOC(sz) / KVQ_REALLOC(p,sz) / KVQ_FREE(p)
                             allocator override: define all three or none
-       KVQ_NO_STDIO         leave out the .npy file functions (kvq_npy_load/_save)
 
    CONTENTS
        1. Standard parameters (T, D, G, B, R, N, ...)
@@ -31,7 +30,7 @@
        8. Decode attention over a cache: eager and online softmax, GQA, and the
           algebra that never materializes dequantized keys
        9. Byte accounting and invariants
-      10. .npy arrays (float32 / float16, C order)
+      10. (no longer in kvq.h: .npy files are examples/npy.h)
       11. Eviction (StreamingLLM, H2O, SnapKV keep masks), paged blocks with
           reference counts, and compaction (repack, hole-filling)
       12. Which function returns which status
@@ -461,27 +460,6 @@ KVQ_API kvq_status kvq_cache_census(const kvq_cache *c, kvq_census *out);
 KVQ_API kvq_status kvq_cache_check(kvq_cache *c);
 
 /* ======================================================================== */
-/* 10. .npy ARRAYS                                                          */
-/* ======================================================================== */
-/* NumPy format 1.0/2.0/3.0, little-endian float32 ('<f4') or float16 ('<f2'),
-   C order, 1..4 dimensions. Data is always returned as float32.             */
-#define KVQ_NPY_MAX_DIMS 4
-typedef struct kvq_npy {
-    float  *data;                   /* (shape[0], ..., shape[ndim-1])        */
-    size_t  shape[KVQ_NPY_MAX_DIMS];
-    int     ndim;
-    size_t  count;
-} kvq_npy;
-
-KVQ_API kvq_status kvq_npy_parse(const void *buf, size_t len, kvq_npy *out);
-KVQ_API void       kvq_npy_free(kvq_npy *a);
-#ifndef KVQ_NO_STDIO
-KVQ_API kvq_status kvq_npy_load(const char *path, kvq_npy *out);
-KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
-                                const size_t *shape, int ndim);
-#endif
-
-/* ======================================================================== */
 /* 11. EVICTION, PAGED BLOCKS AND COMPACTION                                */
 /* ======================================================================== */
 /* Eviction (StreamingLLM, H2O, SnapKV) on any kvq cache: a policy returns a
@@ -643,8 +621,8 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_config_validate kvq_cache_init kvq_cache_reserve
                        kvq_cache_prefill kvq_cache_append kvq_cache_read
                        kvq_attend kvq_attend_dense kvq_cache_bytes
-                       kvq_cache_census kvq_cache_check kvq_npy_parse
-                       kvq_npy_load kvq_npy_save kvq_evict_streaming
+                       kvq_cache_census kvq_cache_check
+                       kvq_evict_streaming
                        kvq_h2o_accumulate kvq_evict_h2o kvq_snapkv_scores
                        kvq_evict_snapkv kvq_cache_present kvq_cache_evict
                        kvq_cache_compact kvq_pages_init kvq_pseq_append
@@ -656,15 +634,15 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_quantize_matrix kvq_dequantize_matrix
                        kvq_config_validate kvq_cache_init kvq_cache_reserve
                        kvq_cache_prefill kvq_cache_read kvq_attend
-                       kvq_attend_dense kvq_npy_parse kvq_npy_load
-                       kvq_npy_save kvq_evict_streaming kvq_h2o_accumulate
+                       kvq_attend_dense
+                       kvq_evict_streaming kvq_h2o_accumulate
                        kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
                        kvq_cache_present kvq_cache_evict kvq_cache_compact
                        kvq_pages_init kvq_pseq_append kvq_pseq_evict
                        kvq_pseq_repack kvq_pseq_holefill
        a count is zero or out of its range (D, G, R, W in 1..65536; side
        not 0/1; even SnapKV kernel), a mask's length differs from the
-       cache's, a scratch buffer is too small, an empty .npy array
+       cache's, a scratch buffer is too small
    KVQ_ERR_BITS        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
                        kvq_quantize_matrix kvq_dequantize_matrix
                        kvq_config_validate kvq_cache_init
@@ -686,13 +664,13 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
    KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate(32-bit)
                        kvq_cache_init(32-bit) kvq_cache_prefill
-                       kvq_attend kvq_attend_dense kvq_npy_parse
-                       kvq_npy_load kvq_npy_save kvq_h2o_accumulate
+                       kvq_attend kvq_attend_dense
+                       kvq_h2o_accumulate
                        kvq_snapkv_scores kvq_pages_init
        a size computation would overflow size_t
    KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
-                       kvq_cache_append kvq_attend_dense kvq_npy_parse
-                       kvq_npy_load kvq_pages_init kvq_pseq_append
+                       kvq_cache_append kvq_attend_dense
+                       kvq_pages_init kvq_pseq_append
                        kvq_pseq_fork
        the allocator returned NULL
    KVQ_ERR_CAPACITY    kvq_cache_reserve kvq_cache_prefill kvq_cache_append
@@ -713,18 +691,13 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
        present, nothing
        to attend to, a broken invariant, a non-empty fork destination,
        compaction over a shared block
-   KVQ_ERR_FORMAT      kvq_npy_parse kvq_npy_load
-       malformed .npy data (magic, version, header, dtype, order, shape,
-       payload length)
-   KVQ_ERR_IO          kvq_npy_load kvq_npy_save
-       a file could not be opened, read or written (a failed save may
-       leave a partial file: kvq never deletes a path it was given, which
-       could be a device or a file the caller meant to keep)
+   KVQ_ERR_FORMAT      (no kvq.h function: malformed .npy data, examples/npy.h)
+   KVQ_ERR_IO          (no kvq.h function: a file error, examples/npy.h)
 
    Never fail (total, or NULL-safe): kvq_status_str kvq_f32_to_f16
    kvq_f16_to_f32 kvq_sz_affine kvq_bits_supported kvq_packed_words (0 on
    bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
-   kvq_cache_free kvq_attend_scratch_floats (0 on NULL) kvq_npy_free
+   kvq_cache_free kvq_attend_scratch_floats (0 on NULL)
    kvq_pages_free kvq_pseq_init kvq_pseq_free kvq_pseq_slot (NULL when out
    of range or the pool is dead) kvq_pseq_private_start (0 on a dead pool).
 
@@ -4095,182 +4068,6 @@ KVQ_API kvq_status kvq_pseq_holefill(kvq_pages *P, kvq_pseq *S, size_t first,
     return KVQ_OK;
 }
 
-/* ------------------------------------------------------------------------ */
-/* 10. .npy                                                                 */
-/* ------------------------------------------------------------------------ */
-/* Header: "\x93NUMPY", major, minor, header length (u16 LE for v1, u32 LE for
-   v2/v3), then a Python dict literal such as
-   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
-   padded with spaces and a final '\n'. We accept exactly the keys above.  */
-static const char *kvq__npy_find(const char *h, size_t n, const char *key)
-{
-    size_t k = strlen(key), i;
-    for (i = 0; i + k <= n; i++)
-        if (memcmp(h + i, key, k) == 0) return h + i + k;
-    return NULL;
-}
-
-static const char *kvq__skip_ws(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == ':' )) p++;
-    return p;
-}
-
-KVQ_API kvq_status kvq_npy_parse(const void *buf, size_t len, kvq_npy *out)
-{
-    const unsigned char *b = (const unsigned char *)buf;
-    const char *h, *end, *p;
-    size_t hlen, hoff, count = 1, i, elem, need;
-    int major, ndim = 0, is_f16;
-    size_t shape[KVQ_NPY_MAX_DIMS];
-    float *data;
-    if (!buf || !out) return KVQ_ERR_NULL;
-    if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0) return KVQ_ERR_FORMAT;
-    major = b[6];
-    if (major == 1) { hlen = (size_t)b[8] | ((size_t)b[9] << 8); hoff = 10; }
-    else if (major == 2 || major == 3) {
-        if (len < 12) return KVQ_ERR_FORMAT;
-        hlen = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) |
-               ((size_t)b[11] << 24);
-        hoff = 12;
-    } else return KVQ_ERR_FORMAT;
-    if (hlen > len - hoff) return KVQ_ERR_FORMAT;
-    h = (const char *)b + hoff;
-    end = h + hlen;
-    /* dtype                                                                */
-    p = kvq__npy_find(h, hlen, "'descr'");
-    if (!p) return KVQ_ERR_FORMAT;
-    p = kvq__skip_ws(p, end);
-    if (end - p >= 5 && memcmp(p, "'<f4'", 5) == 0) is_f16 = 0;
-    else if (end - p >= 5 && memcmp(p, "'<f2'", 5) == 0) is_f16 = 1;
-    else return KVQ_ERR_FORMAT;
-    /* order                                                                */
-    p = kvq__npy_find(h, hlen, "'fortran_order'");
-    if (!p) return KVQ_ERR_FORMAT;
-    p = kvq__skip_ws(p, end);
-    if (!(end - p >= 5 && memcmp(p, "False", 5) == 0)) return KVQ_ERR_FORMAT;
-    /* shape: '(' [int {',' int}] [','] ')'                                 */
-    p = kvq__npy_find(h, hlen, "'shape'");
-    if (!p) return KVQ_ERR_FORMAT;
-    p = kvq__skip_ws(p, end);
-    if (p >= end || *p != '(') return KVQ_ERR_FORMAT;
-    p++;
-    for (;;) {
-        size_t v = 0;
-        int digits = 0;
-        while (p < end && *p == ' ') p++;
-        if (p < end && *p == ')') break;
-        while (p < end && *p >= '0' && *p <= '9') {
-            if (v > ((size_t)-1 - 9) / 10) return KVQ_ERR_OVERFLOW;
-            v = v * 10 + (size_t)(*p - '0');
-            p++; digits++;
-        }
-        if (!digits || ndim == KVQ_NPY_MAX_DIMS) return KVQ_ERR_FORMAT;
-        shape[ndim++] = v;
-        if (!kvq__mul(count, v, &count)) return KVQ_ERR_OVERFLOW;
-        while (p < end && *p == ' ') p++;
-        if (p < end && *p == ',') { p++; continue; }
-        if (p < end && *p == ')') break;
-        return KVQ_ERR_FORMAT;
-    }
-    if (ndim == 0 || count == 0) return KVQ_ERR_SIZE;  /* scalars, empties  */
-    elem = is_f16 ? 2 : 4;
-    if (!kvq__mul(count, elem, &need)) return KVQ_ERR_OVERFLOW;
-    if (need != len - hoff - hlen) return KVQ_ERR_FORMAT;  /* exact payload */
-    if (!kvq__mul(count, sizeof(float), &need)) return KVQ_ERR_OVERFLOW;
-    data = (float *)KVQ_MALLOC(need);
-    if (!data) return KVQ_ERR_NOMEM;
-    p = (const char *)b + hoff + hlen;
-    for (i = 0; i < count; i++) {
-        const unsigned char *e = (const unsigned char *)p + i * elem;
-        if (is_f16) data[i] = kvq_f16_to_f32((kvq_f16)(e[0] | (e[1] << 8)));
-        else data[i] = kvq__bits_f32((uint32_t)e[0] | ((uint32_t)e[1] << 8) |
-                                     ((uint32_t)e[2] << 16) | ((uint32_t)e[3] << 24));
-    }
-    out->data = data;
-    out->ndim = ndim;
-    out->count = count;
-    for (i = 0; i < KVQ_NPY_MAX_DIMS; i++) out->shape[i] = i < (size_t)ndim ? shape[i] : 1;
-    return KVQ_OK;
-}
-
-KVQ_API void kvq_npy_free(kvq_npy *a)
-{
-    if (!a) return;
-    KVQ_FREE(a->data);
-    memset(a, 0, sizeof *a);
-}
-
-#ifndef KVQ_NO_STDIO
-KVQ_API kvq_status kvq_npy_load(const char *path, kvq_npy *out)
-{
-    FILE *f;
-    long sz;
-    void *buf;
-    kvq_status st;
-    if (!path || !out) return KVQ_ERR_NULL;
-    f = fopen(path, "rb");
-    if (!f) return KVQ_ERR_IO;
-    /* a directory opens with fopen on Linux but fails its first read, and its
-       ftell size is meaningless: probe one byte before trusting the size   */
-    if ((fgetc(f) == EOF && ferror(f)) || fseek(f, 0, SEEK_END) != 0 ||
-        (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return KVQ_ERR_IO;
-    }
-    buf = KVQ_MALLOC(sz > 0 ? (size_t)sz : 1);
-    if (!buf) { fclose(f); return KVQ_ERR_NOMEM; }
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        KVQ_FREE(buf); fclose(f); return KVQ_ERR_IO;
-    }
-    fclose(f);
-    st = kvq_npy_parse(buf, (size_t)sz, out);
-    KVQ_FREE(buf);
-    return st;
-}
-
-KVQ_API kvq_status kvq_npy_save(const char *path, const float *data,
-                                const size_t *shape, int ndim)
-{
-    char hdr[256];
-    int n, i;
-    size_t count = 1, w, k;
-    FILE *f;
-    if (!path || !data || !shape) return KVQ_ERR_NULL;
-    if (ndim < 1 || ndim > KVQ_NPY_MAX_DIMS) return KVQ_ERR_SIZE;
-    for (i = 0; i < ndim; i++) {
-        if (shape[i] == 0) return KVQ_ERR_SIZE;
-        if (!kvq__mul(count, shape[i], &count)) return KVQ_ERR_OVERFLOW;
-    }
-    if (!kvq__mul(count, 4, &w)) return KVQ_ERR_OVERFLOW;
-    n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
-    for (i = 0; i < ndim; i++)
-        n += snprintf(hdr + n, sizeof hdr - (size_t)n, "%zu,%s", shape[i],
-                      i + 1 < ndim ? " " : "");
-    n += snprintf(hdr + n, sizeof hdr - (size_t)n, "), }");
-    while ((10 + n + 1) % 64) hdr[n++] = ' ';      /* pad: data 64-aligned  */
-    hdr[n++] = '\n';
-    f = fopen(path, "wb");
-    if (!f) return KVQ_ERR_IO;
-    {
-        unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0 };
-        pre[8] = (unsigned char)(n & 0xFF);
-        pre[9] = (unsigned char)(n >> 8);
-        if (fwrite(pre, 1, 10, f) != 10 || fwrite(hdr, 1, (size_t)n, f) != (size_t)n) {
-            fclose(f); return KVQ_ERR_IO;
-        }
-    }
-    for (k = 0; k < count; k++) {               /* little-endian on any host */
-        uint32_t u = kvq__f32_bits(data[k]);
-        unsigned char e[4];
-        e[0] = (unsigned char)u; e[1] = (unsigned char)(u >> 8);
-        e[2] = (unsigned char)(u >> 16); e[3] = (unsigned char)(u >> 24);
-        if (fwrite(e, 1, 4, f) != 4) { fclose(f); return KVQ_ERR_IO; }
-    }
-    if (fclose(f) != 0) return KVQ_ERR_IO;
-    return KVQ_OK;
-}
-#endif /* KVQ_NO_STDIO */
 
 #ifdef __cplusplus
 }

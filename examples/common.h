@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "npy.h"         /* --k/--v/--q files */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define EX_UNUSED __attribute__((unused))   /* not every example uses all */
@@ -206,8 +207,8 @@ EX_UNUSED static void ex_head_free(ex_head *h)
 
 EX_UNUSED static float *ex_load_2d(const char *path, size_t *rows, size_t *cols)
 {
-    kvq_npy a;
-    kvq_status st = kvq_npy_load(path, &a);
+    npy_array a;
+    kvq_status st = npy_load(path, &a);
     float *out;
     if (st != KVQ_OK) {
         fprintf(stderr, "%s: %s\n", path, kvq_status_str(st));
@@ -216,13 +217,13 @@ EX_UNUSED static float *ex_load_2d(const char *path, size_t *rows, size_t *cols)
     if (a.ndim != 2) {
         fprintf(stderr, "%s: expected a 2-D (tokens, head_dim) array, got %d dims\n",
                 path, a.ndim);
-        kvq_npy_free(&a);
+        npy_free(&a);
         return NULL;
     }
     *rows = a.shape[0]; *cols = a.shape[1];
     out = (float *)malloc(a.count * sizeof(float));
     if (out) memcpy(out, a.data, a.count * sizeof(float));
-    kvq_npy_free(&a);
+    npy_free(&a);
     return out;
 }
 

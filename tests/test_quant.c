@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L   /* mkstemp, close */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
+#include "examples/npy.h"
 #include "test.h"
 
 #include <math.h>
@@ -1297,24 +1298,24 @@ static void put_le32(unsigned char *p, uint32_t u)
 static void npy_expect_fail(const unsigned char *img, size_t len, const char *what)
 {
     unsigned char *copy = (unsigned char *)malloc(len ? len : 1);
-    kvq_npy out;
+    npy_array out;
     kvq_status st;
     if (len) memcpy(copy, img, len);
     poison(&out, sizeof out);
-    st = kvq_npy_parse(copy, len, &out);
+    st = npy_parse(copy, len, &out);
     CHECK(st != KVQ_OK && (int)st < KVQ_STATUS_COUNT && is_poison(&out, sizeof out),
           "npy_parse %s: status %d, out %s", what, (int)st,
           is_poison(&out, sizeof out) ? "untouched" : "WRITTEN");
-    if (st == KVQ_OK) kvq_npy_free(&out);
+    if (st == KVQ_OK) npy_free(&out);
     free(copy);
 }
 
-static int npy_parse_ok(const unsigned char *img, size_t len, kvq_npy *out)
+static int npy_parse_ok(const unsigned char *img, size_t len, npy_array *out)
 {
     unsigned char *copy = (unsigned char *)malloc(len);
     kvq_status st;
     memcpy(copy, img, len);
-    st = kvq_npy_parse(copy, len, out);
+    st = npy_parse(copy, len, out);
     free(copy);
     return st == KVQ_OK;
 }
@@ -1325,7 +1326,7 @@ static void test_npy_parse(void)
     float f4[12];
     size_t len, i, cut;
     long bad = 0;
-    kvq_npy a;
+    npy_array a;
     char dict[200];
     rng_seed(0x5EED0008ull);
 
@@ -1336,8 +1337,8 @@ static void test_npy_parse(void)
     if (npy_parse_ok(img, len, &a)) {
         CHECK(a.ndim == 2 && a.shape[0] == 3 && a.shape[1] == 4 && a.count == 12 &&
               memcmp(a.data, f4, sizeof f4) == 0, "npy '<f4' (3, 4): wrong shape or data");
-        kvq_npy_free(&a);
-        CHECK(a.data == NULL, "kvq_npy_free must clear the struct");
+        npy_free(&a);
+        CHECK(a.data == NULL, "npy_free must clear the struct");
     } else CHECK(0, "npy '<f4' (3, 4) v1.0 must parse");
     for (cut = 0; cut < len; cut++) {
         char what[96];
@@ -1356,7 +1357,7 @@ static void test_npy_parse(void)
         }
         CHECK(a.ndim == 1 && a.count == 65536 && bad == 0,
               "npy '<f2': ndim %d count %zu, %ld halves decoded wrongly", a.ndim, a.count, bad);
-        kvq_npy_free(&a);
+        npy_free(&a);
     } else CHECK(0, "npy '<f2' (65536,) must parse");
 
     /* valid version 2.0 and 3.0 headers (u32 length), shape "(5,)"         */
@@ -1369,7 +1370,7 @@ static void test_npy_parse(void)
             if (npy_parse_ok(img, len, &a)) {
                 CHECK(a.ndim == 1 && a.shape[0] == 5 && a.count == 5 && a.data[0] == -1.0f &&
                       a.data[4] == 0.0f, "npy v%d.0 (5,): wrong content", major);
-                kvq_npy_free(&a);
+                npy_free(&a);
             } else CHECK(0, "npy v%d.0 (5,) must parse", major);
         }
         for (cut = 0; cut < len; cut++) {
@@ -1385,7 +1386,7 @@ static void test_npy_parse(void)
     len = npy_build(img, sizeof img, 1, VALID_DICT, pay, 24);
     memset(&a, 0, sizeof a);
     CHECK(npy_parse_ok(img, len, &a), "npy (2, 3) base image must parse");
-    if (a.data) kvq_npy_free(&a);
+    if (a.data) npy_free(&a);
     for (i = 0; i < 6; i++) {          /* each magic byte wrong             */
         unsigned char keep = img[i];
         img[i] ^= 0x20;
@@ -1447,13 +1448,13 @@ static void test_npy_parse(void)
     len = npy_build(img, sizeof img, 1, VALID_DICT, pay, 25);
     npy_expect_fail(img, len, "payload one byte long");
     {
-        kvq_npy out;
+        npy_array out;
         poison(&out, sizeof out);
-        CHECK(kvq_npy_parse(NULL, 10, &out) == KVQ_ERR_NULL && is_poison(&out, sizeof out),
+        CHECK(npy_parse(NULL, 10, &out) == KVQ_ERR_NULL && is_poison(&out, sizeof out),
               "npy_parse(NULL buf) must be KVQ_ERR_NULL");
-        CHECK(kvq_npy_parse(img, len, NULL) == KVQ_ERR_NULL, "npy_parse(NULL out)");
+        CHECK(npy_parse(img, len, NULL) == KVQ_ERR_NULL, "npy_parse(NULL out)");
     }
-    kvq_npy_free(NULL);                     /* must be a no-op */
+    npy_free(NULL);                     /* must be a no-op */
 #undef VALID_DICT
 }
 
@@ -1491,7 +1492,7 @@ static void test_npy_files(void)
         for (rep = 0; rep < 3; rep++) {
             size_t shape[4], count = 1, i, flen, hlen;
             float data[1296];
-            kvq_npy a;
+            npy_array a;
             kvq_status st;
             int ok;
             for (i = 0; i < (size_t)nd; i++) { shape[i] = 1 + rng_below(6); count *= shape[i]; }
@@ -1502,16 +1503,16 @@ static void test_npy_files(void)
                 if (i % 11 == 3) u = 0x80000000u;                      /* -0        */
                 data[i] = u2f(u);
             }
-            st = kvq_npy_save(path, data, shape, nd);
+            st = npy_save(path, data, shape, nd);
             CHECK(st == KVQ_OK, "npy_save %d dims: status %d", nd, (int)st);
             poison(&a, sizeof a);
-            st = kvq_npy_load(path, &a);
+            st = npy_load(path, &a);
             CHECK(st == KVQ_OK, "npy_load %d dims: status %d", nd, (int)st);
             if (st != KVQ_OK) continue;
             ok = a.ndim == nd && a.count == count && memcmp(a.data, data, count * 4) == 0;
             for (i = 0; i < (size_t)nd; i++) ok = ok && a.shape[i] == shape[i];
             CHECK(ok, "npy round trip %d dims: shape or bits differ", nd);
-            kvq_npy_free(&a);
+            npy_free(&a);
             /* the file, read back raw                                        */
             flen = read_file(path, file, sizeof file);
             hlen = flen >= 10 ? (size_t)file[8] | ((size_t)file[9] << 8) : 0;
@@ -1547,23 +1548,23 @@ static void test_npy_files(void)
 
     /* load errors leave *out untouched                                       */
     {
-        kvq_npy a;
+        npy_array a;
         kvq_status st;
         FILE *f;
         static const char junk[] = "\x93NUMPX this is not an npy file";
         poison(&a, sizeof a);
-        st = kvq_npy_load(NULL, &a);
+        st = npy_load(NULL, &a);
         CHECK(st == KVQ_ERR_NULL && is_poison(&a, sizeof a), "npy_load(NULL path): %d", (int)st);
-        CHECK(kvq_npy_load(path, NULL) == KVQ_ERR_NULL, "npy_load(NULL out)");
-        st = kvq_npy_load("/nonexistent-kvq-dir/none.npy", &a);
+        CHECK(npy_load(path, NULL) == KVQ_ERR_NULL, "npy_load(NULL out)");
+        st = npy_load("/nonexistent-kvq-dir/none.npy", &a);
         CHECK(st == KVQ_ERR_IO && is_poison(&a, sizeof a), "npy_load(missing file): %d", (int)st);
         /* a directory opens with fopen on Linux but cannot be read          */
-        st = kvq_npy_load("/", &a);
+        st = npy_load("/", &a);
         CHECK(st == KVQ_ERR_IO && is_poison(&a, sizeof a),
               "npy_load(\"/\", a directory): status %d, expected KVQ_ERR_IO", (int)st);
         f = fopen(path, "wb");
         if (f) { fwrite(junk, 1, sizeof junk - 1, f); fclose(f); }
-        st = kvq_npy_load(path, &a);
+        st = npy_load(path, &a);
         CHECK(st == KVQ_ERR_FORMAT && is_poison(&a, sizeof a), "npy_load(junk): %d", (int)st);
     }
 
@@ -1591,14 +1592,14 @@ static void test_npy_files(void)
             kvq_status st;
             f = fopen(path2, "wb");
             if (f) { fwrite(before, 1, sizeof before, f); fclose(f); }
-            st = kvq_npy_save(cs[k].p, cs[k].d, cs[k].s, cs[k].nd);
+            st = npy_save(cs[k].p, cs[k].d, cs[k].s, cs[k].nd);
             CHECK(st == cs[k].want && read_file(path2, after, sizeof after) == sizeof before &&
                   memcmp(after, before, sizeof before) == 0,
                   "npy_save %s: status %d (want %d), file %s", cs[k].what, (int)st,
                   (int)cs[k].want, memcmp(after, before, sizeof before) ? "CHANGED" : "untouched");
         }
-        CHECK(kvq_npy_save(NULL, d, sh_ok, 2) == KVQ_ERR_NULL, "npy_save(NULL path)");
-        CHECK(kvq_npy_save("/nonexistent-kvq-dir/x.npy", d, sh_ok, 2) == KVQ_ERR_IO,
+        CHECK(npy_save(NULL, d, sh_ok, 2) == KVQ_ERR_NULL, "npy_save(NULL path)");
+        CHECK(npy_save("/nonexistent-kvq-dir/x.npy", d, sh_ok, 2) == KVQ_ERR_IO,
               "npy_save to an unwritable path must be KVQ_ERR_IO");
         remove(path2);
     }

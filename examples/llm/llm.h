@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kvq.h"
+#include "../npy.h"      /* the recorder writes .npy */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define LLM_API static __attribute__((unused))   /* a program uses only some */
@@ -1131,7 +1132,6 @@ LLM_API void llm_record(void *user, int layer, int kv_head, int pos, const float
     }
 }
 
-#ifndef KVQ_NO_STDIO
 /* Writes prefix_k.npy (n, D), prefix_v.npy (n, D) and prefix_q.npy
    (n * n_q, D): the query rows position-major, each position's n_q heads in
    order; 2-D so examples/common.h's --k/--v/--q read them directly.         */
@@ -1145,13 +1145,12 @@ LLM_API kvq_status llm_recorder_save(const llm_recorder *r, const char *prefix)
     if (strlen(prefix) + 8 > sizeof path) return KVQ_ERR_SIZE;
     shape[0] = r->n; shape[1] = (size_t)r->head_dim;
     sprintf(path, "%s_k.npy", prefix);
-    if ((st = kvq_npy_save(path, r->K, shape, 2)) != KVQ_OK) return st;
+    if ((st = npy_save(path, r->K, shape, 2)) != KVQ_OK) return st;
     sprintf(path, "%s_v.npy", prefix);
-    if ((st = kvq_npy_save(path, r->V, shape, 2)) != KVQ_OK) return st;
+    if ((st = npy_save(path, r->V, shape, 2)) != KVQ_OK) return st;
     shape[0] = r->n * (size_t)r->n_q;
     sprintf(path, "%s_q.npy", prefix);
-    return kvq_npy_save(path, r->Q, shape, 2);
+    return npy_save(path, r->Q, shape, 2);
 }
-#endif
 
 #endif /* KVQ_EXAMPLES_LLM_H */
