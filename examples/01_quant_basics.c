@@ -488,10 +488,39 @@ static void part6_memory_vs_length(unsigned long long seed)
     free(K); free(V); free(Q);
 }
 
+/* With --k/--v: the same bound on every per-token group of a real head's K
+   and V (G = 32, or D's largest divisor below it), both zero modes, B = 2
+   and 4. Without them this part is skipped (parts 1-6 use their own data). */
+static void part_real_head(const ex_args *a)
+{
+    ex_head h;
+    size_t G, t, g, side;
+    int m, bi;
+    bound_stats S;
+    if (!a->k_path) return;
+    if (!ex_head_get(a, 0, 0, &h)) exit(2);
+    G = ex_divisor_at_most(h.D, 32);
+    memset(&S, 0, sizeof S);
+    for (side = 0; side < 2; side++)
+        for (m = 0; m < 2; m++)
+            for (bi = 1; bi <= 2; bi++)             /* B = 2, 4             */
+                for (t = 0; t < h.T; t++)
+                    for (g = 0; g < h.D / G; g++)
+                        check_group((side ? h.V : h.K) + t * h.D + g * G, G, BITS[bi],
+                                    (kvq_zero_mode)m, 0, &S);
+    printf("\n7. The Sec. 4 bound on the given head (T = %zu, D = %zu, per-token G = %zu,\n"
+           "   K and V, B = 2 and 4, both zero modes): worst err/bound %.4f\n",
+           h.T, h.D, G, S.worst_in_bound);
+    ex_check(S.violations == 0 && S.failed == 0 && S.bad_codes == 0,
+             "real head: %ld elements, %ld above the bound, %ld bad codes, %ld groups rejected",
+             S.elements, S.violations, S.bad_codes, S.failed);
+    ex_head_free(&h);
+}
+
 int main(int argc, char **argv)
 {
     ex_args a;
-    if (!ex_args_parse(argc, argv, &a)) return 2;   /* synthetic data only   */
+    if (!ex_args_parse(argc, argv, &a)) return 2;
     printf("01_quant_basics: asymmetric group quantization (KIVI Sec. 3.1, HF post)\n");
     part1_error_bound();
     part2_rounding();
@@ -499,5 +528,6 @@ int main(int argc, char **argv)
     part4_bits_table();
     part5_real_cache();
     part6_memory_vs_length(a.seed);
+    part_real_head(&a);
     return ex_finish("01_quant_basics");
 }
