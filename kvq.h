@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.2.1 - MIT license, see end of file.
+   v0.3.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
    GPU kernels that must reproduce its codes bit for bit.
@@ -17,6 +17,12 @@
        KVQ_ASSERT(x)        internal invariant check (default: assert.h)
        KVQ_MALLOC(sz) / KVQ_REALLOC(p,sz) / KVQ_FREE(p)
                             allocator override: define all three or none
+       KVQ_NO_SIMD          plain loops everywhere. By default, GCC and clang
+                            on x86 AVX2 or AArch64 run the hot loops (Sec. 6,
+                            8) as 16-lane vector extensions, and F16C targets
+                            convert fp16 in hardware; results are identical
+                            either way (tests/simd_check.c), given a build
+                            that does not fuse a*b+c (see Sec. 8)
 
    CONTENTS
        1. Standard parameters (T, D, G, B, R, N, ...)
