@@ -22,7 +22,7 @@
                             8) as 16-lane vector extensions, and F16C targets
                             convert fp16 in hardware; results are identical
                             either way (tests/simd_check.c), given a build
-                            that does not fuse a*b+c (see Sec. 8)
+                            that does not fuse a*b+c (top of IMPLEMENTATION)
 
    CONTENTS
        1. Standard parameters (T, D, G, B, R, N, ...)
