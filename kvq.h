@@ -825,12 +825,13 @@ static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f
 #endif
 
 /* ---- 16 lanes at a time ------------------------------------------------
-   The hot loops below work on 16 floats at a time through four helpers.
-   With GCC or clang on a target that has variable vector shifts (x86 AVX2,
-   AArch64) they are vector extensions; elsewhere, or with -DKVQ_NO_SIMD,
-   plain loops over the 16 lanes. Both do the same operations lane by lane,
-   in the same order, so they give identical floats (tests/test_cache.c
-   compares a -DKVQ_NO_SIMD build with the default one bit for bit).       */
+   The hot loops of Sec. 6 and 8 work on 16 floats at a time through a few
+   helpers (load, store, splat, add, multiply-add). With GCC or clang on a
+   target that has variable vector shifts (x86 AVX2, AArch64) they are
+   vector extensions; elsewhere, or with -DKVQ_NO_SIMD, plain loops over
+   the 16 lanes. Both do the same operations lane by lane, in the same
+   order, so they give identical floats (tests/simd_check.c builds the
+   header both ways and compares them bit for bit).                        */
 #if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && \
     (defined(__AVX2__) || defined(__aarch64__))
 #define KVQ__SIMD 1
