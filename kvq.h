@@ -1061,19 +1061,39 @@ static uint8_t kvq__code(float x, kvq_sz sz, int bits, kvq_zero_mode mode)
     return (uint8_t)rintf(v);                   /* ... then round half even */
 }
 
-static void kvq__minmax(const float *x, size_t n, size_t stride,
-                        float *mn, float *mx)
+/* min and max of n values x[0], x[stride], ... in 16 lanes; 0 if all are
+   finite, else 1 (x - x is 0 exactly when x is finite). The lanes are
+   plain arrays: the stride-1 loop is one the compiler vectorizes.        */
+static int kvq__minmax_check(const float *x, size_t n, size_t stride, float *mn, float *mx)
 {
-    size_t i;
-    float lo = x[0], hi = x[0];
-    for (i = 1; i < n; i++) {
-        float t = x[i * stride];
-        if (t < lo) lo = t;
-        if (t > hi) hi = t;
+    float lo[16], hi[16], t;
+    int bad[16], any = 0;
+    size_t i = 0, j;
+    for (j = 0; j < 16; j++) { lo[j] = hi[j] = x[0]; bad[j] = 0; }
+    if (stride == 1)
+        for (; i + 16 <= n; i += 16)
+            for (j = 0; j < 16; j++) {
+                t = x[i + j];
+                lo[j] = t < lo[j] ? t : lo[j];
+                hi[j] = t > hi[j] ? t : hi[j];
+                bad[j] |= (t - t) != 0.0f;
+            }
+    for (; i < n; i++) {                        /* strided, or the tail    */
+        t = x[i * stride];
+        lo[0] = t < lo[0] ? t : lo[0];
+        hi[0] = t > hi[0] ? t : hi[0];
+        bad[0] |= (t - t) != 0.0f;
     }
-    *mn = lo + 0.0f;          /* -0 + 0 = +0 under round-to-nearest: the  */
-    *mx = hi + 0.0f;          /* stored zero never depends on which of +0 */
-}                             /* and -0 came first                        */
+    for (j = 1; j < 16; j++) {
+        lo[0] = lo[j] < lo[0] ? lo[j] : lo[0];
+        hi[0] = hi[j] > hi[0] ? hi[j] : hi[0];
+    }
+    for (j = 0; j < 16; j++) any |= bad[j];
+    *mn = lo[0] + 0.0f;         /* -0 + 0 = +0: the stored zero never depends */
+    *mx = hi[0] + 0.0f;         /* on which of +0 and -0 came first          */
+    return any;
+}
+
 
 KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
                                       int bits, kvq_zero_mode mode,
@@ -1089,9 +1109,7 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
     if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
     if (!kvq__mul(n - 1, stride, &last) || !kvq__mul(last, sizeof(float), &last))
         return KVQ_ERR_OVERFLOW;      /* x[(n-1)*stride] must be addressable */
-    for (i = 0; i < n; i++)
-        if (!kvq__finite(x[i * stride])) return KVQ_ERR_NONFINITE;
-    kvq__minmax(x, n, stride, &mn, &mx);
+    if (kvq__minmax_check(x, n, stride, &mn, &mx)) return KVQ_ERR_NONFINITE;
     st = kvq__group_params(mn, mx, bits, mode, &p);
     if (st != KVQ_OK) return st;
     for (i = 0; i < n; i++) codes[i] = kvq__code(x[i * stride], p, bits, mode);
@@ -1230,39 +1248,6 @@ KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
    exactly as rintf does; codes go straight into words. tests/test_quant.c
    checks every code and (s, z) against kvq_quantize_group.               */
 
-/* min and max of n values x[0], x[stride], ... in 16 lanes; 0 if all are
-   finite, else 1 (x - x is 0 exactly when x is finite). The lanes are
-   plain arrays: the stride-1 loop is one the compiler vectorizes.        */
-static int kvq__minmax_check(const float *x, size_t n, size_t stride, float *mn, float *mx)
-{
-    float lo[16], hi[16], t;
-    int bad[16], any = 0;
-    size_t i = 0, j;
-    for (j = 0; j < 16; j++) { lo[j] = hi[j] = x[0]; bad[j] = 0; }
-    if (stride == 1)
-        for (; i + 16 <= n; i += 16)
-            for (j = 0; j < 16; j++) {
-                t = x[i + j];
-                lo[j] = t < lo[j] ? t : lo[j];
-                hi[j] = t > hi[j] ? t : hi[j];
-                bad[j] |= (t - t) != 0.0f;
-            }
-    for (; i < n; i++) {                        /* strided, or the tail    */
-        t = x[i * stride];
-        lo[0] = t < lo[0] ? t : lo[0];
-        hi[0] = t > hi[0] ? t : hi[0];
-        bad[0] |= (t - t) != 0.0f;
-    }
-    for (j = 1; j < 16; j++) {
-        lo[0] = lo[j] < lo[0] ? lo[j] : lo[0];
-        hi[0] = hi[j] > hi[0] ? hi[j] : hi[0];
-    }
-    for (j = 0; j < 16; j++) any |= bad[j];
-    *mn = lo[0] + 0.0f;                         /* -0 -> +0, as kvq__minmax */
-    *mx = hi[0] + 0.0f;
-    return any;
-}
-
 /* The largest |x| of n values in 16 lanes, or -1 if one is not finite.
    Inside KVQ_MAX_ABS_INPUT every group's (s, z) fits fp16 (Sec. 2), so a
    matrix that passes this needs no per-group range check.                */
@@ -1305,6 +1290,15 @@ static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, fl
     for (j = 0; j < 16; j++) { lo[j] += 0.0f; hi[j] += 0.0f; }   /* -0 -> +0 */
 }
 
+/* v clamped to [0, N], then rounded half to even: (v + 2^23) - 2^23 is
+   rintf for every v in [0, 255], and vectorizes where rintf may not.     */
+static KVQ__INLINE uint32_t kvq__clamp_round(float v, float n_levels)
+{
+    v = v < 0.0f ? 0.0f : v;
+    v = v > n_levels ? n_levels : v;
+    return (uint32_t)(int32_t)((v + 8388608.0f) - 8388608.0f);
+}
+
 /* The codes of 16 consecutive values under one group's stored (s, z): v,
    clamp, round, as kvq__code (one loop per zero mode, so each vectorizes). */
 static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
@@ -1334,12 +1328,7 @@ static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
         for (j = 0; j < 16; j++) v[j] = (x[j] - z) / s;
     else
         for (j = 0; j < 16; j++) v[j] = x[j] / s + z;
-    for (j = 0; j < 16; j++) {
-        float c = v[j] < 0.0f ? 0.0f : v[j];
-        c = c > n_levels ? n_levels : c;
-        c = (c + 8388608.0f) - 8388608.0f;      /* round half to even      */
-        code[j] = (uint32_t)(int32_t)c;
-    }
+    for (j = 0; j < 16; j++) code[j] = kvq__clamp_round(v[j], n_levels);
 }
 
 /* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
@@ -1432,13 +1421,9 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
                     for (j = 0; j < 16; j++) v[j] = (x[j] - z[j]) / s[j];
                 else
                     for (j = 0; j < 16; j++) v[j] = x[j] / s[j] + z[j];
-                for (j = 0; j < 16; j++) {
-                    float c = v[j] < 0.0f ? 0.0f : v[j];
-                    c = c > n_levels ? n_levels : c;
-                    c = (c + 8388608.0f) - 8388608.0f;
-                    /* a constant float-zero group (s = 0) has code 0       */
-                    acc[j] |= (s[j] == 0.0f ? 0u : (uint32_t)(int32_t)c) << (t % per * (size_t)bits);
-                }
+                for (j = 0; j < 16; j++)    /* a constant float-zero group (s = 0): 0 */
+                    acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round(v[j], n_levels))
+                              << (t % per * (size_t)bits);
             }
             for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = acc[j];
         }
@@ -2132,11 +2117,23 @@ static void kvq__row_store(const kvq_cache *c, void *dst, const float *x)
     for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq__f16_store(x[d]);
 }
 
+/* D stored halves -> floats: 8 at a time with vcvtph2ps where the target
+   has F16C, else the exact integer conversion (identical: simd_check).    */
+static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
+{
+    size_t d = 0;
+#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
+#endif
+    for (; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
+}
+
 static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
 {
-    size_t d, D = c->cfg.head_dim;
+    size_t D = c->cfg.head_dim;
     if (c->cfg.fp_bits == 32) { memcpy(x, src, D * sizeof(float)); return; }
-    for (d = 0; d < D; d++) x[d] = kvq_f16_to_f32(((const kvq_f16 *)src)[d]);
+    kvq__f16_row((const kvq_f16 *)src, D, x);
 }
 
 /* The index where region r's next row goes. The caller reserved room for it
@@ -2871,14 +2868,8 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
 static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
 {
     const void *src = kvq__row_ptr(c, rg, i);
-    const kvq_f16 *h = (const kvq_f16 *)src;
-    size_t d = 0, D = c->cfg.head_dim;
     if (c->cfg.fp_bits == 32) return (const float *)src;
-#if defined(KVQ__SIMD) && defined(__F16C__)
-    for (; d + 8 <= D; d += 8)               /* vcvtph2ps: 8 halves at once */
-        _mm256_storeu_ps(tmp + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
-#endif
-    for (; d < D; d++) tmp[d] = kvq__f16_to_f32(h[d]);
+    kvq__row_load(c, src, tmp);
     return tmp;
 }
 
