@@ -492,4 +492,43 @@ EX_UNUSED static void ex_csv_close(FILE *f)
     ex_csv_files++;
 }
 
+/* ------------------------------------------------------------------------ */
+/* shared helpers added for 04-06                                           */
+/* ------------------------------------------------------------------------ */
+/* kvq_attend with its own scratch: out (n_q, D), probs (n_q, n_pos) or
+   NULL. Stops the example on error.                                        */
+EX_UNUSED static void ex_attend(const kvq_cache *c, const float *q, size_t n_q, float *out,
+                                float *probs, kvq_attn_mode mode)
+{
+    size_t n = kvq_attend_scratch_floats(c, mode);
+    float *work = (float *)ex_alloc(n * sizeof(float));
+    ex_must(kvq_attend(c, q, n_q, out, probs, mode, work, n), "kvq_attend", c);
+    free(work);
+}
+
+/* A claim "ours is lower than base" (an error, a loss), decided with a
+   stated relative margin m: PASS when ours <= (1 - m) base, FAIL when
+   ours >= (1 + m) base; in between the two numbers are too close for one
+   head to order them, and the line prints [n/a] (ex_na) with the ratio
+   instead of a verdict decided by noise. Equal numbers are never a PASS.
+   Returns 1 PASS, 0 FAIL, -1 n/a.                                          */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 4, 5)))
+#endif
+EX_UNUSED static int ex_check_lower(double ours, double base, double m, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    double r = base > 0 ? ours / base : ours > 0 ? HUGE_VAL : 1.0;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (r > 1 - m && r < 1 + m) {
+        ex_na("%s: ratio %.3f, within 1 +- %.2f, too close to order", text, r, m);
+        return -1;
+    }
+    ex_check(r <= 1 - m, "%s: ratio %.3f (margin %.2f)", text, r, m);
+    return r <= 1 - m;
+}
+
 #endif /* KVQ_EXAMPLES_COMMON_H */
