@@ -2625,12 +2625,19 @@ static float kvq__dot(const float *a, const float *b, size_t n)
     return lane[0];
 }
 
+/* The additive term b of x' = c a + b from a group's stored (s, z) as
+   floats, as kvq_sz_affine: z itself (float zero), -z s (integer zero).  */
+static KVQ__INLINE float kvq__zero_term(float s, float z, kvq_zero_mode mode)
+{
+    return mode == KVQ_ZERO_INT ? -z * s : z;
+}
+
 /* A group's (a, b) from its stored fp16 (s, z), as kvq_sz_affine.         */
 static void kvq__affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
 {
     float s = kvq__f16_stored(sz.scale), z = kvq__f16_stored(sz.zero);
     *a = s;
-    *b = (mode == KVQ_ZERO_INT) ? -z * s : z;     /* as kvq_sz_affine      */
+    *b = kvq__zero_term(s, z, mode);
 }
 
 /* q . k for one per-token key whose D codes are given as floats, group g
@@ -2873,19 +2880,40 @@ static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t 
     return tmp;
 }
 
+/* (a, b) of n consecutive groups, as kvq__affine gives them: the stored
+   (s, z) pairs are one run of 2n fp16 halves (kvq_sz is two kvq_f16, no
+   padding), converted 16 groups (32 halves) at a time by kvq__f16_row
+   (F16C where available).                                                 */
+static void kvq__affine_run(const kvq_sz *sz, size_t n, kvq_zero_mode mode,
+                            float *a /* (n) */, float *b /* (n) */)
+{
+    const kvq_f16 *raw = &sz[0].scale;            /* (2n) s0 z0 s1 z1 ...    */
+    float half[32];
+    size_t i0, i;
+    for (i0 = 0; i0 < n; i0 += 16) {
+        size_t k = n - i0 < 16 ? n - i0 : 16;
+        kvq__f16_row(raw + 2 * i0, 2 * k, half);
+        for (i = 0; i < k; i++) {
+            a[i0 + i] = half[2 * i];
+            b[i0 + i] = kvq__zero_term(half[2 * i], half[2 * i + 1], mode);
+        }
+    }
+}
+
 /* Per-channel key unit u: q*a (D) and q.b for every head, once per unit
-   (q.b with kvq__dot, as EAGER computes it).                              */
+   (q.b with kvq__dot, as EAGER computes it). The a's are written into head
+   0's q*a row first and scaled in place, last head first.               */
 static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
 {
     size_t D = c->cfg.head_dim, d, h;
-    const kvq_sz *sz = c->k.sz + u * D;                 /* D groups per unit */
-    float *b = H->row;                                  /* (D) the zeros     */
-    for (d = 0; d < D; d++) {
-        float a;
-        kvq__affine(sz[d], c->cfg.zero_mode, &a, &b[d]);
-        for (h = 0; h < H->n; h++) H->qa[h * D + d] = H->q[h * D + d] * a;
+    float *a = H->qa, *b = H->row;                      /* (D) each          */
+    kvq__affine_run(c->k.sz + u * D, D, c->cfg.zero_mode, a, b);
+    for (h = H->n; h-- > 0;) {
+        const float *q = H->q + h * D;
+        float *qa = H->qa + h * D;
+        for (d = 0; d < D; d++) qa[d] = q[d] * a[d];
+        H->qb[h] = kvq__dot(q, b, D);
     }
-    for (h = 0; h < H->n; h++) H->qb[h] = kvq__dot(H->q + h * D, b, D);
 }
 
 /* The inner step of per-channel keys for a full tile (32 tokens from a
@@ -3050,6 +3078,120 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
     }
 }
 
+/* The values of a tile's per-token quantized slots, for up to 4 heads at a
+   time (NH, and B, are constants here so the sums stay in registers):
+       out_h[g, c0..c0+15] += sum_j (w_hj a_jg) c_j[g, c0..c0+15]
+                              + sum_j w_hj b_jg
+   Channels 16 at a time, the m slots inner: each channel block's 16 x NH
+   running sums live in registers for the whole tile, so out is loaded and
+   stored once per tile, not once per token, and the zero term is one
+   scalar per group and head. wa (NH, m) holds w_hj a_jg, wb (NH) the sums
+   of w_hj b_jg, both for group g.                                          */
+static KVQ__INLINE void kvq__values_block(float *out, size_t D, size_t g, size_t G,
+                                          const uint32_t *const *w, size_t wpg, size_t m,
+                                          const float *wa, const float *wb, int NH, int bits)
+{
+    /* P = 4 / NH partial sums per head (slots j = k mod P go to sum k),
+       so at least four independent additions are in flight per step      */
+    const int P = NH >= 3 ? 1 : 4 / NH;
+    size_t c0, j;
+    int h, k;
+    for (c0 = 0; c0 < G; c0 += 16) {
+        kvq__v16 acc[4][4];
+        for (h = 0; h < NH; h++)
+            for (k = 0; k < P; k++) acc[h][k] = kvq__splat16(0.0f);
+        for (j = 0; j + (size_t)P <= m; j += (size_t)P)
+            for (k = 0; k < P; k++) {
+                kvq__v16 cv;
+                kvq__codes16(&cv, w[j + k] + g * wpg, c0, bits);
+                for (h = 0; h < NH; h++)
+                    acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wa[h * KVQ_TILE + j + k]), cv);
+            }
+        for (k = 0; j < m; j++, k++) {                  /* m % P left over   */
+            kvq__v16 cv;
+            kvq__codes16(&cv, w[j] + g * wpg, c0, bits);
+            for (h = 0; h < NH; h++)
+                acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wa[h * KVQ_TILE + j]), cv);
+        }
+        for (h = 0; h < NH; h++) {
+            float *o = out + (size_t)h * D + g * G + c0;
+            kvq__v16 sum = acc[h][0];
+            for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][k]);
+            kvq__store16(o, kvq__add16(kvq__load16(o), kvq__add16(sum, kvq__splat16(wb[h]))));
+        }
+    }
+}
+
+/* out_h += sum_j w_hj v_pj over the tile's present positions. Per-token
+   quantized values with 16 | G (every preset's value store) go through
+   kvq__values_block, a tile at a time; the rest (full-precision rows,
+   per-channel values, other G) one position at a time (kvq__add_value).   */
+static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->groups_per_unit,
+           wpg = s->words_per_group, m = 0, j, g, g0, h0;
+    const uint32_t *w[KVQ_TILE];           /* the quantized slots' codes     */
+    const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
+    size_t col[KVQ_TILE];                  /* and their entries in the tile  */
+    int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
+    for (j = 0; j < n; j++) {
+        uint32_t loc;
+        if (H->pos[j] < 0) continue;
+        loc = s->loc[H->pos[j]];
+        if (blocks && KVQ_LOC_TAG(loc) == KVQ_LOC_QUANT) {
+            size_t slot = KVQ_LOC_INDEX(loc);
+            w[m] = s->words + slot * gpu * wpg;
+            sz[m] = s->sz + slot * gpu;
+            col[m++] = j;
+        } else {
+            kvq__add_value(c, H, (size_t)H->pos[j], j);
+        }
+    }
+    if (m == 0) return;
+    for (g0 = 0; g0 < gpu; g0 += 16) {
+        /* (s, z) of up to 16 groups of every slot as floats, sf[2 (j ng +
+           g - g0)] and the next. Slots that follow each other in storage
+           (the usual tile) hold theirs in one run: one conversion.        */
+        size_t ng = gpu - g0 < 16 ? gpu - g0 : 16;
+        float sf[2 * KVQ_TILE * 16], wa[4 * KVQ_TILE], wb[4];   /* sf: s, z */
+        int run = ng == gpu;
+        for (j = 1; j < m && run; j++) run = sz[j] == sz[0] + j * gpu;
+        if (run)
+            kvq__f16_row(&sz[0]->scale, 2 * m * gpu, sf);
+        else
+            for (j = 0; j < m; j++) kvq__f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
+        for (g = g0; g < g0 + ng; g++) for (h0 = 0; h0 < H->n; h0 += 4) {
+            int nh = H->n - h0 < 4 ? (int)(H->n - h0) : 4, h;
+            float *out = H->out + h0 * D;
+            for (h = 0; h < nh; h++) {
+                const float *wt = H->sc + (h0 + (size_t)h) * KVQ_TILE;
+                wb[h] = 0.0f;
+                for (j = 0; j < m; j++) {
+                    const float *sz_j = sf + 2 * (j * ng + g - g0);   /* s, z */
+                    wa[h * KVQ_TILE + j] = wt[col[j]] * sz_j[0];
+                    wb[h] += wt[col[j]] * kvq__zero_term(sz_j[0], sz_j[1], c->cfg.zero_mode);
+                }
+            }
+#define KVQ__VB(NH, BITS) kvq__values_block(out, D, g, G, w, wpg, m, wa, wb, NH, BITS)
+#define KVQ__VB_B(NH)                                                        \
+            switch (s->bits) {                                               \
+            case 2: KVQ__VB(NH, 2); break;                                   \
+            case 4: KVQ__VB(NH, 4); break;                                   \
+            default: KVQ__VB(NH, s->bits); break;                            \
+            }
+            switch (nh) {
+            case 1:  KVQ__VB_B(1); break;
+            case 2:  KVQ__VB_B(2); break;
+            case 3:  KVQ__VB_B(3); break;
+            default: KVQ__VB_B(4); break;
+            }
+#undef KVQ__VB_B
+#undef KVQ__VB
+        }
+    }
+}
+
 /* The online softmax step for a scored tile of n entries, then its values:
        m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
        out' = out e^(m-m') + sum_j e^(s_j-m') v_j                           */
@@ -3075,8 +3217,7 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
         H->m[h] = m;
         H->l[h] = l;
     }
-    for (j = 0; j < n; j++)
-        if (pos[j] >= 0) kvq__add_value(c, H, (size_t)pos[j], j);
+    kvq__tile_values(c, H, n);
 }
 
 /* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V. */
