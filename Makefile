@@ -232,9 +232,10 @@ $(MODEL_FILE):
 	@echo "$(MODEL_SHA)  $@.part" | sha256sum -c --quiet || { echo "model: wrong SHA-256"; rm -f $@.part; exit 1; }
 	@mv $@.part $@ && echo "model: $@ ok (size and SHA-256 checked)"
 
-# build/llm is serial and dependency-free. `make eval OMP=1` (or
-# `make build/llm-omp`) builds build/llm-omp with -fopenmp instead: matmul rows
-# and KV heads on threads (OMP_NUM_THREADS), the same numbers bit for bit.
+# build/llm computes on the GGUF's Q4/Q8 blocks (AVX2 on x86-64) with matmul
+# rows and KV heads on POSIX threads: --threads N (default: every online
+# core; -t 1 is single-threaded), the same numbers bit for bit at any N.
+# build/llm-omp (`make eval OMP=1`) is now the same program under that name.
 LLM := $(B)/llm$(if $(OMP),-omp)
 # The model runner is its own component in examples/llm/ (llm.c the CLI,
 # llm.h the forward pass, gguf.h the reader, bpe.h the tokenizer);
@@ -244,7 +245,7 @@ llm-test: $(LLM_TESTS) $(B)/llm
 	@tests/run.sh $(LLM_TESTS)
 $(B)/llm $(B)/llm-omp: examples/llm/llm.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -O3 $(if $(findstring -omp,$@),-fopenmp) -I. -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 $(SIMD_FLAGS) -pthread -I. -o $@ $< $(LDLIBS)
 
 # Every cache on 2048 tokens of EVAL_TEXT (about 28 minutes on one core): the
 # table, the papers' claims with PASS/FAIL, CSVs in plots/csv/. Exit 3 means

@@ -14,7 +14,7 @@
        never logits).
    Seeds (fuzz/corpus/fuzz_model, written by fuzz/seeds.c): tiny valid
    LLaMA models with F32 and F16 tensors, tied and untied classifiers.    */
-#define _POSIX_C_SOURCE 199309L
+#define _POSIX_C_SOURCE 200809L     /* llm.c: clock_gettime, posix_memalign */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>

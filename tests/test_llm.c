@@ -59,6 +59,10 @@ static void fill(float *x, size_t n, double mean, double sd)
 enum { DIM = 32, HID = 64, NL = 2, NH = 4, NKV = 2, HD = 8, VOCAB = 50, SEQ = 32 };
 enum { QDIM = NH * HD, KVDIM = NKV * HD, GRP = NH / NKV };
 
+/* The float32 array behind an llm_mat llm_weights_alloc made (writable: it
+   is w->mem).                                                              */
+#define F32(mat) ((float *)(size_t)(mat).data)
+
 static llm_config tiny_config(llm_rope_pairs pairs, int tied)
 {
     llm_config c;
@@ -79,18 +83,19 @@ static int tiny_build(llm_model *m, llm_rope_pairs pairs, int tied, unsigned lon
     m->cfg = c;
     if (llm_weights_alloc(&m->w, &m->cfg) != KVQ_OK) return 0;
     rng_seed(seed);
-    fill(m->w.token_embedding, (size_t)VOCAB * DIM, 0.0, 1.0);
+    /* llm_weights_alloc lays each kind out contiguously across layers    */
+    fill(F32(m->w.token_embedding), (size_t)VOCAB * DIM, 0.0, 1.0);
     fill(m->w.rms_att, (size_t)NL * DIM, 1.0, 0.2);
-    fill(m->w.wq, (size_t)NL * QDIM * DIM, 0.0, 3.0 / sqrt(DIM));
-    fill(m->w.wk, (size_t)NL * KVDIM * DIM, 0.0, 3.0 / sqrt(DIM));
-    fill(m->w.wv, (size_t)NL * KVDIM * DIM, 0.0, 1.0 / sqrt(DIM));
-    fill(m->w.wo, (size_t)NL * DIM * QDIM, 0.0, 1.0 / sqrt(QDIM));
+    fill(F32(m->w.wq[0]), (size_t)NL * QDIM * DIM, 0.0, 3.0 / sqrt(DIM));
+    fill(F32(m->w.wk[0]), (size_t)NL * KVDIM * DIM, 0.0, 3.0 / sqrt(DIM));
+    fill(F32(m->w.wv[0]), (size_t)NL * KVDIM * DIM, 0.0, 1.0 / sqrt(DIM));
+    fill(F32(m->w.wo[0]), (size_t)NL * DIM * QDIM, 0.0, 1.0 / sqrt(QDIM));
     fill(m->w.rms_ffn, (size_t)NL * DIM, 1.0, 0.2);
-    fill(m->w.w1, (size_t)NL * HID * DIM, 0.0, 1.0 / sqrt(DIM));
-    fill(m->w.w3, (size_t)NL * HID * DIM, 0.0, 1.0 / sqrt(DIM));
-    fill(m->w.w2, (size_t)NL * DIM * HID, 0.0, 1.0 / sqrt(HID));
+    fill(F32(m->w.w1[0]), (size_t)NL * HID * DIM, 0.0, 1.0 / sqrt(DIM));
+    fill(F32(m->w.w3[0]), (size_t)NL * HID * DIM, 0.0, 1.0 / sqrt(DIM));
+    fill(F32(m->w.w2[0]), (size_t)NL * DIM * HID, 0.0, 1.0 / sqrt(HID));
     fill(m->w.rms_final, DIM, 1.0, 0.2);
-    if (!tied) fill(m->w.wcls, (size_t)VOCAB * DIM, 0.0, 1.0);
+    if (!tied) fill(F32(m->w.wcls), (size_t)VOCAB * DIM, 0.0, 1.0);
     return 1;
 }
 
@@ -105,13 +110,17 @@ typedef struct ref_model {
     double P[NL][NH][SEQ];         /* attention weights of the last token    */
 } ref_model;
 
-/* y (out) = W (out, in) x, the documented orientation.                     */
-static void ref_linear(double *y, const float *W, const double *x, int in, int out)
+/* y (out) = W (out, in) x, the documented orientation, in double over W's
+   weights as llm_mat_row decodes them (float32 as stored, or the blocks
+   dequantized: the reference for a quantized model too).                   */
+static void ref_linear(double *y, const llm_mat *W, const double *x, int in, int out)
 {
+    float row[HID > DIM ? HID : DIM];
     int i, j;
     for (i = 0; i < out; i++) {
+        llm_mat_row(W, i, row);
         y[i] = 0.0;
-        for (j = 0; j < in; j++) y[i] += (double)W[(size_t)i * in + j] * x[j];
+        for (j = 0; j < in; j++) y[i] += (double)row[j] * x[j];
     }
 }
 static void ref_rms(double *y, const double *x, const float *w, int n, double eps)
@@ -143,12 +152,16 @@ static void ref_forward(const llm_model *m, ref_model *r, int token, int pos, do
     const llm_weights *w = &m->w;
     double x[DIM], xb[DIM], q[QDIM], att[QDIM], o[DIM], g[HID], u[HID];
     int l, h, p, d, j;
-    for (j = 0; j < DIM; j++) x[j] = w->token_embedding[token * DIM + j];
+    {
+        float row[DIM];
+        llm_mat_row(&w->token_embedding, token, row);
+        for (j = 0; j < DIM; j++) x[j] = row[j];
+    }
     for (l = 0; l < NL; l++) {
         ref_rms(xb, x, w->rms_att + l * DIM, DIM, m->cfg.rms_eps);
-        ref_linear(q, w->wq + (size_t)l * QDIM * DIM, xb, DIM, QDIM);
-        ref_linear(r->K[l][pos], w->wk + (size_t)l * KVDIM * DIM, xb, DIM, KVDIM);
-        ref_linear(r->V[l][pos], w->wv + (size_t)l * KVDIM * DIM, xb, DIM, KVDIM);
+        ref_linear(q, &w->wq[l], xb, DIM, QDIM);
+        ref_linear(r->K[l][pos], &w->wk[l], xb, DIM, KVDIM);
+        ref_linear(r->V[l][pos], &w->wv[l], xb, DIM, KVDIM);
         ref_rope(q, NH, pos, m->cfg.rope_pairs, m->cfg.rope_theta);
         ref_rope(r->K[l][pos], NKV, pos, m->cfg.rope_pairs, m->cfg.rope_theta);
         memcpy(r->Q[l], q, sizeof q);
@@ -170,17 +183,17 @@ static void ref_forward(const llm_model *m, ref_model *r, int token, int pos, do
                 for (d = 0; d < HD; d++) att[h * HD + d] += wgt * r->V[l][p][kv * HD + d];
             }
         }
-        ref_linear(o, w->wo + (size_t)l * DIM * QDIM, att, QDIM, DIM);
+        ref_linear(o, &w->wo[l], att, QDIM, DIM);
         for (j = 0; j < DIM; j++) x[j] += o[j];
         ref_rms(xb, x, w->rms_ffn + l * DIM, DIM, m->cfg.rms_eps);
-        ref_linear(g, w->w1 + (size_t)l * HID * DIM, xb, DIM, HID);
-        ref_linear(u, w->w3 + (size_t)l * HID * DIM, xb, DIM, HID);
+        ref_linear(g, &w->w1[l], xb, DIM, HID);
+        ref_linear(u, &w->w3[l], xb, DIM, HID);
         for (j = 0; j < HID; j++) g[j] = g[j] / (1.0 + exp(-g[j])) * u[j];
-        ref_linear(o, w->w2 + (size_t)l * DIM * HID, g, HID, DIM);
+        ref_linear(o, &w->w2[l], g, HID, DIM);
         for (j = 0; j < DIM; j++) x[j] += o[j];
     }
     ref_rms(xb, x, w->rms_final, DIM, m->cfg.rms_eps);
-    ref_linear(logits, m->cfg.tied_embeddings ? w->token_embedding : w->wcls, xb, DIM, VOCAB);
+    ref_linear(logits, &w->wcls, xb, DIM, VOCAB);
 }
 
 /* max |a - b| / max |b|: the error relative to the logits' scale.          */
@@ -566,11 +579,11 @@ static void test_bad_args(void)
        every call (its caches disagree) until reset                          */
     llm_state_reset(&s);
     {
-        float saved = m.w.token_embedding[(size_t)toks[0] * DIM];
-        m.w.token_embedding[(size_t)toks[0] * DIM] = NAN;
+        float saved = F32(m.w.token_embedding)[(size_t)toks[0] * DIM];
+        F32(m.w.token_embedding)[(size_t)toks[0] * DIM] = NAN;
         CHECK(!llm_forward(&m, &s, toks[0], 0) && s.status == KVQ_ERR_NONFINITE,
               "NaN embedding: status %d (%s)", (int)s.status, s.why);
-        m.w.token_embedding[(size_t)toks[0] * DIM] = saved;
+        F32(m.w.token_embedding)[(size_t)toks[0] * DIM] = saved;
         CHECK(!llm_forward(&m, &s, toks[0], 0) && s.status == KVQ_ERR_STATE,
               "state not refused after a failure inside the layers");
         CHECK(llm_state_reset(&s) == KVQ_OK && llm_forward(&m, &s, toks[0], 0) != NULL,

@@ -215,15 +215,15 @@ static void test_hostile_files(void)
     model_file f;
     const char *path = hostile_file(-1, 1e-5f);
     if (!path) { CHECK(0, "cannot write the hostile file"); return; }
-    CHECK(!model_open(&f, path, 64), "a model with no tensors opened");
-    CHECK(f.m.w.token_embedding == NULL && f.m.w.wq == NULL,
+    CHECK(!model_open(&f, path, 64, 0), "a model with no tensors opened");
+    CHECK(f.m.w.mem == NULL && f.m.w.wq == NULL,
           "weights were allocated before the file's tensors were checked");
     model_close(&f);
     path = hostile_file(-1, INFINITY);
-    CHECK(path && !model_open(&f, path, 64), "rms_eps = Inf accepted");
+    CHECK(path && !model_open(&f, path, 64, 0), "rms_eps = Inf accepted");
     model_close(&f);
     path = hostile_file(0, 1e-5f);                /* no embedding_length    */
-    CHECK(path && !model_open(&f, path, 64), "a file without embedding_length opened");
+    CHECK(path && !model_open(&f, path, 64, 0), "a file without embedding_length opened");
     model_close(&f);
     remove("build/test_model_hostile.gguf");
 }
@@ -239,7 +239,7 @@ int main(void)
         return TEST_END("test_model");
     }
     fclose(probe);
-    if (!model_open(&f, DEFAULT_MODEL, 512)) {
+    if (!model_open(&f, DEFAULT_MODEL, 512, 0)) {
         CHECK(0, "cannot open %s", DEFAULT_MODEL);
         model_close(&f);
         return TEST_END("test_model");

@@ -10,6 +10,9 @@
      common: --model PATH (default models/SmolLM2-135M-Instruct.Q4_1.gguf,
              fetched by `make model`; any LLaMA-architecture GGUF whose
              tensors are F32/F16/Q4_0/Q4_1/Q8_0 works)
+             --threads N / -t N (default: every online core; 1: one thread)
+             --weights native|f32 (default native: the file's Q4/Q8 blocks,
+             8-bit activations; f32: every matrix expanded, the reference)
 
    eval   teacher-forced perplexity of every cache method over the text's
           first --tokens tokens, the bits per element each stored, greedy
@@ -24,7 +27,12 @@
    pass; this file wires them to the caches and runs the evaluation.
 
    Sections: 1 loading  2 cache methods (incl. eviction hooks)  3 commands */
-#define _POSIX_C_SOURCE 199309L   /* clock_gettime, for wall-clock tok/s */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime, sysconf, posix_memalign */
+#endif
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE           /* glibc: madvise(MADV_HUGEPAGE), Linux-only */
+#endif
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "gguf.h"
@@ -32,17 +40,26 @@
 #include "llm.h"
 #include <time.h>
 #include <errno.h>
+#include <sys/mman.h>    /* madvise */
 
 #define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 /* ======================================================================== */
-/* 1. LOADING: GGUF metadata -> llm_config, tensors -> float32 weights      */
+/* 1. LOADING: GGUF metadata -> llm_config, tensors -> llm_mat              */
 /* ======================================================================== */
+/* The file is read into memory once (gguf_open_file) and the big matrices
+   are used in place, in their stored type: Q4_0, Q4_1 and Q8_0 blocks are
+   what llm.h computes on (SmolLM2's file: Q4_1 layers, a Q8_0 embedding).
+   Any other type gguf.h can decode (F32, F16) is expanded to float32 at
+   load, as are the norm vectors. With f32 set every matrix is expanded:
+   the float32 runner this one replaced (538 MB, float activations), kept
+   as the reference that tests/test_model.c compares with.                 */
 typedef struct model_file {
     gguf_ctx      g;
     llm_model     m;
     bpe_tokenizer tok;
     int           bos;      /* -1 if the file says not to add one           */
+    int           f32;      /* every matrix expanded to float32             */
 } model_file;
 
 static int get_int(gguf_ctx *g, const char *key, int *out)
@@ -61,72 +78,112 @@ static int get_int(gguf_ctx *g, const char *key, int *out)
     return 1;
 }
 
-/* Tensor `name` exists and holds n elements (checked before any weight is
-   allocated, so a file can only make the loader allocate what its own
-   tensors hold, expanded to fp32).                                         */
-static int tensor_is(gguf_ctx *g, const char *name, size_t n)
+/* Used in place: the block types llm.h computes on (same numbers as ggml). */
+static int native_type(uint32_t type)
 {
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) { fprintf(stderr, "model: tensor %s missing\n", name); return 0; }
-    if (t->n_elem != n || !gguf_can_dequant(t->type)) {
-        fprintf(stderr, "model: %s has %llu elements of type %u; expected %zu of a "
-                "supported type (F32/F16/Q4_0/Q4_1/Q8_0)\n", name,
-                (unsigned long long)t->n_elem, (unsigned)t->type, n);
-        return 0;
-    }
-    return 1;
+    return type == GGUF_T_Q4_0 || type == GGUF_T_Q4_1 || type == GGUF_T_Q8_0;
 }
 
-/* Every tensor the model needs, with the shape its config implies.        */
-static int tensors_check(gguf_ctx *g, const llm_config *c)
+/* Tensor `name` exists with ne[0] = in and in * out elements (a vector:
+   out = 0, in elements; trailing dims of 1 are fine), so its rows are the
+   matrix's (out, in) rows, and has a type we can use. Adds to *floats what expanding it to float32
+   costs, if it will be expanded. Checked for every tensor before anything
+   is allocated, so a file can only make the loader allocate what its own
+   tensors hold.                                                           */
+static const gguf_tensor *tensor_is(model_file *f, const char *name, size_t in, size_t out,
+                                    size_t *floats)
+{
+    const gguf_tensor *t = gguf_find_tensor(&f->g, name);
+    size_t n = in * (out ? out : 1);                   /* config sizes: fits */
+    if (!t) { fprintf(stderr, "model: tensor %s missing\n", name); return NULL; }
+    if (t->ne[0] != in || t->n_elem != n || !gguf_can_dequant(t->type)) {
+        fprintf(stderr, "model: %s is (%llu, %llu, ...) of type %s; expected (%zu, %zu) of a "
+                "supported type (F32/F16/Q4_0/Q4_1/Q8_0)\n", name,
+                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                gguf_type_name(t->type), in, out ? out : 1);
+        return NULL;
+    }
+    if (!out || f->f32 || !native_type(t->type)) *floats += (size_t)t->n_elem;
+    return t;
+}
+
+/* Every tensor the model needs, with the shape its config implies; the
+   float32 floats the expanded ones need into *floats.                     */
+static int tensors_check(model_file *f, const llm_config *c, size_t *floats)
 {
     size_t dim = (size_t)c->dim, q = (size_t)c->n_heads * (size_t)c->head_dim,
-           kv = (size_t)c->n_kv_heads * (size_t)c->head_dim, hid = (size_t)c->hidden_dim;
+           kv = (size_t)c->n_kv_heads * (size_t)c->head_dim, hid = (size_t)c->hidden_dim,
+           V = (size_t)c->vocab_size;
     static const char *what[] = { "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                   "ffn_norm", "ffn_gate", "ffn_up", "ffn_down" };
-    size_t size[9];
+    size_t in[9], out[9];
     char name[96];
     int l, i;
-    size[0] = dim; size[1] = q * dim; size[2] = kv * dim; size[3] = kv * dim;
-    size[4] = dim * q; size[5] = dim; size[6] = hid * dim; size[7] = hid * dim;
-    size[8] = dim * hid;
-    if (!tensor_is(g, "token_embd.weight", (size_t)c->vocab_size * dim) ||
-        !tensor_is(g, "output_norm.weight", dim) ||
-        (!c->tied_embeddings && !tensor_is(g, "output.weight", (size_t)c->vocab_size * dim)))
+    /* (in, out) of each; the norms are vectors (out = 0)                   */
+    in[0] = dim; out[0] = 0;   in[1] = dim; out[1] = q;    in[2] = dim; out[2] = kv;
+    in[3] = dim; out[3] = kv;  in[4] = q;   out[4] = dim;  in[5] = dim; out[5] = 0;
+    in[6] = dim; out[6] = hid; in[7] = dim; out[7] = hid;  in[8] = hid; out[8] = dim;
+    *floats = 0;
+    if (!tensor_is(f, "token_embd.weight", dim, V, floats) ||
+        !tensor_is(f, "output_norm.weight", dim, 0, floats) ||
+        (!c->tied_embeddings && !tensor_is(f, "output.weight", dim, V, floats)))
         return 0;
     for (l = 0; l < c->n_layers; l++)
         for (i = 0; i < 9; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, what[i]);
-            if (!tensor_is(g, name, size[i])) return 0;
+            if (!tensor_is(f, name, in[i], out[i], floats)) return 0;
         }
+    *floats -= llm_weights_vec_floats(c);   /* the norms have their place  */
     return 1;
 }
 
-/* Dequantizes tensor `name` (n floats expected) into dst.                   */
-static int load_tensor(gguf_ctx *g, const char *name, float *dst, size_t n)
+/* Matrix `name` (out, in) into M: in place when native, else expanded into
+   the float32 area at *p (advanced). Block scales are checked here (a NaN
+   or Inf scale refuses the file).                                         */
+static int load_mat(model_file *f, const char *name, llm_mat *M, float **p)
 {
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) { fprintf(stderr, "model: tensor %s missing\n", name); return 0; }
-    if (t->n_elem != n) {
-        fprintf(stderr, "model: %s has %llu elements, expected %zu\n", name,
-                (unsigned long long)t->n_elem, n);
+    const gguf_tensor *t = gguf_find_tensor(&f->g, name);
+    char why[200];
+    int in = (int)t->ne[0], out = (int)(t->n_elem / t->ne[0]);   /* tensor_is */
+    if (!f->f32 && native_type(t->type)) {
+        if (llm_mat_set(M, (llm_type)t->type, t->data, out, in, why, sizeof why) != KVQ_OK ||
+            llm_mat_check(M, why, sizeof why) != KVQ_OK) {
+            fprintf(stderr, "model: %s: %s\n", name, why);
+            return 0;
+        }
+        return 1;
+    }
+    if (!gguf_dequant(t->type, t->data, *p, t->n_elem) ||
+        llm_mat_set(M, LLM_F32, *p, out, in, why, sizeof why) != KVQ_OK) {
+        fprintf(stderr, "model: %s: cannot expand to float32 (%s)\n", name, f->g.why);
         return 0;
     }
-    if (!gguf_dequant(t->type, t->data, dst, n)) {
-        fprintf(stderr, "model: %s: %s\n", name, g->why);
+    *p += t->n_elem;
+    return 1;
+}
+
+/* A norm vector (n floats) into dst.                                       */
+static int load_vec(model_file *f, const char *name, float *dst)
+{
+    const gguf_tensor *t = gguf_find_tensor(&f->g, name);
+    if (!gguf_dequant(t->type, t->data, dst, t->n_elem)) {
+        fprintf(stderr, "model: %s: %s\n", name, f->g.why);
         return 0;
     }
     return 1;
 }
 
-/* Per-layer tensor blk.L.<what>.weight into base + L * per.                */
-static int load_layers(model_file *f, const char *what, float *base, size_t per)
+/* Every layer's blk.L.<what>.weight: a matrix into mats[L], or a vector
+   into vec + L * dim.                                                      */
+static int load_layers(model_file *f, const char *what, llm_mat *mats, float *vec, float **p)
 {
     char name[96];
     int l;
     for (l = 0; l < f->m.cfg.n_layers; l++) {
         snprintf(name, sizeof name, "blk.%d.%s.weight", l, what);
-        if (!load_tensor(&f->g, name, base + (size_t)l * per, per)) return 0;
+        if (mats ? !load_mat(f, name, &mats[l], p)
+                 : !load_vec(f, name, vec + (size_t)l * (size_t)f->m.cfg.dim))
+            return 0;
     }
     return 1;
 }
@@ -183,9 +240,10 @@ static void model_close(model_file *f)
 static int model_load(model_file *f, const char *path, int seq_len)
 {
     llm_config *c = &f->m.cfg;
+    llm_weights *w = &f->m.w;
     gguf_str arch;
-    float f32;
-    int dim, q_dim, kv_dim, ok;
+    float f32, *p;
+    size_t floats;
     char why[256];
     if (!gguf_get_str(&f->g, "general.architecture", &arch) || arch.len != 5 ||
         memcmp(arch.ptr, "llama", 5) != 0) {
@@ -226,30 +284,77 @@ static int model_load(model_file *f, const char *path, int seq_len)
                 path, c->dim, c->n_heads);
         return 0;
     }
-    if (!tensors_check(&f->g, c)) return 0;    /* before any allocation     */
-    if (llm_weights_alloc(&f->m.w, c) != KVQ_OK) { fprintf(stderr, "out of memory\n"); return 0; }
-    dim = c->dim; q_dim = c->n_heads * c->head_dim; kv_dim = c->n_kv_heads * c->head_dim;
-    ok = load_tensor(&f->g, "token_embd.weight", f->m.w.token_embedding, (size_t)c->vocab_size * dim) &&
-         load_layers(f, "attn_norm", f->m.w.rms_att, (size_t)dim) &&
-         load_layers(f, "attn_q", f->m.w.wq, (size_t)q_dim * dim) &&
-         load_layers(f, "attn_k", f->m.w.wk, (size_t)kv_dim * dim) &&
-         load_layers(f, "attn_v", f->m.w.wv, (size_t)kv_dim * dim) &&
-         load_layers(f, "attn_output", f->m.w.wo, (size_t)dim * q_dim) &&
-         load_layers(f, "ffn_norm", f->m.w.rms_ffn, (size_t)dim) &&
-         load_layers(f, "ffn_gate", f->m.w.w1, (size_t)c->hidden_dim * dim) &&
-         load_layers(f, "ffn_up", f->m.w.w3, (size_t)c->hidden_dim * dim) &&
-         load_layers(f, "ffn_down", f->m.w.w2, (size_t)dim * c->hidden_dim) &&
-         load_tensor(&f->g, "output_norm.weight", f->m.w.rms_final, (size_t)dim) &&
-         (c->tied_embeddings ||
-          load_tensor(&f->g, "output.weight", f->m.w.wcls, (size_t)c->vocab_size * dim)) &&
-         load_tokenizer(f);
-    return ok;
+    if (!tensors_check(f, c, &floats)) return 0;   /* before any allocation */
+    if (llm_weights_init(w, c, floats) != KVQ_OK) { fprintf(stderr, "out of memory\n"); return 0; }
+    p = w->mem + llm_weights_vec_floats(c);        /* expanded matrices here */
+    if (!load_mat(f, "token_embd.weight", &w->token_embedding, &p) ||
+        !load_layers(f, "attn_norm", NULL, w->rms_att, &p) ||
+        !load_layers(f, "attn_q", w->wq, NULL, &p) ||
+        !load_layers(f, "attn_k", w->wk, NULL, &p) ||
+        !load_layers(f, "attn_v", w->wv, NULL, &p) ||
+        !load_layers(f, "attn_output", w->wo, NULL, &p) ||
+        !load_layers(f, "ffn_norm", NULL, w->rms_ffn, &p) ||
+        !load_layers(f, "ffn_gate", w->w1, NULL, &p) ||
+        !load_layers(f, "ffn_up", w->w3, NULL, &p) ||
+        !load_layers(f, "ffn_down", w->w2, NULL, &p) ||
+        !load_vec(f, "output_norm.weight", w->rms_final) ||
+        (!c->tied_embeddings && !load_mat(f, "output.weight", &w->wcls, &p)))
+        return 0;
+    if (c->tied_embeddings) w->wcls = w->token_embedding;
+    if (llm_weights_check(w, c, why, sizeof why) != KVQ_OK) {    /* belt and braces */
+        fprintf(stderr, "%s: %s\n", path, why);
+        return 0;
+    }
+    return load_tokenizer(f);
 }
 
-static int model_open(model_file *f, const char *path, int seq_len)
+/* Opens path and loads the model; f32: every matrix expanded to float32
+   (the reference runner, Sec. 1's top).                                    */
+/* The whole file, read once into memory that the matrices then point into.
+   Aligned to 2 MiB and marked for transparent huge pages where the system
+   has them (Linux): decode streams every weight once per token, and with
+   4 KiB pages that is a TLB miss every few rows. 1 with *buf (free() it)
+   and *size, or 0 with errno set.                                         */
+static int read_model(const char *path, uint8_t **buf, size_t *size)
 {
+    FILE *fp = fopen(path, "rb");
+    long n;
+    void *p = NULL;
+    size_t align = (size_t)2 << 20, cap;
+    *buf = NULL;
+    if (!fp) return 0;
+    if (fseek(fp, 0, SEEK_END) != 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) != 0) {
+        fclose(fp);
+        return 0;
+    }
+    cap = ((size_t)n + align - 1) / align * align;
+    if (posix_memalign(&p, align, cap ? cap : align) != 0) { fclose(fp); errno = ENOMEM; return 0; }
+#ifdef MADV_HUGEPAGE
+    madvise(p, cap, MADV_HUGEPAGE);      /* a hint: failure changes nothing */
+#endif
+    if (fread(p, 1, (size_t)n, fp) != (size_t)n) { fclose(fp); free(p); errno = EIO; return 0; }
+    fclose(fp);
+    *buf = (uint8_t *)p;
+    *size = (size_t)n;
+    return 1;
+}
+
+static int model_open(model_file *f, const char *path, int seq_len, int f32)
+{
+    uint8_t *buf;
+    size_t size;
     memset(f, 0, sizeof *f);
-    if (!gguf_open_file(&f->g, path)) {
+    f->f32 = f32;
+    if (!read_model(path, &buf, &size))
+        snprintf(f->g.why, sizeof f->g.why, "cannot read '%s' (%s)", path, strerror(errno));
+    else if (!gguf_open_memory(&f->g, buf, size)) {
+        char why[sizeof f->g.why];
+        snprintf(why, sizeof why, "%.100s: %.150s", path, f->g.why);
+        memcpy(f->g.why, why, sizeof why);
+        free(buf);
+    } else
+        f->g.owned = buf;                  /* gguf_close frees it           */
+    if (!f->g.owned) {
         FILE *probe = fopen(path, "rb");
         fprintf(stderr, "model: %s\n", f->g.why);
         if (!probe && !strcmp(path, DEFAULT_MODEL))
@@ -491,11 +596,15 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
     return 1;
 }
 
+/* Threads per state: --threads / -t, 0 = every online core (llm.h).       */
+static int n_threads = 0;
+
 /* A fresh state whose caches follow method M.                             */
 static int state_for(llm_state *s, const model_file *f, method *M, int max_prefill)
 {
     llm_opts o = llm_opts_default();
     kvq_status st;
+    o.n_threads = n_threads;
     o.cache_fn = llm_cache_per_layer;
     o.cache_user = M->per_layer;
     o.max_prefill = max_prefill;
@@ -1229,6 +1338,11 @@ static void usage(FILE *to)
         "                [--tokens N] [--csv DIR]\n"
         "       llm help | --help | -h\n"
         "       common: --model PATH (default " DEFAULT_MODEL ", fetched by `make model`)\n"
+        "               --threads N, -t N: threads per matmul and over KV heads (default 0:\n"
+        "                 every online core; 1: single-threaded; same results at any N)\n"
+        "               --weights native|f32: compute on the file's Q4/Q8 blocks with 8-bit\n"
+        "                 activations (default), or expand every matrix to float32 at load\n"
+        "                 (the slower reference runner, float32 activations)\n"
         "generate: greedy decoding with the named cache; stops at the end-of-turn token;\n"
         "          --chat wraps the prompt in the model's chat template; speeds on stderr\n"
         "eval exits 0 when every paper claim it checks holds, 3 when some does not\n"
@@ -1258,7 +1372,7 @@ int main(int argc, char **argv)
                *cache = "fp32", *text = "/usr/share/common-licenses/GPL-3",
                *only = NULL, *out = NULL, *layers = "0,5,15", *head = "0", *csv = NULL,
                *prompt_file = NULL, *cmd;
-    int n_gen = 32, n_tokens = 2048, n_agree = 64, chat = 0, i, rc;
+    int n_gen = 32, n_tokens = 2048, n_agree = 64, chat = 0, f32 = 0, i, rc;
     char *prompt_buf = NULL;
     model_file f;
     if (argc < 2) { usage(stderr); return 2; }
@@ -1297,6 +1411,13 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--layers")) layers = v;
         else if (!strcmp(o, "--head")) head = v;
         else if (!strcmp(o, "--csv")) csv = v;
+        else if (!strcmp(o, "--threads") || !strcmp(o, "-t"))
+            ok = parse_int(o, v, 0, 256, &n_threads);
+        else if (!strcmp(o, "--weights")) {
+            if (!(ok = !strcmp(v, "native") || !strcmp(v, "f32")))
+                fprintf(stderr, "llm: --weights: '%s' is not native or f32\n", v);
+            f32 = !strcmp(v, "f32");
+        }
         else {
             fprintf(stderr, "llm: unknown option '%s'\n", o);
             usage(stderr);
@@ -1327,7 +1448,7 @@ int main(int argc, char **argv)
             prompt = prompt_buf;
         }
     }
-    if (!model_open(&f, model, n_tokens + n_agree + 512)) { model_close(&f); free(prompt_buf); return 1; }
+    if (!model_open(&f, model, n_tokens + n_agree + 512, f32)) { model_close(&f); free(prompt_buf); return 1; }
     if (!strcmp(cmd, "eval")) rc = cmd_eval(&f, text, n_tokens, n_agree, only, csv);
     else if (!strcmp(cmd, "generate")) rc = cmd_generate(&f, prompt, n_gen, cache, chat);
     else rc = cmd_dump(&f, text, out, layers, head, n_tokens, csv);

@@ -1,32 +1,39 @@
 /* examples/llm/llm.h - a LLaMA-architecture transformer in plain C whose keys and
    values live in kvq caches, one per (layer, KV head).
 
-   It is the model only: it knows nothing about files. A loader (the GGUF
-   reader elsewhere in examples/) fills llm_weights with float32 arrays; this
-   file runs them. Written to be read top to bottom, like llama2.c's run.c.
+   It is the model only: it knows nothing about files. A loader (llm.c's
+   GGUF loader) describes each weight matrix where it lies, in its stored
+   type (float32, or ggml's Q4_0 / Q4_1 / Q8_0 blocks), and this file
+   computes on it as stored, the way a GGUF engine does. Written to be read
+   top to bottom, like llama2.c's run.c.
 
    USAGE
        #define KVQ_IMPLEMENTATION
        #include "kvq.h"
        #include "examples/llm/llm.h"
-       llm_model m;  m.cfg = ...;  llm_weights_alloc(&m.w, &m.cfg);  // fill
+       llm_model m;  m.cfg = ...;  llm_weights_alloc(&m.w, &m.cfg);  // fp32, fill
        llm_opts o = llm_opts_default();
        o.cache_fn = my_cache_fn;  o.cache_user = ...;   // NULL: fp32 caches
+       o.n_threads = 1;                                 // 0: every online core
        llm_state s;  llm_state_init(&s, &m, &o);
        float *logits = llm_forward(&m, &s, token, pos);  // NULL on error: s.why
        // T tokens at once (o.max_prefill >= T): same logits, weights read once
        llm_forward_many(&m, &s, tokens, T, all_logits);
 
    COMPILE-TIME OPTIONS
-       -fopenmp   matrix rows and KV heads are split across threads with
-                  `#pragma omp parallel for` (guarded by _OPENMP; without it
-                  the code is serial and the pragmas are not even seen)
+       -mavx2 -mfma -mf16c (or -march=native on x86-64): the block dots of
+                  Sec. 4a run on AVX2; without them, the plain C ones (the
+                  reference; tests/test_llm.c compares the two)
+       LLM_NO_SIMD     the plain C block dots even where AVX2 is on
+       LLM_NO_THREADS  no thread pool (opts.n_threads is then ignored);
+                  threads need POSIX threads and GCC/clang atomics
 
    CONTENTS
-       1. Config, weights and their orientation
-       2. Options: cache configs, the attention hook, K/V/Q capture
+       1. Config, weights, their orientation and storage types
+       2. Options: cache configs, the attention hook, K/V/Q capture, threads
        3. State: every buffer, allocated once (build / free / reset)
-       4. Building blocks: RMSNorm, matmul, RoPE, SwiGLU
+       4. Building blocks: RMSNorm, 8-bit activations and block dots, the
+          thread pool, the matmul driver, RoPE, SwiGLU
        5. Attention over the kvq caches (decode) and over the prompt (prefill)
        6. llm_forward: one token through the whole model
        7. Many tokens layer by layer: llm_prefill, llm_forward_many
@@ -37,8 +44,11 @@
        per layer:  x += Wo . attn(RoPE(Wq . rms(x)), RoPE(Wk . rms(x)), Wv . rms(x))
                    x += W2 . (silu(W1 . rms(x)) * (W3 . rms(x)))
        logits = Wcls . rms(x)
-   Each rms() has its own weight vector. Errors never crash: a function that
-   fails returns NULL or a kvq_status, and s->why says why in one sentence. */
+   Each rms() has its own weight vector. Every product with a block matrix
+   quantizes its input vector to 8 bits first (Sec. 4a), as llama.cpp does;
+   with float32 matrices the whole pass is float32. The kvq caches always
+   see float32 post-RoPE K and V. Errors never crash: a function that fails
+   returns NULL or a kvq_status, and s->why says why in one sentence. */
 #ifndef KVQ_EXAMPLES_LLM_H
 #define KVQ_EXAMPLES_LLM_H
 
@@ -49,6 +59,21 @@
 #include <string.h>
 #include "kvq.h"
 #include "../npy.h"      /* the recorder writes .npy */
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(LLM_NO_SIMD)
+#define LLM_SIMD 1
+#include <immintrin.h>
+#else
+#define LLM_SIMD 0
+#endif
+#if !defined(LLM_NO_THREADS) && (defined(__unix__) || defined(__APPLE__)) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define LLM_THREADS 1
+#include <pthread.h>
+#include <unistd.h>      /* sysconf: the online cores */
+#else
+#define LLM_THREADS 0
+#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define LLM_API static __attribute__((unused))   /* a program uses only some */
@@ -93,30 +118,58 @@ typedef struct llm_config {
     llm_rope_pairs rope_pairs;
 } llm_config;
 
-/* The weights, float32, every tensor kind contiguous across layers.
+/* The weights. Every matrix is an llm_mat: a row-major (out, in) array in
+   one of a few storage types, kept as stored (Sec. 4 computes on the
+   blocks); the norm vectors are float32.
 
    ORIENTATION. A weight matrix of shape (out, in) is stored row-major:
-       out[i] = sum_j W[i * in + j] * x[j]
+       out[i] = sum_j W[i, j] * x[j]        row i = in contiguous weights
    This is the memory order of a ggml/GGUF tensor with ne0 = in (the fast,
-   contiguous dimension) and ne1 = out, i.e. GGUF blk.L.attn_q.weight with
-   ne = [dim, n_heads*head_dim] is copied as-is into wq + L*(q_dim*dim). It is
-   also PyTorch's nn.Linear.weight layout. Rows are contiguous, so each output
-   is one dot product over contiguous memory (Sec. 4).
+   contiguous dimension) and ne1 = out, so GGUF blk.L.attn_q.weight with
+   ne = [dim, n_heads*head_dim] is used in place, its bytes unchanged. It is
+   also PyTorch's nn.Linear.weight layout. Rows are contiguous, so each
+   output is one dot product over contiguous memory (Sec. 4).
+
+   STORAGE TYPES (ggml's numbering and block layouts, ggml-common.h). A row
+   of a block type is in / 32 blocks of 32 weights; d and m are fp16 bits:
+     LLM_F32    float, 4 bytes per weight
+     LLM_Q4_0   18 bytes: d, 16 bytes of nibbles;  w = d * (nibble - 8)
+     LLM_Q4_1   20 bytes: d, m, 16 bytes;          w = d * nibble + m
+     LLM_Q8_0   34 bytes: d, 32 int8;               w = d * q
+   In a 4-bit block, byte j's low nibble is weight j and its high nibble
+   weight j + 16. Blocks are read byte-wise (memcpy), so a row may start at
+   any address.
    Below, q_dim = n_heads * head_dim and kv_dim = n_kv_heads * head_dim.     */
+typedef enum llm_type {
+    LLM_F32 = 0, LLM_Q4_0 = 2, LLM_Q4_1 = 3, LLM_Q8_0 = 8
+} llm_type;
+
+typedef struct llm_mat {
+    llm_type    type;
+    int         rows, cols;  /* (out, in); cols % 32 == 0 for block types    */
+    size_t      row_bytes;   /* bytes of one row                             */
+    const void *data;        /* (rows, row_bytes), not owned                 */
+} llm_mat;
+
 typedef struct llm_weights {
-    float *token_embedding;  /* (vocab_size, dim)              token_embd    */
-    float *rms_att;          /* (n_layers, dim)                attn_norm     */
-    float *wq;               /* (n_layers, q_dim, dim)         attn_q        */
-    float *wk;               /* (n_layers, kv_dim, dim)        attn_k        */
-    float *wv;               /* (n_layers, kv_dim, dim)        attn_v        */
-    float *wo;               /* (n_layers, dim, q_dim)         attn_output   */
-    float *rms_ffn;          /* (n_layers, dim)                ffn_norm      */
-    float *w1;               /* (n_layers, hidden_dim, dim)    ffn_gate      */
-    float *w3;               /* (n_layers, hidden_dim, dim)    ffn_up        */
-    float *w2;               /* (n_layers, dim, hidden_dim)    ffn_down      */
-    float *rms_final;        /* (dim)                          output_norm   */
-    float *wcls;             /* (vocab_size, dim)              output; NULL or
-                                == token_embedding when tied                 */
+    llm_mat token_embedding; /* (vocab_size, dim)          token_embd        */
+    float  *rms_att;         /* (n_layers, dim)            attn_norm         */
+    llm_mat *wq;             /* (n_layers) of (q_dim, dim)  attn_q           */
+    llm_mat *wk;             /* (n_layers) of (kv_dim, dim) attn_k           */
+    llm_mat *wv;             /* (n_layers) of (kv_dim, dim) attn_v           */
+    llm_mat *wo;             /* (n_layers) of (dim, q_dim)  attn_output      */
+    float  *rms_ffn;         /* (n_layers, dim)            ffn_norm          */
+    llm_mat *w1;             /* (n_layers) of (hidden_dim, dim) ffn_gate     */
+    llm_mat *w3;             /* (n_layers) of (hidden_dim, dim) ffn_up       */
+    llm_mat *w2;             /* (n_layers) of (dim, hidden_dim) ffn_down     */
+    float  *rms_final;       /* (dim)                      output_norm       */
+    llm_mat wcls;            /* (vocab_size, dim)          output; a copy of
+                                token_embedding when tied                    */
+    /* what llm_weights_init allocated (the matrices' bytes are the loader's,
+       e.g. the model file, unless they point into mem)                     */
+    llm_mat *mats;           /* (7, n_layers): wq .. w2 point into it        */
+    float   *mem;            /* the vectors, then any float32 matrices       */
+    size_t   mem_floats;
 } llm_weights;
 
 typedef struct llm_model {
@@ -189,23 +242,153 @@ LLM_API kvq_status llm_config_check(const llm_config *c, char *why, size_t why_l
     }
     return KVQ_OK;
 }
+/* Bytes of one row of `cols` weights of type t; 0 when t is not one of the
+   types above or cols is not a positive whole number of its blocks.       */
+LLM_API size_t llm_row_bytes(llm_type t, int cols)
+{
+    size_t n = (size_t)cols;
+    if (cols <= 0) return 0;
+    switch (t) {
+    case LLM_F32:  return n * sizeof(float);
+    case LLM_Q4_0: return n % 32 ? 0 : n / 32 * 18;
+    case LLM_Q4_1: return n % 32 ? 0 : n / 32 * 20;
+    case LLM_Q8_0: return n % 32 ? 0 : n / 32 * 34;
+    }
+    return 0;
+}
+
+LLM_API const char *llm_type_name(llm_type t)
+{
+    switch (t) {
+    case LLM_F32:  return "F32";
+    case LLM_Q4_0: return "Q4_0";
+    case LLM_Q4_1: return "Q4_1";
+    case LLM_Q8_0: return "Q8_0";
+    }
+    return "unknown";
+}
+
+/* Describes the (rows, cols) matrix of type t whose bytes start at data
+   (rows * llm_row_bytes(t, cols) of them, which the caller keeps alive).
+   KVQ_OK, or KVQ_ERR_NULL / KVQ_ERR_CONFIG with a reason; m is then empty. */
+LLM_API kvq_status llm_mat_set(llm_mat *m, llm_type t, const void *data, int rows, int cols,
+                               char *why, size_t why_len)
+{
+    size_t rb = llm_row_bytes(t, cols), total;
+    if (!m) { llm__say(why, why_len, "matrix is NULL"); return KVQ_ERR_NULL; }
+    memset(m, 0, sizeof *m);
+    if (!data) { llm__say(why, why_len, "matrix data is NULL"); return KVQ_ERR_NULL; }
+    if (rows <= 0 || rb == 0 || !llm__mul(rb, (size_t)rows, &total)) {
+        llm__say(why, why_len, "a (%d, %d) matrix of type %s (%d): type unknown, sizes not "
+                 "positive, or cols not whole 32-weight blocks", rows, cols,
+                 llm_type_name(t), (int)t);
+        return KVQ_ERR_CONFIG;
+    }
+    m->type = t; m->rows = rows; m->cols = cols; m->row_bytes = rb; m->data = data;
+    return KVQ_OK;
+}
+
+/* fp16 bits at p (any alignment) as a float; little-endian, as GGUF is.    */
+static float llm__half(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return kvq_f16_to_f32(h);
+}
+
+/* Every scale of a block matrix (d, and Q4_1's m) is a finite fp16. A NaN or
+   Inf scale turns every output it touches into NaN, so a loader refuses the
+   file here, naming the row and block, instead of failing at the first
+   token. F32 matrices are not scanned: a NaN there ends in non-finite
+   logits, which the forward pass reports (Sec. 6). One pass over the
+   bytes: call it at load, not per state.                                   */
+LLM_API kvq_status llm_mat_check(const llm_mat *m, char *why, size_t why_len)
+{
+    size_t bytes = 0, r, b, nb;
+    int n_half;
+    if (!m || !m->data) { llm__say(why, why_len, "matrix is NULL or empty"); return KVQ_ERR_NULL; }
+    if (m->row_bytes == 0 || m->row_bytes != llm_row_bytes(m->type, m->cols) || m->rows <= 0) {
+        llm__say(why, why_len, "matrix (%d, %d) of type %s has row_bytes %zu", m->rows,
+                 m->cols, llm_type_name(m->type), m->row_bytes);
+        return KVQ_ERR_CONFIG;
+    }
+    switch (m->type) {
+    case LLM_Q4_0: bytes = 18; n_half = 1; break;
+    case LLM_Q4_1: bytes = 20; n_half = 2; break;
+    case LLM_Q8_0: bytes = 34; n_half = 1; break;
+    default: return KVQ_OK;                            /* F32                */
+    }
+    nb = (size_t)m->cols / 32;
+    for (r = 0; r < (size_t)m->rows; r++) {
+        const uint8_t *p = (const uint8_t *)m->data + r * m->row_bytes;
+        for (b = 0; b < nb; b++, p += bytes) {
+            int k;
+            for (k = 0; k < n_half; k++) {
+                uint16_t h;
+                memcpy(&h, p + 2 * k, sizeof h);
+                if ((h & 0x7C00u) == 0x7C00u) {       /* exponent all ones  */
+                    llm__say(why, why_len, "row %zu block %zu: %s scale %s is %s", r, b,
+                             llm_type_name(m->type), k ? "m" : "d",
+                             (h & 0x03FFu) ? "NaN" : "Inf");
+                    return KVQ_ERR_NONFINITE;
+                }
+            }
+        }
+    }
+    return KVQ_OK;
+}
 
 LLM_API void llm_weights_free(llm_weights *w)
 {
     if (!w) return;
-    if (w->wcls != w->token_embedding) free(w->wcls);
-    free(w->token_embedding); free(w->rms_att);
-    free(w->wq); free(w->wk); free(w->wv); free(w->wo);
-    free(w->rms_ffn); free(w->w1); free(w->w3); free(w->w2);
-    free(w->rms_final);
+    free(w->mats);
+    free(w->mem);
     memset(w, 0, sizeof *w);
 }
 
-/* Allocates every array, zeroed, for the loader (or a test) to fill. With
-   tied embeddings wcls is token_embedding itself.                           */
+/* The matrix table (every matrix empty) and w->mem: the norm vectors
+   (rms_att, rms_ffn, rms_final point there, zeroed), then extra_floats
+   zeroed floats at w->mem + llm_weights_vec_floats(c) for any float32
+   matrices the caller places there (llm_weights_alloc: all of them; the
+   GGUF loader: the ones it expands). The matrices themselves are set by the
+   caller (llm_mat_set).                                                    */
+LLM_API size_t llm_weights_vec_floats(const llm_config *c)
+{
+    return (2 * (size_t)c->n_layers + 1) * (size_t)c->dim;
+}
+
+LLM_API kvq_status llm_weights_init(llm_weights *w, const llm_config *c, size_t extra_floats)
+{
+    size_t L, vec;
+    kvq_status st;
+    if (!w) return KVQ_ERR_NULL;
+    memset(w, 0, sizeof *w);
+    if ((st = llm_config_check(c, NULL, 0)) != KVQ_OK) return st;
+    L = (size_t)c->n_layers;
+    vec = llm_weights_vec_floats(c);
+    if (extra_floats > (size_t)-1 / sizeof(float) - vec) return KVQ_ERR_NOMEM;
+    w->mats = (llm_mat *)calloc(7 * L, sizeof(llm_mat));
+    w->mem = llm__alloc(vec + extra_floats, 1, 1);
+    if (!w->mats || !w->mem) { llm_weights_free(w); return KVQ_ERR_NOMEM; }
+    w->mem_floats = vec + extra_floats;
+    w->wq = w->mats;         w->wk = w->mats + L;     w->wv = w->mats + 2 * L;
+    w->wo = w->mats + 3 * L; w->w1 = w->mats + 4 * L; w->w3 = w->mats + 5 * L;
+    w->w2 = w->mats + 6 * L;
+    w->rms_att = w->mem;
+    w->rms_ffn = w->mem + L * (size_t)c->dim;
+    w->rms_final = w->mem + 2 * L * (size_t)c->dim;
+    return KVQ_OK;
+}
+
+/* Every weight float32 and zeroed, for a test (or a loader of fp32 files)
+   to fill. Each kind is contiguous across layers, as one array would be:
+   (float *)w->wq[0].data is the (n_layers, q_dim, dim) block of every wq,
+   (float *)w->token_embedding.data the (vocab_size, dim) table. With tied
+   embeddings wcls is token_embedding itself.                               */
 LLM_API kvq_status llm_weights_alloc(llm_weights *w, const llm_config *c)
 {
-    size_t L, D, H, Q, KV, V;
+    size_t L, D, H, Q, KV, V, n = 0, k, l, rows[7], cols[7];
+    float *p;
     kvq_status st;
     if (!w) return KVQ_ERR_NULL;
     memset(w, 0, sizeof *w);
@@ -214,24 +397,78 @@ LLM_API kvq_status llm_weights_alloc(llm_weights *w, const llm_config *c)
     Q = (size_t)c->n_heads * (size_t)c->head_dim;
     KV = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     V = (size_t)c->vocab_size;
-    w->token_embedding = llm__alloc(V, D, 1);
-    w->rms_att   = llm__alloc(L, D, 1);
-    w->wq        = llm__alloc(L, Q, D);
-    w->wk        = llm__alloc(L, KV, D);
-    w->wv        = llm__alloc(L, KV, D);
-    w->wo        = llm__alloc(L, D, Q);
-    w->rms_ffn   = llm__alloc(L, D, 1);
-    w->w1        = llm__alloc(L, H, D);
-    w->w3        = llm__alloc(L, H, D);
-    w->w2        = llm__alloc(L, D, H);
-    w->rms_final = llm__alloc(D, 1, 1);
-    w->wcls      = c->tied_embeddings ? w->token_embedding : llm__alloc(V, D, 1);
-    if (!w->token_embedding || !w->rms_att || !w->wq || !w->wk || !w->wv ||
-        !w->wo || !w->rms_ffn || !w->w1 || !w->w3 || !w->w2 || !w->rms_final ||
-        !w->wcls) {
-        llm_weights_free(w);
-        return KVQ_ERR_NOMEM;
+    /* wq wk wv wo w1 w3 w2: (rows, cols) = (out, in)                       */
+    rows[0] = Q;  rows[1] = KV; rows[2] = KV; rows[3] = D; rows[4] = H; rows[5] = H; rows[6] = D;
+    cols[0] = D;  cols[1] = D;  cols[2] = D;  cols[3] = Q; cols[4] = D; cols[5] = D; cols[6] = H;
+    for (k = 0; k < 8; k++) {                     /* overflow-checked sum   */
+        size_t a;
+        if (k < 7 ? !llm__mul(rows[k], cols[k], &a) || !llm__mul(a, L, &a)
+                  : !llm__mul(V, D * (c->tied_embeddings ? 1 : 2), &a))
+            return KVQ_ERR_NOMEM;
+        if (n > (size_t)-1 - a) return KVQ_ERR_NOMEM;
+        n += a;
     }
+    if ((st = llm_weights_init(w, c, n)) != KVQ_OK) return st;
+    p = w->mem + llm_weights_vec_floats(c);
+    llm_mat_set(&w->token_embedding, LLM_F32, p, (int)V, (int)D, NULL, 0);
+    p += V * D;
+    for (k = 0; k < 7; k++)
+        for (l = 0; l < L; l++, p += rows[k] * cols[k])
+            llm_mat_set(&w->mats[k * L + l], LLM_F32, p, (int)rows[k], (int)cols[k], NULL, 0);
+    if (c->tied_embeddings) w->wcls = w->token_embedding;
+    else llm_mat_set(&w->wcls, LLM_F32, p, (int)V, (int)D, NULL, 0);
+    return KVQ_OK;
+}
+
+/* Every weight is there with the shape the config implies: each matrix a
+   known type, (rows, cols) as in llm_weights, row_bytes its type's; the
+   vectors non-NULL. Cheap (no pass over the bytes: llm_mat_check is that).
+   KVQ_OK, or an error with a reason naming the weight.                     */
+static kvq_status llm__mat_is(const llm_mat *m, int rows, int cols, const char *name, int l,
+                              char *why, size_t why_len)
+{
+    if (!m->data) {
+        llm__say(why, why_len, "weight %s (layer %d) is NULL", name, l);
+        return KVQ_ERR_NULL;
+    }
+    if (m->rows != rows || m->cols != cols || m->row_bytes == 0 ||
+        m->row_bytes != llm_row_bytes(m->type, cols)) {
+        llm__say(why, why_len, "weight %s (layer %d) is (%d, %d) of type %s with %zu-byte rows; "
+                 "the config needs (%d, %d)", name, l, m->rows, m->cols,
+                 llm_type_name(m->type), m->row_bytes, rows, cols);
+        return KVQ_ERR_CONFIG;
+    }
+    return KVQ_OK;
+}
+
+LLM_API kvq_status llm_weights_check(const llm_weights *w, const llm_config *c, char *why,
+                                     size_t why_len)
+{
+    int l, Q, KV;
+    kvq_status st;
+    if (!w || !c) { llm__say(why, why_len, "weights or config is NULL"); return KVQ_ERR_NULL; }
+    if ((st = llm_config_check(c, why, why_len)) != KVQ_OK) return st;
+    if (!w->rms_att || !w->rms_ffn || !w->rms_final || !w->wq || !w->wk || !w->wv ||
+        !w->wo || !w->w1 || !w->w3 || !w->w2) {
+        llm__say(why, why_len, "a weight array is NULL (a norm vector or a layer table)");
+        return KVQ_ERR_NULL;
+    }
+    Q = c->n_heads * c->head_dim; KV = c->n_kv_heads * c->head_dim;
+    if ((st = llm__mat_is(&w->token_embedding, c->vocab_size, c->dim, "token_embedding", -1,
+                          why, why_len)) != KVQ_OK)
+        return st;
+    if ((st = llm__mat_is(&w->wcls, c->vocab_size, c->dim, c->tied_embeddings ? "wcls (tied)"
+                          : "wcls (embeddings not tied)", -1, why, why_len)) != KVQ_OK)
+        return st;
+    for (l = 0; l < c->n_layers; l++)
+        if ((st = llm__mat_is(&w->wq[l], Q, c->dim, "wq", l, why, why_len)) != KVQ_OK ||
+            (st = llm__mat_is(&w->wk[l], KV, c->dim, "wk", l, why, why_len)) != KVQ_OK ||
+            (st = llm__mat_is(&w->wv[l], KV, c->dim, "wv", l, why, why_len)) != KVQ_OK ||
+            (st = llm__mat_is(&w->wo[l], c->dim, Q, "wo", l, why, why_len)) != KVQ_OK ||
+            (st = llm__mat_is(&w->w1[l], c->hidden_dim, c->dim, "w1", l, why, why_len)) != KVQ_OK ||
+            (st = llm__mat_is(&w->w3[l], c->hidden_dim, c->dim, "w3", l, why, why_len)) != KVQ_OK ||
+            (st = llm__mat_is(&w->w2[l], c->dim, c->hidden_dim, "w2", l, why, why_len)) != KVQ_OK)
+            return st;
     return KVQ_OK;
 }
 
@@ -299,6 +536,10 @@ typedef struct llm_opts {
     void          *hook_user;
     llm_capture_fn capture;     /* NULL by default                           */
     void          *capture_user;
+    int            n_threads;   /* threads for matmul rows and KV heads, the
+                                   caller's included: 0 (default) = every
+                                   online core; 1 = no other thread at all.
+                                   The logits are the same at any count.     */
 } llm_opts;
 
 LLM_API llm_opts llm_opts_default(void)
@@ -314,6 +555,14 @@ LLM_API llm_opts llm_opts_default(void)
 /* ======================================================================== */
 /* Nothing here is allocated per token. The caches themselves grow by
    doubling unless opts.reserve pre-sizes them (kvq_cache_reserve).          */
+struct llm__pool;    /* Sec. 4b */
+/* A matmul's input quantized to 8 bits (Sec. 4a): 32 activations as
+   d * qs[j] (|qs| <= 127), and s = d * sum(qs), the block's sum, which
+   Q4_1's min m multiplies (ggml's Q8_1, with d a float, not fp16).        */
+typedef struct llm_q8 { float d, s; int8_t qs[32]; } llm_q8;
+static struct llm__pool *llm__pool_new(int n);
+static void llm__pool_free(struct llm__pool *p);
+static int llm__cores(void);
 typedef struct llm_state {
     /* decode activations, one token                                         */
     float *x;         /* (dim) the residual stream                           */
@@ -326,6 +575,9 @@ typedef struct llm_state {
     float *hb;        /* (hidden_dim) gate branch, then silu(gate) * up      */
     float *hb2;       /* (hidden_dim) up branch                              */
     float *logits;    /* (vocab_size)                                        */
+    llm_q8 *xq;       /* (max(1, max_prefill), max_in / 32) a matmul's input
+                         quantized, max_in = max(dim, q_dim, hidden_dim)      */
+    int    max_in;
     /* RoPE                                                                  */
     double *inv_freq; /* (head_dim / 2) theta^(-2i/head_dim)                 */
     float *rope_cos;  /* (head_dim / 2) cos(pos * inv_freq[i]) for one pos   */
@@ -356,6 +608,8 @@ typedef struct llm_state {
     llm_config cfg;   /* the model's config, copied at init                  */
     llm_opts opts;
     int      n_pos;   /* positions in the caches: the next pos to run        */
+    int      n_threads; /* the pool's threads, the caller included        */
+    struct llm__pool *pool; /* NULL with one thread                          */
     kvq_status status;/* of the last failing call                           */
     char     why[256];
 } llm_state;
@@ -393,6 +647,8 @@ LLM_API void llm_state_free(llm_state *s)
     free(s->scratch); free(s->probs); free(s->head_status);
     free(s->px); free(s->pxb); free(s->pxb2); free(s->pq); free(s->pk); free(s->pv);
     free(s->patt); free(s->phb); free(s->phb2); free(s->pkh); free(s->pvh);
+    free(s->xq);
+    llm__pool_free(s->pool);               /* joins the workers            */
     memset(s, 0, sizeof *s);
 }
 
@@ -433,13 +689,8 @@ LLM_API kvq_status llm_state_init(llm_state *s, const llm_model *m, const llm_op
     if (!m) { llm__fail(s, KVQ_ERR_NULL, "model is NULL"); return KVQ_ERR_NULL; }
     c = &m->cfg;
     if ((st = llm_config_check(c, s->why, sizeof s->why)) != KVQ_OK) return s->status = st;
-    if (!m->w.token_embedding || !m->w.rms_att || !m->w.wq || !m->w.wk || !m->w.wv ||
-        !m->w.wo || !m->w.rms_ffn || !m->w.w1 || !m->w.w3 || !m->w.w2 ||
-        !m->w.rms_final || (!c->tied_embeddings && !m->w.wcls)) {
-        llm__fail(s, KVQ_ERR_NULL, "a weight array is NULL%s",
-                  !c->tied_embeddings && !m->w.wcls ? " (wcls, embeddings not tied)" : "");
-        return KVQ_ERR_NULL;
-    }
+    if ((st = llm_weights_check(&m->w, c, s->why, sizeof s->why)) != KVQ_OK)
+        return s->status = st;
     s->cfg = *c;
     s->opts = opts ? *opts : llm_opts_default();
     if (s->opts.max_prefill < 0 || s->opts.max_prefill > c->seq_len) {
@@ -455,6 +706,15 @@ LLM_API kvq_status llm_state_init(llm_state *s, const llm_model *m, const llm_op
     P = (size_t)s->opts.max_prefill;
     s->max_prefill = s->opts.max_prefill;
     s->scratch_floats = 3 * (size_t)c->head_dim + (size_t)c->seq_len;
+    s->max_in = c->dim > (int)QD ? c->dim : (int)QD;
+    if (c->hidden_dim > s->max_in) s->max_in = c->hidden_dim;
+    if (s->opts.n_threads < 0) {
+        llm__fail(s, KVQ_ERR_SIZE, "n_threads %d is negative (0: every online core)",
+                  s->opts.n_threads);
+        s->cfg.n_layers = 0;
+        return KVQ_ERR_SIZE;
+    }
+    s->n_threads = s->opts.n_threads ? s->opts.n_threads : llm__cores();
 
     s->x = llm__alloc((size_t)c->dim, 1, 1);
     s->xb = llm__alloc((size_t)c->dim, 1, 1);
@@ -473,6 +733,7 @@ LLM_API kvq_status llm_state_init(llm_state *s, const llm_model *m, const llm_op
     s->head_status = (kvq_status *)calloc((size_t)c->n_kv_heads, sizeof(kvq_status));
     s->cache = (kvq_cache *)calloc(n_caches, sizeof(kvq_cache));
     s->cache_cfg = (kvq_config *)calloc(n_caches, sizeof(kvq_config));
+    s->xq = (llm_q8 *)calloc((P > 0 ? P : 1) * (size_t)(s->max_in / 32 + 1), sizeof(llm_q8));
     if (P > 0) {
         s->px = llm__alloc(P, (size_t)c->dim, 1);
         s->pxb = llm__alloc(P, (size_t)c->dim, 1);
@@ -489,7 +750,7 @@ LLM_API kvq_status llm_state_init(llm_state *s, const llm_model *m, const llm_op
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att ||
         !s->hb || !s->hb2 || !s->logits || !s->rope_cos || !s->rope_sin ||
         !s->scratch || !s->probs || !s->head_status || !s->cache || !s->cache_cfg ||
-        (P > 0 && (!s->px || !s->pxb || !s->pxb2 || !s->pq || !s->pk || !s->pv ||
+        !s->xq || (P > 0 && (!s->px || !s->pxb || !s->pxb2 || !s->pq || !s->pk || !s->pv ||
                    !s->patt || !s->phb || !s->phb2 || !s->pkh || !s->pvh))) {
         llm_state_free(s);
         llm__fail(s, KVQ_ERR_NOMEM, "cannot allocate the state's buffers");
@@ -517,6 +778,15 @@ LLM_API kvq_status llm_state_init(llm_state *s, const llm_model *m, const llm_op
         memcpy(s->why, why, sizeof why);
         s->status = st;
         return st;
+    }
+#if !LLM_THREADS
+    s->n_threads = 1;                        /* built without the pool       */
+#endif
+    if (s->n_threads > 1 && !(s->pool = llm__pool_new(s->n_threads))) {
+        int n = s->n_threads;
+        llm_state_free(s);
+        llm__fail(s, KVQ_ERR_NOMEM, "cannot start %d threads (opts.n_threads)", n);
+        return KVQ_ERR_NOMEM;
     }
     return KVQ_OK;
 }
@@ -546,9 +816,9 @@ static void llm__rmsnorm(float *o, const float *x, const float *w, int n, float 
     for (j = 0; j < n; j++) o[j] = x[j] * r * w[j];
 }
 
-/* One output of a matmul: a dot product over two contiguous rows. Eight
-   independent partial sums let the compiler keep a vector register busy
-   (a single running sum is one long dependency chain).                     */
+/* One output of an F32 matmul: a dot product over two contiguous rows.
+   Eight independent partial sums let the compiler keep a vector register
+   busy (a single running sum is one long dependency chain).                */
 static float llm__dot(const float *a, const float *b, int n)
 {
     float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
@@ -563,43 +833,431 @@ static float llm__dot(const float *a, const float *b, int n)
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
 }
 
-/* out (n_out) = W (n_out, n_in) . x (n_in). Rows of W are independent, so
-   they are split across threads; each walks its rows once, in memory order. */
-static void llm__matmul(float *out, const float *x, const float *W, int n_in, int n_out)
+/* ---- 4a. Block matrices: activations quantized to 8 bits ------------------
+   A GGUF engine never expands Q4/Q8 weights to float. It quantizes the
+   activation vector once per matmul to 8-bit blocks of 32 (ggml's Q8_1) and
+   multiplies codes by codes in integers, scaling once per block:
+       sum_j w_j x_j  =  sum_blocks  dw * dx * sum_j qw_j qx_j   (+ terms)
+   Reading 4.5-8.5 bits per weight instead of 32 is what makes decode fast;
+   the price is rounding each activation to 1/254 of its block's range.    */
+
+/* x (n) -> n / 32 blocks (n % 32 == 0), each scaled so its largest |x| maps
+   to 127, rounded to nearest. A block whose values are all below 1e-30 in
+   magnitude is zero (1 / d would overflow). A block holding a NaN or Inf
+   gets d = s = NaN and zero codes: every dot it enters is NaN, and the
+   forward pass reports non-finite logits (never a float-to-int overflow).  */
+LLM_API void llm_q8_quantize(const float *x, int n, llm_q8 *out)
 {
-    int i;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (i = 0; i < n_out; i++) out[i] = llm__dot(W + (size_t)i * (size_t)n_in, x, n_in);
+    int b, j;
+    for (b = 0; b < n / 32; b++) {
+        const float *xb = x + (size_t)b * 32;
+        llm_q8 *o = out + b;
+        float amax = 0.0f, id;
+        int sum = 0, bad = 0;
+        for (j = 0; j < 32; j++) {
+            float a = fabsf(xb[j]);
+            bad |= !(a <= 3.4e38f);                   /* NaN, Inf            */
+            amax = a > amax ? a : amax;
+        }
+        memset(o->qs, 0, sizeof o->qs);
+        if (bad) { o->d = o->s = NAN; continue; }
+        if (!(amax >= 1e-30f)) { o->d = o->s = 0.0f; continue; }
+        o->d = amax / 127.0f;
+        id = 127.0f / amax;
+        for (j = 0; j < 32; j++) {
+            int q = (int)lrintf(xb[j] * id);          /* |x * id| <= 127     */
+            o->qs[j] = (int8_t)q;
+            sum += q;
+        }
+        o->s = o->d * (float)sum;
+    }
 }
 
-/* OUT (T, n_out) = X (T, n_in) . W^T: the prompt's tokens at once. Blocks of
-   LLM_TILE rows of W meet blocks of LLM_TILE tokens, so each W row is reused
-   for LLM_TILE tokens from L1 and W is read from memory T / LLM_TILE times
-   instead of T. Each output is the same llm__dot as in decode, so prefill
-   and decode matmuls agree bit for bit.                                    */
-#define LLM_TILE 16
-static void llm__matmul_rows(float *out, const float *X, const float *W, int T,
-                             int n_in, int n_out)
+/* The block dots: one weight row of nb blocks against nb activation blocks.
+   The plain C versions are the reference: integer sums per block (exact),
+   scaled and added to one float in block order. The AVX2 versions compute
+   the same integer sums 32 lanes at a time (maddubs: u8 x i8 -> pairs of
+   i16; madd with ones: -> 8 i32) and keep 8 float accumulators, so they
+   round differently: tests/test_llm.c bounds the difference.              */
+static float llm__dot_q4_0(const uint8_t *w, const llm_q8 *x, int nb)
 {
-    int ib, n_blocks = (n_out + LLM_TILE - 1) / LLM_TILE;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
+    float acc = 0.0f;
+    int b, j;
+    for (b = 0; b < nb; b++, w += 18) {             /* d, 16 nibble bytes    */
+        int s = 0;
+        for (j = 0; j < 16; j++)
+            s += ((w[2 + j] & 15) - 8) * x[b].qs[j] + ((w[2 + j] >> 4) - 8) * x[b].qs[j + 16];
+        acc += llm__half(w) * x[b].d * (float)s;
+    }
+    return acc;
+}
+static float llm__dot_q4_1(const uint8_t *w, const llm_q8 *x, int nb)
+{
+    float acc = 0.0f;
+    int b, j;
+    for (b = 0; b < nb; b++, w += 20) {             /* d, m, 16 nibble bytes */
+        int s = 0;
+        for (j = 0; j < 16; j++)
+            s += (w[4 + j] & 15) * x[b].qs[j] + (w[4 + j] >> 4) * x[b].qs[j + 16];
+        /* sum (d q_j + m) x_j = d dx sum q_j qx_j + m * (dx sum qx_j)      */
+        acc += llm__half(w) * x[b].d * (float)s + llm__half(w + 2) * x[b].s;
+    }
+    return acc;
+}
+static float llm__dot_q8_0(const uint8_t *w, const llm_q8 *x, int nb)
+{
+    float acc = 0.0f;
+    int b, j;
+    for (b = 0; b < nb; b++, w += 34) {             /* d, 32 int8            */
+        int s = 0;
+        for (j = 0; j < 32; j++) s += (int8_t)w[2 + j] * x[b].qs[j];
+        acc += llm__half(w) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
+#if LLM_SIMD
+/* 16 bytes of nibbles -> 32 bytes 0..15 in weight order (low nibbles are
+   weights 0-15, high nibbles 16-31).                                      */
+static inline __m256i llm__nibbles(const uint8_t *p)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p), m = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+/* 32 products of signed bytes summed into 8 int32. maddubs multiplies
+   unsigned by signed, so w's sign moves onto y; |w| <= 128 and |y| <= 127
+   keep each pair sum within int16 (2 * 128 * 127 = 32512).                 */
+static inline __m256i llm__mul_i8(__m256i w, __m256i y)
+{
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+static inline __m256i llm__load32(const int8_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+/* Decode streams every weight from memory once per token, and the
+   hardware prefetcher alone falls behind a loop this dense (measured here:
+   3.5 GB/s of Q4_1 rows without, 7-10 with): each block asks for the line
+   LLM_PREFETCH bytes ahead.                                               */
+#ifndef LLM_PREFETCH
+#define LLM_PREFETCH 2048
 #endif
-    for (ib = 0; ib < n_blocks; ib++) {
-        int i0 = ib * LLM_TILE, i1 = i0 + LLM_TILE < n_out ? i0 + LLM_TILE : n_out;
-        int t0, t, i;
-        for (t0 = 0; t0 < T; t0 += LLM_TILE) {
-            int t1 = t0 + LLM_TILE < T ? t0 + LLM_TILE : T;
-            for (i = i0; i < i1; i++) {
-                const float *w = W + (size_t)i * (size_t)n_in;
-                for (t = t0; t < t1; t++)
-                    out[(size_t)t * (size_t)n_out + (size_t)i] =
-                        llm__dot(w, X + (size_t)t * (size_t)n_in, n_in);
+static inline float llm__hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline float llm__half_simd(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);                            /* F16C, exact           */
+}
+static float llm__dot_q4_0_avx2(const uint8_t *w, const llm_q8 *x, int nb)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int b;
+    for (b = 0; b < nb; b++, w += 18) {
+        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
+        __m256i q = _mm256_sub_epi8(llm__nibbles(w + 2), _mm256_set1_epi8(8));
+        __m256i p = llm__mul_i8(q, llm__load32(x[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(llm__half_simd(w) * x[b].d),
+                              _mm256_cvtepi32_ps(p), acc);
+    }
+    return llm__hsum(acc);
+}
+static float llm__dot_q4_1_avx2(const uint8_t *w, const llm_q8 *x, int nb)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    int b;
+    for (b = 0; b < nb; b++, w += 20) {
+        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
+        /* nibbles are unsigned: straight into maddubs, at most 2*15*127    */
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(llm__nibbles(w + 4),
+                                                           llm__load32(x[b].qs)),
+                                      _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(llm__half_simd(w) * x[b].d),
+                              _mm256_cvtepi32_ps(p), acc);
+        mins += llm__half_simd(w + 2) * x[b].s;
+    }
+    return llm__hsum(acc) + mins;
+}
+static float llm__dot_q8_0_avx2(const uint8_t *w, const llm_q8 *x, int nb)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int b;
+    for (b = 0; b < nb; b++, w += 34) {
+        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
+        __m256i p = llm__mul_i8(llm__load32((const int8_t *)(w + 2)), llm__load32(x[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(llm__half_simd(w) * x[b].d),
+                              _mm256_cvtepi32_ps(p), acc);
+    }
+    return llm__hsum(acc);
+}
+#endif
+
+/* The block dot of type t: simd = 0 the plain reference, 1 the one the
+   forward pass runs (AVX2 when compiled in, else the same plain one).
+   NULL for F32, which has no blocks.                                       */
+typedef float (*llm__dot_fn)(const uint8_t *w, const llm_q8 *x, int nb);
+static llm__dot_fn llm__block_dot(llm_type t, int simd)
+{
+#if LLM_SIMD
+    if (simd) switch (t) {
+        case LLM_Q4_0: return llm__dot_q4_0_avx2;
+        case LLM_Q4_1: return llm__dot_q4_1_avx2;
+        case LLM_Q8_0: return llm__dot_q8_0_avx2;
+        default: break;
+    }
+#endif
+    (void)simd;
+    switch (t) {
+    case LLM_Q4_0: return llm__dot_q4_0;
+    case LLM_Q4_1: return llm__dot_q4_1;
+    case LLM_Q8_0: return llm__dot_q8_0;
+    default: return NULL;
+    }
+}
+
+/* Row r of W . x: F32 reads x (cols floats), a block type xq (cols / 32
+   blocks of x quantized by llm_q8_quantize). simd as llm__block_dot. For
+   tests and tools; the matmul below calls the same functions.             */
+LLM_API float llm_mat_dot(const llm_mat *W, int r, const float *x, const llm_q8 *xq, int simd)
+{
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+    llm__dot_fn f = llm__block_dot(W->type, simd);
+    return f ? f(row, xq, W->cols / 32) : llm__dot((const float *)(const void *)row, x, W->cols);
+}
+
+/* Row r of W as floats, out (cols): the token embedding's lookup, one row
+   per token, and the tests' dequantize-then-fp32 reference.              */
+LLM_API void llm_mat_row(const llm_mat *W, int r, float *out)
+{
+    const uint8_t *p = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+    int b, j, nb = W->cols / 32;
+    if (W->type == LLM_F32) { memcpy(out, p, (size_t)W->cols * sizeof(float)); return; }
+    for (b = 0; b < nb; b++, out += 32) {
+        float d = llm__half(p);
+        switch (W->type) {
+        case LLM_Q4_0:
+            for (j = 0; j < 16; j++) {
+                out[j] = d * (float)((p[2 + j] & 15) - 8);
+                out[j + 16] = d * (float)((p[2 + j] >> 4) - 8);
             }
+            p += 18;
+            break;
+        case LLM_Q4_1: {
+            float m = llm__half(p + 2);
+            for (j = 0; j < 16; j++) {
+                out[j] = d * (float)(p[4 + j] & 15) + m;
+                out[j + 16] = d * (float)(p[4 + j] >> 4) + m;
+            }
+            p += 20;
+            break;
+        }
+        default:                                    /* LLM_Q8_0              */
+            for (j = 0; j < 32; j++) out[j] = d * (float)(int8_t)p[2 + j];
+            p += 34;
         }
     }
+}
+
+/* ---- 4b. A persistent thread pool -----------------------------------------
+   n - 1 worker threads, started once per state; the caller is thread 0.
+   llm__pool_run(p, fn, arg) runs fn(arg, i, n) on every thread i and
+   returns when all are done. A job is announced by bumping a generation
+   counter; workers spin on it for a while (decode runs a matmul every few
+   microseconds, far less than a sleep and wake-up costs), then sleep on a
+   condition variable. n = 1 starts no thread at all: fn runs inline.      */
+#if LLM_THREADS
+typedef struct llm__pool llm__pool;
+typedef struct llm__worker { llm__pool *p; int i; pthread_t th; } llm__worker;
+struct llm__pool {
+    int n;                       /* threads, the caller included            */
+    llm__worker *w;              /* (n - 1)                                 */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    unsigned gen;                /* jobs announced                          */
+    int busy;                    /* workers not yet done with the job       */
+    int quit;
+    void (*fn)(void *arg, int i, int n);
+    void *arg;
+};
+#define LLM__LOAD(p)     __atomic_load_n(p, __ATOMIC_ACQUIRE)
+#define LLM__STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELEASE)
+#ifndef LLM_SPIN
+#define LLM_SPIN 20000           /* polls before a worker sleeps            */
+#endif
+static void llm__relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+static void *llm__work(void *arg)
+{
+    llm__worker *me = (llm__worker *)arg;
+    llm__pool *p = me->p;
+    unsigned seen = 0;
+    for (;;) {
+        int spin;
+        for (spin = 0; spin < LLM_SPIN && LLM__LOAD(&p->gen) == seen; spin++) llm__relax();
+        if (LLM__LOAD(&p->gen) == seen) {
+            pthread_mutex_lock(&p->mu);
+            while (LLM__LOAD(&p->gen) == seen) pthread_cond_wait(&p->wake, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        seen = LLM__LOAD(&p->gen);
+        if (LLM__LOAD(&p->quit)) return NULL;
+        p->fn(p->arg, me->i, p->n);
+        if (__atomic_sub_fetch(&p->busy, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&p->mu);             /* the caller may sleep  */
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+static void llm__pool_run(llm__pool *p, void (*fn)(void *, int, int), void *arg)
+{
+    int spin;
+    if (!p || p->n <= 1) { fn(arg, 0, 1); return; }
+    p->fn = fn;
+    p->arg = arg;
+    LLM__STORE(&p->busy, p->n - 1);
+    pthread_mutex_lock(&p->mu);
+    LLM__STORE(&p->gen, p->gen + 1);                /* publishes fn, arg     */
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, 0, p->n);
+    for (spin = 0; spin < LLM_SPIN && LLM__LOAD(&p->busy) > 0; spin++) llm__relax();
+    if (LLM__LOAD(&p->busy) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (LLM__LOAD(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+static void llm__pool_free(llm__pool *p)
+{
+    int i;
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    LLM__STORE(&p->quit, 1);
+    LLM__STORE(&p->gen, p->gen + 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (i = 0; i < p->n - 1; i++) pthread_join(p->w[i].th, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    free(p->w);
+    free(p);
+}
+/* A pool of n threads (n >= 2), or NULL when it cannot be had.             */
+static llm__pool *llm__pool_new(int n)
+{
+    llm__pool *p = (llm__pool *)calloc(1, sizeof *p);
+    int i;
+    if (!p) return NULL;
+    if (!(p->w = (llm__worker *)calloc((size_t)n - 1, sizeof *p->w))) { free(p); return NULL; }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->n = 1;
+    for (i = 0; i < n - 1; i++) {
+        p->w[i].p = p;
+        p->w[i].i = i + 1;
+        if (pthread_create(&p->w[i].th, NULL, llm__work, &p->w[i]) != 0) break;
+        p->n = i + 2;                               /* the ones that started */
+    }
+    if (p->n < n) { llm__pool_free(p); return NULL; }
+    return p;
+}
+/* Online cores, for opts.n_threads = 0.                                    */
+static int llm__cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+#else
+typedef struct llm__pool { int n; } llm__pool;      /* never created        */
+static void llm__pool_run(llm__pool *p, void (*fn)(void *, int, int), void *arg)
+{
+    (void)p;
+    fn(arg, 0, 1);
+}
+static void llm__pool_free(llm__pool *p) { (void)p; }
+static llm__pool *llm__pool_new(int n) { (void)n; return NULL; }
+static int llm__cores(void) { return 1; }
+#endif
+
+/* ---- 4c. The matmul driver ------------------------------------------------
+   OUT_i (T, rows_i) = X (T, n_in) . W_i^T for up to three matrices that read
+   the same input (q, k, v; gate and up): one job, their rows concatenated
+   and cut into one contiguous run per thread. Every output is one row dot,
+   computed whole by one thread in a fixed order, so the logits are the same
+   bit for bit at any thread count. X is quantized once (for the block
+   types); F32 matrices read it as floats.
+   With T tokens, blocks of LLM_TILE rows meet blocks of LLM_TILE tokens, so
+   each weight row is reused for LLM_TILE tokens from L1 and W is read from
+   memory T / LLM_TILE times instead of T. Each output is the same row dot
+   as in decode, so prefill and decode matmuls agree bit for bit.          */
+#define LLM_TILE 16
+typedef struct llm__mm {
+    const llm_mat *W[3];
+    float *out[3];         /* (T, W[i]->rows) each                          */
+    int k, T, n_in, rows;  /* rows: of all k together                      */
+    const float *X;        /* (T, n_in)                                     */
+    const llm_q8 *XQ;      /* (T, n_in / 32) X quantized                    */
+} llm__mm;
+
+static void llm__mm_job(void *arg, int ith, int nth)
+{
+    const llm__mm *j = (const llm__mm *)arg;
+    /* this thread's rows of the concatenation: [r0, r1)                    */
+    int r0 = (int)((long long)j->rows * ith / nth), r1 = (int)((long long)j->rows * (ith + 1) / nth);
+    int i, base = 0, nb = j->n_in / 32;
+    for (i = 0; i < j->k; base += j->W[i]->rows, i++) {
+        const llm_mat *W = j->W[i];
+        llm__dot_fn f = llm__block_dot(W->type, 1);
+        int a = r0 > base ? r0 - base : 0, e = r1 - base < W->rows ? r1 - base : W->rows;
+        int i0, t0, r, t;
+        for (i0 = a; i0 < e; i0 += LLM_TILE)
+            for (t0 = 0; t0 < j->T; t0 += LLM_TILE)
+                for (r = i0; r < e && r < i0 + LLM_TILE; r++) {
+                    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+                    for (t = t0; t < j->T && t < t0 + LLM_TILE; t++)
+                        j->out[i][(size_t)t * (size_t)W->rows + (size_t)r] =
+                            f ? f(row, j->XQ + (size_t)t * (size_t)nb, nb)
+                              : llm__dot((const float *)(const void *)row,
+                                         j->X + (size_t)t * (size_t)j->n_in, j->n_in);
+                }
+    }
+}
+
+/* The driver: OUT[i] = X . W[i]^T for i < k (k <= 3), on the state's
+   threads. X is (T, n_in), n_in == every W[i]->cols.                      */
+static void llm__matmul(llm_state *s, const float *X, int T, int n_in, int k,
+                        const llm_mat *const *W, float *const *out)
+{
+    llm__mm j;
+    int i, t, blocks = 0;
+    memset(&j, 0, sizeof j);
+    j.k = k; j.T = T; j.n_in = n_in; j.X = X; j.XQ = s->xq;
+    for (i = 0; i < k; i++) {
+        j.W[i] = W[i];
+        j.out[i] = out[i];
+        j.rows += W[i]->rows;
+        blocks |= W[i]->type != LLM_F32;
+    }
+    if (blocks)                          /* once per matmul, not per row    */
+        for (t = 0; t < T; t++)
+            llm_q8_quantize(X + (size_t)t * (size_t)n_in, n_in, s->xq + (size_t)t * (size_t)(n_in / 32));
+    llm__pool_run(s->pool, llm__mm_job, &j);
 }
 
 /* RoPE (RoFormer, Su et al. 2021, Eq. 34): pair i of a head is rotated by
@@ -779,25 +1437,36 @@ static kvq_status llm__many_head(llm_state *s, int l, int kv, int pos0, int T)
     return KVQ_OK;
 }
 
-/* Runs every KV head of layer l, on threads unless a callback is set:
-   callbacks then see the heads in order (and, within a head, the positions
-   in order) and need not be thread-safe. Returns the first failure, with
-   its reason in s->why.                                                    */
-static kvq_status llm__heads(llm_state *s, int l, llm__step step, int pos, int T)
+/* Runs every KV head of layer l on the pool's threads (head kv on thread
+   kv % n), unless a callback is set: callbacks then see the heads in order
+   (and, within a head, the positions in order) on the caller's thread and
+   need not be thread-safe. Heads touch disjoint caches, scratch and output
+   rows, so the result does not depend on the thread count. Returns the
+   first failure, with its reason in s->why.                               */
+typedef struct llm__heads_job { llm_state *s; int l, pos, T; llm__step step; } llm__heads_job;
+
+static void llm__heads_job_fn(void *arg, int ith, int nth)
 {
+    const llm__heads_job *j = (const llm__heads_job *)arg;
+    llm_state *s = j->s;
     int kv, n_kv = s->cfg.n_kv_heads;
     size_t hd = (size_t)s->cfg.head_dim, n_q = (size_t)(s->cfg.n_heads / n_kv);
-#ifdef _OPENMP
-    int serial = s->opts.hook != NULL || s->opts.capture != NULL;
-#pragma omp parallel for schedule(static) if (!serial)
-#endif
-    for (kv = 0; kv < n_kv; kv++) {
+    for (kv = ith; kv < n_kv; kv += nth) {
         size_t qo = (size_t)kv * n_q * hd, ko = (size_t)kv * hd;
         s->head_status[kv] =
-            step == LLM__PREFILL ? llm__prefill_head(s, l, kv, T)
-          : step == LLM__MANY    ? llm__many_head(s, l, kv, pos, T)
-          : llm__decode_head(s, l, kv, pos, s->q + qo, s->k + ko, s->v + ko, s->att + qo);
+            j->step == LLM__PREFILL ? llm__prefill_head(s, j->l, kv, j->T)
+          : j->step == LLM__MANY    ? llm__many_head(s, j->l, kv, j->pos, j->T)
+          : llm__decode_head(s, j->l, kv, j->pos, s->q + qo, s->k + ko, s->v + ko, s->att + qo);
     }
+}
+
+static kvq_status llm__heads(llm_state *s, int l, llm__step step, int pos, int T)
+{
+    llm__heads_job j;
+    int kv, n_kv = s->cfg.n_kv_heads;
+    j.s = s; j.l = l; j.pos = pos; j.T = T; j.step = step;
+    if (s->opts.hook || s->opts.capture) llm__heads_job_fn(&j, 0, 1);
+    else llm__pool_run(s->pool, llm__heads_job_fn, &j);
     for (kv = 0; kv < n_kv; kv++)
         if (s->head_status[kv] != KVQ_OK) {
             kvq_status st = s->head_status[kv];
@@ -847,7 +1516,7 @@ LLM_API float *llm_forward(const llm_model *m, llm_state *s, int token, int pos)
     const llm_config *c;
     const llm_weights *w;
     int l, dim, hd, hidden;
-    size_t QD, KVD;
+    size_t QD;
     if (!llm__ready(m, s)) return NULL;
     c = &m->cfg; w = &m->w;
     if (token < 0 || token >= c->vocab_size)
@@ -860,42 +1529,49 @@ LLM_API float *llm_forward(const llm_model *m, llm_state *s, int token, int pos)
                          "(positions must come in order)", pos, s->n_pos);
     dim = c->dim; hd = c->head_dim; hidden = c->hidden_dim;
     QD = (size_t)c->n_heads * (size_t)hd;
-    KVD = (size_t)c->n_kv_heads * (size_t)hd;
 
-    /* the token's embedding row starts the residual stream                  */
-    memcpy(s->x, w->token_embedding + (size_t)token * (size_t)dim, (size_t)dim * sizeof(float));
+    /* the token's embedding row, dequantized, starts the residual stream    */
+    llm_mat_row(&w->token_embedding, token, s->x);
     /* the RoPE angles of this position, shared by every layer and head      */
     llm_rope_table((double)c->rope_theta, hd, pos, s->rope_cos, s->rope_sin);
 
     for (l = 0; l < c->n_layers; l++) {
         size_t L = (size_t)l;
-        /* attention: normalize, project to q, k, v                          */
+        const llm_mat *qkv[3], *gu[3], *o[1], *down[1];
+        float *qkv_out[3], *gu_out[3], *o_out[1], *down_out[1];
+        qkv[0] = &w->wq[l]; qkv[1] = &w->wk[l]; qkv[2] = &w->wv[l]; o[0] = &w->wo[l];
+        gu[0] = &w->w1[l]; gu[1] = &w->w3[l]; down[0] = &w->w2[l];
+        qkv_out[0] = s->q; qkv_out[1] = s->k; qkv_out[2] = s->v; o_out[0] = s->xb2;
+        gu_out[0] = s->hb; gu_out[1] = s->hb2; down_out[0] = s->xb2;
+        /* attention: normalize, project to q, k, v (one input, one job)     */
         llm__rmsnorm(s->xb, s->x, w->rms_att + L * (size_t)dim, dim, c->rms_eps);
-        llm__matmul(s->q, s->xb, w->wq + L * QD * (size_t)dim, dim, (int)QD);
-        llm__matmul(s->k, s->xb, w->wk + L * KVD * (size_t)dim, dim, (int)KVD);
-        llm__matmul(s->v, s->xb, w->wv + L * KVD * (size_t)dim, dim, (int)KVD);
+        llm__matmul(s, s->xb, 1, dim, 3, qkv, qkv_out);
         /* rotate q and k by the position (v is not rotated)                 */
         llm_rope(s->q, c->n_heads, hd, c->rope_pairs, s->rope_cos, s->rope_sin);
         llm_rope(s->k, c->n_kv_heads, hd, c->rope_pairs, s->rope_cos, s->rope_sin);
         /* each kv head: append k, v to its cache, attend its query group    */
         if (llm__heads(s, l, LLM__DECODE, pos, 1) != KVQ_OK) { s->n_pos = -1; return NULL; }
         /* output projection, back into the residual stream                  */
-        llm__matmul(s->xb2, s->att, w->wo + L * (size_t)dim * QD, (int)QD, dim);
+        llm__matmul(s, s->att, 1, (int)QD, 1, o, o_out);
         llm__add(s->x, s->xb2, (size_t)dim);
 
         /* feed-forward: normalize, gate and up projections                  */
         llm__rmsnorm(s->xb, s->x, w->rms_ffn + L * (size_t)dim, dim, c->rms_eps);
-        llm__matmul(s->hb, s->xb, w->w1 + L * (size_t)hidden * (size_t)dim, dim, hidden);
-        llm__matmul(s->hb2, s->xb, w->w3 + L * (size_t)hidden * (size_t)dim, dim, hidden);
+        llm__matmul(s, s->xb, 1, dim, 2, gu, gu_out);
         /* silu(gate) * up, then the down projection into the residual      */
         llm__swiglu(s->hb, s->hb2, hidden);
-        llm__matmul(s->xb2, s->hb, w->w2 + L * (size_t)dim * (size_t)hidden, hidden, dim);
+        llm__matmul(s, s->hb, 1, hidden, 1, down, down_out);
         llm__add(s->x, s->xb2, (size_t)dim);
     }
 
     /* final norm, then the classifier (the embedding itself when tied)      */
     llm__rmsnorm(s->x, s->x, w->rms_final, dim, c->rms_eps);
-    llm__matmul(s->logits, s->x, w->wcls ? w->wcls : w->token_embedding, dim, c->vocab_size);
+    {
+        const llm_mat *cls[1];
+        float *cls_out[1];
+        cls[0] = &w->wcls; cls_out[0] = s->logits;
+        llm__matmul(s, s->x, 1, dim, 1, cls, cls_out);
+    }
     if (!llm__finite(s->logits, (size_t)c->vocab_size)) {
         s->n_pos = -1;            /* the caches hold this position: refuse on */
         return llm__fail(s, KVQ_ERR_NONFINITE, "non-finite logits at position %d (a NaN "
@@ -956,19 +1632,21 @@ static float *llm__many(const llm_model *m, llm_state *s, const int *tokens, int
     KVD = (size_t)n_kv * (size_t)hd;
 
     /* every token's embedding row starts its residual stream                */
-    for (t = 0; t < T; t++)
-        memcpy(s->px + (size_t)t * D, w->token_embedding + (size_t)tokens[t] * D,
-               D * sizeof(float));
+    for (t = 0; t < T; t++) llm_mat_row(&w->token_embedding, tokens[t], s->px + (size_t)t * D);
 
     for (l = 0; l < c->n_layers; l++) {
         size_t L = (size_t)l;
+        const llm_mat *qkv[3], *gu[3], *o[1], *down[1];
+        float *qkv_out[3], *gu_out[3], *o_out[1], *down_out[1];
+        qkv[0] = &w->wq[l]; qkv[1] = &w->wk[l]; qkv[2] = &w->wv[l]; o[0] = &w->wo[l];
+        gu[0] = &w->w1[l]; gu[1] = &w->w3[l]; down[0] = &w->w2[l];
+        qkv_out[0] = s->pq; qkv_out[1] = s->pk; qkv_out[2] = s->pv; o_out[0] = s->pxb2;
+        gu_out[0] = s->phb; gu_out[1] = s->phb2; down_out[0] = s->pxb2;
         /* attention: normalize every token, project all of them at once     */
         for (t = 0; t < T; t++)
             llm__rmsnorm(s->pxb + (size_t)t * D, s->px + (size_t)t * D,
                          w->rms_att + L * D, dim, c->rms_eps);
-        llm__matmul_rows(s->pq, s->pxb, w->wq + L * QD * D, T, dim, (int)QD);
-        llm__matmul_rows(s->pk, s->pxb, w->wk + L * KVD * D, T, dim, (int)KVD);
-        llm__matmul_rows(s->pv, s->pxb, w->wv + L * KVD * D, T, dim, (int)KVD);
+        llm__matmul(s, s->pxb, T, dim, 3, qkv, qkv_out);
         /* RoPE each token at its own position                               */
         for (t = 0; t < T; t++) {
             llm_rope_table((double)c->rope_theta, hd, pos0 + t, s->rope_cos, s->rope_sin);
@@ -989,34 +1667,32 @@ static float *llm__many(const llm_model *m, llm_state *s, const int *tokens, int
         /* each kv head: its cache takes the T tokens and they attend        */
         if (llm__heads(s, l, step, pos0, T) != KVQ_OK) { s->n_pos = -1; return NULL; }
         /* output projection, back into every token's residual stream        */
-        llm__matmul_rows(s->pxb2, s->patt, w->wo + L * D * QD, T, (int)QD, dim);
+        llm__matmul(s, s->patt, T, (int)QD, 1, o, o_out);
         llm__add(s->px, s->pxb2, (size_t)T * D);
 
         /* feed-forward, all tokens                                          */
         for (t = 0; t < T; t++)
             llm__rmsnorm(s->pxb + (size_t)t * D, s->px + (size_t)t * D,
                          w->rms_ffn + L * D, dim, c->rms_eps);
-        llm__matmul_rows(s->phb, s->pxb, w->w1 + L * (size_t)hidden * D, T, dim, hidden);
-        llm__matmul_rows(s->phb2, s->pxb, w->w3 + L * (size_t)hidden * D, T, dim, hidden);
+        llm__matmul(s, s->pxb, T, dim, 2, gu, gu_out);
         llm__swiglu(s->phb, s->phb2, T * hidden);
-        llm__matmul_rows(s->pxb2, s->phb, w->w2 + L * D * (size_t)hidden, T, hidden, dim);
+        llm__matmul(s, s->phb, T, hidden, 1, down, down_out);
         llm__add(s->px, s->pxb2, (size_t)T * D);
     }
 
     /* final norm and classifier: every token, or only the last             */
     {
-        const float *wcls = w->wcls ? w->wcls : w->token_embedding;
+        const llm_mat *cls[1];
+        float *cls_out[1];
         size_t V = (size_t)c->vocab_size;
         int t0 = all_logits ? 0 : T - 1;
+        cls[0] = &w->wcls;
+        cls_out[0] = all_logits ? all_logits : s->logits;
         for (t = t0; t < T; t++)
             llm__rmsnorm(s->pxb + (size_t)t * D, s->px + (size_t)t * D, w->rms_final,
                          dim, c->rms_eps);
-        if (all_logits) {
-            llm__matmul_rows(all_logits, s->pxb, wcls, T, dim, c->vocab_size);
-            memcpy(s->logits, all_logits + (size_t)(T - 1) * V, V * sizeof(float));
-        } else {
-            llm__matmul(s->logits, s->pxb + (size_t)(T - 1) * D, wcls, dim, c->vocab_size);
-        }
+        llm__matmul(s, s->pxb + (size_t)t0 * D, T - t0, dim, 1, cls, cls_out);
+        if (all_logits) memcpy(s->logits, all_logits + (size_t)(T - 1) * V, V * sizeof(float));
     }
     if (!llm__finite(s->logits, (size_t)c->vocab_size) ||
         (all_logits && !llm__finite(all_logits, (size_t)T * (size_t)c->vocab_size))) {
