@@ -845,7 +845,17 @@ typedef float    kvq__v16u   __attribute__((vector_size(64), aligned(4), may_ali
 #define kvq__store16(p, v)      (*(kvq__v16u *)(void *)(p) = (v))
 #define kvq__splat16(x)         ((x) - (kvq__v16){ 0 })    /* x - 0 = x */
 #define kvq__add16(a, b)        ((a) + (b))
+#define kvq__sub16(a, b)        ((a) - (b))
+#define kvq__mul16(a, b)        ((a) * (b))
 #define kvq__madd16(acc, a, x)  ((acc) + (a) * (x))
+/* max(a, b) lane by lane (b where a > b is false: no NaN reaches it)      */
+#define kvq__max16(a, b)        kvq__select16((a) > (b), a, b)
+#define kvq__select16(mask, a, b) \
+    ((kvq__v16)(((kvq__i32x16)(a) & (mask)) | ((kvq__i32x16)(b) & ~(mask))))
+/* 2^n for integral n in -127..128 held as floats: n + 127 into the
+   exponent field (n = -127 gives +0)                                      */
+#define kvq__exp2i16(n) \
+    ((kvq__v16)((__builtin_convertvector(n, kvq__i32x16) + 127) << 23))
 #else
 typedef struct kvq__v16 { float x[16]; } kvq__v16;
 static kvq__v16 kvq__load16(const float *p) { kvq__v16 v; memcpy(v.x, p, sizeof v.x); return v; }
@@ -857,13 +867,86 @@ static kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
     for (i = 0; i < 16; i++) a.x[i] += b.x[i];
     return a;
 }
+static kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
+{
+    int i;
+    for (i = 0; i < 16; i++) a.x[i] -= b.x[i];
+    return a;
+}
+static kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
+{
+    int i;
+    for (i = 0; i < 16; i++) a.x[i] *= b.x[i];
+    return a;
+}
 static kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
 {
     int i;
     for (i = 0; i < 16; i++) acc.x[i] += a.x[i] * x.x[i];
     return acc;
 }
+static kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
+{
+    int i;
+    for (i = 0; i < 16; i++) a.x[i] = a.x[i] > b.x[i] ? a.x[i] : b.x[i];
+    return a;
+}
+static kvq__v16 kvq__exp2i16(kvq__v16 n)
+{
+    int i;
+    for (i = 0; i < 16; i++) {
+        uint32_t u = (uint32_t)((int32_t)n.x[i] + 127) << 23;
+        memcpy(&n.x[i], &u, 4);
+    }
+    return n;
+}
 #endif
+
+/* The sum of a vector's 16 lanes in one fixed order: lane j += lane j + 8,
+   then + 4, + 2, + 1; lane 0 is the sum.                                   */
+static float kvq__hsum16(const kvq__v16 *v)
+{
+    float lane[16];
+    size_t i, j;
+    kvq__store16(lane, *v);
+    for (j = 8; j > 0; j /= 2)
+        for (i = 0; i < j; i++) lane[i] += lane[i + j];
+    return lane[0];
+}
+
+/* The largest of a vector's 16 lanes (exact in any order).               */
+static float kvq__hmax16(const kvq__v16 *v)
+{
+    float lane[16], mx;
+    size_t i;
+    kvq__store16(lane, *v);
+    mx = lane[0];
+    for (i = 1; i < 16; i++) mx = lane[i] > mx ? lane[i] : mx;
+    return mx;
+}
+
+/* e^x lane by lane for x <= 0, within 2 ulp of expf on [-87, 0] and +0
+   below about -87.7 (where e^x < 2^-126; -inf included). Cody-Waite: x =
+   n ln2 + r with n = round(x log2 e) and ln2 in two parts, so r is exact
+   to |r| <= ln2/2; e^r by Cephes expf's degree-5 polynomial; then 2^n
+   into the exponent. The same operations, in the same order, in both the
+   vector and the plain 16-lane builds.                                     */
+static KVQ__INLINE void kvq__exp16(kvq__v16 *v)
+{
+    const kvq__v16 round = kvq__splat16(12582912.0f);   /* 1.5 2^23          */
+    kvq__v16 n, r, p, x = kvq__max16(*v, kvq__splat16(-88.0f));   /* n >= -127 */
+    n = kvq__sub16(kvq__add16(kvq__mul16(x, kvq__splat16(1.44269504088896341f)), round), round);
+    r = kvq__sub16(x, kvq__mul16(n, kvq__splat16(0.693359375f)));
+    r = kvq__sub16(r, kvq__mul16(n, kvq__splat16(-2.12194440e-4f)));
+    p = kvq__splat16(1.9875691500e-4f);
+    p = kvq__madd16(kvq__splat16(1.3981999507e-3f), p, r);
+    p = kvq__madd16(kvq__splat16(8.3334519073e-3f), p, r);
+    p = kvq__madd16(kvq__splat16(4.1665795894e-2f), p, r);
+    p = kvq__madd16(kvq__splat16(1.6666665459e-1f), p, r);
+    p = kvq__madd16(kvq__splat16(5.0000001201e-1f), p, r);
+    p = kvq__madd16(kvq__add16(r, kvq__splat16(1.0f)), p, kvq__mul16(r, r));
+    *v = kvq__mul16(p, kvq__exp2i16(n));
+}
 
 
 /* ------------------------------------------------------------------------ */
@@ -2610,7 +2693,7 @@ typedef struct kvq__qctx {
    (lane j += lane j + 8, then + 4, + 2, + 1). Every dot product of a query
    with a row or a group of codes uses this function, so the order is the
    same everywhere on the CPU.                                             */
-static float kvq__dot(const float *a, const float *b, size_t n)
+static KVQ__INLINE float kvq__dot(const float *a, const float *b, size_t n)
 {
     float lane[16];
     size_t i = 0, j, n16 = n & ~(size_t)15;
@@ -2618,11 +2701,8 @@ static float kvq__dot(const float *a, const float *b, size_t n)
     for (; i < n16; i += 16) acc = kvq__madd16(acc, kvq__load16(a + i), kvq__load16(b + i));
     kvq__store16(lane, acc);
     for (j = 0; i < n; i++, j++) lane[j] += a[i] * b[i];
-    for (j = 8; j > 0; j /= 2) {
-        size_t k;
-        for (k = 0; k < j; k++) lane[k] += lane[k + j];
-    }
-    return lane[0];
+    acc = kvq__load16(lane);
+    return kvq__hsum16(&acc);
 }
 
 /* The additive term b of x' = c a + b from a group's stored (s, z) as
@@ -2650,8 +2730,8 @@ static void kvq__affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
 static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
                                 const float *qsum, size_t D, size_t G, kvq_zero_mode mode)
 {
-    size_t g, i, j, n_groups = D / G;
-    float a, b, total = 0.0f, lane[16];
+    size_t g, i, n_groups = D / G;
+    float a, b, total = 0.0f;
     if (G % 16 == 0) {
         kvq__v16 sum = kvq__splat16(0.0f);
         for (g = 0; g < n_groups; g++) {
@@ -2661,10 +2741,7 @@ static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz
             kvq__affine(sz[g], mode, &a, &b);
             sum = kvq__madd16(sum, kvq__splat16(a), part);
         }
-        kvq__store16(lane, sum);
-        for (j = 8; j > 0; j /= 2)
-            for (i = 0; i < j; i++) lane[i] += lane[i + j];
-        total = lane[0];
+        total = kvq__hsum16(&sum);
         for (g = 0; g < n_groups; g++) {
             kvq__affine(sz[g], mode, &a, &b);
             total += b * qsum[g];
@@ -2917,52 +2994,45 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
 }
 
 /* The inner step of per-channel keys for a full tile (32 tokens from a
-   multiple of 32): channel d's 32 codes, times q_d a_d, added into every
-   head's 32 scores. The two 16-code halves stay in registers across the
-   heads (GQA: unpacked once per tile, not once per head).                  */
-static KVQ__INLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D,
-                                          size_t t0, int bits, kvq__heads *H)
+   multiple of 32) and NH (1..4) heads: channel d's 32 codes are unpacked
+   once, and times q_hd a_d added into each head's 32 scores, which stay in
+   registers for the whole unit. A head alone keeps even and odd channels
+   in two sums (P = 2, added at the end), so four additions are in flight. */
+static KVQ__INLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D, size_t t0,
+                                          const float *qa /* (NH, D) */,
+                                          float *sc /* (NH, KVQ_TILE) */, int NH, int bits)
 {
-    size_t d, h;
-    float *sc = H->sc;
-    const float *qa = H->qa;
-    /* heads two at a time: their 4 x 16 sums stay in registers, and each
-       channel's codes are unpacked once per pair                           */
-    for (h = 0; h + 1 < H->n; h += 2) {
-        float *s0 = sc + h * KVQ_TILE, *s1 = s0 + KVQ_TILE;
-        const float *qa0 = qa + h * D, *qa1 = qa0 + D;
-        kvq__v16 a_lo = kvq__load16(s0), a_hi = kvq__load16(s0 + 16);
-        kvq__v16 b_lo = kvq__load16(s1), b_hi = kvq__load16(s1 + 16);
-        for (d = 0; d < D; d++) {
-            kvq__v16 lo, hi, q0 = kvq__splat16(qa0[d]), q1 = kvq__splat16(qa1[d]);
-            kvq__codes16(&lo, w + d * wpg, t0, bits);
-            kvq__codes16(&hi, w + d * wpg, t0 + 16, bits);
-            a_lo = kvq__madd16(a_lo, q0, lo);
-            a_hi = kvq__madd16(a_hi, q0, hi);
-            b_lo = kvq__madd16(b_lo, q1, lo);
-            b_hi = kvq__madd16(b_hi, q1, hi);
+    const int P = NH == 1 ? 2 : 1;
+    kvq__v16 lo_sum[4][2], hi_sum[4][2];         /* tokens 0-15, 16-31     */
+    size_t d;
+    int h, k;
+    for (h = 0; h < NH; h++)
+        for (k = 0; k < P; k++) lo_sum[h][k] = hi_sum[h][k] = kvq__splat16(0.0f);
+    for (d = 0; d < D; d += (size_t)P)
+        for (k = 0; k < P && d + (size_t)k < D; k++) {  /* channel d + k      */
+            kvq__v16 lo, hi;
+            kvq__codes16(&lo, w + (d + (size_t)k) * wpg, t0, bits);
+            kvq__codes16(&hi, w + (d + (size_t)k) * wpg, t0 + 16, bits);
+            for (h = 0; h < NH; h++) {
+                kvq__v16 q = kvq__splat16(qa[(size_t)h * D + d + (size_t)k]);
+                lo_sum[h][k] = kvq__madd16(lo_sum[h][k], q, lo);
+                hi_sum[h][k] = kvq__madd16(hi_sum[h][k], q, hi);
+            }
         }
-        kvq__store16(s0, a_lo); kvq__store16(s0 + 16, a_hi);
-        kvq__store16(s1, b_lo); kvq__store16(s1 + 16, b_hi);
-    }
-    if (h < H->n) {                                     /* the last, odd one */
-        float *s0 = sc + h * KVQ_TILE;
-        const float *qa0 = qa + h * D;
-        kvq__v16 a_lo = kvq__load16(s0), a_hi = kvq__load16(s0 + 16);
-        for (d = 0; d < D; d++) {
-            kvq__v16 lo, hi, q0 = kvq__splat16(qa0[d]);
-            kvq__codes16(&lo, w + d * wpg, t0, bits);
-            kvq__codes16(&hi, w + d * wpg, t0 + 16, bits);
-            a_lo = kvq__madd16(a_lo, q0, lo);
-            a_hi = kvq__madd16(a_hi, q0, hi);
+    for (h = 0; h < NH; h++) {
+        for (k = 1; k < P; k++) {
+            lo_sum[h][0] = kvq__add16(lo_sum[h][0], lo_sum[h][k]);
+            hi_sum[h][0] = kvq__add16(hi_sum[h][0], hi_sum[h][k]);
         }
-        kvq__store16(s0, a_lo); kvq__store16(s0 + 16, a_hi);
+        kvq__store16(sc + (size_t)h * KVQ_TILE, lo_sum[h][0]);
+        kvq__store16(sc + (size_t)h * KVQ_TILE + 16, hi_sum[h][0]);
     }
 }
 
 /* Scores of tokens t0 .. t0+n-1 of per-channel key unit u (Sec. 8's
    algebra: q.k_t = sum_d (q_d a_d) c_td + q.b). Each token's sum runs over
-   the channels d = 0..D-1 in order.                                        */
+   the channels d = 0..D-1 in order (a lone head's full tile: even and odd
+   channels in two sums, then added).                                      */
 static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
                                 size_t t0, size_t n)
 {
@@ -2972,11 +3042,25 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
     for (h = 0; h < H->n; h++)
         for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
     if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
-        switch (s->bits) {                              /* B as a constant   */
-        case 1:  kvq__channel_tile(w, wpg, D, t0, 1, H); break;
-        case 2:  kvq__channel_tile(w, wpg, D, t0, 2, H); break;
-        case 4:  kvq__channel_tile(w, wpg, D, t0, 4, H); break;
-        default: kvq__channel_tile(w, wpg, D, t0, 8, H); break;
+        for (h = 0; h < H->n; h += 4) {                 /* NH, B as constants */
+            const float *qa = H->qa + h * D;
+            float *sc = H->sc + h * KVQ_TILE;
+#define KVQ__CT(NH, BITS) kvq__channel_tile(w, wpg, D, t0, qa, sc, NH, BITS)
+#define KVQ__CT_B(NH)                                                        \
+            switch (s->bits) {                                               \
+            case 1:  KVQ__CT(NH, 1); break;                                  \
+            case 2:  KVQ__CT(NH, 2); break;                                  \
+            case 4:  KVQ__CT(NH, 4); break;                                  \
+            default: KVQ__CT(NH, 8); break;                                  \
+            }
+            switch (H->n - h < 4 ? H->n - h : 4) {
+            case 1:  KVQ__CT_B(1); break;
+            case 2:  KVQ__CT_B(2); break;
+            case 3:  KVQ__CT_B(3); break;
+            default: KVQ__CT_B(4); break;
+            }
+#undef KVQ__CT_B
+#undef KVQ__CT
         }
     } else {                                            /* a partial tile    */
         float codes[KVQ_TILE];
@@ -3125,15 +3209,17 @@ static KVQ__INLINE void kvq__values_block(float *out, size_t D, size_t g, size_t
 /* out_h += sum_j w_hj v_pj over the tile's present positions. Per-token
    quantized values with 16 | G (every preset's value store) go through
    kvq__values_block, a tile at a time; the rest (full-precision rows,
-   per-channel values, other G) one position at a time (kvq__add_value).   */
+   per-channel values, other G) one position at a time (kvq__add_value).
+   Per group g, with the m quantized slots' weights w_hj packed to the
+   front of each head's score row:
+       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
 static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     const kvq_side *s = &c->v;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->groups_per_unit,
-           wpg = s->words_per_group, m = 0, j, g, g0, h0;
+           wpg = s->words_per_group, m = 0, j, g, g0, h0, h;
     const uint32_t *w[KVQ_TILE];           /* the quantized slots' codes     */
     const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
-    size_t col[KVQ_TILE];                  /* and their entries in the tile  */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
     for (j = 0; j < n; j++) {
         uint32_t loc;
@@ -3143,7 +3229,9 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
             size_t slot = KVQ_LOC_INDEX(loc);
             w[m] = s->words + slot * gpu * wpg;
             sz[m] = s->sz + slot * gpu;
-            col[m++] = j;
+            for (h = 0; h < H->n; h++)                  /* pack the weights: */
+                H->sc[h * KVQ_TILE + m] = H->sc[h * KVQ_TILE + j];   /* m <= j */
+            m++;
         } else {
             kvq__add_value(c, H, (size_t)H->pos[j], j);
         }
@@ -3154,68 +3242,84 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
            g - g0)] and the next. Slots that follow each other in storage
            (the usual tile) hold theirs in one run: one conversion.        */
         size_t ng = gpu - g0 < 16 ? gpu - g0 : 16;
-        float sf[2 * KVQ_TILE * 16], wa[4 * KVQ_TILE], wb[4];   /* sf: s, z */
+        float sf[2 * KVQ_TILE * 16], a[KVQ_TILE], b[KVQ_TILE], wa[4 * KVQ_TILE], wb[4];
         int run = ng == gpu;
         for (j = 1; j < m && run; j++) run = sz[j] == sz[0] + j * gpu;
         if (run)
             kvq__f16_row(&sz[0]->scale, 2 * m * gpu, sf);
         else
             for (j = 0; j < m; j++) kvq__f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
-        for (g = g0; g < g0 + ng; g++) for (h0 = 0; h0 < H->n; h0 += 4) {
-            int nh = H->n - h0 < 4 ? (int)(H->n - h0) : 4, h;
-            float *out = H->out + h0 * D;
-            for (h = 0; h < nh; h++) {
-                const float *wt = H->sc + (h0 + (size_t)h) * KVQ_TILE;
-                wb[h] = 0.0f;
-                for (j = 0; j < m; j++) {
-                    const float *sz_j = sf + 2 * (j * ng + g - g0);   /* s, z */
-                    wa[h * KVQ_TILE + j] = wt[col[j]] * sz_j[0];
-                    wb[h] += wt[col[j]] * kvq__zero_term(sz_j[0], sz_j[1], c->cfg.zero_mode);
-                }
+        for (g = g0; g < g0 + ng; g++) {
+            for (j = 0; j < m; j++) {                   /* group g's (a, b)  */
+                const float *sz_j = sf + 2 * (j * ng + g - g0);
+                a[j] = sz_j[0];
+                b[j] = kvq__zero_term(sz_j[0], sz_j[1], c->cfg.zero_mode);
             }
+            for (h0 = 0; h0 < H->n; h0 += 4) {
+                int nh = H->n - h0 < 4 ? (int)(H->n - h0) : 4, k;
+                float *out = H->out + h0 * D;
+                for (k = 0; k < nh; k++) {
+                    const float *wt = H->sc + (h0 + (size_t)k) * KVQ_TILE;
+                    for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
+                    wb[k] = kvq__dot(wt, b, m);
+                }
 #define KVQ__VB(NH, BITS) kvq__values_block(out, D, g, G, w, wpg, m, wa, wb, NH, BITS)
 #define KVQ__VB_B(NH)                                                        \
-            switch (s->bits) {                                               \
-            case 2: KVQ__VB(NH, 2); break;                                   \
-            case 4: KVQ__VB(NH, 4); break;                                   \
-            default: KVQ__VB(NH, s->bits); break;                            \
-            }
-            switch (nh) {
-            case 1:  KVQ__VB_B(1); break;
-            case 2:  KVQ__VB_B(2); break;
-            case 3:  KVQ__VB_B(3); break;
-            default: KVQ__VB_B(4); break;
-            }
+                switch (s->bits) {                                           \
+                case 2: KVQ__VB(NH, 2); break;                               \
+                case 4: KVQ__VB(NH, 4); break;                               \
+                default: KVQ__VB(NH, s->bits); break;                        \
+                }
+                switch (nh) {
+                case 1:  KVQ__VB_B(1); break;
+                case 2:  KVQ__VB_B(2); break;
+                case 3:  KVQ__VB_B(3); break;
+                default: KVQ__VB_B(4); break;
+                }
 #undef KVQ__VB_B
 #undef KVQ__VB
+            }
         }
     }
 }
 
 /* The online softmax step for a scored tile of n entries, then its values:
        m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
-       out' = out e^(m-m') + sum_j e^(s_j-m') v_j                           */
+       out' = out e^(m-m') + sum_j e^(s_j-m') v_j
+   A tile is two 16-lane vectors: entries past n or not attended score
+   -inf, so their weight e^(-inf) is 0; the weights come from kvq__exp16
+   and are summed by kvq__hsum16's tree (the rescale factor e^(m-m'), once
+   per tile at most, from expf).                                           */
 static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     size_t D = c->cfg.head_dim, h, j, d;
     const int32_t *pos = H->pos;
     for (h = 0; h < H->n; h++) {
         float *sc = H->sc + h * KVQ_TILE, *out = H->out + h * D;
-        float tile_max = -INFINITY, m = H->m[h], l = H->l[h];
-        for (j = 0; j < n; j++)
-            if (pos[j] >= 0 && sc[j] > tile_max) tile_max = sc[j];
+        float m = H->m[h], tile_max;
+        kvq__v16 lo, hi, lo_hi;
+        for (j = 0; j < KVQ_TILE; j++)
+            if (j >= n || pos[j] < 0) sc[j] = -INFINITY;
+        lo = kvq__load16(sc);
+        hi = kvq__load16(sc + 16);
+        lo_hi = kvq__max16(lo, hi);
+        tile_max = kvq__hmax16(&lo_hi);
+        if (tile_max == -INFINITY) continue;            /* nothing attended  */
         if (tile_max > m) {
             float r = expf(m - tile_max);                 /* e^-inf = 0     */
             for (d = 0; d < D; d++) out[d] *= r;
-            l *= r;
+            H->l[h] *= r;
             m = tile_max;
         }
-        for (j = 0; j < n; j++) {
-            sc[j] = pos[j] >= 0 ? expf(sc[j] - m) : 0.0f;
-            l += sc[j];
-        }
+        lo = kvq__sub16(lo, kvq__splat16(m));
+        hi = kvq__sub16(hi, kvq__splat16(m));
+        kvq__exp16(&lo);
+        kvq__exp16(&hi);
+        kvq__store16(sc, lo);
+        kvq__store16(sc + 16, hi);
+        lo_hi = kvq__add16(lo, hi);
+        H->l[h] += kvq__hsum16(&lo_hi);
         H->m[h] = m;
-        H->l[h] = l;
     }
     kvq__tile_values(c, H, n);
 }

@@ -1127,6 +1127,54 @@ static void test_attention_large_logits(void)
     }
 }
 
+/* ONLINE's softmax weights come from kvq__exp16, not libm: against exp in
+   double precision it must stay within 2 ulp of the true value on [-87, 0]
+   (every 16-lane vector of a dense grid, plus fresh random points and the
+   ends), give +0 below -88 and for -inf, and be monotone along the grid. */
+static void test_exp16(void)
+{
+    rng r = { 0x45585031ull };
+    float x[16], y[16], prev = 0.0f;
+    double worst = 0.0;
+    long i, n_grid = COUNT(1 << 21, 1 << 16), n_bad = 0, n_nonmono = 0;
+    int j;
+    for (i = 0; i < n_grid + 4096; i += 16) {
+        kvq__v16 v;
+        for (j = 0; j < 16; j++)
+            x[j] = i < n_grid ? -87.0f * (float)(i + j) / (float)n_grid      /* 0 .. -87 */
+                              : -87.0f * (float)runif(&r);
+        v = kvq__load16(x);
+        kvq__exp16(&v);
+        kvq__store16(y, v);
+        for (j = 0; j < 16; j++) {
+            double t = exp((double)x[j]), ulp = ldexp(1.0, ilogb(t) - 23);
+            double e = fabs((double)y[j] - t) / ulp;
+            if (e > worst) worst = e;
+            n_bad += !(e <= 2.0);
+            if (i < n_grid) {
+                n_nonmono += (i + j > 0 && y[j] > prev);
+                prev = y[j];
+            }
+        }
+    }
+    CHECK(n_bad == 0, "exp16: %ld values off by more than 2 ulp (worst %.2f ulp)", n_bad, worst);
+    CHECK(n_nonmono == 0, "exp16: %ld steps of the decreasing grid went up", n_nonmono);
+    for (j = 0; j < 16; j++) x[j] = j == 0 ? -INFINITY : -88.0f - 50.0f * (float)j;
+    {
+        kvq__v16 v = kvq__load16(x);
+        kvq__exp16(&v);
+        kvq__store16(y, v);
+    }
+    for (j = 0; j < 16; j++) CHECK(y[j] == 0.0f && !signbit(y[j]), "exp16(%g) = %g, want +0", x[j], y[j]);
+    x[0] = 0.0f;
+    {
+        kvq__v16 v = kvq__splat16(0.0f);
+        kvq__exp16(&v);
+        kvq__store16(y, v);
+    }
+    CHECK(y[0] == 1.0f, "exp16(0) = %.9g, want 1", y[0]);
+}
+
 /* ======================================================================== */
 /* 5. Byte accounting beyond the per-step formula (checked in groups 1-3):
    - `allocated` is "every heap byte the cache owns right now": it must
@@ -1694,6 +1742,7 @@ int main(void)
     test_attention_full32();
     test_attention_b8_bound();
     test_attention_large_logits();
+    test_exp16();
     test_bytes_and_reserve();
     test_bad_input();
     test_bad_config();
