@@ -79,16 +79,17 @@ $(B)/bench/%: bench/%.c $(HDRS)
 	$(CC) $(CFLAGS) -O3 -march=native -I. -o $@ $< $(LDLIBS)
 
 # kvq.h's vector path (GCC/clang vector extensions with AVX2/F16C) against
-# its scalar path, bit for bit: tests/simd_check.c built as three objects
-# (scalar copy, vector copy, main). The unit tests themselves are built for
+# its scalar path, bit for bit: tests/simd_check.c built as four objects
+# (scalar copy, AVX2 copy, this machine's -march=native copy, main). The unit tests themselves are built for
 # the x86-64 baseline and so run the scalar path.
 SIMD_FLAGS := $(if $(filter x86_64 amd64 i%86,$(shell uname -m)),-mavx2 -mfma -mf16c)
 $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
 	@mkdir -p $(B)/simd
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD -c $< -o $(B)/simd/scalar.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=simd $(SIMD_FLAGS) -c $< -o $(B)/simd/simd.o
+	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=native -march=native -c $< -o $(B)/simd/native.o
 	$(CC) $(CFLAGS) -I. -Itests -c $< -o $(B)/simd/main.o
-	$(CC) -o $@ $(B)/simd/scalar.o $(B)/simd/simd.o $(B)/simd/main.o $(LDLIBS)
+	$(CC) -o $@ $(B)/simd/scalar.o $(B)/simd/simd.o $(B)/simd/native.o $(B)/simd/main.o $(LDLIBS)
 
 # The header must be a clean drop-in: strict C99 (gcc, clang), C++, static
 # linkage in two translation units, and the README's snippet must compile.

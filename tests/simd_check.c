@@ -9,11 +9,16 @@
    built for the plain x86-64 baseline and so exercise only the scalar
    path; this test builds the header twice, once each way, and compares.
 
-   Build (the Makefile does this): this file compiled three times,
+   Build (the Makefile does this): this file compiled four times,
      -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD          the scalar copy
      -DSIMD_CHECK_PART=simd -mavx2 -mfma -mf16c      the vector copy
+     -DSIMD_CHECK_PART=native -march=native          this machine's copy (on
+                                                     x86 with AVX-512: the
+                                                     512-bit paths the
+                                                     benchmark times)
      (no SIMD_CHECK_PART)                            main
-   each copy with KVQ_STATIC, reached through the wrappers below.
+   each copy with KVQ_STATIC, reached through the wrappers below. Every
+   output of the vector and native copies is compared with the scalar's.
 
    Checked:
      - every non-NaN fp16 bit pattern converts to the same float through
@@ -83,6 +88,7 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
                           kvq_attn_mode mode, float *scratch, size_t n);
 DECLARE(scalar)
 DECLARE(simd)
+DECLARE(native)
 
 static int cpu_has_vector_path(void)
 {
@@ -103,7 +109,7 @@ static void check_f16(void)
         a = scalar_f16_stored((kvq_f16)h);
         b = simd_f16_stored((kvq_f16)h);
         n++;
-        if (memcmp(&a, &b, sizeof a)) {
+        if (memcmp(&a, &b, sizeof a) || (b = native_f16_stored((kvq_f16)h), memcmp(&a, &b, sizeof a))) {
             if (diff++ < 3) CHECK(0, "fp16 0x%04x: %.9g (integer) vs %.9g (F16C)", h, a, b);
         }
     }
@@ -162,7 +168,9 @@ static void check_quantize(rng *r)
                               simd_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w2, s2) == KVQ_OK,
                               "quantize G=%zu B=%d failed", G, Bs[bi]);
                         n_runs++;
-                        if (memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, ng * sizeof *s1) == 0) n_same++;
+                        if (memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, ng * sizeof *s1) == 0 &&
+                            native_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w2, s2) == KVQ_OK &&
+                            memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, ng * sizeof *s1) == 0) n_same++;
                         else CHECK(0, "quantize G=%zu B=%d axis %d mode %d grid %d: the vector path's "
                                    "codes or (s, z) differ", G, Bs[bi], ax, m, grid);
                         free(X); free(w1); free(w2); free(s1); free(s2);
@@ -222,17 +230,20 @@ static void check_attend(void)
                         float *q = (float *)malloc(nq * D * sizeof(float));
                         float *o1 = (float *)malloc(nq * D * sizeof(float));
                         float *o2 = (float *)malloc(nq * D * sizeof(float));
+                        float *o3 = (float *)malloc(nq * D * sizeof(float));
                         float *w = (float *)malloc(nw * sizeof(float));
                         fill(&r, q, nq * D, 1.0f);
                         CHECK(scalar_attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK &&
-                              simd_attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
+                              simd_attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw) == KVQ_OK &&
+                              native_attend(&c, q, nq, o3, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
                               "policy %d D=%zu T=%zu: attend failed", pol, D, T);
                         runs++;
-                        if (memcmp(o1, o2, nq * D * sizeof(float)) == 0) same++;
+                        if (memcmp(o1, o2, nq * D * sizeof(float)) == 0 &&
+                            memcmp(o1, o3, nq * D * sizeof(float)) == 0) same++;
                         else CHECK(0, "policy %d D=%zu T=%zu n_q=%zu %s: vector path differs "
-                                   "(%.9g vs %.9g)", pol, D, T, nq, mode ? "ONLINE" : "EAGER",
-                                   (double)o1[0], (double)o2[0]);
-                        free(q); free(o1); free(o2); free(w);
+                                   "(scalar %.9g, AVX2 %.9g, native %.9g)", pol, D, T, nq,
+                                   mode ? "ONLINE" : "EAGER", (double)o1[0], (double)o2[0], (double)o3[0]);
+                        free(q); free(o1); free(o2); free(o3); free(w);
                     }
                 scalar_cache_free(&c);
                 free(K); free(V);
