@@ -825,82 +825,157 @@ static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f
 #endif
 
 /* ---- 16 lanes at a time ------------------------------------------------
-   The hot loops of Sec. 6 and 8 work on 16 floats at a time through a few
-   helpers (load, store, splat, add, multiply-add). With GCC or clang on a
-   target that has variable vector shifts (x86 AVX2, AArch64) they are
-   vector extensions; elsewhere, or with -DKVQ_NO_SIMD, plain loops over
-   the 16 lanes. Both do the same operations lane by lane, in the same
-   order, so they give identical floats (tests/simd_check.c builds the
-   header both ways and compares them bit for bit).                        */
-#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && \
-    (defined(__AVX2__) || defined(__aarch64__))
-#define KVQ__SIMD 1
-typedef uint32_t kvq__u32x16 __attribute__((vector_size(64)));
-typedef int32_t  kvq__i32x16 __attribute__((vector_size(64)));
-typedef float    kvq__v16    __attribute__((vector_size(64)));
-typedef float    kvq__v16u   __attribute__((vector_size(64), aligned(4), may_alias));
-/* macros, not functions: a function taking or returning a 64-byte vector
-   draws ABI warnings from GCC and clang where AVX-512 is off             */
-#define kvq__load16(p)          (*(const kvq__v16u *)(const void *)(p))
-#define kvq__store16(p, v)      (*(kvq__v16u *)(void *)(p) = (v))
-#define kvq__splat16(x)         ((x) - (kvq__v16){ 0 })    /* x - 0 = x */
-#define kvq__add16(a, b)        ((a) + (b))
-#define kvq__sub16(a, b)        ((a) - (b))
-#define kvq__mul16(a, b)        ((a) * (b))
-#define kvq__madd16(acc, a, x)  ((acc) + (a) * (x))
-/* max(a, b) lane by lane (b where a > b is false: no NaN reaches it)      */
-#define kvq__max16(a, b)        kvq__select16((a) > (b), a, b)
-#define kvq__select16(mask, a, b) \
-    ((kvq__v16)(((kvq__i32x16)(a) & (mask)) | ((kvq__i32x16)(b) & ~(mask))))
-/* 2^n for integral n in -127..128 held as floats: n + 127 into the
-   exponent field (n = -127 gives +0)                                      */
-#define kvq__exp2i16(n) \
-    ((kvq__v16)((__builtin_convertvector(n, kvq__i32x16) + 127) << 23))
+   The hot loops of Sec. 6 and 8 work on 16 floats at a time through the
+   few helpers below. A kvq__v16 is those 16 lanes held as 16 / KVQ__W
+   native vectors of KVQ__W lanes each, so every operation maps onto the
+   machine's own registers:
+
+       KVQ__W = 16   AVX-512 (one zmm)          GCC or clang vector
+       KVQ__W =  8   AVX2 (two ymm)             extensions
+       KVQ__W =  4   AArch64 NEON (four q regs)
+       KVQ__W =  1   anything else, or -DKVQ_NO_SIMD: sixteen plain floats
+
+   Lane i is lane i % W of part i / W, which is also its place in memory.
+   Each helper is one loop over the parts doing the same operation on
+   every lane, so all four widths compute identical floats: the same
+   operations, lane by lane, in the same order (tests/simd_check.c builds
+   the header as W = 1, W = 8 and this machine's native W and compares them
+   bit for bit). Helpers take and return kvq__v16 by value and are always
+   inlined: the parts stay in registers.                                    */
+#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX512F__)
+#define KVQ__W 16
+#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX2__)
+#define KVQ__W 8
+#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#define KVQ__W 4
 #else
-typedef struct kvq__v16 { float x[16]; } kvq__v16;
-static kvq__v16 kvq__load16(const float *p) { kvq__v16 v; memcpy(v.x, p, sizeof v.x); return v; }
-static void     kvq__store16(float *p, kvq__v16 v) { memcpy(p, v.x, sizeof v.x); }
-static kvq__v16 kvq__splat16(float x) { kvq__v16 v; int i; for (i = 0; i < 16; i++) v.x[i] = x; return v; }
-static kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
+#define KVQ__W 1
+#endif
+#define KVQ__PARTS (16 / KVQ__W)
+
+#if KVQ__W > 1
+#define KVQ__SIMD 1
+typedef float    kvq__vf __attribute__((vector_size(4 * KVQ__W)));   /* W floats */
+typedef int32_t  kvq__vi __attribute__((vector_size(4 * KVQ__W)));
+typedef uint32_t kvq__vu __attribute__((vector_size(4 * KVQ__W)));
+typedef float    kvq__vf_unaligned __attribute__((vector_size(4 * KVQ__W), aligned(4), may_alias));
+#define KVQ__VLOAD(p)        (*(const kvq__vf_unaligned *)(const void *)(p))
+#define KVQ__VSTORE(p, v)    (*(kvq__vf_unaligned *)(void *)(p) = (v))
+#define KVQ__VZERO           ((kvq__vf){ 0 })
+#define kvq__vu_splat(x)     ((kvq__vu){ 0 } + (uint32_t)(x))
+#define kvq__vf_of_vi(x)     __builtin_convertvector(x, kvq__vf)        /* value */
+#define kvq__vi_of_vf(x)     __builtin_convertvector(x, kvq__vi)        /* value */
+#define kvq__vf_bits(x)      ((kvq__vf)(x))                             /* bits  */
+/* a > b ? a : b and a < b ? a : b lane by lane, by masks (no NaN reaches
+   them)                                                                   */
+#define kvq__vmax(a, b)      kvq__vselect((a) > (b), a, b)
+#define kvq__vmin(a, b)      kvq__vselect((a) < (b), a, b)
+#define kvq__vselect(m, a, b) \
+    ((kvq__vf)(((kvq__vi)(a) & (m)) | ((kvq__vi)(b) & ~(m))))
+#else
+typedef float    kvq__vf;
+typedef int32_t  kvq__vi;
+typedef uint32_t kvq__vu;
+#define KVQ__VLOAD(p)        (*(p))
+#define KVQ__VSTORE(p, v)    (*(p) = (v))
+#define KVQ__VZERO           0.0f
+#define kvq__vu_splat(x)     ((uint32_t)(x))
+#define kvq__vf_of_vi(x)     ((float)(x))
+#define kvq__vi_of_vf(x)     ((int32_t)(x))
+#define kvq__vf_bits(x)      kvq__bits_f32((uint32_t)(x))
+#define kvq__vmax(a, b)      ((a) > (b) ? (a) : (b))
+#define kvq__vmin(a, b)      ((a) < (b) ? (a) : (b))
+#endif
+
+typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
+
+#define KVQ__EACH(k) for ((k) = 0; (k) < KVQ__PARTS; (k)++)
+static KVQ__INLINE kvq__v16 kvq__load16(const float *p)
 {
-    int i;
-    for (i = 0; i < 16; i++) a.x[i] += b.x[i];
+    kvq__v16 v;
+    int k;
+    KVQ__EACH(k) v.part[k] = KVQ__VLOAD(p + k * KVQ__W);
+    return v;
+}
+static KVQ__INLINE void kvq__store16(float *p, kvq__v16 v)
+{
+    int k;
+    KVQ__EACH(k) KVQ__VSTORE(p + k * KVQ__W, v.part[k]);
+}
+static KVQ__INLINE kvq__v16 kvq__splat16(float x)
+{
+    kvq__v16 v;
+    int k;
+    KVQ__EACH(k) v.part[k] = x - KVQ__VZERO;              /* x - 0 = x, -0 too */
+    return v;
+}
+static KVQ__INLINE kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
+{
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] + b.part[k];
     return a;
 }
-static kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
+static KVQ__INLINE kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
 {
-    int i;
-    for (i = 0; i < 16; i++) a.x[i] -= b.x[i];
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] - b.part[k];
     return a;
 }
-static kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
+static KVQ__INLINE kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
 {
-    int i;
-    for (i = 0; i < 16; i++) a.x[i] *= b.x[i];
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] * b.part[k];
     return a;
 }
-static kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
+static KVQ__INLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
 {
-    int i;
-    for (i = 0; i < 16; i++) acc.x[i] += a.x[i] * x.x[i];
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] / b.part[k];
+    return a;
+}
+/* acc + a x: a product, then a sum, each rounded (no fused multiply-add,
+   which the plain build could not match without a slow fmaf)             */
+static KVQ__INLINE kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
+{
+    int k;
+    KVQ__EACH(k) acc.part[k] = acc.part[k] + a.part[k] * x.part[k];
     return acc;
 }
-static kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
+static KVQ__INLINE kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
 {
-    int i;
-    for (i = 0; i < 16; i++) a.x[i] = a.x[i] > b.x[i] ? a.x[i] : b.x[i];
+    int k;
+    KVQ__EACH(k) a.part[k] = kvq__vmax(a.part[k], b.part[k]);
     return a;
 }
-static kvq__v16 kvq__exp2i16(kvq__v16 n)
+static KVQ__INLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
 {
-    int i;
-    for (i = 0; i < 16; i++) {
-        uint32_t u = (uint32_t)((int32_t)n.x[i] + 127) << 23;
-        memcpy(&n.x[i], &u, 4);
-    }
+    int k;
+    KVQ__EACH(k) a.part[k] = kvq__vmin(a.part[k], b.part[k]);
+    return a;
+}
+/* round half to even, for |x| < 2^22: (x + 1.5 2^23) - 1.5 2^23           */
+static KVQ__INLINE kvq__v16 kvq__round16(kvq__v16 x)
+{
+    const kvq__v16 magic = kvq__splat16(12582912.0f);
+    return kvq__sub16(kvq__add16(x, magic), magic);
+}
+/* 2^n for integral n in -127..128 held as floats: n + 127 into the
+   exponent field (n = -127 gives +0)                                      */
+static KVQ__INLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
+{
+    int k;
+    KVQ__EACH(k) n.part[k] = kvq__vf_bits((kvq__vi_of_vf(n.part[k]) + 127) << 23);
     return n;
 }
-#endif
+/* 16 integral floats in 0 .. 2^31 as uint32                              */
+static KVQ__INLINE void kvq__to_u32_16(kvq__v16 v, uint32_t *out)
+{
+    int k;
+    KVQ__EACH(k) {
+        kvq__vi i = kvq__vi_of_vf(v.part[k]);
+        memcpy(out + k * KVQ__W, &i, sizeof i);          /* one vector store */
+    }
+}
 
 /* The sum of a vector's 16 lanes in one fixed order: lane j += lane j + 8,
    then + 4, + 2, + 1; lane 0 is the sum.                                   */
@@ -933,9 +1008,8 @@ static float kvq__hmax16(const kvq__v16 *v)
    vector and the plain 16-lane builds.                                     */
 static KVQ__INLINE void kvq__exp16(kvq__v16 *v)
 {
-    const kvq__v16 round = kvq__splat16(12582912.0f);   /* 1.5 2^23          */
     kvq__v16 n, r, p, x = kvq__max16(*v, kvq__splat16(-88.0f));   /* n >= -127 */
-    n = kvq__sub16(kvq__add16(kvq__mul16(x, kvq__splat16(1.44269504088896341f)), round), round);
+    n = kvq__round16(kvq__mul16(x, kvq__splat16(1.44269504088896341f)));
     r = kvq__sub16(x, kvq__mul16(n, kvq__splat16(0.693359375f)));
     r = kvq__sub16(r, kvq__mul16(n, kvq__splat16(-2.12194440e-4f)));
     p = kvq__splat16(1.9875691500e-4f);
@@ -1383,35 +1457,17 @@ static KVQ__INLINE uint32_t kvq__clamp_round(float v, float n_levels)
 }
 
 /* The codes of 16 consecutive values under one group's stored (s, z): v,
-   clamp, round, as kvq__code (one loop per zero mode, so each vectorizes). */
+   clamp, round, as kvq__code, on one kvq__v16 (clamping with max and min
+   gives the same codes as kvq__clamp_round's comparisons: they differ only
+   on -0, which rounds to code 0 either way).                              */
 static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
                             kvq_zero_mode mode, uint32_t *code)
 {
-    float v[16];
-    size_t j;
-#ifdef KVQ__SIMD
-    {   /* the same steps on one 16-lane vector                             */
-        kvq__v16 xv = kvq__load16(x), c;
-        kvq__i32x16 below, above;
-        c = mode == KVQ_ZERO_FLOAT ? (xv - kvq__splat16(z)) / kvq__splat16(s)
-                                   : xv / kvq__splat16(s) + kvq__splat16(z);
-        below = c < kvq__splat16(0.0f);                 /* all ones or 0    */
-        c = (kvq__v16)((kvq__i32x16)c & ~below);        /* v < 0 -> 0       */
-        above = c > kvq__splat16(n_levels);
-        c = (kvq__v16)(((kvq__i32x16)c & ~above) | ((kvq__i32x16)kvq__splat16(n_levels) & above));
-        c = (c + kvq__splat16(8388608.0f)) - kvq__splat16(8388608.0f);
-        {
-            kvq__i32x16 ci = __builtin_convertvector(c, kvq__i32x16);
-            memcpy(code, &ci, sizeof ci);
-        }
-        return;
-    }
-#endif
-    if (mode == KVQ_ZERO_FLOAT)
-        for (j = 0; j < 16; j++) v[j] = (x[j] - z) / s;
-    else
-        for (j = 0; j < 16; j++) v[j] = x[j] / s + z;
-    for (j = 0; j < 16; j++) code[j] = kvq__clamp_round(v[j], n_levels);
+    kvq__v16 v = kvq__load16(x);
+    v = mode == KVQ_ZERO_FLOAT ? kvq__div16(kvq__sub16(v, kvq__splat16(z)), kvq__splat16(s))
+                               : kvq__add16(kvq__div16(v, kvq__splat16(s)), kvq__splat16(z));
+    v = kvq__min16(kvq__max16(v, kvq__splat16(0.0f)), kvq__splat16(n_levels));
+    kvq__to_u32_16(kvq__round16(v), code);
 }
 
 /* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
@@ -2905,32 +2961,35 @@ typedef struct kvq__heads {
 
 
 /* 16 codes of a packed group, from code c0 (a multiple of 16), as floats:
-   code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). The vector
-   form broadcasts the word(s) to 16 lanes and shifts each lane by its own
-   amount: B = 2, one word; B = 4, two words, 8 lanes each.                */
+   code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). For B = 2 and
+   4 each part broadcasts its word and shifts each lane by its own amount
+   (B = 2: one word for all 16 codes; B = 4: codes 0-7 in the first word,
+   8-15 in the second, picked per lane by a mask); other B one by one.    */
 static KVQ__INLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
 {
-    float t[16];
-    size_t i;
-#ifdef KVQ__SIMD
-    static const kvq__u32x16 shift2 = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
-    static const kvq__u32x16 shift4 = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
-    static const kvq__u32x16 high8 = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
-    kvq__u32x16 x;
-    if (bits == 2) {
-        x = (((kvq__u32x16){ 0 } + w[c0 / 16]) >> shift2) & 3u;
-        *out = __builtin_convertvector((kvq__i32x16)x, kvq__v16);
+    static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
+    static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
+    static const uint32_t second[16] = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
+    int k;
+    if (bits == 2 || bits == 4) {
+        const uint32_t *shift = bits == 2 ? shift2 : shift4;
+        uint32_t w0 = bits == 2 ? w[c0 / 16] : w[c0 / 8], w1 = bits == 2 ? w0 : w[c0 / 8 + 1];
+        KVQ__EACH(k) {
+            kvq__vu sh, sel, x;
+            memcpy(&sh, shift + k * KVQ__W, sizeof sh);
+            memcpy(&sel, second + k * KVQ__W, sizeof sel);
+            x = (kvq__vu_splat(w0) & ~sel) | (kvq__vu_splat(w1) & sel);   /* the words */
+            x = (x >> sh) & (uint32_t)((1u << bits) - 1u);
+            out->part[k] = kvq__vf_of_vi((kvq__vi)x);
+        }
         return;
     }
-    if (bits == 4) {
-        x = (((kvq__u32x16){ 0 } + w[c0 / 8]) & ~high8) | (((kvq__u32x16){ 0 } + w[c0 / 8 + 1]) & high8);
-        x = (x >> shift4) & 15u;
-        *out = __builtin_convertvector((kvq__i32x16)x, kvq__v16);
-        return;
+    {
+        float t[16];
+        size_t i;
+        for (i = 0; i < 16; i++) t[i] = (float)kvq__get_code(w, c0 + i, bits);
+        *out = kvq__load16(t);
     }
-#endif
-    for (i = 0; i < 16; i++) t[i] = (float)kvq__get_code(w, c0 + i, bits);
-    *out = kvq__load16(t);
 }
 
 /* n codes of a packed group, from code index `first`, as floats: 16 at a
