@@ -709,8 +709,7 @@ static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen
     R->tok_s = (n - 1) / (now_s() - t0 + 1e-9);
     R->n_scored = n - 1;
     R->nll = early + late;
-    llm_state_bytes(&s, &b);
-    R->bits = b.bits_per_element;
+    R->bits = llm_state_bytes(&s, &b) == KVQ_OK ? b.bits_per_element : NAN;
     R->ppl = exp(R->nll / R->n_scored);
     R->ppl_late = exp(late / (n - 1 - half));
     if (n_gen > 0) {
@@ -925,6 +924,58 @@ static FILE *open_csv(const char *dir, const char *name)
     return fp;
 }
 
+/* The table's methods are independent (each its own state and caches), so
+   eval runs them side by side: W workers, each taking the next method and
+   running it on one thread, while the main thread prints the rows in table
+   order as they complete. With W = 1 (-t 1) everything runs on the main
+   thread, one method after another. Side by side beats splitting one
+   method's work: a layer has 3 KV heads for 2 threads, and the eviction
+   hooks run their heads in order on one thread.                           */
+typedef struct eval_job {
+    const char *name;
+    method      M;
+    run_result  R;
+    int         ok, done;
+} eval_job;
+
+typedef struct eval_ctx {
+    model_file *f;
+    const int  *ids;
+    int         n, n_gen, n_jobs, next;
+    size_t      budget;
+    eval_job   *jobs;        /* (n_jobs) in table order                    */
+#if LLM_THREADS
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;      /* a job is done                              */
+#endif
+} eval_ctx;
+
+static void eval_run(eval_ctx *e, eval_job *j)
+{
+    memset(&j->R, 0, sizeof j->R);
+    j->ok = method_make(&j->M, j->name, &e->f->m.cfg, e->budget) &&
+            run_method(e->f, &j->M, e->ids, e->n, e->n_gen, &j->R);
+}
+
+#if LLM_THREADS
+static void *eval_worker(void *arg)
+{
+    eval_ctx *e = (eval_ctx *)arg;
+    for (;;) {
+        eval_job *j;
+        pthread_mutex_lock(&e->mu);
+        j = e->next < e->n_jobs ? &e->jobs[e->next++] : NULL;
+        pthread_mutex_unlock(&e->mu);
+        if (!j) return NULL;
+        eval_run(e, j);
+        pthread_mutex_lock(&e->mu);
+        j->done = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+#endif
+
 /* Exit status: 0 every claim reproduced, 3 some claim not (the table is
    still complete), 1 a method failed to run or a file could not be read. */
 static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_gen,
@@ -932,10 +983,16 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
 {
     size_t len, i, budget;
     char *text = read_file(text_path, &len);
-    int *ids, n, ok = 1, fails;
+    int *ids, n, ok = 1, fails, k, n_workers, saved_threads = n_threads;
     row rows[N_METHODS];
-    run_result ref, R;
+    run_result ref;
     FILE *csv, *claims_csv;
+    eval_job jobs[N_METHODS];
+    eval_ctx e;
+#if LLM_THREADS
+    pthread_t th[64];
+    int started = 0;
+#endif
     if (!text) return 1;
     ids = encode(f, text, len, &n);
     free(text);
@@ -949,27 +1006,60 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     budget = kivi2_budget((size_t)f->m.cfg.head_dim, (size_t)n - 1);
     memset(rows, 0, sizeof rows);
     memset(&ref, 0, sizeof ref);
+    memset(jobs, 0, sizeof jobs);
+    memset(&e, 0, sizeof e);
+    e.f = f; e.ids = ids; e.n = n; e.n_gen = n_gen; e.budget = budget; e.jobs = jobs;
+    for (i = 0; i < N_METHODS; i++)          /* fp32 (the reference) always  */
+        if (i == 0 || (only ? in_list(only, ALL_METHODS[i]) : i < N_METHODS - N_DIAG))
+            jobs[e.n_jobs++].name = ALL_METHODS[i];
+    n_workers = n_threads ? n_threads : llm__cores();
+    if (n_workers > e.n_jobs) n_workers = e.n_jobs;
+    if (n_workers > 64) n_workers = 64;
+#if LLM_THREADS
+    if (n_workers > 1) {
+        n_threads = 1;                       /* one thread per method's state */
+        pthread_mutex_init(&e.mu, NULL);
+        pthread_cond_init(&e.cv, NULL);
+        for (started = 0; started < n_workers; started++)
+            if (pthread_create(&th[started], NULL, eval_worker, &e) != 0) break;
+        if (started == 0) n_workers = 1;     /* run them here after all      */
+        else n_workers = started;
+    }
+#else
+    n_workers = 1;
+#endif
     printf("eval: %s, %d tokens teacher-forced (%d scored; late: the last %d), then %d greedy "
            "tokens compared with fp32's; streaming, h2o and snapkv keep %zu tokens per "
            "(layer, KV head), KIVI-2's bytes at %d tokens; kivi-evict keeps KIVI's last 128, "
-           "logquant-evict LogQuant's set A (<= %d)\n", text_path, n, n - 1,
-           n - 1 - (n - 1) / 2, n_gen, budget, n - 1, 3 * LQ_W);
+           "logquant-evict LogQuant's set A (<= %d); %d method%s at a time, one thread each\n",
+           text_path, n, n - 1, n - 1 - (n - 1) / 2, n_gen, budget, n - 1, 3 * LQ_W,
+           n_workers > 1 ? n_workers : 1, n_workers > 1 ? "s" : "");
+    fflush(stdout);
     printf("%-14s %6s %8s %8s %7s %8s %7s %6s %6s %4s %6s  %s\n", "method", "bits", "ppl",
            "dppl", "dppl%", "late", "late%", "top1", "agree", "div", "tok/s", "paper's claim");
     csv = open_csv(csv_dir, "real_model_eval.csv");
     if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,ppl_late,late_pct,top1_pct,agree_pct,"
                           "first_diff,tok_s,budget,claim\n");
-    for (i = 0; i < N_METHODS; i++) {
+    for (i = 0; i < N_METHODS; i++) rows[i].name = ALL_METHODS[i];
+    for (k = 0; k < e.n_jobs; k++) {
+        eval_job *j = &jobs[k];
         method M;
-        row *r = &rows[i];
+        run_result R;
+        row *r;
         int g;
-        r->name = ALL_METHODS[i];
-        if (i > 0 && (only ? !in_list(only, ALL_METHODS[i]) : i >= N_METHODS - N_DIAG)) continue;
-        memset(&R, 0, sizeof R);
-        if (!method_make(&M, ALL_METHODS[i], &f->m.cfg, budget) ||
-            !run_method(f, &M, ids, n, n_gen, &R)) {
-            method_free(&M); free(R.gen); free(R.top); ok = 0; continue;
-        }
+        for (i = 0; strcmp(ALL_METHODS[i], j->name); i++) {}
+        r = &rows[i];
+        if (n_workers > 1) {
+#if LLM_THREADS
+            pthread_mutex_lock(&e.mu);       /* rows print in table order    */
+            while (!j->done) pthread_cond_wait(&e.cv, &e.mu);
+            pthread_mutex_unlock(&e.mu);
+#endif
+        } else
+            eval_run(&e, j);
+        M = j->M;
+        R = j->R;
+        if (!j->ok) { method_free(&M); free(R.gen); free(R.top); ok = 0; continue; }
         if (i == 0) ref = R;
         r->ran = 1; r->paper = M.paper; r->bits = R.bits; r->ppl = R.ppl; r->tok_s = R.tok_s;
         r->ppl_late = R.ppl_late;
@@ -996,6 +1086,14 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         if (i) { free(R.gen); free(R.top); }
         method_free(&M);
     }
+#if LLM_THREADS
+    if (n_workers > 1) {
+        while (started > 0) pthread_join(th[--started], NULL);
+        pthread_mutex_destroy(&e.mu);
+        pthread_cond_destroy(&e.cv);
+    }
+#endif
+    n_threads = saved_threads;
     printf("bits: payload (codes + fp16 scales/zeros + full-precision rows) * 8 / (2 * tokens * "
            "head_dim), from kvq_cache_bytes at the end; late: perplexity of the second half of "
            "the predictions (every eviction budget in force); top1: teacher-forced steps whose argmax "
