@@ -78,18 +78,23 @@ $(B)/bench/%: bench/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O3 -march=native -I. -o $@ $< $(LDLIBS)
 
-# kvq.h's vector path (GCC/clang vector extensions with AVX2/F16C) against
-# its scalar path, bit for bit: tests/simd_check.c built as four objects
-# (scalar copy, AVX2 copy, this machine's -march=native copy, main). The unit tests themselves are built for
+# kvq.h's vector paths against its scalar path, bit for bit: tests/simd_check.c
+# built as six objects (W = 1 and AVX2 copies without and with FMA, this
+# machine's -march=native copy, main). The unit tests themselves are built for
 # the x86-64 baseline and so run the scalar path.
-SIMD_FLAGS := $(if $(filter x86_64 amd64 i%86,$(shell uname -m)),-mavx2 -mfma -mf16c)
+X86 := $(filter x86_64 amd64 i%86,$(shell uname -m))
+SIMD_FLAGS := $(if $(X86),-mavx2 -mf16c)
+FMA_FLAGS  := $(if $(X86),-mfma)
+SIMD_PARTS := scalar simd scalar_fma simd_fma native
 $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
 	@mkdir -p $(B)/simd
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD -c $< -o $(B)/simd/scalar.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=simd $(SIMD_FLAGS) -c $< -o $(B)/simd/simd.o
+	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar_fma -DKVQ_NO_SIMD $(FMA_FLAGS) -c $< -o $(B)/simd/scalar_fma.o
+	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=simd_fma $(SIMD_FLAGS) $(FMA_FLAGS) -c $< -o $(B)/simd/simd_fma.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=native -march=native -c $< -o $(B)/simd/native.o
 	$(CC) $(CFLAGS) -I. -Itests -c $< -o $(B)/simd/main.o
-	$(CC) -o $@ $(B)/simd/scalar.o $(B)/simd/simd.o $(B)/simd/native.o $(B)/simd/main.o $(LDLIBS)
+	$(CC) -o $@ $(SIMD_PARTS:%=$(B)/simd/%.o) $(B)/simd/main.o $(LDLIBS)
 
 # The header must be a clean drop-in: strict C99 (gcc, clang), C++, static
 # linkage in two translation units, and the README's snippet must compile.

@@ -746,12 +746,19 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
 #define KVQ_ASSERT(x) assert(x)
 #endif
 
-/* kvq's float results are defined without fused multiply-add: a * b + c
-   rounds twice. GCC compiles ISO C (-std=c99) that way by default; clang
-   would fuse within an expression, so it is told not to here (until the
-   end of the implementation). A build that fuses anyway (gcc -std=gnu99
-   on an FMA target, -ffast-math) moves the last bits of attention outputs,
-   never a quantized code.                                                 */
+/* Fused multiply-add. The dot products of attention (kvq__madd16 below)
+   fuse a * b + c into one rounding where the target has FMA (x86 FMA3,
+   AArch64: KVQ__FMA), at every vector width, and round twice elsewhere;
+   every other expression rounds each operation. So two builds for the
+   same target give identical floats whatever their vector width, and a
+   build with FMA differs from one without only in the last bits of
+   attention outputs, never in a quantized code. GCC compiles ISO C
+   (-std=c99) without contracting expressions by default; clang would
+   fuse within an expression, so it is told not to here (until the end of
+   the implementation). -DKVQ_NO_FMA turns the fused path off.            */
+#if !defined(KVQ_NO_FMA) && (defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__))
+#define KVQ__FMA 1
+#endif
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -855,6 +862,11 @@ static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f
 
 #if KVQ__W > 1
 #define KVQ__SIMD 1
+#if KVQ__W == 4
+#include <arm_neon.h>
+#else
+#include <immintrin.h>
+#endif
 typedef float    kvq__vf __attribute__((vector_size(4 * KVQ__W)));   /* W floats */
 typedef int32_t  kvq__vi __attribute__((vector_size(4 * KVQ__W)));
 typedef uint32_t kvq__vu __attribute__((vector_size(4 * KVQ__W)));
@@ -885,6 +897,19 @@ typedef uint32_t kvq__vu;
 #define kvq__vf_bits(x)      kvq__bits_f32((uint32_t)(x))
 #define kvq__vmax(a, b)      ((a) > (b) ? (a) : (b))
 #define kvq__vmin(a, b)      ((a) < (b) ? (a) : (b))
+#endif
+
+/* KVQ__VFMA(acc, a, x) = acc + a x on one part                             */
+#if !defined(KVQ__FMA)
+#define KVQ__VFMA(acc, a, x) ((acc) + (a) * (x))
+#elif KVQ__W == 16
+#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm512_fmadd_ps((__m512)(a), (__m512)(x), (__m512)(acc)))
+#elif KVQ__W == 8
+#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm256_fmadd_ps((__m256)(a), (__m256)(x), (__m256)(acc)))
+#elif KVQ__W == 4
+#define KVQ__VFMA(acc, a, x) ((kvq__vf)vfmaq_f32((float32x4_t)(acc), (float32x4_t)(a), (float32x4_t)(x)))
+#else
+#define KVQ__VFMA(acc, a, x) fmaf(a, x, acc)
 #endif
 
 typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
@@ -933,12 +958,12 @@ static KVQ__INLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
     KVQ__EACH(k) a.part[k] = a.part[k] / b.part[k];
     return a;
 }
-/* acc + a x: a product, then a sum, each rounded (no fused multiply-add,
-   which the plain build could not match without a slow fmaf)             */
+/* acc + a x, fused where KVQ__FMA (one rounding), else a product then a
+   sum                                                                     */
 static KVQ__INLINE kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
 {
     int k;
-    KVQ__EACH(k) acc.part[k] = acc.part[k] + a.part[k] * x.part[k];
+    KVQ__EACH(k) acc.part[k] = KVQ__VFMA(acc.part[k], a.part[k], x.part[k]);
     return acc;
 }
 static KVQ__INLINE kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
@@ -2973,12 +2998,17 @@ static KVQ__INLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0
     int k;
     if (bits == 2 || bits == 4) {
         const uint32_t *shift = bits == 2 ? shift2 : shift4;
-        uint32_t w0 = bits == 2 ? w[c0 / 16] : w[c0 / 8], w1 = bits == 2 ? w0 : w[c0 / 8 + 1];
         KVQ__EACH(k) {
             kvq__vu sh, sel, x;
             memcpy(&sh, shift + k * KVQ__W, sizeof sh);
-            memcpy(&sel, second + k * KVQ__W, sizeof sel);
-            x = (kvq__vu_splat(w0) & ~sel) | (kvq__vu_splat(w1) & sel);   /* the words */
+            if (bits == 2)                      /* the part's word(s)       */
+                x = kvq__vu_splat(w[c0 / 16]);
+            else if (KVQ__W <= 8)
+                x = kvq__vu_splat(w[c0 / 8 + (size_t)k * KVQ__W / 8]);
+            else {                              /* 16 lanes span two words  */
+                memcpy(&sel, second + k * KVQ__W, sizeof sel);
+                x = (kvq__vu_splat(w[c0 / 8]) & ~sel) | (kvq__vu_splat(w[c0 / 8 + 1]) & sel);
+            }
             x = (x >> sh) & (uint32_t)((1u << bits) - 1u);
             out->part[k] = kvq__vf_of_vi((kvq__vi)x);
         }

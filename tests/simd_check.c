@@ -1,32 +1,37 @@
-/* tests/simd_check.c - kvq.h's vector path against its scalar path, bit for
-   bit.
+/* tests/simd_check.c - kvq.h's vector paths against its scalar path, bit
+   for bit.
 
-   kvq.h computes its hot loops 16 lanes at a time: with GCC or clang on a
-   target with AVX2 (or AArch64) through vector extensions, and fp16 scales
-   and zeros through F16C when the target has it; otherwise, or with
-   -DKVQ_NO_SIMD, through plain loops. The two must give identical floats:
-   the same operations, lane by lane, in the same order. The unit tests are
-   built for the plain x86-64 baseline and so exercise only the scalar
-   path; this test builds the header twice, once each way, and compares.
+   kvq.h computes its hot loops 16 lanes at a time, as 16/W native vectors
+   of W lanes: W = 8 with AVX2, 16 with AVX-512, 4 on AArch64, 1 (plain
+   floats) otherwise or with -DKVQ_NO_SIMD; fp16 scales and zeros go
+   through F16C where the target has it; attention's multiply-adds are
+   fused where it has FMA. For one target the widths must give identical
+   floats: the same operations, lane by lane, in the same order. The unit
+   tests are built for the plain x86-64 baseline and so exercise only
+   W = 1 without FMA; this test builds the header several ways and
+   compares each vector copy with the scalar copy of the same FMA setting.
 
-   Build (the Makefile does this): this file compiled four times,
-     -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD          the scalar copy
-     -DSIMD_CHECK_PART=simd -mavx2 -mfma -mf16c      the vector copy
-     -DSIMD_CHECK_PART=native -march=native          this machine's copy (on
-                                                     x86 with AVX-512: the
-                                                     512-bit paths the
-                                                     benchmark times)
-     (no SIMD_CHECK_PART)                            main
-   each copy with KVQ_STATIC, reached through the wrappers below. Every
-   output of the vector and native copies is compared with the scalar's.
+   Build (the Makefile does this): this file compiled six times,
+     -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD            W = 1, no FMA
+     -DSIMD_CHECK_PART=simd -mavx2 -mf16c              W = 8, no FMA
+     -DSIMD_CHECK_PART=scalar_fma -DKVQ_NO_SIMD -mfma  W = 1, fmaf
+     -DSIMD_CHECK_PART=simd_fma -mavx2 -mfma -mf16c    W = 8, FMA
+     -DSIMD_CHECK_PART=native -march=native            this machine's own W
+                                                       (AVX-512 here: the
+                                                       code the benchmark
+                                                       times)
+     (no SIMD_CHECK_PART)                              main
+   each copy with KVQ_STATIC, reached through the wrappers below.
 
    Checked:
      - every non-NaN fp16 bit pattern converts to the same float through
        kvq__f16_stored (F16C) as through kvq__f16_to_f32 (integer code);
+     - kvq_quantize_matrix: identical words and (s, z) in every copy;
      - kvq_attend, ONLINE and EAGER, over caches of every policy, axis, bit
        width, zero mode and row precision, D in {8, 48, 64, 128}, T from 1
-       to 1000, 1 to 8 query heads: the outputs are identical bytes.
-   On a CPU without AVX2/F16C the vector copy cannot run: the test says so
+       to 1000, 1 to 8 query heads: each vector copy's outputs are the
+       same bytes as the scalar copy's with its FMA setting.
+   On a CPU without AVX2/FMA the vector copies cannot run: the test says so
    and counts nothing.                                                     */
 #ifdef SIMD_CHECK_PART
 #define KVQ_STATIC
@@ -40,6 +45,14 @@
 int PART(vector_path)(void)
 {
 #ifdef KVQ__SIMD
+    return 1;
+#else
+    return 0;
+#endif
+}
+int PART(fused)(void)
+{
+#ifdef KVQ__FMA
     return 1;
 #else
     return 0;
@@ -76,6 +89,7 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
 
 #define DECLARE(p)                                                                  \
     int p##_vector_path(void);                                                      \
+    int p##_fused(void);                                                            \
     float p##_f16_stored(kvq_f16 h);                                                \
     kvq_f16 p##_f16_store(float f);                                                 \
     kvq_status p##_quantize(const float *X, size_t T, size_t D, int bits, size_t G,  \
@@ -88,7 +102,37 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
                           kvq_attn_mode mode, float *scratch, size_t n);
 DECLARE(scalar)
 DECLARE(simd)
+DECLARE(scalar_fma)
+DECLARE(simd_fma)
 DECLARE(native)
+
+/* The copies compared with a scalar copy: each against the one with its
+   own FMA setting (quantized codes do not depend on it).                */
+typedef kvq_status (*quantize_fn)(const float *, size_t, size_t, int, size_t, kvq_axis,
+                                  kvq_zero_mode, uint32_t *, kvq_sz *);
+typedef kvq_status (*attend_fn)(const kvq_cache *, const float *, size_t, float *,
+                                kvq_attn_mode, float *, size_t);
+typedef struct copy {
+    const char *name;
+    int (*fused)(void);
+    float (*f16_stored)(kvq_f16);
+    kvq_f16 (*f16_store)(float);
+    quantize_fn quantize;
+    attend_fn attend;
+} copy;
+#define COPY(p) { #p, p##_fused, p##_f16_stored, p##_f16_store, p##_quantize, p##_attend }
+static const copy scalar_copies[2] = { COPY(scalar), COPY(scalar_fma) };
+static const copy vector_copies[3] = { COPY(simd), COPY(simd_fma), COPY(native) };
+#define N_VECTOR 3
+
+/* the scalar copy with c's FMA setting, or NULL if none was built        */
+static const copy *reference_of(const copy *c)
+{
+    int i;
+    for (i = 0; i < 2; i++)
+        if (scalar_copies[i].fused() == c->fused()) return &scalar_copies[i];
+    return NULL;
+}
 
 static int cpu_has_vector_path(void)
 {
@@ -106,10 +150,14 @@ static void check_f16(void)
     for (h = 0; h < 65536; h++) {
         float a, b;
         if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu)) continue;        /* NaN */
+        int k, differs = 0;
         a = scalar_f16_stored((kvq_f16)h);
-        b = simd_f16_stored((kvq_f16)h);
         n++;
-        if (memcmp(&a, &b, sizeof a) || (b = native_f16_stored((kvq_f16)h), memcmp(&a, &b, sizeof a))) {
+        for (k = 0; k < N_VECTOR; k++) {
+            b = vector_copies[k].f16_stored((kvq_f16)h);
+            differs |= memcmp(&a, &b, sizeof a) != 0;
+        }
+        if (differs) {
             if (diff++ < 3) CHECK(0, "fp16 0x%04x: %.9g (integer) vs %.9g (F16C)", h, a, b);
         }
     }
@@ -133,6 +181,7 @@ static void check_f32_to_f16(void)
         if (f != f) continue;
         a = scalar_f16_store(f);
         b = simd_f16_store(f);
+        if (a == b) b = native_f16_store(f);
         n++;
         if (a != b && diff++ < 3) CHECK(0, "f32 0x%08x: 0x%04x (integer) vs 0x%04x (F16C)", u, a, b);
     }
@@ -146,7 +195,7 @@ static void check_quantize(rng *r)
     static const size_t Gs[] = { 8, 16, 32, 64, 128 };
     static const int Bs[] = { 1, 2, 4, 8 };
     size_t gi, n_same = 0, n_runs = 0;
-    int bi, ax, m, grid;
+    int bi, ax, m, grid, k;
     for (gi = 0; gi < 5; gi++)
         for (bi = 0; bi < 4; bi++)
             for (ax = 0; ax < 2; ax++)
@@ -164,15 +213,17 @@ static void check_quantize(rng *r)
                         nw = L.total_words; ng = L.total_groups;
                         w1 = (uint32_t *)calloc(nw, 4); w2 = (uint32_t *)calloc(nw, 4);
                         s1 = (kvq_sz *)calloc(ng, sizeof *s1); s2 = (kvq_sz *)calloc(ng, sizeof *s2);
-                        CHECK(scalar_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w1, s1) == KVQ_OK &&
-                              simd_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w2, s2) == KVQ_OK,
+                        CHECK(scalar_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w1, s1) == KVQ_OK,
                               "quantize G=%zu B=%d failed", G, Bs[bi]);
-                        n_runs++;
-                        if (memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, ng * sizeof *s1) == 0 &&
-                            native_quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w2, s2) == KVQ_OK &&
-                            memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, ng * sizeof *s1) == 0) n_same++;
-                        else CHECK(0, "quantize G=%zu B=%d axis %d mode %d grid %d: the vector path's "
-                                   "codes or (s, z) differ", G, Bs[bi], ax, m, grid);
+                        for (k = 0; k < N_VECTOR; k++) {
+                            const copy *v = &vector_copies[k];
+                            memset(w2, 0, nw * 4);
+                            n_runs++;
+                            if (v->quantize(X, T, D, Bs[bi], G, (kvq_axis)ax, (kvq_zero_mode)m, w2, s2) == KVQ_OK &&
+                                memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, ng * sizeof *s1) == 0) n_same++;
+                            else CHECK(0, "quantize G=%zu B=%d axis %d mode %d grid %d: the %s copy's "
+                                       "codes or (s, z) differ", G, Bs[bi], ax, m, grid, v->name);
+                        }
                         free(X); free(w1); free(w2); free(s1); free(s2);
                     }
     printf("simd_check: %zu of %zu quantized matrices identical bytes\n", n_same, n_runs);
@@ -189,7 +240,7 @@ static void check_attend(void)
     static const size_t Ds[] = { 8, 48, 64, 128 }, Ts[] = { 1, 31, 100, 1000 }, nqs[] = { 1, 3, 8 };
     rng r = { 0x51D0C4EC4ull };
     int pol, di, ti, qi, mode;
-    size_t same = 0, runs = 0;
+    size_t same = 0, runs = 0, fused_differs = 0;
     for (pol = 0; pol < 11; pol++)
         for (di = 0; di < 4; di++)
             for (ti = 0; ti < 4; ti++) {
@@ -230,25 +281,37 @@ static void check_attend(void)
                         float *q = (float *)malloc(nq * D * sizeof(float));
                         float *o1 = (float *)malloc(nq * D * sizeof(float));
                         float *o2 = (float *)malloc(nq * D * sizeof(float));
-                        float *o3 = (float *)malloc(nq * D * sizeof(float));
                         float *w = (float *)malloc(nw * sizeof(float));
+                        int k;
                         fill(&r, q, nq * D, 1.0f);
-                        CHECK(scalar_attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK &&
-                              simd_attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw) == KVQ_OK &&
-                              native_attend(&c, q, nq, o3, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
-                              "policy %d D=%zu T=%zu: attend failed", pol, D, T);
-                        runs++;
-                        if (memcmp(o1, o2, nq * D * sizeof(float)) == 0 &&
-                            memcmp(o1, o3, nq * D * sizeof(float)) == 0) same++;
-                        else CHECK(0, "policy %d D=%zu T=%zu n_q=%zu %s: vector path differs "
-                                   "(scalar %.9g, AVX2 %.9g, native %.9g)", pol, D, T, nq,
-                                   mode ? "ONLINE" : "EAGER", (double)o1[0], (double)o2[0], (double)o3[0]);
-                        free(q); free(o1); free(o2); free(o3); free(w);
+                        if (scalar_copies[1].fused() != scalar_copies[0].fused()) {
+                            /* FMA must really be in effect where claimed */
+                            CHECK(scalar_copies[0].attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK &&
+                                  scalar_copies[1].attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
+                                  "policy %d: scalar attend failed", pol);
+                            fused_differs += memcmp(o1, o2, nq * D * sizeof(float)) != 0;
+                        }
+                        for (k = 0; k < N_VECTOR; k++) {
+                            const copy *v = &vector_copies[k], *ref = reference_of(v);
+                            if (!ref) continue;
+                            CHECK(ref->attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK &&
+                                  v->attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
+                                  "policy %d D=%zu T=%zu: attend failed", pol, D, T);
+                            runs++;
+                            if (memcmp(o1, o2, nq * D * sizeof(float)) == 0) same++;
+                            else CHECK(0, "policy %d D=%zu T=%zu n_q=%zu %s: the %s copy differs from "
+                                       "%s (%.9g vs %.9g)", pol, D, T, nq, mode ? "ONLINE" : "EAGER",
+                                       v->name, ref->name, (double)o2[0], (double)o1[0]);
+                        }
+                        free(q); free(o1); free(o2); free(w);
                     }
                 scalar_cache_free(&c);
                 free(K); free(V);
             }
-    CHECK(runs >= 800, "only %zu attention runs", runs);
+    CHECK(runs >= 3 * 800, "only %zu attention runs", runs);
+    CHECK(scalar_copies[1].fused() == scalar_copies[0].fused() || fused_differs > runs / 30,
+          "the fused and unfused scalar copies differ on only %zu outputs: is FMA in effect?",
+          fused_differs);
     printf("simd_check: %zu of %zu attention outputs identical bytes\n", same, runs);
 }
 
