@@ -13,7 +13,9 @@
        are all finite or fail with a reason (a NaN weight is an error,
        never logits).
    Seeds (fuzz/corpus/fuzz_model, written by fuzz/seeds.c): tiny valid
-   LLaMA models with F32 and F16 tensors, tied and untied classifiers.    */
+   LLaMA models with F32 and F16 tensors, and with Q8_0 / Q4_1 / Q4_0
+   block matrices (used in place: their scales are checked at load, a NaN
+   or Inf scale refuses the file), tied and untied classifiers.           */
 #define _POSIX_C_SOURCE 200809L     /* llm.c: clock_gettime, posix_memalign */
 #include <errno.h>
 #include <math.h>

@@ -24,7 +24,10 @@ static void put(const char *dir, const char *name, const void *p, size_t n)
 /* ---- a tiny valid LLaMA model as GGUF v3 (fuzz_model) -------------------
    dim 8, hidden 16, 1 layer, 2 heads, 1 KV head (head_dim 4), vocab 8 with
    two ChatML specials and one merge; tensors F32 (type 0) or F16 (type 1),
-   with or without a separate classifier (output.weight).                 */
+   with or without a separate classifier (output.weight). With kind 2 the
+   sizes are x4 (dim 32, a whole 32-weight block per row) and the matrices
+   are the block types llm.h computes on: Q8_0 (8), Q4_1 (3), Q4_0 (2),
+   norms F32.                                                              */
 typedef struct { uint8_t *b; size_t n; } gw;
 static void gw_le(gw *w, uint64_t v, int n) { int i; for (i = 0; i < n; i++) w->b[w->n++] = (uint8_t)(v >> (8 * i)); }
 static void gw_str(gw *w, const char *s) { size_t n = strlen(s); gw_le(w, n, 8); memcpy(w->b + w->n, s, n); w->n += n; }
@@ -41,8 +44,11 @@ static uint16_t gw_f16(float f)          /* exact for the values used: k/64 */
     return (uint16_t)((f < 0 ? 0x8000u : 0u) | ((uint32_t)(e - 1 + 15) << 10) | u);
 }
 
-static size_t tiny_llama(uint8_t *b, int f16, int untied)
+static size_t tiny_llama(uint8_t *b, int kind, int untied)
 {
+    /* kind 2: each matrix's block type (0 = F32 for the norms)            */
+    static const uint32_t qtype[12] = { 8, 0, 0, 3, 2, 8, 3, 0, 3, 2, 8, 3 };
+    const int f16 = kind == 1, x = kind == 2 ? 4 : 1;
     static const char *names[12] = { "token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight",
         "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
         "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
@@ -57,8 +63,8 @@ static size_t tiny_llama(uint8_t *b, int f16, int untied)
     gw_le(&w, 0x46554747u, 4);                  /* "GGUF"                  */
     gw_le(&w, 3, 4); gw_le(&w, (uint64_t)n_t, 8); gw_le(&w, 12, 8);
     gw_str(&w, "general.architecture"); gw_le(&w, 8, 4); gw_str(&w, "llama");
-    gw_u32kv(&w, "llama.embedding_length", 8);
-    gw_u32kv(&w, "llama.feed_forward_length", 16);
+    gw_u32kv(&w, "llama.embedding_length", (uint32_t)(8 * x));
+    gw_u32kv(&w, "llama.feed_forward_length", (uint32_t)(16 * x));
     gw_u32kv(&w, "llama.block_count", 1);
     gw_u32kv(&w, "llama.attention.head_count", 2);
     gw_u32kv(&w, "llama.attention.head_count_kv", 1);
@@ -74,22 +80,37 @@ static size_t tiny_llama(uint8_t *b, int f16, int untied)
     gw_str(&w, "tokenizer.chat_template"); gw_le(&w, 8, 4);
     gw_str(&w, "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}");
     for (i = 0; i < n_t; i++) {                 /* tensor infos             */
+        /* x4 sizes, but the vocabulary (rows of token_embd, output) stays 8 */
+        uint64_t n0 = ne[i][0] * (uint64_t)x,
+                 n1 = ne[i][1] == 1 || i == 0 || i == 11 ? ne[i][1] : ne[i][1] * (uint64_t)x;
+        uint32_t t = kind == 2 ? qtype[i] : (uint32_t)f16;
+        uint64_t bytes = t == 8 ? n0 * n1 / 32 * 34 : t == 3 ? n0 * n1 / 32 * 20
+                       : t == 2 ? n0 * n1 / 32 * 18 : n0 * n1 * esz;
         gw_str(&w, names[i]);
-        gw_le(&w, 2, 4); gw_le(&w, ne[i][0], 8); gw_le(&w, ne[i][1], 8);
-        gw_le(&w, f16 ? 1 : 0, 4);
+        gw_le(&w, 2, 4); gw_le(&w, n0, 8); gw_le(&w, n1, 8);
+        gw_le(&w, t, 4);
         gw_le(&w, off, 8);
-        off += (ne[i][0] * ne[i][1] * esz + 31) / 32 * 32;
+        off += (bytes + 31) / 32 * 32;
     }
     while (w.n % 32) b[w.n++] = 0;
     for (i = 0; i < n_t; i++) {                 /* data, each 32-aligned    */
         size_t start = w.n;
-        for (j = 0; j < (int)(ne[i][0] * ne[i][1]); j++) {
+        uint64_t n0 = ne[i][0] * (uint64_t)x,
+                 n1 = ne[i][1] == 1 || i == 0 || i == 11 ? ne[i][1] : ne[i][1] * (uint64_t)x;
+        uint32_t t = kind == 2 ? qtype[i] : (uint32_t)f16;
+        for (j = 0; j < (int)(n0 * n1); j++) {
             float v;
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             v = (float)((int)(seed >> 58) - 32) / 64.0f;          /* k/64 */
             if (strstr(names[i], "norm")) v = 1.0f;
-            if (f16) gw_le(&w, gw_f16(v), 2);
-            else { uint32_t u; memcpy(&u, &v, 4); gw_le(&w, u, 4); }
+            if (t >= 2 && j % 32 == 0) {         /* a block: scale(s), codes */
+                int k;
+                gw_le(&w, gw_f16(v / 8.0f), 2);
+                if (t == 3) gw_le(&w, gw_f16(-v), 2);
+                for (k = 0; k < (t == 8 ? 32 : 16); k++)
+                    b[w.n++] = (uint8_t)((seed >> (k % 8 * 7)) & (t == 8 ? 0x3F : 0xFF));
+            } else if (t == 1) gw_le(&w, gw_f16(v), 2);
+            else if (t == 0) { uint32_t u; memcpy(&u, &v, 4); gw_le(&w, u, 4); }
         }
         while ((w.n - start) % 32) b[w.n++] = 0;
     }
@@ -250,13 +271,14 @@ int main(void)
         snprintf(name, sizeof name, "unused_fields_%zu", pol);
         put("fuzz_cache", name, b, (size_t)(p - b));
     }
-    /* model: the tiny LLaMA, F32 and F16, tied and untied classifier       */
-    for (pol = 0; pol < 4; pol++) {
-        static uint8_t m[8192];
+    /* model: the tiny LLaMA, F32, F16 and block types, tied and untied     */
+    for (pol = 0; pol < 6; pol++) {
+        static uint8_t m[32768];
+        static const char *kinds[3] = { "f32", "f16", "q" };
         char name[32];
-        n = tiny_llama(m, (int)(pol & 1), (int)(pol >> 1));
-        snprintf(name, sizeof name, "tiny_llama_%s_%s.gguf", pol & 1 ? "f16" : "f32",
-                 pol >> 1 ? "untied" : "tied");
+        n = tiny_llama(m, (int)(pol % 3), (int)(pol / 3));
+        snprintf(name, sizeof name, "tiny_llama_%s_%s.gguf", kinds[pol % 3],
+                 pol / 3 ? "untied" : "tied");
         put("fuzz_model", name, m, n);
     }
     /* pages: 8 blocks of 4 slots, 6-byte payloads; fill, fork, evict,
