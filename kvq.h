@@ -1435,24 +1435,24 @@ KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
    matrix that passes this needs no per-group range check.                */
 static float kvq__absmax_or_nonfinite(const float *x, size_t n)
 {
-    float m[16];
-    int bad[16], any = 0;
-    size_t i = 0, j;
-    for (j = 0; j < 16; j++) { m[j] = 0.0f; bad[j] = 0; }
-    for (; i + 16 <= n; i += 16)
-        for (j = 0; j < 16; j++) {
-            float a = fabsf(x[i + j]);
-            m[j] = a > m[j] ? a : m[j];
-            bad[j] |= (x[i + j] - x[i + j]) != 0.0f;
-        }
-    for (j = 0; i < n; i++, j = (j + 1) % 16) {
-        float a = fabsf(x[i]);
-        m[j] = a > m[j] ? a : m[j];
-        bad[j] |= (x[i] - x[i]) != 0.0f;
+    /* |x| as max(x, -x); x - x is 0 for a finite x and NaN otherwise, so
+       a non-finite value anywhere makes the running sum `bad` NaN         */
+    kvq__v16 m = kvq__splat16(0.0f), bad = kvq__splat16(0.0f), zero = kvq__splat16(0.0f);
+    float amax, nonfinite;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        kvq__v16 v = kvq__load16(x + i);
+        m = kvq__max16(m, kvq__max16(v, kvq__sub16(zero, v)));
+        bad = kvq__add16(bad, kvq__sub16(v, v));
     }
-    for (j = 1; j < 16; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
-    for (j = 0; j < 16; j++) any |= bad[j];
-    return any ? -1.0f : m[0];
+    amax = kvq__hmax16(&m);
+    nonfinite = kvq__hsum16(&bad);
+    for (; i < n; i++) {
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+        nonfinite += x[i] - x[i];
+    }
+    return nonfinite != 0.0f ? -1.0f : amax;
 }
 
 /* Per-channel groups, 16 channels at a time: lane j is the min and max of
@@ -1616,6 +1616,64 @@ static void kvq__dequant_token(const uint32_t *words, const kvq_sz *sz,
     }
 }
 
+/* 16 per-token groups side by side: x holds groups g0 .. g0+15 one after
+   another (G values each, as a row-major matrix stores them), lane j of
+   every vector below is group j. Each group's min and max, (s, z) and
+   codes are those of kvq__quantize_unit (the same expressions, lane by
+   lane), but nothing is reduced across lanes: the values are first copied
+   into columns (col[i] = value i of all 16 groups), then min, max, codes
+   and the words are built a column at a time. G <= KVQ__COLS_MAX.        */
+#define KVQ__COLS_MAX 128
+static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int bits,
+                                    kvq_zero_mode mode,
+                                    uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */)
+{
+    float col[KVQ__COLS_MAX][16], s[16], z[16], n_levels = (float)((1u << bits) - 1u);
+    uint32_t live[16], out[16];
+    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, i, j;
+    kvq__v16 lo, hi, vs, vz, vn = kvq__splat16(n_levels);
+    kvq__vu word[KVQ__PARTS], keep[KVQ__PARTS];
+    int k;
+    if (G == 0 || G > KVQ__COLS_MAX) return;          /* callers never pass */
+    for (j = 0; j < 16; j++)
+        for (i = 0; i < G; i++) col[i][j] = x[j * G + i];
+    lo = hi = kvq__load16(col[0]);
+    for (i = 1; i < G; i++) {
+        kvq__v16 c = kvq__load16(col[i]);
+        lo = kvq__min16(lo, c);
+        hi = kvq__max16(hi, c);
+    }
+    kvq__store16(s, kvq__add16(lo, kvq__splat16(0.0f)));   /* -0 -> +0, as */
+    kvq__store16(z, kvq__add16(hi, kvq__splat16(0.0f)));   /* minmax_check */
+    for (j = 0; j < 16; j++) {           /* the caller checked every range */
+        (void)kvq__group_params(s[j], z[j], bits, mode, &sz[j]);
+        s[j] = kvq__f16_stored(sz[j].scale);
+        z[j] = kvq__f16_stored(sz[j].zero);
+        live[j] = s[j] == 0.0f ? 0u : ~0u;  /* a constant float-zero group: 0 */
+    }
+    vs = kvq__load16(s);
+    vz = kvq__load16(z);
+    KVQ__EACH(k) {
+        memcpy(&keep[k], live + k * KVQ__W, sizeof keep[k]);
+        word[k] = kvq__vu_splat(0);
+    }
+    for (i = 0; i < G; i++) {
+        kvq__v16 v = kvq__load16(col[i]);
+        v = mode == KVQ_ZERO_FLOAT ? kvq__div16(kvq__sub16(v, vz), vs)
+                                   : kvq__add16(kvq__div16(v, vs), vz);
+        v = kvq__round16(kvq__min16(kvq__max16(v, kvq__splat16(0.0f)), vn));
+        KVQ__EACH(k)                     /* code i of every group into its word */
+            word[k] |= ((kvq__vu)kvq__vi_of_vf(v.part[k]) & keep[k]) << (i % per * (unsigned)bits);
+        if (i % per == per - 1 || i == G - 1) {
+            KVQ__EACH(k) {
+                memcpy(out + k * KVQ__W, &word[k], sizeof word[k]);
+                word[k] = kvq__vu_splat(0);
+            }
+            for (j = 0; j < 16; j++) words[j * wpg + i / per] = out[j];
+        }
+    }
+}
+
 KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
                                        int bits, size_t G, kvq_axis axis,
                                        kvq_zero_mode mode,
@@ -1661,6 +1719,15 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
         }
     }
     if (st != KVQ_OK) return st;
+    if (axis == KVQ_PER_TOKEN && G <= KVQ__COLS_MAX) {
+        /* per-token groups tile X in order: 16 of them at a time, the last
+           few through kvq__quantize_unit as one-group "units"             */
+        for (g = 0; g + 16 <= L.total_groups; g += 16)
+            kvq__quantize_16_groups(X + g * G, G, bits, mode, words + g * L.words_per_group, sz + g);
+        for (; g < L.total_groups; g++)
+            kvq__quantize_unit(X + g * G, G, bits, G, axis, mode, words + g * L.words_per_group, sz + g);
+        return KVQ_OK;
+    }
     for (u = 0; u < L.units; u++)
         kvq__quantize_unit(X + u * L.tokens_per_unit * D, D, bits, G, axis, mode,
                            words + u * L.groups_per_unit * L.words_per_group,

@@ -972,6 +972,10 @@ static void test_matrix(void)
                     size_t G = Gs[gi];
                     matrix_case(1 + rng_below(6), G * (1 + rng_below(3)), BITS[bi], G,
                                 KVQ_PER_TOKEN, (kvq_zero_mode)m);
+                    /* many per-token groups: 16 side by side (G <= 128),
+                       then a tail of fewer than 16                         */
+                    matrix_case(16 + rng_below(25), G * (1 + rng_below(3)), BITS[bi], G,
+                                KVQ_PER_TOKEN, (kvq_zero_mode)m);
                     matrix_case(G * (1 + rng_below(3)), 1 + rng_below(20), BITS[bi], G,
                                 KVQ_PER_CHANNEL, (kvq_zero_mode)m);
                     /* whole blocks of 16 channels (the vertical path)       */
@@ -979,6 +983,8 @@ static void test_matrix(void)
                                 KVQ_PER_CHANNEL, (kvq_zero_mode)m);
                     matrix_grid = 1;
                     matrix_case(1 + rng_below(6), G * (1 + rng_below(3)), BITS[bi], G,
+                                KVQ_PER_TOKEN, (kvq_zero_mode)m);
+                    matrix_case(16 + rng_below(25), G * (1 + rng_below(3)), BITS[bi], G,
                                 KVQ_PER_TOKEN, (kvq_zero_mode)m);
                     matrix_case(G, 16 * (1 + rng_below(2)) + rng_below(2), BITS[bi], G,
                                 KVQ_PER_CHANNEL, (kvq_zero_mode)m);
