@@ -243,6 +243,8 @@ $(MODEL_FILE):
 # core; -t 1 is single-threaded), the same numbers bit for bit at any N.
 # build/llm-omp (`make eval OMP=1`) is now the same program under that name.
 LLM := $(B)/llm$(if $(OMP),-omp)
+# llm.h's AVX2 block dots need AVX2, FMA and F16C (x86-64 only)
+LLM_SIMD := $(if $(filter x86_64 amd64 i%86,$(shell uname -m)),-mavx2 -mfma -mf16c)
 # The model runner is its own component in examples/llm/ (llm.c the CLI,
 # llm.h the forward pass, gguf.h the reader, bpe.h the tokenizer);
 # `make llm-test` runs its tests alone.
@@ -251,7 +253,7 @@ llm-test: $(LLM_TESTS) $(B)/llm
 	@tests/run.sh $(LLM_TESTS)
 $(B)/llm $(B)/llm-omp: examples/llm/llm.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -O3 $(SIMD_FLAGS) -pthread -I. -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 $(LLM_SIMD) -pthread -I. -o $@ $< $(LDLIBS)
 
 # Every cache on 2048 tokens of EVAL_TEXT (about 28 minutes on one core): the
 # table, the papers' claims with PASS/FAIL, CSVs in plots/csv/. Exit 3 means

@@ -873,6 +873,8 @@ LLM_API void llm_q8_quantize(const float *x, int n, llm_q8 *out)
     }
 }
 
+#define LLM_NT 4       /* tokens per call of an AVX2 block dot (below)     */
+
 /* The block dots: one weight row of nb blocks against nb activation blocks.
    The plain C versions are the reference: integer sums per block (exact),
    scaled and added to one float in block order. The AVX2 versions compute
@@ -957,65 +959,100 @@ static inline float llm__half_simd(const uint8_t *p)
     memcpy(&h, p, sizeof h);
     return _cvtsh_ss(h);                            /* F16C, exact           */
 }
-static float llm__dot_q4_0_avx2(const uint8_t *w, const llm_q8 *x, int nb)
+/* The AVX2 dots take 1 or LLM_NT tokens at once (token k's blocks at
+   x + k * xs): prefill and scoring decode each weight block once for all of
+   them. Each token's sums are formed exactly as with one token, so a batch
+   gives the same bits as one token at a time. The body is inlined with nt
+   a constant, so the accumulators stay in registers.                      */
+#define LLM__INLINE static inline __attribute__((always_inline))
+LLM__INLINE void llm__q4_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, const int nt,
+                                size_t xs, float *out)
 {
-    __m256 acc = _mm256_setzero_ps();
-    int b;
+    __m256 acc[LLM_NT];
+    int b, k;
+    for (k = 0; k < nt; k++) acc[k] = _mm256_setzero_ps();
     for (b = 0; b < nb; b++, w += 18) {
-        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
         __m256i q = _mm256_sub_epi8(llm__nibbles(w + 2), _mm256_set1_epi8(8));
-        __m256i p = llm__mul_i8(q, llm__load32(x[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(llm__half_simd(w) * x[b].d),
-                              _mm256_cvtepi32_ps(p), acc);
+        float d = llm__half_simd(w);
+        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
+        for (k = 0; k < nt; k++) {
+            const llm_q8 *y = x + (size_t)k * xs + b;
+            __m256i p = llm__mul_i8(q, llm__load32(y->qs));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[k]);
+        }
     }
-    return llm__hsum(acc);
+    for (k = 0; k < nt; k++) out[k] = llm__hsum(acc[k]);
 }
-static float llm__dot_q4_1_avx2(const uint8_t *w, const llm_q8 *x, int nb)
+LLM__INLINE void llm__q4_1_avx2(const uint8_t *w, const llm_q8 *x, int nb, const int nt,
+                                size_t xs, float *out)
 {
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    int b;
+    __m256 acc[LLM_NT];
+    float mins[LLM_NT];
+    int b, k;
+    for (k = 0; k < nt; k++) { acc[k] = _mm256_setzero_ps(); mins[k] = 0.0f; }
     for (b = 0; b < nb; b++, w += 20) {
+        __m256i q = llm__nibbles(w + 4);
+        float d = llm__half_simd(w), m = llm__half_simd(w + 2);
         _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
-        /* nibbles are unsigned: straight into maddubs, at most 2*15*127    */
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(llm__nibbles(w + 4),
-                                                           llm__load32(x[b].qs)),
-                                      _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(llm__half_simd(w) * x[b].d),
-                              _mm256_cvtepi32_ps(p), acc);
-        mins += llm__half_simd(w + 2) * x[b].s;
+        for (k = 0; k < nt; k++) {
+            const llm_q8 *y = x + (size_t)k * xs + b;
+            /* nibbles are unsigned: straight into maddubs, at most 2*15*127 */
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, llm__load32(y->qs)),
+                                          _mm256_set1_epi16(1));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[k]);
+            mins[k] += m * y->s;
+        }
     }
-    return llm__hsum(acc) + mins;
+    for (k = 0; k < nt; k++) out[k] = llm__hsum(acc[k]) + mins[k];
 }
-static float llm__dot_q8_0_avx2(const uint8_t *w, const llm_q8 *x, int nb)
+LLM__INLINE void llm__q8_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, const int nt,
+                                size_t xs, float *out)
 {
-    __m256 acc = _mm256_setzero_ps();
-    int b;
+    __m256 acc[LLM_NT];
+    int b, k;
+    for (k = 0; k < nt; k++) acc[k] = _mm256_setzero_ps();
     for (b = 0; b < nb; b++, w += 34) {
+        __m256i q = llm__load32((const int8_t *)(w + 2));
+        float d = llm__half_simd(w);
         _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
-        __m256i p = llm__mul_i8(llm__load32((const int8_t *)(w + 2)), llm__load32(x[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(llm__half_simd(w) * x[b].d),
-                              _mm256_cvtepi32_ps(p), acc);
+        for (k = 0; k < nt; k++) {
+            const llm_q8 *y = x + (size_t)k * xs + b;
+            __m256i p = llm__mul_i8(q, llm__load32(y->qs));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[k]);
+        }
     }
-    return llm__hsum(acc);
+    for (k = 0; k < nt; k++) out[k] = llm__hsum(acc[k]);
+}
+/* nt is 1 or LLM_NT: each a loop of its own with nt fixed                 */
+static void llm__dot_q4_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
+                               float *out)
+{
+    if (nt == LLM_NT) llm__q4_0_avx2(w, x, nb, LLM_NT, xs, out);
+    else llm__q4_0_avx2(w, x, nb, 1, xs, out);
+}
+static void llm__dot_q4_1_avx2(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
+                               float *out)
+{
+    if (nt == LLM_NT) llm__q4_1_avx2(w, x, nb, LLM_NT, xs, out);
+    else llm__q4_1_avx2(w, x, nb, 1, xs, out);
+}
+static void llm__dot_q8_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
+                               float *out)
+{
+    if (nt == LLM_NT) llm__q8_0_avx2(w, x, nb, LLM_NT, xs, out);
+    else llm__q8_0_avx2(w, x, nb, 1, xs, out);
 }
 #endif
 
-/* The block dot of type t: simd = 0 the plain reference, 1 the one the
-   forward pass runs (AVX2 when compiled in, else the same plain one).
-   NULL for F32, which has no blocks.                                       */
+/* The block dot of type t and how many tokens it takes at once (LLM_NT
+   for the AVX2 ones, 1 for the plain C reference, which the AVX2 ones fall
+   back to when not compiled in). simd = 0 asks for the reference. NULL for
+   F32, which has no blocks.                                               */
 typedef float (*llm__dot_fn)(const uint8_t *w, const llm_q8 *x, int nb);
-static llm__dot_fn llm__block_dot(llm_type t, int simd)
+typedef void (*llm__dotn_fn)(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
+                             float *out);
+static llm__dot_fn llm__block_dot(llm_type t)
 {
-#if LLM_SIMD
-    if (simd) switch (t) {
-        case LLM_Q4_0: return llm__dot_q4_0_avx2;
-        case LLM_Q4_1: return llm__dot_q4_1_avx2;
-        case LLM_Q8_0: return llm__dot_q8_0_avx2;
-        default: break;
-    }
-#endif
-    (void)simd;
     switch (t) {
     case LLM_Q4_0: return llm__dot_q4_0;
     case LLM_Q4_1: return llm__dot_q4_1;
@@ -1023,14 +1060,31 @@ static llm__dot_fn llm__block_dot(llm_type t, int simd)
     default: return NULL;
     }
 }
+static llm__dotn_fn llm__block_dotn(llm_type t)
+{
+#if LLM_SIMD
+    switch (t) {
+    case LLM_Q4_0: return llm__dot_q4_0_avx2;
+    case LLM_Q4_1: return llm__dot_q4_1_avx2;
+    case LLM_Q8_0: return llm__dot_q8_0_avx2;
+    default: break;
+    }
+#endif
+    (void)t;
+    return NULL;
+}
 
 /* Row r of W . x: F32 reads x (cols floats), a block type xq (cols / 32
-   blocks of x quantized by llm_q8_quantize). simd as llm__block_dot. For
-   tests and tools; the matmul below calls the same functions.             */
+   blocks of x quantized by llm_q8_quantize). simd = 0: the plain C block
+   dot; 1: the one the forward pass runs (AVX2 when compiled in). For tests
+   and tools; the matmul below calls the same functions.                   */
 LLM_API float llm_mat_dot(const llm_mat *W, int r, const float *x, const llm_q8 *xq, int simd)
 {
     const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-    llm__dot_fn f = llm__block_dot(W->type, simd);
+    llm__dot_fn f = llm__block_dot(W->type);
+    llm__dotn_fn fn = simd ? llm__block_dotn(W->type) : NULL;
+    float out;
+    if (fn) { fn(row, xq, W->cols / 32, 1, 0, &out); return out; }
     return f ? f(row, xq, W->cols / 32) : llm__dot((const float *)(const void *)row, x, W->cols);
 }
 
@@ -1223,18 +1277,30 @@ static void llm__mm_job(void *arg, int ith, int nth)
     int i, base = 0, nb = j->n_in / 32;
     for (i = 0; i < j->k; base += j->W[i]->rows, i++) {
         const llm_mat *W = j->W[i];
-        llm__dot_fn f = llm__block_dot(W->type, 1);
+        llm__dot_fn f = llm__block_dot(W->type);
+        llm__dotn_fn fn = llm__block_dotn(W->type);
         int a = r0 > base ? r0 - base : 0, e = r1 - base < W->rows ? r1 - base : W->rows;
-        int i0, t0, r, t;
+        int i0, t0, r, t, k;
         for (i0 = a; i0 < e; i0 += LLM_TILE)
             for (t0 = 0; t0 < j->T; t0 += LLM_TILE)
                 for (r = i0; r < e && r < i0 + LLM_TILE; r++) {
                     const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-                    for (t = t0; t < j->T && t < t0 + LLM_TILE; t++)
-                        j->out[i][(size_t)t * (size_t)W->rows + (size_t)r] =
-                            f ? f(row, j->XQ + (size_t)t * (size_t)nb, nb)
-                              : llm__dot((const float *)(const void *)row,
-                                         j->X + (size_t)t * (size_t)j->n_in, j->n_in);
+                    float *o = j->out[i] + (size_t)r;
+                    size_t os = (size_t)W->rows;               /* out (T, rows) */
+                    int t1 = t0 + LLM_TILE < j->T ? t0 + LLM_TILE : j->T;
+                    if (fn)                  /* LLM_NT tokens a call, or 1 */
+                        for (t = t0; t < t1; t += k) {
+                            float v[LLM_NT];
+                            int nt = t1 - t >= LLM_NT ? LLM_NT : 1;
+                            fn(row, j->XQ + (size_t)t * (size_t)nb, nb, nt, (size_t)nb, v);
+                            for (k = 0; k < nt; k++) o[(size_t)(t + k) * os] = v[k];
+                        }
+                    else
+                        for (t = t0; t < t1; t++)
+                            o[(size_t)t * os] =
+                                f ? f(row, j->XQ + (size_t)t * (size_t)nb, nb)
+                                  : llm__dot((const float *)(const void *)row,
+                                             j->X + (size_t)t * (size_t)j->n_in, j->n_in);
                 }
     }
 }
