@@ -1798,34 +1798,7 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
    policies (OTT's pools, LogQuant's selection, eviction + compaction) add
    regions and rules, never a new cache type.
 
-   KIVI (Sec. 3.3, Algorithm 1), kvq_config_kivi:
-     keys   per-channel, FLUSH: the residual holds 1..R keys after every
-            append (mean about R/2); G | R is required.
-     values per-token, SLIDE with chunk 1: exactly R values in full precision.
-     prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
-            the last R.
-   HF QuantizedCache schedule, kvq_config_hf:
-     both per-token (HF's default axis), FLUSH with R = residual_length.
-     prefill quantizes the whole prompt (T - T % G for a per-channel axis).
-     At each flush HF dequantizes the entire history and re-quantizes it
-     together with the residual; kvq does the same when hf_requantize = 1
-     (the default for this policy). Re-quantizing a dequantized group
-     reproduces it bit for bit whenever its codes reach N; only the rare
-     group whose top code fell short through fp16 rounding of the scale
-     can move, and it settles within a few flushes (examples/03_hf.c
-     measures this), so the effect on mean error is small either way.
-     The worst case is not: tests/test_soak.c checks that every row is
-     bit-identical after 8 flushes, and measures settled elements up to
-     2.0x the largest single-quantization step away from their input
-     (one quantization: at most 1x), the error of the moves before the
-     group settled. Each flush also costs O(history) (bench/RESULTS.md,
-     Soak: 0.22 ms per append at 62,500 tokens, D = 32).
-     Flush moment: HF flushes when the R-th residual token arrives and
-     holds 0..R-1 rows between steps; kvq flushes on the append after
-     that and holds 1..R. Every step attends the same rows in full
-     precision; only the stored bytes differ on every R-th step.
-     Differences from KIVI: no sliding value window, keys per-token, the
-     prompt is fully quantized, and history is re-quantized.                                                   */
+   KIVI's and HF's rules are written above their code (kvq__side_step).   */
 static kvq_config kvq__config_base(size_t head_dim)
 {
     kvq_config c;
@@ -2217,212 +2190,22 @@ static kvq_status kvq__live(kvq_cache *c, const char *fn)
     return KVQ_OK;
 }
 
-/* Returns p grown to hold at least `need` elements of `el` bytes, or NULL
-   with p untouched. Capacity doubles (appends cost amortized O(1)) unless
-   `exact`, used by explicit reservations and fixed-size regions.           */
-static void *kvq__grow(void *p, size_t cap, size_t need, size_t el,
-                       int exact, size_t *new_cap)
-{
-    size_t nc = cap ? cap : 16, bytes;
-    void *q;
-    if (need <= cap) { *new_cap = cap; return p; }
-    if (exact) nc = need;
-    while (nc < need) {
-        if (nc > (size_t)-1 / 2) { nc = need; break; }
-        nc *= 2;
-    }
-    if (!kvq__mul(nc, el, &bytes)) return NULL;
-    q = KVQ_REALLOC(p, bytes);
-    if (q) *new_cap = nc;
-    return q;
-}
-
-static size_t kvq__fp_bytes(const kvq_cache *c) { return (size_t)c->cfg.fp_bits / 8u; }
-
-static uint32_t kvq__rows_tag(int r) { return (KVQ_LOC_ROWS0 + (uint32_t)r) << 28; }
-
-/* Slide a row region's live rows to index 0 and re-point their locs.      */
-static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), i;
-    if (rg->off == 0) return;
-    memmove(rg->data, (char *)rg->data + rg->off * rowb, rg->n * rowb);
-    memmove(rg->pos, rg->pos + rg->off, rg->n * sizeof(int32_t));
-    rg->off = 0;
-    for (i = 0; i < rg->n; i++) s->loc[rg->pos[i]] = kvq__rows_tag(r) | (uint32_t)i;
-}
-
-/* Room in a row region for `more` rows at its end: slide to the front when
-   that is enough (amortized O(D) per popped row), else grow.               */
-static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
-                                    size_t more, int exact)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
-    size_t cap_d, cap_p;
-    void *d;
-    if (rg->off + need <= rg->cap) return KVQ_OK;
-    kvq__rows_to_front(c, s, r);
-    if (need <= rg->cap) return KVQ_OK;
-    /* grow data and pos together: one capacity serves both                 */
-    d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
-    if (!d) return KVQ_ERR_NOMEM;
-    rg->data = d;                      /* larger, same contents: still valid */
-    d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), 1, &cap_p);
-    if (!d) return KVQ_ERR_NOMEM;
-    rg->pos = (int32_t *)d;
-    rg->cap = cap_d;
-    return KVQ_OK;
-}
-
-static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
-{
-    size_t need = s->n_units + more, nc, unused;
-    size_t unit_words = s->groups_per_unit * s->words_per_group;
-    void *p;
-    if (need <= s->cap_units) return KVQ_OK;
-    p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
-    if (!p) return KVQ_ERR_NOMEM;
-    s->words = (uint32_t *)p;
-    p = kvq__grow(s->sz, s->cap_units, nc, s->groups_per_unit * sizeof(kvq_sz), 1, &unused);
-    if (!p) return KVQ_ERR_NOMEM;
-    s->sz = (kvq_sz *)p;
-    /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
-    p = kvq__grow(s->qpos, s->cap_units, nc, s->tokens_per_unit * sizeof(int32_t), 1, &unused);
-    if (!p) return KVQ_ERR_NOMEM;
-    s->qpos = (int32_t *)p;
-    s->cap_units = nc;
-    return KVQ_OK;
-}
-
-/* Everything an append of n_new positions may need, reserved up front so
-   that the mutation that follows cannot fail half way.                     */
-static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
-{
-    size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
-    kvq_status st;
-    if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
-        return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
-                         "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
-    for (i = 0; i < 2; i++) {
-        kvq_side *s = i ? &c->v : &c->k;
-        /* Rows leave a quantizing side's window as they arrive: it never
-           grows by more than R + G (OTT), 3W + 1 (LogQuant) or R +
-           stage_rows (chunked prefill). A side that never quantizes
-           (schedule NONE, possibly beside one that does in a CUSTOM
-           config) keeps every row.                                         */
-        size_t window_rows = n_new, most = n_new;
-        void *p;
-        if (s->schedule != KVQ_SCHED_NONE)
-            most = c->cfg.policy == KVQ_POLICY_OTT      ? c->cfg.residual + c->cfg.group
-                 : c->cfg.policy == KVQ_POLICY_LOGQUANT ? 3 * c->cfg.lq_window + 1
-                 : c->cfg.residual + c->stage_rows;
-        if (window_rows > most) window_rows = most;
-        p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
-        if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
-        s->loc = (uint32_t *)p;
-        st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
-        if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
-        if (s->schedule != KVQ_SCHED_NONE) {
-            /* worst case: every full-precision row plus the new ones
-               become units                                                 */
-            size_t rows = s->rows[KVQ_ROWS_WINDOW].n + s->rows[KVQ_ROWS_STAGE].n + n_new;
-            st = kvq__units_reserve(s, rows / s->tokens_per_unit + 1, exact);
-            if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
-        }
-    }
-    c->cap_pos = cap;
-    return KVQ_OK;
-}
-
-static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i)
-{
-    return (char *)rg->data + i * c->cfg.head_dim * kvq__fp_bytes(c);
-}
-
-static void kvq__row_store(const kvq_cache *c, void *dst, const float *x)
-{
-    size_t d, D = c->cfg.head_dim;
-    if (c->cfg.fp_bits == 32) { memcpy(dst, x, D * sizeof(float)); return; }
-    for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq__f16_store(x[d]);
-}
-
-/* D stored halves -> floats: 8 at a time with vcvtph2ps where the target
-   has F16C, else the exact integer conversion (identical: simd_check).    */
-static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
-{
-    size_t d = 0;
-#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
-    for (; d + 8 <= D; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
-#endif
-    for (; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
-}
-
-static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
-{
-    size_t D = c->cfg.head_dim;
-    if (c->cfg.fp_bits == 32) { memcpy(x, src, D * sizeof(float)); return; }
-    kvq__f16_row((const kvq_f16 *)src, D, x);
-}
-
-/* The index where region r's next row goes. The caller reserved room for it
-   (n < cap); popped rows at the front are reclaimed here if needed, which
-   never allocates.                                                         */
-static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r)
-{
-    kvq_rows *rg = &s->rows[r];
-    KVQ_ASSERT(rg->n < rg->cap);
-    if (rg->off + rg->n >= rg->cap) kvq__rows_to_front(c, s, r);
-    return rg->off + rg->n;
-}
-
-/* Append one row to region r (room already reserved).                      */
-static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x,
-                           size_t pos)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t i = kvq__rows_tail(c, s, r);
-    kvq__row_store(c, kvq__row_ptr(c, rg, i), x);
-    rg->pos[i] = (int32_t)pos;
-    s->loc[pos] = kvq__rows_tag(r) | (uint32_t)i;
-    rg->n++;
-}
-
-/* Copy row `i` (absolute index) of region `from` to the end of region `to`;
-   the position now lives in `to`. The caller removes it from `from`.       */
-static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to)
-{
-    kvq_rows *a = &s->rows[from], *b = &s->rows[to];
-    size_t j = kvq__rows_tail(c, s, to), rowb = c->cfg.head_dim * kvq__fp_bytes(c);
-    memcpy(kvq__row_ptr(c, b, j), kvq__row_ptr(c, a, i), rowb);
-    b->pos[j] = a->pos[i];
-    s->loc[a->pos[i]] = kvq__rows_tag(to) | (uint32_t)j;
-    b->n++;
-}
-
-/* Remove the rows whose live offset o (0 = oldest) satisfies drop(o, arg),
-   keeping the others in order. Rows already copied elsewhere keep their new
-   loc; survivors are re-pointed.                                           */
-static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
-                             int (*drop)(size_t o, const void *arg),
-                             const void *arg)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), o, j = rg->off;
-    for (o = 0; o < rg->n; o++) {
-        size_t i = rg->off + o;
-        if (drop(o, arg)) continue;
-        if (j != i) {
-            memcpy(kvq__row_ptr(c, rg, j), kvq__row_ptr(c, rg, i), rowb);
-            rg->pos[j] = rg->pos[i];
-            s->loc[rg->pos[j]] = kvq__rows_tag(r) | (uint32_t)j;
-        }
-        j++;
-    }
-    rg->n = j - rg->off;
-}
+/* The row and unit buffers (growth, pushing, copying, removing rows) are
+   defined after the policies that use them ("buffers", below).      */
+static void *kvq__grow(void *p, size_t cap, size_t need, size_t el, int exact, size_t *new_cap);
+static size_t kvq__fp_bytes(const kvq_cache *c);
+static uint32_t kvq__rows_tag(int r);
+static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r);
+static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact);
+static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact);
+static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i);
+static void kvq__row_store(const kvq_cache *c, void *dst, const float *x);
+static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out);
+static void kvq__row_load(const kvq_cache *c, const void *src, float *x);
+static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r);
+static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x, size_t pos);
+static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to);
+static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r, int (*drop)(size_t o, const void *arg), const void *arg);
 
 /* OTT's replacement (Sec. 7.1): rows flagged in mark (n rows of stage) get
    the mean of the other rows (KVQ_OTT_MEAN_REST) or of all n rows.         */
@@ -2440,6 +2223,37 @@ static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *ma
             if (mark[i]) c->stage[i * D + d] = mean;
     }
 }
+
+/* ---- KIVI and HF: the FLUSH and SLIDE schedules --------------------------
+   KIVI (Sec. 3.3, Algorithm 1), kvq_config_kivi:
+     keys   per-channel, FLUSH: the residual holds 1..R keys after every
+            append (mean about R/2); G | R is required.
+     values per-token, SLIDE with chunk 1: exactly R values in full precision.
+     prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
+            the last R.
+   HF QuantizedCache schedule, kvq_config_hf:
+     both per-token (HF's default axis), FLUSH with R = residual_length.
+     prefill quantizes the whole prompt (T - T % G for a per-channel axis).
+     At each flush HF dequantizes the entire history and re-quantizes it
+     together with the residual; kvq does the same when hf_requantize = 1
+     (the default for this policy). Re-quantizing a dequantized group
+     reproduces it bit for bit whenever its codes reach N; only the rare
+     group whose top code fell short through fp16 rounding of the scale
+     can move, and it settles within a few flushes (examples/03_hf.c
+     measures this), so the effect on mean error is small either way.
+     The worst case is not: tests/test_soak.c checks that every row is
+     bit-identical after 8 flushes, and measures settled elements up to
+     2.0x the largest single-quantization step away from their input
+     (one quantization: at most 1x), the error of the moves before the
+     group settled. Each flush also costs O(history) (bench/RESULTS.md,
+     Soak: 0.22 ms per append at 62,500 tokens, D = 32).
+     Flush moment: HF flushes when the R-th residual token arrives and
+     holds 0..R-1 rows between steps; kvq flushes on the append after
+     that and holds 1..R. Every step attends the same rows in full
+     precision; only the stored bytes differ on every R-th step.
+     Differences from KIVI: no sliding value window, keys per-token, the
+     prompt is fully quantized, and history is re-quantized.
+*/
 
 /* Quantize the oldest n rows of region r into new units, in order (n a
    multiple of tokens_per_unit, n <= stage_rows). Rows flagged in
@@ -2694,6 +2508,217 @@ static void kvq__step(kvq_cache *c, const float *k, const float *v, size_t pos)
         kvq__side_step(c, &c->v, v, pos);
         break;
     }
+}
+
+/* ---- buffers ------------------------------------------------------------
+   Row regions and quantized units grow by doubling (or exactly, for
+   reservations); rows are pushed at a region's end, popped from its front
+   and slid back when that makes room; every move re-points the loc map.   */
+/* Returns p grown to hold at least `need` elements of `el` bytes, or NULL
+   with p untouched. Capacity doubles (appends cost amortized O(1)) unless
+   `exact`, used by explicit reservations and fixed-size regions.           */
+static void *kvq__grow(void *p, size_t cap, size_t need, size_t el,
+                       int exact, size_t *new_cap)
+{
+    size_t nc = cap ? cap : 16, bytes;
+    void *q;
+    if (need <= cap) { *new_cap = cap; return p; }
+    if (exact) nc = need;
+    while (nc < need) {
+        if (nc > (size_t)-1 / 2) { nc = need; break; }
+        nc *= 2;
+    }
+    if (!kvq__mul(nc, el, &bytes)) return NULL;
+    q = KVQ_REALLOC(p, bytes);
+    if (q) *new_cap = nc;
+    return q;
+}
+
+static size_t kvq__fp_bytes(const kvq_cache *c) { return (size_t)c->cfg.fp_bits / 8u; }
+
+static uint32_t kvq__rows_tag(int r) { return (KVQ_LOC_ROWS0 + (uint32_t)r) << 28; }
+
+/* Slide a row region's live rows to index 0 and re-point their locs.      */
+static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), i;
+    if (rg->off == 0) return;
+    memmove(rg->data, (char *)rg->data + rg->off * rowb, rg->n * rowb);
+    memmove(rg->pos, rg->pos + rg->off, rg->n * sizeof(int32_t));
+    rg->off = 0;
+    for (i = 0; i < rg->n; i++) s->loc[rg->pos[i]] = kvq__rows_tag(r) | (uint32_t)i;
+}
+
+/* Room in a row region for `more` rows at its end: slide to the front when
+   that is enough (amortized O(D) per popped row), else grow.               */
+static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
+                                    size_t more, int exact)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
+    size_t cap_d, cap_p;
+    void *d;
+    if (rg->off + need <= rg->cap) return KVQ_OK;
+    kvq__rows_to_front(c, s, r);
+    if (need <= rg->cap) return KVQ_OK;
+    /* grow data and pos together: one capacity serves both                 */
+    d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
+    if (!d) return KVQ_ERR_NOMEM;
+    rg->data = d;                      /* larger, same contents: still valid */
+    d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), 1, &cap_p);
+    if (!d) return KVQ_ERR_NOMEM;
+    rg->pos = (int32_t *)d;
+    rg->cap = cap_d;
+    return KVQ_OK;
+}
+
+static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
+{
+    size_t need = s->n_units + more, nc, unused;
+    size_t unit_words = s->groups_per_unit * s->words_per_group;
+    void *p;
+    if (need <= s->cap_units) return KVQ_OK;
+    p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
+    if (!p) return KVQ_ERR_NOMEM;
+    s->words = (uint32_t *)p;
+    p = kvq__grow(s->sz, s->cap_units, nc, s->groups_per_unit * sizeof(kvq_sz), 1, &unused);
+    if (!p) return KVQ_ERR_NOMEM;
+    s->sz = (kvq_sz *)p;
+    /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
+    p = kvq__grow(s->qpos, s->cap_units, nc, s->tokens_per_unit * sizeof(int32_t), 1, &unused);
+    if (!p) return KVQ_ERR_NOMEM;
+    s->qpos = (int32_t *)p;
+    s->cap_units = nc;
+    return KVQ_OK;
+}
+
+/* Everything an append of n_new positions may need, reserved up front so
+   that the mutation that follows cannot fail half way.                     */
+static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
+{
+    size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
+    kvq_status st;
+    if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
+        return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
+                         "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
+    for (i = 0; i < 2; i++) {
+        kvq_side *s = i ? &c->v : &c->k;
+        /* Rows leave a quantizing side's window as they arrive: it never
+           grows by more than R + G (OTT), 3W + 1 (LogQuant) or R +
+           stage_rows (chunked prefill). A side that never quantizes
+           (schedule NONE, possibly beside one that does in a CUSTOM
+           config) keeps every row.                                         */
+        size_t window_rows = n_new, most = n_new;
+        void *p;
+        if (s->schedule != KVQ_SCHED_NONE)
+            most = c->cfg.policy == KVQ_POLICY_OTT      ? c->cfg.residual + c->cfg.group
+                 : c->cfg.policy == KVQ_POLICY_LOGQUANT ? 3 * c->cfg.lq_window + 1
+                 : c->cfg.residual + c->stage_rows;
+        if (window_rows > most) window_rows = most;
+        p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
+        if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
+        s->loc = (uint32_t *)p;
+        st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
+        if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
+        if (s->schedule != KVQ_SCHED_NONE) {
+            /* worst case: every full-precision row plus the new ones
+               become units                                                 */
+            size_t rows = s->rows[KVQ_ROWS_WINDOW].n + s->rows[KVQ_ROWS_STAGE].n + n_new;
+            st = kvq__units_reserve(s, rows / s->tokens_per_unit + 1, exact);
+            if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
+        }
+    }
+    c->cap_pos = cap;
+    return KVQ_OK;
+}
+
+static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i)
+{
+    return (char *)rg->data + i * c->cfg.head_dim * kvq__fp_bytes(c);
+}
+
+static void kvq__row_store(const kvq_cache *c, void *dst, const float *x)
+{
+    size_t d, D = c->cfg.head_dim;
+    if (c->cfg.fp_bits == 32) { memcpy(dst, x, D * sizeof(float)); return; }
+    for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq__f16_store(x[d]);
+}
+
+/* D stored halves -> floats: 8 at a time with vcvtph2ps where the target
+   has F16C, else the exact integer conversion (identical: simd_check).    */
+static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
+{
+    size_t d = 0;
+#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
+#endif
+    for (; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
+}
+
+static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
+{
+    size_t D = c->cfg.head_dim;
+    if (c->cfg.fp_bits == 32) { memcpy(x, src, D * sizeof(float)); return; }
+    kvq__f16_row((const kvq_f16 *)src, D, x);
+}
+
+/* The index where region r's next row goes. The caller reserved room for it
+   (n < cap); popped rows at the front are reclaimed here if needed, which
+   never allocates.                                                         */
+static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r)
+{
+    kvq_rows *rg = &s->rows[r];
+    KVQ_ASSERT(rg->n < rg->cap);
+    if (rg->off + rg->n >= rg->cap) kvq__rows_to_front(c, s, r);
+    return rg->off + rg->n;
+}
+
+/* Append one row to region r (room already reserved).                      */
+static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x,
+                           size_t pos)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t i = kvq__rows_tail(c, s, r);
+    kvq__row_store(c, kvq__row_ptr(c, rg, i), x);
+    rg->pos[i] = (int32_t)pos;
+    s->loc[pos] = kvq__rows_tag(r) | (uint32_t)i;
+    rg->n++;
+}
+
+/* Copy row `i` (absolute index) of region `from` to the end of region `to`;
+   the position now lives in `to`. The caller removes it from `from`.       */
+static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to)
+{
+    kvq_rows *a = &s->rows[from], *b = &s->rows[to];
+    size_t j = kvq__rows_tail(c, s, to), rowb = c->cfg.head_dim * kvq__fp_bytes(c);
+    memcpy(kvq__row_ptr(c, b, j), kvq__row_ptr(c, a, i), rowb);
+    b->pos[j] = a->pos[i];
+    s->loc[a->pos[i]] = kvq__rows_tag(to) | (uint32_t)j;
+    b->n++;
+}
+
+/* Remove the rows whose live offset o (0 = oldest) satisfies drop(o, arg),
+   keeping the others in order. Rows already copied elsewhere keep their new
+   loc; survivors are re-pointed.                                           */
+static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
+                             int (*drop)(size_t o, const void *arg),
+                             const void *arg)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), o, j = rg->off;
+    for (o = 0; o < rg->n; o++) {
+        size_t i = rg->off + o;
+        if (drop(o, arg)) continue;
+        if (j != i) {
+            memcpy(kvq__row_ptr(c, rg, j), kvq__row_ptr(c, rg, i), rowb);
+            rg->pos[j] = rg->pos[i];
+            s->loc[rg->pos[j]] = kvq__rows_tag(r) | (uint32_t)j;
+        }
+        j++;
+    }
+    rg->n = j - rg->off;
 }
 
 static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
