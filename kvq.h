@@ -3174,6 +3174,23 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
     }
 }
 
+/* CALL(NH, B) with the head count NH (1..4) and the bit width B (1, 2, 4,
+   8) as constants, so that an always-inlined kernel's loops are fixed.   */
+#define KVQ__WITH_NH_BITS(CALL, nh, bits)                                    \
+    switch (nh) {                                                            \
+    case 1:  KVQ__WITH_BITS(CALL, 1, bits); break;                           \
+    case 2:  KVQ__WITH_BITS(CALL, 2, bits); break;                           \
+    case 3:  KVQ__WITH_BITS(CALL, 3, bits); break;                           \
+    default: KVQ__WITH_BITS(CALL, 4, bits); break;                           \
+    }
+#define KVQ__WITH_BITS(CALL, NH, bits)                                       \
+    switch (bits) {                                                          \
+    case 1:  CALL(NH, 1); break;                                             \
+    case 2:  CALL(NH, 2); break;                                             \
+    case 4:  CALL(NH, 4); break;                                             \
+    default: CALL(NH, 8); break;                                             \
+    }
+
 /* The inner step of per-channel keys for a full tile (32 tokens from a
    multiple of 32) and NH (1..4) heads: channel d's 32 codes are unpacked
    once, and times q_hd a_d added into each head's 32 scores, which stay in
@@ -3227,20 +3244,7 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
             const float *qa = H->qa + h * D;
             float *sc = H->sc + h * KVQ_TILE;
 #define KVQ__CT(NH, BITS) kvq__channel_tile(w, wpg, D, t0, qa, sc, NH, BITS)
-#define KVQ__CT_B(NH)                                                        \
-            switch (s->bits) {                                               \
-            case 1:  KVQ__CT(NH, 1); break;                                  \
-            case 2:  KVQ__CT(NH, 2); break;                                  \
-            case 4:  KVQ__CT(NH, 4); break;                                  \
-            default: KVQ__CT(NH, 8); break;                                  \
-            }
-            switch (H->n - h < 4 ? H->n - h : 4) {
-            case 1:  KVQ__CT_B(1); break;
-            case 2:  KVQ__CT_B(2); break;
-            case 3:  KVQ__CT_B(3); break;
-            default: KVQ__CT_B(4); break;
-            }
-#undef KVQ__CT_B
+            KVQ__WITH_NH_BITS(KVQ__CT, H->n - h < 4 ? H->n - h : 4, s->bits);
 #undef KVQ__CT
         }
     } else {                                            /* a partial tile    */
@@ -3445,19 +3449,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                     wb[k] = kvq__dot(wt, b, m);
                 }
 #define KVQ__VB(NH, BITS) kvq__values_block(out, D, g, G, w, wpg, m, wa, wb, NH, BITS)
-#define KVQ__VB_B(NH)                                                        \
-                switch (s->bits) {                                           \
-                case 2: KVQ__VB(NH, 2); break;                               \
-                case 4: KVQ__VB(NH, 4); break;                               \
-                default: KVQ__VB(NH, s->bits); break;                        \
-                }
-                switch (nh) {
-                case 1:  KVQ__VB_B(1); break;
-                case 2:  KVQ__VB_B(2); break;
-                case 3:  KVQ__VB_B(3); break;
-                default: KVQ__VB_B(4); break;
-                }
-#undef KVQ__VB_B
+                KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
 #undef KVQ__VB
             }
         }
