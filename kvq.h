@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.3.0 - MIT license, see end of file.
+   v0.4.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
    GPU kernels that must reproduce its codes bit for bit.
@@ -18,11 +18,14 @@
        KVQ_MALLOC(sz) / KVQ_REALLOC(p,sz) / KVQ_FREE(p)
                             allocator override: define all three or none
        KVQ_NO_SIMD          plain loops everywhere. By default, GCC and clang
-                            on x86 AVX2 or AArch64 run the hot loops (Sec. 6,
-                            8) as 16-lane vector extensions, and F16C targets
+                            run the hot loops (Sec. 6, 8) on native vectors
+                            (AVX-512, AVX2 or AArch64 NEON) and F16C targets
                             convert fp16 in hardware; results are identical
-                            either way (tests/simd_check.c), given a build
-                            that does not fuse a*b+c (top of IMPLEMENTATION)
+                            either way (tests/simd_check.c)
+       KVQ_NO_FMA           round attention's multiply-adds twice even where
+                            the target has fused multiply-add (which they use
+                            by default: top of IMPLEMENTATION). Codes never
+                            depend on it; outputs differ in the last bits
 
    CONTENTS
        1. Standard parameters (T, D, G, B, R, N, ...)
@@ -76,6 +79,13 @@
               never size a buffer; a zeroed or freed page pool is
               KVQ_ERR_STATE for every call; definitions moved beside their
               implementations, the status table to Sec. 12
+       0.4.0  the 16 lanes held as native vectors of any width (AVX-512,
+              AVX2, NEON, plain), fused multiply-add in attention where the
+              target has it (-DKVQ_NO_FMA), values and the online softmax a
+              whole tile at a time (kvq__exp16), up to 4 query heads per
+              key tile; per-token groups quantized 16 side by side. Codes
+              unchanged; ONLINE outputs move in the last bits. KIVI's and
+              HF's definitions beside their code, buffers after the policies
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -98,7 +108,7 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 3
+#define KVQ_VERSION_MINOR 4
 #define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */
