@@ -18,7 +18,9 @@
           first --tokens tokens, the bits per element each stored, greedy
           agreement with fp32, tokens/s; then the papers' claims (ordering
           and rough size) with PASS/FAIL. Exit 0: every claim holds; 3: some
-          does not (the table is still complete); 1: a run failed.
+          does not (the table is still complete); 1: a run failed. The
+          methods run side by side, --threads of them at a time, each on one
+          thread (tok/s is then one thread's, sharing the machine).
    dump   the fp32 model's post-RoPE K, V, Q of chosen (layer, KV head)s:
           statistics of the keys (outlier channels, outlier tokens) printed
           and, with --csv, written; with --out, the arrays as .npy.
