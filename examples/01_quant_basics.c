@@ -8,7 +8,7 @@
    the head (3), bits per element (4), a real cache's bits against length
    (5) and memory against length for five caches (6). The exhaustive checks
    (adversarial groups at every B and G, clamping, byte order, the layout's
-   bit count) are in tests/test_quant.c and tests/test_examples.c.
+   bit count) are in tests/test_quant.c and tests/test_examples_quant.c.
 
    Run: ./build/examples/01_quant_basics [--k K.npy --v V.npy] [--seed N]
         [--csv DIR]. --k/--v: steps 1 and 3 on that head (any D: G = 32, or
@@ -52,8 +52,6 @@ static double worst_vs_bound(const float *x, size_t n, int bits, kvq_zero_mode m
     return worst;
 }
 
-static double ratio_of(double bits) { return 16.0 / bits; }
-
 int main(int argc, char **argv)
 {
     enum { TL = 64100, DL = 128 };   /* the long D = 128 head of steps 5-6 */
@@ -64,7 +62,10 @@ int main(int argc, char **argv)
     size_t G, n, i, t, g;
     int bi, gi, m;
     if (!ex_args_parse(argc, argv, &a)) return 2;
-    if (a.q_path) { fprintf(stderr, "01_quant_basics: --q is not used (no attention here)\n"); return 2; }
+    if (a.q_path) {
+        fprintf(stderr, "01_quant_basics: --q is not used (no attention here)\n");
+        return 2;
+    }
     if (!ex_head_get(&a, 1024, 128, &h)) return 2;
     printf("01_quant_basics: asymmetric group quantization (KIVI Sec. 3.1, HF post)\n"
            "   data: %s, T=%zu, D=%zu\n", h.real ? "real head" : "synthetic head", h.T, h.D);
@@ -151,18 +152,18 @@ int main(int argc, char **argv)
         printf("  %2d |             ", BITS[bi]);
         for (gi = 0; gi < 3; gi++) printf("%5.3f  ", BITS[bi] + 32.0 / (double)GS[gi]);
         printf("|              ");
-        for (gi = 0; gi < 3; gi++) printf("%5.2fx ", ratio_of(BITS[bi] + 32.0 / (double)GS[gi]));
+        for (gi = 0; gi < 3; gi++) printf("%5.2fx ", 16.0 / (BITS[bi] + 32.0 / (double)GS[gi]));
         printf("\n");
     }
     printf("   Where the papers' ratios come from (D = 128, K+V per token per head):\n");
-    ex_check(fabs(ratio_of(2.25) - 7.1) < 0.05, "2-bit G=128: %.0f B, %.2fx; the bytes "
-             "ceiling of a 2-bit decode: ~72 B, 7.1x", 2 * 128 * 2.25 / 8, ratio_of(2.25));
-    ex_check(fabs(ratio_of(3.0) - 5.3) < 0.05, "2-bit G=32 (KIVI's G): %.0f B, %.2fx; "
-             "ceiling: ~96 B, 5.3x", 2 * 128 * 3.0 / 8, ratio_of(3.0));
-    ex_check(6.4 <= ratio_of(2.25), "OTT Sec. 4.3 measures KIVI/OTT 2-bit reaching ~6.4x "
-             "(G=128): below our G=128 limit %.2fx", ratio_of(2.25));
-    ex_check(2.5 <= ratio_of(4.5), "HF post: int4 'roughly x2.5' memory saving, below the "
-             "4-bit G=64 KV limit %.2fx", ratio_of(4.5));
+    ex_check(fabs(16.0 / 2.25 - 7.1) < 0.05, "2-bit G=128: %.0f B, %.2fx; the bytes "
+             "ceiling of a 2-bit decode: ~72 B, 7.1x", 2 * 128 * 2.25 / 8, 16.0 / 2.25);
+    ex_check(fabs(16.0 / 3.0 - 5.3) < 0.05, "2-bit G=32 (KIVI's G): %.0f B, %.2fx; "
+             "ceiling: ~96 B, 5.3x", 2 * 128 * 3.0 / 8, 16.0 / 3.0);
+    ex_check(6.4 <= 16.0 / 2.25, "OTT Sec. 4.3 measures KIVI/OTT 2-bit reaching ~6.4x "
+             "(G=128): below our G=128 limit %.2fx", 16.0 / 2.25);
+    ex_check(2.5 <= 16.0 / 4.5, "HF post: int4 'roughly x2.5' memory saving, below the "
+             "4-bit G=64 KV limit %.2fx", 16.0 / 4.5);
     printf("         (6.4 = 16/2.5 is our G=64 figure; measured curves also carry\n"
            "          full-precision windows, and the post whole-process memory)\n");
 
@@ -197,10 +198,10 @@ int main(int argc, char **argv)
                 eq5 = 16.0 * (double)T / (2.0 * ((double)T - Rf) + 16.0 * Rf);
                 cap = (16.0 - b) * (double)cfg.residual / (double)T;
                 bounded &= by.bits_per_element - b > 0 && by.bits_per_element - b <= cap + 1e-12;
-                eq5_above &= eq5 > ratio_of(by.bits_per_element);
+                eq5_above &= eq5 > 16.0 / by.bits_per_element;
                 printf("   %3zu %6zu | %8.4f  %6.3f  %+8.4f  %10.4f | %5.2fx %5.2fx\n", GS[gi],
                        T, by.bits_per_element, b, by.bits_per_element - b, cap,
-                       ratio_of(by.bits_per_element), eq5);
+                       16.0 / by.bits_per_element, eq5);
                 ex_csv_row(csv, "%zu,%zu,%.9g,%.9g,%.9g", GS[gi], T, by.bits_per_element, b, eq5);
                 kvq_cache_free(&c);
             }

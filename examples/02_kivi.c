@@ -60,7 +60,7 @@ int main(int argc, char **argv)
     size_t G, T, TD, i, t, d, nv = 1;
     float *Xq, *Vq, *O, *Vs[2], *A, *Aq;
     const char *vname[2];
-    double ratio, e[2], val[2][2], delta[2][2], tab1[2][5];
+    double ratio, key[2], score[2], val[2][2], delta[2][2], tab1[2][5];
     int outliers, ax, v;
     if (!ex_args_parse(argc, argv, &a)) return 2;
     if (!ex_head_get(&a, 1024, 128, &h)) return 2;
@@ -80,7 +80,8 @@ int main(int argc, char **argv)
         ex_csv_close(csv);
     }
     G = ex_divisor_at_most(h.D, 32);            /* KIVI's G (Sec. 4.1) = 32 */
-    if (G != 32) printf("   note: G = 32 does not divide D = %zu: the tables use G = %zu\n", h.D, G);
+    if (G != 32) printf("   note: G = 32 does not divide D = %zu: the tables use G = %zu\n", h.D,
+                        G);
     T = h.T - h.T % G;       /* per-channel groups need G | T (KIVI zero-pads) */
     TD = T * h.D;
     Xq = (float *)ex_alloc(h.T * h.D * sizeof(float));      /* (T, D)      */
@@ -118,24 +119,24 @@ int main(int argc, char **argv)
     ex_must(kvq_attend_dense(h.K, h.V, T, h.D, h.Q, h.n_q, O, A), "dense", NULL);
     for (ax = 0; ax < 2; ax++) {
         fake_quant(h.K, T, h.D, 2, G, (kvq_axis)ax, Xq);
-        e[ax] = 100 * ex_rel_err(h.K, Xq, TD);
+        key[ax] = 100 * ex_rel_err(h.K, Xq, TD);
         ex_must(kvq_attend_dense(Xq, h.V, T, h.D, h.Q, h.n_q, O, Aq), "dense", NULL);
-        val[0][ax] = 100 * ex_rel_err(A, Aq, h.n_q * T);   /* score error   */
+        score[ax] = 100 * ex_rel_err(A, Aq, h.n_q * T);
     }
     printf("   %-25s %-8s| %9.2f %11.2f | %9.2f %11.2f\n", "key   ||K-K'|| / ||K||", "",
-           e[0], e[1], 13.67, 4.55);
+           key[0], key[1], 13.67, 4.55);
     printf("   %-25s %-8s| %9.2f %11.2f | %9.2f %11.2f\n", "score ||A-A'|| / ||A||", "",
-           val[0][0], val[0][1], 47.00, 9.60);
+           score[0], score[1], 47.00, 9.60);
     if (outliers) {
-        ex_check(e[0] >= TIE * e[1], "per-channel keys reconstruct better: per-token/per-"
-                 "channel %.2fx >= %.1fx (paper %.2fx)", e[0] / e[1], TIE, 13.67 / 4.55);
-        ex_check(val[0][0] >= TIE * val[0][1], "per-channel keys keep attention scores: "
+        ex_check(key[0] >= TIE * key[1], "per-channel keys reconstruct better: per-token/per-"
+                 "channel %.2fx >= %.1fx (paper %.2fx)", key[0] / key[1], TIE, 13.67 / 4.55);
+        ex_check(score[0] >= TIE * score[1], "per-channel keys keep attention scores: "
                  "per-token/per-channel %.2fx >= %.1fx (paper %.2fx, 'almost 5x')",
-                 val[0][0] / val[0][1], TIE, 47.00 / 9.60);
+                 score[0] / score[1], TIE, 47.00 / 9.60);
     } else
         ex_na("key and score claims: no outlier channels (ratio %.2f < %.0f), the structure "
               "per-channel keys exploit (key ratio %.2fx, score %.2fx)", ratio,
-              EX_OUTLIER_RATIO, e[0] / e[1], val[0][0] / val[0][1]);
+              EX_OUTLIER_RATIO, key[0] / key[1], score[0] / score[1]);
     for (v = 0; v < (int)nv; v++)
         for (ax = 0; ax < 2; ax++) {
             fake_quant(Vs[v], T, h.D, 2, G, (kvq_axis)ax, Vq);
@@ -254,21 +255,31 @@ streaming:
             ex_na("K window mean: %zu decode steps, less than one flush period R = %zu", steps, R);
 
         /* Why the window (Sec. 4.2): the same tokens all quantized with the
-           cache's own groups, against the cache with its fp16 windows.     */
+           cache's own groups, against the cache with its fp16 windows. It
+           can only help as far as the queries attend to the window's rows. */
         T = c.n_pos - c.n_pos % cfg.group;
         if (c.n_pos > R && T > 0) {
-            size_t nf = kvq_attend_scratch_floats(&c, KVQ_ATTN_ONLINE);
-            float *out = (float *)ex_alloc(2 * h.n_q * h.D * sizeof(float) + nf * sizeof(float));
+            size_t nf = kvq_attend_scratch_floats(&c, KVQ_ATTN_ONLINE), n = c.n_pos, q;
+            float *out = (float *)ex_alloc((2 * h.n_q * h.D + nf + h.n_q * n) * sizeof(float));
+            float *P = out + 2 * h.n_q * h.D + nf;                  /* (n_q, n) */
+            double share = 0;
             ex_must(kvq_attend(&c, h.Q, h.n_q, out, NULL, KVQ_ATTN_ONLINE, out + 2 * h.n_q * h.D,
                                nf), "attend", &c);
-            ex_must(kvq_attend_dense(h.K, h.V, c.n_pos, h.D, h.Q, h.n_q, out + h.n_q * h.D,
-                                     NULL), "dense", NULL);
+            ex_must(kvq_attend_dense(h.K, h.V, n, h.D, h.Q, h.n_q, out + h.n_q * h.D, P),
+                    "dense", NULL);
+            for (q = 0; q < h.n_q; q++)
+                for (t = n - R; t < n; t++) share += P[q * n + t] / (double)h.n_q;
             kivi_err = 100 * ex_rel_err(out + h.n_q * h.D, out, h.n_q * h.D);
             fake_quant(h.K, T, h.D, 2, cfg.group, KVQ_PER_CHANNEL, Xq);
             fake_quant(h.V, T, h.D, 2, ex_divisor_at_most(h.D, cfg.group), KVQ_PER_TOKEN, Vq);
             fake_err = out_err(&h, T, h.K, h.V, Xq, Vq);
-            ex_check(kivi_err <= 0.99 * fake_err, "the fp16 window helps: KIVI cache output "
-                     "error %.2f%% <= 0.99 x all-quantized K-C/V-T %.2f%%", kivi_err, fake_err);
+            if (share >= 0.05)
+                ex_check(kivi_err <= 0.99 * fake_err, "the fp16 window helps: KIVI cache output "
+                         "error %.2f%% <= 0.99 x all-quantized K-C/V-T %.2f%%", kivi_err, fake_err);
+            else
+                ex_na("fp16 window: the last R = %zu tokens get %.1f%% of the attention (< 5%%), "
+                      "too little to matter (errors %.2f%% vs %.2f%%)", R, 100 * share, kivi_err,
+                      fake_err);
             free(out);
         } else
             ex_na("fp16 window: all %zu tokens fit in the R = %zu window", c.n_pos, R);

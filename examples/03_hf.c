@@ -20,7 +20,7 @@
    (any D: the per-token G = 64 or 32 becomes D's largest divisor below it);
    --seed: the synthetic data's seed; --csv DIR: hf_vs_kivi.csv (3), which
    plots/kivi.py draws. The schedule's exhaustive checks are in
-   tests/test_cache.c, re-quantization's fixed points in tests/test_examples.c. */
+   tests/test_cache.c, re-quantization's fixed points in tests/test_examples_quant.c. */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"
@@ -62,6 +62,7 @@ static double side_err(const kvq_cache *c, int side, const float *X, const doubl
 static errs measure(const kvq_config *cfg, const ex_head *h, const oracle *o, kvq_cache *keep)
 {
     kvq_cache c;
+    kvq_census cs;
     errs e;
     size_t nf;
     float *out, *probs = (float *)ex_alloc(h->n_q * h->T * sizeof(float));
@@ -75,12 +76,9 @@ static errs measure(const kvq_config *cfg, const ex_head *h, const oracle *o, kv
     e.k_at_a = side_err(&c, 0, h->K, o->mass);
     e.score = ex_rel_err(o->probs, probs, h->n_q * h->T);
     e.out = ex_rel_err(o->out, out, h->n_q * h->D);
-    {
-        kvq_census cs;
-        ex_must(kvq_cache_census(&c, &cs), "census", &c);
-        e.quantized = (double)(cs.quantized[0] < cs.quantized[1] ? cs.quantized[0]
-                                                                 : cs.quantized[1]) / (double)h->T;
-    }
+    ex_must(kvq_cache_census(&c, &cs), "census", &c);
+    e.quantized = (double)(cs.quantized[0] < cs.quantized[1] ? cs.quantized[0] : cs.quantized[1]) /
+                  (double)h->T;
     free(out); free(probs);
     if (keep) *keep = c; else kvq_cache_free(&c);
     return e;
@@ -138,7 +136,8 @@ int main(int argc, char **argv)
             kvq_bytes kb;
             double x = LAYERS * HEADS / 1e9, R = 128, Tq = POST_TOKENS - R;
             double codes = HEAD_DIM * BITS[b] / 8.0, sz = HEAD_DIM / 64 * 4.0;  /* per token */
-            double want = 2 * (Tq * (codes + sz) + R * HEAD_DIM * 2), empty = 2 * POST_TOKENS * (codes + sz);
+            double want = 2 * (Tq * (codes + sz) + R * HEAD_DIM * 2);
+            double empty = 2 * POST_TOKENS * (codes + sz);
             ex_cache_stream(&c, &cfg, s.K, s.V, POST_TOKENS, POST_TOKENS - 128);
             ex_must(kvq_cache_bytes(&c, &kb), "bytes", &c);
             ratio[b] = fp16 / (LAYERS * HEADS * (double)kb.payload);
@@ -146,7 +145,8 @@ int main(int argc, char **argv)
                    x * (double)(kb.codes[0] + kb.codes[1]), x * (double)(kb.scale_zero[0] +
                    kb.scale_zero[1]), x * (double)(kb.full_precision[0] + kb.full_precision[1]),
                    x * (double)kb.payload, ratio[b]);
-            printf("   int%d, %-20s %9.3f %9.3f %9.3f %9.3f %6.2fx\n", BITS[b], "residual empty (*)",
+            printf("   int%d, %-20s %9.3f %9.3f %9.3f %9.3f %6.2fx\n", BITS[b],
+                   "residual empty (*)",
                    x * 2 * POST_TOKENS * codes, x * 2 * POST_TOKENS * sz, 0.0, x * empty,
                    fp16 / (LAYERS * HEADS * empty));
             ex_check((double)kb.codes[0] == Tq * codes && (double)kb.codes[1] == Tq * codes &&
@@ -162,8 +162,8 @@ int main(int argc, char **argv)
         /* The post measures memory in use (buffers, the transient fp16 copy
            of each decode step, the allocator); we count the payload, a
            ceiling for any measurement, so the post's figures must sit below. */
-        printf("   post: int4 \"roughly x2.5\" saving; ours (payload) %.2fx: we DISAGREE by %.0f%%,\n"
-               "   as expected of a measured footprint against a payload count.\n",
+        printf("   post: int4 \"roughly x2.5\" saving; ours (payload) %.2fx: we DISAGREE by "
+               "%.0f%%,\n   as expected of a measured footprint against a payload count.\n",
                ratio[1], 100.0 * (ratio[1] / 2.5 - 1.0));
         ex_check(2.5 <= ratio[1], "post's measured int4 saving x2.5 <= our payload ceiling "
                  "x%.2f", ratio[1]);
@@ -185,7 +185,8 @@ int main(int argc, char **argv)
     ex_must(kvq_attend_dense(h.K, h.V, h.T, h.D, h.Q, h.n_q, o.out, o.probs), "dense", NULL);
     for (i = 0; i < h.n_q * h.T; i++) o.mass[i % h.T] += o.probs[i] / (double)h.n_q;
     {
-        FILE *csv = ex_csv_open("hf_vs_kivi.csv", "bits,scheme,k_err,v_err,k_err_at_a,a_err,out_err");
+        FILE *csv = ex_csv_open("hf_vs_kivi.csv",
+                                "bits,scheme,k_err,v_err,k_err_at_a,a_err,out_err");
         printf("\n3. KIVI vs HF on one head (%s, T=%zu, D=%zu, %zu queries; prompt T/2,\n"
                "   then T/2 decode steps); relative errors against the exact head\n",
                h.real ? "real" : "synthetic", h.T, h.D, h.n_q);
@@ -247,7 +248,7 @@ int main(int argc, char **argv)
        whose codes span 0..N maps back onto the same s, zp and codes, so it
        is a fixed point; only groups whose top code fell short of N (about
        N/2^13 of them) can move. So HF's extra work changes almost nothing:
-       no byte, and a handful of rows (tests/test_examples.c checks the
+       no byte, and a handful of rows (tests/test_examples_quant.c checks the
        fixed points group by group).                                        */
     printf("\n4. hf_requantize: HF re-quantizes the whole history at every flush\n");
     printf("   %4s %8s %9s %9s %9s\n", "bits", "requant", "out err", "payload B", "rows diff");
@@ -271,7 +272,8 @@ int main(int argc, char **argv)
             }
             diff += (size_t)differs;
         }
-        for (side = 0; side < 2; side++) ex_must(kvq_cache_bytes(&q[side], &by[side]), "bytes", &q[side]);
+        for (side = 0; side < 2; side++)
+            ex_must(kvq_cache_bytes(&q[side], &by[side]), "bytes", &q[side]);
         printf("   %4d %8s %9.5f %9zu\n", BITS[b], "0 (once)", e[0].out, by[0].payload);
         printf("   %4d %8s %9.5f %9zu %9zu\n", BITS[b], "1 (HF)", e[1].out, by[1].payload, diff);
         ex_check(by[0].payload == by[1].payload && 100 * diff <= h.T, "int%d: re-quantizing "

@@ -1,4 +1,4 @@
-/* tests/test_examples.c - the checks examples 01-03 made before they became
+/* tests/test_examples_quant.c - the checks examples 01-03 made before they became
    short narratives (issue 17), kept as tests so nothing they checked is
    lost. Each group says which example step it came from. Checks already
    made elsewhere are not repeated here:
@@ -39,7 +39,10 @@ static const size_t GROUPS[3] = { 32, 64, 128 };
 /* ======================================================================== */
 /* 1. The Sec. 4 bound on adversarial groups (from 01 part 1)               */
 /* ======================================================================== */
-typedef struct bound_stats { double worst_in_bound; long elements, violations, bad_codes, failed; } bound_stats;
+typedef struct bound_stats {
+    double worst_in_bound;
+    long elements, violations, bad_codes, failed;
+} bound_stats;
 
 /* float zero: |x - x'| <= s/2 + e_z + N e_s + eps; int zero: the middle term
    is s |zp + mn/s|; eps = 2^-21 (|x| + |z| + N s) + 2^-140. The codes are
@@ -61,7 +64,8 @@ static void check_group(const float *x, size_t n, int bits, kvq_zero_mode mode, 
     for (i = 0; i < n; i++) {
         double xr = (double)((float)codes[i] * a + b), err = fabs(x[i] - xr);
         double eps = ldexp(fabs(x[i]) + a_s + N * s, -21) + ldexp(1.0, -140);
-        double zero_term = (mode == KVQ_ZERO_FLOAT) ? fabs(z - mn) : (s > 0 ? s * fabs(z + mn / s) : 0.0);
+        double zero_term = (mode == KVQ_ZERO_FLOAT) ? fabs(z - mn)
+                         : (s > 0 ? s * fabs(z + mn / s) : 0.0);
         /* int zero, constant group: s = |mn|, zp = (mn < 0), x' = f16(mn)   */
         double bound = (mode == KVQ_ZERO_INT && mx == mn)
                      ? fabs(kvq_f16_to_f32(kvq_f32_to_f16((float)mn)) - mn) + eps
@@ -69,7 +73,8 @@ static void check_group(const float *x, size_t n, int bits, kvq_zero_mode mode, 
         float v = (s == 0) ? 0.0f : (mode == KVQ_ZERO_FLOAT) ? (x[i] - (float)z) / (float)s
                                                             : x[i] / (float)s + (float)z;
         float vc = v < 0 ? 0 : (v > (float)N ? (float)N : v);
-        if (codes[i] > N || (mode == KVQ_ZERO_FLOAT && codes[i] != (uint8_t)rintf(vc))) S->bad_codes++;
+        if (codes[i] > N || (mode == KVQ_ZERO_FLOAT && codes[i] != (uint8_t)rintf(vc)))
+            S->bad_codes++;
         if (err > bound) S->violations++;
         if (bound > 0 && err / bound > S->worst_in_bound) S->worst_in_bound = err / bound;
         S->elements++;
@@ -187,7 +192,8 @@ static void test_layout_bits(void)
 static void kivi_bytes(size_t G, size_t R, size_t T, size_t n_prefill, kvq_bytes *b, kvq_census *cs)
 {
     ex_synth sy = ex_synth_defaults(T, 128, 5);
-    float *K = (float *)malloc(T * 128 * sizeof(float)), *V = (float *)malloc(T * 128 * sizeof(float));
+    float *K = (float *)malloc(T * 128 * sizeof(float));
+    float *V = (float *)malloc(T * 128 * sizeof(float));
     float *Q = (float *)malloc(sy.n_queries * 128 * sizeof(float));
     kvq_config cfg = kvq_config_kivi(128, 2);
     kvq_cache c;
@@ -216,7 +222,8 @@ static void test_kivi_bytes(void)
             model = ((double)(cs.quantized[0] + cs.quantized[1]) * q_bits + 2.0 * Rf * 16.0) /
                     (2.0 * (double)T);
             CHECK(fabs(b.bits_per_element - model) < 1e-12 &&
-                  16.0 * (double)T / (2.0 * ((double)T - Rf) + 16.0 * Rf) > 16.0 / b.bits_per_element,
+                  16.0 * (double)T / (2.0 * ((double)T - Rf) + 16.0 * Rf) >
+                  16.0 / b.bits_per_element,
                   "KIVI-2 G=%zu T=%zu: %.6f bits/element, the census model %.6f; Eq. 5 must be "
                   "above our ratio", GROUPS[gi], T, b.bits_per_element, model);
         }
@@ -323,5 +330,5 @@ int main(void)
     test_layout_bits();
     test_kivi_bytes();
     test_requant_fixed_points();
-    return TEST_END("test_examples");
+    return TEST_END("test_examples_quant");
 }
