@@ -123,6 +123,7 @@ int main(int argc, char **argv)
     printf("\n");
     for (i = 0; i < 4; i++) low += bins[i];
     if (!outliers) ex_na("no outlier channel (%.2fx < %.0fx): no tail to find", ratio, EX_OUTLIER_RATIO);
+    else if (T < TQ) ex_na("%zu tokens, fewer than one OTT group (%d): too few for tenths", T, TQ);
     else ex_check(low > 0 && low < 5.0, "a few tokens sit in the bottom 40%% of the range: "
                   "ours %.2f%%, paper 0.75%% (qasper); claim: > 0 and < 5%%", low);
 
