@@ -221,11 +221,17 @@ typedef enum kvq_axis {
     KVQ_PER_CHANNEL = 1
 } kvq_axis;
 
+/* The shape of one quantized unit: one struct for a matrix's layout, each
+   cache side and kvq_cuda.cu's kernels.                                    */
+typedef struct kvq_geometry {
+    size_t tokens_per_unit;   /* 1 (per-token) or G (per-channel)            */
+    size_t groups_per_unit;   /* D/G (per-token) or D (per-channel)          */
+    size_t words_per_group;   /* ceil(G B / 32)                              */
+} kvq_geometry;
+
 typedef struct kvq_layout {
     size_t units;
-    size_t tokens_per_unit;
-    size_t groups_per_unit;
-    size_t words_per_group;
+    kvq_geometry geom;
     size_t total_words;     /* units * groups_per_unit * words_per_group     */
     size_t total_groups;    /* units * groups_per_unit                       */
 } kvq_layout;
@@ -371,9 +377,7 @@ typedef struct kvq_side {
     kvq_schedule  schedule;
     size_t        group;            /* this side's G                         */
     size_t        chunk;            /* tokens quantized per SLIDE step       */
-    size_t        tokens_per_unit;  /* 1 (per-token) or G (per-channel)      */
-    size_t        groups_per_unit;  /* D/G (per-token) or D (per-channel)    */
-    size_t        words_per_group;  /* ceil(G*B/32)                          */
+    kvq_geometry  geom;             /* tokens, groups per unit; words/group  */
     uint32_t     *words;   /* (cap_units, groups_per_unit, words_per_group)  */
     kvq_sz       *sz;      /* (cap_units, groups_per_unit)                   */
     int32_t      *qpos;    /* (cap_units * tokens_per_unit); -1 placeholder  */
@@ -1416,16 +1420,16 @@ KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
     if (T == 0 || D == 0 || G == 0) return KVQ_ERR_SIZE;
     if (axis == KVQ_PER_TOKEN) {
         if (D % G) return KVQ_ERR_GROUP;
-        l.units = T; l.tokens_per_unit = 1; l.groups_per_unit = D / G;
+        l.units = T; l.geom.tokens_per_unit = 1; l.geom.groups_per_unit = D / G;
     } else if (axis == KVQ_PER_CHANNEL) {
         if (T % G) return KVQ_ERR_GROUP;
-        l.units = T / G; l.tokens_per_unit = G; l.groups_per_unit = D;
+        l.units = T / G; l.geom.tokens_per_unit = G; l.geom.groups_per_unit = D;
     } else {
         return KVQ_ERR_CONFIG;
     }
-    l.words_per_group = kvq_packed_words(G, bits);
-    if (!kvq__mul(l.units, l.groups_per_unit, &l.total_groups)) return KVQ_ERR_OVERFLOW;
-    if (!kvq__mul(l.total_groups, l.words_per_group, &l.total_words)) return KVQ_ERR_OVERFLOW;
+    l.geom.words_per_group = kvq_packed_words(G, bits);
+    if (!kvq__mul(l.units, l.geom.groups_per_unit, &l.total_groups)) return KVQ_ERR_OVERFLOW;
+    if (!kvq__mul(l.total_groups, l.geom.words_per_group, &l.total_words)) return KVQ_ERR_OVERFLOW;
     *L = l;
     return KVQ_OK;
 }
@@ -1707,8 +1711,8 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
         else u = 0;
     }
     for (; u < L.units; u++) {
-        const float *unit = X + u * L.tokens_per_unit * D;
-        for (g = 0; g < L.groups_per_unit; g++) {
+        const float *unit = X + u * L.geom.tokens_per_unit * D;
+        for (g = 0; g < L.geom.groups_per_unit; g++) {
             const float *x = (axis == KVQ_PER_TOKEN) ? unit + g * G : unit + g;
             float mn[16], mx[16];
             int bad[16], j, lanes = 1;
@@ -1733,15 +1737,15 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
         /* per-token groups tile X in order: 16 of them at a time, the last
            few through kvq__quantize_unit as one-group "units"             */
         for (g = 0; g + 16 <= L.total_groups; g += 16)
-            kvq__quantize_16_groups(X + g * G, G, bits, mode, words + g * L.words_per_group, sz + g);
+            kvq__quantize_16_groups(X + g * G, G, bits, mode, words + g * L.geom.words_per_group, sz + g);
         for (; g < L.total_groups; g++)
-            kvq__quantize_unit(X + g * G, G, bits, G, axis, mode, words + g * L.words_per_group, sz + g);
+            kvq__quantize_unit(X + g * G, G, bits, G, axis, mode, words + g * L.geom.words_per_group, sz + g);
         return KVQ_OK;
     }
     for (u = 0; u < L.units; u++)
-        kvq__quantize_unit(X + u * L.tokens_per_unit * D, D, bits, G, axis, mode,
-                           words + u * L.groups_per_unit * L.words_per_group,
-                           sz + u * L.groups_per_unit);
+        kvq__quantize_unit(X + u * L.geom.tokens_per_unit * D, D, bits, G, axis, mode,
+                           words + u * L.geom.groups_per_unit * L.geom.words_per_group,
+                           sz + u * L.geom.groups_per_unit);
     return KVQ_OK;
 }
 
@@ -1767,9 +1771,9 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
         if (((sz[t].scale >> 10) & 0x1Fu) == 0x1Fu || ((sz[t].zero >> 10) & 0x1Fu) == 0x1Fu)
             return KVQ_ERR_NONFINITE;
     for (t = 0; t < T; t++) {
-        size_t u = t / L.tokens_per_unit;
-        kvq__dequant_token(words + u * L.groups_per_unit * L.words_per_group,
-                           sz + u * L.groups_per_unit, t % L.tokens_per_unit,
+        size_t u = t / L.geom.tokens_per_unit;
+        kvq__dequant_token(words + u * L.geom.groups_per_unit * L.geom.words_per_group,
+                           sz + u * L.geom.groups_per_unit, t % L.geom.tokens_per_unit,
                            D, bits, G, axis, mode, Xout + t * D);
     }
     return KVQ_OK;
@@ -2096,10 +2100,10 @@ static void kvq__side_init(kvq_side *s, const kvq_config *c, int bits,
     s->bits = bits;
     s->group = G;
     if (sch == KVQ_SCHED_NONE) return;
-    s->tokens_per_unit = (axis == KVQ_PER_TOKEN) ? 1 : G;
-    s->groups_per_unit = (axis == KVQ_PER_TOKEN) ? c->head_dim / G : c->head_dim;
-    s->words_per_group = kvq_packed_words(G, bits);
-    s->chunk = s->tokens_per_unit;
+    s->geom.tokens_per_unit = (axis == KVQ_PER_TOKEN) ? 1 : G;
+    s->geom.groups_per_unit = (axis == KVQ_PER_TOKEN) ? c->head_dim / G : c->head_dim;
+    s->geom.words_per_group = kvq_packed_words(G, bits);
+    s->chunk = s->geom.tokens_per_unit;
 }
 
 static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
@@ -2273,8 +2277,8 @@ static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
                                  const unsigned char *placeholder)
 {
     kvq_rows *w = &s->rows[r];
-    size_t D = c->cfg.head_dim, tpu = s->tokens_per_unit, i, u;
-    size_t unit_words = s->groups_per_unit * s->words_per_group;
+    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, i, u;
+    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
     KVQ_ASSERT(n % tpu == 0 && n <= c->stage_rows && n <= w->n);
     for (i = 0; i < n; i++)
         kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
@@ -2284,7 +2288,7 @@ static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
         kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
                                            s->group, s->axis, c->cfg.zero_mode,
                                            s->words + unit * unit_words,
-                                           s->sz + unit * s->groups_per_unit);
+                                           s->sz + unit * s->geom.groups_per_unit);
         (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
         KVQ_ASSERT(st == KVQ_OK);
         for (i = 0; i < tpu; i++) {
@@ -2303,11 +2307,11 @@ static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
 /* HF: dequantize every unit and quantize it again, as HF does at a flush.  */
 static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
 {
-    size_t D = c->cfg.head_dim, tpu = s->tokens_per_unit, u, t;
-    size_t unit_words = s->groups_per_unit * s->words_per_group;
+    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, u, t;
+    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
     for (u = 0; u < s->n_units; u++) {
         uint32_t *w = s->words + u * unit_words;
-        kvq_sz *sz = s->sz + u * s->groups_per_unit;
+        kvq_sz *sz = s->sz + u * s->geom.groups_per_unit;
         for (t = 0; t < tpu; t++)
             kvq__dequant_token(w, sz, t, D, s->bits, s->group, s->axis,
                                c->cfg.zero_mode, c->stage + t * D);
@@ -2324,7 +2328,7 @@ static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos
     if (s->schedule == KVQ_SCHED_FLUSH && w->n >= R) {
         if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
             kvq__requantize_all(c, s);
-        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->tokens_per_unit, NULL);
+        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->geom.tokens_per_unit, NULL);
     }
     kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);
     if (s->schedule == KVQ_SCHED_SLIDE)
@@ -2340,7 +2344,7 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
                               size_t T, size_t pos0)
 {
     kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
-    size_t R = c->cfg.residual, tpu = s->tokens_per_unit, D = c->cfg.head_dim;
+    size_t R = c->cfg.residual, tpu = s->geom.tokens_per_unit, D = c->cfg.head_dim;
     size_t n = w->n + T, q = 0, t = 0;
     if (s->schedule == KVQ_SCHED_FLUSH)
         q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
@@ -2484,7 +2488,7 @@ static int kvq__drop_logquant(size_t o, const void *arg)
 
 static void kvq__logquant_side(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
 {
-    size_t W = c->cfg.lq_window, o, tpu = s->tokens_per_unit;
+    size_t W = c->cfg.lq_window, o, tpu = s->geom.tokens_per_unit;
     kvq_rows *a = &s->rows[KVQ_ROWS_WINDOW], *st = &s->rows[KVQ_ROWS_STAGE];
     if (pos < c->cfg.lq_sinks) { kvq__rows_push(c, s, KVQ_ROWS_SINK, x, pos); return; }
     if (a->n >= 3 * W) {                      /* Algorithm 1, line 7        */
@@ -2586,17 +2590,17 @@ static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
 static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
 {
     size_t need = s->n_units + more, nc, unused;
-    size_t unit_words = s->groups_per_unit * s->words_per_group;
+    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
     void *p;
     if (need <= s->cap_units) return KVQ_OK;
     p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
     if (!p) return KVQ_ERR_NOMEM;
     s->words = (uint32_t *)p;
-    p = kvq__grow(s->sz, s->cap_units, nc, s->groups_per_unit * sizeof(kvq_sz), 1, &unused);
+    p = kvq__grow(s->sz, s->cap_units, nc, s->geom.groups_per_unit * sizeof(kvq_sz), 1, &unused);
     if (!p) return KVQ_ERR_NOMEM;
     s->sz = (kvq_sz *)p;
     /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
-    p = kvq__grow(s->qpos, s->cap_units, nc, s->tokens_per_unit * sizeof(int32_t), 1, &unused);
+    p = kvq__grow(s->qpos, s->cap_units, nc, s->geom.tokens_per_unit * sizeof(int32_t), 1, &unused);
     if (!p) return KVQ_ERR_NOMEM;
     s->qpos = (int32_t *)p;
     s->cap_units = nc;
@@ -2635,7 +2639,7 @@ static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
             /* worst case: every full-precision row plus the new ones
                become units                                                 */
             size_t rows = s->rows[KVQ_ROWS_WINDOW].n + s->rows[KVQ_ROWS_STAGE].n + n_new;
-            st = kvq__units_reserve(s, rows / s->tokens_per_unit + 1, exact);
+            st = kvq__units_reserve(s, rows / s->geom.tokens_per_unit + 1, exact);
             if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
         }
     }
@@ -2809,10 +2813,10 @@ static void kvq__side_read(const kvq_cache *c, const kvq_side *s, size_t pos,
     uint32_t tag = KVQ_LOC_TAG(l);
     size_t idx = KVQ_LOC_INDEX(l);
     if (tag == KVQ_LOC_QUANT) {
-        size_t unit = idx / s->tokens_per_unit;
-        kvq__dequant_token(s->words + unit * s->groups_per_unit * s->words_per_group,
-                           s->sz + unit * s->groups_per_unit,
-                           idx % s->tokens_per_unit, c->cfg.head_dim, s->bits,
+        size_t unit = idx / s->geom.tokens_per_unit;
+        kvq__dequant_token(s->words + unit * s->geom.groups_per_unit * s->geom.words_per_group,
+                           s->sz + unit * s->geom.groups_per_unit,
+                           idx % s->geom.tokens_per_unit, c->cfg.head_dim, s->bits,
                            s->group, s->axis, c->cfg.zero_mode, out);
     } else {
         kvq__row_load(c, kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], idx), out);
@@ -2953,10 +2957,10 @@ static float kvq__qk(const kvq_cache *c, kvq__qctx *x, size_t p, float *tmp)
         kvq__row_load(c, kvq__row_ptr(c, rg, idx), tmp);
         return kvq__dot(x->q, tmp, D);
     } else {
-        size_t unit = idx / s->tokens_per_unit, t = idx % s->tokens_per_unit;
-        const uint32_t *w = s->words + unit * s->groups_per_unit * s->words_per_group;
-        const kvq_sz *sz = s->sz + unit * s->groups_per_unit;
-        size_t wpg = s->words_per_group;
+        size_t unit = idx / s->geom.tokens_per_unit, t = idx % s->geom.tokens_per_unit;
+        const uint32_t *w = s->words + unit * s->geom.groups_per_unit * s->geom.words_per_group;
+        const kvq_sz *sz = s->sz + unit * s->geom.groups_per_unit;
+        size_t wpg = s->geom.words_per_group;
         float acc = 0.0f, a;
         if (s->axis == KVQ_PER_CHANNEL) {
             if (x->unit != unit) {          /* once per unit: q*a and q.b   */
@@ -2992,10 +2996,10 @@ static void kvq__add_wv(const kvq_cache *c, size_t p, float wgt, float *acc,
         if (c->cfg.fp_bits != 32) { kvq__row_load(c, v, tmp); v = tmp; }
         for (d = 0; d < D; d++) acc[d] += wgt * v[d];
     } else {
-        size_t unit = idx / s->tokens_per_unit, t = idx % s->tokens_per_unit;
-        const uint32_t *w = s->words + unit * s->groups_per_unit * s->words_per_group;
-        const kvq_sz *sz = s->sz + unit * s->groups_per_unit;
-        size_t wpg = s->words_per_group;
+        size_t unit = idx / s->geom.tokens_per_unit, t = idx % s->geom.tokens_per_unit;
+        const uint32_t *w = s->words + unit * s->geom.groups_per_unit * s->geom.words_per_group;
+        const kvq_sz *sz = s->sz + unit * s->geom.groups_per_unit;
+        size_t wpg = s->geom.words_per_group;
         float a, b;
         if (s->axis == KVQ_PER_TOKEN) {
             for (g = 0; g < D / G; g++) {   /* (w a) c + (w b) per group    */
@@ -3245,7 +3249,7 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
                                 size_t t0, size_t n)
 {
     const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, wpg = s->words_per_group, h, j;
+    size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j;
     const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
     for (h = 0; h < H->n; h++)
         for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
@@ -3275,8 +3279,8 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
 static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
 {
     const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, G = s->group, gpu = s->groups_per_unit,
-           wpg = s->words_per_group, h, g, j;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
+           wpg = s->geom.words_per_group, h, g, j;
     for (j = 0; j < n; j++) {
         const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
         const kvq_sz *sz = s->sz + (s0 + j) * gpu;
@@ -3315,7 +3319,7 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
     } else if (s->axis == KVQ_PER_TOKEN) {
         /* slot idx is one token: out += (w a_g) c + w b_g per channel,
            the codes unpacked once for every head                           */
-        size_t gpu = s->groups_per_unit, wpg = s->words_per_group, c0;
+        size_t gpu = s->geom.groups_per_unit, wpg = s->geom.words_per_group, c0;
         const uint32_t *w = s->words + idx * gpu * wpg;
         const kvq_sz *sz = s->sz + idx * gpu;
         for (g = 0; g < gpu; g++) {
@@ -3341,8 +3345,8 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
         return;
     } else {
         /* per-channel values (not a default anywhere): dequantize the row  */
-        size_t tpu = s->tokens_per_unit, unit = idx / tpu, t = idx % tpu,
-               wpg = s->words_per_group;
+        size_t tpu = s->geom.tokens_per_unit, unit = idx / tpu, t = idx % tpu,
+               wpg = s->geom.words_per_group;
         const uint32_t *w = s->words + unit * D * wpg;
         const kvq_sz *sz = s->sz + unit * D;
         for (d = 0; d < D; d++) {
@@ -3411,8 +3415,8 @@ static KVQ__INLINE void kvq__values_block(float *out, size_t D, size_t g, size_t
 static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, G = s->group, gpu = s->groups_per_unit,
-           wpg = s->words_per_group, m = 0, j, g, g0, h0, h;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
+           wpg = s->geom.words_per_group, m = 0, j, g, g0, h0, h;
     const uint32_t *w[KVQ_TILE];           /* the quantized slots' codes     */
     const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
@@ -3515,7 +3519,7 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
     for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
     for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
     if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
-        size_t G = s->group, tpu = s->tokens_per_unit;
+        size_t G = s->group, tpu = s->geom.tokens_per_unit;
         if (s->axis == KVQ_PER_TOKEN)                   /* per-group q sums  */
             for (h = 0; h < H->n; h++)
                 for (u = 0; u < D / G; u++) {
@@ -3678,16 +3682,16 @@ KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out)
     sides[0] = &c->k; sides[1] = &c->v;
     for (i = 0; i < 2; i++) {
         const kvq_side *s = sides[i];
-        size_t slots = s->n_units * s->tokens_per_unit, live_rows = 0;
-        b.codes[i] = s->n_units * s->groups_per_unit * s->words_per_group * 4u;
-        b.scale_zero[i] = s->n_units * s->groups_per_unit * sizeof(kvq_sz);
+        size_t slots = s->n_units * s->geom.tokens_per_unit, live_rows = 0;
+        b.codes[i] = s->n_units * s->geom.groups_per_unit * s->geom.words_per_group * 4u;
+        b.scale_zero[i] = s->n_units * s->geom.groups_per_unit * sizeof(kvq_sz);
         for (r = 0; r < KVQ_ROW_REGIONS; r++) live_rows += s->rows[r].n;
         b.full_precision[i] = live_rows * rowb;
         b.metadata += (slots + live_rows) * sizeof(int32_t)   /* positions  */
                     + c->n_pos * sizeof(uint32_t);             /* loc map    */
-        b.allocated += s->cap_units * s->groups_per_unit *
-                           (s->words_per_group * 4u + sizeof(kvq_sz))
-                     + s->cap_units * s->tokens_per_unit * sizeof(int32_t)
+        b.allocated += s->cap_units * s->geom.groups_per_unit *
+                           (s->geom.words_per_group * 4u + sizeof(kvq_sz))
+                     + s->cap_units * s->geom.tokens_per_unit * sizeof(int32_t)
                      + c->cap_pos * sizeof(uint32_t);
         for (r = 0; r < KVQ_ROW_REGIONS; r++)
             b.allocated += s->rows[r].cap * (rowb + sizeof(int32_t));
@@ -3720,7 +3724,7 @@ KVQ_API kvq_status kvq_cache_census(const kvq_cache *c, kvq_census *out)
             else if (tag == KVQ_LOC_QUANT) z.quantized[i]++;
             else z.rows[i][tag - KVQ_LOC_ROWS0]++;
         }
-        for (slot = 0; slot < s->n_units * s->tokens_per_unit; slot++)
+        for (slot = 0; slot < s->n_units * s->geom.tokens_per_unit; slot++)
             z.placeholders[i] += s->qpos[slot] < 0;
     }
     *out = z;
@@ -3739,7 +3743,7 @@ static kvq_status kvq__check_side(kvq_cache *c, const kvq_side *s, const char *n
         if (tag == KVQ_LOC_ABSENT) continue;
         present++;
         if (tag == KVQ_LOC_QUANT) {
-            if (idx >= s->n_units * s->tokens_per_unit || s->qpos[idx] != (int32_t)p)
+            if (idx >= s->n_units * s->geom.tokens_per_unit || s->qpos[idx] != (int32_t)p)
                 return kvq__fail(c, KVQ_ERR_STATE, "%s: position %zu -> quantized "
                                  "slot %zu does not name it back", nm, p, idx);
         } else {
@@ -3754,7 +3758,7 @@ static kvq_status kvq__check_side(kvq_cache *c, const kvq_side *s, const char *n
                                  (unsigned)(tag - KVQ_LOC_ROWS0), idx);
         }
     }
-    for (slot = 0; slot < s->n_units * s->tokens_per_unit; slot++)
+    for (slot = 0; slot < s->n_units * s->geom.tokens_per_unit; slot++)
         live += s->qpos[slot] >= 0;
     for (r = 0; r < KVQ_ROW_REGIONS; r++)
         for (i = 0; i < s->rows[r].n; i++) {
@@ -3814,8 +3818,8 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
         if (!ok)
             return kvq__fail(c, KVQ_ERR_STATE, "LogQuant kept set K %zu / V %zu "
                              "outside (2W, 3W] with W=%zu after %zu tokens", nk, nv, W, m);
-        if (c->k.rows[KVQ_ROWS_STAGE].n >= c->k.tokens_per_unit ||
-            c->v.rows[KVQ_ROWS_STAGE].n >= c->v.tokens_per_unit)
+        if (c->k.rows[KVQ_ROWS_STAGE].n >= c->k.geom.tokens_per_unit ||
+            c->v.rows[KVQ_ROWS_STAGE].n >= c->v.geom.tokens_per_unit)
             return kvq__fail(c, KVQ_ERR_STATE, "LogQuant stage holds a whole unit");
     }
     return KVQ_OK;
@@ -4106,7 +4110,7 @@ static size_t kvq__ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
 /* Blocks of bt slots in which every existing slot is dead.                 */
 static size_t kvq__dead_blocks(const kvq_side *s, size_t bt)
 {
-    size_t slots = s->n_units * s->tokens_per_unit, b, i, dead = 0;
+    size_t slots = s->n_units * s->geom.tokens_per_unit, b, i, dead = 0;
     for (b = 0; b * bt < slots; b++) {
         int all = 1;
         for (i = b * bt; i < slots && i < (b + 1) * bt && all; i++) all = s->qpos[i] < 0;
@@ -4122,8 +4126,8 @@ static size_t kvq__dead_blocks(const kvq_side *s, size_t bt)
    gather-clone-scatter property.                                          */
 static void kvq__compact_side(kvq_side *s, kvq_compact_stats *st)
 {
-    size_t tpu = s->tokens_per_unit, uw = s->groups_per_unit * s->words_per_group;
-    size_t gpu = s->groups_per_unit, u, j = 0, t;
+    size_t tpu = s->geom.tokens_per_unit, uw = s->geom.groups_per_unit * s->geom.words_per_group;
+    size_t gpu = s->geom.groups_per_unit, u, j = 0, t;
     for (u = 0; u < s->n_units; u++) {
         size_t live = 0;
         for (t = 0; t < tpu; t++) live += s->qpos[u * tpu + t] >= 0;
@@ -4156,11 +4160,11 @@ KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
     memset(&st, 0, sizeof st);
     for (i = 0; i < 2; i++) {
         kvq_side *s = i ? &c->v : &c->k;
-        st.slots_before[i] = s->n_units * s->tokens_per_unit;
+        st.slots_before[i] = s->n_units * s->geom.tokens_per_unit;
         st.blocks_before += kvq__ceil_div(st.slots_before[i], block_tokens);
         st.blocks_free_without_compaction += kvq__dead_blocks(s, block_tokens);
         kvq__compact_side(s, &st);
-        st.slots_after[i] = s->n_units * s->tokens_per_unit;
+        st.slots_after[i] = s->n_units * s->geom.tokens_per_unit;
         st.blocks_after += kvq__ceil_div(st.slots_after[i], block_tokens);
         for (t = 0; t < st.slots_after[i]; t++) live += s->qpos[t] >= 0;
         slots += st.slots_after[i];

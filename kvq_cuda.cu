@@ -218,7 +218,8 @@ struct kvq_dev_qshape {
     int bits;
     kvq_axis axis;
     kvq_zero_mode mode;
-    size_t groups_per_unit, words_per_group, units, n_groups;
+    kvq_geometry geom;
+    size_t units, n_groups;
 };
 
 /* First element of group `gi` and the stride between its elements.       */
@@ -226,7 +227,7 @@ static __device__ __forceinline__ const __half *kvq_dev_group_start(const __half
                                                                     const kvq_dev_qshape &q,
                                                                     size_t gi, size_t *stride)
 {
-    const size_t u = gi / q.groups_per_unit, g = gi % q.groups_per_unit;
+    const size_t u = gi / q.geom.groups_per_unit, g = gi % q.geom.groups_per_unit;
     if (q.axis == KVQ_PER_TOKEN) { *stride = 1; return X + u * q.D + g * q.G; }
     *stride = q.D;
     return X + u * q.G * q.D + g;
@@ -329,16 +330,16 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
          gi += stride_all) {
         size_t stride;
         const __half *x = kvq_dev_group_start(X, q, gi, &stride);
-        const size_t u = gi / q.groups_per_unit, g = gi % q.groups_per_unit;
+        const size_t u = gi / q.geom.groups_per_unit, g = gi % q.geom.groups_per_unit;
         const size_t out_unit = unit_dst ? (size_t)unit_dst[u] : u;
-        const size_t og = out_unit * q.groups_per_unit + g;
+        const size_t og = out_unit * q.geom.groups_per_unit + g;
         float mn, mx;
         bool finite;
         kvq_sz p;
         kvq_dev_minmax<FG>(x, G, stride, &mn, &mx, &finite);
         kvq_dev_group_params(mn, mx, bits, q.mode, &p);    /* checked in pass 1 */
         const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero);
-        uint32_t *w = words + og * q.words_per_group;
+        uint32_t *w = words + og * q.geom.words_per_group;
         /* codes, packed B bits at a time, least significant first        */
         uint32_t word = 0;
         unsigned at = 0;                     /* code index inside `word`  */
@@ -391,8 +392,7 @@ static cudaError_t kvq_cuda__qshape(const void *X, const void *words, const void
     st = kvq_layout_init(&L, T, D, bits, G, axis);
     if (st != KVQ_OK) return kvq_cuda__bad("kvq_cuda_quantize: %s", kvq_status_str(st));
     q->T = T; q->D = D; q->G = G; q->bits = bits; q->axis = axis; q->mode = mode;
-    q->groups_per_unit = L.groups_per_unit;
-    q->words_per_group = L.words_per_group;
+    q->geom = L.geom;
     q->units = L.units;
     q->n_groups = L.total_groups;
     return cudaSuccess;
@@ -1714,7 +1714,7 @@ rows_only:
         memcpy(x.k_sz, K->sz, (x.n_kq / G) * D * sizeof(kvq_sz));
     }
     if (x.n_vq) {
-        memcpy(x.v_words, V->words, x.n_vq * (D / Gv) * V->words_per_group * 4);
+        memcpy(x.v_words, V->words, x.n_vq * (D / Gv) * V->geom.words_per_group * 4);
         memcpy(x.v_sz, V->sz, x.n_vq * (D / Gv) * sizeof(kvq_sz));
     }
     /* slots: positions, dead bits, tails                                   */

@@ -103,7 +103,7 @@ static tally run_pair(kvq_cache c[2], const float *K, const float *V, size_t T, 
             ex_attend(&c[m], q, n_q, out, p, KVQ_ATTN_EAGER);
             for (i = 0; i < n_q * (t + 1); i++) s += fabs((double)p[i] - pref[i]);
             ty.l1[m] += s / (double)n_q;
-            ty.fp_keys[m] += (double)(t + 1 - c[m].k.n_units * c[m].k.tokens_per_unit);
+            ty.fp_keys[m] += (double)(t + 1 - c[m].k.n_units * c[m].k.geom.tokens_per_unit);
         }
         memset(inA, 0, t + 1);                   /* S: LogQuant's list A */
         for (i = lq_kept(&c[0].k, sel); i-- > 0;) inA[sel[i]] = 1;

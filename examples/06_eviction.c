@@ -85,8 +85,8 @@ static void freed_vs_evicted(unsigned long long seed)
 static void dump_slots(FILE *csv, const char *stage, const kvq_side *s)
 {
     size_t i;
-    for (i = 0; csv && i < s->n_units * s->tokens_per_unit; i++)
-        ex_csv_row(csv, "%s,%zu,%zu,%d", stage, i, i / s->tokens_per_unit, (int)s->qpos[i]);
+    for (i = 0; csv && i < s->n_units * s->geom.tokens_per_unit; i++)
+        ex_csv_row(csv, "%s,%zu,%zu,%d", stage, i, i / s->geom.tokens_per_unit, (int)s->qpos[i]);
 }
 
 int main(int argc, char **argv)
@@ -261,7 +261,7 @@ int main(int argc, char **argv)
         kvq_sz *sz;
         ex_must(ex_cache_init(&c, &cfg), "init", &c);
         ex_must(kvq_cache_prefill(&c, h.K, h.V, T), "prefill", &c);
-        n_q = c.k.n_units * c.k.tokens_per_unit; G = c.k.group;
+        n_q = c.k.n_units * c.k.geom.tokens_per_unit; G = c.k.group;
         for (i = 0; i < T; i++) kd[i] = ex_uniform(&r) < 0.5;
         ex_must(kvq_cache_evict(&c, kd, T, NULL), "evict", &c);
         dump_slots(csv, "KIVI-2 keys after 50% eviction", &c.k);

@@ -78,7 +78,7 @@ static void test_bytes(const ex_head *h)
             size_t rows = 0;
             for (r = 0; r < KVQ_ROW_REGIONS; r++) rows += cs.rows[s][r];
             bits += (double)cs.quantized[s] * h->D                    /* per element: */
-                  * (32.0 * (double)sd->words_per_group + 32.0) / (double)sd->group
+                  * (32.0 * (double)sd->geom.words_per_group + 32.0) / (double)sd->group
                   + (double)rows * h->D * 16.0;
         }
         bits /= 2.0 * (double)h->T * (double)h->D;

@@ -288,9 +288,9 @@ static void test_requant_fixed_points(void)
             const kvq_side *s = side ? &q0.v : &q0.k;
             size_t Gs = s->group;
             for (u = 0; u < s->n_units; u++)
-                for (g = 0; g < s->groups_per_unit; g++) {
-                    size_t k = u * s->groups_per_unit + g, top = 0, passes;
-                    kvq_unpack(s->words + k * s->words_per_group, Gs, RB[bi], codes);
+                for (g = 0; g < s->geom.groups_per_unit; g++) {
+                    size_t k = u * s->geom.groups_per_unit + g, top = 0, passes;
+                    kvq_unpack(s->words + k * s->geom.words_per_group, Gs, RB[bi], codes);
                     for (i = 0; i < Gs; i++) if (codes[i] > top) top = codes[i];
                     passes = requantize_until_fixed(codes, s->sz[k], Gs, RB[bi], x, codes + Gs);
                     groups++;

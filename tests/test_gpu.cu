@@ -126,10 +126,10 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
         for (size_t u = 0; u < L.units; u++) perm[u] = (int32_t)(u + 3);
         std::reverse(perm.begin(), perm.end());
     }
-    const size_t wpu = L.groups_per_unit * L.words_per_group;
+    const size_t wpu = L.geom.groups_per_unit * L.geom.words_per_group;
     dbuf<__half> dx(T * D);
     dbuf<uint32_t> dw(n_out * wpu);
-    dbuf<kvq_sz> ds(n_out * L.groups_per_unit);
+    dbuf<kvq_sz> ds(n_out * L.geom.groups_per_unit);
     dbuf<int32_t> dp(L.units);
     dbuf<int> dst(1);
     dx.up(reinterpret_cast<const __half *>(hx.data()));
@@ -141,7 +141,7 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
     CU(cudaDeviceSynchronize());
     dst.down(&got);
     std::vector<uint32_t> gw(n_out * wpu);
-    std::vector<kvq_sz> gs(n_out * L.groups_per_unit);
+    std::vector<kvq_sz> gs(n_out * L.geom.groups_per_unit);
     dw.down(gw.data()); ds.down(gs.data());
     CHECK(got == (int)want, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d fixed=%d: "
           "status %d, CPU %d", T, D, bits, G, (int)axis, (int)mode, kind, quant_fixed, got, (int)want);
@@ -155,8 +155,8 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
     for (size_t u = 0; u < L.units; u++) {
         const size_t o = (size_t)perm[u];
         bad_w += memcmp(&gw[o * wpu], &cw[u * wpu], wpu * 4) != 0;
-        bad_s += memcmp(&gs[o * L.groups_per_unit], &cs[u * L.groups_per_unit],
-                        L.groups_per_unit * sizeof(kvq_sz)) != 0;
+        bad_s += memcmp(&gs[o * L.geom.groups_per_unit], &cs[u * L.geom.groups_per_unit],
+                        L.geom.groups_per_unit * sizeof(kvq_sz)) != 0;
     }
     CHECK(bad_w == 0 && bad_s == 0, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d "
           "scatter=%d fixed=%d: %zu units with other codes, %zu with other scales/zeros", T, D,

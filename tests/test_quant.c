@@ -863,8 +863,8 @@ static void test_layout_table(void)
                         else { D = k + T; units = T; tpu = G; gpu = D; }
                         if (kvq_layout_init(&L, ax == KVQ_PER_TOKEN ? T : T * G, D, BITS[bi], G,
                                             (kvq_axis)ax) != KVQ_OK) { bad++; continue; }
-                        if (L.units != units || L.tokens_per_unit != tpu ||
-                            L.groups_per_unit != gpu || L.words_per_group != wpg ||
+                        if (L.units != units || L.geom.tokens_per_unit != tpu ||
+                            L.geom.groups_per_unit != gpu || L.geom.words_per_group != wpg ||
                             L.total_groups != units * gpu || L.total_words != units * gpu * wpg)
                             bad++;
                     }
@@ -916,8 +916,8 @@ static void matrix_case(size_t T, size_t D, int B, size_t G, kvq_axis axis, kvq_
     CHECK(st == KVQ_OK, "matrix %s T=%zu D=%zu G=%zu B=%d: status %d", ax, T, D, G, B, (int)st);
     /* brute force: units x groups in the documented order                  */
     for (u = 0; u < L.units; u++)
-        for (g = 0; g < L.groups_per_unit; g++) {
-            size_t gid = u * L.groups_per_unit + g;
+        for (g = 0; g < L.geom.groups_per_unit; g++) {
+            size_t gid = u * L.geom.groups_per_unit + g;
             for (j = 0; j < G; j++) {
                 size_t tt = axis == KVQ_PER_TOKEN ? u : u * G + j;
                 size_t dd = axis == KVQ_PER_TOKEN ? g * G + j : g;
@@ -927,7 +927,7 @@ static void matrix_case(size_t T, size_t D, int B, size_t G, kvq_axis axis, kvq_
                 CHECK(0, "matrix brute force: group %zu failed", gid);
                 continue;
             }
-            ref_pack(gc, G, B, ew + gid * L.words_per_group);
+            ref_pack(gc, G, B, ew + gid * L.geom.words_per_group);
             for (j = 0; j < G; j++) {
                 size_t tt = axis == KVQ_PER_TOKEN ? u : u * G + j;
                 size_t dd = axis == KVQ_PER_TOKEN ? g * G + j : g;

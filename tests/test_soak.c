@@ -170,7 +170,7 @@ static int walk_step(const kvq_cache *c, walk *w, size_t present, size_t rows_ou
     int side, r;
     for (side = 0; side < 2; side++) {
         const kvq_side *s = side ? &c->v : &c->k;
-        size_t slots = s->n_units * s->tokens_per_unit, i, rows = 0;
+        size_t slots = s->n_units * s->geom.tokens_per_unit, i, rows = 0;
         if (slots < w->seen[side]) { w->seen[side] = w->live[side] = w->holes[side] = 0; }
         for (i = w->seen[side]; i < slots; i++) {
             int32_t p = s->qpos[i];
@@ -370,7 +370,7 @@ static void soak(int pol, size_t steps)
             size_t pay = 0;
             for (side = 0; side < 2; side++) {
                 const kvq_side *s = side ? &c.v : &c.k;
-                pay += side_payload(&cfg, (int)side, s->n_units * s->tokens_per_unit, rows[side]);
+                pay += side_payload(&cfg, (int)side, s->n_units * s->geom.tokens_per_unit, rows[side]);
             }
             CHECK(present_n <= BUDGET + KVQ_COMPACT_EVERY && c.k.rows[0].n <= R && c.v.rows[0].n <= R,
                   "%s t=%zu: %zu present, windows %zu/%zu", pol_name[pol], t, present_n,
@@ -380,7 +380,7 @@ static void soak(int pol, size_t steps)
             size_t pay = 0, stage[2], slots[2];
             for (side = 0; side < 2; side++) {
                 const kvq_side *s = side ? &c.v : &c.k;
-                size_t have = s->n_units * s->tokens_per_unit, want_rows;
+                size_t have = s->n_units * s->geom.tokens_per_unit, want_rows;
                 slots[side] = predicted_slots(pol, &cfg, (int)side, t, &stage[side]);
                 want_rows = t - slots[side] + w.holes[side];   /* placeholders' tokens live in rows */
                 if (have != slots[side] || rows[side] != want_rows) {
