@@ -162,9 +162,9 @@ typedef uint16_t kvq_f16;
 KVQ_API kvq_f16 kvq_f32_to_f16(float f);
 KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
 
-#define KVQ_F16_MAX 65504.0f
-/* Largest |x| a cache accepts: then max - min <= 65504 and every scale and
-   zero fits in fp16 for every B (B = 1 has scale = max - min).             */
+/* Largest |x| a cache accepts: then max - min <= 65504 (fp16's largest
+   finite value) and every scale and zero fits in fp16 for every B (B = 1
+   has scale = max - min).                                                  */
 #define KVQ_MAX_ABS_INPUT 32752.0f
 
 /* ======================================================================== */
