@@ -1027,9 +1027,11 @@ static dot3 dot_three(const llm_mat *W, int r, const float *x, llm_q8 *xq, int s
     int j, n = W->cols;
     dot3 o;
     memset(&o, 0, sizeof o);
+    float q;
     llm_q8_quantize(x, n, xq);
     llm_mat_row(W, r, w);
-    o.q = llm_mat_dot(W, r, x, xq, simd);
+    llm_mat_dot(W, r, x, xq, simd, &q);
+    o.q = q;
     for (j = 0; j < n; j++) {
         const llm_q8 *b = &xq[j / 32];
         o.e += (double)w[j] * ((double)b->d * b->qs[j % 32]);
@@ -1106,9 +1108,11 @@ static void test_block_adversarial(void)
         llm_mat_set(&W, t, buf, 4, 576, NULL, 0);
         for (j = 0; j < 576; j++) x[j] = 0.0f;
         llm_q8_quantize(x, 576, xq);
-        for (simd = 0; simd < 2; simd++)
-            CHECK(llm_mat_dot(&W, 0, x, xq, simd) == 0.0f, "%s: zero blocks gave non-zero",
-                  llm_type_name(t));
+        for (simd = 0; simd < 2; simd++) {
+            float q = -1.0f;
+            CHECK(llm_mat_dot(&W, 0, x, xq, simd, &q) == KVQ_OK && q == 0.0f,
+                  "%s: zero blocks gave %g", llm_type_name(t), q);
+        }
         /* extreme: every scale 65504, activations up to 1e4                 */
         rng_seed(0xE7 + (unsigned)ti);
         random_blocks(t, buf, 4, 576, 65504.0, 65504.0);
@@ -1139,9 +1143,11 @@ static void test_block_adversarial(void)
         for (j = 0; j < 576; j++) x[j] = 1.0f;
         x[100] = NAN;
         llm_q8_quantize(x, 576, xq);
-        for (simd = 0; simd < 2; simd++)
-            CHECK(isnan(llm_mat_dot(&W, 0, x, xq, simd)), "%s: NaN activation gave a number",
-                  llm_type_name(t));
+        for (simd = 0; simd < 2; simd++) {
+            float q = 0.0f;
+            llm_mat_dot(&W, 0, x, xq, simd, &q);
+            CHECK(isnan(q), "%s: NaN activation gave a number", llm_type_name(t));
+        }
     }
     /* bad descriptions are refused with a reason                            */
     {
@@ -1155,6 +1161,18 @@ static void test_block_adversarial(void)
               "NULL data accepted");
         CHECK(llm_mat_set(&W, LLM_F32, buf, 0, 64, why, sizeof why) == KVQ_ERR_CONFIG,
               "0 rows accepted");
+        /* the checked helpers: bad rows, NULLs, sizes                       */
+        llm_mat_set(&W, LLM_Q8_0, buf, 4, 64, NULL, 0);
+        CHECK(llm_mat_row(&W, 4, x) == KVQ_ERR_SIZE && llm_mat_row(&W, -1, x) == KVQ_ERR_SIZE,
+              "llm_mat_row: row out of range accepted");
+        CHECK(llm_mat_row(NULL, 0, x) == KVQ_ERR_NULL && llm_mat_row(&W, 0, NULL) == KVQ_ERR_NULL,
+              "llm_mat_row: NULL accepted");
+        CHECK(llm_mat_dot(&W, 0, x, NULL, 1, x) == KVQ_ERR_NULL &&
+              llm_mat_dot(&W, 9, x, xq, 1, x) == KVQ_ERR_SIZE, "llm_mat_dot: bad arguments accepted");
+        W.row_bytes = 7;
+        CHECK(llm_mat_row(&W, 0, x) == KVQ_ERR_CONFIG, "llm_mat_row: inconsistent matrix accepted");
+        CHECK(llm_q8_quantize(x, 48, xq) == KVQ_ERR_SIZE && llm_q8_quantize(NULL, 32, xq) ==
+              KVQ_ERR_NULL, "llm_q8_quantize: bad arguments accepted");
     }
 }
 

@@ -847,7 +847,7 @@ static float llm__dot(const float *a, const float *b, int n)
    magnitude is zero (1 / d would overflow). A block holding a NaN or Inf
    gets d = s = NaN and zero codes: every dot it enters is NaN, and the
    forward pass reports non-finite logits (never a float-to-int overflow).  */
-LLM_API void llm_q8_quantize(const float *x, int n, llm_q8 *out)
+static void llm__q8_quantize(const float *x, int n, llm_q8 *out)
 {
     int b, j;
     for (b = 0; b < n / 32; b++) {
@@ -875,6 +875,16 @@ LLM_API void llm_q8_quantize(const float *x, int n, llm_q8 *out)
 }
 
 #define LLM_NT 4       /* tokens per call of an AVX2 block dot (below)     */
+
+/* The same, checked, for callers outside the forward pass: KVQ_ERR_NULL,
+   KVQ_ERR_SIZE (n not a positive multiple of 32), or KVQ_OK.             */
+LLM_API kvq_status llm_q8_quantize(const float *x, int n, llm_q8 *out)
+{
+    if (!x || !out) return KVQ_ERR_NULL;
+    if (n <= 0 || n % 32) return KVQ_ERR_SIZE;
+    llm__q8_quantize(x, n, out);
+    return KVQ_OK;
+}
 
 /* The block dots: one weight row of nb blocks against nb activation blocks.
    The plain C versions are the reference: integer sums per block (exact),
@@ -1075,23 +1085,40 @@ static llm__dotn_fn llm__block_dotn(llm_type t)
     return NULL;
 }
 
-/* Row r of W . x: F32 reads x (cols floats), a block type xq (cols / 32
-   blocks of x quantized by llm_q8_quantize). simd = 0: the plain C block
-   dot; 1: the one the forward pass runs (AVX2 when compiled in). For tests
-   and tools; the matmul below calls the same functions.                   */
-LLM_API float llm_mat_dot(const llm_mat *W, int r, const float *x, const llm_q8 *xq, int simd)
+/* W is a usable matrix and 0 <= r < rows: KVQ_OK, or why not.          */
+static kvq_status llm__row_ok(const llm_mat *W, int r)
 {
-    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-    llm__dot_fn f = llm__block_dot(W->type);
-    llm__dotn_fn fn = simd ? llm__block_dotn(W->type) : NULL;
-    float out;
-    if (fn) { fn(row, xq, W->cols / 32, 1, 0, &out); return out; }
-    return f ? f(row, xq, W->cols / 32) : llm__dot((const float *)(const void *)row, x, W->cols);
+    if (!W || !W->data) return KVQ_ERR_NULL;
+    if (W->rows <= 0 || W->row_bytes == 0 || W->row_bytes != llm_row_bytes(W->type, W->cols))
+        return KVQ_ERR_CONFIG;
+    return r < 0 || r >= W->rows ? KVQ_ERR_SIZE : KVQ_OK;
+}
+
+/* *out = row r of W . x: F32 reads x (cols floats), a block type xq (cols
+   / 32 blocks of x from llm_q8_quantize). simd = 0: the plain C block dot;
+   1: the one the forward pass runs (AVX2 when compiled in). For tests and
+   tools (the matmul below calls the same functions unchecked). KVQ_OK, or
+   KVQ_ERR_NULL / KVQ_ERR_CONFIG (not a valid matrix) / KVQ_ERR_SIZE (r). */
+LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const llm_q8 *xq,
+                               int simd, float *out)
+{
+    const uint8_t *row;
+    llm__dot_fn f;
+    llm__dotn_fn fn;
+    kvq_status st = llm__row_ok(W, r);
+    if (st != KVQ_OK) return st;
+    if (!out || (W->type == LLM_F32 ? !x : !xq)) return KVQ_ERR_NULL;
+    row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+    f = llm__block_dot(W->type);
+    fn = simd ? llm__block_dotn(W->type) : NULL;
+    if (fn) fn(row, xq, W->cols / 32, 1, 0, out);
+    else *out = f ? f(row, xq, W->cols / 32) : llm__dot((const float *)(const void *)row, x, W->cols);
+    return KVQ_OK;
 }
 
 /* Row r of W as floats, out (cols): the token embedding's lookup, one row
    per token, and the tests' dequantize-then-fp32 reference.              */
-LLM_API void llm_mat_row(const llm_mat *W, int r, float *out)
+static void llm__mat_row(const llm_mat *W, int r, float *out)
 {
     const uint8_t *p = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
     int b, j, nb = W->cols / 32;
@@ -1120,6 +1147,16 @@ LLM_API void llm_mat_row(const llm_mat *W, int r, float *out)
             p += 34;
         }
     }
+}
+
+/* The same, checked (llm_mat_dot's statuses).                             */
+LLM_API kvq_status llm_mat_row(const llm_mat *W, int r, float *out)
+{
+    kvq_status st = llm__row_ok(W, r);
+    if (st != KVQ_OK) return st;
+    if (!out) return KVQ_ERR_NULL;
+    llm__mat_row(W, r, out);
+    return KVQ_OK;
 }
 
 /* ---- 4b. A persistent thread pool -----------------------------------------
@@ -1328,7 +1365,7 @@ static void llm__matmul(llm_state *s, const float *X, int T, int n_in, int k,
     }
     if (blocks)                          /* once per matmul, not per row    */
         for (t = 0; t < T; t++)
-            llm_q8_quantize(X + (size_t)t * (size_t)n_in, n_in, s->xq + (size_t)t * (size_t)(n_in / 32));
+            llm__q8_quantize(X + (size_t)t * (size_t)n_in, n_in, s->xq + (size_t)t * (size_t)(n_in / 32));
     llm__pool_run(s->pool, llm__mm_job, &j);
 }
 
@@ -1603,7 +1640,7 @@ LLM_API float *llm_forward(const llm_model *m, llm_state *s, int token, int pos)
     QD = (size_t)c->n_heads * (size_t)hd;
 
     /* the token's embedding row, dequantized, starts the residual stream    */
-    llm_mat_row(&w->token_embedding, token, s->x);
+    llm__mat_row(&w->token_embedding, token, s->x);
     /* the RoPE angles of this position, shared by every layer and head      */
     llm_rope_table((double)c->rope_theta, hd, pos, s->rope_cos, s->rope_sin);
 
@@ -1704,7 +1741,7 @@ static float *llm__many(const llm_model *m, llm_state *s, const int *tokens, int
     KVD = (size_t)n_kv * (size_t)hd;
 
     /* every token's embedding row starts its residual stream                */
-    for (t = 0; t < T; t++) llm_mat_row(&w->token_embedding, tokens[t], s->px + (size_t)t * D);
+    for (t = 0; t < T; t++) llm__mat_row(&w->token_embedding, tokens[t], s->px + (size_t)t * D);
 
     for (l = 0; l < c->n_layers; l++) {
         size_t L = (size_t)l;
