@@ -512,7 +512,7 @@ static double llm_decode_tok_s(const char *cache, int depth, int n_gen)
     for (i = 0; i < depth; i++) strcat(prompt, i ? " hello" : "hello");
     cmd_len = plen + 256;
     cmd = (char *)xmalloc(cmd_len);
-    snprintf(cmd, cmd_len, "%s generate --model %s --cache %s -n %d --prompt '%s' 2>/dev/null",
+    snprintf(cmd, cmd_len, "%s generate --model %s --cache %s -t 1 -n %d --prompt '%s' 2>/dev/null",
              LLM_BIN, LLM_MODEL, cache, n_gen, prompt);
     fflush(stdout);
     if (!(p = popen(cmd, "r"))) { free(prompt); free(cmd); free(gap); return -1.0; }
@@ -959,7 +959,7 @@ int main(int argc, char **argv)
                 for (d = 0; d < 2; d++) llama_ts[d][i] = ts[d];
             }
         say("tok/s of %d decode steps after a context of `depth` tokens. build/llm: "
-            "`llm generate --prompt` of depth x \"hello\" (= depth tokens) `-n %d`, 1 / the "
+            "`llm generate -t 1 --prompt` of depth x \"hello\" (= depth tokens) `-n %d`, 1 / the "
             "median gap between generated tokens on its stdout. llama-bench: `-t 1 -p 0 -n %d "
             "-d 8,1024 -r 3 -ctk T -ctv T`, its avg_ts.\n\n", n_gen, n_gen, n_gen);
         if (!have_llm)
