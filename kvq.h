@@ -3188,25 +3188,28 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
     }
 }
 
-/* CALL(NH, B) with the head count NH (1..4) and the bit width B (1, 2, 4,
-   8) as constants, so that an always-inlined kernel's loops are fixed.   */
+/* CALL(NH, B) with the head count NH (1, 2 or 4: kvq__head_batch) and the
+   bit width B (2 or 4; other widths as a variable) as constants, so that
+   an always-inlined kernel's loops are fixed. Nine instantiations per
+   kernel keep the compiled size (and compile time) modest.               */
 #define KVQ__WITH_NH_BITS(CALL, nh, bits)                                    \
     switch (nh) {                                                            \
     case 1:  KVQ__WITH_BITS(CALL, 1, bits); break;                           \
     case 2:  KVQ__WITH_BITS(CALL, 2, bits); break;                           \
-    case 3:  KVQ__WITH_BITS(CALL, 3, bits); break;                           \
     default: KVQ__WITH_BITS(CALL, 4, bits); break;                           \
     }
 #define KVQ__WITH_BITS(CALL, NH, bits)                                       \
     switch (bits) {                                                          \
-    case 1:  CALL(NH, 1); break;                                             \
     case 2:  CALL(NH, 2); break;                                             \
     case 4:  CALL(NH, 4); break;                                             \
-    default: CALL(NH, 8); break;                                             \
+    default: CALL(NH, bits); break;                                          \
     }
 
+/* How many of the `left` heads one kernel call takes: 4, 2 or 1.          */
+static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
+
 /* The inner step of per-channel keys for a full tile (32 tokens from a
-   multiple of 32) and NH (1..4) heads: channel d's 32 codes are unpacked
+   multiple of 32) and NH (1, 2 or 4) heads: channel d's 32 codes are unpacked
    once, and times q_hd a_d added into each head's 32 scores, which stay in
    registers for the whole unit. A head alone keeps even and odd channels
    in two sums (P = 2, added at the end), so four additions are in flight. */
@@ -3254,11 +3257,11 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
     for (h = 0; h < H->n; h++)
         for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
     if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
-        for (h = 0; h < H->n; h += 4) {                 /* NH, B as constants */
+        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {   /* NH, B fixed */
             const float *qa = H->qa + h * D;
             float *sc = H->sc + h * KVQ_TILE;
 #define KVQ__CT(NH, BITS) kvq__channel_tile(w, wpg, D, t0, qa, sc, NH, BITS)
-            KVQ__WITH_NH_BITS(KVQ__CT, H->n - h < 4 ? H->n - h : 4, s->bits);
+            KVQ__WITH_NH_BITS(KVQ__CT, kvq__head_batch(H->n - h), s->bits);
 #undef KVQ__CT
         }
     } else {                                            /* a partial tile    */
@@ -3454,8 +3457,8 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                 a[j] = sz_j[0];
                 b[j] = kvq__zero_term(sz_j[0], sz_j[1], c->cfg.zero_mode);
             }
-            for (h0 = 0; h0 < H->n; h0 += 4) {
-                int nh = H->n - h0 < 4 ? (int)(H->n - h0) : 4, k;
+            for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
+                int nh = (int)kvq__head_batch(H->n - h0), k;
                 float *out = H->out + h0 * D;
                 for (k = 0; k < nh; k++) {
                     const float *wt = H->sc + (h0 + (size_t)k) * KVQ_TILE;
