@@ -255,7 +255,7 @@ $(B)/llm $(B)/llm-omp: examples/llm/llm.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O3 $(LLM_SIMD) -pthread -I. -o $@ $< $(LDLIBS)
 
-# Every cache on 2048 tokens of EVAL_TEXT (about 28 minutes on one core): the
+# Every cache on 2048 tokens of EVAL_TEXT (about 5 minutes on 2 cores): the
 # table, the papers' claims with PASS/FAIL, CSVs in plots/csv/. Exit 3 means
 # the table is complete and some claim was not reproduced (walkthrough 10).
 eval: $(LLM) $(MODEL_FILE)
