@@ -873,6 +873,19 @@ static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f
 #define KVQ__W 1
 #endif
 #define KVQ__PARTS (16 / KVQ__W)
+/* The 16-lane helpers and the kernels built on them are forced inline where
+   the lanes are vector registers (so the parts stay in them and the
+   kernels' constants reach their loops). As 16 plain floats they are kept
+   out of line: inlined, every helper's 16-step loop would be copied into
+   every caller (kvq__exp16 alone grew to 69 KB under a sanitizer build,
+   20x the compile time), for about 10% of speed.                         */
+#if KVQ__W > 1
+#define KVQ__VINLINE KVQ__INLINE
+#elif defined(__GNUC__) || defined(__clang__)
+#define KVQ__VINLINE __attribute__((noinline))
+#else
+#define KVQ__VINLINE
+#endif
 
 #if KVQ__W > 1
 #define KVQ__SIMD 1
@@ -929,44 +942,44 @@ typedef uint32_t kvq__vu;
 typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
 
 #define KVQ__EACH(k) for ((k) = 0; (k) < KVQ__PARTS; (k)++)
-static KVQ__INLINE kvq__v16 kvq__load16(const float *p)
+static KVQ__VINLINE kvq__v16 kvq__load16(const float *p)
 {
     kvq__v16 v;
     int k;
     KVQ__EACH(k) v.part[k] = KVQ__VLOAD(p + k * KVQ__W);
     return v;
 }
-static KVQ__INLINE void kvq__store16(float *p, kvq__v16 v)
+static KVQ__VINLINE void kvq__store16(float *p, kvq__v16 v)
 {
     int k;
     KVQ__EACH(k) KVQ__VSTORE(p + k * KVQ__W, v.part[k]);
 }
-static KVQ__INLINE kvq__v16 kvq__splat16(float x)
+static KVQ__VINLINE kvq__v16 kvq__splat16(float x)
 {
     kvq__v16 v;
     int k;
     KVQ__EACH(k) v.part[k] = x - KVQ__VZERO;              /* x - 0 = x, -0 too */
     return v;
 }
-static KVQ__INLINE kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
+static KVQ__VINLINE kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
 {
     int k;
     KVQ__EACH(k) a.part[k] = a.part[k] + b.part[k];
     return a;
 }
-static KVQ__INLINE kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
+static KVQ__VINLINE kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
 {
     int k;
     KVQ__EACH(k) a.part[k] = a.part[k] - b.part[k];
     return a;
 }
-static KVQ__INLINE kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
+static KVQ__VINLINE kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
 {
     int k;
     KVQ__EACH(k) a.part[k] = a.part[k] * b.part[k];
     return a;
 }
-static KVQ__INLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
+static KVQ__VINLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
 {
     int k;
     KVQ__EACH(k) a.part[k] = a.part[k] / b.part[k];
@@ -974,40 +987,40 @@ static KVQ__INLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
 }
 /* acc + a x, fused where KVQ__FMA (one rounding), else a product then a
    sum                                                                     */
-static KVQ__INLINE kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
+static KVQ__VINLINE kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
 {
     int k;
     KVQ__EACH(k) acc.part[k] = KVQ__VFMA(acc.part[k], a.part[k], x.part[k]);
     return acc;
 }
-static KVQ__INLINE kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
+static KVQ__VINLINE kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
 {
     int k;
     KVQ__EACH(k) a.part[k] = kvq__vmax(a.part[k], b.part[k]);
     return a;
 }
-static KVQ__INLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
+static KVQ__VINLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
 {
     int k;
     KVQ__EACH(k) a.part[k] = kvq__vmin(a.part[k], b.part[k]);
     return a;
 }
 /* round half to even, for |x| < 2^22: (x + 1.5 2^23) - 1.5 2^23           */
-static KVQ__INLINE kvq__v16 kvq__round16(kvq__v16 x)
+static KVQ__VINLINE kvq__v16 kvq__round16(kvq__v16 x)
 {
     const kvq__v16 magic = kvq__splat16(12582912.0f);
     return kvq__sub16(kvq__add16(x, magic), magic);
 }
 /* 2^n for integral n in -127..128 held as floats: n + 127 into the
    exponent field (n = -127 gives +0)                                      */
-static KVQ__INLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
+static KVQ__VINLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
 {
     int k;
     KVQ__EACH(k) n.part[k] = kvq__vf_bits((kvq__vi_of_vf(n.part[k]) + 127) << 23);
     return n;
 }
 /* 16 integral floats in 0 .. 2^31 as uint32                              */
-static KVQ__INLINE void kvq__to_u32_16(kvq__v16 v, uint32_t *out)
+static KVQ__VINLINE void kvq__to_u32_16(kvq__v16 v, uint32_t *out)
 {
     int k;
     KVQ__EACH(k) {
@@ -1045,7 +1058,7 @@ static float kvq__hmax16(const kvq__v16 *v)
    to |r| <= ln2/2; e^r by Cephes expf's degree-5 polynomial; then 2^n
    into the exponent. The same operations, in the same order, in both the
    vector and the plain 16-lane builds.                                     */
-static KVQ__INLINE void kvq__exp16(kvq__v16 *v)
+static KVQ__VINLINE void kvq__exp16(kvq__v16 *v)
 {
     kvq__v16 n, r, p, x = kvq__max16(*v, kvq__splat16(-88.0f));   /* n >= -127 */
     n = kvq__round16(kvq__mul16(x, kvq__splat16(1.44269504088896341f)));
@@ -2880,7 +2893,7 @@ typedef struct kvq__qctx {
    (lane j += lane j + 8, then + 4, + 2, + 1). Every dot product of a query
    with a row or a group of codes uses this function, so the order is the
    same everywhere on the CPU.                                             */
-static KVQ__INLINE float kvq__dot(const float *a, const float *b, size_t n)
+static KVQ__VINLINE float kvq__dot(const float *a, const float *b, size_t n)
 {
     float lane[16];
     size_t i = 0, j, n16 = n & ~(size_t)15;
@@ -3096,7 +3109,7 @@ typedef struct kvq__heads {
    4 each part broadcasts its word and shifts each lane by its own amount
    (B = 2: one word for all 16 codes; B = 4: codes 0-7 in the first word,
    8-15 in the second, picked per lane by a mask); other B one by one.    */
-static KVQ__INLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
+static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
 {
     static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
     static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
@@ -3213,7 +3226,7 @@ static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 
    once, and times q_hd a_d added into each head's 32 scores, which stay in
    registers for the whole unit. A head alone keeps even and odd channels
    in two sums (P = 2, added at the end), so four additions are in flight. */
-static KVQ__INLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D, size_t t0,
+static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D, size_t t0,
                                           const float *qa /* (NH, D) */,
                                           float *sc /* (NH, KVQ_TILE) */, int NH, int bits)
 {
@@ -3373,7 +3386,7 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
    stored once per tile, not once per token, and the zero term is one
    scalar per group and head. wa (NH, m) holds w_hj a_jg, wb (NH) the sums
    of w_hj b_jg, both for group g.                                          */
-static KVQ__INLINE void kvq__values_block(float *out, size_t D, size_t g, size_t G,
+static KVQ__VINLINE void kvq__values_block(float *out, size_t D, size_t g, size_t G,
                                           const uint32_t *const *w, size_t wpg, size_t m,
                                           const float *wa, const float *wb, int NH, int bits)
 {
