@@ -1052,7 +1052,7 @@ static float kvq__hmax16(const kvq__v16 *v)
     return mx;
 }
 
-/* e^x lane by lane for x <= 0, within 2 ulp of expf on [-87, 0] and +0
+/* e^x lane by lane for x <= 0, within 2 ulp of e^x on [-87, 0] and +0
    below about -87.7 (where e^x < 2^-126; -inf included). Cody-Waite: x =
    n ln2 + r with n = round(x log2 e) and ln2 in two parts, so r is exact
    to |r| <= ln2/2; e^r by Cephes expf's degree-5 polynomial; then 2^n
