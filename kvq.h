@@ -1508,18 +1508,26 @@ static KVQ__INLINE uint32_t kvq__clamp_round(float v, float n_levels)
     return (uint32_t)(int32_t)((v + 8388608.0f) - 8388608.0f);
 }
 
-/* The codes of 16 consecutive values under one group's stored (s, z): v,
-   clamp, round, as kvq__code, on one kvq__v16 (clamping with max and min
-   gives the same codes as kvq__clamp_round's comparisons: they differ only
-   on -0, which rounds to code 0 either way).                              */
+/* Sec. 4's code of 16 values lane by lane, as floats: v = (x - z) / s
+   (float zero) or x / s + z (integer zero), clamped to [0, N] with max and
+   min (the same codes as kvq__clamp_round's comparisons: they differ only
+   on -0, which rounds to code 0 either way), rounded half to even. s, z
+   and N per lane: one group's for a run of values, or 16 groups' side by
+   side.                                                                  */
+static KVQ__VINLINE kvq__v16 kvq__encode16(kvq__v16 x, kvq__v16 s, kvq__v16 z, kvq__v16 n_levels,
+                                           kvq_zero_mode mode)
+{
+    kvq__v16 v = mode == KVQ_ZERO_FLOAT ? kvq__div16(kvq__sub16(x, z), s)
+                                        : kvq__add16(kvq__div16(x, s), z);
+    return kvq__round16(kvq__min16(kvq__max16(v, kvq__splat16(0.0f)), n_levels));
+}
+
+/* The codes of 16 consecutive values under one group's stored (s, z).    */
 static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
                             kvq_zero_mode mode, uint32_t *code)
 {
-    kvq__v16 v = kvq__load16(x);
-    v = mode == KVQ_ZERO_FLOAT ? kvq__div16(kvq__sub16(v, kvq__splat16(z)), kvq__splat16(s))
-                               : kvq__add16(kvq__div16(v, kvq__splat16(s)), kvq__splat16(z));
-    v = kvq__min16(kvq__max16(v, kvq__splat16(0.0f)), kvq__splat16(n_levels));
-    kvq__to_u32_16(kvq__round16(v), code);
+    kvq__to_u32_16(kvq__encode16(kvq__load16(x), kvq__splat16(s), kvq__splat16(z),
+                                 kvq__splat16(n_levels), mode), code);
 }
 
 /* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
@@ -1685,10 +1693,7 @@ static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int 
         word[k] = kvq__vu_splat(0);
     }
     for (i = 0; i < G; i++) {
-        kvq__v16 v = kvq__load16(col[i]);
-        v = mode == KVQ_ZERO_FLOAT ? kvq__div16(kvq__sub16(v, vz), vs)
-                                   : kvq__add16(kvq__div16(v, vs), vz);
-        v = kvq__round16(kvq__min16(kvq__max16(v, kvq__splat16(0.0f)), vn));
+        kvq__v16 v = kvq__encode16(kvq__load16(col[i]), vs, vz, vn, mode);
         KVQ__EACH(k)                     /* code i of every group into its word */
             word[k] |= ((kvq__vu)kvq__vi_of_vf(v.part[k]) & keep[k]) << (i % per * (unsigned)bits);
         if (i % per == per - 1 || i == G - 1) {
