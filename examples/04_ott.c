@@ -23,52 +23,26 @@
    n tokens a rule picks stay exact among the first Tq (a multiple of TQ).
    Rules: 0 smallest L1 key norm, 1 random (mean of 8 draws), 2 largest L1;
    order (Tq): token ids by ascending L1; ref (n_q, D). The rest is
-   quantized: K per-channel in groups of TQ tokens, V per-token in groups
-   of vg, BITS bits. In its key group a kept row is first set to the mean
-   of the others (as OTT does), so it cannot stretch a channel's range.   */
+   quantized as ex_fake_quant_keep does (common.h): K per-channel in groups
+   of TQ tokens, V per-token in groups of vg, BITS bits.                  */
 static double keep_loss(const ex_head *h, size_t Tq, size_t vg, const size_t *order,
                         int rule, size_t n, ex_rng *r, const float *ref)
 {
-    size_t D = h->D, i, t, d, b, draw, n_draw = rule == 1 ? 8 : 1;
+    size_t D = h->D, i, draw, n_draw = rule == 1 ? 8 : 1;
     unsigned char *keep = (unsigned char *)ex_alloc(Tq);
     float *Kq = (float *)ex_alloc(2 * Tq * D * sizeof(float)), *Vq = Kq + Tq * D;
     float *out = (float *)ex_alloc(h->n_q * D * sizeof(float));
-    uint32_t *w = (uint32_t *)ex_alloc(Tq * D * sizeof(uint32_t));  /* ample */
-    kvq_sz *sz = (kvq_sz *)ex_alloc(Tq * D * sizeof(kvq_sz));
     double loss = 0;
     for (draw = 0; draw < n_draw; draw++) {
         memset(keep, 0, Tq);
         for (i = 0; i < n; i++)
             keep[rule == 0 ? order[i] : rule == 2 ? order[Tq - 1 - i]
                                                   : (size_t)(ex_u64(r) % Tq)] = 1;
-        memcpy(Kq, h->K, Tq * D * sizeof(float));
-        for (b = 0; b < Tq; b += TQ) {               /* one key group (TQ, D) */
-            float *blk = Kq + b * D;
-            size_t n_rest = 0;
-            for (t = 0; t < TQ; t++) n_rest += !keep[b + t];
-            for (d = 0; d < D && n_rest < TQ; d++) { /* kept rows -> mean    */
-                double m = 0;
-                for (t = 0; t < TQ; t++) if (!keep[b + t]) m += blk[t * D + d];
-                for (t = 0; t < TQ; t++) if (keep[b + t]) blk[t * D + d] = (float)(m / (double)n_rest);
-            }
-            ex_must(kvq_quantize_matrix(blk, TQ, D, BITS, TQ, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT,
-                                        w, sz), "quantize K", NULL);
-            ex_must(kvq_dequantize_matrix(w, sz, TQ, D, BITS, TQ, KVQ_PER_CHANNEL,
-                                          KVQ_ZERO_FLOAT, blk), "dequantize K", NULL);
-        }
-        ex_must(kvq_quantize_matrix(h->V, Tq, D, BITS, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, w, sz),
-                "quantize V", NULL);
-        ex_must(kvq_dequantize_matrix(w, sz, Tq, D, BITS, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, Vq),
-                "dequantize V", NULL);
-        for (t = 0; t < Tq; t++)                     /* kept rows are exact  */
-            if (keep[t]) {
-                memcpy(Kq + t * D, h->K + t * D, D * sizeof(float));
-                memcpy(Vq + t * D, h->V + t * D, D * sizeof(float));
-            }
+        ex_fake_quant_keep(h->K, h->V, Tq, D, TQ, vg, BITS, keep, Kq, Vq);
         ex_must(kvq_attend_dense(Kq, Vq, Tq, D, h->Q, h->n_q, out, NULL), "dense", NULL);
         for (i = 0; i < h->n_q * D; i++) loss += fabs((double)out[i] - ref[i]) / (double)n_draw;
     }
-    free(keep); free(Kq); free(out); free(w); free(sz);
+    free(keep); free(Kq); free(out);
     return loss;
 }
 

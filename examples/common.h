@@ -531,4 +531,43 @@ EX_UNUSED static int ex_check_lower(double ours, double base, double m, const ch
     return r <= 1 - m;
 }
 
+/* OTT Fig. 1(c)'s experiment: K quantized per-channel in groups of G tokens,
+   V per-token in groups of vg channels, `bits` bits, except the rows flagged
+   in keep, which stay exact. In its key group a kept row is first set to
+   the mean of the group's other rows (as OTT does), so it cannot stretch a
+   channel's range. K, V, Kq, Vq: (T, D) with G | T; keep: (T).            */
+EX_UNUSED static void ex_fake_quant_keep(const float *K, const float *V, size_t T, size_t D,
+                                         size_t G, size_t vg, int bits,
+                                         const unsigned char *keep, float *Kq, float *Vq)
+{
+    uint32_t *w = (uint32_t *)ex_alloc(T * D * sizeof(uint32_t));   /* ample */
+    kvq_sz *sz = (kvq_sz *)ex_alloc(T * D * sizeof(kvq_sz));
+    size_t t, d, b;
+    memcpy(Kq, K, T * D * sizeof(float));
+    for (b = 0; b < T; b += G) {                     /* one key group (G, D) */
+        float *blk = Kq + b * D;
+        size_t n_rest = 0;
+        for (t = 0; t < G; t++) n_rest += !keep[b + t];
+        for (d = 0; d < D && n_rest < G; d++) {      /* kept rows -> mean    */
+            double m = 0;
+            for (t = 0; t < G; t++) if (!keep[b + t]) m += blk[t * D + d];
+            for (t = 0; t < G; t++) if (keep[b + t]) blk[t * D + d] = (float)(m / (double)n_rest);
+        }
+        ex_must(kvq_quantize_matrix(blk, G, D, bits, G, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, w, sz),
+                "quantize K", NULL);
+        ex_must(kvq_dequantize_matrix(w, sz, G, D, bits, G, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, blk),
+                "dequantize K", NULL);
+    }
+    ex_must(kvq_quantize_matrix(V, T, D, bits, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, w, sz),
+            "quantize V", NULL);
+    ex_must(kvq_dequantize_matrix(w, sz, T, D, bits, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, Vq),
+            "dequantize V", NULL);
+    for (t = 0; t < T; t++)                          /* kept rows are exact  */
+        if (keep[t]) {
+            memcpy(Kq + t * D, K + t * D, D * sizeof(float));
+            memcpy(Vq + t * D, V + t * D, D * sizeof(float));
+        }
+    free(w); free(sz);
+}
+
 #endif /* KVQ_EXAMPLES_COMMON_H */

@@ -34,53 +34,6 @@ static double l1_dist(const float *a, const float *b, size_t n)
     return s;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Fig. 1(c): quantize K (per-channel, groups of TQ tokens) and V (per-token)
-   to BITS bits, except the rows flagged in keep, which stay exact. Inside a
-   key group a kept row is first replaced by the mean of the group's other
-   rows (as OTT does), so it cannot stretch any channel's range.
-   K, V, Kq, Vq: (T, D), T a multiple of TQ; keep: (T).                      */
-/* ------------------------------------------------------------------------ */
-static void fake_quant_keep(const float *K, const float *V, size_t T, size_t D,
-                            const unsigned char *keep, float *Kq, float *Vq)
-{
-    size_t vg = D < 128 ? D : 128, t, d, b;
-    kvq_layout Lk, Lv;
-    uint32_t *w;
-    kvq_sz *sz;
-    ex_must(kvq_layout_init(&Lk, TQ, D, BITS, TQ, KVQ_PER_CHANNEL), "layout", NULL);
-    ex_must(kvq_layout_init(&Lv, T, D, BITS, vg, KVQ_PER_TOKEN), "layout", NULL);
-    w = (uint32_t *)malloc((Lk.total_words + Lv.total_words) * sizeof(uint32_t));
-    sz = (kvq_sz *)malloc((Lk.total_groups + Lv.total_groups) * sizeof(kvq_sz));
-    if (!w || !sz) { fprintf(stderr, "out of memory\n"); exit(2); }
-    memcpy(Kq, K, T * D * sizeof(float));
-    for (b = 0; b < T; b += TQ) {                    /* one key group        */
-        float *blk = Kq + b * D;                     /* (TQ, D)              */
-        size_t n_rest = 0;
-        for (t = 0; t < TQ; t++) n_rest += !keep[b + t];
-        for (d = 0; d < D && n_rest < TQ; d++) {     /* kept rows -> mean    */
-            double m = 0;
-            for (t = 0; t < TQ; t++) if (!keep[b + t]) m += blk[t * D + d];
-            for (t = 0; t < TQ; t++) if (keep[b + t]) blk[t * D + d] = (float)(m / (double)n_rest);
-        }
-        ex_must(kvq_quantize_matrix(blk, TQ, D, BITS, TQ, KVQ_PER_CHANNEL,
-                                    KVQ_ZERO_FLOAT, w, sz), "quantize K", NULL);
-        ex_must(kvq_dequantize_matrix(w, sz, TQ, D, BITS, TQ, KVQ_PER_CHANNEL,
-                                      KVQ_ZERO_FLOAT, blk), "dequantize K", NULL);
-    }
-    ex_must(kvq_quantize_matrix(V, T, D, BITS, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT,
-                                w, sz), "quantize V", NULL);
-    ex_must(kvq_dequantize_matrix(w, sz, T, D, BITS, vg, KVQ_PER_TOKEN,
-                                  KVQ_ZERO_FLOAT, Vq), "dequantize V", NULL);
-    for (t = 0; t < T; t++)                          /* kept rows are exact  */
-        if (keep[t]) {
-            memcpy(Kq + t * D, K + t * D, D * sizeof(float));
-            memcpy(Vq + t * D, V + t * D, D * sizeof(float));
-        }
-    free(w); free(sz);
-}
-
-
 /* Softmax of one query's scores sc (T), the set's shifted by `shift`, over
    V (T, D): b[x] (2, D) is side x's weighted mean value (x = 0 the rest,
    1 the set; 0 if its weight underflows). Returns the set's share.         */
@@ -177,7 +130,7 @@ static void fig1c_why(const ex_head *h, size_t Tq, const size_t *order, size_t n
     for (v = 0; v < 2; v++) {
         Kq[v] = kv + v * Tq * D;
         Vq[v] = kv + (2 + v) * Tq * D;
-        fake_quant_keep(h->K, h->V, Tq, D, set + v * Tq, Kq[v], Vq[v]);
+        ex_fake_quant_keep(h->K, h->V, Tq, D, TQ, D < 128 ? D : 128, BITS, set + v * Tq, Kq[v], Vq[v]);
         ex_must(kvq_attend_dense(Kq[v], Vq[v], Tq, D, h->Q, n_q, out, NULL), "dense", NULL);
         dense_l1[v] = l1_dist(ref_all, out, n_q * D);
     }
