@@ -874,7 +874,7 @@ static void llm__q8_quantize(const float *x, int n, llm_q8 *out)
     }
 }
 
-#define LLM_NT 4       /* tokens per call of an AVX2 block dot (below)     */
+#define LLM_NT 4       /* tokens, or rows, per call of an AVX2 block dot   */
 
 /* The same, checked, for callers outside the forward pass: KVQ_ERR_NULL,
    KVQ_ERR_SIZE (n not a positive multiple of 32), or KVQ_OK.             */
@@ -931,12 +931,14 @@ static float llm__dot_q8_0(const uint8_t *w, const llm_q8 *x, int nb)
 
 #if LLM_SIMD
 /* 16 bytes of nibbles -> 32 bytes 0..15 in weight order (low nibbles are
-   weights 0-15, high nibbles 16-31).                                      */
+   weights 0-15, high nibbles 16-31): the 16 bytes loaded into both halves,
+   the upper half's 64-bit words shifted right by 4 (one variable shift),
+   then masked. Two vector operations, none of them a lane crossing.       */
 static inline __m256i llm__nibbles(const uint8_t *p)
 {
-    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p), m = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p));
+    __m256i hi_by_4 = _mm256_set_epi64x(4, 4, 0, 0);
+    return _mm256_and_si256(_mm256_srlv_epi64(b, hi_by_4), _mm256_set1_epi8(15));
 }
 /* 32 products of signed bytes summed into 8 int32. maddubs multiplies
    unsigned by signed, so w's sign moves onto y; |w| <= 128 and |y| <= 127
@@ -951,11 +953,13 @@ static inline __m256i llm__load32(const int8_t *p)
     return _mm256_loadu_si256((const __m256i *)(const void *)p);
 }
 /* Decode streams every weight from memory once per token, and the
-   hardware prefetcher alone falls behind a loop this dense (measured here:
-   3.5 GB/s of Q4_1 rows without, 7-10 with): each block asks for the line
-   LLM_PREFETCH bytes ahead.                                               */
+   hardware prefetcher alone falls behind a loop this dense: each block
+   asks for the line LLM_PREFETCH bytes ahead of it. The distance must cover
+   a memory latency at the rate decode reads (~15 GB/s x a few hundred ns);
+   on the 2-core machine of bench/RESULTS.md, SmolLM2 at depth 8, one
+   thread: 2048 bytes ~115 tok/s, 4096 ~130, 8192-16384 ~140-165.        */
 #ifndef LLM_PREFETCH
-#define LLM_PREFETCH 2048
+#define LLM_PREFETCH 8192
 #endif
 static inline float llm__hsum(__m256 v)
 {
@@ -970,98 +974,113 @@ static inline float llm__half_simd(const uint8_t *p)
     memcpy(&h, p, sizeof h);
     return _cvtsh_ss(h);                            /* F16C, exact           */
 }
-/* The AVX2 dots take 1 or LLM_NT tokens at once (token k's blocks at
-   x + k * xs): prefill and scoring decode each weight block once for all of
-   them. Each token's sums are formed exactly as with one token, so a batch
-   gives the same bits as one token at a time. The body is inlined with nt
-   a constant, so the accumulators stay in registers.                      */
+/* The AVX2 dots take nr rows of W (row i at w + i * ws) against nt tokens
+   (token k's blocks at x + k * xs), nr * nt <= LLM_NT, and write out (nr,
+   nt). Prefill and scoring give one row LLM_NT tokens, so each weight block
+   is decoded once for all of them; decode gives one token LLM_NT rows, so
+   LLM_NT independent sums are in flight and one call covers LLM_NT rows.
+   Each (row, token) sum is formed exactly as alone, so every grouping gives
+   the same bits. The body is inlined with nr and nt constants, so the
+   accumulators stay in registers.                                         */
 #define LLM__INLINE static inline __attribute__((always_inline))
-LLM__INLINE void llm__q4_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, const int nt,
-                                size_t xs, float *out)
+LLM__INLINE void llm__q4_0_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
+                                size_t xs, const int nt, int nb, float *out)
 {
-    __m256 acc[LLM_NT];
-    int b, k;
-    for (k = 0; k < nt; k++) acc[k] = _mm256_setzero_ps();
-    for (b = 0; b < nb; b++, w += 18) {
-        __m256i q = _mm256_sub_epi8(llm__nibbles(w + 2), _mm256_set1_epi8(8));
-        float d = llm__half_simd(w);
-        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
-        for (k = 0; k < nt; k++) {
-            const llm_q8 *y = x + (size_t)k * xs + b;
-            __m256i p = llm__mul_i8(q, llm__load32(y->qs));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[k]);
+    __m256 acc[LLM_NT];                             /* (nr, nt)              */
+    int b, i, k;
+    for (i = 0; i < nr * nt; i++) acc[i] = _mm256_setzero_ps();
+    for (b = 0; b < nb; b++)
+        for (i = 0; i < nr; i++) {
+            const uint8_t *wb = w + (size_t)i * ws + (size_t)b * 18;   /* d, 16 nibble bytes */
+            __m256i q = _mm256_sub_epi8(llm__nibbles(wb + 2), _mm256_set1_epi8(8));
+            float d = llm__half_simd(wb);
+            _mm_prefetch((const char *)wb + LLM_PREFETCH, _MM_HINT_T0);
+            for (k = 0; k < nt; k++) {
+                const llm_q8 *y = x + (size_t)k * xs + b;
+                __m256i p = llm__mul_i8(q, llm__load32(y->qs));
+                acc[i * nt + k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p),
+                                                  acc[i * nt + k]);
+            }
         }
-    }
-    for (k = 0; k < nt; k++) out[k] = llm__hsum(acc[k]);
+    for (i = 0; i < nr * nt; i++) out[i] = llm__hsum(acc[i]);
 }
-LLM__INLINE void llm__q4_1_avx2(const uint8_t *w, const llm_q8 *x, int nb, const int nt,
-                                size_t xs, float *out)
+LLM__INLINE void llm__q4_1_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
+                                size_t xs, const int nt, int nb, float *out)
 {
-    __m256 acc[LLM_NT];
-    float mins[LLM_NT];
-    int b, k;
-    for (k = 0; k < nt; k++) { acc[k] = _mm256_setzero_ps(); mins[k] = 0.0f; }
-    for (b = 0; b < nb; b++, w += 20) {
-        __m256i q = llm__nibbles(w + 4);
-        float d = llm__half_simd(w), m = llm__half_simd(w + 2);
-        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
-        for (k = 0; k < nt; k++) {
-            const llm_q8 *y = x + (size_t)k * xs + b;
-            /* nibbles are unsigned: straight into maddubs, at most 2*15*127 */
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, llm__load32(y->qs)),
-                                          _mm256_set1_epi16(1));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[k]);
-            mins[k] += m * y->s;
+    __m256 acc[LLM_NT];                             /* (nr, nt)              */
+    __m128 mins[LLM_NT];   /* lane 1: the running sum of m * s (lane 0 unused) */
+    int b, i, k;
+    for (i = 0; i < nr * nt; i++) { acc[i] = _mm256_setzero_ps(); mins[i] = _mm_setzero_ps(); }
+    for (b = 0; b < nb; b++)
+        for (i = 0; i < nr; i++) {
+            const uint8_t *wb = w + (size_t)i * ws + (size_t)b * 20;   /* d, m, 16 bytes */
+            __m256i q = llm__nibbles(wb + 4);
+            int32_t dm_bits;
+            __m128 dm;                              /* (d, m, 0, 0)           */
+            memcpy(&dm_bits, wb, sizeof dm_bits);
+            dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));
+            _mm_prefetch((const char *)wb + LLM_PREFETCH, _MM_HINT_T0);
+            for (k = 0; k < nt; k++) {
+                const llm_q8 *y = x + (size_t)k * xs + b;
+                /* (d dy, m sy): the block's scale and its min term at once */
+                __m128 ds = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)&y->d));
+                __m128 scale_min = _mm_mul_ps(dm, ds);
+                /* nibbles are unsigned: straight into maddubs, at most 2*15*127 */
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, llm__load32(y->qs)),
+                                              _mm256_set1_epi16(1));
+                acc[i * nt + k] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scale_min),
+                                                  _mm256_cvtepi32_ps(p), acc[i * nt + k]);
+                mins[i * nt + k] = _mm_add_ps(mins[i * nt + k], scale_min);
+            }
         }
-    }
-    for (k = 0; k < nt; k++) out[k] = llm__hsum(acc[k]) + mins[k];
+    for (i = 0; i < nr * nt; i++)
+        out[i] = llm__hsum(acc[i]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[i]));
 }
-LLM__INLINE void llm__q8_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, const int nt,
-                                size_t xs, float *out)
+LLM__INLINE void llm__q8_0_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
+                                size_t xs, const int nt, int nb, float *out)
 {
-    __m256 acc[LLM_NT];
-    int b, k;
-    for (k = 0; k < nt; k++) acc[k] = _mm256_setzero_ps();
-    for (b = 0; b < nb; b++, w += 34) {
-        __m256i q = llm__load32((const int8_t *)(w + 2));
-        float d = llm__half_simd(w);
-        _mm_prefetch((const char *)w + LLM_PREFETCH, _MM_HINT_T0);
-        for (k = 0; k < nt; k++) {
-            const llm_q8 *y = x + (size_t)k * xs + b;
-            __m256i p = llm__mul_i8(q, llm__load32(y->qs));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[k]);
+    __m256 acc[LLM_NT];                             /* (nr, nt)              */
+    int b, i, k;
+    for (i = 0; i < nr * nt; i++) acc[i] = _mm256_setzero_ps();
+    for (b = 0; b < nb; b++)
+        for (i = 0; i < nr; i++) {
+            const uint8_t *wb = w + (size_t)i * ws + (size_t)b * 34;   /* d, 32 int8 */
+            __m256i q = llm__load32((const int8_t *)(wb + 2));
+            float d = llm__half_simd(wb);
+            _mm_prefetch((const char *)wb + LLM_PREFETCH, _MM_HINT_T0);
+            for (k = 0; k < nt; k++) {
+                const llm_q8 *y = x + (size_t)k * xs + b;
+                __m256i p = llm__mul_i8(q, llm__load32(y->qs));
+                acc[i * nt + k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p),
+                                                  acc[i * nt + k]);
+            }
         }
+    for (i = 0; i < nr * nt; i++) out[i] = llm__hsum(acc[i]);
+}
+/* (nr, nt) is (1, 1), (1, LLM_NT) or (LLM_NT, 1): each a loop of its own
+   with both fixed                                                          */
+#define LLM__DOTN(TYPE)                                                              \
+    static void llm__dot_##TYPE##_avx2(const uint8_t *w, size_t ws, int nr,          \
+                                       const llm_q8 *x, size_t xs, int nt, int nb,   \
+                                       float *out)                                   \
+    {                                                                                \
+        if (nt == LLM_NT) llm__##TYPE##_avx2(w, ws, 1, x, xs, LLM_NT, nb, out);      \
+        else if (nr == LLM_NT) llm__##TYPE##_avx2(w, ws, LLM_NT, x, xs, 1, nb, out); \
+        else llm__##TYPE##_avx2(w, ws, 1, x, xs, 1, nb, out);                        \
     }
-    for (k = 0; k < nt; k++) out[k] = llm__hsum(acc[k]);
-}
-/* nt is 1 or LLM_NT: each a loop of its own with nt fixed                 */
-static void llm__dot_q4_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
-                               float *out)
-{
-    if (nt == LLM_NT) llm__q4_0_avx2(w, x, nb, LLM_NT, xs, out);
-    else llm__q4_0_avx2(w, x, nb, 1, xs, out);
-}
-static void llm__dot_q4_1_avx2(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
-                               float *out)
-{
-    if (nt == LLM_NT) llm__q4_1_avx2(w, x, nb, LLM_NT, xs, out);
-    else llm__q4_1_avx2(w, x, nb, 1, xs, out);
-}
-static void llm__dot_q8_0_avx2(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
-                               float *out)
-{
-    if (nt == LLM_NT) llm__q8_0_avx2(w, x, nb, LLM_NT, xs, out);
-    else llm__q8_0_avx2(w, x, nb, 1, xs, out);
-}
+LLM__DOTN(q4_0)
+LLM__DOTN(q4_1)
+LLM__DOTN(q8_0)
+#undef LLM__DOTN
 #endif
 
-/* The block dot of type t and how many tokens it takes at once (LLM_NT
-   for the AVX2 ones, 1 for the plain C reference, which the AVX2 ones fall
-   back to when not compiled in). simd = 0 asks for the reference. NULL for
+/* The block dot of type t: the plain C reference (one row, one token), and
+   the AVX2 one (up to LLM_NT rows or tokens a call; NULL when not compiled
+   in, and the reference runs). simd = 0 asks for the reference. NULL for
    F32, which has no blocks.                                               */
 typedef float (*llm__dot_fn)(const uint8_t *w, const llm_q8 *x, int nb);
-typedef void (*llm__dotn_fn)(const uint8_t *w, const llm_q8 *x, int nb, int nt, size_t xs,
-                             float *out);
+typedef void (*llm__dotn_fn)(const uint8_t *w, size_t ws, int nr, const llm_q8 *x,
+                             size_t xs, int nt, int nb, float *out);
 static llm__dot_fn llm__block_dot(llm_type t)
 {
     switch (t) {
@@ -1111,7 +1130,7 @@ LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const ll
     row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
     f = llm__block_dot(W->type);
     fn = simd ? llm__block_dotn(W->type) : NULL;
-    if (fn) fn(row, xq, W->cols / 32, 1, 0, out);
+    if (fn) fn(row, W->row_bytes, 1, xq, 0, 1, W->cols / 32, out);
     else *out = f ? f(row, xq, W->cols / 32) : llm__dot((const float *)(const void *)row, x, W->cols);
     return KVQ_OK;
 }
@@ -1312,6 +1331,11 @@ typedef struct llm__mm {
     const llm_q8 *XQ;      /* (T, n_in / 32) X quantized                    */
 } llm__mm;
 
+static const uint8_t *llm__row(const llm_mat *W, int r)
+{
+    return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+}
+
 static void llm__mm_job(void *arg, int ith, int nth)
 {
     const llm__mm *j = (const llm__mm *)arg;
@@ -1323,28 +1347,39 @@ static void llm__mm_job(void *arg, int ith, int nth)
         llm__dot_fn f = llm__block_dot(W->type);
         llm__dotn_fn fn = llm__block_dotn(W->type);
         int a = r0 > base ? r0 - base : 0, e = r1 - base < W->rows ? r1 - base : W->rows;
+        size_t os = (size_t)W->rows;                    /* out (T, rows)    */
         int i0, t0, r, t, k;
         for (i0 = a; i0 < e; i0 += LLM_TILE)
-            for (t0 = 0; t0 < j->T; t0 += LLM_TILE)
-                for (r = i0; r < e && r < i0 + LLM_TILE; r++) {
-                    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-                    float *o = j->out[i] + (size_t)r;
-                    size_t os = (size_t)W->rows;               /* out (T, rows) */
-                    int t1 = t0 + LLM_TILE < j->T ? t0 + LLM_TILE : j->T;
-                    if (fn)                  /* LLM_NT tokens a call, or 1 */
-                        for (t = t0; t < t1; t += k) {
-                            float v[LLM_NT];
-                            int nt = t1 - t >= LLM_NT ? LLM_NT : 1;
-                            fn(row, j->XQ + (size_t)t * (size_t)nb, nb, nt, (size_t)nb, v);
-                            for (k = 0; k < nt; k++) o[(size_t)(t + k) * os] = v[k];
+            for (t0 = 0; t0 < j->T; t0 += LLM_TILE) {
+                int r_end = i0 + LLM_TILE < e ? i0 + LLM_TILE : e;
+                int t_end = t0 + LLM_TILE < j->T ? t0 + LLM_TILE : j->T;
+                int t_left = fn ? t0 + (t_end - t0) / LLM_NT * LLM_NT : t0;
+                float v[LLM_NT];
+                /* AVX2: one row and LLM_NT tokens a call while LLM_NT are
+                   left, then each token left (decode's only one) against
+                   LLM_NT rows a call                                       */
+                for (r = i0; r < r_end; r++)
+                    for (t = t0; t < t_left; t += LLM_NT) {
+                        fn(llm__row(W, r), W->row_bytes, 1, j->XQ + (size_t)t * (size_t)nb,
+                           (size_t)nb, LLM_NT, nb, v);
+                        for (k = 0; k < LLM_NT; k++) j->out[i][(size_t)(t + k) * os + (size_t)r] = v[k];
+                    }
+                for (t = t_left; t < t_end; t++) {
+                    float *o = j->out[i] + (size_t)t * os;
+                    const llm_q8 *xq = j->XQ + (size_t)t * (size_t)nb;
+                    if (fn)
+                        for (r = i0; r < r_end; r += k) {
+                            int nr = r_end - r >= LLM_NT ? LLM_NT : 1;
+                            fn(llm__row(W, r), W->row_bytes, nr, xq, 0, 1, nb, v);
+                            for (k = 0; k < nr; k++) o[r + k] = v[k];
                         }
                     else
-                        for (t = t0; t < t1; t++)
-                            o[(size_t)t * os] =
-                                f ? f(row, j->XQ + (size_t)t * (size_t)nb, nb)
-                                  : llm__dot((const float *)(const void *)row,
-                                             j->X + (size_t)t * (size_t)j->n_in, j->n_in);
+                        for (r = i0; r < r_end; r++)
+                            o[r] = f ? f(llm__row(W, r), xq, nb)
+                                     : llm__dot((const float *)(const void *)llm__row(W, r),
+                                                j->X + (size_t)t * (size_t)j->n_in, j->n_in);
                 }
+            }
     }
 }
 
