@@ -26,6 +26,8 @@
        4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding)
        5. Compaction: gather-clone-scatter of slots (kvq.h Sec. 11)
        6. Host: a kvq_cache exported to pages (for tests, benches, engines)
+       7. Tensor-core fragment order: the next attention design (no kernel
+          of the library uses it yet; test_gpu --host replays it)
 
    0. ERRORS. Every launcher returns a cudaError_t.
      - Bad arguments (NULL, unsupported D/B/G, groups that do not divide, a
@@ -1755,6 +1757,196 @@ rows_only:
 #undef KVQ_CUDA__NO
 }
 #endif /* KVQ_CUDA_DECLARE_ONLY */
+
+/* ======================================================================== */
+/* 7. tensor-core fragment order (the next attention design)                */
+/* ======================================================================== */
+/* Sec. 4's fast path multiplies codes on the CUDA cores: about 5
+   instructions per code per query head (bench/RESULTS.md, SASS counts),
+   which caps it near 62% of copy bandwidth with one head and near 1x fp16
+   SDPA with four. The next kernel puts the codes on the TENSOR CORES.
+   This section holds what that kernel and its tests share: the fragment
+   maps, the in-page permutation, the code decode and the weight split.
+   Everything here is host+device and checked on the CPU against kvq.h
+   (test_gpu --host, "fragment replay"); bench/mma_probe.cu times the
+   decode + MMA step on a GPU. No library kernel uses it yet.
+
+   THE ALGEBRA. mma.sync.m16n8k16 (f16 x f16 -> f32) computes
+   C(16x8) += A(16x16) B(16x8) in one instruction. Codes (0..15) are exact
+   in fp16, so A is the codes themselves and every float of kvq.h Sec. 8's
+   algebra goes into B, which is small:
+     keys, per-channel:  s_ht = sum_d c_td (q_hd a_d)  + sum_d q_hd b_d
+        A = codes        rows: 16 tokens,    cols: 16 channels
+        B = q_hd a_d     rows: 16 channels,  cols: 8 query heads
+     values, per-token:  o_hd = sum_t c_td (p_ht a_tg) + sum_t p_ht b_tg
+        A = codes^T      rows: 16 channels,  cols: 16 tokens     (g = d / Gv)
+        B = p_ht a_tg    rows: 16 tokens,    cols: 8 query heads
+   (a, b: a group's affine map, kvq_dev_affine.) The zero terms are small
+   dot products beside the MMAs. The n_rep query heads of a KV head share
+   B's 8 columns, so a tile of codes is decoded once for up to 8 heads:
+   the cost no longer grows with the GQA ratio.
+
+   EXACT TO FP32. One fp16 keeps 11 significant bits. Each weight w of a
+   page and head is scaled by 2^e (a power of two: exact) so the largest
+   |w| lands in [2^14, 2^15), then split: hi = fp16(w 2^e), lo = fp16(w 2^e
+   - hi). hi + lo is w 2^e to within half an ulp of lo: |lo| <= 8, so at
+   most 2^-9, or 2^-23 of the page's largest weight; two MMAs (B = hi, then B = lo) add into the same fp32
+   C, and C 2^-e is exact. kvq_mma_split below.
+
+   FRAGMENTS (PTX ISA, mma.m16n8k16, .row A, .col B, f16 in, f32 out).
+   Lane l, gid = l / 4, tig = l % 4:
+     A, halves a0..a7:   row gid + 8 ((i/2) % 2),  col 2 tig + i % 2 + 8 (i/4)
+     B, halves b0..b3:   row 2 tig + i % 2 + 8 (i/2),  col gid
+     C, floats c0..c3:   row gid + 8 (i/2),  col 2 tig + i % 2
+
+              A: cols 0..7      cols 8..15        (each cell: lane 4 r + c/2
+       rows 0..7   a0 a1           a4 a5           holds the pair starting
+       rows 8..15  a2 a3           a6 a7           at column c of row r)
+
+   DECODE (the magic number 1024, as Marlin and BitDecoding do it). The
+   fp16 1024.0 is 0x6400, and its 10 mantissa bits count units: so
+   (x & (m << k)) | 0x6400 is the fp16 1024 + c 2^k for the B-bit code c
+   at bit k of x, exactly. One LOP3 on a 32-bit word makes two of them
+   (bits k.. and 16+k..) as an f16x2, and one HFMA2 (x 2^-k, - 1024 2^-k)
+   makes the pair (c, c'), exactly. A word has R = 16/B such registers:
+     register r:  x = w >> 8 (r / (8/B)),  k = B (r % (8/B))
+     its halves:  field r (low) and field r + R (high) of w (field j =
+                  bits jB .. jB+B-1, kvq.h's packing order)
+   so a B = 4 word is 4 registers (one A fragment, 8 codes: 1 SHF, 4
+   LOP3, 4 HFMA2) and a B = 2 word 8 registers (two A fragments).
+
+   FRAGMENT ORDER. For that decode to hand each lane its own fragment, a
+   page's words are stored permuted: the same codes (and the same scales
+   and zeros, which stay in kvq.h's order), each word holding exactly the
+   codes one lane feeds one or two MMAs. Register r of a word is A
+   register r % 4 (halves a_{2(r%4)}, a_{2(r%4)+1}) of the word's k-tile
+   r / 4 (B = 2: two consecutive k-tiles per word, TPW = 4/B).
+     key page   (D*G*B/32 words): [G/16 row tiles: 16 tokens]
+                                  [32 lanes][D*B/64 words: k-tiles of 16 channels]
+     value page (D*G*B/32 words): [G*B/64 token blocks: 16 TPW tokens]
+                                  [32 lanes][D/16 words: row tiles of 16 channels]
+   so a lane's words for one step are contiguous (one 16-byte load at
+   D = 128, B = 2), and the warp's load is one contiguous 512 bytes.
+   kvq_mma_key_source / kvq_mma_value_source say where field j of word w
+   comes from; kvq_cuda_fragment_page applies them; the tests replay it. */
+#define KVQ_MMA_MAGIC 0x64006400u     /* fp16 1024.0 in both halves          */
+/* inline, not static: a translation unit that uses none of them (the
+   library's own, today) compiles without unused-function warnings.      */
+#define KVQ_MMA_FN __host__ __device__ __forceinline__
+
+/* The fragment maps, exactly the PTX ISA's tables above.                  */
+KVQ_MMA_FN int kvq_mma_a_row(int lane, int i) { return (lane >> 2) + 8 * ((i >> 1) & 1); }
+KVQ_MMA_FN int kvq_mma_a_col(int lane, int i) { return 2 * (lane & 3) + (i & 1) + 8 * (i >> 2); }
+KVQ_MMA_FN int kvq_mma_b_row(int lane, int i) { return 2 * (lane & 3) + (i & 1) + 8 * (i >> 1); }
+KVQ_MMA_FN int kvq_mma_b_col(int lane) { return lane >> 2; }
+KVQ_MMA_FN int kvq_mma_c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
+KVQ_MMA_FN int kvq_mma_c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+
+/* Register r of a fragment word w before the HFMA2: two fp16 1024 + c 2^k. */
+KVQ_MMA_FN uint32_t kvq_mma_magic(uint32_t w, int bits, int r,
+                                                                  int *k)
+{
+    const int per_byte = 8 / bits;                  /* registers per 8 bits */
+    *k = bits * (r % per_byte);
+    const uint32_t field = ((1u << bits) - 1u) * 0x00010001u;   /* both halves */
+    return ((w >> (8 * (r / per_byte))) & (field << *k)) | KVQ_MMA_MAGIC;
+}
+
+/* Field j of a fragment word -> (k-tile of the word, A element).         */
+KVQ_MMA_FN void kvq_mma_field(int bits, int j, int *tile, int *elem)
+{
+    const int R = 16 / bits, r = j % R;             /* register, half j / R */
+    *tile = r / 4;
+    *elem = 2 * (r % 4) + j / R;
+}
+
+/* Where field j of word w of a fragment-order page comes from.           */
+KVQ_MMA_FN void kvq_mma_key_source(int D, int bits, size_t w, int j,
+                                                                   int *token, int *channel)
+{
+    const size_t per_lane = (size_t)D * bits / 64;  /* words of a lane per row tile */
+    const int row_tile = (int)(w / (32 * per_lane)), lane = (int)(w / per_lane % 32);
+    const int word = (int)(w % per_lane);
+    int tile, elem;
+    kvq_mma_field(bits, j, &tile, &elem);
+    *token = 16 * row_tile + kvq_mma_a_row(lane, elem);
+    *channel = 16 * (word * (4 / bits) + tile) + kvq_mma_a_col(lane, elem);
+}
+KVQ_MMA_FN void kvq_mma_value_source(int D, int bits, size_t w, int j,
+                                                                     int *token, int *channel)
+{
+    const size_t per_lane = (size_t)D / 16;         /* one word per channel row tile */
+    const int block = (int)(w / (32 * per_lane)), lane = (int)(w / per_lane % 32);
+    const int row_tile = (int)(w % per_lane);
+    int tile, elem;
+    kvq_mma_field(bits, j, &tile, &elem);
+    *token = 16 * (block * (4 / bits) + tile) + kvq_mma_a_col(lane, elem);
+    *channel = 16 * row_tile + kvq_mma_a_row(lane, elem);
+}
+
+/* kvq_mma_split: w 2^e as hi + lo, two fp16 (as raw bits), for the page
+   scale e of kvq_mma_exponent. Round to nearest even both times.          */
+KVQ_MMA_FN void kvq_mma_split(float w, int e, kvq_f16 *hi,
+                                                              kvq_f16 *lo)
+{
+    const float x = ldexpf(w, e);
+    const __half h = __float2half_rn(x);
+    *hi = __half_as_ushort(h);
+    *lo = __half_as_ushort(__float2half_rn(x - __half2float(h)));
+}
+/* The e that puts max |w| (finite) in [2^14, 2^15); 0 for max = 0.        */
+KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
+{
+    if (!(max_abs > 0.0f)) return 0;
+    int ex;
+    frexpf(max_abs, &ex);                            /* max = m 2^ex, m in [0.5, 1) */
+    return 15 - ex;
+}
+
+/* One page (kvq.h's order, Sec. 3) -> fragment order. k_page: (D, G*B/32)
+   words, v_page: (G, D*B/32) words; each output has D*G*B/32 words. Needs
+   D in {64, 128}, B in {2, 4}, G % 32 == 0 (checked by the callers:
+   kvq_cuda_export_fragment and the tests).                                */
+inline void kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t *v_page,
+                                          int D, int G, int bits, uint32_t *k_out,
+                                          uint32_t *v_out)
+{
+    const size_t n_words = (size_t)D * G * bits / 32;
+    const int per = 32 / bits;
+    for (size_t w = 0; w < n_words; w++) {
+        uint32_t kw = 0, vw = 0;
+        for (int j = 0; j < per; j++) {
+            int t, d;
+            kvq_mma_key_source(D, bits, w, j, &t, &d);
+            kw |= kvq_dev_get_code(k_page + (size_t)d * (G * bits / 32), (uint32_t)t, bits) << (j * bits);
+            kvq_mma_value_source(D, bits, w, j, &t, &d);
+            vw |= kvq_dev_get_code(v_page + (size_t)t * (D * bits / 32), (uint32_t)d, bits) << (j * bits);
+        }
+        k_out[w] = kw;
+        v_out[w] = vw;
+    }
+}
+
+/* Every page of an export (Sec. 6) into fragment order, in place: what a
+   tensor-core kernel reads. Returns KVQ_OK, or KVQ_ERR_CONFIG for a shape
+   the MMA tiles do not cover (nothing is changed then), KVQ_ERR_NOMEM.   */
+inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
+{
+    if (!e) return KVQ_ERR_NULL;
+    const int D = e->head_dim, G = e->group, B = e->bits;
+    if ((D != 64 && D != 128) || (B != 2 && B != 4) || G <= 0 || G % 32) return KVQ_ERR_CONFIG;
+    const size_t n = (size_t)D * G * B / 32;
+    uint32_t *k = (uint32_t *)malloc(n * 4), *v = (uint32_t *)malloc(n * 4);
+    if (!k || !v) { free(k); free(v); return KVQ_ERR_NOMEM; }
+    for (size_t p = 0; p < e->n_pages; p++) {
+        kvq_cuda_fragment_page(e->k_words + p * n, e->v_words + p * n, D, G, B, k, v);
+        memcpy(e->k_words + p * n, k, n * 4);
+        memcpy(e->v_words + p * n, v, n * 4);
+    }
+    free(k);
+    free(v);
+    return KVQ_OK;
+}
 
 #ifdef KVQ_CUDA_DECLARE_ONLY
 /* ======================================================================== */

@@ -894,6 +894,318 @@ static void test_wave_splits(void)
     CHECK(bad == 0, "kvq_cuda_wave_splits broke its rule in %zu of %zu random cases", bad, cases);
 }
 
+/* ======================================================================== */
+/* host: the tensor-core fragment order (kvq_cuda.cu Sec. 7), replayed      */
+/* ======================================================================== */
+/* No GPU: exported pages are put into fragment order, then every lane's
+   registers are rebuilt the way the tensor-core kernel builds them (its
+   fragment words, kvq_mma_magic + the HFMA2, kvq_mma_split for B) and fed
+   to an emulated mma.m16n8k16 that places them by the PTX ISA's tables as
+   written below: offsets from (gid, 2 tig) listed element by element, not
+   kvq_cuda.cu's formulas. Checked against kvq.h:
+     decode  every A element is the code kvq.h stores at that (token,
+             channel) of the page, and each code is used exactly once;
+     keys    per-page scores sum_d q_hd k_td from hi/lo MMAs + zero term,
+     values  per-page sum_t p_ht v_td likewise, against float64 sums over
+             kvq.h's dequantized rows.
+   What stays for the GPU: the real MMA's accumulation order, and the
+   kernel's shuffles between the score and value fragments.              */
+static const int ptx_a_off[8][2] = {   /* (row - gid, col - 2 tig) of a0..a7  */
+    { 0, 0 }, { 0, 1 }, { 8, 0 }, { 8, 1 }, { 0, 8 }, { 0, 9 }, { 8, 8 }, { 8, 9 } };
+static const int ptx_b_off[4] = { 0, 1, 8, 9 };       /* row - 2 tig of b0..b3; col = gid */
+static const int ptx_c_off[4][2] = { { 0, 0 }, { 0, 1 }, { 8, 0 }, { 8, 1 } };
+
+/* One warp's registers for one MMA: a (4 x f16x2), b (2 x f16x2), c.     */
+struct warp_regs {
+    uint32_t a[32][4], b[32][2];
+    float c[32][4];
+};
+static float half_lo(uint32_t r) { return kvq_f16_to_f32((kvq_f16)(r & 0xffffu)); }
+static float half_hi(uint32_t r) { return kvq_f16_to_f32((kvq_f16)(r >> 16)); }
+static uint32_t pack2(kvq_f16 lo, kvq_f16 hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+/* D = A B + C, with A and B placed by the ISA's tables; exact products,
+   summed in double, rounded to float once per MMA.                       */
+static void mma_emulate(warp_regs &w)
+{
+    float A[16][16], Bm[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const int gid = lane / 4, tig = lane % 4;
+        for (int i = 0; i < 8; i++) {
+            const uint32_t r = w.a[lane][i / 2];
+            A[gid + ptx_a_off[i][0]][2 * tig + ptx_a_off[i][1]] = i % 2 ? half_hi(r) : half_lo(r);
+        }
+        for (int i = 0; i < 4; i++) {
+            const uint32_t r = w.b[lane][i / 2];
+            Bm[2 * tig + ptx_b_off[i]][gid] = i % 2 ? half_hi(r) : half_lo(r);
+        }
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        const int gid = lane / 4, tig = lane % 4;
+        for (int i = 0; i < 4; i++) {
+            const int row = gid + ptx_c_off[i][0], col = 2 * tig + ptx_c_off[i][1];
+            double s = w.c[lane][i];
+            for (int k = 0; k < 16; k++) s += (double)A[row][k] * Bm[k][col];
+            w.c[lane][i] = (float)s;
+        }
+    }
+}
+
+/* A registers of one lane for one k-tile from its fragment word: the
+   decode of kvq_cuda.cu Sec. 7 (LOP3, then HFMA2 x 2^-k - 1024 2^-k, both
+   exact in fp16, emulated in float).                                     */
+static void lane_a_regs(uint32_t word, int bits, int tile, uint32_t a[4])
+{
+    for (int j = 0; j < 4; j++) {
+        int k;
+        const uint32_t m = kvq_mma_magic(word, bits, 4 * tile + j, &k);
+        const float sc = ldexpf(1.0f, -k);
+        const float lo = half_lo(m) * sc - 1024.0f * sc, hi = half_hi(m) * sc - 1024.0f * sc;
+        a[j] = pack2(kvq_f32_to_f16(lo), kvq_f32_to_f16(hi));
+    }
+}
+
+/* B registers of one lane: weights W[k][n] (k: 16 rows of the tile, n: 8
+   columns) split hi or lo with column n's exponent e[n].                 */
+static void lane_b_regs(int lane, const float W[16][8], const int e[8], bool lo_part,
+                        uint32_t b[2])
+{
+    kvq_f16 h[4];
+    for (int i = 0; i < 4; i++) {
+        kvq_f16 hi, lo;
+        const int n = kvq_mma_b_col(lane);
+        kvq_mma_split(W[kvq_mma_b_row(lane, i)][n], e[n], &hi, &lo);
+        h[i] = lo_part ? lo : hi;
+    }
+    b[0] = pack2(h[0], h[1]);
+    b[1] = pack2(h[2], h[3]);
+}
+
+static void test_fragment_tables(void)
+{
+    int bad = 0, seen_a[16][16] = { { 0 } }, seen_b[16][8] = { { 0 } }, seen_c[16][8] = { { 0 } };
+    for (int lane = 0; lane < 32; lane++) {
+        const int gid = lane / 4, tig = lane % 4;
+        for (int i = 0; i < 8; i++) {
+            bad += kvq_mma_a_row(lane, i) != gid + ptx_a_off[i][0] ||
+                   kvq_mma_a_col(lane, i) != 2 * tig + ptx_a_off[i][1];
+            seen_a[kvq_mma_a_row(lane, i)][kvq_mma_a_col(lane, i)]++;
+        }
+        for (int i = 0; i < 4; i++) {
+            bad += kvq_mma_b_row(lane, i) != 2 * tig + ptx_b_off[i] || kvq_mma_b_col(lane) != gid;
+            bad += kvq_mma_c_row(lane, i) != gid + ptx_c_off[i][0] ||
+                   kvq_mma_c_col(lane, i) != 2 * tig + ptx_c_off[i][1];
+            seen_b[kvq_mma_b_row(lane, i)][kvq_mma_b_col(lane)]++;
+            seen_c[kvq_mma_c_row(lane, i)][kvq_mma_c_col(lane, i)]++;
+        }
+    }
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            bad += seen_a[r][c] != 1 || (c < 8 && (seen_b[r][c] != 1 || seen_c[r][c] != 1));
+    CHECK(bad == 0, "fragment maps: %d entries differ from the PTX ISA tables or repeat", bad);
+    /* the split: hi + lo within 2^-9 of w 2^e, largest |w| 2^e in [2^14, 2^15) */
+    double worst = 0.0;
+    for (int t = 0; t < 20000; t++) {
+        const float mx = ldexpf(1.0f + (float)rng_unif(), (int)rng_below(60) - 30);
+        const float w = (float)(mx * (2.0 * rng_unif() - 1.0));
+        const int e = kvq_mma_exponent(mx);
+        kvq_f16 hi, lo;
+        kvq_mma_split(w, e, &hi, &lo);
+        const double err = fabs((double)kvq_f16_to_f32(hi) + kvq_f16_to_f32(lo) - ldexp((double)w, e));
+        if (err > worst) worst = err;
+        bad += !(ldexpf(mx, e) >= 16384.0f && ldexpf(mx, e) < 32768.0f);
+    }
+    CHECK(bad == 0, "kvq_mma_exponent: %d maxima outside [2^14, 2^15) after scaling", bad);
+    CHECK(worst <= ldexp(1.0, -9), "kvq_mma_split: hi + lo off by %.3g (bound 2^-9)", worst);
+    printf("  fragment tables: A, B, C maps = PTX ISA; split hi + lo worst %.2e (bound %.2e)\n",
+           worst, ldexp(1.0, -9));
+}
+
+/* One exported stream's pages, replayed. Returns the worst errors.       */
+static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_k,
+                         double *worst_v, long *bad_codes)
+{
+    const int D = e.head_dim, G = e.group, B = e.bits, Gv = e.value_group, gpt = D / Gv;
+    const int TPW = 4 / B;                               /* k-tiles per word  */
+    const size_t n_words = (size_t)D * G * B / 32, kpl = (size_t)D * B / 64, vpl = (size_t)D / 16;
+    kvq_cuda_export_t f = e;                             /* fragment-order copy */
+    std::vector<uint32_t> fk(e.k_words, e.k_words + e.n_pages * n_words),
+        fv(e.v_words, e.v_words + e.n_pages * n_words);
+    f.k_words = fk.data();
+    f.v_words = fv.data();
+    CHECK(kvq_cuda_export_fragment(&f) == KVQ_OK, "kvq_cuda_export_fragment refused D=%d G=%d B=%d", D, G, B);
+    const size_t full = std::min(e.n_kq, e.n_vq) / (size_t)G;   /* pages quantized on both sides */
+    std::vector<float> q((size_t)n_heads * D), p((size_t)n_heads * G);
+    for (size_t pg = 0; pg < full; pg++) {
+        const uint32_t *kw = e.k_words + pg * n_words, *vw = e.v_words + pg * n_words;
+        const uint32_t *fkw = fk.data() + pg * n_words, *fvw = fv.data() + pg * n_words;
+        const kvq_sz *ksz = e.k_sz + pg * D, *vsz = e.v_sz + pg * (size_t)G * gpt;
+        /* queries: Gaussian, one head scaled down 10^-6 (exercises e)      */
+        for (auto &x : q) x = rng_gauss();
+        for (int d = 0; d < D; d++) q[d] *= 1e-6f;
+        for (auto &x : p) x = (float)rng_unif();
+        /* kvq.h's rows of this page, and the use count of each code        */
+        std::vector<double> Kd((size_t)G * D), Vd((size_t)G * D);
+        std::vector<int> used_k((size_t)G * D, 0), used_v((size_t)G * D, 0);
+        std::vector<float> ka(D), kb(D);
+        for (int d = 0; d < D; d++) kvq_dev_affine(ksz[d], e.zero_mode, &ka[d], &kb[d]);
+        for (int t = 0; t < G; t++)
+            for (int d = 0; d < D; d++) {
+                float a, b;
+                Kd[(size_t)t * D + d] = (double)kvq_dev_get_code(kw + (size_t)d * (G * B / 32), t, B) * ka[d] + kb[d];
+                kvq_dev_affine(vsz[(size_t)t * gpt + d / Gv], e.zero_mode, &a, &b);
+                Vd[(size_t)t * D + d] = (double)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B) * a + b;
+            }
+        /* keys: C(16 tokens x 8 heads) per row tile, over D/16 k-tiles    */
+        for (int h0 = 0; h0 < n_heads; h0 += 8) {
+            float W[128][8] = { { 0 } };
+            int ex[8] = { 0 };
+            double zt[8] = { 0 }, mag[8] = { 0 };
+            for (int n = 0; n < 8 && h0 + n < n_heads; n++) {
+                float mx = 0.0f;
+                for (int d = 0; d < D; d++) {
+                    W[d][n] = q[(size_t)(h0 + n) * D + d] * ka[d];
+                    mx = std::max(mx, fabsf(W[d][n]));
+                    zt[n] += (double)q[(size_t)(h0 + n) * D + d] * kb[d];
+                    mag[n] += fabs((double)q[(size_t)(h0 + n) * D + d]) * (15.0 * fabs(ka[d]) + fabs(kb[d]));
+                }
+                ex[n] = kvq_mma_exponent(mx);
+            }
+            for (int mt = 0; mt < G / 16; mt++) {
+                warp_regs w;
+                memset(&w, 0, sizeof w);
+                for (int kt = 0; kt < D / 16; kt++)
+                    for (int part = 0; part < 2; part++) {
+                        for (int lane = 0; lane < 32; lane++) {
+                            const uint32_t word = fkw[((size_t)mt * 32 + lane) * kpl + kt / TPW];
+                            lane_a_regs(word, B, kt % TPW, w.a[lane]);
+                            for (int i = 0; i < 8 && part == 0; i++) {
+                                const uint32_t r = w.a[lane][i / 2];
+                                const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
+                                const int t = 16 * mt + kvq_mma_a_row(lane, i), d = 16 * kt + kvq_mma_a_col(lane, i);
+                                *bad_codes += code != (int)kvq_dev_get_code(kw + (size_t)d * (G * B / 32), t, B);
+                                used_k[(size_t)t * D + d]++;
+                            }
+                            lane_b_regs(lane, (const float(*)[8]) & W[16 * kt][0], ex, part == 1, w.b[lane]);
+                        }
+                        mma_emulate(w);
+                    }
+                for (int lane = 0; lane < 32; lane++)
+                    for (int i = 0; i < 4; i++) {
+                        const int t = 16 * mt + kvq_mma_c_row(lane, i), n = kvq_mma_c_col(lane, i);
+                        if (h0 + n >= n_heads) continue;
+                        const double got = ldexp((double)w.c[lane][i], -ex[n]) + zt[n];
+                        double ref = 0.0;
+                        for (int d = 0; d < D; d++) ref += (double)q[(size_t)(h0 + n) * D + d] * Kd[(size_t)t * D + d];
+                        *worst_k = std::max(*worst_k, fabs(got - ref) / mag[n]);
+                    }
+            }
+        }
+        /* values: C(16 channels x 8 heads) per channel tile, over the page's
+           token k-tiles; B = p_ht a_tg of the tile's group g             */
+        for (int h0 = 0; h0 < n_heads; h0 += 8) {
+            for (int mt = 0; mt < D / 16; mt++) {
+                const int g = 16 * mt / Gv;
+                float U[128][8] = { { 0 } };
+                int ex[8] = { 0 };
+                double zt[8] = { 0 }, mag[8] = { 0 };
+                for (int n = 0; n < 8 && h0 + n < n_heads; n++) {
+                    float mx = 0.0f;
+                    for (int t = 0; t < G; t++) {
+                        float a, b;
+                        kvq_dev_affine(vsz[(size_t)t * gpt + g], e.zero_mode, &a, &b);
+                        const float pt = p[(size_t)(h0 + n) * G + t];
+                        U[t][n] = pt * a;
+                        mx = std::max(mx, fabsf(U[t][n]));
+                        zt[n] += (double)pt * b;
+                        mag[n] += pt * (15.0 * fabs(a) + fabs(b));
+                    }
+                    ex[n] = kvq_mma_exponent(mx);
+                }
+                warp_regs w;
+                memset(&w, 0, sizeof w);
+                for (int kt = 0; kt < G / 16; kt++)
+                    for (int part = 0; part < 2; part++) {
+                        for (int lane = 0; lane < 32; lane++) {
+                            const uint32_t word = fvw[((size_t)(kt / TPW) * 32 + lane) * vpl + mt];
+                            lane_a_regs(word, B, kt % TPW, w.a[lane]);
+                            for (int i = 0; i < 8 && part == 0; i++) {
+                                const uint32_t r = w.a[lane][i / 2];
+                                const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
+                                const int d = 16 * mt + kvq_mma_a_row(lane, i), t = 16 * kt + kvq_mma_a_col(lane, i);
+                                *bad_codes += code != (int)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B);
+                                used_v[(size_t)t * D + d]++;
+                            }
+                            lane_b_regs(lane, (const float(*)[8]) & U[16 * kt][0], ex, part == 1, w.b[lane]);
+                        }
+                        mma_emulate(w);
+                    }
+                for (int lane = 0; lane < 32; lane++)
+                    for (int i = 0; i < 4; i++) {
+                        const int d = 16 * mt + kvq_mma_c_row(lane, i), n = kvq_mma_c_col(lane, i);
+                        if (h0 + n >= n_heads) continue;
+                        const double got = ldexp((double)w.c[lane][i], -ex[n]) + zt[n];
+                        double ref = 0.0;
+                        for (int t = 0; t < G; t++) ref += (double)p[(size_t)(h0 + n) * G + t] * Vd[(size_t)t * D + d];
+                        *worst_v = std::max(*worst_v, fabs(got - ref) / mag[n]);
+                    }
+            }
+        }
+        for (size_t i = 0; i < used_k.size(); i++)
+            *bad_codes += (used_k[i] != (n_heads + 7) / 8) + (used_v[i] != (n_heads + 7) / 8);
+    }
+}
+
+/* Error bound of a replayed score or output, relative to its magnitude
+   sum |q| (15 |a| + |b|): the split's 2^-23 of the largest weight times
+   at most D codes of 15, plus fp32 rounding per MMA; 2^-16 leaves room
+   and still fails on any misplaced code (an error near 1).              */
+#define MMA_TOL ldexp(1.0, -16)
+
+static void test_fragment_replay(void)
+{
+    test_fragment_tables();
+    const int pols[] = { POL_KIVI, POL_OTT, POL_LOGQUANT, POL_KIVI_INT };
+    size_t n_pages = 0;
+    for (int pol : pols)
+        for (size_t D : { 64, 128 })
+            for (int bits : { 2, 4 })
+                for (size_t G : { 32, 64, 128 }) {
+                    kvq_cache c;
+                    kvq_cuda_export_t e;
+                    char why[200] = "";
+                    bool ok = make_stream(pol, D, bits, G, 600, &c, &e, why, sizeof why);
+                    CHECK(ok, "fragment replay %s D=%zu B=%d G=%zu: %s", pol_name[pol], D, bits, G, why);
+                    if (!ok) continue;
+                    if (e.value_group % 16 == 0) {           /* the MMA tiles' shapes */
+                        double wk = 0.0, wv = 0.0;
+                        long bad = 0;
+                        for (int heads : { 1, 5, 8, 16 }) replay_pages(e, heads, &wk, &wv, &bad);
+                        n_pages += std::min(e.n_kq, e.n_vq) / G;
+                        CHECK(bad == 0, "fragment replay %s D=%zu B=%d G=%zu: %ld codes misplaced or not used once",
+                              pol_name[pol], D, bits, G, bad);
+                        CHECK(wk <= MMA_TOL && wv <= MMA_TOL,
+                              "fragment replay %s D=%zu B=%d G=%zu: keys %.3g values %.3g (tol %.3g)",
+                              pol_name[pol], D, bits, G, wk, wv, MMA_TOL);
+                        if (pol == POL_KIVI)
+                            printf("  fragment replay D=%3zu B=%d G=%3zu: worst key %.2e, value %.2e\n",
+                                   D, bits, G, wk, wv);
+                    }
+                    kvq_cuda_export_free(&e);
+                    kvq_cache_free(&c);
+                }
+    CHECK(n_pages > 20, "the fragment replay saw only %zu full pages", n_pages);
+    printf("  fragment replay: %zu pages, heads 1/5/8/16, every code placed once\n", n_pages);
+    /* a shape the tiles do not cover is refused, nothing changed           */
+    kvq_cuda_export_t bad_e;
+    memset(&bad_e, 0, sizeof bad_e);
+    bad_e.head_dim = 96; bad_e.group = 32; bad_e.bits = 2;
+    CHECK(kvq_cuda_export_fragment(&bad_e) == KVQ_ERR_CONFIG, "D = 96 was accepted");
+    bad_e.head_dim = 64; bad_e.bits = 8;
+    CHECK(kvq_cuda_export_fragment(&bad_e) == KVQ_ERR_CONFIG, "B = 8 was accepted");
+    CHECK(kvq_cuda_export_fragment(NULL) == KVQ_ERR_NULL, "NULL was accepted");
+}
+
 int main(int argc, char **argv)
 {
     const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
@@ -904,6 +1216,7 @@ int main(int argc, char **argv)
     printf("test_gpu: host checks\n");
     test_host_walk();
     test_wave_splits();
+    test_fragment_replay();
     if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
