@@ -6,12 +6,13 @@
    targets at the end print PASS/FAIL and never change the exit status.
 
        make bench                       (builds and runs this, see bench/README.md)
-       build/bench/bench_cpu [--record] [--quick]
+       build/bench/bench_cpu [--record] [--quick] [--llm]
          --record  also append a dated block (machine, commit, every table
                    below exactly as printed) to bench/RESULTS.md; run it from
                    the repository root
          --quick   smaller sizes, fewer repetitions, no LLM runs: a smoke run
                    that cannot be recorded
+         --llm     section 4 and its targets only (build/llm and llama-bench)
 
    Anchors (each section says when it is missing and how to get it):
      ggml     quantize_row_q4_0_ref / q4_1_ref / q2_0_ref from llama.cpp's
@@ -23,8 +24,9 @@
               machine's read bandwidth, measured in the same run
      llm      build/llm generate (make build/llm, make model), timed from
               outside: tokens per second at a given context depth
-     llama    llama.cpp's llama-bench on the same GGUF, one thread
-              (sh bench/llama_bench.sh builds build/llama.cpp/bin/llama-bench)
+     llama    llama.cpp's llama-bench on the same GGUF, one thread: the AVX2
+              build (build/llm's ISA; sh bench/llama_bench.sh) and, when
+              built (--native), the -march=native one
 
    Sections:
      0. read bandwidth (stream) and memcpy
@@ -35,8 +37,8 @@
         LogQuant-2) vs the plain fp32 loop, T in {4K, 32K, 128K}; every
         output checked first
      3. OTT's outlier competition on the host
-     4. LLM decode: build/llm (fp32, kivi2 caches) vs llama-bench (f16, q4_0
-        caches) at depth 8 and 1024
+     4. LLM decode: build/llm (fp32, kivi2 caches) vs llama-bench (f16 with
+        flash attention off and on, q4_0 caches) at depth 8 and 1024
      5. the issue's targets as PASS/FAIL lines
 
    Method: CLOCK_MONOTONIC; warm-up calls, then repetitions INTERLEAVED
@@ -60,7 +62,7 @@
 #define RESULTS_PATH "bench/RESULTS.md"
 #define LLM_BIN      "build/llm"
 #define LLM_MODEL    "models/SmolLM2-135M-Instruct.Q4_1.gguf"
-#define LLAMA_BENCH  "build/llama.cpp/bin/llama-bench"
+#define LLM_ROUNDS   3    /* build/llm runs per (cache, depth), interleaved      */
 
 /* ------------------------------------------------------------------------ */
 /* ggml's reference quantizers (bench/ggml_anchor.sh)                       */
@@ -534,19 +536,39 @@ static double llm_decode_tok_s(const char *cache, int depth, int n_gen)
     return r;
 }
 
+/* The llama.cpp builds of bench/llama_bench.sh. The AVX2 build has
+   build/llm's ISA and is the issue's anchor. The native build (AVX-512,
+   and on an AMX CPU the AMX weight buffer) is timed beside it when present,
+   with -ub 1: its AMX prefill of a -d context crashes when built by gcc 12
+   (llama_bench.sh says why); one token at a time leaves the same KV cache. */
+typedef struct { const char *bin, *name, *args; } llama_build;
+static const llama_build LLAMA[2] = {
+    { "build/llama.cpp/bin/llama-bench", "AVX2 build", "" },
+    { "build/llama.cpp-native/bin/llama-bench", "native build (-march=native), `-ub 1`",
+      "-ub 1" },
+};
+/* llama.cpp's K/V cache columns: fp16 with flash attention off and on (the
+   faster is the anchor: which wins depends on the depth), q4_0 (on: ggml
+   needs flash attention for a quantized V)                                */
+#define N_LLAMA_COLS 3
+static const char *const llama_ctype[N_LLAMA_COLS] = { "f16", "f16", "q4_0" };
+static const int llama_fa[N_LLAMA_COLS] = { 0, 1, 1 };
+
 /* llama-bench's mean tokens/s for decode at each depth of `depths`
-   ("8,1024"), with K and V cache type `ctype`, from its CSV output (the
-   last field, avg_ts... found by name). Returns how many rows were read. */
-static int llama_bench_tok_s(const char *ctype, const int *depths, int nd, int n_gen,
-                             double *ts)
+   ("8,1024"), with K and V cache type `ctype` and flash attention `fa`,
+   from its CSV output (the n_depth and avg_ts columns, found by name).
+   Returns how many depths were read.                                     */
+static int llama_bench_tok_s(const llama_build *lb, const char *ctype, int fa,
+                             const int *depths, int nd, int n_gen, double *ts)
 {
     char cmd[512], line[4096], dlist[64] = "";
     int col_depth = -1, col_ts = -1, got = 0, i;
     FILE *p;
     for (i = 0; i < nd; i++)
-        snprintf(dlist + strlen(dlist), sizeof dlist - strlen(dlist), "%s%d", i ? "," : "", depths[i]);
-    snprintf(cmd, sizeof cmd, "%s -m %s -t 1 -p 0 -n %d -d %s -r 3 -ctk %s -ctv %s -o csv 2>/dev/null",
-             LLAMA_BENCH, LLM_MODEL, n_gen, dlist, ctype, ctype);
+        snprintf(dlist + strlen(dlist), sizeof dlist - strlen(dlist), "%s%d", i ? "," : "",
+                 depths[i]);
+    snprintf(cmd, sizeof cmd, "%s -m %s -t 1 -p 0 -n %d -d %s -r 3 -ctk %s -ctv %s -fa %d %s "
+             "-o csv 2>/dev/null", lb->bin, LLM_MODEL, n_gen, dlist, ctype, ctype, fa, lb->args);
     for (i = 0; i < nd; i++) ts[i] = -1.0;
     fflush(stdout);
     if (!(p = popen(cmd, "r"))) return 0;
@@ -656,10 +678,12 @@ int main(int argc, char **argv)
     static const size_t NQ[2] = { 1, 4 };
     attn_row arows[2][3];
     double stream_gbs, copy_gbs, q4_1_gbs = 0.0, kvq_gbs[2][2] = { { 0 } };
-    int have_ggml = 0, have_llm = 0, have_llama = 0;
+    int have_ggml = 0, have_llm = 0, have_llama[2] = { 0, 0 }, llm_only = 0;
     static const int depth[2] = { 8, 1024 };
     const int n_gen = 32;
-    double llm_ts[2][2], llama_ts[2][2];          /* [depth][fp32|kivi2], [depth][f16|q4_0] */
+    double llm_ts[2][2];                  /* [depth][fp32|kivi2]                 */
+    double llama_ts[2][2][N_LLAMA_COLS];  /* [build][depth][column]              */
+    double llama_f16[2][2];               /* [build][depth]: the faster f16 column */
     float *K, *V, *Kc, *Vc, *q, *out, *ref;
     struct utsname un;
     char model[256], head[64], dirty[256], compiler[128], date[64];
@@ -668,13 +692,18 @@ int main(int argc, char **argv)
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--record") == 0) record = 1;
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--llm") == 0) llm_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--record] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--record] [--quick] [--llm]\n", argv[0]);
             return 2;
         }
     }
     if (record && quick) {
         fprintf(stderr, "bench_cpu: --quick results are not recorded\n");
+        return 2;
+    }
+    if (llm_only && quick) {
+        fprintf(stderr, "bench_cpu: --quick runs no LLM: --llm and --quick exclude each other\n");
         return 2;
     }
     if (record && !(rec = tmpfile())) {
@@ -693,7 +722,8 @@ int main(int argc, char **argv)
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     read_cmd("git rev-parse --short HEAD 2>/dev/null", head, sizeof head);
     if (!head[0]) snprintf(head, sizeof head, "unknown");
-    read_cmd("git status --porcelain -- kvq.h bench/bench_cpu.c Makefile 2>/dev/null",
+    read_cmd("git status --porcelain -- kvq.h bench/bench_cpu.c Makefile examples/llm "
+             "2>/dev/null",
              dirty, sizeof dirty);
     snprintf(compiler, sizeof compiler, "%s", COMPILER);
     for (i = (int)strlen(compiler); i > 0 && compiler[i - 1] == ' '; i--)
@@ -707,281 +737,314 @@ int main(int argc, char **argv)
     printf("WARNING: built without optimization; use the Makefile's bench rule\n\n");
 #endif
 
-    /* ---- 0. read bandwidth and memcpy ---------------------------------- */
-    {
-        size_t llc = llc_bytes(), sbytes = 4 * llc < ((size_t)64 << 20) ? (size_t)64 << 20 : 4 * llc;
-        size_t cbytes = TQ * D * sizeof(float);
-        float *S = (float *)xmalloc(sbytes), *C = (float *)xmalloc(cbytes);
-        stream_ctx sc;
-        copy_ctx cc;
-        variant v[2];
-        fill_normal(S, sbytes / sizeof(float));
-        sc.x = S; sc.n = sbytes / sizeof(float);
-        cc.dst = C; cc.src = S; cc.n = cbytes;
-        v[0].f = run_stream; v[0].ctx = &sc;
-        v[1].f = run_memcpy; v[1].ctx = &cc;
-        time_interleaved(v, 2, 2, quick ? 5 : 11);
-        stream_gbs = gbs(sbytes, v[0].med);
-        copy_gbs = gbs(cbytes, v[1].med);
-        say("#### 0. Memory\n\n");
-        say("- read bandwidth: streaming sum of %.0f MB (4x the %.0f MB last-level cache): "
-            "**%.2f GB/s**\n", sbytes / 1e6, llc / 1e6, stream_gbs);
-        say("- memcpy of %.1f MB (the quantize input), bytes counted once: %.2f GB/s\n\n",
-            cbytes / 1e6, copy_gbs);
-        free(S);
-        free(C);
-    }
+    /* ---- 0-3: the kernels (skipped under --llm) -------------------------- */
+    if (!llm_only) {
+        /* ---- 0. read bandwidth and memcpy ---------------------------------- */
+        {
+            size_t llc = llc_bytes(),
+                   sbytes = 4 * llc < ((size_t)64 << 20) ? (size_t)64 << 20 : 4 * llc;
+            size_t cbytes = TQ * D * sizeof(float);
+            float *S = (float *)xmalloc(sbytes), *C = (float *)xmalloc(cbytes);
+            stream_ctx sc;
+            copy_ctx cc;
+            variant v[2];
+            fill_normal(S, sbytes / sizeof(float));
+            sc.x = S; sc.n = sbytes / sizeof(float);
+            cc.dst = C; cc.src = S; cc.n = cbytes;
+            v[0].f = run_stream; v[0].ctx = &sc;
+            v[1].f = run_memcpy; v[1].ctx = &cc;
+            time_interleaved(v, 2, 2, quick ? 5 : 11);
+            stream_gbs = gbs(sbytes, v[0].med);
+            copy_gbs = gbs(cbytes, v[1].med);
+            say("#### 0. Memory\n\n");
+            say("- read bandwidth: streaming sum of %.0f MB (4x the %.0f MB last-level cache): "
+                "**%.2f GB/s**\n", sbytes / 1e6, llc / 1e6, stream_gbs);
+            say("- memcpy of %.1f MB (the quantize input), bytes counted once: %.2f GB/s\n\n",
+                cbytes / 1e6, copy_gbs);
+            free(S);
+            free(C);
+        }
 
-    /* ---- 1. quantize ---------------------------------------------------- */
-    {
-        size_t nx = TQ * D, bytes = nx * sizeof(float);
-        float *X = (float *)xmalloc(bytes), *Y = (float *)xmalloc(bytes);
-        static const int bits[2] = { 2, 4 };
-        static const kvq_axis axes[2] = { KVQ_PER_TOKEN, KVQ_PER_CHANNEL };
-        quant_ctx qc[4];          /* [2 bits + axis]: 2-bit tok, chan, 4-bit tok, chan */
-        variant v[7];
-        int nv = 0;
-        double err[7];
+        /* ---- 1. quantize ---------------------------------------------------- */
+        {
+            size_t nx = TQ * D, bytes = nx * sizeof(float);
+            float *X = (float *)xmalloc(bytes), *Y = (float *)xmalloc(bytes);
+            static const int bits[2] = { 2, 4 };
+            static const kvq_axis axes[2] = { KVQ_PER_TOKEN, KVQ_PER_CHANNEL };
+            quant_ctx qc[4];          /* [2 bits + axis]: 2-bit tok, chan, 4-bit tok, chan */
+            variant v[7];
+            int nv = 0;
+            double err[7];
 #ifdef KVQ_BENCH_GGML
-        ggml_ctx gc[3];
-        static const char *const gname[3] = { "q4_0_ref", "q4_1_ref", "q2_0_ref" };
-        static const char *const gwhat[3] = {
-            "4-bit symmetric, G = 32, fp16 d", "4-bit, G = 32, fp16 d and min: kvq's format",
-            "2-bit symmetric, G = 64: no 2-bit asymmetric ggml type"
-        };
-        have_ggml = 1;
+            ggml_ctx gc[3];
+            static const char *const gname[3] = { "q4_0_ref", "q4_1_ref", "q2_0_ref" };
+            static const char *const gwhat[3] = {
+                "4-bit symmetric, G = 32, fp16 d", "4-bit, G = 32, fp16 d and min: kvq's format",
+                "2-bit symmetric, G = 64: no 2-bit asymmetric ggml type"
+            };
+            have_ggml = 1;
 #endif
-        fill_normal(X, nx);
-        for (i = 0; i < 2; i++)
-            for (j = 0; j < 2; j++) {
-                kvq_layout L;
-                quant_ctx *c = &qc[i * 2 + j];
-                ok_or_die(kvq_layout_init(&L, TQ, D, bits[i], 32, axes[j]), "kvq_layout_init", NULL);
-                c->X = X; c->T = TQ; c->D = D; c->G = 32; c->bits = bits[i]; c->axis = axes[j];
-                c->words = (uint32_t *)xmalloc(L.total_words * sizeof(uint32_t));
-                c->sz = (kvq_sz *)xmalloc(L.total_groups * sizeof(kvq_sz));
-                v[nv].f = run_quantize; v[nv++].ctx = c;
-            }
-#ifdef KVQ_BENCH_GGML
-        for (i = 0; i < 3; i++) {
-            gc[i].X = X; gc[i].n = nx; gc[i].type = i;
-            gc[i].y = xmalloc(ggml_bytes(i, nx));
-            v[nv].f = run_ggml; v[nv++].ctx = &gc[i];
-        }
-#endif
-        time_interleaved(v, nv, qw, qr);
-        for (i = 0; i < 4; i++) err[i] = kvq_rms_error(&qc[i], Y);
-#ifdef KVQ_BENCH_GGML
-        for (i = 0; i < 3; i++) err[4 + i] = ggml_rms_error(&gc[i]);
-        q4_1_gbs = gbs(bytes, v[5].med);
-#endif
-        say("#### 1. Quantize\n\n");
-        say("X (T = %zu, D = %zu) fp32 = %.1f MB of N(0,1); float zero; median of %d "
-            "interleaved reps after %d warm-up. GB/s = fp32 input bytes / time. "
-            "x q4_1 = GB/s over ggml quantize_row_q4_1_ref's (> 1: kvq faster). "
-            "rms = RMS of dequantized - X, a check that each computed what it should.\n\n",
-            TQ, D, bytes / 1e6, qr, qw);
-        say("| quantizer | B | G | axis | ms | GB/s | vs memcpy | x q4_1 | rms |\n"
-            "|---|---|---|---|---|---|---|---|---|\n");
-        for (i = 0; i < 4; i++) {
-            double g = gbs(bytes, v[i].med);
-            char ratio[32];
-            kvq_gbs[i / 2][i % 2] = g;
-            if (have_ggml) snprintf(ratio, sizeof ratio, "%.2fx", g / q4_1_gbs);
-            else snprintf(ratio, sizeof ratio, "-");
-            say("| kvq_quantize_matrix | %d | 32 | %s | %.2f | %.3f | %.1f%% | %s | %.4f |\n",
-                qc[i].bits, qc[i].axis == KVQ_PER_TOKEN ? "per-token" : "per-channel",
-                v[i].med * 1e3, g, 100.0 * g / copy_gbs, ratio, err[i]);
-        }
-#ifdef KVQ_BENCH_GGML
-        for (i = 0; i < 3; i++) {
-            double g = gbs(bytes, v[4 + i].med);
-            say("| ggml %s (%s) | %d | %d | per-token | %.2f | %.3f | %.1f%% | %.2fx | %.4f |\n",
-                gname[i], gwhat[i], i == 2 ? 2 : 4, i == 2 ? 64 : 32, v[4 + i].med * 1e3, g,
-                100.0 * g / copy_gbs, g / q4_1_gbs, err[4 + i]);
-        }
-        say("\n");
-        /* kvq 4-bit per-token G = 32 float zero is q4_1's format: the same
-           error, or one of the two quantizers is broken                    */
-        if (err[2] > 1.25 * err[5] || err[5] > 1.25 * err[2]) {
-            fprintf(stderr, "bench_cpu: kvq 4-bit per-token RMS error %.5f vs ggml q4_1 %.5f: "
-                    "the same format should give the same error\n", err[2], err[5]);
-            return 1;
-        }
-        for (i = 0; i < 3; i++) free(gc[i].y);
-#else
-        say("\nggml anchor unavailable: run bench/ggml_anchor.sh (then rebuild with "
-            "-DKVQ_BENCH_GGML, as `make bench` does)\n\n");
-#endif
-        for (i = 0; i < 4; i++) { free(qc[i].words); free(qc[i].sz); }
-        free(X);
-        free(Y);
-    }
-
-    /* ---- 2. decode attention -------------------------------------------- */
-    K = (float *)xmalloc(Tmax * D * sizeof(float));
-    V = (float *)xmalloc(Tmax * D * sizeof(float));
-    Kc = (float *)xmalloc(Tmax * D * sizeof(float));
-    Vc = (float *)xmalloc(Tmax * D * sizeof(float));
-    q = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
-    out = (float *)xmalloc((N_CACHES + 1) * PLAIN_MAX_Q * D * sizeof(float));
-    ref = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
-    fill_normal(K, Tmax * D);
-    fill_normal(V, Tmax * D);
-    fill_normal(q, PLAIN_MAX_Q * D);
-    say("#### 2. Decode attention\n\n");
-    say("kvq_attend ONLINE, D = %zu, N(0,1) K, V, q; n_q query heads share the KV head "
-        "(GQA). Caches built by kvq_cache_prefill of the same T tokens: fp32 = "
-        "kvq_config_full(128, 32), fp16 = kvq_config_full(128, 16), KIVI-B = "
-        "kvq_config_kivi(128, B), HF-2 = kvq_config_hf(128, kvq_hf_defaults(2)), OTT-2 = "
-        "kvq_config_ott(128, 2, 5), LogQuant-2 = kvq_config_logquant(128, 2, "
-        "kvq_logquant_window_for(128)). loop = plain fp32 attention over the (T, D) "
-        "arrays (bench_cpu.c plain_attend). x loop = loop ms / ms (> 1: faster than the "
-        "loop). MB = bytes read (kvq_cache_bytes payload; 2 T D 4 for the loop); GB/s = "
-        "MB / time, %% bw = of the %.2f GB/s streaming read. err = rel. L2 vs "
-        "kvq_attend_dense (double) on the cache's own rows (the loop: on K, V); > %.0e "
-        "aborts.\n\n", D, stream_gbs, ATTN_TOL);
-    for (j = 0; j < 3; j++) {
-        size_t T = TA[j];
-        kvq_cache caches[N_CACHES];
-        attn_ctx ac[2][N_CACHES];
-        plain_ctx pc[2];
-        float *acc = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
-        float *sbuf = (float *)xmalloc(PLAIN_MAX_Q * PLAIN_TILE * sizeof(float));
-        size_t bytes[N_CACHES];
-        int h;
-        for (i = 0; i < N_CACHES; i++) {
-            kvq_config cfg = cache_config(i, D);
-            kvq_bytes b;
-            ok_or_die(kvq_cache_init(&caches[i], &cfg), "kvq_cache_init", &caches[i]);
-            ok_or_die(kvq_cache_reserve(&caches[i], T), "kvq_cache_reserve", &caches[i]);
-            ok_or_die(kvq_cache_prefill(&caches[i], K, V, T), "kvq_cache_prefill", &caches[i]);
-            ok_or_die(kvq_cache_bytes(&caches[i], &b), "kvq_cache_bytes", &caches[i]);
-            bytes[i] = b.payload;
-        }
-        for (h = 0; h < 2; h++) {
-            size_t nq = NQ[h];
-            attn_row *r = &arows[h][j];
-            variant v[N_CACHES + 1];
-            r->T = T; r->n_q = nq; r->reps = ar[j];
-            /* the loop, checked against the oracle on K, V                  */
-            pc[h].K = K; pc[h].V = V; pc[h].T = T; pc[h].D = D; pc[h].q = q; pc[h].n_q = nq;
-            pc[h].out = out; pc[h].acc = acc; pc[h].s = sbuf;
-            v[0].f = run_plain; v[0].ctx = &pc[h];
-            r->bytes[0] = 2 * T * D * sizeof(float);
-            run_plain(&pc[h]);
-            ok_or_die(kvq_attend_dense(K, V, T, D, q, nq, ref, NULL), "kvq_attend_dense", NULL);
-            r->err[0] = rel_l2(out, ref, nq * D);
-            for (i = 0; i < N_CACHES; i++) {
-                attn_ctx *a = &ac[h][i];
-                size_t nrows;
-                a->c = &caches[i]; a->q = q; a->n_q = nq;
-                a->out = out + (size_t)(i + 1) * PLAIN_MAX_Q * D;
-                a->n_scratch = kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_ONLINE) * nq;
-                a->scratch = (float *)xmalloc(a->n_scratch * sizeof(float));
-                v[1 + i].f = run_attend; v[1 + i].ctx = a;
-                r->bytes[1 + i] = bytes[i];
-                run_attend(a);
-                nrows = cache_rows(&caches[i], Kc, Vc);
-                ok_or_die(kvq_attend_dense(Kc, Vc, nrows, D, q, nq, ref, NULL),
-                          "kvq_attend_dense", NULL);
-                r->err[1 + i] = rel_l2(a->out, ref, nq * D);
-            }
-            for (i = 0; i <= N_CACHES; i++)
-                if (!(r->err[i] <= ATTN_TOL)) {
-                    fprintf(stderr, "bench_cpu: %s attention at T = %zu, n_q = %zu is %.3g "
-                            "(rel. L2) off its oracle; tolerance %.0e\n",
-                            i ? cache_name[i - 1] : "plain loop", T, nq, r->err[i], ATTN_TOL);
-                    return 1;
+            fill_normal(X, nx);
+            for (i = 0; i < 2; i++)
+                for (j = 0; j < 2; j++) {
+                    kvq_layout L;
+                    quant_ctx *c = &qc[i * 2 + j];
+                    ok_or_die(kvq_layout_init(&L, TQ, D, bits[i], 32, axes[j]),
+                              "kvq_layout_init", NULL);
+                    c->X = X; c->T = TQ; c->D = D; c->G = 32; c->bits = bits[i]; c->axis = axes[j];
+                    c->words = (uint32_t *)xmalloc(L.total_words * sizeof(uint32_t));
+                    c->sz = (kvq_sz *)xmalloc(L.total_groups * sizeof(kvq_sz));
+                    v[nv].f = run_quantize; v[nv++].ctx = c;
                 }
-            time_interleaved(v, N_CACHES + 1, aw[j], ar[j]);
-            for (i = 0; i <= N_CACHES; i++) r->ms[i] = v[i].med * 1e3;
-            for (i = 0; i < N_CACHES; i++) free(ac[h][i].scratch);
+#ifdef KVQ_BENCH_GGML
+            for (i = 0; i < 3; i++) {
+                gc[i].X = X; gc[i].n = nx; gc[i].type = i;
+                gc[i].y = xmalloc(ggml_bytes(i, nx));
+                v[nv].f = run_ggml; v[nv++].ctx = &gc[i];
+            }
+#endif
+            time_interleaved(v, nv, qw, qr);
+            for (i = 0; i < 4; i++) err[i] = kvq_rms_error(&qc[i], Y);
+#ifdef KVQ_BENCH_GGML
+            for (i = 0; i < 3; i++) err[4 + i] = ggml_rms_error(&gc[i]);
+            q4_1_gbs = gbs(bytes, v[5].med);
+#endif
+            say("#### 1. Quantize\n\n");
+            say("X (T = %zu, D = %zu) fp32 = %.1f MB of N(0,1); float zero; median of %d "
+                "interleaved reps after %d warm-up. GB/s = fp32 input bytes / time. "
+                "x q4_1 = GB/s over ggml quantize_row_q4_1_ref's (> 1: kvq faster). "
+                "rms = RMS of dequantized - X, a check that each computed what it should.\n\n",
+                TQ, D, bytes / 1e6, qr, qw);
+            say("| quantizer | B | G | axis | ms | GB/s | vs memcpy | x q4_1 | rms |\n"
+                "|---|---|---|---|---|---|---|---|---|\n");
+            for (i = 0; i < 4; i++) {
+                double g = gbs(bytes, v[i].med);
+                char ratio[32];
+                kvq_gbs[i / 2][i % 2] = g;
+                if (have_ggml) snprintf(ratio, sizeof ratio, "%.2fx", g / q4_1_gbs);
+                else snprintf(ratio, sizeof ratio, "-");
+                say("| kvq_quantize_matrix | %d | 32 | %s | %.2f | %.3f | %.1f%% | %s | %.4f |\n",
+                    qc[i].bits, qc[i].axis == KVQ_PER_TOKEN ? "per-token" : "per-channel",
+                    v[i].med * 1e3, g, 100.0 * g / copy_gbs, ratio, err[i]);
+            }
+#ifdef KVQ_BENCH_GGML
+            for (i = 0; i < 3; i++) {
+                double g = gbs(bytes, v[4 + i].med);
+                say("| ggml %s (%s) | %d | %d | per-token | %.2f | %.3f | %.1f%% | %.2fx "
+                    "| %.4f |\n",
+                    gname[i], gwhat[i], i == 2 ? 2 : 4, i == 2 ? 64 : 32, v[4 + i].med * 1e3, g,
+                    100.0 * g / copy_gbs, g / q4_1_gbs, err[4 + i]);
+            }
+            say("\n");
+            /* kvq 4-bit per-token G = 32 float zero is q4_1's format: the same
+               error, or one of the two quantizers is broken                    */
+            if (err[2] > 1.25 * err[5] || err[5] > 1.25 * err[2]) {
+                fprintf(stderr, "bench_cpu: kvq 4-bit per-token RMS error %.5f vs ggml q4_1 %.5f: "
+                        "the same format should give the same error\n", err[2], err[5]);
+                return 1;
+            }
+            for (i = 0; i < 3; i++) free(gc[i].y);
+#else
+            say("\nggml anchor unavailable: run bench/ggml_anchor.sh (then rebuild with "
+                "-DKVQ_BENCH_GGML, as `make bench` does)\n\n");
+#endif
+            for (i = 0; i < 4; i++) { free(qc[i].words); free(qc[i].sz); }
+            free(X);
+            free(Y);
         }
-        for (i = 0; i < N_CACHES; i++) kvq_cache_free(&caches[i]);
-        free(acc);
-        free(sbuf);
-        fprintf(stderr, "   (T = %zu done)\n", T);
-    }
-    for (j = 0; j < 2; j++) {
-        say("n_q = %zu%s, medians of %d/%d/%d interleaved reps:\n\n", NQ[j],
-            NQ[j] > 1 ? " (GQA: 4 heads share each K, V row)" : "", ar[0], ar[1], ar[2]);
-        say("| T | cache | MB | ms | x loop | GB/s | %% bw | err |\n"
-            "|---|---|---|---|---|---|---|---|\n");
-        for (n = 0; n < 3; n++) {
-            attn_row *r = &arows[j][n];
-            for (i = 0; i <= N_CACHES; i++)
-                say("| %zu | %s | %.2f | %.3f | %.2fx | %.2f | %.0f%% | %.1e |\n", r->T,
-                    i ? cache_name[i - 1] : "loop", r->bytes[i] / 1e6, r->ms[i],
-                    r->ms[0] / r->ms[i], gbs(r->bytes[i], r->ms[i] * 1e-3),
-                    100.0 * gbs(r->bytes[i], r->ms[i] * 1e-3) / stream_gbs, r->err[i]);
-        }
-        say("\n");
-    }
 
-    /* ---- 3. OTT's competition on the host -------------------------------- */
-    {
-        size_t T3 = quick ? 8192 : 65536, r_on, r_off;
-        double on = ott_round_ns(D, 3, K, V, T3, &r_on);
-        double off = ott_round_ns(D, 0, K, V, T3, &r_off);
-        say("#### 3. OTT round on the host\n\n");
-        say("kvq_config_ott(128, 2, layer 5): G = 128, R = 32, k = 3, aux 32; median time of "
-            "the appends that quantize a group, T = %zu. Only traced rounds count for k = 3 "
-            "(tracing stops once the auxiliary pool is full).\n\n", T3);
-        say("- tracing on (k = 3): %.0f ns per traced round (%zu rounds)\n", on, r_on);
-        say("- tracing off (k = 0): %.0f ns per round (%zu rounds)\n", off, r_off);
-        say("- competition + mean replacement: %.0f ns per round = %.1f ns per token\n\n",
-            on - off, (on - off) / 128.0);
+        /* ---- 2. decode attention -------------------------------------------- */
+        K = (float *)xmalloc(Tmax * D * sizeof(float));
+        V = (float *)xmalloc(Tmax * D * sizeof(float));
+        Kc = (float *)xmalloc(Tmax * D * sizeof(float));
+        Vc = (float *)xmalloc(Tmax * D * sizeof(float));
+        q = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
+        out = (float *)xmalloc((N_CACHES + 1) * PLAIN_MAX_Q * D * sizeof(float));
+        ref = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
+        fill_normal(K, Tmax * D);
+        fill_normal(V, Tmax * D);
+        fill_normal(q, PLAIN_MAX_Q * D);
+        say("#### 2. Decode attention\n\n");
+        say("kvq_attend ONLINE, D = %zu, N(0,1) K, V, q; n_q query heads share the KV head "
+            "(GQA). Caches built by kvq_cache_prefill of the same T tokens: fp32 = "
+            "kvq_config_full(128, 32), fp16 = kvq_config_full(128, 16), KIVI-B = "
+            "kvq_config_kivi(128, B), HF-2 = kvq_config_hf(128, kvq_hf_defaults(2)), OTT-2 = "
+            "kvq_config_ott(128, 2, 5), LogQuant-2 = kvq_config_logquant(128, 2, "
+            "kvq_logquant_window_for(128)). loop = plain fp32 attention over the (T, D) "
+            "arrays (bench_cpu.c plain_attend). x loop = loop ms / ms (> 1: faster than the "
+            "loop). MB = bytes read (kvq_cache_bytes payload; 2 T D 4 for the loop); GB/s = "
+            "MB / time, %% bw = of the %.2f GB/s streaming read. err = rel. L2 vs "
+            "kvq_attend_dense (double) on the cache's own rows (the loop: on K, V); > %.0e "
+            "aborts.\n\n", D, stream_gbs, ATTN_TOL);
+        for (j = 0; j < 3; j++) {
+            size_t T = TA[j];
+            kvq_cache caches[N_CACHES];
+            attn_ctx ac[2][N_CACHES];
+            plain_ctx pc[2];
+            float *acc = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
+            float *sbuf = (float *)xmalloc(PLAIN_MAX_Q * PLAIN_TILE * sizeof(float));
+            size_t bytes[N_CACHES];
+            int h;
+            for (i = 0; i < N_CACHES; i++) {
+                kvq_config cfg = cache_config(i, D);
+                kvq_bytes b;
+                ok_or_die(kvq_cache_init(&caches[i], &cfg), "kvq_cache_init", &caches[i]);
+                ok_or_die(kvq_cache_reserve(&caches[i], T), "kvq_cache_reserve", &caches[i]);
+                ok_or_die(kvq_cache_prefill(&caches[i], K, V, T), "kvq_cache_prefill", &caches[i]);
+                ok_or_die(kvq_cache_bytes(&caches[i], &b), "kvq_cache_bytes", &caches[i]);
+                bytes[i] = b.payload;
+            }
+            for (h = 0; h < 2; h++) {
+                size_t nq = NQ[h];
+                attn_row *r = &arows[h][j];
+                variant v[N_CACHES + 1];
+                r->T = T; r->n_q = nq; r->reps = ar[j];
+                /* the loop, checked against the oracle on K, V                  */
+                pc[h].K = K; pc[h].V = V; pc[h].T = T; pc[h].D = D; pc[h].q = q; pc[h].n_q = nq;
+                pc[h].out = out; pc[h].acc = acc; pc[h].s = sbuf;
+                v[0].f = run_plain; v[0].ctx = &pc[h];
+                r->bytes[0] = 2 * T * D * sizeof(float);
+                run_plain(&pc[h]);
+                ok_or_die(kvq_attend_dense(K, V, T, D, q, nq, ref, NULL), "kvq_attend_dense", NULL);
+                r->err[0] = rel_l2(out, ref, nq * D);
+                for (i = 0; i < N_CACHES; i++) {
+                    attn_ctx *a = &ac[h][i];
+                    size_t nrows;
+                    a->c = &caches[i]; a->q = q; a->n_q = nq;
+                    a->out = out + (size_t)(i + 1) * PLAIN_MAX_Q * D;
+                    a->n_scratch = kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_ONLINE) * nq;
+                    a->scratch = (float *)xmalloc(a->n_scratch * sizeof(float));
+                    v[1 + i].f = run_attend; v[1 + i].ctx = a;
+                    r->bytes[1 + i] = bytes[i];
+                    run_attend(a);
+                    nrows = cache_rows(&caches[i], Kc, Vc);
+                    ok_or_die(kvq_attend_dense(Kc, Vc, nrows, D, q, nq, ref, NULL),
+                              "kvq_attend_dense", NULL);
+                    r->err[1 + i] = rel_l2(a->out, ref, nq * D);
+                }
+                for (i = 0; i <= N_CACHES; i++)
+                    if (!(r->err[i] <= ATTN_TOL)) {
+                        fprintf(stderr, "bench_cpu: %s attention at T = %zu, n_q = %zu is %.3g "
+                                "(rel. L2) off its oracle; tolerance %.0e\n",
+                                i ? cache_name[i - 1] : "plain loop", T, nq, r->err[i], ATTN_TOL);
+                        return 1;
+                    }
+                time_interleaved(v, N_CACHES + 1, aw[j], ar[j]);
+                for (i = 0; i <= N_CACHES; i++) r->ms[i] = v[i].med * 1e3;
+                for (i = 0; i < N_CACHES; i++) free(ac[h][i].scratch);
+            }
+            for (i = 0; i < N_CACHES; i++) kvq_cache_free(&caches[i]);
+            free(acc);
+            free(sbuf);
+            fprintf(stderr, "   (T = %zu done)\n", T);
+        }
+        for (j = 0; j < 2; j++) {
+            say("n_q = %zu%s, medians of %d/%d/%d interleaved reps:\n\n", NQ[j],
+                NQ[j] > 1 ? " (GQA: 4 heads share each K, V row)" : "", ar[0], ar[1], ar[2]);
+            say("| T | cache | MB | ms | x loop | GB/s | %% bw | err |\n"
+                "|---|---|---|---|---|---|---|---|\n");
+            for (n = 0; n < 3; n++) {
+                attn_row *r = &arows[j][n];
+                for (i = 0; i <= N_CACHES; i++)
+                    say("| %zu | %s | %.2f | %.3f | %.2fx | %.2f | %.0f%% | %.1e |\n", r->T,
+                        i ? cache_name[i - 1] : "loop", r->bytes[i] / 1e6, r->ms[i],
+                        r->ms[0] / r->ms[i], gbs(r->bytes[i], r->ms[i] * 1e-3),
+                        100.0 * gbs(r->bytes[i], r->ms[i] * 1e-3) / stream_gbs, r->err[i]);
+            }
+            say("\n");
+        }
+
+        /* ---- 3. OTT's competition on the host -------------------------------- */
+        {
+            size_t T3 = quick ? 8192 : 65536, r_on, r_off;
+            double on = ott_round_ns(D, 3, K, V, T3, &r_on);
+            double off = ott_round_ns(D, 0, K, V, T3, &r_off);
+            say("#### 3. OTT round on the host\n\n");
+            say("kvq_config_ott(128, 2, layer 5): G = 128, R = 32, k = 3, aux 32; median time of "
+                "the appends that quantize a group, T = %zu. Only traced rounds count for k = 3 "
+                "(tracing stops once the auxiliary pool is full).\n\n", T3);
+            say("- tracing on (k = 3): %.0f ns per traced round (%zu rounds)\n", on, r_on);
+            say("- tracing off (k = 0): %.0f ns per round (%zu rounds)\n", off, r_off);
+            say("- competition + mean replacement: %.0f ns per round = %.1f ns per token\n\n",
+                on - off, (on - off) / 128.0);
+        }
+        free(K); free(V); free(Kc); free(Vc); free(q); free(out); free(ref);
     }
-    free(K); free(V); free(Kc); free(Vc); free(q); free(out); free(ref);
 
     /* ---- 4. LLM decode ----------------------------------------------------- */
     say("#### 4. LLM decode (SmolLM2-135M-Instruct Q4_1, one thread)\n\n");
     have_llm = !quick && file_exists(LLM_BIN) && file_exists(LLM_MODEL);
-    have_llama = !quick && file_exists(LLAMA_BENCH) && file_exists(LLM_MODEL);
+    for (i = 0; i < 2; i++) have_llama[i] = !quick && file_exists(LLAMA[i].bin) &&
+                                            file_exists(LLM_MODEL);
     if (quick) say("skipped under --quick\n\n");
     else if (!file_exists(LLM_MODEL)) say("skipped: %s missing (make model)\n\n", LLM_MODEL);
     else {
         static const char *const llm_cache[2] = { "fp32", "kivi2" };
-        static const char *const llama_cache[2] = { "f16", "q4_0" };
-        int d;
-        for (d = 0; d < 2; d++) for (i = 0; i < 2; i++) llm_ts[d][i] = llama_ts[d][i] = -1.0;
-        if (have_llm)
+        double runs[2][2][LLM_ROUNDS];                  /* [depth][cache][round] */
+        int d, b, r;
+        /* build/llm: LLM_ROUNDS rounds, each running every (depth, cache)
+           once, so a slow spell of the machine hits both caches alike      */
+        for (r = 0; r < LLM_ROUNDS && have_llm; r++)
             for (d = 0; d < 2; d++)
-                for (i = 0; i < 2; i++) {
-                    llm_ts[d][i] = llm_decode_tok_s(llm_cache[i], depth[d], n_gen);
-                    if (llm_ts[d][i] < 0) have_llm = 0;
-                }
-        if (have_llama)
-            for (i = 0; i < 2; i++) {
-                double ts[2];
-                if (llama_bench_tok_s(llama_cache[i], depth, 2, n_gen, ts) != 2) have_llama = 0;
-                for (d = 0; d < 2; d++) llama_ts[d][i] = ts[d];
+                for (i = 0; i < 2; i++)
+                    if ((runs[d][i][r] = llm_decode_tok_s(llm_cache[i], depth[d], n_gen)) < 0)
+                        have_llm = 0;
+        for (d = 0; d < 2; d++)
+            for (i = 0; i < 2; i++)
+                llm_ts[d][i] = have_llm ? median(runs[d][i], LLM_ROUNDS) : -1.0;
+        for (b = 0; b < 2; b++) {
+            for (d = 0; d < 2; d++) {
+                llama_f16[b][d] = -1.0;
+                for (j = 0; j < N_LLAMA_COLS; j++) llama_ts[b][d][j] = -1.0;
             }
-        say("tok/s of %d decode steps after a context of `depth` tokens. build/llm: "
-            "`llm generate -t 1 --prompt` of depth x \"hello\" (= depth tokens) `-n %d`, 1 / the "
-            "median gap between generated tokens on its stdout. llama-bench: `-t 1 -p 0 -n %d "
-            "-d 8,1024 -r 3 -ctk T -ctv T`, its avg_ts.\n\n", n_gen, n_gen, n_gen);
+            for (j = 0; j < N_LLAMA_COLS && have_llama[b]; j++) {
+                double ts[2];
+                if (llama_bench_tok_s(&LLAMA[b], llama_ctype[j], llama_fa[j], depth, 2, n_gen,
+                                      ts) != 2)
+                    have_llama[b] = 0;
+                for (d = 0; d < 2; d++) llama_ts[b][d][j] = ts[d];
+            }
+            for (d = 0; d < 2 && have_llama[b]; d++)
+                llama_f16[b][d] = llama_ts[b][d][0] > llama_ts[b][d][1] ? llama_ts[b][d][0]
+                                                                        : llama_ts[b][d][1];
+        }
+        say("tok/s of %d decode steps after a context of `depth` tokens. build/llm: `llm "
+            "generate -t 1 --prompt` of depth x \"hello\" (= depth tokens) `-n %d`, 1 / the "
+            "median gap between generated tokens on its stdout; the median of %d interleaved "
+            "runs. llama-bench: `-t 1 -p 0 -n %d -d 8,1024 -r 3 -ctk T -ctv T -fa F`, its "
+            "avg_ts; f16 (fa 0 or 1) and q4_0 (fa 1) caches. llama f16 = the faster of its "
+            "two f16 columns, the anchor.\n\n", n_gen, n_gen, LLM_ROUNDS, n_gen);
         if (!have_llm)
             say("build/llm unavailable or failed: make build/llm (and make model)\n\n");
-        if (!have_llama)
+        if (!have_llama[0])
             say("llama.cpp anchor unavailable: run bench/llama_bench.sh\n\n");
-        say("| depth | llm fp32 | llm kivi2 | llama.cpp f16 | llama.cpp q4_0 | "
-            "llm fp32 / llama f16 | kivi2 / fp32 |\n|---|---|---|---|---|---|---|\n");
+        say("| depth | llm fp32 | llm kivi2 | kivi2 / fp32 |\n|---|---|---|---|\n");
         for (d = 0; d < 2; d++) {
-            char c[4][32], r1[32], r2[32];
-            double vals[4];
-            vals[0] = llm_ts[d][0]; vals[1] = llm_ts[d][1];
-            vals[2] = llama_ts[d][0]; vals[3] = llama_ts[d][1];
-            for (i = 0; i < 4; i++)
-                if (vals[i] > 0) snprintf(c[i], sizeof c[i], "%.1f", vals[i]);
+            char c[2][32], ratio[32];
+            for (i = 0; i < 2; i++)
+                if (llm_ts[d][i] > 0) snprintf(c[i], sizeof c[i], "%.1f", llm_ts[d][i]);
                 else snprintf(c[i], sizeof c[i], "-");
-            if (vals[0] > 0 && vals[2] > 0) snprintf(r1, sizeof r1, "%.2fx", vals[0] / vals[2]);
-            else snprintf(r1, sizeof r1, "-");
-            if (vals[0] > 0 && vals[1] > 0) snprintf(r2, sizeof r2, "%.2fx", vals[1] / vals[0]);
-            else snprintf(r2, sizeof r2, "-");
-            say("| %d | %s | %s | %s | %s | %s | %s |\n", depth[d], c[0], c[1], c[2], c[3], r1, r2);
+            if (have_llm) snprintf(ratio, sizeof ratio, "%.2fx", llm_ts[d][1] / llm_ts[d][0]);
+            else snprintf(ratio, sizeof ratio, "-");
+            say("| %d | %s | %s | %s |\n", depth[d], c[0], c[1], ratio);
         }
+        say("\n| llama.cpp | depth | f16, fa 0 | f16, fa 1 | q4_0, fa 1 | llm fp32 / llama f16 "
+            "| llm kivi2 / llama q4_0 |\n|---|---|---|---|---|---|---|\n");
+        for (b = 0; b < 2; b++)
+            for (d = 0; d < 2 && have_llama[b]; d++) {
+                char c[N_LLAMA_COLS][32], r1[32] = "-", r2[32] = "-";
+                for (j = 0; j < N_LLAMA_COLS; j++)
+                    snprintf(c[j], sizeof c[j], "%.1f", llama_ts[b][d][j]);
+                if (have_llm) {
+                    snprintf(r1, sizeof r1, "%.2fx", llm_ts[d][0] / llama_f16[b][d]);
+                    snprintf(r2, sizeof r2, "%.2fx", llm_ts[d][1] / llama_ts[b][d][2]);
+                }
+                say("| %s | %d | %s | %s | %s | %s | %s |\n", LLAMA[b].name, depth[d], c[0],
+                    c[1], c[2], r1, r2);
+            }
+        if (!have_llama[1])
+            say("| %s | - | not built: sh bench/llama_bench.sh --native | | | | |\n",
+                LLAMA[1].name);
         say("\n");
     }
 
@@ -989,40 +1052,46 @@ int main(int argc, char **argv)
     say("#### 5. Targets (issue 18; printed, not enforced)\n\n");
     say("```\n");
     {
-        /* per attention row: at T = 4096 KIVI-2 must beat the loop; at
-           T >= 32K by 3x, and every quantized cache must beat it; fp16 rows
-           within 1.2x of the loop everywhere                               */
-        for (j = 0; j < 2; j++)
-            for (n = 0; n < 3; n++) {
-                const attn_row *r = &arows[j][n];
-                if (r->T == 4096)
-                    target(r->ms[0] / r->ms[3] > 1.0, NULL,
-                           "KIVI-2 attend faster than the fp32 loop at T = %zu, n_q = %zu: %.2fx",
-                           r->T, NQ[j], r->ms[0] / r->ms[3]);
-                if (r->T >= 32768) {
-                    target(r->ms[0] / r->ms[3] >= 3.0, NULL,
-                           "KIVI-2 attend >= 3x the fp32 loop at T = %zu, n_q = %zu: %.2fx",
-                           r->T, NQ[j], r->ms[0] / r->ms[3]);
-                    for (i = 4; i <= N_CACHES; i++)     /* KIVI-2 just above */
-                        target(r->ms[0] / r->ms[i] > 1.0, NULL,
-                               "%s attend faster than the fp32 loop at T = %zu, n_q = %zu: %.2fx",
-                               cache_name[i - 1], r->T, NQ[j], r->ms[0] / r->ms[i]);
-                }
-                target(r->ms[2] <= 1.2 * r->ms[0], NULL,
-                       "fp16-row attend within 1.2x of the fp32 loop's time at T = %zu, "
-                       "n_q = %zu: %.2fx", r->T, NQ[j], r->ms[2] / r->ms[0]);
-            }
-        if (quick) target(0, "--quick has no T >= 32K", "attention targets at T >= 32K");
-        for (i = 0; i < 2; i++)
+        if (!llm_only) {
+            /* per attention row: at T = 4096 KIVI-2 must beat the loop; at
+               T >= 32K by 3x, and every quantized cache must beat it; fp16 rows
+               within 1.2x of the loop everywhere                               */
             for (j = 0; j < 2; j++)
-                target(kvq_gbs[i][j] >= q4_1_gbs, have_ggml ? NULL : "no ggml anchor",
-                       "%d-bit %s quantize >= ggml q4_1_ref: %.2fx", i ? 4 : 2,
-                       j ? "per-channel" : "per-token", have_ggml ? kvq_gbs[i][j] / q4_1_gbs : 0.0);
-        for (j = 0; j < 2; j++)
-            target(llm_ts[j][0] >= llama_ts[j][0], !have_llm ? "no build/llm run"
-                   : !have_llama ? "no llama-bench run" : NULL,
-                   "llm decode (fp32 cache) >= llama.cpp (f16 cache) at depth %d: %.2fx",
-                   depth[j], have_llm && have_llama ? llm_ts[j][0] / llama_ts[j][0] : 0.0);
+                for (n = 0; n < 3; n++) {
+                    const attn_row *r = &arows[j][n];
+                    if (r->T == 4096)
+                        target(r->ms[0] / r->ms[3] > 1.0, NULL,
+                               "KIVI-2 attend faster than the fp32 loop at T = %zu, "
+                               "n_q = %zu: %.2fx", r->T, NQ[j], r->ms[0] / r->ms[3]);
+                    if (r->T >= 32768) {
+                        target(r->ms[0] / r->ms[3] >= 3.0, NULL,
+                               "KIVI-2 attend >= 3x the fp32 loop at T = %zu, n_q = %zu: %.2fx",
+                               r->T, NQ[j], r->ms[0] / r->ms[3]);
+                        for (i = 4; i <= N_CACHES; i++)     /* KIVI-2 just above */
+                            target(r->ms[0] / r->ms[i] > 1.0, NULL,
+                                   "%s attend faster than the fp32 loop at T = %zu, "
+                                   "n_q = %zu: %.2fx",
+                                   cache_name[i - 1], r->T, NQ[j], r->ms[0] / r->ms[i]);
+                    }
+                    target(r->ms[2] <= 1.2 * r->ms[0], NULL,
+                           "fp16-row attend within 1.2x of the fp32 loop's time at T = %zu, "
+                           "n_q = %zu: %.2fx", r->T, NQ[j], r->ms[2] / r->ms[0]);
+                }
+            if (quick) target(0, "--quick has no T >= 32K", "attention targets at T >= 32K");
+            for (i = 0; i < 2; i++)
+                for (j = 0; j < 2; j++)
+                    target(kvq_gbs[i][j] >= q4_1_gbs, have_ggml ? NULL : "no ggml anchor",
+                           "%d-bit %s quantize >= ggml q4_1_ref: %.2fx", i ? 4 : 2,
+                           j ? "per-channel" : "per-token",
+                       have_ggml ? kvq_gbs[i][j] / q4_1_gbs : 0.0);
+        }
+        for (i = 0; i < 2; i++)                 /* the AVX2 build, then native */
+            for (j = 0; j < 2; j++)
+                target(llm_ts[j][0] >= llama_f16[i][j], !have_llm ? "no build/llm run"
+                       : !have_llama[i] ? "no llama-bench run" : NULL,
+                       "llm decode (fp32 cache) >= llama.cpp %s (f16 cache) at depth %d: %.2fx",
+                       i ? "native" : "AVX2", depth[j],
+                       have_llm && have_llama[i] ? llm_ts[j][0] / llama_f16[i][j] : 0.0);
         target(llm_ts[1][1] >= llm_ts[1][0], have_llm ? NULL : "no build/llm run",
                "llm decode kivi2 >= fp32 cache at depth 1024: %.2fx",
                have_llm ? llm_ts[1][1] / llm_ts[1][0] : 0.0);
@@ -1046,7 +1115,8 @@ int main(int argc, char **argv)
                 dirty[0] ? " plus uncommitted changes to the measured sources" : "");
         fprintf(f, "- compiler: %s, `-O3 -march=native` (Makefile bench rule)%s\n", compiler,
                 have_ggml ? "; ggml-quants.c from llama-cpp-python 0.3.36, same flags" : "");
-        fprintf(f, "- command: `build/bench/bench_cpu --record`\n\n");
+        fprintf(f, "- command: `build/bench/bench_cpu --record%s`\n\n",
+                llm_only ? " --llm" : "");
         rewind(rec);
         while (fgets(line, sizeof line, rec)) fputs(line, f);
         if (fclose(f) != 0) { fprintf(stderr, "bench_cpu: write failed\n"); return 1; }
