@@ -207,14 +207,18 @@ $(B)/test_gpu: tests/test_gpu.cu $(B)/kvq_cuda.o kvq.h tests/test.h
 	$(NVCC) $(GPU_FLAGS) $(NVFLAGS) -o $@ $< $(B)/kvq_cuda.o
 $(B)/bench_gpu: bench/bench_gpu.cu $(B)/kvq_cuda.o kvq.h
 	$(NVCC) $(GPU_FLAGS) $(NVFLAGS) -o $@ $< $(B)/kvq_cuda.o
-cuda-build: $(B)/test_gpu $(B)/bench_gpu
+# the tensor-core step alone (kvq_cuda.cu Sec. 7): needs no kvq_cuda.o
+$(B)/mma_probe: bench/mma_probe.cu kvq_cuda.cu kvq.h
+	$(NVCC) $(GPU_FLAGS) $(NVFLAGS) -o $@ $<
+cuda-build: $(B)/test_gpu $(B)/bench_gpu $(B)/mma_probe
 test-cuda-host: $(B)/test_gpu
 	$(B)/test_gpu --host
 test-gpu: $(B)/test_gpu
 	$(B)/test_gpu
 	KVQ_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 $(B)/test_gpu
 	KVQ_TEST_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 $(B)/test_gpu
-bench-gpu: $(B)/bench_gpu
+bench-gpu: $(B)/bench_gpu $(B)/mma_probe
+	$(B)/mma_probe
 	$(B)/bench_gpu --csv bench
 	python3 bench/sdpa_baseline.py --csv bench/gpu_sdpa.csv
 

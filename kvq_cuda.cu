@@ -1777,21 +1777,23 @@ rows_only:
    algebra goes into B, which is small:
      keys, per-channel:  s_ht = sum_d c_td (q_hd a_d)  + sum_d q_hd b_d
         A = codes        rows: 16 tokens,    cols: 16 channels
-        B = q_hd a_d     rows: 16 channels,  cols: 8 query heads
+        B = q_hd a_d     rows: 16 channels,  cols: 4 heads x (hi, lo)
      values, per-token:  o_hd = sum_t c_td (p_ht a_tg) + sum_t p_ht b_tg
         A = codes^T      rows: 16 channels,  cols: 16 tokens     (g = d / Gv)
-        B = p_ht a_tg    rows: 16 tokens,    cols: 8 query heads
+        B = p_ht a_tg    rows: 16 tokens,    cols: 4 heads x (hi, lo)
    (a, b: a group's affine map, kvq_dev_affine.) The zero terms are small
-   dot products beside the MMAs. The n_rep query heads of a KV head share
-   B's 8 columns, so a tile of codes is decoded once for up to 8 heads:
-   the cost no longer grows with the GQA ratio.
+   dot products beside the MMAs.
 
    EXACT TO FP32. One fp16 keeps 11 significant bits. Each weight w of a
    page and head is scaled by 2^e (a power of two: exact) so the largest
    |w| lands in [2^14, 2^15), then split: hi = fp16(w 2^e), lo = fp16(w 2^e
    - hi). hi + lo is w 2^e to within half an ulp of lo: |lo| <= 8, so at
-   most 2^-9, or 2^-23 of the page's largest weight; two MMAs (B = hi, then B = lo) add into the same fp32
-   C, and C 2^-e is exact. kvq_mma_split below.
+   most 2^-9, or 2^-23 of the page's largest weight (kvq_mma_split).
+   Column 2j of B holds head j's hi and column 2j + 1 its lo, so C's
+   columns 2j and 2j + 1 land in the same lane (c0, c1 below): their sum
+   times 2^-e (exact) is head j's result, in fp32. One MMA thus serves 4
+   query heads of a KV head; 8 heads take two MMAs on the same A (decoded
+   once), 16 take four: the decode no longer grows with the GQA ratio.
 
    FRAGMENTS (PTX ISA, mma.m16n8k16, .row A, .col B, f16 in, f32 out).
    Lane l, gid = l / 4, tig = l % 4:
@@ -1901,6 +1903,39 @@ KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
     int ex;
     frexpf(max_abs, &ex);                            /* max = m 2^ex, m in [0.5, 1) */
     return 15 - ex;
+}
+
+/* The device side of a step: a fragment word's A registers, one LOP3
+   ((x & mask) | 1024, both constants in registers: C++'s & then | would
+   take two LOP3s, as each may carry one immediate) and one HFMA2 per
+   register (k is a compile-time constant once the loop unrolls, so the
+   scale and offset fold).                                               */
+template <int B>
+__device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B])
+{
+    constexpr int per_byte = 8 / B;
+    constexpr uint32_t field = ((1u << B) - 1u) * 0x00010001u;
+#pragma unroll
+    for (int r = 0; r < 16 / B; r++) {
+        const int k = B * (r % per_byte);
+        const uint32_t x = w >> (8 * (r / per_byte)), mask = field << k, magic = KVQ_MMA_MAGIC;
+        uint32_t m;
+        asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(m) : "r"(x), "r"(mask), "r"(magic));
+        const float inv = 1.0f / (float)(1 << k);
+        const __half2 c = __hfma2(*reinterpret_cast<const __half2 *>(&m), __float2half2_rn(inv),
+                                  __float2half2_rn(-1024.0f * inv));
+        a[r] = *reinterpret_cast<const uint32_t *>(&c);
+    }
+}
+/* C += A B, mma.sync.m16n8k16 f16 x f16 -> f32 (sm_80 and later: the
+   library is built for sm_80 and sm_90 only).                            */
+__device__ __forceinline__ void kvq_mma_16816(float (&c)[4], const uint32_t *a, uint32_t b0,
+                                              uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* One page (kvq.h's order, Sec. 3) -> fragment order. k_page: (D, G*B/32)

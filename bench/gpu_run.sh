@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session: build, test, sanitize, benchmark. Used with the
 # device tool; every result lands in $OUT (or ./gpu_out). Steps: any of
-#   build test sanitize bench bench-quick sdpa sdpa-quick ptxas sass ncu sweep
+#   build test sanitize mma-probe bench bench-quick sdpa sdpa-quick ptxas sass ncu sweep
 # sweep builds bench_gpu once per SWEEP entry (name:-Dmacro=value,...; the
 # compiles run in parallel) and runs each with SWEEP_ARGS (default --quick;
 # SWEEP_ARGS= runs the full bench), CSVs in $OUT/sweep_<name>/; add "base:"
@@ -22,6 +22,7 @@ for step in "$@"; do
       log "build (sm_90)"; t0=$SECONDS
       make -s -j4 build/test_gpu build/bench_gpu NVFLAGS="-O3 -std=c++17 -arch=sm_90" > "$OUT/build.log" 2>&1
       echo "rc=$? build: $((SECONDS - t0)) s"; tail -3 "$OUT/build.log" ;;
+    mma-probe) log "mma_probe: the tensor-core step alone"; timeout 200 build/mma_probe > "$OUT/mma_probe.log" 2>&1; echo "rc=$?"; cat "$OUT/mma_probe.log" ;;
     test) log "test_gpu"; timeout 240 build/test_gpu > "$OUT/test_gpu.log" 2>&1; echo "rc=$?"; tail -4 "$OUT/test_gpu.log" ;;
     sanitize)
       for tool in memcheck racecheck; do

@@ -1,34 +1,58 @@
 #!/usr/bin/env bash
-# SASS instructions per loop iteration of bench/sass_probe.cu (one packed
-# word through the fast path's inner step), by instruction kind. No GPU
-# needed: nvcc, then cuobjdump (which calls nvdisasm) from the CUDA Toolkit.
-# Where the toolkit lacks them, the PyPI wheels nvidia-cuda-cuobjdump and
-# nvidia-cuda-nvdisasm hold both binaries (put their bin/ on PATH).
+# SASS instructions per loop iteration, by instruction kind, from the
+# compiler alone (no GPU): nvcc, then cuobjdump (which calls nvdisasm) from
+# the CUDA Toolkit. Where the toolkit lacks them, the PyPI wheels
+# nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm hold both binaries (unzip
+# them, chmod +x their bin/, put it on PATH).
+#   bench/sass_probe.cu  today's fast path: one packed word through
+#                        kvq_dev_word_fma (CUDA cores), per query head count
+#   bench/mma_probe.cu   the tensor-core step: one 16-token row tile of
+#                        fragment-order keys, decode + hi/lo MMAs, 8 heads
 set -eu
 cd "$(dirname "$0")/.."
 out=${OUT:-build}; mkdir -p "$out"
-nvcc -O3 -std=c++17 -arch=${ARCH:-sm_90} -I. -cubin -o "$out/sass_probe.cubin" bench/sass_probe.cu
-cuobjdump -sass "$out/sass_probe.cubin" > "$out/sass_probe.sass"
-python3 - "$out/sass_probe.sass" <<'PY'
+for probe in sass_probe mma_probe; do
+    nvcc -O3 -std=c++17 -arch=${ARCH:-sm_90} -I. -cubin -o "$out/$probe.cubin" bench/$probe.cu
+    cuobjdump -sass "$out/$probe.cubin" > "$out/$probe.sass"
+done
+python3 - "$out/sass_probe.sass" "$out/mma_probe.sass" <<'PY'
 import collections, re, sys
-lines = open(sys.argv[1]).read().split("\n")
-starts = [i for i, l in enumerate(lines) if "Function : " in l] + [len(lines)]
-print(f"{'B':>2} {'heads':>5} {'instructions per word':>22}  by kind")
-for a, b in zip(starts, starts[1:]):
-    m = re.search(r"sass_probeILi(\d+)ELi(\d+)E", lines[a])
-    if not m:
-        continue
-    code = []
-    for l in lines[a:b]:
-        x = re.match(r"\s+/\*([0-9a-f]{4})\*/\s+(.*?)\s*;", l)
-        if x:
-            code.append((int(x.group(1), 16), x.group(2)))
-    for addr, text in code:          # the loop: a branch back to an earlier address
-        br = re.search(r"BRA (0x[0-9a-f]+)", text)
-        if br and int(br.group(1), 16) < addr:
-            body = [t for a2, t in code if int(br.group(1), 16) <= a2 <= addr]
-            kind = collections.Counter((t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0] for t in body)
-            print(f"{m.group(1):>2} {m.group(2):>5} {len(body):>22}  " +
-                  " ".join(f"{k} {v}" for k, v in kind.most_common()))
-            break
+
+def loops(path, pattern):
+    """(template args, loop body) of each kernel's first backward branch."""
+    lines = open(path).read().split("\n")
+    starts = [i for i, l in enumerate(lines) if "Function : " in l] + [len(lines)]
+    for a, b in zip(starts, starts[1:]):
+        m = re.search(pattern, lines[a])
+        if not m:
+            continue
+        code = []
+        for l in lines[a:b]:
+            x = re.match(r"\s+/\*([0-9a-f]{4})\*/\s+(.*?)\s*;", l)
+            if x:
+                code.append((int(x.group(1), 16), x.group(2)))
+        for addr, text in code:
+            br = re.search(r"BRA (0x[0-9a-f]+)", text)
+            if br and int(br.group(1), 16) < addr:
+                yield m.groups(), [t for a2, t in code if int(br.group(1), 16) <= a2 <= addr]
+                break
+
+def kinds(body):
+    k = collections.Counter((t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
+                            for t in body)
+    return " ".join(f"{n} {v}" for n, v in k.most_common())
+
+print("CUDA cores (kvq_dev_word_fma): one packed word per loop iteration")
+print(f"{'B':>2} {'heads':>5} {'instr/word':>10} {'per code per head':>18}  by kind")
+for (b, nh), body in sorted(loops(sys.argv[1], r"sass_probeILi(\d+)ELi(\d+)E")):
+    codes = 32 // int(b)
+    print(f"{b:>2} {nh:>5} {len(body):>10} {len(body) / codes / int(nh):>18.2f}  {kinds(body)}")
+print()
+print("tensor cores (kvq_mma_decode + kvq_mma_16816): one 16-token row tile per loop iteration")
+print(f"{'B':>2} {'D':>4} {'heads':>5} {'instr/tile':>10} {'codes/tile':>10} {'per code per head':>18}  by kind")
+for (b, d, nq), body in sorted(loops(sys.argv[2], r"mma_probe_keysILi(\d+)ELi(\d+)ELi(\d+)E")):
+    codes, heads = 16 * int(d), 4 * int(nq)        # 16 tokens x D channels, per warp
+    print(f"{b:>2} {d:>4} {heads:>5} {len(body):>10} {codes:>10} {len(body) / codes / heads * 32:>18.3f}  {kinds(body)}")
+print("(per code per head: warp instructions x 32 lanes / (codes x heads), the same unit as above,")
+print(" where each lane handles its own codes)")
 PY

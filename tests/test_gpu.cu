@@ -899,8 +899,8 @@ static void test_wave_splits(void)
 /* ======================================================================== */
 /* No GPU: exported pages are put into fragment order, then every lane's
    registers are rebuilt the way the tensor-core kernel builds them (its
-   fragment words, kvq_mma_magic + the HFMA2, kvq_mma_split for B) and fed
-   to an emulated mma.m16n8k16 that places them by the PTX ISA's tables as
+   fragment words, kvq_mma_magic + the HFMA2, kvq_mma_split for B, 4 heads
+   x (hi, lo) per MMA) and fed to an emulated mma.m16n8k16 that places them by the PTX ISA's tables as
    written below: offsets from (gid, 2 tig) listed element by element, not
    kvq_cuda.cu's formulas. Checked against kvq.h:
      decode  every A element is the code kvq.h stores at that (token,
@@ -965,17 +965,16 @@ static void lane_a_regs(uint32_t word, int bits, int tile, uint32_t a[4])
     }
 }
 
-/* B registers of one lane: weights W[k][n] (k: 16 rows of the tile, n: 8
-   columns) split hi or lo with column n's exponent e[n].                 */
-static void lane_b_regs(int lane, const float W[16][8], const int e[8], bool lo_part,
-                        uint32_t b[2])
+/* B registers of one lane: weights W[k][j] (k: the tile's 16 rows, j: 4
+   heads) with head j's exponent e[j]; column 2j holds its hi, 2j + 1 its lo. */
+static void lane_b_regs(int lane, const float W[16][4], const int e[4], uint32_t b[2])
 {
     kvq_f16 h[4];
+    const int n = kvq_mma_b_col(lane), j = n / 2;
     for (int i = 0; i < 4; i++) {
         kvq_f16 hi, lo;
-        const int n = kvq_mma_b_col(lane);
-        kvq_mma_split(W[kvq_mma_b_row(lane, i)][n], e[n], &hi, &lo);
-        h[i] = lo_part ? lo : hi;
+        kvq_mma_split(W[kvq_mma_b_row(lane, i)][j], e[j], &hi, &lo);
+        h[i] = n % 2 ? lo : hi;
     }
     b[0] = pack2(h[0], h[1]);
     b[1] = pack2(h[2], h[3]);
@@ -1056,103 +1055,102 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
                 kvq_dev_affine(vsz[(size_t)t * gpt + d / Gv], e.zero_mode, &a, &b);
                 Vd[(size_t)t * D + d] = (double)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B) * a + b;
             }
-        /* keys: C(16 tokens x 8 heads) per row tile, over D/16 k-tiles    */
-        for (int h0 = 0; h0 < n_heads; h0 += 8) {
-            float W[128][8] = { { 0 } };
-            int ex[8] = { 0 };
-            double zt[8] = { 0 }, mag[8] = { 0 };
-            for (int n = 0; n < 8 && h0 + n < n_heads; n++) {
+        /* keys: C(16 tokens x 4 heads x hi/lo) per row tile, D/16 k-tiles */
+        for (int h0 = 0; h0 < n_heads; h0 += 4) {
+            float W[128][4] = { { 0 } };
+            int ex[4] = { 0 };
+            double zt[4] = { 0 }, mag[4] = { 0 };
+            for (int j = 0; j < 4 && h0 + j < n_heads; j++) {
+                const float *qh = &q[(size_t)(h0 + j) * D];
                 float mx = 0.0f;
                 for (int d = 0; d < D; d++) {
-                    W[d][n] = q[(size_t)(h0 + n) * D + d] * ka[d];
-                    mx = std::max(mx, fabsf(W[d][n]));
-                    zt[n] += (double)q[(size_t)(h0 + n) * D + d] * kb[d];
-                    mag[n] += fabs((double)q[(size_t)(h0 + n) * D + d]) * (15.0 * fabs(ka[d]) + fabs(kb[d]));
+                    W[d][j] = qh[d] * ka[d];
+                    mx = std::max(mx, fabsf(W[d][j]));
+                    zt[j] += (double)qh[d] * kb[d];
+                    mag[j] += fabs((double)qh[d]) * (15.0 * fabs(ka[d]) + fabs(kb[d]));
                 }
-                ex[n] = kvq_mma_exponent(mx);
+                ex[j] = kvq_mma_exponent(mx);
             }
             for (int mt = 0; mt < G / 16; mt++) {
                 warp_regs w;
                 memset(&w, 0, sizeof w);
-                for (int kt = 0; kt < D / 16; kt++)
-                    for (int part = 0; part < 2; part++) {
-                        for (int lane = 0; lane < 32; lane++) {
-                            const uint32_t word = fkw[((size_t)mt * 32 + lane) * kpl + kt / TPW];
-                            lane_a_regs(word, B, kt % TPW, w.a[lane]);
-                            for (int i = 0; i < 8 && part == 0; i++) {
-                                const uint32_t r = w.a[lane][i / 2];
-                                const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
-                                const int t = 16 * mt + kvq_mma_a_row(lane, i), d = 16 * kt + kvq_mma_a_col(lane, i);
-                                *bad_codes += code != (int)kvq_dev_get_code(kw + (size_t)d * (G * B / 32), t, B);
-                                used_k[(size_t)t * D + d]++;
-                            }
-                            lane_b_regs(lane, (const float(*)[8]) & W[16 * kt][0], ex, part == 1, w.b[lane]);
+                for (int kt = 0; kt < D / 16; kt++) {
+                    for (int lane = 0; lane < 32; lane++) {
+                        const uint32_t word = fkw[((size_t)mt * 32 + lane) * kpl + kt / TPW];
+                        lane_a_regs(word, B, kt % TPW, w.a[lane]);
+                        for (int i = 0; i < 8; i++) {
+                            const uint32_t r = w.a[lane][i / 2];
+                            const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
+                            const int t = 16 * mt + kvq_mma_a_row(lane, i), d = 16 * kt + kvq_mma_a_col(lane, i);
+                            *bad_codes += code != (int)kvq_dev_get_code(kw + (size_t)d * (G * B / 32), t, B);
+                            used_k[(size_t)t * D + d]++;
                         }
-                        mma_emulate(w);
+                        lane_b_regs(lane, (const float(*)[4]) & W[16 * kt][0], ex, w.b[lane]);
                     }
-                for (int lane = 0; lane < 32; lane++)
-                    for (int i = 0; i < 4; i++) {
-                        const int t = 16 * mt + kvq_mma_c_row(lane, i), n = kvq_mma_c_col(lane, i);
-                        if (h0 + n >= n_heads) continue;
-                        const double got = ldexp((double)w.c[lane][i], -ex[n]) + zt[n];
+                    mma_emulate(w);
+                }
+                for (int lane = 0; lane < 32; lane++)        /* head tig: c0 + c1, c2 + c3 */
+                    for (int half = 0; half < 2; half++) {
+                        const int t = 16 * mt + kvq_mma_c_row(lane, 2 * half), j = kvq_mma_c_col(lane, 0) / 2;
+                        if (h0 + j >= n_heads) continue;
+                        const double got = ldexp((double)(w.c[lane][2 * half] + w.c[lane][2 * half + 1]), -ex[j]) + zt[j];
                         double ref = 0.0;
-                        for (int d = 0; d < D; d++) ref += (double)q[(size_t)(h0 + n) * D + d] * Kd[(size_t)t * D + d];
-                        *worst_k = std::max(*worst_k, fabs(got - ref) / mag[n]);
+                        for (int d = 0; d < D; d++) ref += (double)q[(size_t)(h0 + j) * D + d] * Kd[(size_t)t * D + d];
+                        *worst_k = std::max(*worst_k, fabs(got - ref) / mag[j]);
                     }
             }
         }
-        /* values: C(16 channels x 8 heads) per channel tile, over the page's
-           token k-tiles; B = p_ht a_tg of the tile's group g             */
-        for (int h0 = 0; h0 < n_heads; h0 += 8) {
+        /* values: C(16 channels x 4 heads x hi/lo) per channel tile, over
+           the page's token k-tiles; B = p_ht a_tg of the tile's group g  */
+        for (int h0 = 0; h0 < n_heads; h0 += 4) {
             for (int mt = 0; mt < D / 16; mt++) {
                 const int g = 16 * mt / Gv;
-                float U[128][8] = { { 0 } };
-                int ex[8] = { 0 };
-                double zt[8] = { 0 }, mag[8] = { 0 };
-                for (int n = 0; n < 8 && h0 + n < n_heads; n++) {
+                float U[128][4] = { { 0 } };
+                int ex[4] = { 0 };
+                double zt[4] = { 0 }, mag[4] = { 0 };
+                for (int j = 0; j < 4 && h0 + j < n_heads; j++) {
                     float mx = 0.0f;
                     for (int t = 0; t < G; t++) {
                         float a, b;
                         kvq_dev_affine(vsz[(size_t)t * gpt + g], e.zero_mode, &a, &b);
-                        const float pt = p[(size_t)(h0 + n) * G + t];
-                        U[t][n] = pt * a;
-                        mx = std::max(mx, fabsf(U[t][n]));
-                        zt[n] += (double)pt * b;
-                        mag[n] += pt * (15.0 * fabs(a) + fabs(b));
+                        const float pt = p[(size_t)(h0 + j) * G + t];
+                        U[t][j] = pt * a;
+                        mx = std::max(mx, fabsf(U[t][j]));
+                        zt[j] += (double)pt * b;
+                        mag[j] += pt * (15.0 * fabs(a) + fabs(b));
                     }
-                    ex[n] = kvq_mma_exponent(mx);
+                    ex[j] = kvq_mma_exponent(mx);
                 }
                 warp_regs w;
                 memset(&w, 0, sizeof w);
-                for (int kt = 0; kt < G / 16; kt++)
-                    for (int part = 0; part < 2; part++) {
-                        for (int lane = 0; lane < 32; lane++) {
-                            const uint32_t word = fvw[((size_t)(kt / TPW) * 32 + lane) * vpl + mt];
-                            lane_a_regs(word, B, kt % TPW, w.a[lane]);
-                            for (int i = 0; i < 8 && part == 0; i++) {
-                                const uint32_t r = w.a[lane][i / 2];
-                                const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
-                                const int d = 16 * mt + kvq_mma_a_row(lane, i), t = 16 * kt + kvq_mma_a_col(lane, i);
-                                *bad_codes += code != (int)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B);
-                                used_v[(size_t)t * D + d]++;
-                            }
-                            lane_b_regs(lane, (const float(*)[8]) & U[16 * kt][0], ex, part == 1, w.b[lane]);
+                for (int kt = 0; kt < G / 16; kt++) {
+                    for (int lane = 0; lane < 32; lane++) {
+                        const uint32_t word = fvw[((size_t)(kt / TPW) * 32 + lane) * vpl + mt];
+                        lane_a_regs(word, B, kt % TPW, w.a[lane]);
+                        for (int i = 0; i < 8; i++) {
+                            const uint32_t r = w.a[lane][i / 2];
+                            const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
+                            const int d = 16 * mt + kvq_mma_a_row(lane, i), t = 16 * kt + kvq_mma_a_col(lane, i);
+                            *bad_codes += code != (int)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B);
+                            used_v[(size_t)t * D + d]++;
                         }
-                        mma_emulate(w);
+                        lane_b_regs(lane, (const float(*)[4]) & U[16 * kt][0], ex, w.b[lane]);
                     }
+                    mma_emulate(w);
+                }
                 for (int lane = 0; lane < 32; lane++)
-                    for (int i = 0; i < 4; i++) {
-                        const int d = 16 * mt + kvq_mma_c_row(lane, i), n = kvq_mma_c_col(lane, i);
-                        if (h0 + n >= n_heads) continue;
-                        const double got = ldexp((double)w.c[lane][i], -ex[n]) + zt[n];
+                    for (int half = 0; half < 2; half++) {
+                        const int d = 16 * mt + kvq_mma_c_row(lane, 2 * half), j = kvq_mma_c_col(lane, 0) / 2;
+                        if (h0 + j >= n_heads) continue;
+                        const double got = ldexp((double)(w.c[lane][2 * half] + w.c[lane][2 * half + 1]), -ex[j]) + zt[j];
                         double ref = 0.0;
-                        for (int t = 0; t < G; t++) ref += (double)p[(size_t)(h0 + n) * G + t] * Vd[(size_t)t * D + d];
-                        *worst_v = std::max(*worst_v, fabs(got - ref) / mag[n]);
+                        for (int t = 0; t < G; t++) ref += (double)p[(size_t)(h0 + j) * G + t] * Vd[(size_t)t * D + d];
+                        *worst_v = std::max(*worst_v, fabs(got - ref) / mag[j]);
                     }
             }
         }
         for (size_t i = 0; i < used_k.size(); i++)
-            *bad_codes += (used_k[i] != (n_heads + 7) / 8) + (used_v[i] != (n_heads + 7) / 8);
+            *bad_codes += (used_k[i] != (n_heads + 3) / 4) + (used_v[i] != (n_heads + 3) / 4);
     }
 }
 
