@@ -314,8 +314,10 @@ __global__ void kvq_quantize_check_kernel(const __half *__restrict__ X, kvq_dev_
    FB, FG: 0, 0 for any shape; or B and G fixed at compile time, which turns
    every loop below into straight-line code (no branch per element on the
    group's end or the word's), with the same operations in the same order,
-   hence the same bits (test_gpu checks it on a GPU). Bench version 3;
-   kvq_cuda_set_quantize_fixed picks when it runs (by default at G = 32).  */
+   hence the same bits (test_gpu checks it on a GPU). kvq_cuda_quantize
+   runs the fixed kernel at G = 32 with B = 2 or 4, where the H100 run of
+   2026-11-23 measured it 12-32% faster; at G = 128 it was mixed (one row
+   faster, three 6-26% slower), so every other shape runs <0, 0>.        */
 template <int FB, int FG>
 __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
                                     const int32_t *__restrict__ unit_dst,
@@ -412,15 +414,6 @@ static int kvq_cuda__sm_count(void)
     return sms;
 }
 
-/* A process-wide mode switch: store `value` if `valid`, else say why not. */
-static cudaError_t kvq_cuda__set_mode(int *mode, int value, bool valid, const char *name,
-                                      const char *choices)
-{
-    if (!valid) return kvq_cuda__bad("%s: %d (use %s)", name, value, choices);
-    *mode = value;
-    return cudaSuccess;
-}
-
 static unsigned kvq_cuda__grid(size_t work, unsigned threads)
 {
     const int sms = kvq_cuda__sm_count();
@@ -429,21 +422,6 @@ static unsigned kvq_cuda__grid(size_t work, unsigned threads)
     if (blocks > cap) blocks = cap;
     if (blocks == 0) blocks = 1;
     return (unsigned)blocks;
-}
-
-/* Which quantize kernel runs (every choice writes the same bits):
-     1  group shape fixed at compile time for B in {2, 4}, G in {32, 128}
-        (version 3), the one kernel for other shapes;
-     0  the one kernel for every shape (versions 1 and 2);
-    -1  the default: version 3 for G = 32 only. On the H100 (2026-11-23,
-        bench_gpu, T = 262,144) it was 12-32% faster than 0 at G = 32, and
-        at G = 128 faster in one row and 6-26% slower in three.
-   Process-wide; set it before launching.                                 */
-static int kvq_cuda__quantize_fixed = -1;
-extern "C" cudaError_t kvq_cuda_set_quantize_fixed(int on)
-{
-    return kvq_cuda__set_mode(&kvq_cuda__quantize_fixed, on, on >= -1 && on <= 1,
-                              "kvq_cuda_set_quantize_fixed", "-1, 0 or 1");
 }
 
 /* Quantize X (T, D) fp16 into words/sz (kvq_layout_init's sizes), on the
@@ -469,12 +447,9 @@ extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, 
     }
     typedef void (*kernel_fn)(const __half *, kvq_dev_qshape, const int32_t *, uint32_t *,
                               kvq_sz *, const int *);
-    kernel_fn fn = kvq_quantize_kernel<0, 0>;
-    if (kvq_cuda__quantize_fixed == 1 || (kvq_cuda__quantize_fixed == -1 && G == 32))
-        fn = (bits == 2 && G == 32) ? kvq_quantize_kernel<2, 32>
-           : (bits == 2 && G == 128) ? kvq_quantize_kernel<2, 128>
-           : (bits == 4 && G == 32) ? kvq_quantize_kernel<4, 32>
-           : (bits == 4 && G == 128) ? kvq_quantize_kernel<4, 128> : fn;
+    const kernel_fn fn = (bits == 2 && G == 32) ? kvq_quantize_kernel<2, 32>
+                       : (bits == 4 && G == 32) ? kvq_quantize_kernel<4, 32>
+                                                : kvq_quantize_kernel<0, 0>;
     fn<<<blocks, threads, 0, stream>>>(d_X, q, d_unit_dst, d_words, d_sz, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return cudaSuccess;
@@ -564,7 +539,9 @@ struct kvq_cuda_tile_src {
     { return item(page, tile) * (size_t)TG * gpt; }
 };
 
-/* Work items of a stream: fast items first (pages, or tiles of TG tokens),
+#define KVQ_CUDA_TILE 32   /* tokens per fast item: a tile of a page (Sec. 4) */
+
+/* Work items of a stream: fast items first (tiles of TG tokens),
    then slow chunks of 32. A tile is fast when all its slots are < both:
    its values are quantized, and so are its keys, whose unit (page) is
    whole because n_kq is a multiple of G. Slow chunks are 32 tokens
@@ -585,35 +562,6 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
     return it;
 }
 
-/* Whole waves (kvq_cuda_set_attend_waves(1)): the split count that makes a
-   grid of n_ctas x s CTAs end in the fullest last wave, s in 1..sp, where a
-   wave is the `wave` CTAs the device holds at once (SMs x CTAs per SM).
-   Only counts giving at least one full wave compete (fewer would leave SMs
-   idle for the whole launch); ties go to the larger count. With
-   total = n_ctas x s and idle = the empty CTA slots of its last wave, the
-   fill total / (total + idle) is best where idle / total is least, which
-   is compared exactly as idle_a x total_b < idle_b x total_a (idle < wave
-   < 2^24 and total < 2^39, so the products fit in 64 bits).
-   Returns sp itself when n_ctas * sp is under one wave.
-
-       n_ctas = 64, wave = 396 (132 SMs x 3):  s = 17: 1088 CTAs, 2.75
-       waves, fill 92%;  s = 12: 768 CTAs, 1.94 waves, fill 97%  -> 12   */
-static inline int kvq_cuda_wave_splits(size_t n_ctas, int sp, size_t wave)
-{
-    if (n_ctas == 0 || wave == 0 || wave >= ((size_t)1 << 24) || sp <= 1 ||
-        n_ctas > ((size_t)1 << 31) || sp > 256 || n_ctas * (size_t)sp <= wave)
-        return sp;
-    int best = sp;
-    unsigned long long best_total = n_ctas * (size_t)sp,
-                       best_idle = (wave - best_total % wave) % wave;
-    for (int t = sp - 1; t >= 1; t--) {
-        const unsigned long long total = n_ctas * (size_t)t, idle = (wave - total % wave) % wave;
-        if (total < wave) break;
-        if (idle * best_total < best_idle * total) { best = t; best_total = total; best_idle = idle; }
-    }
-    return best;
-}
-
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 /* ======================================================================== */
 /* 4. fused decode attention                                                */
@@ -624,14 +572,14 @@ static inline int kvq_cuda_wave_splits(size_t n_ctas, int sp, size_t wave)
    over every live token t of the stream, exactly kvq_attend's function.
 
    Work split (flash-decoding): grid.x = streams x head chunks, grid.y =
-   splits of the stream's work items. An item is one page (the fast path,
-   G tokens with both sides quantized), or 32 tokens of the slow path (slots
-   of a partly quantized page, then the full-precision rows). By default
-   (kvq_cuda_set_attend_tile(32); 0 restores whole pages) the fast items
-   of G = 64/128 pages are 32-token TILES of a page instead, staged into
-   the layout of a G = 32 page: the same arithmetic on the same codes, a
-   quarter of the shared memory per stage, and 4 key scales per channel
-   re-read from L2:
+   splits of the stream's work items. An item is a 32-token TILE of a
+   page (the fast path: both sides quantized), or 32 tokens of the slow
+   path (slots of a partly quantized page, then the full-precision rows).
+   A tile of a G = 64/128 page is staged into the layout of a G = 32 page:
+   the same arithmetic on the same codes, a quarter of a page's shared
+   memory per stage, and the page's key scales re-read from L2 by each
+   tile. (Whole pages as items, version 2 of the bench, were slower in 46
+   of its 60 G = 128 rows on the H100: bench/RESULTS.md.)
 
        page (G = 128)   k_words ch d: [w0 w1 | w2 w3 | w4 w5 | w6 w7]   B = 2
                         tile:            t0     t1      t2      t3
@@ -645,7 +593,7 @@ static inline int kvq_cuda_wave_splits(size_t n_ctas, int sp, size_t wave)
        acc' = acc 2^(m-m') + sum_t 2^(s_t-m') v_t.
    Warps merge in shared memory, splits in kvq_attend_combine_kernel.
 
-   FAST PATH, one page (kvq.h Sec. 8's algebra; nothing is dequantized):
+   FAST PATH, one tile (kvq.h Sec. 8's algebra; nothing is dequantized):
      keys, per-channel: q.k_t = sum_d (q_d s_d) c_td + sum_d q_d z_d.
        The warp reads the page's D * wpg_k words as 32 coalesced columns:
        lane l always holds word w = l % wpg_k (slots w*32/B .. of the unit)
@@ -667,19 +615,13 @@ static inline int kvq_cuda_wave_splits(size_t n_ctas, int sp, size_t wave)
      transposing way. It serves the full-precision rows and is, with no
      pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
 #define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
-/* Tuning knobs (bench/gpu_run.sh's sweep step compares settings): CTAs
-   per SM the compiler must fit for the 1-head and the 4-head kernels (a
-   register cap: 65536 / (128 * n) registers per thread), and the largest
-   two-stage page buffer per CTA, in KB, above which one stage.          */
-#ifndef KVQ_CUDA_NH1_MIN_CTAS
+/* CTAs per SM the compiler must fit for the 1-head and the 4-head kernels
+   (a register cap: 65536 / (128 n) registers per thread; the H100 sweep
+   of 2026-11-23 found no better pair), and the largest two-stage buffer
+   per CTA, in KB, above which one stage.                                 */
 #define KVQ_CUDA_NH1_MIN_CTAS 3
-#endif
-#ifndef KVQ_CUDA_NH4_MIN_CTAS
 #define KVQ_CUDA_NH4_MIN_CTAS 1
-#endif
-#ifndef KVQ_CUDA_STAGE2_MAX_KB
 #define KVQ_CUDA_STAGE2_MAX_KB 48
-#endif
 #define KVQ_CUDA_CHUNK 32          /* tokens per slow-path item             */
 static_assert(KVQ_CUDA_CHUNK == 32, "kvq_cuda_count_items (Sec. 3) counts 32-token chunks");
 #define KVQ_CUDA_MAX_SPLITS 128
@@ -1034,40 +976,38 @@ static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, con
     const unsigned char *s8 = (const unsigned char *)src;
     for (int i = lane * 16; i < bytes; i += 32 * 16) kvq_dev_cp<16>(dst + i, s8 + i);
 }
-/* Stage fast item `tile` of pool page `page` (TG tokens, Sec. 4's tiles)
-   into buf, laid out exactly as a page of TG tokens would be, so that
-   kvq_dev_fast_item<D, B, TG> reads it unchanged; the sources are
-   kvq_cuda_tile_src's (Sec. 3). With TG == G (tile 0, the whole page)
-   every part is one contiguous copy. With TG < G a tile's key codes are a column slice of
-   the page, WPT = TG*B/32 words of each channel's G*B/32 (8 or 16 bytes
-   every 16..64): one copy per channel. Its values and value (s, z) are
-   contiguous rows of the page; its key (s, z) are the page's, all D.      */
-template <int D, int B, int G, int TG>
+/* Stage fast item `tile` of pool page `page` (KVQ_CUDA_TILE tokens) into
+   buf, laid out exactly as a page of that many tokens would be, so that
+   kvq_dev_fast_item reads it unchanged; the sources are kvq_cuda_tile_src's
+   (Sec. 3). A tile's key codes are a column slice of the page: WPT = 2 or
+   4 words of each channel's G*B/32 (one 8- or 16-byte copy per channel;
+   at G = 32 the slices are the whole page, one contiguous copy). Its
+   values and value (s, z) are contiguous rows of the page; its key (s, z)
+   are the page's, all D.                                                 */
+template <int D, int B>
 static __device__ __forceinline__ void kvq_dev_stage_tile(const kvq_cuda_pool &pool,
                                                           size_t page, int tile,
                                                           unsigned char *buf, int lane)
 {
+    constexpr int TG = KVQ_CUDA_TILE;
     typedef kvq_dev_page<D, B, TG> PT;
     constexpr int WPT = TG * B / 32;               /* key words per channel */
-    static_assert(G % TG == 0 && (WPT == 2 || WPT % 4 == 0), "tile geometry");
-    const kvq_cuda_tile_src at = { D, B, G, TG, D / pool.value_group };
+    static_assert(WPT == 2 || WPT == 4, "tile geometry");
+    const kvq_cuda_tile_src at = { D, B, pool.group, TG, D / pool.value_group };
     const int vsb = TG * at.gpt * 4;               /* the tile's v_sz bytes */
-    if constexpr (TG == G) {
+    if (pool.group == TG) {
         kvq_dev_warp_copy(buf, pool.k_words + at.key_word(page, 0, 0), PT::KWB, lane);
     } else {
-        constexpr int STEP = (WPT == 2) ? 2 : 4;  /* words per copy: 8 or 16 B */
         for (int d = lane; d < D; d += 32)
-#pragma unroll
-            for (int k = 0; k < WPT; k += STEP)
-                kvq_dev_cp<STEP * 4>(buf + (d * WPT + k) * 4, pool.k_words + at.key_word(page, tile, d) + k);
+            kvq_dev_cp<WPT * 4>(buf + d * WPT * 4, pool.k_words + at.key_word(page, tile, d));
     }
     kvq_dev_warp_copy(buf + PT::KWB, pool.k_sz + at.key_sz(page), PT::KSB, lane);
     kvq_dev_warp_copy(buf + PT::KWB + PT::KSB, pool.v_words + at.value_word(page, tile), PT::VWB, lane);
     kvq_dev_warp_copy(buf + PT::KWB + PT::KSB + PT::VWB, pool.v_sz + at.value_sz(page, tile), vsb, lane);
 }
 
-/* G here is the item's token count: the page's G, or a tile's TG (its
-   staged layout is a TG-token page's); slot0 = the stream slot of its
+/* G here is the item's token count, KVQ_CUDA_TILE (a tile's staged
+   layout is a page of that many tokens); slot0 = the stream slot of its
    first token.                                                            */
 template <int D, int B, int G, int NH>
 static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged page or tile */,
@@ -1181,16 +1121,15 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
 
 /* -- the kernel ------------------------------------------------------------- */
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).
-   G: the pool's page; TG: tokens per fast item (G, or 32 for tiles).      */
-template <int D, int B, int G, int TG, int NH>
+   B = 0: the fp16 baseline (no pages).                                    */
+template <int D, int B, int NH>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages)
 {
     constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
-    constexpr int PB = (B ? TG : 32) > 32 ? (B ? TG : 32) : 32; /* pbuf length per head */
-    static_assert(G % TG == 0, "a tile divides the page");
+    constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
     __shared__ float qs[NH * D];
     __shared__ float pbuf[KVQ_CUDA_WARPS][NH * PB];
     __shared__ float red_acc[KVQ_CUDA_WARPS][NH * D];
@@ -1239,15 +1178,14 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
         /* fast items: with two stages, the next item's copy is in flight
            while this one is computed; one stage when two do not fit      */
         typedef kvq_dev_page<D, (B ? B : 2), TG> PT;
-        constexpr uint32_t TPP = G / TG;               /* tiles per page   */
+        const uint32_t TPP = (uint32_t)pool.group / TG;   /* tiles per page */
         extern __shared__ __align__(16) unsigned char kvq_dev_stage[];
         const int vsb = TG * (D / pool.value_group) * 4;
         const int pb = PT::KWB + PT::KSB + PT::VWB + vsb;      /* item bytes */
         unsigned char *mine = kvq_dev_stage + (size_t)warp * n_stages * pb;
         const uint32_t fast_end = it.n_fast < last ? it.n_fast : last;
         auto stage_item = [&](uint32_t i, unsigned char *buf) {
-            kvq_dev_stage_tile<D, B, G, TG>(pool, (size_t)s->pages[i / TPP], (int)(i % TPP),
-                                            buf, lane);
+            kvq_dev_stage_tile<D, B>(pool, (size_t)s->pages[i / TPP], (int)(i % TPP), buf, lane);
         };
         if (n_stages == 2) {
             int stage = 0;
@@ -1390,63 +1328,21 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
     return n_streams * (size_t)(n_rep > 0 ? n_rep : 1) * (size_t)sp * (size_t)(head_dim + 2);
 }
 
-/* Fast items of G = 64 and 128 pools: 32-token tiles (32, the default
-   since the H100 run of 2026-11-23: each item stages and computes like a
-   G = 32 page, so two stages fit at the same occupancy; bench version 3,
-   faster than whole pages in 46 of bench_gpu's 60 G = 128 rows, up to
-   2.06x at GQA 4; the 14 losses, up to 1.27x slower, are where there is
-   little work: S = 8 with T <= 32K, or S = 64 with T <= 4K), or whole
-   pages (0; version 2). Process-wide; set it before launching. G = 32
-   pages are tiles already.                                                */
-static int kvq_cuda__tile_tokens = 32;
-extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens)
-{
-    return kvq_cuda__set_mode(&kvq_cuda__tile_tokens, tokens, tokens == 0 || tokens == 32,
-                              "kvq_cuda_set_attend_tile", "0 for whole pages or 32");
-}
-
-/* Split count: as kvq_cuda_attend_workspace plans it (0, the default), or
-   trimmed to whole waves of the kernel's real occupancy (1; bench version
-   4). The plan asks for about 8 CTAs per SM, but only 2-3 fit
-   (registers), so grids end in a partial wave: 2.75 waves at S = 64, 3.2
-   at S = 256, with SMs idle in 15-17% of cycles (ncu, bench/RESULTS.md).
-   On the H100 (2026-11-23, quick) trimming gained up to 10% at S = 64
-   (median 4.5%) and nothing at S = 256, so it stays off until a full
-   bench decides. Fewer splits never need more workspace. Process-wide;
-   set it before launching.                                               */
-static int kvq_cuda__waves = 0;
-extern "C" cudaError_t kvq_cuda_set_attend_waves(int on)
-{
-    return kvq_cuda__set_mode(&kvq_cuda__waves, on, on == 0 || on == 1,
-                              "kvq_cuda_set_attend_waves", "0 or 1");
-}
-
-/* Instantiation table: D x B x G x TG x NH. B = 0 is the fp16 baseline.   */
+/* Instantiation table: D x B x NH (B = 0: the fp16 baseline); the page
+   size G is a run-time value of the pool.                                 */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
                                   const float *, float *, int);
-template <int D, int B, int G, int TG>
+template <int D, int B>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
-    return nh == 4 ? kvq_attend_kernel<D, B, G, TG, 4> : kvq_attend_kernel<D, B, G, TG, 1>;
-}
-template <int D, int B, int G>
-static kvq_cuda__attn_fn kvq_cuda__pick_tile(bool tiles, int nh)
-{
-    return tiles ? kvq_cuda__pick_nh<D, B, G, 32>(nh) : kvq_cuda__pick_nh<D, B, G, G>(nh);
-}
-template <int D, int B>
-static kvq_cuda__attn_fn kvq_cuda__pick_g(int G, bool tiles, int nh)
-{
-    return G == 32 ? kvq_cuda__pick_nh<D, B, 32, 32>(nh)
-         : G == 64 ? kvq_cuda__pick_tile<D, B, 64>(tiles, nh)
-         : G == 128 ? kvq_cuda__pick_tile<D, B, 128>(tiles, nh) : nullptr;
+    return nh == 4 ? kvq_attend_kernel<D, B, 4> : kvq_attend_kernel<D, B, 1>;
 }
 template <int D>
-static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int G, bool tiles, int nh)
+static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
 {
-    if (B == 0) return kvq_cuda__pick_nh<D, 0, 32, 32>(nh);
-    return B == 2 ? kvq_cuda__pick_g<D, 2>(G, tiles, nh)
-         : B == 4 ? kvq_cuda__pick_g<D, 4>(G, tiles, nh) : nullptr;
+    return B == 0 ? kvq_cuda__pick_nh<D, 0>(nh)
+         : B == 2 ? kvq_cuda__pick_nh<D, 2>(nh)
+         : B == 4 ? kvq_cuda__pick_nh<D, 4>(nh) : nullptr;
 }
 
 /* Decode attention. pool: NULL for the fp16 baseline (every stream has only
@@ -1498,18 +1394,13 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     if (work_floats < need)
         return kvq_cuda__bad("kvq_cuda_attend: workspace of %zu floats, %zu needed",
                              work_floats, need);
-    const bool tiles = kvq_cuda__tile_tokens == 32;
-    const int TG = (pool && tiles) ? 32 : G;           /* tokens per fast item */
-    kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, G, tiles, nh)
-                                      : kvq_cuda__pick_b<64>(B, G, tiles, nh);
+    const int TG = KVQ_CUDA_TILE;                      /* tokens per fast item */
+    kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, nh) : kvq_cuda__pick_b<64>(B, nh);
     if (!fn) return kvq_cuda__bad("kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
-    /* staged items (Sec. 4, fast path): two per warp while a CTA's stages
-       stay within 48 KB, else one (a G = 128 page is 9-17 KB: two stages
-       would leave one CTA, 4 warps, per SM; with one stage, more CTAs
-       overlap each other's copies instead; a 32-token tile is 1.4-6.5 KB
-       and gets two, except D = 128, B = 4, Gv = 8 at 6.5 KB). The
-       attribute is set every time because static + dynamic shared memory
-       may pass 48 KB.                                                   */
+    /* staged tiles (Sec. 4, fast path): two per warp while a CTA's stages
+       stay within 48 KB, else one (a tile is 1.4-6.5 KB: two stages,
+       except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set
+       every time because static + dynamic shared memory may pass 48 KB. */
     const size_t page_bytes = pool ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
                                      (size_t)TG * (D / pl.value_group) * 4 : 0;
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
@@ -1517,13 +1408,6 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)stage_bytes));
-    if (kvq_cuda__waves) {
-        int per_sm = 0;
-        KVQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn,
-                                                                     KVQ_CUDA_WARPS * 32, stage_bytes));
-        n_splits = kvq_cuda_wave_splits(n_streams * n_hchunks, n_splits,
-                                        (size_t)kvq_cuda__sm_count() * per_sm);
-    }
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
     fn<<<grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream>>>(pl, d_streams, n_rep, (int)n_hchunks,
@@ -2003,9 +1887,6 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        int n_rep, size_t max_tokens, const float *d_q,
                                        float *d_out, float *d_work, size_t work_floats,
                                        int *d_status, cudaStream_t stream);
-extern "C" cudaError_t kvq_cuda_set_attend_tile(int tokens);
-extern "C" cudaError_t kvq_cuda_set_attend_waves(int on);
-extern "C" cudaError_t kvq_cuda_set_quantize_fixed(int on);
 extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,
                                            size_t n_moves, void *d_temp, cudaStream_t stream);

@@ -10,24 +10,20 @@
    device-to-device copy measured in the same run (bytes read + written
    over time, the usual convention: cudaMemcpy of 1 GiB).
 
-   Attention versions (the library keeps only the last):
-     version 1: fused kernel, one CTA per (stream, head chunk): no split
-     version 2: fused kernel + flash-decoding split across the sequence,
-                whole pages (kvq_cuda_set_attend_tile(0))
-     version 3: version 2 with G = 64/128 pages cut into 32-token tiles
-                (kvq_cuda_set_attend_tile(32), the default): two stages
-                per warp at G = 32's occupancy; G = 32 rows are version 2
-     version 4: version 3 with the split count trimmed to whole waves of
-                the kernel's occupancy (kvq_cuda_set_attend_waves(1))
+   Attention (kvq_cuda_attend, the library's one path):
+     1 split:   one CTA per (stream, head chunk), no flash-decoding split
+                (max_tokens = 1 plans one): what the split buys
+     fused:     the library as called: split across the sequence, pages
+                read as 32-token tiles
      fp16:      our fp16 decode kernel (the same kernel, pool = NULL) on the
                 same T, the baseline for the 2-bit speedup
-   Quantize versions:
-     version 1: kvq_cuda_quantize with validation (two passes; writes
-                nothing on bad data)
-     version 2: the same with validate = 0 (one pass, trusted input)
-     version 3: version 2 with the group shape fixed at compile time
-                (kvq_cuda_set_quantize_fixed(1): straight-line loops;
-                the default uses it at G = 32 only)
+   Earlier versions (whole pages as items; splits trimmed to whole waves)
+   were process-wide settings until the H100 runs decided them; their
+   numbers are in bench/RESULTS.md, and bench/mma_probe.cu is the first
+   step of the next design (tensor cores).
+   Quantize (kvq_cuda_quantize; G = 32 runs the fixed-shape kernel):
+     validate:  two passes; writes nothing on bad data
+     trusted:   validate = 0 (one pass, trusted input)
 
    Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]
    --shape runs only that attention shape (no quantize section): the
@@ -275,14 +271,9 @@ static double rel_err(const float *got, const std::vector<double> &ref, size_t n
     return sqrt(num / (den > 0 ? den : 1e-300));
 }
 
-/* Time one version on P. max_tokens_plan = 1 forces one split (version 1);
-   tiles: kvq_cuda_set_attend_tile(32) for this run (version 3); waves:
-   kvq_cuda_set_attend_waves(1) as well (version 4).                      */
-static bool run_attn(attn_problem &P, bool fp16, bool split, bool tiles, float *ms_out,
-                     double *err_out, bool waves = false)
+/* Time kvq_cuda_attend on P; split = false plans one split (max_tokens 1). */
+static bool run_attn(attn_problem &P, bool fp16, bool split, float *ms_out, double *err_out)
 {
-    CU(kvq_cuda_set_attend_tile(tiles ? 32 : 0));
-    CU(kvq_cuda_set_attend_waves(waves ? 1 : 0));
     const size_t S = P.S;
     const int n_rep = P.n_rep, D = P.D;
     const size_t plan_tokens = split ? P.T : 1;
@@ -320,8 +311,6 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, bool tiles, float *
     *err_out = worst;
     bool ok = status == 0 && worst <= 1e-4;
     if (ok) *ms_out = median_ms(call, 1);
-    CU(kvq_cuda_set_attend_tile(32));      /* back to the defaults */
-    CU(kvq_cuda_set_attend_waves(0));
     CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
     return ok;
 }
@@ -332,9 +321,9 @@ struct attn_shape { int B, G, gqa; size_t S, T; };
 static void bench_attention(bool quick, double copy, const attn_shape *only)
 {
     printf("\n== fused decode attention (D = 128; KIVI steady state, R = 128) ==\n");
-    printf("%2s %4s %3s %7s %4s | %8s %5s | %8s %7s %5s | %8s %5s | %8s %5s | %8s %5s | %6s %6s %6s\n",
-           "B", "G", "gqa", "T", "S", "v1 us", "v1 %", "v2 us", "v2 GB/s", "v2 %", "v3 us",
-           "v3 %", "v4 us", "v4 %", "fp16 us", "fp16%", "x fp16", "bytesx", "err");
+    printf("%2s %4s %3s %7s %4s | %8s %5s | %8s %7s %5s | %8s %5s | %6s %6s %6s\n",
+           "B", "G", "gqa", "T", "S", "1spl us", "1spl%", "fused us", "GB/s", "%", "fp16 us",
+           "fp16%", "x fp16", "bytesx", "err");
     std::vector<size_t> Ts = { 1024, 4096, 16384, 32768, 131072 };
     std::vector<size_t> Ss = { 8, 64, 256 };
     std::vector<int> gqas = { 1, 4 }, Bs = { 2, 4 }, Gs = { 32, 128 };
@@ -348,34 +337,28 @@ static void bench_attention(bool quick, double copy, const attn_shape *only)
                 build_problem(F, 128, 2, 32, gqa, S, T, true, 99);
                 float ms_f = 0;
                 double err_f;
-                const bool okf = run_attn(F, true, true, false, &ms_f, &err_f);
+                const bool okf = run_attn(F, true, true, &ms_f, &err_f);
                 const double gb_f = F.bytes / (ms_f * 1e-3) / 1e9;
                 for (int B : Bs)
                     for (int G : Gs) {
                         attn_problem P;
                         build_problem(P, 128, B, G, gqa, S, T, false, 7 + T + S + B + G);
-                        float ms1 = 0, ms2 = 0, ms3 = 0, ms4 = 0;
-                        double e1, e2, e3 = 0, e4;
-                        const bool ok1 = run_attn(P, false, false, false, &ms1, &e1);
-                        const bool ok2 = run_attn(P, false, true, false, &ms2, &e2);
-                        /* G = 32 pages are tiles already: v3 == v2 there */
-                        const bool ok3 = G > 32 ? run_attn(P, false, true, true, &ms3, &e3) : true;
-                        if (G == 32) ms3 = ms2;
-                        const bool ok4 = run_attn(P, false, true, true, &ms4, &e4, true);
-                        const double gb1 = P.bytes / (ms1 * 1e-3) / 1e9, gb2 = P.bytes / (ms2 * 1e-3) / 1e9,
-                                     gb3 = P.bytes / (ms3 * 1e-3) / 1e9, gb4 = P.bytes / (ms4 * 1e-3) / 1e9;
-                        const double err = std::max(std::max(e1, e2), std::max(e3, e4));
-                        const bool ok = ok1 && ok2 && ok3 && ok4 && okf;
-                        printf("%2d %4d %3d %7zu %4zu | %8.1f %4.1f%% | %8.1f %7.0f %4.1f%% | %8.1f %4.1f%% | "
-                               "%8.1f %4.1f%% | %8.1f %4.1f%% | %6.2f %6.2f %6.0e%s\n",
+                        float ms1 = 0, ms2 = 0;
+                        double e1, e2;
+                        const bool ok1 = run_attn(P, false, false, &ms1, &e1);
+                        const bool ok2 = run_attn(P, false, true, &ms2, &e2);
+                        const double gb1 = P.bytes / (ms1 * 1e-3) / 1e9, gb2 = P.bytes / (ms2 * 1e-3) / 1e9;
+                        const double err = std::max(e1, e2);
+                        const bool ok = ok1 && ok2 && okf;
+                        printf("%2d %4d %3d %7zu %4zu | %8.1f %4.1f%% | %8.1f %7.0f %4.1f%% | "
+                               "%8.1f %4.1f%% | %6.2f %6.2f %6.0e%s\n",
                                B, G, gqa, T, S, ms1 * 1e3, 100 * gb1 / copy, ms2 * 1e3, gb2,
-                               100 * gb2 / copy, ms3 * 1e3, 100 * gb3 / copy, ms4 * 1e3,
-                               100 * gb4 / copy, ms_f * 1e3, 100 * gb_f / copy, ms_f / ms2,
+                               100 * gb2 / copy, ms_f * 1e3, 100 * gb_f / copy, ms_f / ms2,
                                F.bytes / P.bytes, err, ok ? "" : "  INVALID");
                         if (csv_attn)
-                            fprintf(csv_attn, "%d,%d,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.3f,%.1f,%.1f,%.3g,%d,%.3f,%.1f,%.3f,%.1f\n",
+                            fprintf(csv_attn, "%d,%d,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.3f,%.1f,%.1f,%.3g,%d\n",
                                     B, G, gqa, T, S, ms1 * 1e3, gb1, ms2 * 1e3, gb2, ms_f * 1e3, gb_f,
-                                    copy, err, (int)ok, ms3 * 1e3, gb3, ms4 * 1e3, gb4);
+                                    copy, err, (int)ok);
                     }
             }
 }
@@ -383,9 +366,8 @@ static void bench_attention(bool quick, double copy, const attn_shape *only)
 static void bench_quantize(bool quick, double copy)
 {
     printf("\n== quantize + pack (fp16 X of T x 128) ==\n");
-    printf("%-11s %2s %4s %8s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s | %s\n", "axis", "B", "G",
-           "T", "v1 us", "v1 GB/s", "v1 %", "v2 us", "v2 GB/s", "v2 %", "v3 us", "v3 GB/s", "v3 %",
-           "codes vs kvq.h");
+    printf("%-11s %2s %4s %8s | %9s %8s %6s | %9s %8s %6s | %s\n", "axis", "B", "G", "T",
+           "valid us", "GB/s", "%", "trust us", "GB/s", "%", "codes vs kvq.h");
     const size_t D = 128, T = quick ? 65536 : 262144, Tcheck = 4096;
     const size_t copies = 4;       /* 4 x 64 MB inputs: more than L2 */
     __half *d_x;
@@ -411,8 +393,7 @@ static void bench_quantize(bool quick, double copy)
                 std::vector<kvq_sz> cs(Lc.total_groups), gs(Lc.total_groups);
                 kvq_quantize_matrix(fx.data(), Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, cw.data(), cs.data());
                 bool same = true;
-                for (int v = 0; v < 3; v++) {
-                    CU(kvq_cuda_set_quantize_fixed(v == 2));
+                for (int v = 0; v < 2; v++) {
                     CU(kvq_cuda_quantize(d_x, Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, nullptr, d_w, d_s,
                                          d_st, v == 0, 0));
                     CU(cudaDeviceSynchronize());
@@ -421,28 +402,23 @@ static void bench_quantize(bool quick, double copy)
                     same = same && gw == std::vector<uint32_t>(cw) &&
                            memcmp(gs.data(), cs.data(), gs.size() * 4) == 0;
                 }
-                float ms[3];
-                for (int v = 0; v < 3; v++) {
-                    CU(kvq_cuda_set_quantize_fixed(v == 2));
+                float ms[2];
+                for (int v = 0; v < 2; v++) {
                     ms[v] = median_ms([&](int c) {
                         CU(kvq_cuda_quantize(d_x + (size_t)c * T * D, T, D, B, G, ax, KVQ_ZERO_FLOAT,
                                              nullptr, d_w, d_s, d_st, v == 0, 0));
                     }, (int)copies);
                 }
-                CU(kvq_cuda_set_quantize_fixed(-1));   /* back to the default */
                 /* bytes: input once + codes + scales (the minimum to move) */
                 const double bytes = (double)T * D * 2 + L.total_words * 4.0 + L.total_groups * 4.0;
-                const double g1 = bytes / (ms[0] * 1e-3) / 1e9, g2 = bytes / (ms[1] * 1e-3) / 1e9,
-                             g3 = bytes / (ms[2] * 1e-3) / 1e9;
-                printf("%-11s %2d %4zu %8zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | "
-                       "%9.1f %8.0f %5.1f%% | %s\n",
+                const double g1 = bytes / (ms[0] * 1e-3) / 1e9, g2 = bytes / (ms[1] * 1e-3) / 1e9;
+                printf("%-11s %2d %4zu %8zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | %s\n",
                        ax == KVQ_PER_CHANNEL ? "per-channel" : "per-token", B, G, T, ms[0] * 1e3, g1,
-                       100 * g1 / copy, ms[1] * 1e3, g2, 100 * g2 / copy, ms[2] * 1e3, g3,
-                       100 * g3 / copy, same ? "identical" : "DIFFERENT");
+                       100 * g1 / copy, ms[1] * 1e3, g2, 100 * g2 / copy, same ? "identical" : "DIFFERENT");
                 if (csv_quant)
-                    fprintf(csv_quant, "%s,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.1f,%d,%.3f,%.1f\n",
+                    fprintf(csv_quant, "%s,%d,%zu,%zu,%.3f,%.1f,%.3f,%.1f,%.1f,%d\n",
                             ax == KVQ_PER_CHANNEL ? "per-channel" : "per-token", B, G, T, ms[0] * 1e3,
-                            g1, ms[1] * 1e3, g2, copy, (int)same, ms[2] * 1e3, g3);
+                            g1, ms[1] * 1e3, g2, copy, (int)same);
                 CU(cudaFree(d_w)); CU(cudaFree(d_s)); CU(cudaFree(d_st));
             }
     CU(cudaFree(d_x));
@@ -479,8 +455,8 @@ int main(int argc, char **argv)
         std::string a = std::string(csv_dir) + "/gpu_attention.csv", q = std::string(csv_dir) + "/gpu_quantize.csv";
         csv_attn = fopen(a.c_str(), "w");
         csv_quant = fopen(q.c_str(), "w");
-        if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,v1_us,v1_gbps,v2_us,v2_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid,v3_us,v3_gbps,v4_us,v4_gbps\n");
-        if (csv_quant) fprintf(csv_quant, "axis,B,G,T,v1_us,v1_gbps,v2_us,v2_gbps,copy_gbps,identical,v3_us,v3_gbps\n");
+        if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,onesplit_us,onesplit_gbps,fused_us,fused_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid\n");
+        if (csv_quant) fprintf(csv_quant, "axis,B,G,T,validate_us,validate_gbps,trusted_us,trusted_gbps,copy_gbps,identical\n");
     }
     if (!only) bench_quantize(quick, copy);
     bench_attention(quick, copy, only);

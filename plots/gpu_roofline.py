@@ -5,7 +5,7 @@ build/bench_gpu --csv bench) and, if present, bench/gpu_sdpa.csv (written by
 bench/sdpa_baseline.py --csv) and draws achieved GB/s vs T for the fused
 2-bit/4-bit kernel, our fp16 kernel and PyTorch SDPA, with the measured
 device-to-device copy bandwidth as the roof. The fused curves are the
-default path (version 3 where the CSV has it). Output: plots/gpu_roofline.png.
+library's path (`fused`, or version 3 in older CSVs). Output: plots/gpu_roofline.png.
 Usage: python3 plots/gpu_roofline.py [bench_dir] [out_dir]"""
 import csv, os, sys
 import matplotlib
@@ -17,9 +17,13 @@ def rows(path):
         return list(csv.DictReader(f))
 
 def default_gbps(r):
-    """GB/s of kvq_cuda_attend's default path: version 3 (32-token tiles)
-    where the CSV has it, else version 2 (older CSVs; at G = 32 they agree)."""
-    return float(r["v3_gbps"]) if r.get("v3_gbps") else float(r["v2_gbps"])
+    """GB/s of kvq_cuda_attend as the library runs it: the `fused` column,
+    or in CSVs written before the one-path cleanup, version 3 (32-token
+    tiles) where present, else version 2 (at G = 32 they agree)."""
+    for col in ("fused_gbps", "v3_gbps", "v2_gbps"):
+        if r.get(col):
+            return float(r[col])
+    raise KeyError("no attention GB/s column")
 
 def main():
     bench = sys.argv[1] if len(sys.argv) > 1 else "bench"
