@@ -3091,10 +3091,12 @@ static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
    Summation order, the only difference from EAGER's result (the tests
    bound it): positions are visited in walk order, with the running max
    rescaled at tile boundaries, so the last bits also depend on the storage
-   layout (compaction may move them). Scores and value sums are the same
-   expressions as EAGER's: a per-channel key's score sums channels 0..D-1
-   in order, dot products use kvq__dot's lane order, and a quantized value
-   adds (w a) c + w b per channel.                                          */
+   layout (compaction may move them), and within a tile the full-precision
+   value rows are added first, each head's sum split in up to 4 partial
+   sums (kvq__rows_block) as the quantized ones are (kvq__values_block).
+   Scores are the same expressions as EAGER's: a per-channel key's score
+   sums channels 0..D-1 in order, dot products use kvq__dot's lane order,
+   and a quantized value adds (w a) c + w b per channel.                   */
 typedef struct kvq__heads {
     size_t n;              /* heads in this batch                            */
     const float *q;        /* (n, D) their queries                           */
@@ -3313,15 +3315,78 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
     }
 }
 
+/* 16 stored halves as a 16-lane vector: vcvtph2ps per part where the
+   target has it, else kvq__f16_row's exact conversion (the same floats:
+   fp16 -> fp32 is exact either way).                                      */
+static KVQ__VINLINE kvq__v16 kvq__load16_f16(const kvq_f16 *h)
+{
+#if KVQ__W == 16
+    kvq__v16 v;
+    v.part[0] = (kvq__vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h));
+    return v;
+#elif KVQ__W == 8 && defined(__F16C__)
+    kvq__v16 v;
+    v.part[0] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
+    v.part[1] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + 8)));
+    return v;
+#else
+    float t[16];
+    kvq__f16_row(h, 16, t);
+    return kvq__load16(t);
+#endif
+}
+
+/* One full-precision key row against NH queries: q_h . k with kvq__dot's
+   lanes and order (so the same floats as EAGER's), the row read once for
+   all NH heads and, if F16, converted 16 halves at a time in registers.
+   Needs 16 | D.                                                           */
+static KVQ__VINLINE void kvq__row_scores(const float *q /* (NH, D) */, const void *row,
+                                        size_t D, int NH, int F16, float scale,
+                                        float *sc /* head h: sc[h KVQ_TILE] */)
+{
+    kvq__v16 acc[4];
+    size_t d;
+    int h;
+    for (h = 0; h < NH; h++) acc[h] = kvq__splat16(0.0f);
+    for (d = 0; d < D; d += 16) {
+        const kvq__v16 k = F16 ? kvq__load16_f16((const kvq_f16 *)row + d)
+                               : kvq__load16((const float *)row + d);
+        for (h = 0; h < NH; h++) acc[h] = kvq__madd16(acc[h], kvq__load16(q + (size_t)h * D + d), k);
+    }
+    for (h = 0; h < NH; h++) sc[h * KVQ_TILE] = kvq__hsum16(&acc[h]) * scale;
+}
+
 /* Scores of rows i0 .. i0+n-1 of a full-precision key region.             */
 static void kvq__scores_rows(const kvq_cache *c, kvq__heads *H, const kvq_rows *rg,
                              size_t i0, size_t n)
 {
     size_t D = c->cfg.head_dim, h, j;
+    int f16 = c->cfg.fp_bits == 16;
+    if (D % 16) {                          /* the general form, one head at a time */
+        for (j = 0; j < n; j++) {
+            const float *k = kvq__row_f32(c, rg, i0 + j, H->row);
+            for (h = 0; h < H->n; h++)
+                H->sc[h * KVQ_TILE + j] = kvq__dot(H->q + h * D, k, D) * H->inv_sqrt_d;
+        }
+        return;
+    }
     for (j = 0; j < n; j++) {
-        const float *k = kvq__row_f32(c, rg, i0 + j, H->row);
-        for (h = 0; h < H->n; h++)
-            H->sc[h * KVQ_TILE + j] = kvq__dot(H->q + h * D, k, D) * H->inv_sqrt_d;
+        const void *row = kvq__row_ptr(c, rg, i0 + j);
+        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
+            int nh = (int)kvq__head_batch(H->n - h);
+            const float *q = H->q + h * D;
+            float *sc = H->sc + h * KVQ_TILE + j;
+#define KVQ__RS(NH, F16) kvq__row_scores(q, row, D, NH, F16, H->inv_sqrt_d, sc)
+            switch (nh * 2 + f16) {
+            case 2:  KVQ__RS(1, 0); break;
+            case 3:  KVQ__RS(1, 1); break;
+            case 4:  KVQ__RS(2, 0); break;
+            case 5:  KVQ__RS(2, 1); break;
+            case 8:  KVQ__RS(4, 0); break;
+            default: KVQ__RS(4, 1); break;
+            }
+#undef KVQ__RS
+        }
     }
 }
 
@@ -3426,10 +3491,87 @@ static KVQ__VINLINE void kvq__values_block(float *out, size_t D, size_t g, size_
     }
 }
 
-/* out_h += sum_j w_hj v_pj over the tile's present positions. Per-token
-   quantized values with 16 | G (every preset's value store) go through
-   kvq__values_block, a tile at a time; the rest (full-precision rows,
-   per-channel values, other G) one position at a time (kvq__add_value).
+/* A tile's m full-precision value rows (fp16 if F16, else fp32), for NH
+   heads at a time, the way kvq__values_block adds the quantized ones:
+       out_h[c0..c0+15] += sum_i w_hi v_i[c0..c0+15]
+   each 16-channel block's running sums in registers for the whole tile (P
+   partial sums per head, rows i = k mod P into sum k), so out is loaded
+   and stored once per tile, not once per row. wt (NH, KVQ_TILE) holds the
+   rows' weights. Needs 16 | D.                                            */
+static KVQ__VINLINE void kvq__rows_block(float *out, size_t D, const void *const *rows,
+                                        size_t m, const float *wt, int NH, int F16)
+{
+    const int P = NH >= 3 ? 1 : 4 / NH;
+    size_t c0, i;
+    int h, k;
+    for (c0 = 0; c0 < D; c0 += 16) {
+        kvq__v16 acc[4][4];
+        for (h = 0; h < NH; h++)
+            for (k = 0; k < P; k++) acc[h][k] = kvq__splat16(0.0f);
+        for (i = 0; i < m; i += (size_t)P)           /* k: a constant index */
+            for (k = 0; k < P && i + (size_t)k < m; k++) {
+                const void *r = rows[i + (size_t)k];
+                const kvq__v16 v = F16 ? kvq__load16_f16((const kvq_f16 *)r + c0)
+                                       : kvq__load16((const float *)r + c0);
+                for (h = 0; h < NH; h++)
+                    acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i + (size_t)k]), v);
+            }
+        for (h = 0; h < NH; h++) {
+            float *o = out + (size_t)h * D + c0;
+            kvq__v16 sum = acc[h][0];
+            for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][k]);
+            kvq__store16(o, kvq__add16(kvq__load16(o), sum));
+        }
+    }
+}
+
+/* The tile's full-precision value rows (every region: KIVI's window, OTT's
+   pools, LogQuant's kept set and sinks, an uncompressed cache), through
+   kvq__rows_block. Returns 0 (nothing done) where 16 does not divide D:
+   then kvq__add_value takes them one at a time.                           */
+static int kvq__tile_rows(const kvq_cache *c, kvq__heads *H, size_t n)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, m = 0, j, h0, k;
+    const void *rows[KVQ_TILE];
+    size_t at[KVQ_TILE];                   /* their entries in the tile      */
+    float wt[4 * KVQ_TILE];
+    int f16 = c->cfg.fp_bits == 16;
+    if (D % 16) return 0;
+    for (j = 0; j < n; j++) {
+        uint32_t loc, tag;
+        if (H->pos[j] < 0) continue;
+        loc = s->loc[H->pos[j]];
+        tag = KVQ_LOC_TAG(loc);
+        if (tag == KVQ_LOC_QUANT) continue;
+        rows[m] = kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], KVQ_LOC_INDEX(loc));
+        at[m++] = j;
+    }
+    if (m == 0) return 1;
+    for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
+        int nh = (int)kvq__head_batch(H->n - h0);
+        float *out = H->out + h0 * D;
+        for (k = 0; k < (size_t)nh; k++)
+            for (j = 0; j < m; j++) wt[k * KVQ_TILE + j] = H->sc[(h0 + k) * KVQ_TILE + at[j]];
+#define KVQ__RB(NH, F16) kvq__rows_block(out, D, rows, m, wt, NH, F16)
+        switch (nh * 2 + f16) {
+        case 2:  KVQ__RB(1, 0); break;
+        case 3:  KVQ__RB(1, 1); break;
+        case 4:  KVQ__RB(2, 0); break;
+        case 5:  KVQ__RB(2, 1); break;
+        case 8:  KVQ__RB(4, 0); break;
+        default: KVQ__RB(4, 1); break;
+        }
+#undef KVQ__RB
+    }
+    return 1;
+}
+
+/* out_h += sum_j w_hj v_pj over the tile's present positions. Full-
+   precision rows go first, through kvq__tile_rows (16 | D); per-token
+   quantized values with 16 | G (every preset's value store) through
+   kvq__values_block, a tile at a time; the rest (per-channel values,
+   other G or D) one position at a time (kvq__add_value).
    Per group g, with the m quantized slots' weights w_hj packed to the
    front of each head's score row:
        wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
@@ -3441,10 +3583,12 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
     const uint32_t *w[KVQ_TILE];           /* the quantized slots' codes     */
     const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
+    int rows_done = kvq__tile_rows(c, H, n);   /* before the weights move */
     for (j = 0; j < n; j++) {
         uint32_t loc;
         if (H->pos[j] < 0) continue;
         loc = s->loc[H->pos[j]];
+        if (rows_done && KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) continue;
         if (blocks && KVQ_LOC_TAG(loc) == KVQ_LOC_QUANT) {
             size_t slot = KVQ_LOC_INDEX(loc);
             w[m] = s->words + slot * gpu * wpg;
