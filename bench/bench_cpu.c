@@ -37,7 +37,7 @@
         LogQuant-2) vs the plain fp32 loop, T in {4K, 32K, 128K}; every
         output checked first
      3. OTT's outlier competition on the host
-     4. LLM decode: build/llm (fp32, kivi2 caches) vs llama-bench (f16 with
+     4. LLM decode: build/llm (fp32, fp16, kivi2 caches) vs llama-bench (f16 with
         flash attention off and on, q4_0 caches) at depth 8 and 1024
      5. the issue's targets as PASS/FAIL lines
 
@@ -681,7 +681,7 @@ int main(int argc, char **argv)
     int have_ggml = 0, have_llm = 0, have_llama[2] = { 0, 0 }, llm_only = 0;
     static const int depth[2] = { 8, 1024 };
     const int n_gen = 32;
-    double llm_ts[2][2];                  /* [depth][fp32|kivi2]                 */
+    double llm_ts[2][3];                  /* [depth][fp32|fp16|kivi2]            */
     double llama_ts[2][2][N_LLAMA_COLS];  /* [build][depth][column]              */
     double llama_f16[2][2];               /* [build][depth]: the faster f16 column */
     float *K, *V, *Kc, *Vc, *q, *out, *ref;
@@ -979,18 +979,18 @@ int main(int argc, char **argv)
     if (quick) say("skipped under --quick\n\n");
     else if (!file_exists(LLM_MODEL)) say("skipped: %s missing (make model)\n\n", LLM_MODEL);
     else {
-        static const char *const llm_cache[2] = { "fp32", "kivi2" };
-        double runs[2][2][LLM_ROUNDS];                  /* [depth][cache][round] */
+        static const char *const llm_cache[3] = { "fp32", "fp16", "kivi2" };
+        double runs[2][3][LLM_ROUNDS];                  /* [depth][cache][round] */
         int d, b, r;
         /* build/llm: LLM_ROUNDS rounds, each running every (depth, cache)
-           once, so a slow spell of the machine hits both caches alike      */
+           once, so a slow spell of the machine hits every cache alike      */
         for (r = 0; r < LLM_ROUNDS && have_llm; r++)
             for (d = 0; d < 2; d++)
-                for (i = 0; i < 2; i++)
+                for (i = 0; i < 3; i++)
                     if ((runs[d][i][r] = llm_decode_tok_s(llm_cache[i], depth[d], n_gen)) < 0)
                         have_llm = 0;
         for (d = 0; d < 2; d++)
-            for (i = 0; i < 2; i++)
+            for (i = 0; i < 3; i++)
                 llm_ts[d][i] = have_llm ? median(runs[d][i], LLM_ROUNDS) : -1.0;
         for (b = 0; b < 2; b++) {
             for (d = 0; d < 2; d++) {
@@ -1018,32 +1018,33 @@ int main(int argc, char **argv)
             say("build/llm unavailable or failed: make build/llm (and make model)\n\n");
         if (!have_llama[0])
             say("llama.cpp anchor unavailable: run bench/llama_bench.sh\n\n");
-        say("| depth | llm fp32 | llm kivi2 | kivi2 / fp32 |\n|---|---|---|---|\n");
+        say("| depth | llm fp32 | llm fp16 | llm kivi2 | kivi2 / fp32 |\n|---|---|---|---|---|\n");
         for (d = 0; d < 2; d++) {
-            char c[2][32], ratio[32];
-            for (i = 0; i < 2; i++)
+            char c[3][32], ratio[32];
+            for (i = 0; i < 3; i++)
                 if (llm_ts[d][i] > 0) snprintf(c[i], sizeof c[i], "%.1f", llm_ts[d][i]);
                 else snprintf(c[i], sizeof c[i], "-");
-            if (have_llm) snprintf(ratio, sizeof ratio, "%.2fx", llm_ts[d][1] / llm_ts[d][0]);
+            if (have_llm) snprintf(ratio, sizeof ratio, "%.2fx", llm_ts[d][2] / llm_ts[d][0]);
             else snprintf(ratio, sizeof ratio, "-");
-            say("| %d | %s | %s | %s |\n", depth[d], c[0], c[1], ratio);
+            say("| %d | %s | %s | %s | %s |\n", depth[d], c[0], c[1], c[2], ratio);
         }
         say("\n| llama.cpp | depth | f16, fa 0 | f16, fa 1 | q4_0, fa 1 | llm fp32 / llama f16 "
-            "| llm kivi2 / llama q4_0 |\n|---|---|---|---|---|---|---|\n");
+            "| llm fp16 / llama f16 | llm kivi2 / llama q4_0 |\n|---|---|---|---|---|---|---|---|\n");
         for (b = 0; b < 2; b++)
             for (d = 0; d < 2 && have_llama[b]; d++) {
-                char c[N_LLAMA_COLS][32], r1[32] = "-", r2[32] = "-";
+                char c[N_LLAMA_COLS][32], r1[32] = "-", r16[32] = "-", r2[32] = "-";
                 for (j = 0; j < N_LLAMA_COLS; j++)
                     snprintf(c[j], sizeof c[j], "%.1f", llama_ts[b][d][j]);
                 if (have_llm) {
                     snprintf(r1, sizeof r1, "%.2fx", llm_ts[d][0] / llama_f16[b][d]);
-                    snprintf(r2, sizeof r2, "%.2fx", llm_ts[d][1] / llama_ts[b][d][2]);
+                    snprintf(r16, sizeof r16, "%.2fx", llm_ts[d][1] / llama_f16[b][d]);
+                    snprintf(r2, sizeof r2, "%.2fx", llm_ts[d][2] / llama_ts[b][d][2]);
                 }
-                say("| %s | %d | %s | %s | %s | %s | %s |\n", LLAMA[b].name, depth[d], c[0],
-                    c[1], c[2], r1, r2);
+                say("| %s | %d | %s | %s | %s | %s | %s | %s |\n", LLAMA[b].name, depth[d], c[0],
+                    c[1], c[2], r1, r16, r2);
             }
         if (!have_llama[1])
-            say("| %s | - | not built: sh bench/llama_bench.sh --native | | | | |\n",
+            say("| %s | - | not built: sh bench/llama_bench.sh --native | | | | | |\n",
                 LLAMA[1].name);
         say("\n");
     }
@@ -1085,16 +1086,17 @@ int main(int argc, char **argv)
                            j ? "per-channel" : "per-token",
                        have_ggml ? kvq_gbs[i][j] / q4_1_gbs : 0.0);
         }
+        /* like for like: kvq's fp16-row cache against llama.cpp's f16 cache */
         for (i = 0; i < 2; i++)                 /* the AVX2 build, then native */
             for (j = 0; j < 2; j++)
-                target(llm_ts[j][0] >= llama_f16[i][j], !have_llm ? "no build/llm run"
+                target(llm_ts[j][1] >= llama_f16[i][j], !have_llm ? "no build/llm run"
                        : !have_llama[i] ? "no llama-bench run" : NULL,
-                       "llm decode (fp32 cache) >= llama.cpp %s (f16 cache) at depth %d: %.2fx",
+                       "llm decode (fp16 cache) >= llama.cpp %s (f16 cache) at depth %d: %.2fx",
                        i ? "native" : "AVX2", depth[j],
-                       have_llm && have_llama[i] ? llm_ts[j][0] / llama_f16[i][j] : 0.0);
-        target(llm_ts[1][1] >= llm_ts[1][0], have_llm ? NULL : "no build/llm run",
+                       have_llm && have_llama[i] ? llm_ts[j][1] / llama_f16[i][j] : 0.0);
+        target(llm_ts[1][2] >= llm_ts[1][0], have_llm ? NULL : "no build/llm run",
                "llm decode kivi2 >= fp32 cache at depth 1024: %.2fx",
-               have_llm ? llm_ts[1][1] / llm_ts[1][0] : 0.0);
+               have_llm ? llm_ts[1][2] / llm_ts[1][0] : 0.0);
     }
     say("```\n\n%d PASS, %d FAIL, %d SKIP (targets; the exit status ignores them)\n",
         n_pass, n_fail, n_skip);

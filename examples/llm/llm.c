@@ -520,6 +520,7 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
     M->per_layer = (kvq_config *)calloc((size_t)c->n_layers, sizeof(kvq_config));
     if (!M->per_layer) return 0;
     if (!strcmp(name, "fp32"))       { base = kvq_config_full(D, 32); M->paper = "reference"; }
+    else if (!strcmp(name, "fp16"))  { base = kvq_config_full(D, 16); M->paper = "(diagnostic: llama.cpp's f16 cache)"; }
     else if (!strcmp(name, "kivi4")) { base = kvq_config_kivi(D, 4); M->paper = "KIVI T3: 4-bit ~ 16-bit"; }
     else if (!strcmp(name, "kivi2")) { base = kvq_config_kivi(D, 2); M->paper = "KIVI T3: small drop"; }
     else if (!strcmp(name, "kivi2-g128")) {
@@ -756,10 +757,10 @@ static char *read_file(const char *path, size_t *len)
 static const char *ALL_METHODS[] = {
     "fp32", "kivi4", "kivi2", "kivi2-g128", "hf4", "hf2", "kivi2-KtVt", "kivi2-KcVc",
     "kivi2-KtVc", "ott2", "logquant2", "kivi-evict", "logquant-evict", "streaming", "h2o",
-    "snapkv", "kivi-K2V4", "kivi-K4V2", "sink-evict"
+    "snapkv", "kivi-K2V4", "kivi-K4V2", "sink-evict", "fp16"
 };
 #define N_METHODS (sizeof ALL_METHODS / sizeof ALL_METHODS[0])
-#define N_DIAG    3
+#define N_DIAG    4
 
 /* 1 if name is an item of the comma-separated list.                       */
 static int in_list(const char *list, const char *name)
