@@ -3225,6 +3225,17 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
     default: CALL(NH, bits); break;                                          \
     }
 
+/* The same for full-precision rows: NH and whether they are fp16 (F16).   */
+#define KVQ__WITH_NH_F16(CALL, nh, f16)                                      \
+    switch ((nh) * 2 + ((f16) != 0)) {                                       \
+    case 2:  CALL(1, 0); break;                                              \
+    case 3:  CALL(1, 1); break;                                              \
+    case 4:  CALL(2, 0); break;                                              \
+    case 5:  CALL(2, 1); break;                                              \
+    case 8:  CALL(4, 0); break;                                              \
+    default: CALL(4, 1); break;                                              \
+    }
+
 /* How many of the `left` heads one kernel call takes: 4, 2 or 1.          */
 static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
 
@@ -3377,14 +3388,7 @@ static void kvq__scores_rows(const kvq_cache *c, kvq__heads *H, const kvq_rows *
             const float *q = H->q + h * D;
             float *sc = H->sc + h * KVQ_TILE + j;
 #define KVQ__RS(NH, F16) kvq__row_scores(q, row, D, NH, F16, H->inv_sqrt_d, sc)
-            switch (nh * 2 + f16) {
-            case 2:  KVQ__RS(1, 0); break;
-            case 3:  KVQ__RS(1, 1); break;
-            case 4:  KVQ__RS(2, 0); break;
-            case 5:  KVQ__RS(2, 1); break;
-            case 8:  KVQ__RS(4, 0); break;
-            default: KVQ__RS(4, 1); break;
-            }
+            KVQ__WITH_NH_F16(KVQ__RS, nh, f16);
 #undef KVQ__RS
         }
     }
@@ -3554,14 +3558,7 @@ static int kvq__tile_rows(const kvq_cache *c, kvq__heads *H, size_t n)
         for (k = 0; k < (size_t)nh; k++)
             for (j = 0; j < m; j++) wt[k * KVQ_TILE + j] = H->sc[(h0 + k) * KVQ_TILE + at[j]];
 #define KVQ__RB(NH, F16) kvq__rows_block(out, D, rows, m, wt, NH, F16)
-        switch (nh * 2 + f16) {
-        case 2:  KVQ__RB(1, 0); break;
-        case 3:  KVQ__RB(1, 1); break;
-        case 4:  KVQ__RB(2, 0); break;
-        case 5:  KVQ__RB(2, 1); break;
-        case 8:  KVQ__RB(4, 0); break;
-        default: KVQ__RB(4, 1); break;
-        }
+        KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
 #undef KVQ__RB
     }
     return 1;

@@ -965,6 +965,38 @@ static void test_fragment_tables(void)
            worst, ldexp(1.0, -9));
 }
 
+/* One 16-row C tile as the kernel builds it: over n_k k-tiles, A from each
+   lane's fragment word word_of(lane, kt) (decoded), B the hi/lo of rows
+   16 kt .. 16 kt + 15 of W (4 heads, exponents ex), one emulated MMA per
+   k-tile. visit(kt, row, col, code) sees every A element where the ISA
+   places it; out(row, j, x) gets head j's result for tile row `row`:
+   (c0 + c1) or (c2 + c3) of a lane, times 2^-e.                          */
+template <class WordOf, class Visit, class Out>
+static void replay_tile(int B, int n_k, WordOf word_of, Visit visit, const float (*W)[4],
+                        const int ex[4], Out out)
+{
+    warp_regs w;
+    memset(&w, 0, sizeof w);
+    for (int kt = 0; kt < n_k; kt++) {
+        for (int lane = 0; lane < 32; lane++) {
+            lane_a_regs(word_of(lane, kt), B, kt % (4 / B), w.a[lane]);
+            for (int i = 0; i < 8; i++) {
+                const uint32_t r = w.a[lane][i / 2];
+                visit(kt, kvq_mma_a_row(lane, i), kvq_mma_a_col(lane, i),
+                      (int)(i % 2 ? half_hi(r) : half_lo(r)));
+            }
+            lane_b_regs(lane, W + 16 * kt, ex, w.b[lane]);
+        }
+        mma_emulate(w);
+    }
+    for (int lane = 0; lane < 32; lane++)            /* head tig: c0 + c1, c2 + c3 */
+        for (int half = 0; half < 2; half++) {
+            const int j = kvq_mma_c_col(lane, 0) / 2;
+            out(kvq_mma_c_row(lane, 2 * half), j,
+                ldexp((double)(w.c[lane][2 * half] + w.c[lane][2 * half + 1]), -ex[j]));
+        }
+}
+
 /* One exported stream's pages, replayed. Returns the worst errors.       */
 static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_k,
                          double *worst_v, long *bad_codes)
@@ -1016,34 +1048,22 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
                 }
                 ex[j] = kvq_mma_exponent(mx);
             }
-            for (int mt = 0; mt < G / 16; mt++) {
-                warp_regs w;
-                memset(&w, 0, sizeof w);
-                for (int kt = 0; kt < D / 16; kt++) {
-                    for (int lane = 0; lane < 32; lane++) {
-                        const uint32_t word = fkw[((size_t)mt * 32 + lane) * kpl + kt / TPW];
-                        lane_a_regs(word, B, kt % TPW, w.a[lane]);
-                        for (int i = 0; i < 8; i++) {
-                            const uint32_t r = w.a[lane][i / 2];
-                            const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
-                            const int t = 16 * mt + kvq_mma_a_row(lane, i), d = 16 * kt + kvq_mma_a_col(lane, i);
-                            *bad_codes += code != (int)kvq_dev_get_code(kw + (size_t)d * (G * B / 32), t, B);
-                            used_k[(size_t)t * D + d]++;
-                        }
-                        lane_b_regs(lane, (const float(*)[4]) & W[16 * kt][0], ex, w.b[lane]);
-                    }
-                    mma_emulate(w);
-                }
-                for (int lane = 0; lane < 32; lane++)        /* head tig: c0 + c1, c2 + c3 */
-                    for (int half = 0; half < 2; half++) {
-                        const int t = 16 * mt + kvq_mma_c_row(lane, 2 * half), j = kvq_mma_c_col(lane, 0) / 2;
-                        if (h0 + j >= n_heads) continue;
-                        const double got = ldexp((double)(w.c[lane][2 * half] + w.c[lane][2 * half + 1]), -ex[j]) + zt[j];
+            for (int mt = 0; mt < G / 16; mt++)
+                replay_tile(B, D / 16,
+                    [&](int lane, int kt) { return fkw[((size_t)mt * 32 + lane) * kpl + kt / TPW]; },
+                    [&](int kt, int row, int col, int code) {
+                        const int t = 16 * mt + row, d = 16 * kt + col;
+                        *bad_codes += code != (int)kvq_dev_get_code(kw + (size_t)d * (G * B / 32), t, B);
+                        used_k[(size_t)t * D + d]++;
+                    },
+                    W, ex,
+                    [&](int row, int j, double x) {
+                        const int t = 16 * mt + row;
+                        if (h0 + j >= n_heads) return;
                         double ref = 0.0;
                         for (int d = 0; d < D; d++) ref += (double)q[(size_t)(h0 + j) * D + d] * Kd[(size_t)t * D + d];
-                        *worst_k = std::max(*worst_k, fabs(got - ref) / mag[j]);
-                    }
-            }
+                        *worst_k = std::max(*worst_k, fabs(x + zt[j] - ref) / mag[j]);
+                    });
         }
         /* values: C(16 channels x 4 heads x hi/lo) per channel tile, over
            the page's token k-tiles; B = p_ht a_tg of the tile's group g  */
@@ -1066,32 +1086,21 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
                     }
                     ex[j] = kvq_mma_exponent(mx);
                 }
-                warp_regs w;
-                memset(&w, 0, sizeof w);
-                for (int kt = 0; kt < G / 16; kt++) {
-                    for (int lane = 0; lane < 32; lane++) {
-                        const uint32_t word = fvw[((size_t)(kt / TPW) * 32 + lane) * vpl + mt];
-                        lane_a_regs(word, B, kt % TPW, w.a[lane]);
-                        for (int i = 0; i < 8; i++) {
-                            const uint32_t r = w.a[lane][i / 2];
-                            const int code = (int)(i % 2 ? half_hi(r) : half_lo(r));
-                            const int d = 16 * mt + kvq_mma_a_row(lane, i), t = 16 * kt + kvq_mma_a_col(lane, i);
-                            *bad_codes += code != (int)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B);
-                            used_v[(size_t)t * D + d]++;
-                        }
-                        lane_b_regs(lane, (const float(*)[4]) & U[16 * kt][0], ex, w.b[lane]);
-                    }
-                    mma_emulate(w);
-                }
-                for (int lane = 0; lane < 32; lane++)
-                    for (int half = 0; half < 2; half++) {
-                        const int d = 16 * mt + kvq_mma_c_row(lane, 2 * half), j = kvq_mma_c_col(lane, 0) / 2;
-                        if (h0 + j >= n_heads) continue;
-                        const double got = ldexp((double)(w.c[lane][2 * half] + w.c[lane][2 * half + 1]), -ex[j]) + zt[j];
+                replay_tile(B, G / 16,
+                    [&](int lane, int kt) { return fvw[((size_t)(kt / TPW) * 32 + lane) * vpl + mt]; },
+                    [&](int kt, int row, int col, int code) {
+                        const int d = 16 * mt + row, t = 16 * kt + col;
+                        *bad_codes += code != (int)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B);
+                        used_v[(size_t)t * D + d]++;
+                    },
+                    U, ex,
+                    [&](int row, int j, double x) {
+                        const int d = 16 * mt + row;
+                        if (h0 + j >= n_heads) return;
                         double ref = 0.0;
                         for (int t = 0; t < G; t++) ref += (double)p[(size_t)(h0 + j) * G + t] * Vd[(size_t)t * D + d];
-                        *worst_v = std::max(*worst_v, fabs(got - ref) / mag[j]);
-                    }
+                        *worst_v = std::max(*worst_v, fabs(x + zt[j] - ref) / mag[j]);
+                    });
             }
         }
         for (size_t i = 0; i < used_k.size(); i++)

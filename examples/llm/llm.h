@@ -983,16 +983,20 @@ static inline float llm__half_simd(const uint8_t *p)
    the same bits. The body is inlined with nr and nt constants, so the
    accumulators stay in registers.                                         */
 #define LLM__INLINE static inline __attribute__((always_inline))
-LLM__INLINE void llm__q4_0_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
-                                size_t xs, const int nt, int nb, float *out)
+/* Q4_0 and Q8_0: a block is an fp16 d and 32 signed codes (Q4_0: 16
+   bytes of nibbles, code - 8; Q8_0: 32 int8), x = d q. BLOCK (18 or 34
+   bytes) says which; a constant once inlined.                            */
+LLM__INLINE void llm__sym_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
+                               size_t xs, const int nt, int nb, float *out, const int BLOCK)
 {
     __m256 acc[LLM_NT];                             /* (nr, nt)              */
     int b, i, k;
     for (i = 0; i < nr * nt; i++) acc[i] = _mm256_setzero_ps();
     for (b = 0; b < nb; b++)
         for (i = 0; i < nr; i++) {
-            const uint8_t *wb = w + (size_t)i * ws + (size_t)b * 18;   /* d, 16 nibble bytes */
-            __m256i q = _mm256_sub_epi8(llm__nibbles(wb + 2), _mm256_set1_epi8(8));
+            const uint8_t *wb = w + (size_t)i * ws + (size_t)b * BLOCK;   /* d, codes */
+            __m256i q = BLOCK == 18 ? _mm256_sub_epi8(llm__nibbles(wb + 2), _mm256_set1_epi8(8))
+                                    : llm__load32((const int8_t *)(wb + 2));
             float d = llm__half_simd(wb);
             _mm_prefetch((const char *)wb + LLM_PREFETCH, _MM_HINT_T0);
             for (k = 0; k < nt; k++) {
@@ -1003,6 +1007,16 @@ LLM__INLINE void llm__q4_0_avx2(const uint8_t *w, size_t ws, const int nr, const
             }
         }
     for (i = 0; i < nr * nt; i++) out[i] = llm__hsum(acc[i]);
+}
+LLM__INLINE void llm__q4_0_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
+                                size_t xs, const int nt, int nb, float *out)
+{
+    llm__sym_avx2(w, ws, nr, x, xs, nt, nb, out, 18);
+}
+LLM__INLINE void llm__q8_0_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
+                                size_t xs, const int nt, int nb, float *out)
+{
+    llm__sym_avx2(w, ws, nr, x, xs, nt, nb, out, 34);
 }
 LLM__INLINE void llm__q4_1_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
                                 size_t xs, const int nt, int nb, float *out)
@@ -1035,27 +1049,6 @@ LLM__INLINE void llm__q4_1_avx2(const uint8_t *w, size_t ws, const int nr, const
         }
     for (i = 0; i < nr * nt; i++)
         out[i] = llm__hsum(acc[i]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[i]));
-}
-LLM__INLINE void llm__q8_0_avx2(const uint8_t *w, size_t ws, const int nr, const llm_q8 *x,
-                                size_t xs, const int nt, int nb, float *out)
-{
-    __m256 acc[LLM_NT];                             /* (nr, nt)              */
-    int b, i, k;
-    for (i = 0; i < nr * nt; i++) acc[i] = _mm256_setzero_ps();
-    for (b = 0; b < nb; b++)
-        for (i = 0; i < nr; i++) {
-            const uint8_t *wb = w + (size_t)i * ws + (size_t)b * 34;   /* d, 32 int8 */
-            __m256i q = llm__load32((const int8_t *)(wb + 2));
-            float d = llm__half_simd(wb);
-            _mm_prefetch((const char *)wb + LLM_PREFETCH, _MM_HINT_T0);
-            for (k = 0; k < nt; k++) {
-                const llm_q8 *y = x + (size_t)k * xs + b;
-                __m256i p = llm__mul_i8(q, llm__load32(y->qs));
-                acc[i * nt + k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p),
-                                                  acc[i * nt + k]);
-            }
-        }
-    for (i = 0; i < nr * nt; i++) out[i] = llm__hsum(acc[i]);
 }
 /* (nr, nt) is (1, 1), (1, LLM_NT) or (LLM_NT, 1): each a loop of its own
    with both fixed                                                          */
