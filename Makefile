@@ -247,8 +247,12 @@ $(MODEL_FILE):
 # core; -t 1 is single-threaded), the same numbers bit for bit at any N.
 # build/llm-omp (`make eval OMP=1`) is now the same program under that name.
 LLM := $(B)/llm$(if $(OMP),-omp)
-# llm.h's AVX2 block dots need AVX2, FMA and F16C (x86-64 only)
-LLM_SIMD := $(if $(filter x86_64 amd64 i%86,$(shell uname -m)),-mavx2 -mfma -mf16c)
+# llm.h's AVX2 block dots need AVX2, FMA and F16C (x86-64 only); where the
+# building CPU has AVX-VNNI and the compiler knows it, one vpdpbusd replaces
+# each maddubs + madd pair (the same int32 sums: the same logits).
+LLM_VNNI := $(shell grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && \
+              echo 'int x;' | $(CC) -mavxvnni -x c -c -o /dev/null - 2>/dev/null && echo -mavxvnni)
+LLM_SIMD := $(if $(filter x86_64 amd64 i%86,$(shell uname -m)),-mavx2 -mfma -mf16c $(LLM_VNNI))
 # The model runner is its own component in examples/llm/ (llm.c the CLI,
 # llm.h the forward pass, gguf.h the reader, bpe.h the tokenizer);
 # `make llm-test` runs its tests alone.

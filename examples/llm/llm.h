@@ -943,10 +943,22 @@ static inline __m256i llm__nibbles(const uint8_t *p)
 /* 32 products of signed bytes summed into 8 int32. maddubs multiplies
    unsigned by signed, so w's sign moves onto y; |w| <= 128 and |y| <= 127
    keep each pair sum within int16 (2 * 128 * 127 = 32512).                 */
+/* unsigned u by signed s, 32 bytes, summed four by four into 8 int32: one
+   vpdpbusd where the target has AVX-VNNI, else maddubs then madd. The
+   sums are exact either way (a pair is at most 2 * 255 * 128 in int16 only
+   when a caller's bytes allow it: ours stay within 32512), so both give
+   the same int32 and the same logits.                                     */
+static inline __m256i llm__dot_u8s8(__m256i u, __m256i s)
+{
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
 static inline __m256i llm__mul_i8(__m256i w, __m256i y)
 {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    return llm__dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
 }
 static inline __m256i llm__load32(const int8_t *p)
 {
@@ -1039,9 +1051,8 @@ LLM__INLINE void llm__q4_1_avx2(const uint8_t *w, size_t ws, const int nr, const
                 /* (d dy, m sy): the block's scale and its min term at once */
                 __m128 ds = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)&y->d));
                 __m128 scale_min = _mm_mul_ps(dm, ds);
-                /* nibbles are unsigned: straight into maddubs, at most 2*15*127 */
-                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, llm__load32(y->qs)),
-                                              _mm256_set1_epi16(1));
+                /* nibbles are unsigned: straight into the u8 x s8 dot          */
+                __m256i p = llm__dot_u8s8(q, llm__load32(y->qs));
                 acc[i * nt + k] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scale_min),
                                                   _mm256_cvtepi32_ps(p), acc[i * nt + k]);
                 mins[i * nt + k] = _mm_add_ps(mins[i * nt + k], scale_min);
