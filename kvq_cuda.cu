@@ -1728,6 +1728,19 @@ KVQ_MMA_FN int kvq_mma_b_col(int lane) { return lane >> 2; }
 KVQ_MMA_FN int kvq_mma_c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
 KVQ_MMA_FN int kvq_mma_c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
 
+/* From scores to the value MMA's B. The key MMA leaves token tau's score
+   for head j in lane 4 (tau % 8) + j, as c0 + c1 (tau < 8) or c2 + c3
+   (tau >= 8): the C table with B's column pair (2j, 2j + 1). The value MMA
+   wants it as B element i of lane l: token row kvq_mma_b_row(l, i), head
+   kvq_mma_b_col(l) / 2. So each B element is one __shfl_sync from
+   src_lane, taking its first (half 0) or second (half 1) row's sum.      */
+KVQ_MMA_FN void kvq_mma_score_source(int lane, int i, int *src_lane, int *half)
+{
+    const int token = kvq_mma_b_row(lane, i), head = kvq_mma_b_col(lane) / 2;
+    *src_lane = 4 * (token % 8) + head;
+    *half = token / 8;
+}
+
 /* Register r of a fragment word w before the HFMA2: two fp16 1024 + c 2^k. */
 KVQ_MMA_FN uint32_t kvq_mma_magic(uint32_t w, int bits, int r,
                                                                   int *k)

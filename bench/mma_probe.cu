@@ -106,6 +106,97 @@ mma_probe_keys(const uint32_t *__restrict__ words, size_t n_tiles,
     if (!scores) sink[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = check;
 }
 
+/* The whole step of the design, for its instruction count only
+   (bench/sass_probe.sh; never launched, so not validated or timed: the
+   key step above is the measured part). One iteration = 16 TPW tokens of
+   one (stream, KV head), 4 query heads, value group Gv = D:
+     keys    the probe's decode + MMAs, per 16-token row tile
+     softmax p = 2^(s - m) in the C layout, the running sum
+     hand-off each value-B element is one __shfl_sync from the lane
+             kvq_mma_score_source names, times the token's value scale,
+             split hi or lo (the lane's column parity) with the page's
+             exponent e (p <= 1, so max |p a| <= max a: one e per page)
+     values  decode + one MMA per 16 x 16 tile of codes, D/16 channel
+             tiles, accumulated in registers for the whole stream
+   Left out: the running max's rescale (once per tile at most), the zero
+   terms (a few FMAs per tile), page scales (once per page).             */
+template <int B, int D>
+__global__ void __launch_bounds__(128)
+mma_step_count(const uint32_t *__restrict__ kwords, const uint32_t *__restrict__ vwords,
+               const float *__restrict__ vscale /* per token */, const uint32_t *__restrict__ bfrag,
+               size_t n_iter, float m, float scale /* 2^e */, float *__restrict__ out)
+{
+    constexpr int KPL = D * B / 64, KT = D / 16, TPW = 4 / B, VPL = D / 16;
+    const int lane = threadIdx.x & 31;
+    uint32_t b[KT][2];
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) b[kt][j] = bfrag[(kt * 32 + lane) * 2 + j];
+    int src[4];
+    int row[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int half;
+        kvq_mma_score_source(lane, i, &src[i], &half);
+        row[i] = kvq_mma_b_row(lane, i);
+    }
+    const bool lo_part = kvq_mma_b_col(lane) & 1;
+    float acc[VPL][4] = {}, l = 0.0f;
+#pragma unroll 1
+    for (size_t it = 0; it < n_iter; it++) {
+        uint32_t bv[TPW][2];
+#pragma unroll
+        for (int t = 0; t < TPW; t++) {              /* keys: one row tile */
+            const uint32_t *kw = kwords + ((it * TPW + t) * 32 + lane) * KPL;
+            uint32_t w[KPL];
+#pragma unroll
+            for (int i = 0; i < KPL; i += 2) {
+                const uint2 v = __ldcs(reinterpret_cast<const uint2 *>(kw + i));
+                w[i] = v.x; w[i + 1] = v.y;
+            }
+            float c[4] = {};
+#pragma unroll
+            for (int i = 0; i < KPL; i++) {
+                uint32_t a[16 / B];
+                kvq_mma_decode<B>(w[i], a);
+#pragma unroll
+                for (int u = 0; u < TPW; u++)
+                    kvq_mma_16816(c, a + 4 * u, b[i * TPW + u][0], b[i * TPW + u][1]);
+            }
+            const float p0 = exp2f(c[0] + c[1] - m), p1 = exp2f(c[2] + c[3] - m);
+            l += p0 + p1;
+            __half h[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {            /* the hand-off        */
+                const float p = __shfl_sync(0xffffffffu, i < 2 ? p0 : p1, src[i]);
+                const float x = p * vscale[(it * TPW + t) * 16 + row[i]] * scale;   /* exact x 2^e */
+                const __half hi = __float2half_rn(x);
+                h[i] = lo_part ? __float2half_rn(x - __half2float(hi)) : hi;
+            }
+            const __half2 b01 = __halves2half2(h[0], h[1]), b23 = __halves2half2(h[2], h[3]);
+            bv[t][0] = *reinterpret_cast<const uint32_t *>(&b01);
+            bv[t][1] = *reinterpret_cast<const uint32_t *>(&b23);
+        }
+        const uint32_t *vw = vwords + (it * 32 + lane) * VPL;
+#pragma unroll
+        for (int mt = 0; mt < VPL; mt++) {           /* values: channel tile mt */
+            uint32_t a[16 / B];
+            kvq_mma_decode<B>(__ldcs(vw + mt), a);
+#pragma unroll
+            for (int t = 0; t < TPW; t++) kvq_mma_16816(acc[mt], a + 4 * t, bv[t][0], bv[t][1]);
+        }
+    }
+    float sum = l;
+#pragma unroll
+    for (int mt = 0; mt < VPL; mt++) sum += acc[mt][0] + acc[mt][1] + acc[mt][2] + acc[mt][3];
+    out[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+template __global__ void mma_step_count<2, 128>(const uint32_t *, const uint32_t *, const float *,
+                                                const uint32_t *, size_t, float, float, float *);
+template __global__ void mma_step_count<4, 128>(const uint32_t *, const uint32_t *, const float *,
+                                                const uint32_t *, size_t, float, float, float *);
+
 typedef void (*probe_fn)(const uint32_t *, size_t, const uint32_t *, float *, float *);
 
 static uint64_t rng = 0x6d6d61ull;

@@ -6,8 +6,9 @@
 # them, chmod +x their bin/, put it on PATH).
 #   bench/sass_probe.cu  today's fast path: one packed word through
 #                        kvq_dev_word_fma (CUDA cores), per query head count
-#   bench/mma_probe.cu   the tensor-core step: one 16-token row tile of
-#                        fragment-order keys, decode + hi/lo MMAs, 8 heads
+#   bench/mma_probe.cu   the tensor-core key step (one 16-token row tile of
+#                        fragment-order keys, decode + MMAs, 4 or 8 heads),
+#                        and the whole step of the design (mma_step_count)
 set -eu
 cd "$(dirname "$0")/.."
 out=${OUT:-build}; mkdir -p "$out"
@@ -53,6 +54,13 @@ print(f"{'B':>2} {'D':>4} {'heads':>5} {'instr/tile':>10} {'codes/tile':>10} {'p
 for (b, d, nq), body in sorted(loops(sys.argv[2], r"mma_probe_keysILi(\d+)ELi(\d+)ELi(\d+)E")):
     codes, heads = 16 * int(d), 4 * int(nq)        # 16 tokens x D channels, per warp
     print(f"{b:>2} {d:>4} {heads:>5} {len(body):>10} {codes:>10} {len(body) / codes / heads * 32:>18.3f}  {kinds(body)}")
+print()
+print("the whole step (mma_step_count: keys, softmax, hand-off, values; counted, never run), 4 heads")
+print(f"{'B':>2} {'D':>4} {'tokens':>6} {'instr/loop':>10} {'per 16 tokens':>13} {'per KB of codes':>15}  by kind")
+for (b, d), body in sorted(loops(sys.argv[2], r"mma_step_countILi(\d+)ELi(\d+)E")):
+    tokens = 16 * 4 // int(b)                      # 16 TPW tokens per iteration
+    kb = tokens * 2 * int(d) * int(b) / 8 / 1024   # key + value codes
+    print(f"{b:>2} {d:>4} {tokens:>6} {len(body):>10} {len(body) * 16 / tokens:>13.1f} {len(body) / kb:>15.1f}  {kinds(body)}")
 print("(per code per head: warp instructions x 32 lanes / (codes x heads), the same unit as above,")
 print(" where each lane handles its own codes)")
 PY

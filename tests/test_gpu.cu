@@ -997,6 +997,35 @@ static void replay_tile(int B, int n_k, WordOf word_of, Visit visit, const float
         }
 }
 
+/* The hand-off from the key MMA to the value MMA (kvq_mma_score_source),
+   exactly: random C registers stand for a key MMA's output; the score of
+   (token, head) is read from them through the ISA's C table as listed
+   (ptx_c_off), and every B element the mapping fetches must be that very
+   float, for every lane and element.                                     */
+static void test_score_handoff(void)
+{
+    float c[32][4], S[16][4];
+    int bad = 0;
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) c[lane][i] = rng_gauss();
+    for (int lane = 0; lane < 32; lane++)          /* C: row gid (+8), col 2 tig (+1) */
+        for (int half = 0; half < 2; half++) {
+            const int gid = lane / 4, tig = lane % 4;
+            const int row = gid + ptx_c_off[2 * half][0], head = (2 * tig + ptx_c_off[2 * half][1]) / 2;
+            S[row][head] = c[lane][2 * half] + c[lane][2 * half + 1];
+        }
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            int src, half;
+            kvq_mma_score_source(lane, i, &src, &half);
+            const float got = c[src][2 * half] + c[src][2 * half + 1];
+            const int gid = lane / 4, tig = lane % 4;   /* B: row 2 tig (+1) (+8), col gid */
+            bad += got != S[2 * tig + ptx_b_off[i]][gid / 2];
+        }
+    CHECK(bad == 0, "kvq_mma_score_source: %d of 128 B elements fetch another score", bad);
+    printf("  score hand-off: 128 B elements, each the score the C table puts there\n");
+}
+
 /* One exported stream's pages, replayed. Returns the worst errors.       */
 static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_k,
                          double *worst_v, long *bad_codes)
@@ -1117,6 +1146,7 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
 static void test_fragment_replay(void)
 {
     test_fragment_tables();
+    test_score_handoff();
     const int pols[] = { POL_KIVI, POL_OTT, POL_LOGQUANT, POL_KIVI_INT };
     size_t n_pages = 0;
     for (int pol : pols)
