@@ -854,7 +854,8 @@ static void test_host_walk(void)
      values  per-page sum_t p_ht v_td likewise, against float64 sums over
              kvq.h's dequantized rows.
    What stays for the GPU: the real MMA's accumulation order, and the
-   kernel's shuffles between the score and value fragments.              */
+   shuffles themselves (which lane each reads is checked below, by
+   test_score_handoff).                                                  */
 static const int ptx_a_off[8][2] = {   /* (row - gid, col - 2 tig) of a0..a7  */
     { 0, 0 }, { 0, 1 }, { 8, 0 }, { 8, 1 }, { 0, 8 }, { 0, 9 }, { 8, 8 }, { 8, 9 } };
 static const int ptx_b_off[4] = { 0, 1, 8, 9 };       /* row - 2 tig of b0..b3; col = gid */
