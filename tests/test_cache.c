@@ -1019,6 +1019,48 @@ static void test_attention_full32(void)
         }
 }
 
+/* 4c'. Full-precision rows in ONLINE (kvq__row_scores, kvq__tile_rows):
+   fp32 and fp16 rows, head dims that 16 divides (the tile-at-a-time path)
+   and that it does not (24, 40: the row-at-a-time fallback), and query
+   counts that split into head batches of 4, 2 and 1 (n_q = 1, 2, 3, 5, 7).
+   ONLINE must agree with EAGER, which reads the same stored rows, within
+   test_attention_agreement's tolerance.                                   */
+static void test_attention_rows_shapes(void)
+{
+    rng r = { 0x524F5753ull };
+    static const size_t Ds[] = { 24, 40, 64, 128 }, Ts[] = { 1, 33, 300 }, NQ[] = { 1, 2, 3, 5, 7 };
+    size_t di, ti, qi, i;
+    int fpb;
+    double worst = 0.0;
+    for (fpb = 16; fpb <= 32; fpb += 16)
+        for (di = 0; di < 4; di++)
+            for (ti = 0; ti < 3; ti++) {
+                size_t D = Ds[di], T = Ts[ti];
+                kvq_config cfg = kvq_config_full(D, fpb);
+                built b;
+                if (!build(&b, &cfg, &r, T, (int)(ti % 2))) {
+                    CHECK(0, "FULL%d D=%zu T=%zu: build failed: %s", fpb, D, T, b.c.why);
+                    built_free(&b);
+                    continue;
+                }
+                for (qi = 0; qi < 5; qi++) {
+                    size_t nq = NQ[qi];
+                    float q[7 * 128], oe[7 * 128], oo[7 * 128];
+                    double tol, e;
+                    for (i = 0; i < nq * D; i++) q[i] = rnorm(&r);
+                    CHECK(attend(&b.c, q, nq, oe, NULL, KVQ_ATTN_EAGER) == KVQ_OK, "eager");
+                    CHECK(attend(&b.c, q, nq, oo, NULL, KVQ_ATTN_ONLINE) == KVQ_OK, "online");
+                    tol = 1e-5 * max_abs(oe, nq * D) + 1e-6;
+                    e = max_abs_diff(oe, oo, nq * D);
+                    CHECK(e <= tol, "FULL%d D=%zu T=%zu n_q=%zu: ONLINE vs EAGER %g > %g",
+                          fpb, D, T, nq, e, tol);
+                    if (e > worst) worst = e;
+                }
+                built_free(&b);
+            }
+    printf("  full-precision rows, D 24/40/64/128, n_q 1-7: ONLINE vs EAGER worst %.2e\n", worst);
+}
+
 /* 4d. B = 8 KIVI stays close to exact attention.
    Derivation. Every group is quantized with step s = range / 255 and
    round-to-nearest, so |x - x'| <= s/2 (plus fp16 rounding of s, z and of
@@ -1740,6 +1782,7 @@ int main(void)
     test_full_content();
     test_attention_agreement();
     test_attention_full32();
+    test_attention_rows_shapes();
     test_attention_b8_bound();
     test_attention_large_logits();
     test_exp16();
