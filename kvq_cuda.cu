@@ -1824,6 +1824,32 @@ __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B]
         a[r] = *reinterpret_cast<const uint32_t *>(&c);
     }
 }
+/* THE SUBNORMAL DECODE (a variant for bench/mma_probe.cu to measure, not
+   used by any kernel): without the 1024 and the HFMA2, (x & (m << k)) is
+   itself an fp16 number, the subnormal c 2^(k-24), exact. Register j of a
+   tile then carries the factor 2^(k-24), k = kvq_mma_sub_shift(B, j % 2,
+   j / 2): it splits into a row part (A's rows 0-7 or 8-15, i.e. C's c0 c1
+   or c2 c3) and a column part (A's columns 0-7 or 8-15, i.e. B's rows
+   0-7 or 8-15). So B's rows 8-15 are pre-scaled by 2^-k_col, and C's two
+   row halves are post-scaled by 2^(24 - k_row): all powers of two, exact.
+   One LOP3 per two codes, no HFMA2, if the tensor cores keep fp16
+   subnormal inputs exact, which the probe's validation will show.       */
+KVQ_MMA_FN int kvq_mma_sub_shift(int bits, int row_half, int col_half)
+{
+    return bits * row_half + (bits == 2 ? 4 * col_half : 0);
+}
+KVQ_MMA_FN uint32_t kvq_mma_subnormal(uint32_t w, int bits, int r)  /* register r */
+{
+    const int per_byte = 8 / bits;
+    const uint32_t field = ((1u << bits) - 1u) * 0x00010001u;
+    return (w >> (8 * (r / per_byte))) & (field << (bits * (r % per_byte)));
+}
+template <int B>
+__device__ __forceinline__ void kvq_mma_decode_subnormal(uint32_t w, uint32_t (&a)[16 / B])
+{
+#pragma unroll
+    for (int r = 0; r < 16 / B; r++) a[r] = kvq_mma_subnormal(w, B, r);
+}
 /* C += A B, mma.sync.m16n8k16 f16 x f16 -> f32 (sm_80 and later: the
    library is built for sm_80 and sm_90 only).                            */
 __device__ __forceinline__ void kvq_mma_16816(float (&c)[4], const uint32_t *a, uint32_t b0,

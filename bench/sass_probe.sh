@@ -49,11 +49,12 @@ for (b, nh), body in sorted(loops(sys.argv[1], r"sass_probeILi(\d+)ELi(\d+)E")):
     codes = 32 // int(b)
     print(f"{b:>2} {nh:>5} {len(body):>10} {len(body) / codes / int(nh):>18.2f}  {kinds(body)}")
 print()
-print("tensor cores (kvq_mma_decode + kvq_mma_16816): one 16-token row tile per loop iteration")
-print(f"{'B':>2} {'D':>4} {'heads':>5} {'instr/tile':>10} {'codes/tile':>10} {'per code per head':>18}  by kind")
-for (b, d, nq), body in sorted(loops(sys.argv[2], r"mma_probe_keysILi(\d+)ELi(\d+)ELi(\d+)E")):
+print("tensor cores (decode + kvq_mma_16816): one 16-token row tile per loop iteration")
+print(f"{'B':>2} {'D':>4} {'heads':>5} {'decode':>9} {'instr/tile':>10} {'codes/tile':>10} {'per code per head':>18}  by kind")
+for (b, d, nq, sub), body in sorted(loops(sys.argv[2], r"mma_probe_keysILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")):
     codes, heads = 16 * int(d), 4 * int(nq)        # 16 tokens x D channels, per warp
-    print(f"{b:>2} {d:>4} {heads:>5} {len(body):>10} {codes:>10} {len(body) / codes / heads * 32:>18.3f}  {kinds(body)}")
+    dec = "subnormal" if sub == "1" else "magic"
+    print(f"{b:>2} {d:>4} {heads:>5} {dec:>9} {len(body):>10} {codes:>10} {len(body) / codes / heads * 32:>18.3f}  {kinds(body)}")
 print()
 print("the whole step (mma_step_count: keys, softmax, hand-off, values; counted, never run), 4 heads")
 print(f"{'B':>2} {'D':>4} {'tokens':>6} {'instr/loop':>10} {'per 16 tokens':>13} {'per KB of codes':>15}  by kind")

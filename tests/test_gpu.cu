@@ -971,20 +971,29 @@ static void test_fragment_tables(void)
    16 kt .. 16 kt + 15 of W (4 heads, exponents ex), one emulated MMA per
    k-tile. visit(kt, row, col, code) sees every A element where the ISA
    places it; out(row, j, x) gets head j's result for tile row `row`:
-   (c0 + c1) or (c2 + c3) of a lane, times 2^-e.                          */
+   (c0 + c1) or (c2 + c3) of a lane, times 2^-e.
+   sub = 1: the subnormal decode of kvq_cuda.cu Sec. 7 instead. A holds
+   c 2^(k-24); W must then be the rows pre-scaled by 2^-k_col (W's rows 8-15
+   of each k-tile), and C's row halves are post-scaled by 2^(24 - k_row). */
 template <class WordOf, class Visit, class Out>
 static void replay_tile(int B, int n_k, WordOf word_of, Visit visit, const float (*W)[4],
-                        const int ex[4], Out out)
+                        const int ex[4], Out out, int sub = 0)
 {
     warp_regs w;
     memset(&w, 0, sizeof w);
     for (int kt = 0; kt < n_k; kt++) {
         for (int lane = 0; lane < 32; lane++) {
-            lane_a_regs(word_of(lane, kt), B, kt % (4 / B), w.a[lane]);
+            const int tile = kt % (4 / B);
+            if (sub)
+                for (int j = 0; j < 4; j++) w.a[lane][j] = kvq_mma_subnormal(word_of(lane, kt), B, 4 * tile + j);
+            else
+                lane_a_regs(word_of(lane, kt), B, tile, w.a[lane]);
             for (int i = 0; i < 8; i++) {
                 const uint32_t r = w.a[lane][i / 2];
-                visit(kt, kvq_mma_a_row(lane, i), kvq_mma_a_col(lane, i),
-                      (int)(i % 2 ? half_hi(r) : half_lo(r)));
+                double code = i % 2 ? half_hi(r) : half_lo(r);
+                if (sub)                               /* undo 2^(k - 24)    */
+                    code = ldexp(code, 24 - kvq_mma_sub_shift(B, (i / 2) % 2, i / 4));
+                visit(kt, kvq_mma_a_row(lane, i), kvq_mma_a_col(lane, i), (int)code);
             }
             lane_b_regs(lane, W + 16 * kt, ex, w.b[lane]);
         }
@@ -993,9 +1002,25 @@ static void replay_tile(int B, int n_k, WordOf word_of, Visit visit, const float
     for (int lane = 0; lane < 32; lane++)            /* head tig: c0 + c1, c2 + c3 */
         for (int half = 0; half < 2; half++) {
             const int j = kvq_mma_c_col(lane, 0) / 2;
+            const int post = sub ? 24 - kvq_mma_sub_shift(B, half, 0) : 0;
             out(kvq_mma_c_row(lane, 2 * half), j,
-                ldexp((double)(w.c[lane][2 * half] + w.c[lane][2 * half + 1]), -ex[j]));
+                ldexp((double)(w.c[lane][2 * half] + w.c[lane][2 * half + 1]), post - ex[j]));
         }
+}
+
+/* W with each k-tile's rows 8-15 scaled by 2^-k_col (the subnormal decode's
+   column part), and its exponents.                                      */
+static void subnormal_weights(int B, int n_rows, const float (*W)[4], float (*Ws)[4], int ex[4])
+{
+    const int kc = kvq_mma_sub_shift(B, 0, 1);
+    for (int j = 0; j < 4; j++) {
+        float mx = 0.0f;
+        for (int r = 0; r < n_rows; r++) {
+            Ws[r][j] = ldexpf(W[r][j], (r % 16) >= 8 ? -kc : 0);
+            mx = std::max(mx, fabsf(Ws[r][j]));
+        }
+        ex[j] = kvq_mma_exponent(mx);
+    }
 }
 
 /* The hand-off from the key MMA to the value MMA (kvq_mma_score_source),
@@ -1029,7 +1054,7 @@ static void test_score_handoff(void)
 
 /* One exported stream's pages, replayed. Returns the worst errors.       */
 static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_k,
-                         double *worst_v, long *bad_codes)
+                         double *worst_v, long *bad_codes, int sub)
 {
     const int D = e.head_dim, G = e.group, B = e.bits, Gv = e.value_group, gpt = D / Gv;
     const int TPW = 4 / B;                               /* k-tiles per word  */
@@ -1078,6 +1103,9 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
                 }
                 ex[j] = kvq_mma_exponent(mx);
             }
+            float Ws[128][4];
+            int exs[4];
+            subnormal_weights(B, D, W, Ws, exs);
             for (int mt = 0; mt < G / 16; mt++)
                 replay_tile(B, D / 16,
                     [&](int lane, int kt) { return fkw[((size_t)mt * 32 + lane) * kpl + kt / TPW]; },
@@ -1086,14 +1114,14 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
                         *bad_codes += code != (int)kvq_dev_get_code(kw + (size_t)d * (G * B / 32), t, B);
                         used_k[(size_t)t * D + d]++;
                     },
-                    W, ex,
+                    sub ? Ws : W, sub ? exs : ex,
                     [&](int row, int j, double x) {
                         const int t = 16 * mt + row;
                         if (h0 + j >= n_heads) return;
                         double ref = 0.0;
                         for (int d = 0; d < D; d++) ref += (double)q[(size_t)(h0 + j) * D + d] * Kd[(size_t)t * D + d];
                         *worst_k = std::max(*worst_k, fabs(x + zt[j] - ref) / mag[j]);
-                    });
+                    }, sub);
         }
         /* values: C(16 channels x 4 heads x hi/lo) per channel tile, over
            the page's token k-tiles; B = p_ht a_tg of the tile's group g  */
@@ -1116,6 +1144,9 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
                     }
                     ex[j] = kvq_mma_exponent(mx);
                 }
+                float Us[128][4];
+                int exs[4];
+                subnormal_weights(B, G, U, Us, exs);
                 replay_tile(B, G / 16,
                     [&](int lane, int kt) { return fvw[((size_t)(kt / TPW) * 32 + lane) * vpl + mt]; },
                     [&](int kt, int row, int col, int code) {
@@ -1123,14 +1154,14 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
                         *bad_codes += code != (int)kvq_dev_get_code(vw + (size_t)t * (D * B / 32), d, B);
                         used_v[(size_t)t * D + d]++;
                     },
-                    U, ex,
+                    sub ? Us : U, sub ? exs : ex,
                     [&](int row, int j, double x) {
                         const int d = 16 * mt + row;
                         if (h0 + j >= n_heads) return;
                         double ref = 0.0;
                         for (int t = 0; t < G; t++) ref += (double)p[(size_t)(h0 + j) * G + t] * Vd[(size_t)t * D + d];
                         *worst_v = std::max(*worst_v, fabs(x + zt[j] - ref) / mag[j]);
-                    });
+                    }, sub);
             }
         }
         for (size_t i = 0; i < used_k.size(); i++)
@@ -1154,7 +1185,7 @@ static void test_fragment_replay(void)
         for (size_t D : { 64, 128 })
             for (int bits : { 2, 4 })
                 for (size_t G : { 32, 64, 128 }) {
-                    double wk = 0.0, wv = 0.0;
+                    double wk = 0.0, wv = 0.0, sk = 0.0, sv = 0.0;   /* magic, subnormal */
                     long bad = 0;
                     size_t pages = 0;
                     for (int tries = 0; tries < 8 && pages < 2; tries++) {   /* >= 2 full pages */
@@ -1165,7 +1196,8 @@ static void test_fragment_replay(void)
                         CHECK(ok, "fragment replay %s D=%zu B=%d G=%zu: %s", pol_name[pol], D, bits, G, why);
                         if (!ok) break;
                         if (e.value_group % 16 == 0) {       /* the MMA tiles' shapes */
-                            for (int heads : { 1, 5, 8, 16 }) replay_pages(e, heads, &wk, &wv, &bad);
+                            for (int heads : { 1, 5, 8, 16 }) replay_pages(e, heads, &wk, &wv, &bad, 0);
+                            for (int heads : { 1, 5 }) replay_pages(e, heads, &sk, &sv, &bad, 1);
                             pages += std::min(e.n_kq, e.n_vq) / G;
                         } else {
                             pages = 2;                       /* not a tensor-core shape */
@@ -1178,12 +1210,12 @@ static void test_fragment_replay(void)
                           pol_name[pol], D, bits, G, pages);
                     CHECK(bad == 0, "fragment replay %s D=%zu B=%d G=%zu: %ld codes misplaced or not used once",
                           pol_name[pol], D, bits, G, bad);
-                    CHECK(wk <= MMA_TOL && wv <= MMA_TOL,
-                          "fragment replay %s D=%zu B=%d G=%zu: keys %.3g values %.3g (tol %.3g)",
-                          pol_name[pol], D, bits, G, wk, wv, MMA_TOL);
+                    CHECK(wk <= MMA_TOL && wv <= MMA_TOL && sk <= MMA_TOL && sv <= MMA_TOL,
+                          "fragment replay %s D=%zu B=%d G=%zu: keys %.3g values %.3g, subnormal "
+                          "decode %.3g %.3g (tol %.3g)", pol_name[pol], D, bits, G, wk, wv, sk, sv, MMA_TOL);
                     if (pol == POL_KIVI)
-                        printf("  fragment replay D=%3zu B=%d G=%3zu: %zu pages, worst key %.2e, value %.2e\n",
-                               D, bits, G, pages, wk, wv);
+                        printf("  fragment replay D=%3zu B=%d G=%3zu: %zu pages, worst key %.2e, value %.2e"
+                               " (subnormal decode %.2e, %.2e)\n", D, bits, G, pages, wk, wv, sk, sv);
                 }
     CHECK(n_pages > 20, "the fragment replay saw only %zu full pages", n_pages);
     printf("  fragment replay: %zu pages, heads 1/5/8/16, every code placed once\n", n_pages);
