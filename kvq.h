@@ -3092,8 +3092,8 @@ static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
    bound it): positions are visited in walk order, with the running max
    rescaled at tile boundaries, so the last bits also depend on the storage
    layout (compaction may move them), and within a tile the full-precision
-   value rows are added first, each head's sum split in up to 4 partial
-   sums (kvq__rows_block) as the quantized ones are (kvq__values_block).
+   value rows are added first; both kinds go through kvq__tile_block, each
+   head's sum split in up to 4 partial sums.
    Scores are the same expressions as EAGER's: a per-channel key's score
    sums channels 0..D-1 in order, dot products use kvq__dot's lane order,
    and a quantized value adds (w a) c + w b per channel.                   */
@@ -3451,79 +3451,56 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
     }
 }
 
-/* The values of a tile's per-token quantized slots, for up to 4 heads at a
-   time (NH, and B, are constants here so the sums stay in registers):
-       out_h[g, c0..c0+15] += sum_j (w_hj a_jg) c_j[g, c0..c0+15]
-                              + sum_j w_hj b_jg
-   Channels 16 at a time, the m slots inner: each channel block's 16 x NH
-   running sums live in registers for the whole tile, so out is loaded and
-   stored once per tile, not once per token, and the zero term is one
-   scalar per group and head. wa (NH, m) holds w_hj a_jg, wb (NH) the sums
-   of w_hj b_jg, both for group g.                                          */
-static KVQ__VINLINE void kvq__values_block(float *out, size_t D, size_t g, size_t G,
-                                          const uint32_t *const *w, size_t wpg, size_t m,
-                                          const float *wa, const float *wb, int NH, int bits)
+/* A tile's m entries, weighted and summed per head, for NH heads at a time:
+       out_h[c .. c+15] += sum_i w_hi x_i[c .. c+15]  (+ zb_h)     c = 0, 16, .. n-16
+   where entry i's lanes x_i come from src[i] + off bytes, as SRC says:
+       SRC = B > 0   a packed group of B-bit codes, as floats (kvq__codes16):
+                     per-token quantized values, with w_hi = w_hj a_jg and
+                     zb_h = sum_j w_hj b_jg, the group's zero term
+       SRC = -16     an fp16 row, converted in registers (kvq__load16_f16)
+       SRC = -32     an fp32 row                     (rows: zb = NULL)
+   Channels 16 at a time, the entries inner: each block's NH running sums
+   live in registers for the whole tile, so out is loaded and stored once
+   per tile, not once per entry. P = 4 / NH partial sums per head (entries
+   i = k mod P go to sum k), so at least four independent additions are in
+   flight per step. wt (NH, KVQ_TILE) holds the weights.                  */
+#define KVQ__SRC_F16 (-16)
+#define KVQ__SRC_F32 (-32)
+static KVQ__VINLINE kvq__v16 kvq__entry16(const void *p, size_t c, int SRC)
 {
-    /* P = 4 / NH partial sums per head (slots j = k mod P go to sum k),
-       so at least four independent additions are in flight per step      */
-    const int P = NH >= 3 ? 1 : 4 / NH;
-    size_t c0, j;
-    int h, k;
-    for (c0 = 0; c0 < G; c0 += 16) {
-        kvq__v16 acc[4][4];
-        for (h = 0; h < NH; h++)
-            for (k = 0; k < P; k++) acc[h][k] = kvq__splat16(0.0f);
-        for (j = 0; j + (size_t)P <= m; j += (size_t)P)
-            for (k = 0; k < P; k++) {
-                kvq__v16 cv;
-                kvq__codes16(&cv, w[j + k] + g * wpg, c0, bits);
-                for (h = 0; h < NH; h++)
-                    acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wa[h * KVQ_TILE + j + k]), cv);
-            }
-        for (k = 0; j < m; j++, k++) {                  /* m % P left over   */
-            kvq__v16 cv;
-            kvq__codes16(&cv, w[j] + g * wpg, c0, bits);
-            for (h = 0; h < NH; h++)
-                acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wa[h * KVQ_TILE + j]), cv);
-        }
-        for (h = 0; h < NH; h++) {
-            float *o = out + (size_t)h * D + g * G + c0;
-            kvq__v16 sum = acc[h][0];
-            for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][k]);
-            kvq__store16(o, kvq__add16(kvq__load16(o), kvq__add16(sum, kvq__splat16(wb[h]))));
-        }
-    }
+    kvq__v16 v;
+    if (SRC == KVQ__SRC_F16) return kvq__load16_f16((const kvq_f16 *)p + c);
+    if (SRC == KVQ__SRC_F32) return kvq__load16((const float *)p + c);
+    kvq__codes16(&v, (const uint32_t *)p, c, SRC);
+    return v;
 }
-
-/* A tile's m full-precision value rows (fp16 if F16, else fp32), for NH
-   heads at a time, the way kvq__values_block adds the quantized ones:
-       out_h[c0..c0+15] += sum_i w_hi v_i[c0..c0+15]
-   each 16-channel block's running sums in registers for the whole tile (P
-   partial sums per head, rows i = k mod P into sum k), so out is loaded
-   and stored once per tile, not once per row. wt (NH, KVQ_TILE) holds the
-   rows' weights. Needs 16 | D.                                            */
-static KVQ__VINLINE void kvq__rows_block(float *out, size_t D, const void *const *rows,
-                                        size_t m, const float *wt, int NH, int F16)
+static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const void *const *src,
+                                        size_t off, size_t m, const float *wt, const float *zb,
+                                        int NH, int SRC)
 {
     const int P = NH >= 3 ? 1 : 4 / NH;
     size_t c0, i;
     int h, k;
-    for (c0 = 0; c0 < D; c0 += 16) {
+    for (c0 = 0; c0 < n; c0 += 16) {
         kvq__v16 acc[4][4];
         for (h = 0; h < NH; h++)
             for (k = 0; k < P; k++) acc[h][k] = kvq__splat16(0.0f);
-        for (i = 0; i < m; i += (size_t)P)           /* k: a constant index */
-            for (k = 0; k < P && i + (size_t)k < m; k++) {
-                const void *r = rows[i + (size_t)k];
-                const kvq__v16 v = F16 ? kvq__load16_f16((const kvq_f16 *)r + c0)
-                                       : kvq__load16((const float *)r + c0);
+        for (i = 0; i + (size_t)P <= m; i += (size_t)P)
+            for (k = 0; k < P; k++) {
+                const kvq__v16 x = kvq__entry16((const char *)src[i + k] + off, c0, SRC);
                 for (h = 0; h < NH; h++)
-                    acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i + (size_t)k]), v);
+                    acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
             }
+        for (k = 0; i < m; i++, k++) {                  /* m % P left over   */
+            const kvq__v16 x = kvq__entry16((const char *)src[i] + off, c0, SRC);
+            for (h = 0; h < NH; h++)
+                acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i]), x);
+        }
         for (h = 0; h < NH; h++) {
             float *o = out + (size_t)h * D + c0;
             kvq__v16 sum = acc[h][0];
             for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][k]);
+            if (zb) sum = kvq__add16(sum, kvq__splat16(zb[h]));
             kvq__store16(o, kvq__add16(kvq__load16(o), sum));
         }
     }
@@ -3531,7 +3508,7 @@ static KVQ__VINLINE void kvq__rows_block(float *out, size_t D, const void *const
 
 /* The tile's full-precision value rows (every region: KIVI's window, OTT's
    pools, LogQuant's kept set and sinks, an uncompressed cache), through
-   kvq__rows_block. Returns 0 (nothing done) where 16 does not divide D:
+   kvq__tile_block. Returns 0 (nothing done) where 16 does not divide D:
    then kvq__add_value takes them one at a time.                           */
 static int kvq__tile_rows(const kvq_cache *c, kvq__heads *H, size_t n)
 {
@@ -3557,7 +3534,8 @@ static int kvq__tile_rows(const kvq_cache *c, kvq__heads *H, size_t n)
         float *out = H->out + h0 * D;
         for (k = 0; k < (size_t)nh; k++)
             for (j = 0; j < m; j++) wt[k * KVQ_TILE + j] = H->sc[(h0 + k) * KVQ_TILE + at[j]];
-#define KVQ__RB(NH, F16) kvq__rows_block(out, D, rows, m, wt, NH, F16)
+#define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, rows, 0, m, wt, NULL, NH, \
+                                         F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
         KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
 #undef KVQ__RB
     }
@@ -3567,7 +3545,7 @@ static int kvq__tile_rows(const kvq_cache *c, kvq__heads *H, size_t n)
 /* out_h += sum_j w_hj v_pj over the tile's present positions. Full-
    precision rows go first, through kvq__tile_rows (16 | D); per-token
    quantized values with 16 | G (every preset's value store) through
-   kvq__values_block, a tile at a time; the rest (per-channel values,
+   kvq__tile_block, a tile at a time; the rest (per-channel values,
    other G or D) one position at a time (kvq__add_value).
    Per group g, with the m quantized slots' weights w_hj packed to the
    front of each head's score row:
@@ -3577,7 +3555,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
     const kvq_side *s = &c->v;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
            wpg = s->geom.words_per_group, m = 0, j, g, g0, h0, h;
-    const uint32_t *w[KVQ_TILE];           /* the quantized slots' codes     */
+    const void *w[KVQ_TILE];               /* the quantized slots' codes     */
     const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
     int rows_done = kvq__tile_rows(c, H, n);   /* before the weights move */
@@ -3624,7 +3602,8 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                     for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
                     wb[k] = kvq__dot(wt, b, m);
                 }
-#define KVQ__VB(NH, BITS) kvq__values_block(out, D, g, G, w, wpg, m, wa, wb, NH, BITS)
+#define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G, w, g * wpg * sizeof(uint32_t), m, \
+                                          wa, wb, NH, BITS)
                 KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
 #undef KVQ__VB
             }
