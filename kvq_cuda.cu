@@ -1861,14 +1861,27 @@ __device__ __forceinline__ void kvq_mma_16816(float (&c)[4], const uint32_t *a, 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* One page (kvq.h's order, Sec. 3) -> fragment order. k_page: (D, G*B/32)
-   words, v_page: (G, D*B/32) words; each output has D*G*B/32 words. Needs
-   D in {64, 128}, B in {2, 4}, G % 32 == 0 (checked by the callers:
-   kvq_cuda_export_fragment and the tests).                                */
-inline void kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t *v_page,
-                                          int D, int G, int bits, uint32_t *k_out,
-                                          uint32_t *v_out)
+/* The shapes the MMA tiles cover: D in {64, 128}, B in {2, 4}, and pages
+   of G tokens, G a multiple of 32 up to 1024.                             */
+KVQ_MMA_FN bool kvq_mma_shape_ok(int D, int G, int bits)
 {
+    return (D == 64 || D == 128) && (bits == 2 || bits == 4) && G > 0 && G % 32 == 0 &&
+           G <= 1024;
+}
+
+/* One page (kvq.h's order, Sec. 3) -> fragment order. k_page: (D, G*B/32)
+   words, v_page: (G, D*B/32) words; each output has D*G*B/32 words and
+   must not overlap the inputs. KVQ_OK; KVQ_ERR_NULL; KVQ_ERR_CONFIG for a
+   shape kvq_mma_shape_ok refuses or an output that is an input. Writes
+   nothing on failure.                                                     */
+inline kvq_status kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t *v_page,
+                                         int D, int G, int bits, uint32_t *k_out,
+                                         uint32_t *v_out)
+{
+    if (!k_page || !v_page || !k_out || !v_out) return KVQ_ERR_NULL;
+    if (!kvq_mma_shape_ok(D, G, bits) || k_out == k_page || k_out == v_page ||
+        v_out == k_page || v_out == v_page || k_out == v_out)
+        return KVQ_ERR_CONFIG;
     const size_t n_words = (size_t)D * G * bits / 32;
     const int per = 32 / bits;
     for (size_t w = 0; w < n_words; w++) {
@@ -1883,16 +1896,19 @@ inline void kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t *v_pag
         k_out[w] = kw;
         v_out[w] = vw;
     }
+    return KVQ_OK;
 }
 
 /* Every page of an export (Sec. 6) into fragment order, in place: what a
-   tensor-core kernel reads. Returns KVQ_OK, or KVQ_ERR_CONFIG for a shape
-   the MMA tiles do not cover (nothing is changed then), KVQ_ERR_NOMEM.   */
+   tensor-core kernel reads. KVQ_OK; KVQ_ERR_NULL (no export, or pages
+   without their arrays); KVQ_ERR_CONFIG for a shape the MMA tiles do not
+   cover; KVQ_ERR_NOMEM. Nothing is changed on failure.                   */
 inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
 {
     if (!e) return KVQ_ERR_NULL;
     const int D = e->head_dim, G = e->group, B = e->bits;
-    if ((D != 64 && D != 128) || (B != 2 && B != 4) || G <= 0 || G % 32) return KVQ_ERR_CONFIG;
+    if (!kvq_mma_shape_ok(D, G, B)) return KVQ_ERR_CONFIG;
+    if (e->n_pages && (!e->k_words || !e->v_words)) return KVQ_ERR_NULL;
     const size_t n = (size_t)D * G * B / 32;
     uint32_t *k = (uint32_t *)malloc(n * 4), *v = (uint32_t *)malloc(n * 4);
     if (!k || !v) { free(k); free(v); return KVQ_ERR_NOMEM; }

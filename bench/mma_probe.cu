@@ -272,9 +272,12 @@ static bool run_shape(double copy, int sms)
     /* pages: random codes in kvq.h's order, then fragment order          */
     std::vector<uint32_t> plain(n_pages * page_words), frag(plain.size()), scratch(page_words);
     for (auto &x : plain) x = (uint32_t)next_u64();
-    for (size_t p = 0; p < n_pages; p++)
-        kvq_cuda_fragment_page(&plain[p * page_words], &plain[p * page_words], D, G, B,
-                               &frag[p * page_words], scratch.data());
+    for (size_t p = 0; p < n_pages; p++)                 /* v: any words will do */
+        if (kvq_cuda_fragment_page(&plain[p * page_words], &plain[p * page_words], D, G, B,
+                                   &frag[p * page_words], scratch.data()) != KVQ_OK) {
+            printf("mma_probe: kvq_cuda_fragment_page refused D=%d G=%d B=%d\n", D, G, B);
+            return false;
+        }
     /* weights of H heads, each its own magnitude; B column 2j = head j's
        hi, 2j + 1 its lo (kvq_cuda.cu Sec. 7)                              */
     std::vector<float> W((size_t)D * H);

@@ -1227,6 +1227,27 @@ static void test_fragment_replay(void)
     bad_e.head_dim = 64; bad_e.bits = 8;
     CHECK(kvq_cuda_export_fragment(&bad_e) == KVQ_ERR_CONFIG, "B = 8 was accepted");
     CHECK(kvq_cuda_export_fragment(NULL) == KVQ_ERR_NULL, "NULL was accepted");
+    bad_e.head_dim = 64; bad_e.bits = 2; bad_e.group = 32; bad_e.n_pages = 3;
+    CHECK(kvq_cuda_export_fragment(&bad_e) == KVQ_ERR_NULL, "pages without words were accepted");
+    bad_e.group = 48;
+    CHECK(kvq_cuda_export_fragment(&bad_e) == KVQ_ERR_CONFIG, "G = 48 was accepted");
+    /* one page: bad arguments write nothing                                */
+    {
+        const size_t n = 64 * 32 * 2 / 32;
+        std::vector<uint32_t> kin(n, 0x12345678u), vin(n, 0x9abcdef0u), ko(n, 7u), vo(n, 7u);
+        CHECK(kvq_cuda_fragment_page(NULL, vin.data(), 64, 32, 2, ko.data(), vo.data()) == KVQ_ERR_NULL &&
+              kvq_cuda_fragment_page(kin.data(), vin.data(), 64, 32, 2, ko.data(), NULL) == KVQ_ERR_NULL &&
+              kvq_cuda_fragment_page(kin.data(), vin.data(), 96, 32, 2, ko.data(), vo.data()) == KVQ_ERR_CONFIG &&
+              kvq_cuda_fragment_page(kin.data(), vin.data(), 64, 32, 3, ko.data(), vo.data()) == KVQ_ERR_CONFIG &&
+              kvq_cuda_fragment_page(kin.data(), vin.data(), 64, 2048, 2, ko.data(), vo.data()) == KVQ_ERR_CONFIG &&
+              kvq_cuda_fragment_page(kin.data(), vin.data(), 64, 32, 2, kin.data(), vo.data()) == KVQ_ERR_CONFIG,
+              "kvq_cuda_fragment_page accepted a NULL, a bad shape or an output that is its input");
+        size_t touched = 0;
+        for (size_t i = 0; i < n; i++) touched += (ko[i] != 7u) + (vo[i] != 7u);
+        CHECK(touched == 0, "kvq_cuda_fragment_page wrote %zu words on failure", touched);
+        CHECK(kvq_cuda_fragment_page(kin.data(), vin.data(), 64, 32, 2, ko.data(), vo.data()) == KVQ_OK,
+              "a valid page was refused");
+    }
 }
 
 int main(int argc, char **argv)
