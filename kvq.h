@@ -3506,75 +3506,68 @@ static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const v
     }
 }
 
-/* The tile's full-precision value rows (every region: KIVI's window, OTT's
-   pools, LogQuant's kept set and sinks, an uncompressed cache), through
-   kvq__tile_block. Returns 0 (nothing done) where 16 does not divide D:
-   then kvq__add_value takes them one at a time.                           */
-static int kvq__tile_rows(const kvq_cache *c, kvq__heads *H, size_t n)
+/* The tile's m full-precision value rows (every region: KIVI's window,
+   OTT's pools, LogQuant's kept set and sinks, an uncompressed cache),
+   rows[i] at tile entry at[i], through kvq__tile_block. Needs 16 | D.     */
+static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const *rows,
+                           const size_t *at, size_t m)
 {
-    const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, m = 0, j, h0, k;
-    const void *rows[KVQ_TILE];
-    size_t at[KVQ_TILE];                   /* their entries in the tile      */
+    size_t D = c->cfg.head_dim, h0, k, i;
     float wt[4 * KVQ_TILE];
     int f16 = c->cfg.fp_bits == 16;
-    if (D % 16) return 0;
-    for (j = 0; j < n; j++) {
-        uint32_t loc, tag;
-        if (H->pos[j] < 0) continue;
-        loc = s->loc[H->pos[j]];
-        tag = KVQ_LOC_TAG(loc);
-        if (tag == KVQ_LOC_QUANT) continue;
-        rows[m] = kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], KVQ_LOC_INDEX(loc));
-        at[m++] = j;
-    }
-    if (m == 0) return 1;
     for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
         int nh = (int)kvq__head_batch(H->n - h0);
         float *out = H->out + h0 * D;
         for (k = 0; k < (size_t)nh; k++)
-            for (j = 0; j < m; j++) wt[k * KVQ_TILE + j] = H->sc[(h0 + k) * KVQ_TILE + at[j]];
+            for (i = 0; i < m; i++) wt[k * KVQ_TILE + i] = H->sc[(h0 + k) * KVQ_TILE + at[i]];
 #define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, rows, 0, m, wt, NULL, NH, \
                                          F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
         KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
 #undef KVQ__RB
     }
-    return 1;
 }
 
-/* out_h += sum_j w_hj v_pj over the tile's present positions. Full-
-   precision rows go first, through kvq__tile_rows (16 | D); per-token
+/* out_h += sum_j w_hj v_pj over the tile's present positions, sorted in one
+   walk: full-precision rows (16 | D) go through kvq__tile_rows, per-token
    quantized values with 16 | G (every preset's value store) through
-   kvq__tile_block, a tile at a time; the rest (per-channel values,
-   other G or D) one position at a time (kvq__add_value).
-   Per group g, with the m quantized slots' weights w_hj packed to the
-   front of each head's score row:
+   kvq__tile_block, both a tile at a time; the rest (per-channel values,
+   other G or D) one position at a time (kvq__add_value), in that order.
+   Then, per group g, with the m quantized slots' weights w_hj packed to
+   the front of each head's score row (once the others have read theirs):
        wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
 static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     const kvq_side *s = &c->v;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, m = 0, j, g, g0, h0, h;
+           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h;
     const void *w[KVQ_TILE];               /* the quantized slots' codes     */
     const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
+    const void *rows[KVQ_TILE];            /* the full-precision rows        */
+    size_t at_q[KVQ_TILE], at_r[KVQ_TILE], at_1[KVQ_TILE];   /* tile entries of
+                                              each kind (1: one at a time)   */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
-    int rows_done = kvq__tile_rows(c, H, n);   /* before the weights move */
     for (j = 0; j < n; j++) {
-        uint32_t loc;
+        uint32_t loc, tag;
         if (H->pos[j] < 0) continue;
         loc = s->loc[H->pos[j]];
-        if (rows_done && KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) continue;
-        if (blocks && KVQ_LOC_TAG(loc) == KVQ_LOC_QUANT) {
+        tag = KVQ_LOC_TAG(loc);
+        if (tag != KVQ_LOC_QUANT && D % 16 == 0) {
+            rows[m_rows] = kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], KVQ_LOC_INDEX(loc));
+            at_r[m_rows++] = j;
+        } else if (tag == KVQ_LOC_QUANT && blocks) {
             size_t slot = KVQ_LOC_INDEX(loc);
             w[m] = s->words + slot * gpu * wpg;
             sz[m] = s->sz + slot * gpu;
-            for (h = 0; h < H->n; h++)                  /* pack the weights: */
-                H->sc[h * KVQ_TILE + m] = H->sc[h * KVQ_TILE + j];   /* m <= j */
-            m++;
+            at_q[m++] = j;
         } else {
-            kvq__add_value(c, H, (size_t)H->pos[j], j);
+            at_1[m_1++] = j;
         }
     }
+    if (m_rows) kvq__tile_rows(c, H, rows, at_r, m_rows);
+    for (j = 0; j < m_1; j++) kvq__add_value(c, H, (size_t)H->pos[at_1[j]], at_1[j]);
+    for (j = 0; j < m; j++)                             /* pack the weights: */
+        for (h = 0; h < H->n; h++)                      /* j <= at_q[j]      */
+            H->sc[h * KVQ_TILE + j] = H->sc[h * KVQ_TILE + at_q[j]];
     if (m == 0) return;
     for (g0 = 0; g0 < gpu; g0 += 16) {
         /* (s, z) of up to 16 groups of every slot as floats, sf[2 (j ng +
