@@ -1741,14 +1741,24 @@ KVQ_MMA_FN void kvq_mma_score_source(int lane, int i, int *src_lane, int *half)
     *half = token / 8;
 }
 
-/* Register r of a fragment word w before the HFMA2: two fp16 1024 + c 2^k. */
-KVQ_MMA_FN uint32_t kvq_mma_magic(uint32_t w, int bits, int r,
-                                                                  int *k)
+/* Register r of a fragment word w: its codes sit at bit k = kvq_mma_shift
+   of x = kvq_mma_source(w, r), in both halves (kvq_mma_mask).            */
+KVQ_MMA_FN int kvq_mma_shift(int bits, int r) { return bits * (r % (8 / bits)); }
+KVQ_MMA_FN uint32_t kvq_mma_source(uint32_t w, int bits, int r) { return w >> (8 * (r / (8 / bits))); }
+KVQ_MMA_FN uint32_t kvq_mma_mask(int bits, int r)
 {
-    const int per_byte = 8 / bits;                  /* registers per 8 bits */
-    *k = bits * (r % per_byte);
-    const uint32_t field = ((1u << bits) - 1u) * 0x00010001u;   /* both halves */
-    return ((w >> (8 * (r / per_byte))) & (field << *k)) | KVQ_MMA_MAGIC;
+    return (((1u << bits) - 1u) * 0x00010001u) << kvq_mma_shift(bits, r);
+}
+/* ... masked: the two fp16 subnormals c 2^(k-24) (the subnormal decode
+   below); with 1024's bits or-ed in: two fp16 1024 + c 2^k, what the
+   magic decode's HFMA2 takes.                                            */
+KVQ_MMA_FN uint32_t kvq_mma_subnormal(uint32_t w, int bits, int r)
+{
+    return kvq_mma_source(w, bits, r) & kvq_mma_mask(bits, r);
+}
+KVQ_MMA_FN uint32_t kvq_mma_magic(uint32_t w, int bits, int r)
+{
+    return kvq_mma_subnormal(w, bits, r) | KVQ_MMA_MAGIC;
 }
 
 /* Field j of a fragment word -> (k-tile of the word, A element).         */
@@ -1802,6 +1812,21 @@ KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
     return 15 - ex;
 }
 
+/* A lane's two B registers for one k-tile: column kvq_mma_b_col(lane) is
+   head j = col / 2's hi (even column) or lo (odd), rows kvq_mma_b_row;
+   head j's weight of tile row r is w[r * stride], its exponent e.        */
+KVQ_MMA_FN void kvq_mma_b_regs(int lane, const float *w, size_t stride, int e, uint32_t b[2])
+{
+    kvq_f16 h[4];
+    for (int i = 0; i < 4; i++) {
+        kvq_f16 hi, lo;
+        kvq_mma_split(w[(size_t)kvq_mma_b_row(lane, i) * stride], e, &hi, &lo);
+        h[i] = kvq_mma_b_col(lane) % 2 ? lo : hi;
+    }
+    b[0] = (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+    b[1] = (uint32_t)h[2] | ((uint32_t)h[3] << 16);
+}
+
 /* The device side of a step: a fragment word's A registers, one LOP3
    ((x & mask) | 1024, both constants in registers: C++'s & then | would
    take two LOP3s, as each may carry one immediate) and one HFMA2 per
@@ -1810,12 +1835,10 @@ KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
 template <int B>
 __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B])
 {
-    constexpr int per_byte = 8 / B;
-    constexpr uint32_t field = ((1u << B) - 1u) * 0x00010001u;
 #pragma unroll
-    for (int r = 0; r < 16 / B; r++) {
-        const int k = B * (r % per_byte);
-        const uint32_t x = w >> (8 * (r / per_byte)), mask = field << k, magic = KVQ_MMA_MAGIC;
+    for (int r = 0; r < 16 / B; r++) {                 /* kvq_mma_magic, one LOP3 */
+        const int k = kvq_mma_shift(B, r);
+        const uint32_t x = kvq_mma_source(w, B, r), mask = kvq_mma_mask(B, r), magic = KVQ_MMA_MAGIC;
         uint32_t m;
         asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(m) : "r"(x), "r"(mask), "r"(magic));
         const float inv = 1.0f / (float)(1 << k);
@@ -1827,8 +1850,8 @@ __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B]
 /* THE SUBNORMAL DECODE (a variant for bench/mma_probe.cu to measure, not
    used by any kernel): without the 1024 and the HFMA2, (x & (m << k)) is
    itself an fp16 number, the subnormal c 2^(k-24), exact. Register j of a
-   tile then carries the factor 2^(k-24), k = kvq_mma_sub_shift(B, j % 2,
-   j / 2): it splits into a row part (A's rows 0-7 or 8-15, i.e. C's c0 c1
+   tile then carries the factor 2^(k-24), k = kvq_mma_shift(B, j) =
+   kvq_mma_sub_shift(B, j % 2, j / 2): it splits into a row part (A's rows 0-7 or 8-15, i.e. C's c0 c1
    or c2 c3) and a column part (A's columns 0-7 or 8-15, i.e. B's rows
    0-7 or 8-15). So B's rows 8-15 are pre-scaled by 2^-k_col, and C's two
    row halves are post-scaled by 2^(24 - k_row): all powers of two, exact.
@@ -1836,13 +1859,7 @@ __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B]
    subnormal inputs exact, which the probe's validation will show.       */
 KVQ_MMA_FN int kvq_mma_sub_shift(int bits, int row_half, int col_half)
 {
-    return bits * row_half + (bits == 2 ? 4 * col_half : 0);
-}
-KVQ_MMA_FN uint32_t kvq_mma_subnormal(uint32_t w, int bits, int r)  /* register r */
-{
-    const int per_byte = 8 / bits;
-    const uint32_t field = ((1u << bits) - 1u) * 0x00010001u;
-    return (w >> (8 * (r / per_byte))) & (field << (bits * (r % per_byte)));
+    return kvq_mma_shift(bits, row_half + 2 * col_half);   /* register j = row + 2 col */
 }
 template <int B>
 __device__ __forceinline__ void kvq_mma_decode_subnormal(uint32_t w, uint32_t (&a)[16 / B])

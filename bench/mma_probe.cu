@@ -303,16 +303,9 @@ static bool run_shape(double copy, int sms)
     for (int kt = 0; kt < KT; kt++)
         for (int g = 0; g < NQ; g++)
             for (int lane = 0; lane < 32; lane++) {
-                const int n = kvq_mma_b_col(lane), h = 4 * g + n / 2;
-                kvq_f16 half[4];
-                for (int i = 0; i < 4; i++) {
-                    kvq_f16 hi, lo;
-                    kvq_mma_split(W[(size_t)(16 * kt + kvq_mma_b_row(lane, i)) * H + h], ex[h], &hi, &lo);
-                    half[i] = n % 2 ? lo : hi;
-                }
-                uint32_t *dst = &bfrag[((size_t)(kt * NQ + g) * 32 + lane) * 2];
-                dst[0] = (uint32_t)half[0] | ((uint32_t)half[1] << 16);
-                dst[1] = (uint32_t)half[2] | ((uint32_t)half[3] << 16);
+                const int h = 4 * g + kvq_mma_b_col(lane) / 2;
+                kvq_mma_b_regs(lane, &W[(size_t)16 * kt * H + h], (size_t)H, ex[h],
+                               &bfrag[((size_t)(kt * NQ + g) * 32 + lane) * 2]);
             }
     uint32_t *d_words, *d_b;
     float *d_scores, *d_sink;

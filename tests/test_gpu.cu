@@ -844,7 +844,7 @@ static void test_host_walk(void)
 /* ======================================================================== */
 /* No GPU: exported pages are put into fragment order, then every lane's
    registers are rebuilt the way the tensor-core kernel builds them (its
-   fragment words, kvq_mma_magic + the HFMA2, kvq_mma_split for B, 4 heads
+   fragment words, kvq_mma_magic + the HFMA2, kvq_mma_b_regs for B, 4 heads
    x (hi, lo) per MMA) and fed to an emulated mma.m16n8k16 that places them by the PTX ISA's tables as
    written below: offsets from (gid, 2 tig) listed element by element, not
    kvq_cuda.cu's formulas. Checked against kvq.h:
@@ -903,27 +903,12 @@ static void mma_emulate(warp_regs &w)
 static void lane_a_regs(uint32_t word, int bits, int tile, uint32_t a[4])
 {
     for (int j = 0; j < 4; j++) {
-        int k;
-        const uint32_t m = kvq_mma_magic(word, bits, 4 * tile + j, &k);
+        const int k = kvq_mma_shift(bits, 4 * tile + j);
+        const uint32_t m = kvq_mma_magic(word, bits, 4 * tile + j);
         const float sc = ldexpf(1.0f, -k);
         const float lo = half_lo(m) * sc - 1024.0f * sc, hi = half_hi(m) * sc - 1024.0f * sc;
         a[j] = pack2(kvq_f32_to_f16(lo), kvq_f32_to_f16(hi));
     }
-}
-
-/* B registers of one lane: weights W[k][j] (k: the tile's 16 rows, j: 4
-   heads) with head j's exponent e[j]; column 2j holds its hi, 2j + 1 its lo. */
-static void lane_b_regs(int lane, const float W[16][4], const int e[4], uint32_t b[2])
-{
-    kvq_f16 h[4];
-    const int n = kvq_mma_b_col(lane), j = n / 2;
-    for (int i = 0; i < 4; i++) {
-        kvq_f16 hi, lo;
-        kvq_mma_split(W[kvq_mma_b_row(lane, i)][j], e[j], &hi, &lo);
-        h[i] = n % 2 ? lo : hi;
-    }
-    b[0] = pack2(h[0], h[1]);
-    b[1] = pack2(h[2], h[3]);
 }
 
 static void test_fragment_tables(void)
@@ -995,7 +980,8 @@ static void replay_tile(int B, int n_k, WordOf word_of, Visit visit, const float
                     code = ldexp(code, 24 - kvq_mma_sub_shift(B, (i / 2) % 2, i / 4));
                 visit(kt, kvq_mma_a_row(lane, i), kvq_mma_a_col(lane, i), (int)code);
             }
-            lane_b_regs(lane, W + 16 * kt, ex, w.b[lane]);
+            const int j = kvq_mma_b_col(lane) / 2;   /* head j: hi or lo */
+            kvq_mma_b_regs(lane, &W[16 * kt][j], 4, ex[j], w.b[lane]);
         }
         mma_emulate(w);
     }
