@@ -1717,7 +1717,11 @@ rows_only:
    comes from; kvq_cuda_fragment_page applies them; the tests replay it. */
 #define KVQ_MMA_MAGIC 0x64006400u     /* fp16 1024.0 in both halves          */
 /* inline, not static: a translation unit that uses none of them (the
-   library's own, today) compiles without unused-function warnings.      */
+   library's own, today) compiles without unused-function warnings.
+   The kvq_mma_* helpers are a kernel's inner arithmetic and check nothing:
+   lane in 0..31, element indices as in the tables, bits 2 or 4, and a
+   shape kvq_mma_shape_ok accepts. The entry points that take user data,
+   kvq_cuda_fragment_page and kvq_cuda_export_fragment, check all of it. */
 #define KVQ_MMA_FN __host__ __device__ __forceinline__
 
 /* The fragment maps, exactly the PTX ISA's tables above.                  */
