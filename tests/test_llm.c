@@ -23,7 +23,9 @@
         arguments change nothing
      8. block weights (Q4_0, Q4_1, Q8_0) with 8-bit activations: each block
         dot against its products in double and against dequantize-then-
-        fp32 (a proven bound), the AVX2 dot against the plain one,
+        fp32 (a proven bound), the AVX2 dot against the plain one, the
+        4-row interleaved layout (same rows, same plain bits, its group dot
+        within the same bound, refusals that write nothing),
         adversarial blocks (zero, 65504 and subnormal scales, NaN/Inf scales
         refused, NaN activations), the quantized tiny model against the
         reference, identical logits at 1, 2 and 3 threads, no allocation
@@ -1089,6 +1091,120 @@ static void test_block_dots(void)
         }
 }
 
+/* LLM_ROWS4 (llm_mat_interleave): the same matrix in groups of 4 rows.
+   Every row reads back the same floats and the plain dot gives the same
+   bits (the bytes only moved); the group dot (AVX2, 4-bit types) is within
+   the same 1e-6 of sum |w x| of the plain one as the row-order AVX2 dot; a
+   NaN scale is still found at its row and block. Refusals write nothing. */
+static void test_interleave(void)
+{
+    enum { ROWS = 24, MAXC = 576 };
+    static const int cols[3] = { 32, 96, MAXC };
+    static uint8_t rows_buf[ROWS * (MAXC / 32) * 34], four_buf[sizeof rows_buf], keep[sizeof rows_buf];
+    float x[MAXC], a[MAXC], b[MAXC];
+    llm_q8 xq[MAXC / 32];
+    char why[200];
+    int ti, ci, r, j;
+    rng_seed(0x4A0);
+    for (ti = 0; ti < 3; ti++)
+        for (ci = 0; ci < 3; ci++) {
+            llm_type t = QTYPES[ti];
+            size_t bytes = (size_t)ROWS * llm_row_bytes(t, cols[ci]);
+            llm_mat R, F;
+            int rows_differ = 0, plain_differ = 0;
+            double worst = 0.0;
+            random_blocks(t, rows_buf, ROWS, cols[ci], 1e-3, 1.0);
+            memcpy(four_buf, rows_buf, bytes);
+            llm_mat_set(&R, t, rows_buf, ROWS, cols[ci], NULL, 0);
+            llm_mat_set(&F, t, four_buf, ROWS, cols[ci], NULL, 0);
+            CHECK(llm_mat_interleave(&F, why, sizeof why) == KVQ_OK && F.layout == LLM_ROWS4,
+                  "%s: interleave: %s", llm_type_name(t), why);
+            CHECK(cols[ci] == 32 || memcmp(rows_buf, four_buf, bytes) != 0,
+                  "%s cols %d: interleave moved nothing", llm_type_name(t), cols[ci]);
+            CHECK(llm_mat_check(&F, why, sizeof why) == KVQ_OK, "check of LLM_ROWS4: %s", why);
+            for (r = 0; r < ROWS; r++) {
+                float pr, pf, sf;
+                for (j = 0; j < cols[ci]; j++) x[j] = (float)(rng_normal() * (r % 3 ? 1.0 : 40.0));
+                llm_q8_quantize(x, cols[ci], xq);
+                llm_mat_row(&R, r, a);
+                llm_mat_row(&F, r, b);
+                rows_differ += memcmp(a, b, (size_t)cols[ci] * sizeof(float)) != 0;
+                llm_mat_dot(&R, r, x, xq, 0, &pr);
+                llm_mat_dot(&F, r, x, xq, 0, &pf);
+                llm_mat_dot(&F, r, x, xq, 1, &sf);
+                plain_differ += memcmp(&pr, &pf, sizeof pr) != 0;
+                {
+                    double mag = 0.0;
+                    for (j = 0; j < cols[ci]; j++) mag += fabs((double)a[j] * x[j]);
+                    if (fabs((double)sf - pr) / (mag + 1e-30) > worst)
+                        worst = fabs((double)sf - pr) / (mag + 1e-30);
+                }
+            }
+            CHECK(rows_differ == 0, "%s cols %d: %d rows read back differently", llm_type_name(t),
+                  cols[ci], rows_differ);
+            CHECK(plain_differ == 0, "%s cols %d: plain dot differs on %d rows",
+                  llm_type_name(t), cols[ci], plain_differ);
+            CHECK(worst < 1e-6, "%s cols %d: group dot vs plain: %g of sum |w x|",
+                  llm_type_name(t), cols[ci], worst);
+            if (ci == 2)
+                printf("  %s, %d cols, groups of 4 rows: rows and plain dots identical to row "
+                       "order; %s vs plain %.1e of sum|wx|\n", llm_type_name(t), cols[ci],
+                       LLM_SIMD && t != LLM_Q8_0 ? "group dot" : "dot (plain: no group dot)",
+                       worst);
+        }
+    /* a NaN scale planted in row order is found at the same row and block  */
+    for (ti = 0; ti < 3; ti++) {
+        llm_type t = QTYPES[ti];
+        llm_mat F;
+        random_blocks(t, four_buf, 8, 96, 1e-2, 1.0);
+        put_half(four_buf + 6 * llm_row_bytes(t, 96) + 2 * llm_row_bytes(t, 32) + (t == LLM_Q4_1 ? 2 : 0),
+                 NAN);
+        llm_mat_set(&F, t, four_buf, 8, 96, NULL, 0);
+        CHECK(llm_mat_interleave(&F, NULL, 0) == KVQ_OK, "interleave with a NaN scale");
+        why[0] = '\0';
+        CHECK(llm_mat_check(&F, why, sizeof why) == KVQ_ERR_NONFINITE &&
+              strstr(why, "row 6 block 2") && strstr(why, t == LLM_Q4_1 ? "scale m" : "scale d"),
+              "%s: NaN scale in LLM_ROWS4 not found where planted (%s)", llm_type_name(t), why);
+    }
+    /* refusals: nothing written, the layout unchanged                       */
+    {
+        llm_mat M, bad;
+        float fbuf[8 * 32];
+        memset(fbuf, 0, sizeof fbuf);
+        random_blocks(LLM_Q4_1, rows_buf, 8, 64, 1e-2, 1.0);
+        memcpy(keep, rows_buf, 8 * llm_row_bytes(LLM_Q4_1, 64));
+        CHECK(llm_mat_interleave(NULL, why, sizeof why) == KVQ_ERR_NULL, "NULL matrix");
+        llm_mat_set(&M, LLM_Q4_1, rows_buf, 6, 64, NULL, 0);          /* 6 rows */
+        why[0] = '\0';
+        CHECK(llm_mat_interleave(&M, why, sizeof why) == KVQ_ERR_CONFIG && why[0] &&
+              M.layout == LLM_ROWS, "6 rows interleaved");
+        llm_mat_set(&M, LLM_F32, fbuf, 8, 32, NULL, 0);
+        CHECK(llm_mat_interleave(&M, why, sizeof why) == KVQ_ERR_CONFIG, "F32 interleaved");
+        llm_mat_set(&M, LLM_Q4_1, rows_buf, 8, 64, NULL, 0);
+        CHECK(llm_mat_interleave(&M, why, sizeof why) == KVQ_OK, "8 rows");
+        memcpy(four_buf, rows_buf, 8 * llm_row_bytes(LLM_Q4_1, 64));
+        CHECK(llm_mat_interleave(&M, why, sizeof why) == KVQ_ERR_CONFIG &&
+              !memcmp(four_buf, rows_buf, 8 * llm_row_bytes(LLM_Q4_1, 64)),
+              "interleaved twice, or the refusal wrote");
+        M.data = NULL;
+        CHECK(llm_mat_interleave(&M, why, sizeof why) == KVQ_ERR_NULL, "NULL data");
+        CHECK(memcmp(keep, rows_buf, 8 * llm_row_bytes(LLM_Q4_1, 64)) != 0, "(the one success moved bytes)");
+        /* a hand-made LLM_ROWS4 description that cannot be one is refused by
+           every reader                                                     */
+        llm_mat_set(&bad, LLM_Q8_0, rows_buf, 6, 32, NULL, 0);
+        bad.layout = LLM_ROWS4;
+        CHECK(llm_mat_check(&bad, why, sizeof why) == KVQ_ERR_CONFIG &&
+              llm_mat_row(&bad, 0, x) == KVQ_ERR_CONFIG &&
+              llm_mat_dot(&bad, 0, x, xq, 1, x) == KVQ_ERR_CONFIG,
+              "LLM_ROWS4 with 6 rows accepted");
+        llm_mat_set(&bad, LLM_F32, fbuf, 8, 32, NULL, 0);
+        bad.layout = LLM_ROWS4;
+        CHECK(llm_mat_row(&bad, 0, x) == KVQ_ERR_CONFIG, "F32 in LLM_ROWS4 accepted");
+        bad.layout = (llm_layout)2;
+        CHECK(llm_mat_row(&bad, 0, x) == KVQ_ERR_CONFIG, "layout 2 accepted");
+    }
+}
+
 /* All-zero weights and inputs give exactly 0; the largest fp16 scale
    (65504) with large activations stays finite and on the reference; a
    NaN or Inf scale is refused by llm_mat_check with its row and block; a
@@ -1243,7 +1359,7 @@ static void test_quantized_model(void)
     static ref_model rm;
     kvq_config k2 = kivi_small(2);
     uint8_t *qbuf;
-    int i, t, th, same = 1, layer_t;
+    int i, t, th, same = 1, layer_t, lay;
     memset(&f, 0, sizeof f);
     memset(&q, 0, sizeof q);
     CHECK(tiny_build(&f, LLM_ROPE_ADJACENT, 1, 800), "build");
@@ -1253,34 +1369,49 @@ static void test_quantized_model(void)
         double worst = 0.0;
         qbuf = quantize_model(&q, &f, lt, et);
         if (!qbuf) { CHECK(0, "quantize"); llm_weights_free(&q.w); break; }
-        /* the forward pass vs the double reference on the same (dequantized)
-           weights: the gap is the 8-bit activations' rounding              */
-        CHECK(run_tokens(&q, 1, NULL, N, lg[0], 0), "quantized forward");
-        for (t = 0; t < N; t++) {
-            double e;
-            ref_forward(&q, &rm, toks[t], t, ref);
-            e = rel_err_d(lg[0] + (size_t)t * VOCAB, ref, VOCAB);
-            if (e > worst) worst = e;
+        /* both layouts: the file's rows, then LLM_ROWS4 where the group dot
+           is compiled in (the 4-bit layer matrices; VOCAB = 50 rows keeps
+           the embedding in row order, so both kinds meet in one model)     */
+        for (lay = 0; lay < 2; lay++) {
+            char why[200] = "";
+            if (lay) {
+                CHECK(llm_weights_interleave(&q.w, &q.cfg, why, sizeof why) == KVQ_OK,
+                      "interleave: %s", why);
+                CHECK(q.w.wq[0].layout == (LLM_SIMD && lt != LLM_Q8_0 ? LLM_ROWS4 : LLM_ROWS) &&
+                      q.w.token_embedding.layout == LLM_ROWS,
+                      "%s: layouts after llm_weights_interleave", llm_type_name(lt));
+                worst = 0.0;
+            }
+            /* the forward pass vs the double reference on the same (dequantized)
+               weights: the gap is the 8-bit activations' rounding              */
+            CHECK(run_tokens(&q, 1, NULL, N, lg[0], 0), "quantized forward");
+            for (t = 0; t < N; t++) {
+                double e;
+                ref_forward(&q, &rm, toks[t], t, ref);
+                e = rel_err_d(lg[0] + (size_t)t * VOCAB, ref, VOCAB);
+                if (e > worst) worst = e;
+            }
+            /* 8-bit activations round each value by up to 1/254 of its block's
+               range, in every one of 2 layers x 7 matmuls, and this model's
+               attention is deliberately sharp (Wq, Wk scaled 3x), which
+               amplifies it: 4-6% of the largest logit here (each dot's own
+               bound is proven in test_block_dots). 1e-1 leaves ~2x margin.     */
+            CHECK(worst < 1e-1, "%s layers: vs double reference %g", llm_type_name(lt), worst);
+            printf("  %s layers (%s), %s embedding: forward vs double reference on the "
+                   "dequantized weights: max rel err %.2e (bound 1e-1)\n", llm_type_name(lt),
+                   q.w.wq[0].layout == LLM_ROWS4 ? "groups of 4 rows" : "rows",
+                   llm_type_name(et), worst);
+            /* 1, 2, 3 threads; one token at a time and in one batch: the same
+               logits bit for bit (with a 2-bit cache in the loop too)          */
+            for (th = 1; th <= 3; th++) {
+                CHECK(run_tokens(&q, th, &k2, N, lg[th], th != 2), "threads %d", th);
+                if (th > 1) same &= !memcmp(lg[1], lg[th], sizeof lg[1]);
+            }
+            CHECK(run_tokens(&q, 2, &k2, N, lg[0], 0), "threads 2, one at a time");
+            same &= !memcmp(lg[1], lg[0], sizeof lg[1]);
+            CHECK(same, "%s: logits differ between 1, 2 and 3 threads / batched and not",
+                  llm_type_name(lt));
         }
-        /* 8-bit activations round each value by up to 1/254 of its block's
-           range, in every one of 2 layers x 7 matmuls, and this model's
-           attention is deliberately sharp (Wq, Wk scaled 3x), which
-           amplifies it: 4-6% of the largest logit here (each dot's own
-           bound is proven in test_block_dots). 1e-1 leaves ~2x margin.     */
-        CHECK(worst < 1e-1, "%s layers: vs double reference %g", llm_type_name(lt), worst);
-        printf("  %s layers, %s embedding: forward vs double reference on the dequantized "
-               "weights: max rel err %.2e (bound 1e-1)\n", llm_type_name(lt), llm_type_name(et),
-               worst);
-        /* 1, 2, 3 threads; one token at a time and in one batch: the same
-           logits bit for bit (with a 2-bit cache in the loop too)          */
-        for (th = 1; th <= 3; th++) {
-            CHECK(run_tokens(&q, th, &k2, N, lg[th], th != 2), "threads %d", th);
-            if (th > 1) same &= !memcmp(lg[1], lg[th], sizeof lg[1]);
-        }
-        CHECK(run_tokens(&q, 2, &k2, N, lg[0], 0), "threads 2, one at a time");
-        same &= !memcmp(lg[1], lg[0], sizeof lg[1]);
-        CHECK(same, "%s: logits differ between 1, 2 and 3 threads / batched and not",
-              llm_type_name(lt));
         llm_weights_free(&q.w);
         free(qbuf);
     }
@@ -1361,6 +1492,7 @@ static void test_weights_refused(void)
 int main(void)
 {
     test_block_dots();
+    test_interleave();
     test_block_adversarial();
     test_quantized_model();
     test_no_alloc_per_token();

@@ -110,13 +110,18 @@ static void test_native_vs_f32(model_file *f)
         return;
     }
     CHECK(r.m.w.wq[0].type == LLM_F32 && f->m.w.wq[0].type == LLM_Q4_1 &&
-          f->m.w.token_embedding.type == LLM_Q8_0, "weight types: reference %s, native %s/%s",
+          f->m.w.token_embedding.type == LLM_Q8_0 &&
+          f->m.w.wq[0].layout == (LLM_SIMD ? LLM_ROWS4 : LLM_ROWS) &&
+          r.m.w.wq[0].layout == LLM_ROWS, "weight types: reference %s, native %s/%s",
           llm_type_name(r.m.w.wq[0].type), llm_type_name(f->m.w.wq[0].type),
           llm_type_name(f->m.w.token_embedding.type));
     CHECK(greedy_logits(&r, ids, n, a, la, N_AGREE) && greedy_logits(f, ids, n, b, lb, N_AGREE),
           "greedy runs");
     greedy_agree("native vs float32 runner", ids == NULL ? "" : prompt, a, la, b, V);
-    /* every row of a few tensors: llm_mat_row == gguf_dequant, bit for bit */
+    /* every row of a few tensors: llm_mat_row == gguf_dequant, bit for bit.
+       The native model's bytes are interleaved in place (LLM_ROWS4, for
+       the 4-bit matrices); the float32 reference's copy of the file is not,
+       so its tensors are the file's rows.                                  */
     {
         static const char *names[3] = { "token_embd.weight", "blk.0.attn_q.weight",
                                         "blk.29.ffn_down.weight" };
@@ -125,7 +130,7 @@ static void test_native_vs_f32(model_file *f)
         int k, row, bad = 0;
         mats[0] = &f->m.w.token_embedding; mats[1] = &f->m.w.wq[0]; mats[2] = &f->m.w.w2[29];
         for (k = 0; k < 3 && x && y; k++) {
-            const gguf_tensor *t = gguf_find_tensor(&f->g, names[k]);
+            const gguf_tensor *t = gguf_find_tensor(&r.g, names[k]);
             for (row = 0; t && row < mats[k]->rows; row += 1 + row / 4) {
                 llm_mat_row(mats[k], row, x);
                 gguf_dequant(t->type, gguf_tensor_row(t, (uint64_t)row), y, t->ne[0]);

@@ -303,7 +303,8 @@ static int model_load(model_file *f, const char *path, int seq_len)
         (!c->tied_embeddings && !load_mat(f, "output.weight", &w->wcls, &p)))
         return 0;
     if (c->tied_embeddings) w->wcls = w->token_embedding;
-    if (llm_weights_check(w, c, why, sizeof why) != KVQ_OK) {    /* belt and braces */
+    /* the file's bytes are ours (read_model): decode's layout, in place    */
+    if (llm_weights_interleave(w, c, why, sizeof why) != KVQ_OK) {   /* checks too */
         fprintf(stderr, "%s: %s\n", path, why);
         return 0;
     }

@@ -140,16 +140,39 @@ typedef struct llm_config {
    In a 4-bit block, byte j's low nibble is weight j and its high nibble
    weight j + 16. Blocks are read byte-wise (memcpy), so a row may start at
    any address.
+
+   LAYOUT. A block matrix is either in the file's order (LLM_ROWS: row after
+   row, as above) or, after llm_mat_interleave (Sec. 4a), in groups of 4
+   rows whose blocks are interleaved column by column (LLM_ROWS4), scales
+   first, then the four rows' codes:
+
+       group g = rows 4g .. 4g+3, block b (Q4_1 shown: 80 bytes = 4 x 20)
+       +----+----+----+----+----+----+----+----+--------+--------+--------+--------+
+       | d0 | d1 | d2 | d3 | m0 | m1 | m2 | m3 | codes0 | codes1 | codes2 | codes3 |
+       +----+----+----+----+----+----+----+----+--------+--------+--------+--------+
+         fp16 each (Q4_0, Q8_0: no m's)         16 bytes each (Q8_0: 32)
+       group g, block 0 | group g, block 1 | ... | group g+1, block 0 | ...
+
+   The bytes are the same ones, moved: a group fills exactly the 4 rows it
+   replaces, so the permutation is done in place. One load then reads 4
+   rows' scales and two loads their codes, which is what lets decode's
+   AVX2 dot (Sec. 4a) spend 3x fewer instructions per weight byte.
    Below, q_dim = n_heads * head_dim and kv_dim = n_kv_heads * head_dim.     */
 typedef enum llm_type {
     LLM_F32 = 0, LLM_Q4_0 = 2, LLM_Q4_1 = 3, LLM_Q8_0 = 8
 } llm_type;
+
+typedef enum llm_layout {
+    LLM_ROWS  = 0,  /* row after row (the file's order)                       */
+    LLM_ROWS4 = 4   /* groups of 4 rows, interleaved block by block (above)   */
+} llm_layout;
 
 typedef struct llm_mat {
     llm_type    type;
     int         rows, cols;  /* (out, in); cols % 32 == 0 for block types    */
     size_t      row_bytes;   /* bytes of one row                             */
     const void *data;        /* (rows, row_bytes), not owned                 */
+    llm_layout  layout;      /* LLM_ROWS unless llm_mat_interleave ran       */
 } llm_mat;
 
 typedef struct llm_weights {
@@ -297,6 +320,28 @@ static float llm__half(const uint8_t *p)
     return kvq_f16_to_f32(h);
 }
 
+/* A block of type t: its bytes (0 for F32), and how many fp16 scales lead
+   it (Q4_1: d and m; Q4_0, Q8_0: d).                                      */
+static size_t llm__block_bytes(llm_type t) { return t == LLM_F32 ? 0 : llm_row_bytes(t, 32); }
+static int llm__block_scales(llm_type t) { return t == LLM_Q4_1 ? 2 : 1; }
+
+/* Block b of row r in the file's byte format (STORAGE TYPES, Sec. 1): a
+   pointer into W's bytes (LLM_ROWS), or into tmp (34 bytes or more),
+   where it is put back together from its group (LLM_ROWS4).              */
+static const uint8_t *llm__block(const llm_mat *W, int r, int b, uint8_t *tmp)
+{
+    size_t bs = llm__block_bytes(W->type), codes;
+    int ns = llm__block_scales(W->type), k;
+    const uint8_t *g;                             /* group r / 4, block b   */
+    if (W->layout != LLM_ROWS4)
+        return (const uint8_t *)W->data + (size_t)r * W->row_bytes + (size_t)b * bs;
+    g = (const uint8_t *)W->data + (size_t)(r / 4) * 4 * W->row_bytes + (size_t)b * 4 * bs;
+    codes = bs - 2 * (size_t)ns;
+    for (k = 0; k < ns; k++) memcpy(tmp + 2 * k, g + 8 * k + 2 * (r % 4), 2);
+    memcpy(tmp + 2 * ns, g + 8 * ns + (size_t)(r % 4) * codes, codes);
+    return tmp;
+}
+
 /* Every scale of a block matrix (d, and Q4_1's m) is a finite fp16. A NaN or
    Inf scale turns every output it touches into NaN, so a loader refuses the
    file here, naming the row and block, instead of failing at the first
@@ -305,26 +350,22 @@ static float llm__half(const uint8_t *p)
    bytes: call it at load, not per state.                                   */
 LLM_API kvq_status llm_mat_check(const llm_mat *m, char *why, size_t why_len)
 {
-    size_t bytes = 0, r, b, nb;
-    int n_half;
+    size_t r, b, nb;
+    int k;
     if (!m || !m->data) { llm__say(why, why_len, "matrix is NULL or empty"); return KVQ_ERR_NULL; }
-    if (m->row_bytes == 0 || m->row_bytes != llm_row_bytes(m->type, m->cols) || m->rows <= 0) {
-        llm__say(why, why_len, "matrix (%d, %d) of type %s has row_bytes %zu", m->rows,
-                 m->cols, llm_type_name(m->type), m->row_bytes);
+    if (m->row_bytes == 0 || m->row_bytes != llm_row_bytes(m->type, m->cols) || m->rows <= 0 ||
+        (m->layout != LLM_ROWS && (m->layout != LLM_ROWS4 || m->type == LLM_F32 || m->rows % 4))) {
+        llm__say(why, why_len, "matrix (%d, %d) of type %s has row_bytes %zu, layout %d",
+                 m->rows, m->cols, llm_type_name(m->type), m->row_bytes, (int)m->layout);
         return KVQ_ERR_CONFIG;
     }
-    switch (m->type) {
-    case LLM_Q4_0: bytes = 18; n_half = 1; break;
-    case LLM_Q4_1: bytes = 20; n_half = 2; break;
-    case LLM_Q8_0: bytes = 34; n_half = 1; break;
-    default: return KVQ_OK;                            /* F32                */
-    }
+    if (m->type == LLM_F32) return KVQ_OK;
     nb = (size_t)m->cols / 32;
-    for (r = 0; r < (size_t)m->rows; r++) {
-        const uint8_t *p = (const uint8_t *)m->data + r * m->row_bytes;
-        for (b = 0; b < nb; b++, p += bytes) {
-            int k;
-            for (k = 0; k < n_half; k++) {
+    for (r = 0; r < (size_t)m->rows; r++)
+        for (b = 0; b < nb; b++) {
+            uint8_t tmp[34];
+            const uint8_t *p = llm__block(m, (int)r, (int)b, tmp);
+            for (k = 0; k < llm__block_scales(m->type); k++) {
                 uint16_t h;
                 memcpy(&h, p + 2 * k, sizeof h);
                 if ((h & 0x7C00u) == 0x7C00u) {       /* exponent all ones  */
@@ -335,7 +376,53 @@ LLM_API kvq_status llm_mat_check(const llm_mat *m, char *why, size_t why_len)
                 }
             }
         }
+    return KVQ_OK;
+}
+
+/* Puts a block matrix into LLM_ROWS4 (LAYOUT, Sec. 1) by permuting its
+   bytes in place, so m->data must point to memory the caller may write
+   (llm.c's loader: its own copy of the file). Nothing else changes:
+   llm_mat_row gives the same floats and the plain dot the same bits; the
+   AVX2 dot rounds its float sums in another order (tests/test_llm.c
+   bounds it). KVQ_OK; KVQ_ERR_NULL; KVQ_ERR_CONFIG with a reason (F32,
+   rows not a multiple of 4, already interleaved, or not a valid matrix);
+   KVQ_ERR_NOMEM (4 rows of scratch). On failure m and its bytes are
+   untouched.                                                             */
+LLM_API kvq_status llm_mat_interleave(llm_mat *m, char *why, size_t why_len)
+{
+    size_t rb, bs, codes, g, b;
+    int ns, i, k, nb;
+    uint8_t *scratch;                               /* (4, row_bytes)        */
+    if (!m || !m->data) { llm__say(why, why_len, "matrix is NULL or empty"); return KVQ_ERR_NULL; }
+    if (m->type == LLM_F32 || m->layout != LLM_ROWS || m->rows <= 0 || m->rows % 4 ||
+        m->row_bytes == 0 || m->row_bytes != llm_row_bytes(m->type, m->cols)) {
+        llm__say(why, why_len, "a (%d, %d) matrix of type %s in layout %d: only block types in "
+                 "row order with a multiple of 4 rows interleave", m->rows, m->cols,
+                 llm_type_name(m->type), (int)m->layout);
+        return KVQ_ERR_CONFIG;
     }
+    rb = m->row_bytes;
+    bs = llm__block_bytes(m->type);
+    ns = llm__block_scales(m->type);
+    codes = bs - 2 * (size_t)ns;
+    nb = m->cols / 32;
+    if (!(scratch = (uint8_t *)malloc(4 * rb))) {
+        llm__say(why, why_len, "no memory for 4 rows of scratch (%zu bytes)", 4 * rb);
+        return KVQ_ERR_NOMEM;
+    }
+    for (g = 0; g < (size_t)m->rows / 4; g++) {
+        uint8_t *group = (uint8_t *)(uintptr_t)m->data + g * 4 * rb;
+        memcpy(scratch, group, 4 * rb);
+        for (b = 0; b < (size_t)nb; b++)
+            for (i = 0; i < 4; i++) {
+                const uint8_t *src = scratch + (size_t)i * rb + b * bs;   /* row 4g+i, block b */
+                uint8_t *dst = group + b * 4 * bs;
+                for (k = 0; k < ns; k++) memcpy(dst + 8 * k + 2 * i, src + 2 * k, 2);
+                memcpy(dst + 8 * ns + (size_t)i * codes, src + 2 * ns, codes);
+            }
+    }
+    free(scratch);
+    m->layout = LLM_ROWS4;
     return KVQ_OK;
 }
 
@@ -437,6 +524,11 @@ static kvq_status llm__mat_is(const llm_mat *m, int rows, int cols, const char *
         llm__say(why, why_len, "weight %s (layer %d) is (%d, %d) of type %s with %zu-byte rows; "
                  "the config needs (%d, %d)", name, l, m->rows, m->cols,
                  llm_type_name(m->type), m->row_bytes, rows, cols);
+        return KVQ_ERR_CONFIG;
+    }
+    if (m->layout != LLM_ROWS && (m->layout != LLM_ROWS4 || m->type == LLM_F32 || m->rows % 4)) {
+        llm__say(why, why_len, "weight %s (layer %d) has layout %d (LLM_ROWS4 needs a block type "
+                 "and rows a multiple of 4)", name, l, (int)m->layout);
         return KVQ_ERR_CONFIG;
     }
     return KVQ_OK;
@@ -888,44 +980,44 @@ LLM_API kvq_status llm_q8_quantize(const float *x, int n, llm_q8 *out)
 
 /* The block dots: one weight row of nb blocks against nb activation blocks.
    The plain C versions are the reference: integer sums per block (exact),
-   scaled and added to one float in block order. The AVX2 versions compute
-   the same integer sums 32 lanes at a time (maddubs: u8 x i8 -> pairs of
-   i16; madd with ones: -> 8 i32) and keep 8 float accumulators, so they
-   round differently: tests/test_llm.c bounds the difference.              */
-static float llm__dot_q4_0(const uint8_t *w, const llm_q8 *x, int nb)
+   scaled and added to one float in block order, in either layout. The
+   AVX2 versions compute the same integer sums 32 lanes at a time (u8 x i8
+   products summed four by four into 8 i32) and keep several float
+   accumulators, so they round differently: tests/test_llm.c bounds the
+   difference. There are two: the row-order dot (LLM_ROWS, every type) and
+   the group dot (LLM_ROWS4, the 4-bit types), which decode runs on the
+   4-bit matrices llm_weights_interleave has put in groups of 4 rows.     */
+static float llm__term_q4_0(const uint8_t *w, const llm_q8 *y)  /* d, 16 nibble bytes */
 {
-    float acc = 0.0f;
-    int b, j;
-    for (b = 0; b < nb; b++, w += 18) {             /* d, 16 nibble bytes    */
-        int s = 0;
-        for (j = 0; j < 16; j++)
-            s += ((w[2 + j] & 15) - 8) * x[b].qs[j] + ((w[2 + j] >> 4) - 8) * x[b].qs[j + 16];
-        acc += llm__half(w) * x[b].d * (float)s;
-    }
-    return acc;
+    int s = 0, j;
+    for (j = 0; j < 16; j++)
+        s += ((w[2 + j] & 15) - 8) * y->qs[j] + ((w[2 + j] >> 4) - 8) * y->qs[j + 16];
+    return llm__half(w) * y->d * (float)s;
 }
-static float llm__dot_q4_1(const uint8_t *w, const llm_q8 *x, int nb)
+static float llm__term_q4_1(const uint8_t *w, const llm_q8 *y)  /* d, m, 16 nibble bytes */
 {
-    float acc = 0.0f;
-    int b, j;
-    for (b = 0; b < nb; b++, w += 20) {             /* d, m, 16 nibble bytes */
-        int s = 0;
-        for (j = 0; j < 16; j++)
-            s += (w[4 + j] & 15) * x[b].qs[j] + (w[4 + j] >> 4) * x[b].qs[j + 16];
-        /* sum (d q_j + m) x_j = d dx sum q_j qx_j + m * (dx sum qx_j)      */
-        acc += llm__half(w) * x[b].d * (float)s + llm__half(w + 2) * x[b].s;
-    }
-    return acc;
+    int s = 0, j;
+    for (j = 0; j < 16; j++)
+        s += (w[4 + j] & 15) * y->qs[j] + (w[4 + j] >> 4) * y->qs[j + 16];
+    /* sum (d q_j + m) x_j = d dx sum q_j qx_j + m * (dx sum qx_j)          */
+    return llm__half(w) * y->d * (float)s + llm__half(w + 2) * y->s;
 }
-static float llm__dot_q8_0(const uint8_t *w, const llm_q8 *x, int nb)
+static float llm__term_q8_0(const uint8_t *w, const llm_q8 *y)  /* d, 32 int8 */
 {
+    int s = 0, j;
+    for (j = 0; j < 32; j++) s += (int8_t)w[2 + j] * y->qs[j];
+    return llm__half(w) * y->d * (float)s;
+}
+/* Row r of block matrix W . x (W->cols / 32 blocks): the reference, in
+   either layout (llm__block finds each block), added in block order.     */
+static float llm__dot_ref(const llm_mat *W, int r, const llm_q8 *x)
+{
+    float (*term)(const uint8_t *, const llm_q8 *) =
+        W->type == LLM_Q4_0 ? llm__term_q4_0 : W->type == LLM_Q4_1 ? llm__term_q4_1 : llm__term_q8_0;
+    uint8_t tmp[34];
     float acc = 0.0f;
-    int b, j;
-    for (b = 0; b < nb; b++, w += 34) {             /* d, 32 int8            */
-        int s = 0;
-        for (j = 0; j < 32; j++) s += (int8_t)w[2 + j] * x[b].qs[j];
-        acc += llm__half(w) * x[b].d * (float)s;
-    }
+    int b;
+    for (b = 0; b < W->cols / 32; b++) acc += term(llm__block(W, r, b, tmp), x + b);
     return acc;
 }
 
@@ -943,18 +1035,24 @@ static inline __m256i llm__nibbles(const uint8_t *p)
 /* 32 products of signed bytes summed into 8 int32. maddubs multiplies
    unsigned by signed, so w's sign moves onto y; |w| <= 128 and |y| <= 127
    keep each pair sum within int16 (2 * 128 * 127 = 32512).                 */
-/* unsigned u by signed s, 32 bytes, summed four by four into 8 int32: one
-   vpdpbusd where the target has AVX-VNNI, else maddubs then madd. The
+/* unsigned u by signed s, 32 bytes, summed four by four into 8 int32 (and
+   added to acc): one vpdpbusd where the target has AVX-VNNI, else maddubs,
+   madd and add. The
    sums are exact either way (a pair is at most 2 * 255 * 128 in int16 only
    when a caller's bytes allow it: ours stay within 32512), so both give
    the same int32 and the same logits.                                     */
-static inline __m256i llm__dot_u8s8(__m256i u, __m256i s)
+static inline __m256i llm__dot_u8s8_add(__m256i acc, __m256i u, __m256i s)
 {
 #ifdef __AVXVNNI__
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                   _mm256_set1_epi16(1)));
 #endif
+}
+static inline __m256i llm__dot_u8s8(__m256i u, __m256i s)
+{
+    return llm__dot_u8s8_add(_mm256_setzero_si256(), u, s);
 }
 static inline __m256i llm__mul_i8(__m256i w, __m256i y)
 {
@@ -1076,23 +1174,109 @@ LLM__DOTN(q4_0)
 LLM__DOTN(q4_1)
 LLM__DOTN(q8_0)
 #undef LLM__DOTN
+
+/* The 4-bit dot on a group of 4 rows (LLM_ROWS4, Sec. 1): the rows' 4 x 20
+   bytes of block b come as one load of their 8 scales and two of their
+   codes, rows 0-1 and rows 2-3, one row per 128-bit half:
+
+       v01 = | row 0's 16 code bytes | row 1's 16 code bytes |
+       lo  = v01 & 15 (weights 0-15), hi = (v01 >> 4) & 15 (weights 16-31)
+       y   = | the token's qs[0..15]  | the same again        |   (and 16..31)
+
+   so one u8 x s8 dot serves two rows, and the 8 scales d_i dy, m_i sy
+   are one multiply. Per block and token that is ~26 instructions for 80
+   weight bytes, against ~14 for 20 in the row-order dot above. The
+   integer sums are the reference's (exact); each row's float sum has 4
+   lanes, added at the end, so the bits differ from the row-order dot's
+   (tests/test_llm.c bounds both against the reference). Q4_0 runs as Q4_1
+   with m = -8 d (exact in fp32): d (q - 8) = d q + m. BLOCK is 18 (Q4_0)
+   or 20 (Q4_1). out is (4, nt); each (row, token) sum is formed the same
+   way for any nt, so decode (nt = 1) and prefill (LLM_NT) agree.        */
+LLM__INLINE void llm__q4_rows4_avx2(const uint8_t *group, const llm_q8 *x, size_t xs,
+                                    const int nt, int nb, float *out, const int BLOCK)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i rows01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i rows23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    __m256 acc01[LLM_NT], acc23[LLM_NT];  /* lanes 0-3 row 0 (2), 4-7 row 1 (3) */
+    __m256 mins[LLM_NT];                  /* lanes 4-7: rows 0-3's sum of m sy */
+    int b, k;
+    for (k = 0; k < nt; k++) acc01[k] = acc23[k] = mins[k] = _mm256_setzero_ps();
+    for (b = 0; b < nb; b++) {
+        const uint8_t *p = group + (size_t)b * 4 * BLOCK, *codes = p + (BLOCK == 20 ? 16 : 8);
+        __m256 dm;                                  /* (d0..d3, m0..m3)      */
+        __m256i v01 = _mm256_loadu_si256((const __m256i *)(const void *)codes);
+        __m256i v23 = _mm256_loadu_si256((const __m256i *)(const void *)(codes + 32));
+        __m256i lo01 = _mm256_and_si256(v01, low4), hi01 = _mm256_and_si256(_mm256_srli_epi16(v01, 4), low4);
+        __m256i lo23 = _mm256_and_si256(v23, low4), hi23 = _mm256_and_si256(_mm256_srli_epi16(v23, 4), low4);
+        if (BLOCK == 20)
+            dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+        else {
+            __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)p));
+            dm = _mm256_set_m128(_mm_mul_ps(d, _mm_set1_ps(-8.0f)), d);
+        }
+        _mm_prefetch((const char *)p + LLM_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + LLM_PREFETCH + 64, _MM_HINT_T0);
+        for (k = 0; k < nt; k++) {
+            const llm_q8 *y = x + (size_t)k * xs + b;
+            __m128i dy_sy = _mm_loadl_epi64((const __m128i *)(const void *)&y->d);   /* d, s */
+            __m256 sc = _mm256_mul_ps(dm, _mm256_permutevar8x32_ps(
+                                              _mm256_castps128_ps256(_mm_castsi128_ps(dy_sy)), rows01));
+            __m256i ylo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)y->qs));
+            __m256i yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(y->qs + 16)));
+            __m256i p01 = llm__dot_u8s8_add(llm__dot_u8s8(lo01, ylo), hi01, yhi);
+            __m256i p23 = llm__dot_u8s8_add(llm__dot_u8s8(lo23, ylo), hi23, yhi);
+            acc01[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p01), _mm256_permutevar8x32_ps(sc, rows01), acc01[k]);
+            acc23[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p23), _mm256_permutevar8x32_ps(sc, rows23), acc23[k]);
+            mins[k] = _mm256_add_ps(mins[k], sc);  /* lanes 4-7: m_i sy      */
+        }
+    }
+    for (k = 0; k < nt; k++) {
+        /* hadd twice: lane 0 = row 0, 1 = row 2, 4 = row 1, 5 = row 3      */
+        __m256 h = _mm256_hadd_ps(acc01[k], acc23[k]);
+        float s[8], m[4];
+        h = _mm256_hadd_ps(h, h);
+        _mm256_storeu_ps(s, h);
+        _mm_storeu_ps(m, _mm256_extractf128_ps(mins[k], 1));
+        out[0 * nt + k] = s[0] + m[0];
+        out[1 * nt + k] = s[4] + m[1];
+        out[2 * nt + k] = s[1] + m[2];
+        out[3 * nt + k] = s[5] + m[3];
+    }
+}
+/* nt is 1 (decode) or LLM_NT (prefill), each a loop of its own          */
+#define LLM__DOT4(TYPE, BLOCK)                                                             \
+    static void llm__dot4_##TYPE##_avx2(const uint8_t *group, const llm_q8 *x, size_t xs, \
+                                        int nt, int nb, float *out)                       \
+    {                                                                                     \
+        if (nt == LLM_NT) llm__q4_rows4_avx2(group, x, xs, LLM_NT, nb, out, BLOCK);       \
+        else llm__q4_rows4_avx2(group, x, xs, 1, nb, out, BLOCK);                         \
+    }
+LLM__DOT4(q4_0, 18)
+LLM__DOT4(q4_1, 20)
+#undef LLM__DOT4
 #endif
 
-/* The block dot of type t: the plain C reference (one row, one token), and
-   the AVX2 one (up to LLM_NT rows or tokens a call; NULL when not compiled
-   in, and the reference runs). simd = 0 asks for the reference. NULL for
-   F32, which has no blocks.                                               */
-typedef float (*llm__dot_fn)(const uint8_t *w, const llm_q8 *x, int nb);
+/* The row-order AVX2 dot of type t (up to LLM_NT rows or tokens a call;
+   NULL when not compiled in, and the reference llm__dot_ref runs). NULL
+   for F32, which has no blocks.                                           */
 typedef void (*llm__dotn_fn)(const uint8_t *w, size_t ws, int nr, const llm_q8 *x,
                              size_t xs, int nt, int nb, float *out);
-static llm__dot_fn llm__block_dot(llm_type t)
+/* The dot on a group of 4 rows (LLM_ROWS4) against nt tokens (1 or
+   LLM_NT), out (4, nt); NULL where none is compiled in for type t.        */
+typedef void (*llm__dot4_fn)(const uint8_t *group, const llm_q8 *x, size_t xs, int nt, int nb,
+                             float *out);
+static llm__dot4_fn llm__block_dot4(llm_type t)
 {
+#if LLM_SIMD
     switch (t) {
-    case LLM_Q4_0: return llm__dot_q4_0;
-    case LLM_Q4_1: return llm__dot_q4_1;
-    case LLM_Q8_0: return llm__dot_q8_0;
-    default: return NULL;
+    case LLM_Q4_0: return llm__dot4_q4_0_avx2;
+    case LLM_Q4_1: return llm__dot4_q4_1_avx2;
+    default: break;
     }
+#endif
+    (void)t;
+    return NULL;
 }
 static llm__dotn_fn llm__block_dotn(llm_type t)
 {
@@ -1112,30 +1296,64 @@ static llm__dotn_fn llm__block_dotn(llm_type t)
 static kvq_status llm__row_ok(const llm_mat *W, int r)
 {
     if (!W || !W->data) return KVQ_ERR_NULL;
-    if (W->rows <= 0 || W->row_bytes == 0 || W->row_bytes != llm_row_bytes(W->type, W->cols))
+    if (W->rows <= 0 || W->row_bytes == 0 || W->row_bytes != llm_row_bytes(W->type, W->cols) ||
+        (W->layout != LLM_ROWS && (W->layout != LLM_ROWS4 || W->type == LLM_F32 || W->rows % 4)))
         return KVQ_ERR_CONFIG;
     return r < 0 || r >= W->rows ? KVQ_ERR_SIZE : KVQ_OK;
 }
 
 /* *out = row r of W . x: F32 reads x (cols floats), a block type xq (cols
    / 32 blocks of x from llm_q8_quantize). simd = 0: the plain C block dot;
-   1: the one the forward pass runs (AVX2 when compiled in). For tests and
-   tools (the matmul below calls the same functions unchecked). KVQ_OK, or
+   1: the one the forward pass runs (AVX2 when compiled in; for LLM_ROWS4,
+   the group's dot, of which row r is kept). For tests and tools (the
+   matmul below calls the same functions unchecked). KVQ_OK, or
    KVQ_ERR_NULL / KVQ_ERR_CONFIG (not a valid matrix) / KVQ_ERR_SIZE (r). */
 LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const llm_q8 *xq,
                                int simd, float *out)
 {
-    const uint8_t *row;
-    llm__dot_fn f;
+    const uint8_t *row = (const uint8_t *)(W ? W->data : NULL) + (W ? (size_t)r * W->row_bytes : 0);
     llm__dotn_fn fn;
+    llm__dot4_fn f4;
     kvq_status st = llm__row_ok(W, r);
     if (st != KVQ_OK) return st;
     if (!out || (W->type == LLM_F32 ? !x : !xq)) return KVQ_ERR_NULL;
-    row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-    f = llm__block_dot(W->type);
-    fn = simd ? llm__block_dotn(W->type) : NULL;
-    if (fn) fn(row, W->row_bytes, 1, xq, 0, 1, W->cols / 32, out);
-    else *out = f ? f(row, xq, W->cols / 32) : llm__dot((const float *)(const void *)row, x, W->cols);
+    fn = simd && W->layout == LLM_ROWS ? llm__block_dotn(W->type) : NULL;
+    f4 = simd && W->layout == LLM_ROWS4 ? llm__block_dot4(W->type) : NULL;
+    if (W->type == LLM_F32) *out = llm__dot((const float *)(const void *)row, x, W->cols);
+    else if (fn) fn(row, W->row_bytes, 1, xq, 0, 1, W->cols / 32, out);
+    else if (f4) {
+        float four[4];
+        f4((const uint8_t *)W->data + (size_t)(r / 4) * 4 * W->row_bytes, xq, 0, 1, W->cols / 32,
+           four);
+        *out = four[r % 4];
+    } else *out = llm__dot_ref(W, r, xq);
+    return KVQ_OK;
+}
+
+/* Puts every block matrix that decode's group dot (above) serves into
+   LLM_ROWS4, in place (llm_mat_interleave: the bytes must be writable);
+   the others stay in row order. With tied embeddings wcls follows
+   token_embedding. The logits move by float rounding only (the group dot
+   adds in another order); prefill and decode still agree bit for bit.
+   KVQ_OK, or llm_weights_check's or llm_mat_interleave's error (matrices
+   before a failing one stay interleaved, which is a valid state).        */
+LLM_API kvq_status llm_weights_interleave(llm_weights *w, const llm_config *c, char *why,
+                                          size_t why_len)
+{
+    llm_mat *tables[7];
+    int k;
+    kvq_status st;
+    if ((st = llm_weights_check(w, c, why, why_len)) != KVQ_OK) return st;
+    tables[0] = w->wq; tables[1] = w->wk; tables[2] = w->wv; tables[3] = w->wo;
+    tables[4] = w->w1; tables[5] = w->w3; tables[6] = w->w2;
+    for (k = -2; k < 7 * c->n_layers; k++) {
+        llm_mat *m = k == -2 ? &w->token_embedding
+                   : k == -1 ? (c->tied_embeddings ? NULL : &w->wcls)
+                   : &tables[k % 7][k / 7];
+        if (!m || m->layout != LLM_ROWS || m->rows % 4 || !llm__block_dot4(m->type)) continue;
+        if ((st = llm_mat_interleave(m, why, why_len)) != KVQ_OK) return st;
+    }
+    if (c->tied_embeddings) w->wcls = w->token_embedding;
     return KVQ_OK;
 }
 
@@ -1143,10 +1361,14 @@ LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const ll
    per token, and the tests' dequantize-then-fp32 reference.              */
 static void llm__mat_row(const llm_mat *W, int r, float *out)
 {
-    const uint8_t *p = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-    int b, j, nb = W->cols / 32;
-    if (W->type == LLM_F32) { memcpy(out, p, (size_t)W->cols * sizeof(float)); return; }
-    for (b = 0; b < nb; b++, out += 32) {
+    uint8_t tmp[34];
+    int b, j;
+    if (W->type == LLM_F32) {
+        memcpy(out, (const uint8_t *)W->data + (size_t)r * W->row_bytes, (size_t)W->cols * sizeof(float));
+        return;
+    }
+    for (b = 0; b < W->cols / 32; b++, out += 32) {
+        const uint8_t *p = llm__block(W, r, b, tmp);
         float d = llm__half(p);
         switch (W->type) {
         case LLM_Q4_0:
@@ -1154,7 +1376,6 @@ static void llm__mat_row(const llm_mat *W, int r, float *out)
                 out[j] = d * (float)((p[2 + j] & 15) - 8);
                 out[j + 16] = d * (float)((p[2 + j] >> 4) - 8);
             }
-            p += 18;
             break;
         case LLM_Q4_1: {
             float m = llm__half(p + 2);
@@ -1162,12 +1383,10 @@ static void llm__mat_row(const llm_mat *W, int r, float *out)
                 out[j] = d * (float)(p[4 + j] & 15) + m;
                 out[j + 16] = d * (float)(p[4 + j] >> 4) + m;
             }
-            p += 20;
             break;
         }
         default:                                    /* LLM_Q8_0              */
             for (j = 0; j < 32; j++) out[j] = d * (float)(int8_t)p[2 + j];
-            p += 34;
         }
     }
 }
@@ -1348,17 +1567,32 @@ static void llm__mm_job(void *arg, int ith, int nth)
     int i, base = 0, nb = j->n_in / 32;
     for (i = 0; i < j->k; base += j->W[i]->rows, i++) {
         const llm_mat *W = j->W[i];
-        llm__dot_fn f = llm__block_dot(W->type);
-        llm__dotn_fn fn = llm__block_dotn(W->type);
+        llm__dotn_fn fn = W->layout == LLM_ROWS ? llm__block_dotn(W->type) : NULL;
+        llm__dot4_fn f4 = W->layout == LLM_ROWS4 ? llm__block_dot4(W->type) : NULL;
         int a = r0 > base ? r0 - base : 0, e = r1 - base < W->rows ? r1 - base : W->rows;
         size_t os = (size_t)W->rows;                    /* out (T, rows)    */
         int i0, t0, r, t, k;
+        float v[4 * LLM_NT];
+        if (f4) {
+            /* whole groups of 4 rows: a group is this thread's when its
+               first row is; every token against it while it sits in L1    */
+            int g;
+            for (g = (a + 3) / 4; 4 * g < e; g++) {
+                const uint8_t *group = llm__row(W, 4 * g);
+                for (t = 0; t < j->T; t += k) {
+                    k = j->T - t >= LLM_NT ? LLM_NT : 1;
+                    f4(group, j->XQ + (size_t)t * (size_t)nb, (size_t)nb, k, nb, v);
+                    for (r = 0; r < 4 * k; r++)             /* v is (4, k)  */
+                        j->out[i][(size_t)(t + r % k) * os + (size_t)(4 * g + r / k)] = v[r];
+                }
+            }
+            continue;
+        }
         for (i0 = a; i0 < e; i0 += LLM_TILE)
             for (t0 = 0; t0 < j->T; t0 += LLM_TILE) {
                 int r_end = i0 + LLM_TILE < e ? i0 + LLM_TILE : e;
                 int t_end = t0 + LLM_TILE < j->T ? t0 + LLM_TILE : j->T;
                 int t_left = fn ? t0 + (t_end - t0) / LLM_NT * LLM_NT : t0;
-                float v[LLM_NT];
                 /* AVX2: one row and LLM_NT tokens a call while LLM_NT are
                    left, then each token left (decode's only one) against
                    LLM_NT rows a call                                       */
@@ -1379,9 +1613,9 @@ static void llm__mm_job(void *arg, int ith, int nth)
                         }
                     else
                         for (r = i0; r < r_end; r++)
-                            o[r] = f ? f(llm__row(W, r), xq, nb)
-                                     : llm__dot((const float *)(const void *)llm__row(W, r),
-                                                j->X + (size_t)t * (size_t)j->n_in, j->n_in);
+                            o[r] = W->type != LLM_F32 ? llm__dot_ref(W, r, xq)
+                                 : llm__dot((const float *)(const void *)llm__row(W, r),
+                                            j->X + (size_t)t * (size_t)j->n_in, j->n_in);
                 }
             }
     }
