@@ -156,7 +156,7 @@ typedef struct llm_config {
    The bytes are the same ones, moved: a group fills exactly the 4 rows it
    replaces, so the permutation is done in place. One load then reads 4
    rows' scales and two loads their codes, which is what lets decode's
-   AVX2 dot (Sec. 4a) spend 3x fewer instructions per weight byte.
+   AVX2 dot (Sec. 4a) spend 1.8x fewer instructions per weight byte.
    Below, q_dim = n_heads * head_dim and kv_dim = n_kv_heads * head_dim.     */
 typedef enum llm_type {
     LLM_F32 = 0, LLM_Q4_0 = 2, LLM_Q4_1 = 3, LLM_Q8_0 = 8
@@ -1184,9 +1184,13 @@ LLM__DOTN(q8_0)
        y   = | the token's qs[0..15]  | the same again        |   (and 16..31)
 
    so one u8 x s8 dot serves two rows, and the 8 scales d_i dy, m_i sy
-   are one multiply. Per block and token that is ~26 instructions for 80
-   weight bytes, against ~14 for 20 in the row-order dot above. The
-   integer sums are the reference's (exact); each row's float sum has 4
+   are one multiply. Per block and token that is 34 instructions for the
+   4 rows' 80 bytes (gcc 12, nt = 1), against 61 in the row-order dot's
+   loop over four rows, and the Q4_1 matrices' share of a depth-8 decode
+   falls from 58% to 46% (perf). Q8_0 keeps the row-order dot: its
+   weights already stream at the memory's pace, and a group version
+   measured no faster (bench/RESULTS.md). The integer sums are the
+   reference's (exact); each row's float sum has 4
    lanes, added at the end, so the bits differ from the row-order dot's
    (tests/test_llm.c bounds both against the reference). Q4_0 runs as Q4_1
    with m = -8 d (exact in fp32): d (q - 8) = d q + m. BLOCK is 18 (Q4_0)
