@@ -1067,7 +1067,8 @@ static inline __m256i llm__load32(const int8_t *p)
    asks for the line LLM_PREFETCH bytes ahead of it. The distance must cover
    a memory latency at the rate decode reads (~15 GB/s x a few hundred ns);
    on the 2-core machine of bench/RESULTS.md, SmolLM2 at depth 8, one
-   thread: 2048 bytes ~115 tok/s, 4096 ~130, 8192-16384 ~140-165.        */
+   thread, row-order dots: 2048 bytes ~115 tok/s, 4096 ~130, 8192-16384
+   ~140-165; with the group dot, 4096 and 16384 were no faster than 8192. */
 #ifndef LLM_PREFETCH
 #define LLM_PREFETCH 8192
 #endif
