@@ -271,18 +271,20 @@ eval: $(LLM) $(MODEL_FILE)
 	$(LLM) eval --model $(MODEL_FILE) --text $(EVAL_TEXT) --csv plots/csv
 
 # Real-key statistics and plots: post-RoPE K/V/Q of every (layer, KV head)
-# on 1024 tokens (stats to plots/csv/real_model_keys.csv, a few heads to
-# build/kv/*.npy), then plots/real_model.py draws plots/real_*.png from them
+# of the float32 runner (--weights f32: the keys themselves, without the
+# 8-bit activations' rounding; walkthrough 10a Sec. 4-5) on 1024 tokens
+# (stats to plots/csv/real_model_keys.csv, a few heads to build/kv/*.npy),
+# then plots/real_model.py draws plots/real_*.png from them
 # and from the eval CSVs (run `make eval` first for the perplexity chart).
 # 04_ott on the real head L3_H0 writes plots/csv/real/ott_fig1c.csv; it exits
-# 1 because some of OTT's claims fail on that head (walkthrough 10 Sec. 5),
+# 1 because some of OTT's claims fail on that head (walkthrough 10a Sec. 5),
 # so only a status above 1 (a crash or bad input) stops the target.
 plots-real: $(LLM) $(MODEL_FILE) $(B)/examples/04_ott
 	@mkdir -p plots/csv/real $(B)/kv
-	$(LLM) dump --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 --layers all --head all \
-	  --csv plots/csv
-	$(LLM) dump --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 --layers 3,20 --head 0 \
-	  --out $(B)/kv
+	$(LLM) dump --weights f32 --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 \
+	  --layers all --head all --csv plots/csv
+	$(LLM) dump --weights f32 --model $(MODEL_FILE) --text $(EVAL_TEXT) --tokens 1024 \
+	  --layers 3,20 --head 0 --out $(B)/kv
 	$(B)/examples/04_ott --k $(B)/kv/L3_H0_k.npy --v $(B)/kv/L3_H0_v.npy --q $(B)/kv/L3_H0_q.npy \
 	  --csv plots/csv/real > /dev/null; test $$? -le 1
 	python3 plots/real_model.py plots/csv $(B)/kv plots

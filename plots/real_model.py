@@ -83,7 +83,7 @@ def read_npy(path):
 
 
 def ppl_chart(rows, out):
-    """Perplexity rise (log scale) vs bits, one labelled point per method."""
+    """Perplexity rise (symmetric log scale) vs bits, one labelled point per method."""
     fp = [r for r in rows if r["method"] == "fp32"]
     if not fp:
         print("  skip: no fp32 row in real_model_eval.csv")
@@ -106,14 +106,17 @@ def ppl_chart(rows, out):
         if r["method"] == "fp32":
             continue
         fam, c = FAMILY.get(r["method"], ("other", "k"))
-        x, y = float(r["bits"]), max(float(r["dppl_pct"]), 0.01)
+        x, y = float(r["bits"]), float(r["dppl_pct"])
         ax.plot(x, y, "o", color=c, ms=7, label=fam if fam not in seen else None)
         seen.add(fam)
         ax.annotate(r["method"], (x, y), textcoords="offset points",
                     xytext=LABEL_OFFSET.get(r["method"], (5, 3)), fontsize=7.5)
-    ax.set_yscale("log")
+    # symmetric log: a cache within rounding noise of fp32 (a rise near 0,
+    # or just below it) stays on the chart, linear within +-1%
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.axhline(0.0, color=COLOR["fp16"], ls="--", lw=1)
     ax.set_xlabel("bits per stored K/V element (kvq_cache_bytes; fp32 = 32)")
-    ax.set_ylabel("perplexity rise over fp32, % (log scale)")
+    ax.set_ylabel("perplexity rise over fp32, % (log scale, linear within 1%)")
     ax.set_title("(a) quality vs memory", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7.5, loc="lower left")
