@@ -551,9 +551,10 @@ typedef struct kvq_compact_stats {
    block_tokens > 0 sets the block view. Never allocates; bit-exact.        */
 KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
                                      kvq_compact_stats *stats);
-#define KVQ_COMPACT_EVERY 128    /* the page's cadence: every ~128 decoded tokens */
+#define KVQ_COMPACT_EVERY 128    /* TriAttention's cadence (arXiv:2604.04921):
+                                    compact every ~128 decoded tokens            */
 
-/* ---- the block allocator (the page's "wall 2") ---------------------------
+/* ---- the block allocator ("wall 2": a paged block frees only when empty) --
    A pool of n_blocks blocks, each block_tokens slots of slot_bytes bytes of
    opaque payload (a token's K and V in any kvq representation). A sequence
    owns a block table; blocks shared by several sequences (a common prefix,
@@ -607,7 +608,7 @@ KVQ_API kvq_status kvq_pseq_fork(kvq_pages *P, kvq_pseq *dst, const kvq_pseq *sr
 KVQ_API void      *kvq_pseq_slot(const kvq_pages *P, const kvq_pseq *S, size_t i);
 /* Marks slots with keep[i] == 0 dead (keep: n == n_slots) and returns to
    the pool every block that became all-dead, unless shared: no compaction,
-   so this frees only whole dead blocks (the page's "wall 2").               */
+   so this frees only whole dead blocks ("wall 2").                          */
 KVQ_API kvq_status kvq_pseq_evict(kvq_pages *P, kvq_pseq *S, const uint8_t *keep,
                                   size_t n, kvq_page_stats *st);
 /* Order-preserving repack of slots [first, n_slots): survivors slide
@@ -3981,7 +3982,7 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
      compact  -> memory back    kvq_cache_compact: order-preserving repack
                                 of the quantized store, with metrics.
 
-   WALL 1 (the page): a policy that scores by attention (H2O, SnapKV) needs
+   WALL 1: a policy that scores by attention (H2O, SnapKV) needs
    probabilities, which only the EAGER path of kvq_attend returns (probs);
    the ONLINE path, like FlashAttention, never holds more than KVQ_TILE
    scores per query and cannot feed them.
@@ -4256,8 +4257,8 @@ static size_t kvq__dead_blocks(const kvq_side *s, size_t bt)
 /* Order-preserving repack of one side's units: a unit with no live slot is
    dropped, the others slide forward, bit for bit (words, sz, qpos), and
    their positions are re-pointed. Forward sliding reads every unit before
-   anything overwrites it (destination <= source), the page's
-   gather-clone-scatter property.                                          */
+   anything overwrites it (destination <= source): a gather-clone-scatter
+   pass.                                                                   */
 static void kvq__compact_side(kvq_side *s, kvq_compact_stats *st)
 {
     size_t tpu = s->geom.tokens_per_unit, uw = s->geom.groups_per_unit * s->geom.words_per_group;

@@ -11,9 +11,10 @@
    Run:  ./build/examples/06_eviction [--k K.npy --v V.npy [--q Q.npy]]
          [--seed N] [--csv DIR: evict_toy_blocks.csv (A), evict_freed.csv (a
          sweep run only then), evict_cache_slots.csv (C, D); plots/eviction.py]
-   Moved to tests: the page's figures 4 and 5 and the toy's survivor set
-   (test_evict.c, test_page_figures); the online softmax's exactness in
-   float64 and float32, and logits shifted by +400 (test_examples_evict.c). */
+   Checked in tests, not printed here: the worked example's figures 4 and
+   5 and the toy's survivor set (test_evict.c, test_page_figures); the
+   online softmax's exactness in float64 and float32, and logits shifted by
+   +400 (test_examples_evict.c).                                           */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "common.h"

@@ -245,7 +245,7 @@ static expect model_repack(model *M, int si, size_t first)
     mslot *surv;
     size_t i, m = 0;
     if ((e.st = model_compact_args(M, q, first, q->n)) != KVQ_OK) return e;
-    /* gather every survivor first (the page's gather-clone-scatter)        */
+    /* gather every survivor first (one gather-clone-scatter pass)          */
     surv = (mslot *)xmalloc((q->n - first + 1) * sizeof(mslot));
     for (i = first; i < q->n; i++) {
         if (q->slot[i].alive) { if (first + m != i) e.copies++; surv[m++] = q->slot[i]; }
