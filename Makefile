@@ -272,12 +272,12 @@ eval: $(LLM) $(MODEL_FILE)
 
 # Real-key statistics and plots: post-RoPE K/V/Q of every (layer, KV head)
 # of the float32 runner (--weights f32: the keys themselves, without the
-# 8-bit activations' rounding; walkthrough 10a Sec. 4-5) on 1024 tokens
+# 8-bit activations' rounding; walkthrough 10a Sec. A2-A3) on 1024 tokens
 # (stats to plots/csv/real_model_keys.csv, a few heads to build/kv/*.npy),
 # then plots/real_model.py draws plots/real_*.png from them
 # and from the eval CSVs (run `make eval` first for the perplexity chart).
 # 04_ott on the real head L3_H0 writes plots/csv/real/ott_fig1c.csv; it exits
-# 1 because some of OTT's claims fail on that head (walkthrough 10a Sec. 5),
+# 1 because some of OTT's claims fail on that head (walkthrough 10a Sec. A3),
 # so only a status above 1 (a crash or bad input) stops the target.
 plots-real: $(LLM) $(MODEL_FILE) $(B)/examples/04_ott
 	@mkdir -p plots/csv/real $(B)/kv

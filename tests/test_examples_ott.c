@@ -6,7 +6,7 @@
    table of group 1, which walkthrough 10a quotes.
 
      1. Why keeping tokens exact can RAISE the Fig. 1(c) loss (walkthrough
-        10a Sec. 5): the output error splits exactly into share moved +
+        10a Sec. A3): the output error splits exactly into share moved +
         inside H + inside R; shifting H's scores by lme(R) - lme(H) makes its
         share exact; lme >= mean (Jensen); the split softmax agrees with
         kvq_attend_dense. (Was 04_ott section 2's printed diagnostic.)

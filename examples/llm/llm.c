@@ -638,7 +638,7 @@ typedef struct run_result {
 } run_result;
 
 /* Tokens per llm_forward_many call. 1 gives the token-at-a-time loop, for
-   timing the batching (walkthrough ch. 10 Sec. 6); the results are the same
+   timing the batching (walkthrough 10a Sec. A4); the results are the same
    bit for bit at any value.                                               */
 #ifndef LLM_CHUNK
 #define LLM_CHUNK 64
