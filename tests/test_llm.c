@@ -1029,7 +1029,7 @@ static dot3 dot_three(const llm_mat *W, int r, const float *x, llm_q8 *xq, int s
     int j, n = W->cols;
     dot3 o;
     memset(&o, 0, sizeof o);
-    float q;
+    float q = 0.0f;
     llm_q8_quantize(x, n, xq);
     llm_mat_row(W, r, w);
     llm_mat_dot(W, r, x, xq, simd, &q);
@@ -1203,6 +1203,101 @@ static void test_interleave(void)
         bad.layout = (llm_layout)2;
         CHECK(llm_mat_row(&bad, 0, x) == KVQ_ERR_CONFIG, "layout 2 accepted");
     }
+}
+
+/* Q4_0 rows that are nearly all zero weights (code 8) against positive
+   activations: a float -8 d sum(y) would cancel against d sum(q y) here;
+   the group dot takes the 8 off in integers, so an all-8 row is exactly
+   0 and a row with one non-zero weight stays within 1e-6 of |w x|.       */
+static void test_interleave_q4_0_zeros(void)
+{
+    enum { ROWS = 16, COLS = 256 };
+    static uint8_t buf[ROWS * (COLS / 32) * 18];
+    float x[COLS], plain, group, plain0 = -1.0f, group0 = -1.0f;
+    llm_q8 xq[COLS / 32];
+    llm_mat W;
+    size_t rb = llm_row_bytes(LLM_Q4_0, COLS);
+    int r, j, zero_exact = 1;
+    double worst = 0.0;
+    rng_seed(0x0808);
+    random_blocks(LLM_Q4_0, buf, ROWS, COLS, 1e-2, 1.0);
+    for (r = 0; r < ROWS; r++)                       /* codes all 8 ...      */
+        for (j = 0; j < COLS / 32; j++) memset(buf + r * rb + j * 18 + 2, 0x88, 16);
+    for (r = 1; r < ROWS; r++) {                     /* ... but one, row > 0 */
+        int at = (int)(rng_unif() * COLS), blk = at / 32, in = at % 32;
+        uint8_t *byte = buf + r * rb + blk * 18 + 2 + (in % 16);
+        int code = (int)(rng_unif() * 16);
+        if (code == 8) code = 3;                     /* 8 would be weight 0  */
+        *byte = in < 16 ? (uint8_t)((*byte & 0xF0) | code) : (uint8_t)((*byte & 0x0F) | (code << 4));
+    }
+    llm_mat_set(&W, LLM_Q4_0, buf, ROWS, COLS, NULL, 0);
+    CHECK(llm_mat_interleave(&W, NULL, 0) == KVQ_OK, "interleave");
+    for (j = 0; j < COLS; j++) x[j] = (float)(3.0 + rng_normal());
+    llm_q8_quantize(x, COLS, xq);
+    for (r = 0; r < ROWS; r++) {
+        float w[COLS];
+        double mag = 0.0;
+        llm_mat_dot(&W, r, x, xq, 0, &plain);
+        llm_mat_dot(&W, r, x, xq, 1, &group);
+        llm_mat_row(&W, r, w);
+        for (j = 0; j < COLS; j++) mag += fabs((double)w[j] * xq[j / 32].d * xq[j / 32].qs[j % 32]);
+        if (r == 0) { plain0 = plain; group0 = group; zero_exact = plain == 0.0f && group == 0.0f; }
+        else if (fabs((double)group - plain) / mag > worst) worst = fabs((double)group - plain) / mag;
+    }
+    CHECK(zero_exact, "Q4_0 all-zero row: plain %g, group %g (want exactly 0)", plain0, group0);
+    CHECK(worst < 1e-6, "Q4_0 one-weight rows: group vs plain %g of |w x|", worst);
+    printf("  Q4_0, rows of zero weights but one: all-zero row exactly 0; group vs plain %.1e "
+           "of |w x|\n", worst);
+}
+
+/* The matmul job hands each group of 4 rows to the thread that owns its
+   first row of the concatenated matrices. Three matrices in one job, 12
+   rows in groups, 6 rows in row order, 20 rows in groups (so the groups'
+   first rows sit at every offset mod 4 of the concatenation), T tokens,
+   n threads run one after another: every output written once, and equal
+   bit for bit to llm_mat_dot's (the same dot for any thread count and for
+   decode's one token and prefill's LLM_NT).                               */
+static void test_interleave_matmul_split(void)
+{
+    enum { IN = 64, MAXT = 9 };
+    static const int rows[3] = { 12, 6, 20 }, Ts[4] = { 1, 4, 5, 9 };
+    static const llm_type types[3] = { LLM_Q4_1, LLM_Q4_1, LLM_Q4_0 };
+    static uint8_t bytes[3][20 * 2 * 20];
+    static float out[3][MAXT * 20], X[MAXT * IN];
+    static llm_q8 XQ[MAXT * IN / 32];
+    llm_mat W[3];
+    int i, ti, nth, ith, t, r, bad = 0, unwritten = 0;
+    rng_seed(0x5117);
+    for (i = 0; i < 3; i++) {
+        random_blocks(types[i], bytes[i], rows[i], IN, 1e-2, 1.0);
+        llm_mat_set(&W[i], types[i], bytes[i], rows[i], IN, NULL, 0);
+        if (i != 1) CHECK(llm_mat_interleave(&W[i], NULL, 0) == KVQ_OK, "interleave %d", i);
+    }
+    for (t = 0; t < MAXT * IN; t++) X[t] = (float)rng_normal();
+    for (t = 0; t < MAXT; t++) llm_q8_quantize(X + t * IN, IN, XQ + t * (IN / 32));
+    for (ti = 0; ti < 4; ti++)
+        for (nth = 1; nth <= 7; nth++) {
+            llm__mm j;
+            memset(&j, 0, sizeof j);
+            j.k = 3; j.T = Ts[ti]; j.n_in = IN; j.X = X; j.XQ = XQ;
+            for (i = 0; i < 3; i++) {
+                j.W[i] = &W[i]; j.out[i] = out[i]; j.rows += rows[i];
+                for (r = 0; r < MAXT * 20; r++) out[i][r] = NAN;
+            }
+            for (ith = 0; ith < nth; ith++) llm__mm_job(&j, ith, nth);
+            for (i = 0; i < 3; i++)
+                for (t = 0; t < Ts[ti]; t++)
+                    for (r = 0; r < rows[i]; r++) {
+                        float want = 0.0f, got = out[i][t * rows[i] + r];
+                        llm_mat_dot(&W[i], r, X + t * IN, XQ + t * (IN / 32), 1, &want);
+                        unwritten += isnan(got);
+                        bad += !isnan(got) && memcmp(&got, &want, sizeof got) != 0;
+                    }
+        }
+    CHECK(unwritten == 0 && bad == 0, "matmul split: %d outputs unwritten, %d differ from "
+          "llm_mat_dot", unwritten, bad);
+    printf("  matmul job, rows 12 (groups) + 6 (rows) + 20 (groups), T 1/4/5/9, 1-7 threads: "
+           "every output written once, equal to llm_mat_dot\n");
 }
 
 /* All-zero weights and inputs give exactly 0; the largest fp16 scale
@@ -1466,6 +1561,40 @@ static void test_no_alloc_per_token(void)
     llm_weights_free(&f.w);
 }
 
+/* llm_weights_interleave checks the whole model before it moves a byte:
+   two matrices whose bytes overlap without being the same matrix are
+   refused, and then no byte and no layout has changed.                    */
+static void test_weights_interleave_refused(void)
+{
+    llm_model f, q;
+    uint8_t *qbuf, *copy;
+    size_t total;
+    char why[200] = "";
+    int k, moved = 0;
+    memset(&f, 0, sizeof f);
+    memset(&q, 0, sizeof q);
+    CHECK(tiny_build(&f, LLM_ROPE_ADJACENT, 1, 800), "build");
+    qbuf = quantize_model(&q, &f, LLM_Q4_1, LLM_Q8_0);
+    if (!qbuf) { CHECK(0, "quantize"); llm_weights_free(&q.w); llm_weights_free(&f.w); return; }
+    total = (size_t)((const uint8_t *)q.w.token_embedding.data - qbuf) +
+            (size_t)q.w.token_embedding.rows * q.w.token_embedding.row_bytes;
+    copy = (uint8_t *)malloc(total);
+    if (copy) memcpy(copy, qbuf, total);
+    q.w.wk[1].data = (const uint8_t *)q.w.wq[1].data + q.w.wq[1].row_bytes;   /* overlaps */
+    /* without the AVX2 group dot nothing is interleaved, so nothing to refuse */
+    CHECK(LLM_SIMD ? llm_weights_interleave(&q.w, &q.cfg, why, sizeof why) == KVQ_ERR_CONFIG &&
+                     strstr(why, "overlap") != NULL
+                   : llm_weights_interleave(&q.w, &q.cfg, why, sizeof why) == KVQ_OK,
+          "overlapping matrices accepted (%s)", why);
+    for (k = 0; k < 7 * NL; k++) moved += q.w.mats[k].layout != LLM_ROWS;
+    CHECK(moved == 0 && copy && !memcmp(copy, qbuf, total),
+          "a refused interleave changed %d layouts or the bytes", moved);
+    free(copy);
+    llm_weights_free(&q.w);
+    free(qbuf);
+    llm_weights_free(&f.w);
+}
+
 /* A weight of the wrong shape, a NULL layer table, a negative thread
    count: llm_state_init refuses each with a reason.                       */
 static void test_weights_refused(void)
@@ -1493,10 +1622,13 @@ int main(void)
 {
     test_block_dots();
     test_interleave();
+    test_interleave_q4_0_zeros();
+    test_interleave_matmul_split();
     test_block_adversarial();
     test_quantized_model();
     test_no_alloc_per_token();
     test_weights_refused();
+    test_weights_interleave_refused();
     test_nonfinite();
     test_rope();
     test_forward_vs_ref();

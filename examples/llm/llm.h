@@ -379,20 +379,10 @@ LLM_API kvq_status llm_mat_check(const llm_mat *m, char *why, size_t why_len)
     return KVQ_OK;
 }
 
-/* Puts a block matrix into LLM_ROWS4 (LAYOUT, Sec. 1) by permuting its
-   bytes in place, so m->data must point to memory the caller may write
-   (llm.c's loader: its own copy of the file). Nothing else changes:
-   llm_mat_row gives the same floats and the plain dot the same bits; the
-   AVX2 dot rounds its float sums in another order (tests/test_llm.c
-   bounds it). KVQ_OK; KVQ_ERR_NULL; KVQ_ERR_CONFIG with a reason (F32,
-   rows not a multiple of 4, already interleaved, or not a valid matrix);
-   KVQ_ERR_NOMEM (4 rows of scratch). On failure m and its bytes are
-   untouched.                                                             */
-LLM_API kvq_status llm_mat_interleave(llm_mat *m, char *why, size_t why_len)
+/* Whether m can go into LLM_ROWS4: a valid block matrix in row order with
+   a multiple of 4 rows. KVQ_OK, or KVQ_ERR_NULL / KVQ_ERR_CONFIG and why. */
+static kvq_status llm__interleave_ok(const llm_mat *m, char *why, size_t why_len)
 {
-    size_t rb, bs, codes, g, b;
-    int ns, i, k, nb;
-    uint8_t *scratch;                               /* (4, row_bytes)        */
     if (!m || !m->data) { llm__say(why, why_len, "matrix is NULL or empty"); return KVQ_ERR_NULL; }
     if (m->type == LLM_F32 || m->layout != LLM_ROWS || m->rows <= 0 || m->rows % 4 ||
         m->row_bytes == 0 || m->row_bytes != llm_row_bytes(m->type, m->cols)) {
@@ -401,19 +391,20 @@ LLM_API kvq_status llm_mat_interleave(llm_mat *m, char *why, size_t why_len)
                  llm_type_name(m->type), (int)m->layout);
         return KVQ_ERR_CONFIG;
     }
-    rb = m->row_bytes;
-    bs = llm__block_bytes(m->type);
-    ns = llm__block_scales(m->type);
-    codes = bs - 2 * (size_t)ns;
-    nb = m->cols / 32;
-    if (!(scratch = (uint8_t *)malloc(4 * rb))) {
-        llm__say(why, why_len, "no memory for 4 rows of scratch (%zu bytes)", 4 * rb);
-        return KVQ_ERR_NOMEM;
-    }
+    return KVQ_OK;
+}
+
+/* The permutation itself, group by group through scratch (4 row_bytes):
+   m passed llm__interleave_ok, so nothing can fail here.                  */
+static void llm__interleave(llm_mat *m, uint8_t *scratch /* (4, row_bytes) */)
+{
+    size_t rb = m->row_bytes, bs = llm__block_bytes(m->type), g, b;
+    int ns = llm__block_scales(m->type), i, k;
+    size_t codes = bs - 2 * (size_t)ns;
     for (g = 0; g < (size_t)m->rows / 4; g++) {
         uint8_t *group = (uint8_t *)(uintptr_t)m->data + g * 4 * rb;
         memcpy(scratch, group, 4 * rb);
-        for (b = 0; b < (size_t)nb; b++)
+        for (b = 0; b < (size_t)m->cols / 32; b++)
             for (i = 0; i < 4; i++) {
                 const uint8_t *src = scratch + (size_t)i * rb + b * bs;   /* row 4g+i, block b */
                 uint8_t *dst = group + b * 4 * bs;
@@ -421,8 +412,33 @@ LLM_API kvq_status llm_mat_interleave(llm_mat *m, char *why, size_t why_len)
                 memcpy(dst + 8 * ns + (size_t)i * codes, src + 2 * ns, codes);
             }
     }
-    free(scratch);
     m->layout = LLM_ROWS4;
+}
+
+/* Puts a block matrix into LLM_ROWS4 (LAYOUT, Sec. 1) by permuting its
+   bytes in place, so m->data must point to memory the caller may write
+   (llm.c's loader: its own copy of the file), and no other llm_mat may
+   describe the same bytes (llm_weights_interleave sees to that for a
+   model). Nothing else changes: llm_mat_row gives the same floats and the
+   plain dot the same bits; the AVX2 group dot rounds its float sums in
+   another order (tests/test_llm.c bounds it). Any block type is accepted,
+   but only Q4_0 and Q4_1 have a group dot: a Q8_0 matrix, or any matrix
+   in a build without AVX2, is then read through the plain C dot: right,
+   and slow. KVQ_OK; KVQ_ERR_NULL; KVQ_ERR_CONFIG with a reason (F32,
+   rows not a multiple of 4, already interleaved, or not a valid matrix);
+   KVQ_ERR_NOMEM (4 rows of scratch). On failure m and its bytes are
+   untouched.                                                             */
+LLM_API kvq_status llm_mat_interleave(llm_mat *m, char *why, size_t why_len)
+{
+    uint8_t *scratch;
+    kvq_status st = llm__interleave_ok(m, why, why_len);
+    if (st != KVQ_OK) return st;
+    if (!(scratch = (uint8_t *)malloc(4 * m->row_bytes))) {
+        llm__say(why, why_len, "no memory for 4 rows of scratch (%zu bytes)", 4 * m->row_bytes);
+        return KVQ_ERR_NOMEM;
+    }
+    llm__interleave(m, scratch);
+    free(scratch);
     return KVQ_OK;
 }
 
@@ -986,15 +1002,24 @@ LLM_API kvq_status llm_q8_quantize(const float *x, int n, llm_q8 *out)
    accumulators, so they round differently: tests/test_llm.c bounds the
    difference. There are two: the row-order dot (LLM_ROWS, every type) and
    the group dot (LLM_ROWS4, the 4-bit types), which decode runs on the
-   4-bit matrices llm_weights_interleave has put in groups of 4 rows.     */
-static float llm__term_q4_0(const uint8_t *w, const llm_q8 *y)  /* d, 16 nibble bytes */
+   4-bit matrices llm_weights_interleave has put in groups of 4 rows.
+   The reference terms are not auto-vectorized (LLM__PLAIN): gcc 12 with
+   -mavxvnni, as build/llm is built, turns Q8_0's signed x signed byte sum
+   into vpdpbusd, which reads one side as unsigned (wrong sums; the
+   row-order and group dots use intrinsics and are not affected).       */
+#if defined(__GNUC__) && !defined(__clang__)
+#define LLM__PLAIN __attribute__((optimize("no-tree-vectorize")))
+#else
+#define LLM__PLAIN
+#endif
+LLM__PLAIN static float llm__term_q4_0(const uint8_t *w, const llm_q8 *y)  /* d, 16 nibble bytes */
 {
     int s = 0, j;
     for (j = 0; j < 16; j++)
         s += ((w[2 + j] & 15) - 8) * y->qs[j] + ((w[2 + j] >> 4) - 8) * y->qs[j + 16];
     return llm__half(w) * y->d * (float)s;
 }
-static float llm__term_q4_1(const uint8_t *w, const llm_q8 *y)  /* d, m, 16 nibble bytes */
+LLM__PLAIN static float llm__term_q4_1(const uint8_t *w, const llm_q8 *y)  /* d, m, 16 nibble bytes */
 {
     int s = 0, j;
     for (j = 0; j < 16; j++)
@@ -1002,7 +1027,7 @@ static float llm__term_q4_1(const uint8_t *w, const llm_q8 *y)  /* d, m, 16 nibb
     /* sum (d q_j + m) x_j = d dx sum q_j qx_j + m * (dx sum qx_j)          */
     return llm__half(w) * y->d * (float)s + llm__half(w + 2) * y->s;
 }
-static float llm__term_q8_0(const uint8_t *w, const llm_q8 *y)  /* d, 32 int8 */
+LLM__PLAIN static float llm__term_q8_0(const uint8_t *w, const llm_q8 *y)  /* d, 32 int8 */
 {
     int s = 0, j;
     for (j = 0; j < 32; j++) s += (int8_t)w[2 + j] * y->qs[j];
@@ -1186,25 +1211,28 @@ LLM__DOTN(q8_0)
 
    so one u8 x s8 dot serves two rows, and the 8 scales d_i dy, m_i sy
    are one multiply. Per block and token that is 34 instructions for the
-   4 rows' 80 bytes (gcc 12, nt = 1), against 61 in the row-order dot's
-   loop over four rows, and the Q4_1 matrices' share of a depth-8 decode
+   4 rows' 80 bytes (gcc 12 with AVX-VNNI as build/llm is built, nt = 1;
+   37 without), against 61 in the row-order dot's loop over four rows, and the Q4_1 matrices' share of a depth-8 decode
    falls from 58% to 46% (perf). Q8_0 keeps the row-order dot: its
    weights already stream at the memory's pace, and a group version
    measured no faster (bench/RESULTS.md). The integer sums are the
    reference's (exact); each row's float sum has 4
    lanes, added at the end, so the bits differ from the row-order dot's
-   (tests/test_llm.c bounds both against the reference). Q4_0 runs as Q4_1
-   with m = -8 d (exact in fp32): d (q - 8) = d q + m. BLOCK is 18 (Q4_0)
-   or 20 (Q4_1). out is (4, nt); each (row, token) sum is formed the same
+   (tests/test_llm.c bounds both against the reference). Q4_0's codes are
+   q - 8: the 8 comes off in integers, sum (q - 8) y = sum q y - sum 8 y,
+   the second sum one more pair of u8 x s8 dots per token and block (a
+   float -8 d sy instead would cancel against d dy sum q y and lose the
+   exactness of near-zero rows). BLOCK is 18 (Q4_0) or 20 (Q4_1). out is (4, nt); each (row, token) sum is formed the same
    way for any nt, so decode (nt = 1) and prefill (LLM_NT) agree.        */
 LLM__INLINE void llm__q4_rows4_avx2(const uint8_t *group, const llm_q8 *x, size_t xs,
                                     const int nt, int nb, float *out, const int BLOCK)
 {
-    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i low4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
     const __m256i rows01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     const __m256i rows23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
     __m256 acc01[LLM_NT], acc23[LLM_NT];  /* lanes 0-3 row 0 (2), 4-7 row 1 (3) */
-    __m256 mins[LLM_NT];                  /* lanes 4-7: rows 0-3's sum of m sy */
+    __m256 mins[LLM_NT];                  /* lanes 4-7: rows 0-3's sum of m sy
+                                             (Q4_0: m = 0)                    */
     int b, k;
     for (k = 0; k < nt; k++) acc01[k] = acc23[k] = mins[k] = _mm256_setzero_ps();
     for (b = 0; b < nb; b++) {
@@ -1216,10 +1244,9 @@ LLM__INLINE void llm__q4_rows4_avx2(const uint8_t *group, const llm_q8 *x, size_
         __m256i lo23 = _mm256_and_si256(v23, low4), hi23 = _mm256_and_si256(_mm256_srli_epi16(v23, 4), low4);
         if (BLOCK == 20)
             dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
-        else {
-            __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)p));
-            dm = _mm256_set_m128(_mm_mul_ps(d, _mm_set1_ps(-8.0f)), d);
-        }
+        else                                        /* Q4_0: m lanes 0       */
+            dm = _mm256_set_m128(_mm_setzero_ps(),
+                                 _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)p)));
         _mm_prefetch((const char *)p + LLM_PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *)p + LLM_PREFETCH + 64, _MM_HINT_T0);
         for (k = 0; k < nt; k++) {
@@ -1231,6 +1258,11 @@ LLM__INLINE void llm__q4_rows4_avx2(const uint8_t *group, const llm_q8 *x, size_
             __m256i yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(y->qs + 16)));
             __m256i p01 = llm__dot_u8s8_add(llm__dot_u8s8(lo01, ylo), hi01, yhi);
             __m256i p23 = llm__dot_u8s8_add(llm__dot_u8s8(lo23, ylo), hi23, yhi);
+            if (BLOCK == 18) {                      /* Q4_0: minus sum 8 y   */
+                __m256i y8 = llm__dot_u8s8_add(llm__dot_u8s8(eight, ylo), eight, yhi);
+                p01 = _mm256_sub_epi32(p01, y8);
+                p23 = _mm256_sub_epi32(p23, y8);
+            }
             acc01[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p01), _mm256_permutevar8x32_ps(sc, rows01), acc01[k]);
             acc23[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p23), _mm256_permutevar8x32_ps(sc, rows23), acc23[k]);
             mins[k] = _mm256_add_ps(mins[k], sc);  /* lanes 4-7: m_i sy      */
@@ -1316,12 +1348,13 @@ static kvq_status llm__row_ok(const llm_mat *W, int r)
 LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const llm_q8 *xq,
                                int simd, float *out)
 {
-    const uint8_t *row = (const uint8_t *)(W ? W->data : NULL) + (W ? (size_t)r * W->row_bytes : 0);
+    const uint8_t *row;
     llm__dotn_fn fn;
     llm__dot4_fn f4;
     kvq_status st = llm__row_ok(W, r);
     if (st != KVQ_OK) return st;
     if (!out || (W->type == LLM_F32 ? !x : !xq)) return KVQ_ERR_NULL;
+    row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
     fn = simd && W->layout == LLM_ROWS ? llm__block_dotn(W->type) : NULL;
     f4 = simd && W->layout == LLM_ROWS4 ? llm__block_dot4(W->type) : NULL;
     if (W->type == LLM_F32) *out = llm__dot((const float *)(const void *)row, x, W->cols);
@@ -1335,30 +1368,70 @@ LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const ll
     return KVQ_OK;
 }
 
-/* Puts every block matrix that decode's group dot (above) serves into
-   LLM_ROWS4, in place (llm_mat_interleave: the bytes must be writable);
-   the others stay in row order. With tied embeddings wcls follows
-   token_embedding. The logits move by float rounding only (the group dot
-   adds in another order); prefill and decode still agree bit for bit.
-   KVQ_OK, or llm_weights_check's or llm_mat_interleave's error (matrices
-   before a failing one stay interleaved, which is a valid state).        */
+/* Puts every block matrix of a type decode's group dot (above) serves
+   into LLM_ROWS4, in place (the bytes must be writable), the embedding
+   included (its row lookups read either layout); the others stay in row
+   order. Matrices that describe the same bytes (tied embeddings: wcls is
+   token_embedding) are permuted once and all follow; matrices whose bytes
+   overlap otherwise are refused. The logits move by float rounding only
+   (the group dot adds in another order); prefill and decode still agree
+   bit for bit. Everything is checked and the one scratch buffer taken
+   before the first byte moves, so on failure (llm_weights_check's error,
+   KVQ_ERR_CONFIG for overlapping matrices, KVQ_ERR_NOMEM) nothing has
+   changed.                                                               */
 LLM_API kvq_status llm_weights_interleave(llm_weights *w, const llm_config *c, char *why,
                                           size_t why_len)
 {
-    llm_mat *tables[7];
-    int k;
+    llm_mat *tables[7], **todo;
+    size_t n = 0, i, j, scratch_bytes = 0;
+    uint8_t *scratch;
+    int k, n_mats;
     kvq_status st;
     if ((st = llm_weights_check(w, c, why, why_len)) != KVQ_OK) return st;
     tables[0] = w->wq; tables[1] = w->wk; tables[2] = w->wv; tables[3] = w->wo;
     tables[4] = w->w1; tables[5] = w->w3; tables[6] = w->w2;
-    for (k = -2; k < 7 * c->n_layers; k++) {
-        llm_mat *m = k == -2 ? &w->token_embedding
-                   : k == -1 ? (c->tied_embeddings ? NULL : &w->wcls)
-                   : &tables[k % 7][k / 7];
-        if (!m || m->layout != LLM_ROWS || m->rows % 4 || !llm__block_dot4(m->type)) continue;
-        if ((st = llm_mat_interleave(m, why, why_len)) != KVQ_OK) return st;
+    n_mats = 7 * c->n_layers + 2;
+    if (!(todo = (llm_mat **)malloc((size_t)n_mats * sizeof *todo))) {
+        llm__say(why, why_len, "no memory for the list of matrices");
+        return KVQ_ERR_NOMEM;
     }
-    if (c->tied_embeddings) w->wcls = w->token_embedding;
+    /* 1. the plan: which matrices move, and whether any share bytes       */
+    for (k = -2; k < 7 * c->n_layers; k++) {
+        llm_mat *m = k == -2 ? &w->token_embedding : k == -1 ? &w->wcls : &tables[k % 7][k / 7];
+        const uint8_t *lo = (const uint8_t *)m->data, *hi = lo + (size_t)m->rows * m->row_bytes;
+        int same = 0;
+        if (m->layout != LLM_ROWS || m->rows % 4 || !llm__block_dot4(m->type)) continue;
+        for (i = 0; i < n; i++) {
+            const uint8_t *lo2 = (const uint8_t *)todo[i]->data,
+                          *hi2 = lo2 + (size_t)todo[i]->rows * todo[i]->row_bytes;
+            if (lo2 == lo && todo[i]->type == m->type && todo[i]->rows == m->rows &&
+                todo[i]->cols == m->cols) { same = 1; break; }
+            if (lo < hi2 && lo2 < hi) {
+                llm__say(why, why_len, "two weight matrices overlap in memory without being the "
+                         "same matrix; nothing was interleaved");
+                free(todo);
+                return KVQ_ERR_CONFIG;
+            }
+        }
+        if (same) continue;                         /* follows todo[i]       */
+        todo[n++] = m;
+        if (4 * m->row_bytes > scratch_bytes) scratch_bytes = 4 * m->row_bytes;
+    }
+    if (n && !(scratch = (uint8_t *)malloc(scratch_bytes))) {
+        llm__say(why, why_len, "no memory for 4 rows of scratch (%zu bytes)", scratch_bytes);
+        free(todo);
+        return KVQ_ERR_NOMEM;
+    }
+    /* 2. the moves, which cannot fail; then every alias follows its owner */
+    for (i = 0; i < n; i++) llm__interleave(todo[i], scratch);
+    for (k = -2; k < 7 * c->n_layers; k++) {
+        llm_mat *m = k == -2 ? &w->token_embedding : k == -1 ? &w->wcls : &tables[k % 7][k / 7];
+        for (j = 0; j < n; j++)
+            if (todo[j] != m && todo[j]->data == m->data && m->layout == LLM_ROWS &&
+                todo[j]->type == m->type && todo[j]->rows == m->rows) m->layout = LLM_ROWS4;
+    }
+    if (n) free(scratch);
+    free(todo);
     return KVQ_OK;
 }
 
@@ -1548,8 +1621,12 @@ static int llm__cores(void) { return 1; }
    types); F32 matrices read it as floats.
    With T tokens, blocks of LLM_TILE rows meet blocks of LLM_TILE tokens, so
    each weight row is reused for LLM_TILE tokens from L1 and W is read from
-   memory T / LLM_TILE times instead of T. Each output is the same row dot
-   as in decode, so prefill and decode matmuls agree bit for bit.          */
+   memory T / LLM_TILE times instead of T. A matrix in groups of 4 rows
+   (LLM_ROWS4) goes group by group instead: each group (a few KB) meets
+   every token while it sits in L1, so W is read once, and the tokens' 8-bit
+   activations (T x 40 bytes per block column) come from L2. Each output is
+   the same row dot as in decode, so prefill and decode matmuls agree bit
+   for bit.                                                                */
 #define LLM_TILE 16
 typedef struct llm__mm {
     const llm_mat *W[3];
