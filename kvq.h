@@ -4077,7 +4077,7 @@ static int kvq__any_nan(const float *x, size_t n)
     return 0;
 }
 
-/* StreamingLLM (Xiao et al., ICLR 2024; seeds 001 "sink plus recency").    */
+/* StreamingLLM (Xiao et al., ICLR 2024): sinks plus the most recent.       */
 KVQ_API kvq_status kvq_evict_streaming(const uint8_t *present, size_t n,
                                        size_t sinks, size_t recent, uint8_t *keep)
 {
@@ -4089,7 +4089,7 @@ KVQ_API kvq_status kvq_evict_streaming(const uint8_t *present, size_t n,
     return KVQ_OK;
 }
 
-/* H2O (Zhang et al., NeurIPS 2023; seeds 001 "cumulative attention").      */
+/* H2O (Zhang et al., NeurIPS 2023): cumulative attention, plus recent.    */
 KVQ_API kvq_status kvq_h2o_accumulate(float *score, const float *probs,
                                       size_t n_q, size_t n)
 {
@@ -4118,7 +4118,7 @@ KVQ_API kvq_status kvq_evict_h2o(const float *score, const uint8_t *present,
     return KVQ_OK;
 }
 
-/* SnapKV (Li et al., NeurIPS 2024; seeds 001 "observation-window snapshot").
+/* SnapKV (Li et al., NeurIPS 2024): an observation window's snapshot.
    The defaults of its reference code are an observation window of 32
    queries, kernel 5 and average pooling.                                   */
 KVQ_API kvq_status kvq_snapkv_scores(const float *probs, size_t n_obs, size_t n,

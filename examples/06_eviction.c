@@ -1,7 +1,8 @@
 /* examples/06_eviction.c - token eviction on kvq's cache and the two walls
    that stop it from saving memory, then the compaction that gets the
-   memory back: the reference page on KV eviction and compaction (StreamingLLM,
-   H2O, SnapKV; paged engines), its self-checking figures beside ours.
+   memory back (StreamingLLM, H2O, SnapKV; paged engines). Each check
+   prints, after "expected:", the figure of the worked example (walkthrough
+   chapters 7-8) it must reproduce, fixed before kvq computes anything.
      A. Wall 2: a paged pool frees a block only when all its slots are dead;
         a repack or a hole-filling pass gives the memory back.
      B. Wall 1: attention that never materializes the scores (the online
@@ -105,19 +106,19 @@ int main(int argc, char **argv)
     printf("06_eviction: token eviction and compaction on kvq's cache\n");
 
     /* A. Wall 2. Evicting marks slots dead; a paged pool returns a block
-       only when every slot in it is dead. Page figures 1-3: 16,000 tokens
+       only when every slot in it is dead. Figures 1-3: 16,000 tokens
        in 1,000 blocks of 16, keep every 10th, then repack the survivors. */
-    printf("\nA. Wall 2: block-granular reclamation (page figures 1-3, 6)\n");
+    printf("\nA. Wall 2: block-granular reclamation (worked example, figures 1-3, 6)\n");
     fill(&P, &S, 1000, 16, 16000);
     for (i = 0; i < 16000; i++) keep[i] = i % 10 == 0;
     ex_must(kvq_pseq_evict(&P, &S, keep, 16000, &st), "evict", NULL);
     ex_check(st.blocks_freed == 0, "evict 14,400 of 16,000 (every 10th kept): %zu blocks freed "
-             "without compaction (page: 0)", st.blocks_freed);
+             "without compaction (expected: 0)", st.blocks_freed);
     ex_must(kvq_pseq_repack(&P, &S, 0, &st), "repack", NULL);
     for (i = 0; i < S.n_slots && S.pos[i] == (int32_t)(10 * i); i++) {}
     ex_check(st.blocks_freed == 900 && P.n_free == 900 && i == 1600 && S.n_slots == 1600,
              "repack: %zu of 1,000 blocks freed, free gauge %zu, the 1,600 survivors in "
-             "order (page: 900, monotone)", st.blocks_freed, P.n_free);
+             "order (expected: 900, monotone)", st.blocks_freed, P.n_free);
     drop(&P, &S);
     /* Figure 6, the toy: 6 blocks x 4 slots, T0..T23, the newest round
        T20..T23; evict T2, T9, T13, T21. Repack slides every survivor
@@ -140,9 +141,9 @@ int main(int argc, char **argv)
     for (i = 0; i < S.n_slots; i++) printf(" %d", *(const int32_t *)kvq_pseq_slot(&P, &S, i));
     printf("\n");
     ex_check(st.blocks_freed == 1 && st.slot_copies == 18, "toy repack: %zu block freed, %zu "
-             "slot copies (page: 1, 18)", st.blocks_freed, st.slot_copies);
+             "slot copies (expected: 1, 18)", st.blocks_freed, st.slot_copies);
     ex_check(hf.blocks_freed == 1 && hf.slot_copies == 3 && S.pos[2] == 20,
-             "toy hole-filling: %zu block freed, %zu slot copies, T%d in T2's slot (page: 1, 3, "
+             "toy hole-filling: %zu block freed, %zu slot copies, T%d in T2's slot (expected: 1, 3, "
              "T20)", hf.blocks_freed, hf.slot_copies, (int)S.pos[2]);
     drop(&P, &S);
     freed_vs_evicted(a.seed);              /* CSV only: the curve behind A */
@@ -169,11 +170,11 @@ int main(int argc, char **argv)
         ex_cache_stream(&c1, &full, K, V, N, N);
         on = kvq_attend_scratch_floats(&c1, KVQ_ATTN_ONLINE);
         eg = kvq_attend_scratch_floats(&c1, KVQ_ATTN_EAGER);
-        printf("\nB. Wall 1: the online softmax (page block 2, N = %d, D = %d, TILE = %d)\n",
+        printf("\nB. Wall 1: the online softmax (N = %d, D = %d, TILE = %d)\n",
                N, DB, KVQ_TILE);
         ex_check(on < 3 * DB + KVQ_TILE + 8 && eg >= (size_t)N && N / KVQ_TILE == 16,
                  "live scores per query: ONLINE %d (scratch %zu floats, no term in N), EAGER "
-                 "%d (scratch %zu): %dx smaller (page: 16x)", KVQ_TILE, on, N, eg, N / KVQ_TILE);
+                 "%d (scratch %zu): %dx smaller (expected: 16x)", KVQ_TILE, on, N, eg, N / KVQ_TILE);
         for (i = 0; i < DB; i++) {                   /* swap keys 7 and 300 */
             float t = K[7 * DB + i]; K[7 * DB + i] = K[300 * DB + i]; K[300 * DB + i] = t;
         }
@@ -186,7 +187,7 @@ int main(int argc, char **argv)
         for (i = 0; i < N * DB; i++) diff = fabs((double)o1[i] - o2[i]) > diff ? fabs((double)o1[i] - o2[i]) : diff;
         ex_check(diff < 1e-5 && fabsf(s1[7] - s2[300]) < 1e-3f && fabsf(s1[7] - s1[300]) > 1e-3f,
                  "swapped keys, equal values: outputs within 1e-5, yet H2O scores of tokens "
-                 "7/300 are %.3f/%.3f vs %.3f/%.3f (page: signal not recoverable)",
+                 "7/300 are %.3f/%.3f vs %.3f/%.3f (expected: signal not recoverable)",
                  s1[7], s1[300], s2[7], s2[300]);
         kvq_cache_free(&c1); kvq_cache_free(&c2);
         free(K); free(o1); free(p1);
@@ -237,7 +238,7 @@ int main(int argc, char **argv)
                   "the residual)", T);
         else
             ex_check(memcmp(o1, o2, h.n_q * D * sizeof(float)) == 0, "attention after repack is "
-                     "bit-identical to before (payload %zu -> %zu bytes) (page: token-identical)",
+                     "bit-identical to before (payload %zu -> %zu bytes) (expected: token-identical)",
                      b0.payload, b1.payload);
         kvq_cache_free(&c);
         free(score); free(probs); free(o1); free(present);

@@ -3,7 +3,7 @@
   evict_freed.png        blocks freed against the share of tokens evicted at
                          random, with and without a repack, beside the closed
                          forms (wall 2); 06_eviction, CSV-only sweep.
-  evict_toy_blocks.png   the page's toy pool (6 blocks x 4 slots) filled,
+  evict_toy_blocks.png   the worked example's toy pool (6 blocks x 4 slots) filled,
                          after eviction, after repack, after hole-filling;
                          06_eviction part A.
   evict_cache_slots.png  the quantized key store of two real caches as blocks
@@ -81,7 +81,7 @@ def toy():
               "repacked": "3a. repack: 1 block freed,\n18 slot copies, order kept",
               "hole-filled": "3b. hole-filling: 1 block freed,\n3 copies, order scrambled"}
     fig, axes = figure(
-        "The page's toy pool: 6 blocks x 4 slots, the newest round T20..T23",
+        "The worked example's toy pool: 6 blocks x 4 slots, the newest round T20..T23",
         "What to see: eviction leaves dead slots (red) in every block it touches and frees "
         "none; repack slides every survivor forward (order kept, many copies);\nhole-filling "
         "drops only the newest round's survivors into the holes (T20 lands in T2's slot): "

@@ -4,7 +4,7 @@
 
    Groups (each is a function below; its comment states the property and
    where the expectation comes from):
-     1. the page's figures (seeds 001, the numpy block): 16,000 tokens in
+     1. the worked example's figures (walkthrough 7.3, 8): 16,000 tokens in
         1,000 blocks of 16, aligned block, one survivor per block, the 6x4 toy
      2. allocator + evict/repack/holefill vs a brute-force model of blocks,
         reference counts and slots, on thousands of random operation streams
@@ -70,7 +70,7 @@ static void random_mask(rng *r, uint8_t *keep, size_t n, size_t bt)
 /* ======================================================================== */
 /* Model blocks get ids that are never reused; each sequence is a list of
    slots (alive, pos, payload tag) and a list of model block ids. The rules,
-   straight from the kvq.h Sec. 11 doc and the page:
+   straight from the kvq.h Sec. 11 doc:
      append   a new block when the last is full; copy-on-write when the last
               block is shared; CAPACITY when either needs a block and none
               is free
@@ -383,7 +383,7 @@ static int stats_match(const kvq_page_stats *st, const expect *e, const kvq_pseq
 }
 
 /* ======================================================================== */
-/* 1. THE PAGE'S FIGURES (seeds 001, the block-reclaim numpy block)         */
+/* 1. THE WORKED EXAMPLE'S FIGURES (walkthrough 7.3 and 8)                 */
 /* ======================================================================== */
 /* A pool of n_blocks blocks of bt slots holding one sequence of T tokens,
    payload = the position (int32).                                          */
@@ -427,18 +427,18 @@ static void test_page_figures(void)
     int sorted, pl_ok, all_tenth;
 
     /* 1-3. keep every 10th of 16,000 tokens in 1,000 blocks of 16: evict
-       frees 0 blocks (page: 0); repack frees 900 (page: 900) and keeps
+       frees 0 blocks (expected: 0); repack frees 900 (expected: 900) and keeps
        the 1,600 survivors in order.                                       */
     fill_seq(&P, &S, 1000, 16, 16000);
     for (i = 0; i < 16000; i++) keep[i] = i % 10 == 0;
     CHECK(kvq_pseq_evict(&P, &S, keep, 16000, &st) == KVQ_OK, "evict every 10th");
     CHECK(st.blocks_freed == 0 && P.n_free == 0 && st.tokens_evicted == 14400,
-          "scattered 90%% eviction: %zu blocks freed (page: 0), gauge %zu, %zu evicted (page: 14,400)",
+          "scattered 90%% eviction: %zu blocks freed (expected: 0), gauge %zu, %zu evicted (expected: 14,400)",
           st.blocks_freed, P.n_free, st.tokens_evicted);
     CHECK(kvq_pseq_repack(&P, &S, kvq_pseq_private_start(&P, &S), &st) == KVQ_OK, "repack");
     live = live_consistent(&P, &S, &sorted, &pl_ok);
     CHECK(st.blocks_freed == 900 && P.n_free == 900 && S.n_blocks == 100,
-          "repack freed %zu blocks (page: 900), gauge %zu, %zu blocks held (page: 100)",
+          "repack freed %zu blocks (expected: 900), gauge %zu, %zu blocks held (expected: 100)",
           st.blocks_freed, P.n_free, S.n_blocks);
     all_tenth = 1;
     for (i = 0; i < S.n_slots; i++) all_tenth &= S.alive[i] && S.pos[i] == (int32_t)(10 * i);
@@ -452,7 +452,7 @@ static void test_page_figures(void)
     fill_seq(&P, &S, 1000, 16, 16000);
     for (i = 0; i < 16000; i++) keep[i] = !(i >= 32 && i < 48);
     CHECK(kvq_pseq_evict(&P, &S, keep, 16000, &st) == KVQ_OK && st.blocks_freed == 1 &&
-          P.n_free == 1, "aligned block: %zu freed (page: 1)", st.blocks_freed);
+          P.n_free == 1, "aligned block: %zu freed (expected: 1)", st.blocks_freed);
     kvq_pseq_free(&P, &S);
     kvq_pages_free(&P);
 
@@ -461,7 +461,7 @@ static void test_page_figures(void)
     for (i = 0; i < 16000; i++) keep[i] = i % 16 == 0;
     CHECK(kvq_pseq_evict(&P, &S, keep, 16000, &st) == KVQ_OK && st.blocks_freed == 0 &&
           st.tokens_evicted * 10000 == 9375 * (size_t)16000,
-          "one survivor per block: %zu freed (page: 0) at %.2f%% evicted (page: 93.75%%)",
+          "one survivor per block: %zu freed (expected: 0) at %.2f%% evicted (expected: 93.75%%)",
           st.blocks_freed, 100.0 * (double)st.tokens_evicted / 16000.0);
     CHECK(fabs(st.occupancy - 1.0 / 16.0) < 1e-12, "occupancy %.4f, expected 1/16", st.occupancy);
     kvq_pseq_free(&P, &S);
@@ -484,11 +484,11 @@ static void test_page_figures(void)
             if (strat == 0) {
                 CHECK(kvq_pseq_repack(&P, &S, 0, &st) == KVQ_OK, "toy repack");
                 CHECK(st.blocks_freed == 1 && st.slot_copies == 18,
-                      "toy repack: %zu freed, %zu copies (page: 1, 18)", st.blocks_freed, st.slot_copies);
+                      "toy repack: %zu freed, %zu copies (expected: 1, 18)", st.blocks_freed, st.slot_copies);
             } else {
                 CHECK(kvq_pseq_holefill(&P, &S, 0, 20, &st) == KVQ_OK, "toy holefill");
                 CHECK(st.blocks_freed == 1 && st.slot_copies == 3,
-                      "toy hole-fill: %zu freed, %zu copies (page: 1, 3)", st.blocks_freed, st.slot_copies);
+                      "toy hole-fill: %zu freed, %zu copies (expected: 1, 3)", st.blocks_freed, st.slot_copies);
                 CHECK(S.n_slots == 20 && S.pos[2] == 20 && *(int32_t *)kvq_pseq_slot(&P, &S, 2) == 20,
                       "hole-fill puts T20 in T2's slot (slot 2 holds T%d)", (int)S.pos[2]);
             }
@@ -921,7 +921,7 @@ static void test_pages_alloc_failure(void)
 /* ======================================================================== */
 /* 5. EVICTION POLICIES vs DIRECT REFERENCES                                */
 /* ======================================================================== */
-/* The references are written from the policies' definitions (seeds 001 and
+/* The references are written from the policies' definitions (the papers and
    the kvq.h Sec. 11 doc) in the plainest way: list the candidates, sort
    them fully with qsort by (score descending, position ascending), take a
    prefix. Scores compare numerically, so -0 and +0 are a tie.            */

@@ -1,17 +1,16 @@
-/* tests/test_examples_evict.c - the online softmax checks that
-   examples/06_eviction.c part B used to print (issue 17: examples as short
-   narratives), as tests. The reference page's second block:
+/* tests/test_examples_evict.c - the online softmax checks behind
+   examples/06_eviction.c part B (walkthrough 7.2):
 
      1. The tiled recurrence of kvq_attend's ONLINE path (running max,
         rescaled denominator and output), written in double, equals eager
-        softmax attention to 1e-12 (page: allclose atol 1e-12).
+        softmax attention to 1e-12 (absolute).
      2. kvq_attend itself, float32: ONLINE and EAGER over the same FULL
         cache agree to 1e-5.
      3. Queries shifted so the logits are ~ +400: a naive float exp
         overflows to Inf, kvq_attend ONLINE stays finite and within 1e-3
         of kvq_attend_dense (which subtracts the max in double).
    N = 512 i.i.d. N(0, 1) keys, values and queries, D = 64, as in the
-   example. The page's other figures are in test_evict.c
+   example. The worked example's other figures are in test_evict.c
    (test_page_figures).                                                    */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"

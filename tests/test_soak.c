@@ -341,8 +341,8 @@ static void soak(int pol, size_t steps)
         if (kvq_cache_append(&c, k, v) != KVQ_OK) { CHECK(0, "append: %s", c.why); break; }
         t_append += now_s() - a;
 
-        /* eviction + compaction every KVQ_COMPACT_EVERY steps (the page's
-           cadence): keep the sinks and the most recent, compact            */
+        /* eviction + compaction every KVQ_COMPACT_EVERY steps
+           (TriAttention's cadence): keep the sinks and the most recent    */
         if (pol == P_EVICT && t % KVQ_COMPACT_EVERY == 0 && t - evicted > BUDGET) {
             size_t n_ev = 0;
             kvq_compact_stats cs;
