@@ -7,7 +7,7 @@
 #                   then four passes, each under its own header: unit tests,
 #                   the same under ASan + UBSan, fuzz/corpus replayed through
 #                   the fuzz targets, valgrind memcheck; ends with one line
-#                   "total: N passed, M failed" (about 3 min on 2 cores)
+#                   "total: N passed, M failed" (about 4 min on 2 cores)
 #   make plots      the examples' CSV tables and the figures in plots/
 #                   (matplotlib, installed with pip when missing)
 #   make soak       long decode streams with every invariant at every step:
