@@ -320,6 +320,14 @@ static float llm__half(const uint8_t *p)
     return kvq_f16_to_f32(h);
 }
 
+/* Whether m's layout is one it can have: row order, or LLM_ROWS4 for a
+   block type with a multiple of 4 rows.                                   */
+static int llm__layout_ok(const llm_mat *m)
+{
+    return m->layout == LLM_ROWS ||
+           (m->layout == LLM_ROWS4 && m->type != LLM_F32 && m->rows % 4 == 0);
+}
+
 /* A block of type t: its bytes (0 for F32), and how many fp16 scales lead
    it (Q4_1: d and m; Q4_0, Q8_0: d).                                      */
 static size_t llm__block_bytes(llm_type t) { return t == LLM_F32 ? 0 : llm_row_bytes(t, 32); }
@@ -354,7 +362,7 @@ LLM_API kvq_status llm_mat_check(const llm_mat *m, char *why, size_t why_len)
     int k;
     if (!m || !m->data) { llm__say(why, why_len, "matrix is NULL or empty"); return KVQ_ERR_NULL; }
     if (m->row_bytes == 0 || m->row_bytes != llm_row_bytes(m->type, m->cols) || m->rows <= 0 ||
-        (m->layout != LLM_ROWS && (m->layout != LLM_ROWS4 || m->type == LLM_F32 || m->rows % 4))) {
+        !llm__layout_ok(m)) {
         llm__say(why, why_len, "matrix (%d, %d) of type %s has row_bytes %zu, layout %d",
                  m->rows, m->cols, llm_type_name(m->type), m->row_bytes, (int)m->layout);
         return KVQ_ERR_CONFIG;
@@ -542,7 +550,7 @@ static kvq_status llm__mat_is(const llm_mat *m, int rows, int cols, const char *
                  llm_type_name(m->type), m->row_bytes, rows, cols);
         return KVQ_ERR_CONFIG;
     }
-    if (m->layout != LLM_ROWS && (m->layout != LLM_ROWS4 || m->type == LLM_F32 || m->rows % 4)) {
+    if (!llm__layout_ok(m)) {
         llm__say(why, why_len, "weight %s (layer %d) has layout %d (LLM_ROWS4 needs a block type "
                  "and rows a multiple of 4)", name, l, (int)m->layout);
         return KVQ_ERR_CONFIG;
@@ -1057,15 +1065,11 @@ static inline __m256i llm__nibbles(const uint8_t *p)
     __m256i hi_by_4 = _mm256_set_epi64x(4, 4, 0, 0);
     return _mm256_and_si256(_mm256_srlv_epi64(b, hi_by_4), _mm256_set1_epi8(15));
 }
-/* 32 products of signed bytes summed into 8 int32. maddubs multiplies
-   unsigned by signed, so w's sign moves onto y; |w| <= 128 and |y| <= 127
-   keep each pair sum within int16 (2 * 128 * 127 = 32512).                 */
 /* unsigned u by signed s, 32 bytes, summed four by four into 8 int32 (and
    added to acc): one vpdpbusd where the target has AVX-VNNI, else maddubs,
-   madd and add. The
-   sums are exact either way (a pair is at most 2 * 255 * 128 in int16 only
-   when a caller's bytes allow it: ours stay within 32512), so both give
-   the same int32 and the same logits.                                     */
+   madd and add. The sums are exact either way (a pair is at most
+   2 * 255 * 128 in int16 only when a caller's bytes allow it: ours stay
+   within 32512), so both give the same int32 and the same logits.        */
 static inline __m256i llm__dot_u8s8_add(__m256i acc, __m256i u, __m256i s)
 {
 #ifdef __AVXVNNI__
@@ -1079,6 +1083,9 @@ static inline __m256i llm__dot_u8s8(__m256i u, __m256i s)
 {
     return llm__dot_u8s8_add(_mm256_setzero_si256(), u, s);
 }
+/* 32 products of signed bytes summed into 8 int32. The u8 x s8 dot needs
+   one side unsigned, so w's sign moves onto y; |w| <= 128 and |y| <= 127
+   keep each pair sum within int16 (2 * 128 * 127 = 32512).                 */
 static inline __m256i llm__mul_i8(__m256i w, __m256i y)
 {
     return llm__dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
@@ -1212,18 +1219,20 @@ LLM__DOTN(q8_0)
    so one u8 x s8 dot serves two rows, and the 8 scales d_i dy, m_i sy
    are one multiply. Per block and token that is 34 instructions for the
    4 rows' 80 bytes (gcc 12 with AVX-VNNI as build/llm is built, nt = 1;
-   37 without), against 61 in the row-order dot's loop over four rows, and the Q4_1 matrices' share of a depth-8 decode
-   falls from 58% to 46% (perf). Q8_0 keeps the row-order dot: its
-   weights already stream at the memory's pace, and a group version
-   measured no faster (bench/RESULTS.md). The integer sums are the
-   reference's (exact); each row's float sum has 4
-   lanes, added at the end, so the bits differ from the row-order dot's
-   (tests/test_llm.c bounds both against the reference). Q4_0's codes are
-   q - 8: the 8 comes off in integers, sum (q - 8) y = sum q y - sum 8 y,
-   the second sum one more pair of u8 x s8 dots per token and block (a
-   float -8 d sy instead would cancel against d dy sum q y and lose the
-   exactness of near-zero rows). BLOCK is 18 (Q4_0) or 20 (Q4_1). out is (4, nt); each (row, token) sum is formed the same
-   way for any nt, so decode (nt = 1) and prefill (LLM_NT) agree.        */
+   37 without), against 61 in the row-order dot's loop over four rows,
+   and the Q4_1 matrices' share of a depth-8 decode falls from 58% to 46%
+   (perf). Q8_0 keeps the row-order dot: its weights already stream at
+   the memory's pace, and a group version measured no faster
+   (bench/RESULTS.md). The integer sums are the reference's (exact); each
+   row's float sum has 4 lanes, added at the end, so the bits differ from
+   the row-order dot's (tests/test_llm.c bounds both against the
+   reference). Q4_0's codes are q - 8: the 8 comes off in integers,
+   sum (q - 8) y = sum q y - sum 8 y, the second sum one more pair of
+   u8 x s8 dots per token and block (a float -8 d sy instead would cancel
+   against d dy sum q y and lose the exactness of near-zero rows). BLOCK
+   is 18 (Q4_0) or 20 (Q4_1). out is (4, nt); each (row, token) sum is
+   formed the same way for any nt, so decode (nt = 1) and prefill
+   (LLM_NT) agree.                                                        */
 LLM__INLINE void llm__q4_rows4_avx2(const uint8_t *group, const llm_q8 *x, size_t xs,
                                     const int nt, int nb, float *out, const int BLOCK)
 {
@@ -1334,7 +1343,7 @@ static kvq_status llm__row_ok(const llm_mat *W, int r)
 {
     if (!W || !W->data) return KVQ_ERR_NULL;
     if (W->rows <= 0 || W->row_bytes == 0 || W->row_bytes != llm_row_bytes(W->type, W->cols) ||
-        (W->layout != LLM_ROWS && (W->layout != LLM_ROWS4 || W->type == LLM_F32 || W->rows % 4)))
+        !llm__layout_ok(W))
         return KVQ_ERR_CONFIG;
     return r < 0 || r >= W->rows ? KVQ_ERR_SIZE : KVQ_OK;
 }
@@ -1368,6 +1377,12 @@ LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const ll
     return KVQ_OK;
 }
 
+/* a and b describe the same matrix: the same bytes, type and shape.      */
+static int llm__same_mat(const llm_mat *a, const llm_mat *b)
+{
+    return a->data == b->data && a->type == b->type && a->rows == b->rows && a->cols == b->cols;
+}
+
 /* Puts every block matrix of a type decode's group dot (above) serves
    into LLM_ROWS4, in place (the bytes must be writable), the embedding
    included (its row lookups read either layout); the others stay in row
@@ -1382,56 +1397,57 @@ LLM_API kvq_status llm_mat_dot(const llm_mat *W, int r, const float *x, const ll
 LLM_API kvq_status llm_weights_interleave(llm_weights *w, const llm_config *c, char *why,
                                           size_t why_len)
 {
-    llm_mat *tables[7], **todo;
-    size_t n = 0, i, j, scratch_bytes = 0;
-    uint8_t *scratch;
-    int k, n_mats;
+    llm_mat *tables[7], **all, **todo;   /* (n_mats) every matrix, those that move */
+    size_t n_mats, n = 0, i, k, scratch_bytes = 0;
+    uint8_t *scratch = NULL;
+    int l, t;
     kvq_status st;
     if ((st = llm_weights_check(w, c, why, why_len)) != KVQ_OK) return st;
-    tables[0] = w->wq; tables[1] = w->wk; tables[2] = w->wv; tables[3] = w->wo;
-    tables[4] = w->w1; tables[5] = w->w3; tables[6] = w->w2;
-    n_mats = 7 * c->n_layers + 2;
-    if (!(todo = (llm_mat **)malloc((size_t)n_mats * sizeof *todo))) {
+    n_mats = 7 * (size_t)c->n_layers + 2;
+    if (!(all = (llm_mat **)malloc(2 * n_mats * sizeof *all))) {
         llm__say(why, why_len, "no memory for the list of matrices");
         return KVQ_ERR_NOMEM;
     }
-    /* 1. the plan: which matrices move, and whether any share bytes       */
-    for (k = -2; k < 7 * c->n_layers; k++) {
-        llm_mat *m = k == -2 ? &w->token_embedding : k == -1 ? &w->wcls : &tables[k % 7][k / 7];
+    todo = all + n_mats;
+    tables[0] = w->wq; tables[1] = w->wk; tables[2] = w->wv; tables[3] = w->wo;
+    tables[4] = w->w1; tables[5] = w->w3; tables[6] = w->w2;
+    all[0] = &w->token_embedding;
+    all[1] = &w->wcls;
+    for (l = 0; l < c->n_layers; l++)
+        for (t = 0; t < 7; t++) all[2 + 7 * (size_t)l + t] = &tables[t][l];
+    /* 1. the plan: which matrices move; one that is the same as an earlier
+       one (same bytes, type and shape) moves with it; other overlaps are
+       refused                                                              */
+    for (k = 0; k < n_mats; k++) {
+        llm_mat *m = all[k];
         const uint8_t *lo = (const uint8_t *)m->data, *hi = lo + (size_t)m->rows * m->row_bytes;
-        int same = 0;
         if (m->layout != LLM_ROWS || m->rows % 4 || !llm__block_dot4(m->type)) continue;
-        for (i = 0; i < n; i++) {
+        for (i = 0; i < n && !llm__same_mat(todo[i], m); i++) {
             const uint8_t *lo2 = (const uint8_t *)todo[i]->data,
                           *hi2 = lo2 + (size_t)todo[i]->rows * todo[i]->row_bytes;
-            if (lo2 == lo && todo[i]->type == m->type && todo[i]->rows == m->rows &&
-                todo[i]->cols == m->cols) { same = 1; break; }
             if (lo < hi2 && lo2 < hi) {
                 llm__say(why, why_len, "two weight matrices overlap in memory without being the "
                          "same matrix; nothing was interleaved");
-                free(todo);
+                free(all);
                 return KVQ_ERR_CONFIG;
             }
         }
-        if (same) continue;                         /* follows todo[i]       */
+        if (i < n) continue;                        /* moves with todo[i]    */
         todo[n++] = m;
         if (4 * m->row_bytes > scratch_bytes) scratch_bytes = 4 * m->row_bytes;
     }
     if (n && !(scratch = (uint8_t *)malloc(scratch_bytes))) {
         llm__say(why, why_len, "no memory for 4 rows of scratch (%zu bytes)", scratch_bytes);
-        free(todo);
+        free(all);
         return KVQ_ERR_NOMEM;
     }
     /* 2. the moves, which cannot fail; then every alias follows its owner */
     for (i = 0; i < n; i++) llm__interleave(todo[i], scratch);
-    for (k = -2; k < 7 * c->n_layers; k++) {
-        llm_mat *m = k == -2 ? &w->token_embedding : k == -1 ? &w->wcls : &tables[k % 7][k / 7];
-        for (j = 0; j < n; j++)
-            if (todo[j] != m && todo[j]->data == m->data && m->layout == LLM_ROWS &&
-                todo[j]->type == m->type && todo[j]->rows == m->rows) m->layout = LLM_ROWS4;
-    }
-    if (n) free(scratch);
-    free(todo);
+    for (k = 0; k < n_mats; k++)
+        for (i = 0; i < n && all[k]->layout == LLM_ROWS; i++)
+            if (llm__same_mat(todo[i], all[k])) all[k]->layout = LLM_ROWS4;
+    free(scratch);
+    free(all);
     return KVQ_OK;
 }
 
