@@ -60,6 +60,16 @@
 
 #include "kvq.h"   /* types, layouts, status codes */
 
+/* Three hooks for a CPU emulator, which defines them before this point
+   (tests/emu/kvq_emu.h: `make test-cuda-emu` runs these kernels on the
+   CPU): a kernel launch, a static shared array and the dynamic one. Under
+   nvcc they are the plain CUDA forms.                                     */
+#ifndef KVQ_CUDA_LAUNCH
+#define KVQ_CUDA_LAUNCH(fn, grid, block, smem, stream) fn<<<grid, block, smem, stream>>>
+#define KVQ_CUDA_SHARED(T, name, dims) __shared__ T name dims
+#define KVQ_CUDA_SHARED_DYNAMIC(T, name) extern __shared__ __align__(16) T name[]
+#endif
+
 /* The packed format is shared byte for byte with the CPU: pin the sizes.   */
 static_assert(sizeof(kvq_sz) == 4, "kvq_sz must be 4 bytes (fp16 scale, fp16 zero)");
 static_assert(offsetof(kvq_sz, scale) == 0 && offsetof(kvq_sz, zero) == 2,
@@ -174,14 +184,19 @@ static __device__ int kvq_dev_group_params(float mn, float mx, int bits,
     return KVQ_OK;
 }
 
-/* kvq__code: the code of x under stored parameters: clamp, then RNE.     */
+/* kvq__code: the code of x under stored parameters. Float zero: clamp
+   (x - z) / s to [0, N], then RNE. Integer zero point: x / s clamped to
+   [-zp, N - zp], rounded (RNE), then zp added (an integer: exact).       */
 static __device__ __forceinline__ uint32_t kvq_dev_code(float x, float s, float z,
                                                         float n_levels,
                                                         kvq_zero_mode mode)
 {
     if (s == 0.0f) return 0;
-    float v = (mode == KVQ_ZERO_FLOAT) ? (x - z) / s : x / s + z;
-    v = fminf(fmaxf(v, 0.0f), n_levels);
+    if (mode == KVQ_ZERO_INT) {
+        const float v = fminf(fmaxf(x / s, -z), n_levels - z);
+        return (uint32_t)(rintf(v) + z);
+    }
+    const float v = fminf(fmaxf((x - z) / s, 0.0f), n_levels);
     return (uint32_t)rintf(v);
 }
 
@@ -442,7 +457,7 @@ extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, 
     const unsigned threads = 128, blocks = kvq_cuda__grid(q.n_groups, threads);
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     if (validate) {
-        kvq_quantize_check_kernel<<<blocks, threads, 0, stream>>>(d_X, q, d_status);
+        KVQ_CUDA_LAUNCH(kvq_quantize_check_kernel, blocks, threads, 0, stream)(d_X, q, d_status);
         KVQ_CUDA_CHECK(cudaGetLastError());
     }
     typedef void (*kernel_fn)(const __half *, kvq_dev_qshape, const int32_t *, uint32_t *,
@@ -450,7 +465,7 @@ extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, 
     const kernel_fn fn = (bits == 2 && G == 32) ? kvq_quantize_kernel<2, 32>
                        : (bits == 4 && G == 32) ? kvq_quantize_kernel<4, 32>
                                                 : kvq_quantize_kernel<0, 0>;
-    fn<<<blocks, threads, 0, stream>>>(d_X, q, d_unit_dst, d_words, d_sz, d_status);
+    KVQ_CUDA_LAUNCH(fn, blocks, threads, 0, stream)(d_X, q, d_unit_dst, d_words, d_sz, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return cudaSuccess;
 }
@@ -690,9 +705,13 @@ static __device__ __forceinline__ float kvq_dev_code_f(uint32_t x)
     constexpr int at = I * B, to = 23 - B;            /* bit positions */
     constexpr uint32_t mask = ((1u << B) - 1u) << to;
     const uint32_t moved = (at <= to) ? (x << (to - at)) : (x >> (at - to));
+#ifdef KVQ_EMU
+    return __uint_as_float((moved & mask) | 0x3F800000u);
+#else
     uint32_t f;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(f) : "r"(moved), "n"(mask), "r"(0x3F800000u));
     return __uint_as_float(f);
+#endif
 }
 template <int B, int I = 0>
 struct kvq_dev_codes {   /* f[i] = 1 + c_i / 2^B for the 32/B codes of x    */
@@ -947,7 +966,9 @@ template <int N>
 static __device__ __forceinline__ void kvq_dev_cp(void *smem, const void *gmem)
 {
     static_assert(N == 8 || N == 16, "cp.async copies 8 or 16 bytes here");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(KVQ_EMU)
+    kvq_emu::cp_async(__FILE__, __LINE__, smem, gmem, N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
     if constexpr (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
     else asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(a), "l"(gmem));
@@ -958,14 +979,18 @@ static __device__ __forceinline__ void kvq_dev_cp(void *smem, const void *gmem)
 }
 static __device__ __forceinline__ void kvq_dev_cp_commit(void)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(KVQ_EMU)
+    kvq_emu::cp_async_commit();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
 template <int N>
 static __device__ __forceinline__ void kvq_dev_cp_wait(void)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(KVQ_EMU)
+    kvq_emu::cp_async_wait(__FILE__, __LINE__, N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
@@ -1130,10 +1155,10 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
 {
     constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
     constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
-    __shared__ float qs[NH * D];
-    __shared__ float pbuf[KVQ_CUDA_WARPS][NH * PB];
-    __shared__ float red_acc[KVQ_CUDA_WARPS][NH * D];
-    __shared__ float red_ml[KVQ_CUDA_WARPS][2 * NH];
+    KVQ_CUDA_SHARED(float, qs, [NH * D]);
+    KVQ_CUDA_SHARED(float, pbuf, [KVQ_CUDA_WARPS][NH * PB]);
+    KVQ_CUDA_SHARED(float, red_acc, [KVQ_CUDA_WARPS][NH * D]);
+    KVQ_CUDA_SHARED(float, red_ml, [KVQ_CUDA_WARPS][2 * NH]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int stream_id = blockIdx.x / n_hchunks, h0 = (blockIdx.x % n_hchunks) * NH;
@@ -1179,7 +1204,7 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
            while this one is computed; one stage when two do not fit      */
         typedef kvq_dev_page<D, (B ? B : 2), TG> PT;
         const uint32_t TPP = (uint32_t)pool.group / TG;   /* tiles per page */
-        extern __shared__ __align__(16) unsigned char kvq_dev_stage[];
+        KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_dev_stage);
         const int vsb = TG * (D / pool.value_group) * 4;
         const int pb = PT::KWB + PT::KSB + PT::VWB + vsb;      /* item bytes */
         unsigned char *mine = kvq_dev_stage + (size_t)warp * n_stages * pb;
@@ -1273,7 +1298,7 @@ __global__ void kvq_attend_combine_kernel(const float *__restrict__ work, int n_
 {
     const size_t row = blockIdx.x;            /* stream * n_rep + head     */
     const float *wk = work + row * n_splits * (D + 2);
-    __shared__ int q_bad;
+    KVQ_CUDA_SHARED(int, q_bad, );
     if (threadIdx.x == 0) q_bad = 0;
     __syncthreads();
     for (int d = threadIdx.x; d < D; d += blockDim.x)
@@ -1410,14 +1435,17 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                         (int)stage_bytes));
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
-    fn<<<grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream>>>(pl, d_streams, n_rep, (int)n_hchunks,
-                                                           d_q, d_work, n_stages);
+    KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
+                                                                        (int)n_hchunks, d_q,
+                                                                        d_work, n_stages);
     KVQ_CUDA_CHECK(cudaGetLastError());
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     if (D == 128)
-        kvq_attend_combine_kernel<128><<<rows, 128, 0, stream>>>(d_work, n_splits, d_q, d_out, d_status);
+        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, n_splits, d_q,
+                                                                             d_out, d_status);
     else
-        kvq_attend_combine_kernel<64><<<rows, 64, 0, stream>>>(d_work, n_splits, d_q, d_out, d_status);
+        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, n_splits, d_q,
+                                                                           d_out, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return cudaSuccess;
 }
@@ -1472,11 +1500,13 @@ extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t 
     if (n_moves == 0) return cudaSuccess;
     const size_t words = slot_bytes / 4;
     const unsigned threads = 256, blocks = kvq_cuda__grid(n_moves * words, threads);
-    kvq_gather_kernel<<<blocks, threads, 0, stream>>>((const uint32_t *)d_pool, words, d_src,
-                                                      n_moves, (uint32_t *)d_temp);
+    KVQ_CUDA_LAUNCH(kvq_gather_kernel, blocks, threads, 0, stream)((const uint32_t *)d_pool, words,
+                                                                   d_src, n_moves,
+                                                                   (uint32_t *)d_temp);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    kvq_scatter_kernel<<<blocks, threads, 0, stream>>>((uint32_t *)d_pool, words, d_dst,
-                                                       n_moves, (const uint32_t *)d_temp);
+    KVQ_CUDA_LAUNCH(kvq_scatter_kernel, blocks, threads, 0, stream)((uint32_t *)d_pool, words,
+                                                                    d_dst, n_moves,
+                                                                    (const uint32_t *)d_temp);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return cudaSuccess;
 }
@@ -1843,8 +1873,12 @@ __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B]
     for (int r = 0; r < 16 / B; r++) {                 /* kvq_mma_magic, one LOP3 */
         const int k = kvq_mma_shift(B, r);
         const uint32_t x = kvq_mma_source(w, B, r), mask = kvq_mma_mask(B, r), magic = KVQ_MMA_MAGIC;
+#ifdef KVQ_EMU
+        const uint32_t m = (x & mask) | magic;
+#else
         uint32_t m;
         asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(m) : "r"(x), "r"(mask), "r"(magic));
+#endif
         const float inv = 1.0f / (float)(1 << k);
         const __half2 c = __hfma2(*reinterpret_cast<const __half2 *>(&m), __float2half2_rn(inv),
                                   __float2half2_rn(-1024.0f * inv));
@@ -1876,10 +1910,14 @@ __device__ __forceinline__ void kvq_mma_decode_subnormal(uint32_t w, uint32_t (&
 __device__ __forceinline__ void kvq_mma_16816(float (&c)[4], const uint32_t *a, uint32_t b0,
                                               uint32_t b1)
 {
+#ifdef KVQ_EMU
+    kvq_emu::mma_m16n8k16(__FILE__, __LINE__, c, a, b0, b1);
+#else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 /* The shapes the MMA tiles cover: D in {64, 128}, B in {2, 4}, and pages

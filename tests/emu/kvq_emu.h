@@ -1,0 +1,321 @@
+/* tests/emu/kvq_emu.h - run kvq_cuda.cu's own kernels on the CPU.
+
+   A host emulator of the part of CUDA that kvq_cuda.cu uses, written for
+   kvq's tests: no GPU, nothing beyond a C++17 compiler and libc. It is not
+   a simulator of a GPU's timing; it is an executable model of its
+   semantics, strict where the hardware is undefined, so that a kernel's
+   indexing, barriers, shuffles, staging copies and tensor-core fragments
+   are checked by running them.
+
+   HOW A KERNEL RUNS
+     - A launch runs at once, on the calling thread: blocks one after
+       another, and the threads of a block as fibers (each on its own 64 KB
+       stack with a guard page) that switch only at synchronization points.
+     - __syncthreads, __syncwarp, __shfl_sync, __shfl_xor_sync and
+       mma.sync are exchanges: every lane the mask names must arrive at the
+       SAME call site (file:line) before any of them goes on. A lane that
+       waits at another site, a lane that has exited, or a block in which
+       no thread can run is reported with the site where each thread waits,
+       and the program stops (exit status 86).
+     - Shared memory (KVQ_CUDA_SHARED, KVQ_CUDA_SHARED_DYNAMIC in
+       kvq_cuda.cu) is a fresh heap block per array and per CUDA block,
+       filled with 0xFF bytes (a float NaN) before the block starts: an
+       uninitialized read shows as NaN, and AddressSanitizer sees an
+       overrun. The dynamic array has exactly the launch's size.
+     - cp.async copies land only at the cp.async.wait_group that covers
+       them; their destination reads 0xFF from issue until then, so a
+       missing wait gives NaN, not luck. A thread that exits with copies
+       never waited for is reported.
+     - mma.sync.m16n8k16 (f16 x f16 -> f32) gathers the 32 lanes'
+       fragments by the PTX ISA's tables (written out again here, not taken
+       from kvq_cuda.cu) and computes in one of two accumulation models:
+         exact   each product exact, summed in double, rounded once to fp32
+         trunc   a model of the hardware after published measurements
+                 (Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of
+                 NVIDIA tensor cores", PeerJ CS 2021): the accumulator and
+                 8 products at a time aligned to the largest exponent,
+                 significands cut to 24 bits toward zero, the sum cut to
+                 fp32 toward zero.
+       fp16 subnormal inputs are kept (default) or flushed to zero.
+     - fp16 conversions round to nearest even, written here independently
+       of kvq.h's (so that codes agreeing with kvq.h is a real check).
+     - Device memory is host memory, allocated exactly (ASan sees
+       overruns) and filled with 0xFF; cudaMemcpy/cudaMemset check that
+       each pointer is on the side its kind says, and inside one
+       allocation.
+
+   OPTIONS (environment variables, read at the first launch)
+     KVQ_EMU_SEED=n       n > 0: the next thread to run is drawn at random
+                          (seeded) instead of in thread order, and blocks
+                          run in a random order
+     KVQ_EMU_MMA=exact|trunc        the accumulation model (default exact)
+     KVQ_EMU_SUBNORMAL=keep|flush   fp16 subnormal MMA inputs
+     KVQ_EMU_SMS=n        multiprocessors reported (default 132, an H100's)
+     KVQ_EMU_TRACE=b,w    print each exchange warp w of block b makes
+                          (site, lanes, values): a reader's window on a warp
+
+   RACE CHECK. Compile the kernels' translation unit with
+   -fsanitize=thread and link WITHOUT the TSan runtime: the compiler's
+   instrumentation then calls this file's __tsan_* hooks on every load and
+   store, and a shadow of shared memory reports
+     - a read of a byte no thread of the block has written (uninitialized),
+     - a read or write of a byte another thread wrote, or a write of a byte
+       another thread read, with no __syncthreads (or, within a warp, no
+       warp exchange) in between,
+   with both threads and the source lines of both accesses.
+
+   LIMITS (what it does not model): timing, occupancy, memory coalescing,
+   bank conflicts, L1/L2, warp divergence inside a warp between exchanges
+   (lanes run one after another), global-memory races between blocks
+   (blocks run in sequence), device exp2f's 2-ulp error (the host's exp2f
+   is used), and any PTX instruction other than those above.            */
+#ifndef KVQ_EMU_H
+#define KVQ_EMU_H
+#define KVQ_EMU 1
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <tuple>
+#include <utility>
+
+/* ---- qualifiers: all of it is host code ---------------------------------- */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __align__(n) alignas(n)
+
+/* ---- vector and index types ---------------------------------------------- */
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float2 make_float2(float x, float y) { float2 r = { x, y }; return r; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { uint2 r = { x, y }; return r; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { uint4 r = { x, y, z, w }; return r; }
+
+/* ---- the runtime API subset ---------------------------------------------- */
+enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInvalidDeviceFunction = 98,
+    cudaErrorNoDevice = 100,
+    cudaErrorLaunchFailure = 719
+};
+typedef enum cudaError cudaError_t;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4
+};
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+typedef struct kvq_emu_stream_t *cudaStream_t;
+typedef struct kvq_emu_event_t *cudaEvent_t;
+struct cudaDeviceProp {
+    char   name[256];
+    int    major, minor, multiProcessorCount, warpSize, maxThreadsPerBlock;
+    int    clockRate, memoryClockRate, memoryBusWidth, l2CacheSize;
+    size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin;
+};
+
+cudaError_t cudaMalloc(void **p, size_t bytes);
+template <class T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = 0);
+cudaError_t cudaMemset(void *p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream = 0);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetDevice(int *dev);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev);
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev);
+cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int value);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+/* ---- fp16 ----------------------------------------------------------------- */
+struct alignas(2) __half { unsigned short x; };
+struct alignas(4) __half2 { __half x, y; };
+namespace kvq_emu {
+unsigned short f64_to_f16(double x);           /* round to nearest even      */
+double f16_to_f64(unsigned short h);            /* exact                      */
+unsigned short f16_fma(unsigned short a, unsigned short b, unsigned short c);  /* one rounding */
+}
+static inline __half __ushort_as_half(unsigned short u) { __half h; h.x = u; return h; }
+static inline unsigned short __half_as_ushort(__half h) { return h.x; }
+static inline __half __float2half_rn(float f) { return __ushort_as_half(kvq_emu::f64_to_f16(f)); }
+static inline __half __float2half(float f) { return __float2half_rn(f); }
+static inline float __half2float(__half h) { return (float)kvq_emu::f16_to_f64(h.x); }
+static inline __half2 __halves2half2(__half lo, __half hi) { __half2 r; r.x = lo; r.y = hi; return r; }
+static inline __half2 __float2half2_rn(float f) { return __halves2half2(__float2half_rn(f), __float2half_rn(f)); }
+static inline float2 __half22float2(__half2 h) { return make_float2(__half2float(h.x), __half2float(h.y)); }
+static inline __half __low2half(__half2 h) { return h.x; }
+static inline __half __high2half(__half2 h) { return h.y; }
+static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c)
+{
+    __half2 r;
+    r.x.x = kvq_emu::f16_fma(a.x.x, b.x.x, c.x.x);
+    r.y.x = kvq_emu::f16_fma(a.y.x, b.y.x, c.y.x);
+    return r;
+}
+
+/* ---- bit casts, loads, atomics ---------------------------------------------- */
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+template <class T> static inline T __ldg(const T *p) { return *p; }
+template <class T> static inline T __ldcs(const T *p) { return *p; }
+template <class T> static inline T __ldcg(const T *p) { return *p; }
+template <class T> static inline void __stcs(T *p, T v) { *p = v; }
+/* Blocks and threads never run at the same time: a read-modify-write is
+   atomic by construction.                                                 */
+static inline int atomicCAS(int *p, int cmp, int val) { const int old = *p; if (old == cmp) *p = val; return old; }
+static inline unsigned atomicCAS(unsigned *p, unsigned cmp, unsigned val) { const unsigned old = *p; if (old == cmp) *p = val; return old; }
+static inline int atomicAdd(int *p, int v) { const int old = *p; *p = old + v; return old; }
+static inline unsigned atomicAdd(unsigned *p, unsigned v) { const unsigned old = *p; *p = old + v; return old; }
+static inline float atomicAdd(float *p, float v) { const float old = *p; *p = old + v; return old; }
+static inline int atomicMax(int *p, int v) { const int old = *p; if (v > old) *p = v; return old; }
+static inline int atomicExch(int *p, int v) { const int old = *p; *p = v; return old; }
+
+/* ---- the running thread's built-in variables -------------------------------- */
+struct kvq_emu_ids_t { uint3 thread_idx, block_idx; dim3 block_dim, grid_dim; };
+extern kvq_emu_ids_t kvq_emu_ids;       /* set by the scheduler at each switch */
+#define threadIdx (kvq_emu_ids.thread_idx)
+#define blockIdx (kvq_emu_ids.block_idx)
+#define blockDim (kvq_emu_ids.block_dim)
+#define gridDim (kvq_emu_ids.grid_dim)
+static constexpr int warpSize = 32;
+
+/* ---- exchanges: each call carries its site --------------------------------- */
+namespace kvq_emu {
+void syncthreads(const char *file, int line);
+void syncwarp(const char *file, int line, unsigned mask);
+uint64_t shfl(const char *file, int line, unsigned mask, uint64_t value, int lane_arg,
+              int width, int xor_mode);
+void mma_m16n8k16(const char *file, int line, float (&c)[4], const uint32_t *a, uint32_t b0,
+                  uint32_t b1);
+void cp_async(const char *file, int line, void *smem, const void *gmem, int bytes);
+void cp_async_commit(void);
+void cp_async_wait(const char *file, int line, int newest_left);
+void *shared_static(const void *tag, size_t bytes, size_t align, const char *name,
+                    const char *file, int line);
+void *shared_dynamic(const char *name, const char *file, int line);
+
+struct site {                           /* __syncthreads() -> site(...).syncthreads() */
+    const char *file;
+    int line;
+    void syncthreads() const { kvq_emu::syncthreads(file, line); }
+    void syncwarp(unsigned mask = 0xffffffffu) const { kvq_emu::syncwarp(file, line, mask); }
+    template <class T> T shfl(unsigned mask, T v, int src, int width = 32) const
+    { return exchange(mask, v, src, width, 0); }
+    template <class T> T shfl_xor(unsigned mask, T v, int lane_mask, int width = 32) const
+    { return exchange(mask, v, lane_mask, width, 1); }
+    template <class T> T exchange(unsigned mask, T v, int arg, int width, int xor_mode) const
+    {
+        static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+        uint64_t bits = 0;
+        memcpy(&bits, &v, sizeof v);
+        bits = kvq_emu::shfl(file, line, mask, bits, arg, width, xor_mode);
+        memcpy(&v, &bits, sizeof v);
+        return v;
+    }
+};
+
+/* ---- launches ---------------------------------------------------------------- */
+struct launch_desc {
+    const char *name, *file;
+    int line;
+    dim3 grid, block;
+    size_t dyn_smem;
+    const void *fn;
+    void *ctx;                           /* the kernel and its arguments        */
+    void (*run_thread)(void *ctx);       /* calls the kernel once, in a fiber   */
+};
+void launch(const launch_desc &d);
+
+template <class... P>
+struct launcher {
+    void (*fn)(P...);
+    const char *name, *file;
+    int line;
+    dim3 grid, block;
+    size_t smem;
+    /* The arguments are converted to the kernel's parameter types once, as
+       a launch copies them into parameter space; each thread then gets its
+       own copy (the kernel takes them by value).                          */
+    template <class... A> void operator()(A &&... a) const
+    {
+        struct ctx_t { void (*fn)(P...); std::tuple<P...> args; };
+        ctx_t ctx{ fn, std::tuple<P...>(std::forward<A>(a)...) };
+        launch_desc d;
+        d.name = name; d.file = file; d.line = line; d.grid = grid; d.block = block;
+        d.dyn_smem = smem; d.fn = (const void *)fn; d.ctx = &ctx;
+        d.run_thread = [](void *c) { ctx_t *x = (ctx_t *)c; std::apply(x->fn, x->args); };
+        launch(d);
+    }
+};
+template <class... P>
+static inline launcher<P...> make_launcher(void (*fn)(P...), const char *name, const char *file,
+                                           int line, dim3 grid, dim3 block, size_t smem,
+                                           cudaStream_t)
+{
+    return launcher<P...>{ fn, name, file, line, grid, block, smem };
+}
+
+/* The MMA accumulation model (kvq_emu.cpp; KVQ_EMU_MMA, KVQ_EMU_SUBNORMAL
+   give the defaults). Tests may switch it between launches.            */
+enum mma_model { MMA_EXACT = 0, MMA_TRUNC = 1 };
+void set_mma_model(mma_model model, bool keep_subnormals);
+/* One mma.m16n8k16 on whole matrices (row-major A 16x16, B 16x8, C/D
+   16x8; fp16 as raw bits): the arithmetic the warp exchange performs,
+   exposed for the emulator's own tests.                                  */
+void mma_reference(const unsigned short *A, const unsigned short *B, const float *C, float *D);
+}   /* namespace kvq_emu */
+
+#define __syncthreads kvq_emu::site{ __FILE__, __LINE__ }.syncthreads
+#define __syncwarp kvq_emu::site{ __FILE__, __LINE__ }.syncwarp
+#define __shfl_sync kvq_emu::site{ __FILE__, __LINE__ }.shfl
+#define __shfl_xor_sync kvq_emu::site{ __FILE__, __LINE__ }.shfl_xor
+
+/* The hooks kvq_cuda.cu leaves for an emulator (each is the plain CUDA form
+   when not defined): a launch, a static and a dynamic shared array.       */
+#define KVQ_CUDA_LAUNCH(fn, grid, block, smem, stream) \
+    kvq_emu::make_launcher(fn, #fn, __FILE__, __LINE__, grid, block, smem, stream)
+#define KVQ_CUDA_SHARED(T, name, dims)                                            \
+    static char kvq_emu_tag_##name;                                               \
+    typedef T kvq_emu_type_##name dims;                                           \
+    kvq_emu_type_##name &name = *reinterpret_cast<kvq_emu_type_##name *>(         \
+        kvq_emu::shared_static(&kvq_emu_tag_##name, sizeof(kvq_emu_type_##name),  \
+                               alignof(kvq_emu_type_##name), #name, __FILE__, __LINE__))
+#define KVQ_CUDA_SHARED_DYNAMIC(T, name) \
+    T *const name = reinterpret_cast<T *>(kvq_emu::shared_dynamic(#name, __FILE__, __LINE__))
+
+#endif /* KVQ_EMU_H */
