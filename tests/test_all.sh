@@ -12,13 +12,13 @@ unit=$1 san=$2 replay=$3 vg=$4
 totals=$(mktemp); trap 'rm -f "$totals"' EXIT
 pass() { printf '\n=== pass %s\n' "$*"; }
 
-pass "1/4: unit tests (-O2)"
+pass "1/5: unit tests (-O2)"
 TOTALS=$totals tests/run.sh $unit
 
-pass "2/4: the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (QUICK sizes)"
+pass "2/5: the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (QUICK sizes)"
 TOTALS=$totals tests/run.sh $san
 
-pass "3/4: fuzz/corpus replayed through every fuzz target (gcc, ASan + UBSan)"
+pass "3/5: fuzz/corpus replayed through every fuzz target (gcc, ASan + UBSan)"
 for f in $replay; do
     out=$("$f" "fuzz/corpus/${f##*/}" 2>&1); rc=$?
     printf '%s\n' "$out" | tail -n 5
@@ -29,13 +29,16 @@ for f in $replay; do
     echo "$p $n" >> "$totals"
 done
 
-pass "4/4: valgrind memcheck over the QUICK builds (no sanitizer)"
+pass "4/5: valgrind memcheck over the QUICK builds (no sanitizer)"
 if command -v valgrind >/dev/null 2>&1; then
     VALGRIND="${VALGRIND_CMD:-valgrind --quiet --error-exitcode=99 --leak-check=full}" \
         TOTALS=$totals tests/run.sh $vg
 else
     echo "valgrind not found: pass skipped (apt-get install valgrind)"
 fi
+
+pass "5/5: kvq_cuda.cu's own kernels on the CPU emulator (make test-cuda-emu)"
+TOTALS=$totals sh tests/emu/run.sh
 
 read -r P F <<<"$(awk '{ p += $1; f += $2 } END { print p + 0, f + 0 }' "$totals")"
 printf '\n=== make test: compile checks and check-docs passed before the passes above\n'

@@ -1239,13 +1239,17 @@ static void test_fragment_replay(void)
 int main(int argc, char **argv)
 {
     const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
-    if (argc > 1 && !host_only) {
-        printf("usage: test_gpu [--host]   (--host: the CPU-side checks only, no GPU needed)\n");
+    const bool kernels_only = argc == 2 && !strcmp(argv[1], "--kernels");
+    if (argc > 1 && !host_only && !kernels_only) {
+        printf("usage: test_gpu [--host | --kernels]   (--host: the CPU-side checks only, no GPU\n"
+               "       needed; --kernels: the kernel checks only)\n");
         return 2;
     }
-    printf("test_gpu: host checks\n");
-    test_host_walk();
-    test_fragment_replay();
+    if (!kernels_only) {
+        printf("test_gpu: host checks\n");
+        test_host_walk();
+        test_fragment_replay();
+    }
     if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {

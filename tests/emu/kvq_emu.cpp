@@ -66,6 +66,7 @@ unsigned short f64_to_f16(double x)
     const unsigned short sign = signbit(x) ? 0x8000 : 0;
     const double a = fabs(x);
     if (a != a) return 0x7fff;                       /* NaN: CUDA's canonical */
+    if (a == INFINITY) return sign | 0x7c00;
     if (a < 6.103515625e-05) return sign | (unsigned short)rint(ldexp(a, 24));
     int e;
     frexp(a, &e);                                    /* a in [2^(e-1), 2^e)   */
@@ -79,7 +80,7 @@ double f16_to_f64(unsigned short h)
 {
     const int e = (h >> 10) & 31, m = h & 1023;
     const double s = (h & 0x8000) ? -1.0 : 1.0;
-    if (e == 31) return m ? NAN : s * INFINITY;
+    if (e == 31) return m ? copysign(NAN, s) : s * INFINITY;
     if (e == 0) return s * ldexp((double)m, -24);
     return s * ldexp((double)(m + 1024), e - 25);
 }
@@ -230,12 +231,23 @@ static const char *base_name(const char *path)
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
 }
+static std::string symbolize(const void *pc);
+/* The kernel's name: the launch's text, or, when that is a variable (a
+   kernel chosen through a function pointer), the symbol at its address.  */
+static std::string kernel_name(const launch_desc &d)
+{
+    if (strchr(d.name, '_') || strchr(d.name, '<')) return d.name;
+    std::string s = symbolize((const char *)d.fn + 1);
+    const size_t open = s.find(" (");
+    if (open != std::string::npos && s.size() > open + 3) s = s.substr(open + 2, s.size() - open - 3);
+    return s;
+}
 static std::string where(const thread_t &t)
 {
-    char b[160];
+    char b[400];
     snprintf(b, sizeof b, "thread %u (warp %u lane %u) of block (%u,%u,%u) of %s", t.tid,
              t.warp, t.lane, g_block->idx.x, g_block->idx.y, g_block->idx.z,
-             g_block->launch->name);
+             kernel_name(*g_block->launch).c_str());
     return b;
 }
 static std::string site_of(const thread_t &t)
@@ -339,7 +351,7 @@ static void deadlock(void)
 {
     std::vector<thread_t> &T = *g_block->threads;
     fprintf(stderr, "kvq_emu: no thread of block (%u,%u,%u) of %s can run:\n", g_block->idx.x,
-            g_block->idx.y, g_block->idx.z, g_block->launch->name);
+            g_block->idx.y, g_block->idx.z, kernel_name(*g_block->launch).c_str());
     /* one line per run of consecutive threads in the same place          */
     for (unsigned i = 0; i < g_block->n_threads;) {
         unsigned j = i + 1;
@@ -472,8 +484,11 @@ static void complete_warp(thread_t *T, unsigned mask, int kind)
             if (!(mask >> l & 1)) continue;
             thread_t &t = T[l];
             const int w = t.width, seg = l & ~(w - 1);
+            /* CUDA: within groups of `width` lanes; an xor that lands in a
+               later group returns the lane's own value, an earlier one is
+               read                                                        */
             int src = t.xor_mode ? (l ^ t.arg) : seg + (t.arg & (w - 1));
-            if (t.xor_mode && (src < seg || src >= seg + w)) src = l;   /* outside: own value */
+            if (t.xor_mode && src >= seg + w) src = l;
             if (!(mask >> src & 1))
                 fail("%s reads lane %d in a shuffle at %s:%d, which its mask 0x%08x leaves out",
                      where(t).c_str(), src, base_name(t.file), t.line, mask);
@@ -798,7 +813,7 @@ static std::string symbolize(const void *pc)
         snprintf(b, sizeof b, "pc %p", pc);
         return b;
     }
-    if (fn.size() > 60) fn = fn.substr(0, 57) + "...";
+    if (fn.size() > 90) fn = fn.substr(0, 87) + "...";
     return std::string(base_name(at.c_str())) + " (" + fn + ")";
 }
 
@@ -895,7 +910,7 @@ extern "C" void __tsan_write_range(void *p, unsigned long n)
     kvq_emu::g_race_on = true;
     kvq_emu::race_check(p, n, 1, __builtin_return_address(0));
 }
-extern "C" void __tsan_init(void) {}
+extern "C" void __tsan_init(void) { kvq_emu::g_race_on = true; }   /* an instrumented TU's constructor */
 extern "C" void __tsan_func_entry(void *) {}
 extern "C" void __tsan_func_exit(void) {}
 extern "C" void __tsan_vptr_update(void **, void *) {}
@@ -904,6 +919,7 @@ extern "C" void __tsan_ignore_thread_begin(void) {}
 extern "C" void __tsan_ignore_thread_end(void) {}
 
 namespace kvq_emu {
+bool race_checking(void) { return g_race_on; }
 
 /* ======================================================================== */
 /* 7. launches and the host API                                             */

@@ -107,6 +107,7 @@ struct alignas(16) float4 { float x, y, z, w; };
 static inline float2 make_float2(float x, float y) { float2 r = { x, y }; return r; }
 static inline uint2 make_uint2(unsigned x, unsigned y) { uint2 r = { x, y }; return r; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { uint4 r = { x, y, z, w }; return r; }
+static inline float4 make_float4(float x, float y, float z, float w) { float4 r = { x, y, z, w }; return r; }
 
 /* ---- the runtime API subset ---------------------------------------------- */
 enum cudaError {
@@ -298,6 +299,9 @@ void set_mma_model(mma_model model, bool keep_subnormals);
    16x8; fp16 as raw bits): the arithmetic the warp exchange performs,
    exposed for the emulator's own tests.                                  */
 void mma_reference(const unsigned short *A, const unsigned short *B, const float *C, float *D);
+/* True when some translation unit was built with -fsanitize=thread (the
+   race check is on).                                                    */
+bool race_checking(void);
 }   /* namespace kvq_emu */
 
 #define __syncthreads kvq_emu::site{ __FILE__, __LINE__ }.syncthreads

@@ -1,0 +1,103 @@
+#!/usr/bin/env sh
+# tests/emu/mutants.sh - planted bugs in kvq_cuda.cu that the emulator must
+# catch. Each mutant is kvq_cuda.cu with one exact text replaced (the text
+# must occur exactly once, so a mutant cannot silently stop applying), built
+# into build/emu-mut/NAME/ with the build named, and run on test_gpu in
+# quick mode. It passes when the run FAILS and its output names the
+# expected symptom (a failed CHECK, or the emulator's or ASan's report).
+# Prints "emu mutants: N passed, M failed".
+set -u
+B=${B:-build}
+CXX=${EMU_CXX:-g++}
+FLAGS=${EMU_FLAGS:--std=c++17 -g -Wno-unknown-pragmas -fno-strict-aliasing -Itests/emu -I. -Itests}
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+mkdir -p "$B/emu-mut"
+names=""
+
+# mutant NAME BUILD EXPECT OLD NEW: starts one mutant in the background; its
+# report goes to build/emu-mut/NAME.out and its verdict (1 caught, 0 not)
+# to NAME.ok
+#   BUILD: plain (-O1), asan (ASan + UBSan) or race (-fsanitize=thread hooks)
+#   EXPECT: an extended regex the failing run's output must match
+mutant() {
+    names="$names $1"
+    ( pass=0; fail=0; mutant_job "$@"; echo "$pass" > "$B/emu-mut/$1.ok" ) > "$B/emu-mut/$1.out" 2>&1 &
+}
+mutant_job() {
+    name=$1 build=$2 expect=$3 old=$4 new=$5
+    dir=$B/emu-mut/$name
+    mkdir -p "$dir"
+    if ! OLD=$old NEW=$new python3 - kvq_cuda.cu "$dir/kvq_cuda.cu" <<'EOF'
+import os, sys
+src = open(sys.argv[1]).read()
+old, new = os.environ["OLD"], os.environ["NEW"]
+n = src.count(old)
+if n != 1:
+    sys.exit("the text to replace occurs %d times (must be once): %r" % (n, old))
+open(sys.argv[2], "w").write(src.replace(old, new))
+EOF
+    then echo "FAIL mutant $name: does not apply"; fail=$((fail + 1)); return; fi
+    case $build in
+        asan) bf="-O1 $SAN"; lf="$SAN"; tu="" ;;
+        race) bf="-O1"; lf=""; tu="-fsanitize=thread" ;;
+        *)    bf="-O1"; lf=""; tu="" ;;
+    esac
+    # the mutant's kernels, linked with the unmutated test and runtime of
+    # the same build (test_gpu.cu declares kvq_cuda.cu's API only)
+    ref=$B/emu-$build; [ "$build" = plain ] && ref=$B/emu
+    if ! $CXX $FLAGS $bf $tu -x c++ -c "$dir/kvq_cuda.cu" -o "$dir/kvq_cuda.o" 2>"$dir/build.log" ||
+       ! $CXX $lf -o "$dir/test_gpu" "$ref/test_gpu.o" "$dir/kvq_cuda.o" "$ref/kvq_emu.o" -lm 2>>"$dir/build.log"; then
+        echo "FAIL mutant $name: does not build"; tail -n 5 "$dir/build.log"; fail=$((fail + 1)); return
+    fi
+    KVQ_TEST_QUICK=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
+    if [ "$rc" -eq 0 ]; then
+        echo "FAIL mutant $name ($build): test_gpu passed with the bug planted"; fail=$((fail + 1))
+    elif ! grep -Eq "$expect" "$dir/run.log"; then
+        echo "FAIL mutant $name ($build): failed (exit $rc), but not with /$expect/:"
+        grep -E 'FAIL|kvq_emu|ERROR' "$dir/run.log" | head -n 3; fail=$((fail + 1))
+    else
+        printf 'caught  %-26s %-6s %s\n' "$name" "$build" \
+            "$(grep -Em1 "$expect" "$dir/run.log" | cut -c1-150)"
+        pass=$((pass + 1))
+    fi
+}
+
+# 1. an index off by one: each lane reads its neighbour's key word
+mutant index-off-by-one plain 'rows over tolerance' \
+    'x[c] = kw[(c0 + c) * 32 + lane];' \
+    'x[c] = kw[(c0 + c) * 32 + (lane + 1) % 32];'
+# 2. the barrier between writing the queries to shared memory and reading them
+mutant no-syncthreads race 'no thread of the block has written|race on shared' \
+    '    __syncthreads();
+    float qf[NH][CPL];' \
+    '    float qf[NH][CPL];'
+# 3. the staged tile read before its cp.async has landed
+mutant no-cp-async-wait race 'still in flight' \
+    '                kvq_dev_cp_wait<1>();          /* this item has landed      */' \
+    ''
+# 4. a shuffle that reads the wrong lane in the warp sum
+mutant wrong-shuffle-lane plain 'rows over tolerance' \
+    'for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);' \
+    'for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m ^ 1);'
+# 5. the launch asks for 16 bytes less dynamic shared memory than it stages
+mutant dynamic-smem-overrun asan 'outside the block.s shared memory|heap-buffer-overflow' \
+    'KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)' \
+    'KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes - 16, stream)'
+# 6. the last query element is never written to shared memory
+mutant uninitialized-shared plain 'rows over tolerance' \
+    'for (int i = threadIdx.x; i < NH * D; i += blockDim.x) {' \
+    'for (int i = threadIdx.x; i < NH * D - 1; i += blockDim.x) {'
+# 7. every thread, not one, clears the flag: a write-write race that the
+#    thread order alone never shows (all write the same 0)
+mutant shared-race race 'race on shared memory .q_bad' \
+    '    if (threadIdx.x == 0) q_bad = 0;' \
+    '    q_bad = 0;'
+
+wait
+pass=0; fail=0
+for n in $names; do
+    cat "$B/emu-mut/$n.out"
+    if [ "$(cat "$B/emu-mut/$n.ok" 2>/dev/null)" = 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+done
+echo "emu mutants: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

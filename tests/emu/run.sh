@@ -1,0 +1,70 @@
+#!/usr/bin/env sh
+# tests/emu/run.sh - make test-cuda-emu: kvq_cuda.cu's kernels on the CPU.
+# Every run prints "NAME: N passed, M failed"; the last line is the total,
+# and the exit status is non-zero if anything failed. TOTALS (optional): a
+# file to which "N M" is appended, for tests/test_all.sh.
+set -u
+B=${B:-build}
+pass=0; fail=0
+
+# run LABEL ENV... -- BINARY: one binary under the environment given
+run() {
+    label=$1; shift
+    envs=""
+    while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
+    shift
+    echo "--- $label"
+    out=$(env $envs "$@" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -v '^  ' | tail -n 25
+    line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    p=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/p')
+    f=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/p')
+    p=${p:-0}; f=${f:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "$label: exit $rc"; f=1; fi
+    pass=$((pass + p)); fail=$((fail + f))
+}
+
+t0=$(date +%s)
+run "the emulator's own checks (gcc -O2)" -- "$B/emu/test_emu"
+run "the emulator's own checks, race build" -- "$B/emu-race/test_emu"
+run "the emulator's own checks, ASan + UBSan" -- "$B/emu-asan/test_emu"
+run "test_gpu on the emulator: gcc -O2, every case" -- "$B/emu/test_gpu"
+# the other builds run the kernel checks only (the host checks above do not
+# depend on the build), in quick sizes
+if [ -x "$B/emu-clang/test_gpu" ]; then
+    run "test_gpu on the emulator: clang -O2 (quick)" KVQ_TEST_QUICK=1 -- "$B/emu-clang/test_gpu" --kernels
+else
+    echo "--- clang++ not found: the clang build is skipped (apt-get install clang)"
+fi
+# the tensor-core key step (bench/mma_probe.cu, kvq_cuda.cu Sec. 7) in each
+# accumulation model: every shape must validate; the subnormal decode is
+# exact only while fp16 subnormal inputs are kept
+probe() {   # probe LABEL WANT ENV...: mma_probe --validate must exit 0 and print WANT
+    label=$1 want=$2; shift 2
+    echo "--- $label"
+    out=$(env "$@" "$B/emu/mma_probe" --validate 2>&1); rc=$?
+    printf '%s\n' "$out" | tail -n 2
+    if [ "$rc" -eq 0 ] && printf '%s\n' "$out" | grep -q "$want"; then pass=$((pass + 1))
+    else echo "$label: exit $rc, or no \"$want\""; fail=$((fail + 1)); fi
+}
+probe "mma_probe --validate: exact MMA, subnormals kept" "subnormal decode: exact" KVQ_EMU_MMA=exact
+probe "mma_probe --validate: truncating MMA" "subnormal decode: exact" KVQ_EMU_MMA=trunc
+probe "mma_probe --validate: subnormal inputs flushed" "subnormal decode: NOT exact" KVQ_EMU_SUBNORMAL=flush
+run "test_gpu: ASan + UBSan (quick)" KVQ_TEST_QUICK=1 -- "$B/emu-asan/test_gpu" --kernels
+run "test_gpu: shared-memory race check, thread order (quick)" \
+    KVQ_TEST_QUICK=1 -- "$B/emu-race/test_gpu" --kernels
+run "test_gpu: race check, random thread and block order, seed 1 (quick)" \
+    KVQ_TEST_QUICK=1 KVQ_EMU_SEED=1 -- "$B/emu-race/test_gpu" --kernels
+echo "--- planted mutations of kvq_cuda.cu, each of which must fail"
+out=$(B=$B sh tests/emu/mutants.sh 2>&1); rc=$?
+printf '%s\n' "$out"
+line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+p=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/p')
+f=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/p')
+p=${p:-0}; f=${f:-0}
+if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+pass=$((pass + p)); fail=$((fail + f))
+
+echo "test-cuda-emu: $pass passed, $fail failed ($(( $(date +%s) - t0 )) s)"
+[ -n "${TOTALS:-}" ] && echo "$pass $fail" >> "$TOTALS"
+[ "$fail" -eq 0 ]

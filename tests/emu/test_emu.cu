@@ -1,0 +1,449 @@
+/* tests/emu/test_emu.cu - the emulator's own checks (make test-cuda-emu).
+
+   The emulator is trusted by every kernel test that runs on it, so its
+   semantics are tested first, each against an independent expectation:
+     fp16      conversions against kvq.h's (two implementations written
+               apart), and the fused multiply-add against an exact sum in
+               128-bit floats with the nearest fp16 chosen by search
+     shuffles  every lane's value against the CUDA formula (xor and
+               indexed, widths 8, 16, 32)
+     barriers  data written before __syncthreads read after it; shared
+               memory poisoned (0xFF) before a block starts
+     cp.async  the destination reads 0xFF until the wait that covers its
+               group, and the source's bytes after
+     mma.sync  m16n8k16 through kvq_cuda.cu's fragment maps against a
+               128-bit brute-force product: exact model within one
+               rounding; truncating model below the exact value for
+               positive data and within its stated bound; subnormal inputs
+               kept or flushed
+     reports   each misuse in a child process, which must stop with the
+               emulator's status (86) and name the problem: divergent
+               shuffles and barriers, an exited lane in a shuffle, a
+               cp.async never waited for or aimed at global memory, and in
+               the race build a race, an uninitialized read and a read of
+               bytes still in flight
+     the host  bad launch shapes and dynamic shared memory over the limit
+     API       return errors; cudaMemcpy/cudaMemset/cudaFree refuse
+               pointers on the wrong side or past their allocation     */
+#define KVQ_IMPLEMENTATION
+#include "kvq.h"
+#define KVQ_CUDA_DECLARE_ONLY
+#include "kvq_cuda.cu"
+#include "test.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+#include <string>
+
+static uint64_t rng_state = 0x656d75ull;          /* splitmix64 */
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+#define CU(call) CHECK((call) == cudaSuccess, "%s failed", #call)
+
+/* ======================================================================== */
+/* fp16                                                                     */
+/* ======================================================================== */
+static bool same_f16(kvq_f16 a, kvq_f16 b)
+{
+    const bool na = (a & 0x7c00) == 0x7c00 && (a & 0x3ff), nb = (b & 0x7c00) == 0x7c00 && (b & 0x3ff);
+    return na || nb ? na && nb : a == b;
+}
+static void test_fp16(void)
+{
+    long bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {          /* every half to float */
+        const float a = (float)kvq_emu::f16_to_f64((unsigned short)h), b = kvq_f16_to_f32((kvq_f16)h);
+        if (a != a || b != b) bad += !(a != a && b != b);          /* NaN: any sign */
+        else bad += a != b || signbit(a) != signbit(b);
+    }
+    CHECK(bad == 0, "f16 -> f32: %ld of 65536 halves differ from kvq.h", bad);
+    /* float -> half: every half, the midpoints between neighbours (ties),
+       one float either side of them, and random bit patterns             */
+    bad = 0;
+    long n = 0;
+    for (uint32_t h = 0; h < 0x7c00; h++)
+        for (int sgn = 0; sgn < 2; sgn++) {
+            const double a = kvq_emu::f16_to_f64((unsigned short)h), b = kvq_emu::f16_to_f64((unsigned short)(h + 1));
+            const float mid = (float)((a + b) / 2), xs[] = { (float)a, mid, nextafterf(mid, 0.0f), nextafterf(mid, 1e9f) };
+            for (float x : xs) {
+                x = sgn ? -x : x;
+                bad += !same_f16(kvq_emu::f64_to_f16(x), kvq_f32_to_f16(x));
+                n++;
+            }
+        }
+    for (int i = 0; i < 2000000; i++) {
+        const uint32_t u = (uint32_t)rng_u64();
+        float x;
+        memcpy(&x, &u, 4);
+        bad += !same_f16(kvq_emu::f64_to_f16(x), kvq_f32_to_f16(x));
+        n++;
+    }
+    CHECK(bad == 0, "f32 -> f16: %ld of %ld floats differ from kvq.h", bad, n);
+    CHECK(kvq_emu::f64_to_f16(65519.99f) == 0x7bff && kvq_emu::f64_to_f16(65520.0f) == 0x7c00 &&
+          kvq_emu::f64_to_f16(-65520.0f) == 0xfc00, "overflow to Inf at 65520");
+#if defined(__SIZEOF_FLOAT128__)
+    /* a b + c: the exact sum in binary128 (p has 22 bits, the span of
+       exponents is < 90 bits), then the nearest fp16 by search            */
+    bad = 0;
+    for (int i = 0; i < 300000; i++) {
+        unsigned short h[3];
+        for (int k = 0; k < 3; k++)
+            do h[k] = (unsigned short)rng_u64(); while ((h[k] & 0x7c00) == 0x7c00);
+        if (i % 3 == 0) h[1] = (unsigned short)(h[1] & 0x83ff);           /* subnormals */
+        const __float128 s = (__float128)kvq_emu::f16_to_f64(h[0]) * (__float128)kvq_emu::f16_to_f64(h[1]) +
+                             (__float128)kvq_emu::f16_to_f64(h[2]);
+        if ((double)(s < 0 ? -s : s) >= 65504.0) continue;    /* near overflow: skip */
+        /* candidates: the double-rounded fp16 and its neighbours (in value
+           order, across zero); the nearest wins, ties to the even code    */
+        const int h0 = kvq_emu::f64_to_f16((double)s);
+        const int v0 = (h0 & 0x8000) ? -(h0 & 0x7fff) : h0;          /* a signed ordinal */
+        unsigned short best = 0;
+        __float128 best_d = -1;
+        for (int v = v0 - 2; v <= v0 + 2; v++) {
+            const unsigned short c = (unsigned short)(v < 0 ? (0x8000 | -v) : v);
+            if ((c & 0x7fff) >= 0x7c00) continue;
+            const __float128 d0 = (__float128)kvq_emu::f16_to_f64(c) - s, d = d0 < 0 ? -d0 : d0;
+            if (best_d < 0 || d < best_d || (d == best_d && !(c & 1))) { best = c; best_d = d; }
+        }
+        const unsigned short got = kvq_emu::f16_fma(h[0], h[1], h[2]);
+        bad += got != best && !((got & 0x7fff) == 0 && (best & 0x7fff) == 0);   /* +-0 */
+    }
+    CHECK(bad == 0, "fp16 fma: %ld of 300000 differ from the nearest fp16 of the exact sum", bad);
+#endif
+}
+
+/* ======================================================================== */
+/* shuffles, barriers, shared memory, cp.async                              */
+/* ======================================================================== */
+__global__ void k_shuffles(int *out /* (64 threads, 34) */)
+{
+    const int t = threadIdx.x, lane = t % 32, v = 1000 * (t / 32) + 7 * lane + 3;
+    int *o = out + t * 34;
+    for (int k = 0; k < 5; k++) o[k] = __shfl_xor_sync(0xffffffffu, v, 1 << k);
+    o[5] = __shfl_sync(0xffffffffu, v, (lane * 5 + 1) % 32);
+    o[6] = __shfl_sync(0xffffffffu, v, 3, 8);             /* lane 3 of its 8   */
+    o[7] = __shfl_xor_sync(0xffffffffu, v, 16, 16);       /* later group: own */
+    o[8] = __shfl_xor_sync(0xffffffffu, v, 4, 16);
+    const float f = __shfl_sync(0xffffffffu, 0.5f * (float)v, 31);
+    memcpy(&o[9], &f, 4);
+}
+
+__global__ void k_barrier(int *out, int *poison /* NULL: no read of unwritten memory */)
+{
+    KVQ_CUDA_SHARED(int, buf, [256]);
+    KVQ_CUDA_SHARED(int, untouched, [4]);
+    const int t = threadIdx.x;
+    buf[t] = 3 * t + 1;
+    __syncthreads();
+    out[t] = buf[255 - t];
+    if (t == 0 && poison) *poison = untouched[2];
+}
+
+__global__ void k_cp_async(const int *src /* 8 ints */, int *out /* 24 ints */, bool early)
+{
+    KVQ_CUDA_SHARED_DYNAMIC(int, st);
+    if (threadIdx.x != 0) return;
+    kvq_emu::cp_async(__FILE__, __LINE__, st, src, 16);
+    kvq_emu::cp_async_commit();
+    kvq_emu::cp_async(__FILE__, __LINE__, st + 4, src + 4, 16);
+    kvq_emu::cp_async_commit();
+    if (early)
+        for (int i = 0; i < 8; i++) out[i] = st[i];      /* both in flight    */
+    kvq_emu::cp_async_wait(__FILE__, __LINE__, 1);       /* the first lands   */
+    if (early)
+        for (int i = 0; i < 8; i++) out[8 + i] = st[i];
+    kvq_emu::cp_async_wait(__FILE__, __LINE__, 0);
+    for (int i = 0; i < 8; i++) out[16 + i] = st[i];
+}
+
+static void test_exchanges(void)
+{
+    int *d;
+    std::vector<int> h(64 * 34);
+    CU(cudaMalloc(&d, h.size() * 4));
+    KVQ_CUDA_LAUNCH(k_shuffles, 1, 64, 0, 0)(d);
+    CU(cudaGetLastError());
+    CU(cudaMemcpy(h.data(), d, h.size() * 4, cudaMemcpyDeviceToHost));
+    long bad = 0;
+    for (int t = 0; t < 64; t++) {
+        const int lane = t % 32, base = 1000 * (t / 32);
+        auto val = [&](int l) { return base + 7 * l + 3; };
+        const int *o = &h[t * 34];
+        for (int k = 0; k < 5; k++) bad += o[k] != val(lane ^ (1 << k));
+        bad += o[5] != val((lane * 5 + 1) % 32);
+        bad += o[6] != val((lane & ~7) + 3);
+        bad += o[7] != val(lane < 16 ? lane : lane - 16);   /* earlier group: read */
+        bad += o[8] != val(lane ^ 4);
+        float f;
+        memcpy(&f, &o[9], 4);
+        bad += f != 0.5f * (float)val(31);
+    }
+    CHECK(bad == 0, "shuffles: %ld values differ from CUDA's definition", bad);
+
+    int *p;
+    CU(cudaMalloc(&p, 4));
+    const bool race = kvq_emu::race_checking();   /* it stops unwritten reads */
+    KVQ_CUDA_LAUNCH(k_barrier, 1, 256, 0, 0)(d, race ? nullptr : p);
+    CU(cudaGetLastError());
+    CU(cudaMemcpy(h.data(), d, 256 * 4, cudaMemcpyDeviceToHost));
+    bad = 0;
+    for (int t = 0; t < 256; t++) bad += h[t] != 3 * (255 - t) + 1;
+    int poison = 0;
+    CU(cudaMemcpy(&poison, p, 4, cudaMemcpyDeviceToHost));
+    CHECK(bad == 0, "barrier: %ld threads read a value not yet written", bad);
+    if (!race) CHECK(poison == -1, "unwritten shared memory reads %08x, not the 0xFF poison", (unsigned)poison);
+
+    int src[8] = { 11, 12, 13, 14, 15, 16, 17, 18 }, *ds;
+    CU(cudaMalloc(&ds, sizeof src));
+    CU(cudaMemcpy(ds, src, sizeof src, cudaMemcpyHostToDevice));
+    CU(cudaMemset(d, 0xFF, 24 * 4));
+    KVQ_CUDA_LAUNCH(k_cp_async, 1, 32, 64, 0)(ds, d, !race);
+    CU(cudaGetLastError());
+    CU(cudaMemcpy(h.data(), d, 24 * 4, cudaMemcpyDeviceToHost));
+    bad = 0;
+    for (int i = 0; i < 8; i++) {
+        if (!race) {                                     /* reads in flight  */
+            bad += h[i] != -1;                           /* both: 0xFF       */
+            bad += h[8 + i] != (i < 4 ? src[i] : -1);    /* group 1 only     */
+        }
+        bad += h[16 + i] != src[i];
+    }
+    CHECK(bad == 0, "cp.async: %ld values landed before their wait or not after it", bad);
+    cudaFree(d); cudaFree(p); cudaFree(ds);
+}
+
+/* ======================================================================== */
+/* mma.sync m16n8k16                                                        */
+/* ======================================================================== */
+/* A (16x16) and B (16x8) fp16 row-major, C/D (16x8) fp32: each lane loads
+   its fragments by kvq_cuda.cu's maps and stores D by the C map.         */
+__global__ void k_mma(const unsigned short *A, const unsigned short *B, const float *C, float *D)
+{
+    const int l = threadIdx.x;
+    uint32_t a[4], b[2];
+    float c[4];
+    for (int r = 0; r < 4; r++)
+        a[r] = A[kvq_mma_a_row(l, 2 * r) * 16 + kvq_mma_a_col(l, 2 * r)] |
+               (uint32_t)A[kvq_mma_a_row(l, 2 * r + 1) * 16 + kvq_mma_a_col(l, 2 * r + 1)] << 16;
+    for (int r = 0; r < 2; r++)
+        b[r] = B[kvq_mma_b_row(l, 2 * r) * 8 + kvq_mma_b_col(l)] |
+               (uint32_t)B[kvq_mma_b_row(l, 2 * r + 1) * 8 + kvq_mma_b_col(l)] << 16;
+    for (int i = 0; i < 4; i++) c[i] = C[kvq_mma_c_row(l, i) * 8 + kvq_mma_c_col(l, i)];
+    kvq_mma_16816(c, a, b[0], b[1]);
+    for (int i = 0; i < 4; i++) D[kvq_mma_c_row(l, i) * 8 + kvq_mma_c_col(l, i)] = c[i];
+}
+
+static unsigned short rand_half(bool positive, bool subnormal)
+{
+    unsigned short h;
+    do {
+        h = (unsigned short)rng_u64();
+        h = (unsigned short)((h & 0x83ff) | ((subnormal ? 0 : 9 + rng_u64() % 13) << 10));
+    } while ((h & 0x7fff) == 0);
+    return positive ? (unsigned short)(h & 0x7fff) : h;
+}
+
+static void test_mma(void)
+{
+    unsigned short *dA, *dB;
+    float *dC, *dD;
+    CU(cudaMalloc(&dA, 256 * 2)); CU(cudaMalloc(&dB, 128 * 2));
+    CU(cudaMalloc(&dC, 128 * 4)); CU(cudaMalloc(&dD, 128 * 4));
+    double worst_exact = 0, worst_trunc = 0;
+    long over = 0, differs = 0, sub_bad = 0, cases = 0;
+    for (int it = 0; it < 120; it++) {
+        const bool positive = it % 2 == 0, subn = it % 5 == 4;
+        unsigned short A[256], B[128];
+        float C[128], D[128];
+        for (auto &x : A) x = rand_half(positive, subn && rng_u64() % 4 == 0);
+        for (auto &x : B) x = rand_half(positive, false);
+        for (auto &x : C) x = positive ? (float)(rng_u64() % 1000) : (float)((int)(rng_u64() % 2000) - 1000);
+        CU(cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dC, C, sizeof C, cudaMemcpyHostToDevice));
+        for (int model = 0; model < 3; model++) {    /* exact, trunc, exact + flush */
+            kvq_emu::set_mma_model(model == 1 ? kvq_emu::MMA_TRUNC : kvq_emu::MMA_EXACT, model != 2);
+            KVQ_CUDA_LAUNCH(k_mma, 1, 32, 0, 0)(dA, dB, dC, dD);
+            CU(cudaMemcpy(D, dD, sizeof D, cudaMemcpyDeviceToHost));
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 8; j++) {
+                    /* M = |C| + sum |products|: no partial sum of any
+                       order exceeds it; errors are in units of 2^-23 M  */
+                    long double s = C[i * 8 + j], M = fabsl((long double)C[i * 8 + j]);
+                    for (int k = 0; k < 16; k++) {
+                        double a = kvq_f16_to_f32(A[i * 16 + k]);
+                        if (model == 2 && (A[i * 16 + k] & 0x7c00) == 0) a = 0;
+                        const long double p = (long double)a * kvq_f16_to_f32(B[k * 8 + j]);
+                        s += p;                          /* exact: < 64 bits span */
+                        M += fabsl(p);
+                    }
+                    const double got = D[i * 8 + j], ref = (double)s;
+                    const double ulp = ldexp((double)M, -23);
+                    cases++;
+                    if (model != 1) {
+                        worst_exact = fmax(worst_exact, fabs(got - ref) / ulp);
+                        if (model == 2 && fabs(got - ref) > ulp) sub_bad++;
+                    } else {
+                        worst_trunc = fmax(worst_trunc, fabs(got - ref) / ulp);
+                        if (positive && got > ref) over++;
+                        differs += got != (double)(float)ref;
+                    }
+                }
+        }
+    }
+    kvq_emu::set_mma_model(kvq_emu::MMA_EXACT, true);
+    /* exact: one rounding of a (double) sum, at most half a unit. trunc:
+       each of 2 blocks cuts 9 terms to a quantum of at most one unit, and
+       its result toward zero, one more: 20 units is the stated bound.    */
+    CHECK(worst_exact <= 1.0, "mma exact model: worst error %.2f units of 2^-23 M", worst_exact);
+    CHECK(worst_trunc <= 20.0, "mma truncating model: worst error %.2f units of 2^-23 M", worst_trunc);
+    CHECK(over == 0, "mma truncating model: %ld sums of positive terms came out above the exact sum", over);
+    CHECK(differs > 0, "mma truncating model: never differed from the exact model (%ld cases)", cases);
+    CHECK(sub_bad == 0, "mma with subnormals flushed: %ld results differ from the sum without them", sub_bad);
+    printf("  mma.m16n8k16: worst error in units of 2^-23 (|C| + sum |a b|): exact model %.2f, "
+           "truncating %.2f (%ld of its results "
+           "differ from exact)\n", worst_exact, worst_trunc, differs);
+    cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dD);
+}
+
+/* ======================================================================== */
+/* reports: each misuse in a child, which must stop with status 86          */
+/* ======================================================================== */
+__global__ void k_divergent_shfl(int *out)
+{
+    const int lane = threadIdx.x % 32;
+    if (lane < 16) out[lane] = __shfl_xor_sync(0xffffffffu, lane, 1);
+    else out[lane] = __shfl_xor_sync(0xffffffffu, lane, 2);
+}
+__global__ void k_split_barrier(int *out)
+{
+    if (threadIdx.x < 64) __syncthreads();
+    else { out[threadIdx.x] = 1; __syncthreads(); }
+}
+__global__ void k_exited_lane(int *out)
+{
+    if (threadIdx.x == 3) return;
+    out[threadIdx.x] = __shfl_sync(0xffffffffu, (int)threadIdx.x, 0);
+}
+__global__ void k_never_waited(const int *src)
+{
+    KVQ_CUDA_SHARED(int, st, [4]);
+    kvq_emu::cp_async(__FILE__, __LINE__, st, src, 16);
+    kvq_emu::cp_async_commit();
+}
+__global__ void k_cp_to_global(int *dst, const int *src) { kvq_emu::cp_async(__FILE__, __LINE__, dst, src, 16); }
+__global__ void k_race(int *out)
+{
+    KVQ_CUDA_SHARED(int, flag, );
+    flag = (int)threadIdx.x;                    /* every thread, no barrier */
+    __syncthreads();
+    out[threadIdx.x] = flag;
+}
+__global__ void k_uninit(int *out)
+{
+    KVQ_CUDA_SHARED(int, buf, [64]);
+    if (threadIdx.x < 63) buf[threadIdx.x] = 1;
+    __syncthreads();
+    out[threadIdx.x] = buf[63 - threadIdx.x];
+}
+__global__ void k_in_flight(const int *src, int *out)
+{
+    KVQ_CUDA_SHARED(int, st, [4]);
+    kvq_emu::cp_async(__FILE__, __LINE__, st, src, 16);
+    kvq_emu::cp_async_commit();
+    out[0] = st[1];
+    kvq_emu::cp_async_wait(__FILE__, __LINE__, 0);
+}
+
+/* Run fn in a child; expect the emulator's exit status and `want` in what
+   it wrote to stderr.                                                    */
+template <class F>
+static void expect_report(const char *what, const char *want, F fn)
+{
+    int fds[2];
+    if (pipe(fds)) { CHECK(0, "pipe"); return; }
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        fn();
+        _exit(0);                               /* the misuse was not seen */
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == 86;
+    CHECK(stopped && err.find(want) != std::string::npos,
+          "%s: exit %d, report \"%.200s\" (wanted \"%s\")", what,
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1, err.c_str(), want);
+}
+
+static void test_reports(void)
+{
+    int *d, *src;
+    CU(cudaMalloc(&d, 1024 * 4));
+    CU(cudaMalloc(&src, 16 * 4));
+    CU(cudaMemset(src, 0, 16 * 4));
+    expect_report("divergent shuffle", "divergent __shfl_sync",
+                  [&] { KVQ_CUDA_LAUNCH(k_divergent_shfl, 1, 32, 0, 0)(d); });
+    expect_report("barrier in divergent code", "different barriers",
+                  [&] { KVQ_CUDA_LAUNCH(k_split_barrier, 1, 128, 0, 0)(d); });
+    expect_report("a shuffle naming an exited lane", "has exited",
+                  [&] { KVQ_CUDA_LAUNCH(k_exited_lane, 1, 32, 0, 0)(d); });
+    expect_report("cp.async never waited for", "never waited for",
+                  [&] { KVQ_CUDA_LAUNCH(k_never_waited, 1, 32, 0, 0)(src); });
+    expect_report("cp.async into global memory", "outside the block's shared memory",
+                  [&] { KVQ_CUDA_LAUNCH(k_cp_to_global, 1, 32, 0, 0)(d, src); });
+    if (kvq_emu::race_checking()) {
+        expect_report("a write-write race", "race on shared memory 'flag'",
+                      [&] { KVQ_CUDA_LAUNCH(k_race, 1, 64, 0, 0)(d); });
+        expect_report("an uninitialized shared read", "which no thread of the block has written",
+                      [&] { KVQ_CUDA_LAUNCH(k_uninit, 1, 64, 0, 0)(d); });
+        expect_report("a read of a cp.async in flight", "still in flight",
+                      [&] { KVQ_CUDA_LAUNCH(k_in_flight, 1, 32, 0, 0)(src, d); });
+        printf("  race build: the race, uninitialized-read and in-flight checks fire\n");
+    }
+    /* launch shapes and limits: errors, not reports                        */
+    KVQ_CUDA_LAUNCH(k_barrier, 1, 2048, 0, 0)(d, d);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "a 2048-thread block was launched");
+    CHECK(cudaGetLastError() == cudaSuccess, "cudaGetLastError did not clear the error");
+    KVQ_CUDA_LAUNCH(k_cp_async, 1, 32, 60 * 1024, 0)(src, d, false);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "60 KB of dynamic shared memory without the attribute");
+    CU(cudaFuncSetAttribute((const void *)k_cp_async, cudaFuncAttributeMaxDynamicSharedMemorySize, 60 * 1024));
+    KVQ_CUDA_LAUNCH(k_cp_async, 1, 32, 60 * 1024, 0)(src, d, false);
+    CHECK(cudaGetLastError() == cudaSuccess, "60 KB refused after cudaFuncSetAttribute");
+    /* host API                                                            */
+    int host[16] = { 0 };
+    CHECK(cudaMemcpy(host, src, 64, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+          "cudaMemcpy HostToDevice into host memory");
+    CHECK(cudaMemcpy(host, src, 65, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
+          "cudaMemcpy past the end of an allocation");
+    CHECK(cudaMemset(src + 8, 0, 64) == cudaErrorInvalidValue, "cudaMemset past the end of an allocation");
+    CHECK(cudaFree(host) == cudaErrorInvalidValue, "cudaFree of host memory");
+    CHECK(cudaFree(src + 1) == cudaErrorInvalidValue, "cudaFree inside an allocation");
+    cudaFree(d); cudaFree(src);
+}
+
+int main(void)
+{
+    printf("test_emu: the emulator's own semantics%s\n",
+           kvq_emu::race_checking() ? " (race build)" : "");
+    test_fp16();
+    test_exchanges();
+    test_mma();
+    test_reports();
+    return TEST_END("test_emu");
+}
