@@ -332,7 +332,23 @@ static double rel_l2(const A *got, const R *ref, size_t n)
     return sqrt(num / (den > 0 ? den : 1e-30));
 }
 
-/* A synthetic head: a few outlier key channels, sink-like first tokens.   */
+/* A synthetic head: a few outlier key channels, sink-like first tokens.
+   With kv_extreme set (the adversarial cases), channels of three kinds
+   instead: values up to +-KVQ_MAX_ABS_INPUT (32752, the largest a cache
+   takes: twice it still fits an fp16 scale; the quantize cases above go
+   to +-65504), a tiny spread around an offset (scales that are fp16
+   subnormals), and constant runs (zero-range groups).                   */
+static bool kv_extreme = false;
+static float extreme_value(size_t t, size_t d)
+{
+    switch (d % 4) {
+    case 0: return (rng_below(8) == 0 ? KVQ_MAX_ABS_INPUT : 4096.0f) * (rng_below(2) ? 1.0f : -1.0f) *
+                   (rng_below(4) == 0 ? 1.0f : (float)rng_unif());
+    case 1: return 0.25f + 3e-6f * rng_gauss();                 /* subnormal scales */
+    case 2: return (t / 8) % 2 ? 1.5f : -0.75f;                  /* constant runs    */
+    default: return rng_gauss();
+    }
+}
 static void make_kv(size_t T, size_t D, std::vector<float> &K, std::vector<float> &V)
 {
     K.resize(T * D); V.resize(T * D);
@@ -340,6 +356,10 @@ static void make_kv(size_t T, size_t D, std::vector<float> &K, std::vector<float
         for (size_t d = 0; d < D; d++) {
             K[t * D + d] = rng_gauss() * (d % 19 == 5 ? 8.0f : 1.0f) + (t < 4 ? 2.0f : 0.0f);
             V[t * D + d] = rng_gauss();
+            if (kv_extreme) {
+                K[t * D + d] = kvq_f16_to_f32(kvq_f32_to_f16(extreme_value(t, d) / 64.0f));
+                V[t * D + d] = kvq_f16_to_f32(kvq_f32_to_f16(extreme_value(t, d + 1)));
+            }
         }
 }
 
@@ -450,6 +470,17 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
 static void test_attend(void)
 {
     const int reps[] = { 1, 3, 4, 8 };
+    /* every GQA ratio from 1 to 16: NH = 1 or 4 heads per CTA, the rest as
+       zero queries (2, 3, 5) or more chunks (8, 16)                        */
+    for (int r : { 1, 2, 3, 4, 5, 8, 16 }) test_attend_case(POL_KIVI, 128, 2, 64, r, 4, 900);
+    /* adversarial values: +-65504, subnormal scales, constant groups (keys
+       divided by 64 so that scores stay finite: q.k / sqrt(D) < 2^13)      */
+    kv_extreme = true;
+    for (int bits : { 2, 4 })
+        for (size_t G : { 32, 128 })
+            test_attend_case(POL_KIVI, 128, bits, G, bits == 2 ? 1 : 4, 4, 1200);
+    test_attend_case(POL_EVICT, 64, 2, 32, 3, 4, 900);
+    kv_extreme = false;
     /* KIVI at every supported (B, G), both D, every GQA ratio             */
     for (int bits : { 2, 4 })
         for (size_t G : { 32, 64, 128 })
