@@ -280,13 +280,15 @@ $(B)/$(1)/test_emu: $(B)/$(1)/test_emu.o $(B)/$(1)/kvq_emu.o
 	$(2) $(3) -o $$@ $$^ -lm
 $(B)/$(1)/mma_probe: $(B)/$(1)/mma_probe.o $(B)/$(1)/kvq_emu.o
 	$(2) $(3) -o $$@ $$^ -lm
+$(B)/$(1)/watch_warp: $(B)/$(1)/watch_warp.o $(B)/$(1)/kvq_cuda.o $(B)/$(1)/kvq_emu.o
+	$(2) $(3) -o $$@ $$^ -lm
 endef
 EMU_SAN := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 $(eval $(call emu_build,emu,$(EMU_CXX),-O2,))
 $(eval $(call emu_build,emu-asan,$(EMU_CXX),$(EMU_SAN),))
 $(eval $(call emu_build,emu-race,$(EMU_CXX),-O1,-fsanitize=thread))
 $(eval $(call emu_build,emu-clang,clang++,-O2,))
-EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu-race/mma_probe \
+EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu/watch_warp \
             $(B)/emu-asan/test_gpu $(B)/emu-asan/test_emu \
             $(B)/emu-race/test_gpu $(B)/emu-race/test_emu $(if $(EMU_CLANG),$(B)/emu-clang/test_gpu)
 emu-build: $(EMU_BINS)

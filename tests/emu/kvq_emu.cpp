@@ -526,15 +526,15 @@ static void complete_warp(thread_t *T, unsigned mask, int kind)
     if (tracing(T[__builtin_ctz(mask)])) {
         const thread_t &t = T[__builtin_ctz(mask)];
         printf("[emu] block %zu warp %u %s at %s:%d mask %08x", g_block_serial, t.warp,
-               ex_name[kind], base_name(t.file), t.line, mask);
-        if (kind == EX_SHFL) {
-            printf(" %s %d:", t.xor_mode ? "xor" : "src", t.arg);
-            for (int l = 0; l < 32; l++)
+               ex_name[kind], base_name(t.file), t.line, mask);   /* after the exchange */
+        if (kind == EX_SHFL) {          /* what lanes 0-3 received, as floats */
+            printf(" %s %d, lanes 0-3 get", t.xor_mode ? "xor" : "src", t.arg);
+            for (int l = 0; l < 4; l++)
                 if (mask >> l & 1) {
                     float f;
-                    uint32_t u = (uint32_t)T[l].value;
+                    const uint32_t u = (uint32_t)T[l].value;
                     memcpy(&f, &u, 4);
-                    printf(" %g", f);
+                    printf(" %.5g", f);
                 }
         }
         printf("\n");
@@ -588,6 +588,9 @@ static void try_barrier(void)
                  base_name(t.file), t.line);
     }
     if (!first) return;
+    if (g_trace_block >= 0 && (size_t)g_trace_block == g_block_serial)
+        printf("[emu] block %zu __syncthreads at %s:%d (all %u threads)\n", g_block_serial,
+               base_name(first->file), first->line, g_block->n_threads);
     for (unsigned i = 0; i < g_block->n_threads; i++)
         if (T[i].state == WAITING) T[i].state = RUNNING;
     g_block->barriers++;

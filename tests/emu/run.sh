@@ -28,6 +28,8 @@ t0=$(date +%s)
 run "the emulator's own checks (gcc -O2)" -- "$B/emu/test_emu"
 run "the emulator's own checks, race build" -- "$B/emu-race/test_emu"
 run "the emulator's own checks, ASan + UBSan" -- "$B/emu-asan/test_emu"
+echo "--- watch_warp: one KIVI-2 cache, the kernel against kvq_attend"
+if "$B/emu/watch_warp"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 run "test_gpu on the emulator: gcc -O2, every case" -- "$B/emu/test_gpu"
 # the other builds run the kernel checks only (the host checks above do not
 # depend on the build), in quick sizes
