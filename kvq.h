@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.4.0 - MIT license, see end of file.
+   v0.5.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
    GPU kernels that must reproduce its codes bit for bit.
@@ -86,6 +86,14 @@
               key tile; per-token groups quantized 16 side by side. Codes
               unchanged; ONLINE outputs move in the last bits. KIVI's and
               HF's definitions beside their code, buffers after the policies
+       0.5.0  kvq_config_hf follows today's transformers QuantizedCache
+              (quanto backend, optimum-quanto >= 0.2.3): a float zero
+              (KVQ_ZERO_FLOAT, HF's shift = -min) by default, and from an
+              empty cache token 0 is quantized at the next append, as HF
+              quantizes its first update; the HF post's integer zero point
+              stays as kvq_hf_params.zero_mode = KVQ_ZERO_INT. The integer
+              zero rounds x / s before adding zp, as the post and quanto
+              <= 0.2.2 (codes change only at ties)
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -108,7 +116,7 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 4
+#define KVQ_VERSION_MINOR 5
 #define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */
@@ -170,14 +178,17 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
 /* ======================================================================== */
 /* 4. ONE GROUP: ASYMMETRIC UNIFORM QUANTIZATION                            */
 /* ======================================================================== */
-/* KIVI Sec. 3.1 and the HF post: asymmetric uniform quantization of one
-   group, with a float zero (KIVI) or an integer zero point (HF). The exact
+/* KIVI Sec. 3.1 and Hugging Face's quantized cache: asymmetric uniform
+   quantization of one group, with a float zero (KIVI; HF's quanto backend
+   today) or an integer zero point (the HF post, May 2024). The exact
    definition, the rounding, the choices the papers leave open and the error
    bound are written above the implementation (Sec. 4 of the implementation
    half, kvq_quantize_group).                                             */
 typedef enum kvq_zero_mode {
-    KVQ_ZERO_FLOAT = 0,   /* KIVI: zero = group min, stored as fp16        */
-    KVQ_ZERO_INT   = 1    /* HF post: integer zero point                   */
+    KVQ_ZERO_FLOAT = 0,   /* zero = group min, stored as fp16: KIVI, and HF
+                             today (optimum-quanto >= 0.2.3, shift = -min)  */
+    KVQ_ZERO_INT   = 1    /* integer zero point: the HF post and
+                             optimum-quanto <= 0.2.2                        */
 } kvq_zero_mode;
 
 /* One group's parameters, as stored. 4 bytes, shared with kvq_cuda.cu.     */
@@ -316,13 +327,18 @@ typedef struct kvq_config {
    per-token, float zero, fp16 rows.                                         */
 KVQ_API kvq_config kvq_config_kivi(size_t head_dim, int bits);
 
-/* The HF QuantizedCache parameters under their HF names.                    */
+/* The HF QuantizedCache parameters under their HF names, and which of HF's
+   two zero rules to follow (Sec. 7, above kvq__side_step, has both).       */
 typedef struct kvq_hf_params {
     int      nbits;            /* 2 or 4 in quanto; 1..8 accepted here       */
     size_t   q_group_size;     /* default 64                                 */
     size_t   residual_length;  /* default 128                                */
     kvq_axis axis_key;         /* default per-token (HF's axis 0)            */
     kvq_axis axis_value;       /* default per-token                          */
+    kvq_zero_mode zero_mode;   /* default KVQ_ZERO_FLOAT: today's transformers
+                                  with optimum-quanto >= 0.2.3 (transformers
+                                  requires >= 0.2.5). KVQ_ZERO_INT: the HF
+                                  post's integer zero point (quanto <= 0.2.2) */
 } kvq_hf_params;
 KVQ_API kvq_hf_params kvq_hf_defaults(int nbits);
 KVQ_API kvq_config    kvq_config_hf(size_t head_dim, kvq_hf_params hf);
@@ -1159,37 +1175,62 @@ static float kvq__round_f16(float x) { return kvq__f16_stored(kvq__f16_store(x))
 
 /* KIVI Sec. 3.1:  Q(X) = round((X - z) / s),  X' = Q(X) * s + z,
                    z = min X,  s = (max X - min X) / (2^B - 1).
-   HF post:        integer zero point  zp = round(-min X / s),
-                   Q(X) = round(X / s) + zp,  X' = (Q(X) - zp) * s.
+   Hugging Face's QuantizedCache, quanto backend ("Unlocking Longer
+   Generation with Key-Value Cache Quantization", HF blog, May 2024, and
+   optimum-quanto's MaxOptimizer), two rules over time:
+     the post, optimum-quanto <= 0.2.2: an integer zero point
+                   Z = round(-min X / s),  s as KIVI's,
+                   Q(X) = clamp(round(X / s) + Z, 0, 2^B - 1),
+                   X' = (Q(X) - Z) * s
+                   (the post prints round(X / S) - Z; the code adds Z).
+     today, optimum-quanto >= 0.2.3 (July 2024; transformers requires
+     >= 0.2.5): a float shift, shift = -min X,  s as KIVI's,
+                   Q(X) = clamp(round((X + shift) / s), 0, 2^B - 1),
+                   X' = Q(X) * s - shift:  KIVI's rule with z = -shift.
+   torch.round rounds half to even, as kvq's rne below.
 
    kvq's exact definition (one group of n values x_i, N = 2^B - 1):
 
-     KVQ_ZERO_FLOAT (KIVI, the default)
+     KVQ_ZERO_FLOAT (KIVI; HF today; the default everywhere)
        mn = min x_i, mx = max x_i                       (exact, any order)
        s  = f16((mx - mn) / N)       fp32 subtract, fp32 divide, RNE to fp16
        z  = f16(mn)
        c_i = (s == 0) ? 0 : rne(clamp((x_i - z) / s, 0, N))
        x'_i = c_i * s + z                                (fp32)
+       This is quanto's rule (>= 0.2.3) up to storage: x + shift is x - mn
+       exactly (negation is exact), and c * s - shift is c * s + mn; quanto
+       keeps s and shift in the model's dtype (fp32 for an fp32 model)
+       where kvq rounds both to fp16 first. A constant group: quanto's code
+       is 0/0 = NaN, but any code times s = 0 gives -shift = mn; kvq's
+       code 0 gives z = f16(mn).
 
-     KVQ_ZERO_INT (HF / quanto style)
+     KVQ_ZERO_INT (the HF post; optimum-quanto <= 0.2.2)
        s  = f16((mx - mn) / N)
        zp = clamp(rne(-mn / s), -2048, 2048), stored as an fp16 integer
             (a zero zp is stored as +0, and the min as +0 if it is -0, so
             the stored bits never depend on the order of +0 and -0)
-       c_i = rne(clamp(x_i / s + zp, 0, N))
+       c_i = rne(clamp(x_i / s, -zp, N - zp)) + zp  (= clamp(rne(x_i / s) + zp,
+            0, N): round x / s FIRST, then shift by zp, as quanto's code)
        x'_i = c_i * s + (-zp * s)                        (fp32)
        A constant group (s would be 0) uses s = f16(|mn|), zp = (mn < 0), so
        the same formula gives c = 1 or 0 and x' = f16(mn): no division by 0.
+       Rounding before the shift is not rne(x / s + zp): at a tie x / s =
+       k + 1/2, half-to-even picks the even one of k, k + 1, and an odd zp
+       then makes the code odd, where rne(x / s + zp) would pick the even
+       code; and the fp32 sum x / s + zp can round onto a tie of its own.
+       quanto <= 0.2.2 held zp in int8 unclamped; kvq clamps it to +-2048,
+       where fp16 still holds every integer.
 
    Choices the papers leave open, and why:
    - Scale and zero are rounded to fp16 FIRST and the codes are computed from
      the rounded values. Dequantization then uses exactly what is stored, so
      the CPU, the GPU and any reader of the packed cache agree.
-   - Clamp, then round (KIVI's own code order). Because the bounds 0 and N are
-     integers and rounding is monotonic, clamp(rne(v)) == rne(clamp(v)) for
-     every finite v: the order cannot change a code. Clamping first keeps the
-     value inside [0, N] before the float-to-integer conversion, which is
-     therefore never undefined behaviour.
+   - Clamp, then round (KIVI's own code order). Because the bounds (0 and N,
+     or -zp and N - zp) are integers and rounding is monotonic, clamp(rne(v))
+     == rne(clamp(v)) for every finite v: the order cannot change a code.
+     Clamping first keeps the value inside [0, N] (or [-zp, N - zp])
+     before the float-to-integer conversion, which is therefore never
+     undefined behaviour.
    - rne is round-half-to-even (C99 rintf in the default rounding mode; CUDA
      rintf / __float2int_rn). Ties are rare but real at low B.
    - Division, not multiplication by a reciprocal: (x - z) / s is one
@@ -1265,7 +1306,13 @@ static uint8_t kvq__code(float x, kvq_sz sz, int bits, kvq_zero_mode mode)
     float s = kvq__f16_stored(sz.scale), z = kvq__f16_stored(sz.zero);
     float v;
     if (s == 0.0f) return 0;                    /* float-mode constant group */
-    v = (mode == KVQ_ZERO_FLOAT) ? (x - z) / s : x / s + z;
+    if (mode == KVQ_ZERO_INT) {                 /* round x / s, then + zp    */
+        v = x / s;
+        if (v < -z) v = -z;                     /* clamp to [-zp, N - zp]   */
+        if (v > n_levels - z) v = n_levels - z;
+        return (uint8_t)(rintf(v) + z);         /* an integer in [0, N]     */
+    }
+    v = (x - z) / s;
     if (v < 0.0f) v = 0.0f;                     /* clamp ...                */
     if (v > n_levels) v = n_levels;
     return (uint8_t)rintf(v);                   /* ... then round half even */
@@ -1509,18 +1556,33 @@ static KVQ__INLINE uint32_t kvq__clamp_round(float v, float n_levels)
     return (uint32_t)(int32_t)((v + 8388608.0f) - 8388608.0f);
 }
 
-/* Sec. 4's code of 16 values lane by lane, as floats: v = (x - z) / s
-   (float zero) or x / s + z (integer zero), clamped to [0, N] with max and
-   min (the same codes as kvq__clamp_round's comparisons: they differ only
-   on -0, which rounds to code 0 either way), rounded half to even. s, z
-   and N per lane: one group's for a run of values, or 16 groups' side by
-   side.                                                                  */
+/* The integer zero's code from v = x / s: v clamped to [-zp, N - zp],
+   rounded half to even ((v + 1.5 2^23) - 1.5 2^23 is rintf for |v| < 2^22;
+   here |v| <= 2048 + 255), then zp added: an integer in [0, N].          */
+static KVQ__INLINE uint32_t kvq__clamp_round_int(float v, float zp, float n_levels)
+{
+    v = v < -zp ? -zp : v;
+    v = v > n_levels - zp ? n_levels - zp : v;
+    return (uint32_t)(int32_t)(((v + 12582912.0f) - 12582912.0f) + zp);
+}
+
+/* Sec. 4's code of 16 values lane by lane, as floats: float zero, v =
+   (x - z) / s clamped to [0, N]; integer zero, v = x / s clamped to
+   [-zp, N - zp]; both with max and min (the same codes as the scalar
+   comparisons: they differ only on -0, which rounds to code 0 either way),
+   rounded half to even (kvq__round16 holds for |v| < 2^22), the integer
+   zero's zp added after the rounding. s, z and N per lane: one group's for
+   a run of values, or 16 groups' side by side.                          */
 static KVQ__VINLINE kvq__v16 kvq__encode16(kvq__v16 x, kvq__v16 s, kvq__v16 z, kvq__v16 n_levels,
                                            kvq_zero_mode mode)
 {
-    kvq__v16 v = mode == KVQ_ZERO_FLOAT ? kvq__div16(kvq__sub16(x, z), s)
-                                        : kvq__add16(kvq__div16(x, s), z);
-    return kvq__round16(kvq__min16(kvq__max16(v, kvq__splat16(0.0f)), n_levels));
+    kvq__v16 lo, hi;
+    if (mode == KVQ_ZERO_FLOAT)
+        return kvq__round16(kvq__min16(kvq__max16(kvq__div16(kvq__sub16(x, z), s),
+                                                  kvq__splat16(0.0f)), n_levels));
+    lo = kvq__sub16(kvq__splat16(0.0f), z);            /* -zp, exact       */
+    hi = kvq__sub16(n_levels, z);                      /* N - zp, exact    */
+    return kvq__add16(kvq__round16(kvq__min16(kvq__max16(kvq__div16(x, s), lo), hi)), z);
 }
 
 /* The codes of 16 consecutive values under one group's stored (s, z).    */
@@ -1617,13 +1679,17 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
             for (t = k * per; t < (k + 1) * per && t < G; t++) {
                 const float *x = X + t * D + g;
                 float v[16];
-                if (mode == KVQ_ZERO_FLOAT)
+                if (mode == KVQ_ZERO_FLOAT) {
                     for (j = 0; j < 16; j++) v[j] = (x[j] - z[j]) / s[j];
-                else
-                    for (j = 0; j < 16; j++) v[j] = x[j] / s[j] + z[j];
-                for (j = 0; j < 16; j++)    /* a constant float-zero group (s = 0): 0 */
-                    acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round(v[j], n_levels))
-                              << (t % per * (size_t)bits);
+                    for (j = 0; j < 16; j++)    /* a constant float-zero group (s = 0): 0 */
+                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round(v[j], n_levels))
+                                  << (t % per * (size_t)bits);
+                } else {                        /* rne(x / s), then + zp (Sec. 4) */
+                    for (j = 0; j < 16; j++) v[j] = x[j] / s[j];
+                    for (j = 0; j < 16; j++)    /* a scale that underflowed (s = 0): 0 */
+                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round_int(v[j], z[j], n_levels))
+                                  << (t % per * (size_t)bits);
+                }
             }
             for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = acc[j];
         }
@@ -1865,6 +1931,7 @@ KVQ_API kvq_hf_params kvq_hf_defaults(int nbits)
     p.residual_length = 128;
     p.axis_key = KVQ_PER_TOKEN;
     p.axis_value = KVQ_PER_TOKEN;
+    p.zero_mode = KVQ_ZERO_FLOAT;       /* today's quanto; the post: INT   */
     return p;
 }
 
@@ -1877,7 +1944,7 @@ KVQ_API kvq_config kvq_config_hf(size_t head_dim, kvq_hf_params hf)
     c.residual = hf.residual_length;
     c.key_axis = hf.axis_key;
     c.value_axis = hf.axis_value;
-    c.zero_mode = KVQ_ZERO_INT;
+    c.zero_mode = hf.zero_mode;         /* kvq_config_validate checks it   */
     c.hf_requantize = 1;
     c.key_schedule = c.value_schedule = KVQ_SCHED_FLUSH;
     return c;
@@ -2264,8 +2331,32 @@ static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *ma
      values per-token, SLIDE with chunk 1: exactly R values in full precision.
      prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
             the last R.
-   HF QuantizedCache schedule, kvq_config_hf:
+   HF QuantizedCache schedule, kvq_config_hf (transformers' QuantizedCache
+   with the quanto backend; the same schedule since the HF post):
      both per-token (HF's default axis), FLUSH with R = residual_length.
+     zero point: HF's two rules, side by side (Sec. 4 has the arithmetic):
+       KVQ_ZERO_FLOAT, the default: transformers today, whose quanto backend
+         requires optimum-quanto >= 0.2.5; quanto's MaxOptimizer has used a
+         float shift -min since 0.2.3 (July 2024): code = clamp(rne((x -
+         min) / s), 0, N), x' = code s + min, KIVI's rule.
+       KVQ_ZERO_INT (hf.zero_mode): the HF post ("Unlocking Longer
+         Generation with Key-Value Cache Quantization", May 2024) and
+         optimum-quanto <= 0.2.2: zp = rne(-min / s), code = clamp(rne(x /
+         s) + zp, 0, N), x' = (code - zp) s. 0 is a grid point whenever
+         0 <= zp <= N: in every group holding values of both signs.
+       Both round half to even (torch.round), and kvq stores s and the
+       zero in fp16 where HF keeps the model's dtype.
+     the first update: HF quantizes whatever its first update receives
+     (transformers returns those states unquantized for that one step's
+     attention, then keeps only their quantized form). After a prefill this
+     is the prompt, which kvq's prefill quantizes too. Decoding from an
+     EMPTY cache it is token 0 alone: HF quantizes token 0 at step 0 and
+     its full-precision windows are tokens [128k + 1, 128k + 128]. kvq
+     does the same: the append of position 1 quantizes the row of position
+     0 first (when it is still in the window, on a per-token side; a
+     per-channel side cannot form a G-token group from it and keeps it),
+     so step 0 attends token 0 as it arrived and every later step its
+     quantized form, as in HF.
      prefill quantizes the whole prompt (T - T % G for a per-channel axis).
      At each flush HF dequantizes the entire history and re-quantizes it
      together with the residual; kvq does the same when hf_requantize = 1
@@ -2283,7 +2374,9 @@ static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *ma
      Flush moment: HF flushes when the R-th residual token arrives and
      holds 0..R-1 rows between steps; kvq flushes on the append after
      that and holds 1..R. Every step attends the same rows in full
-     precision; only the stored bytes differ on every R-th step.
+     precision, after a prefill and from an empty cache alike (token 0
+     above is the same rule at the first update); only the stored bytes
+     differ on every R-th step and at step 0.
      Differences from KIVI: no sliding value window, keys per-token, the
      prompt is fully quantized, and history is re-quantized.
 */
@@ -2344,7 +2437,12 @@ static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos
 {
     kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
     size_t R = c->cfg.residual;
-    if (s->schedule == KVQ_SCHED_FLUSH && w->n >= R) {
+    /* HF's first update is quantized whole (above): decoding from an empty
+       cache, token 0 is still alone in a per-token window when position 1
+       arrives, and is flushed then                                        */
+    int first = c->cfg.policy == KVQ_POLICY_HF && pos == 1 && w->n == 1 &&
+                s->geom.tokens_per_unit == 1;
+    if (s->schedule == KVQ_SCHED_FLUSH && (w->n >= R || first)) {
         if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
             kvq__requantize_all(c, s);
         kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->geom.tokens_per_unit, NULL);

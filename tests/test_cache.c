@@ -4,7 +4,8 @@
    Groups (each is a function below, with a comment that states the property
    and why the expectation does not come from the code under test):
      1. KIVI schedule vs a direct simulation of KIVI Algorithm 1
-     2. HF QuantizedCache schedule, and hf_requantize 1 vs 0
+     2. HF QuantizedCache schedule, and hf_requantize 1 vs 0; HF's first
+        token from an empty cache and after a prefill
      3. quantized content == the documented one-group quantizer
      4. attention: eager vs online, vs the double-precision oracle, B = 8
         error bound, probabilities, large logits, GQA batching
@@ -243,6 +244,10 @@ static void sim_append(sim *S)
     } else if (S->policy == KVQ_POLICY_HF) {
         for (i = 0; i < 2; i++) {
             if (S->s[i].wn == R) sim_quant(&S->s[i], R);
+            /* HF quantizes its first update: a token 0 that arrived by
+               append (it is then still in the window) is quantized when
+               token 1 arrives, on a side whose groups are one token       */
+            else if (p == 1 && S->s[i].wn == 1 && S->tpu[i] == 1) sim_quant(&S->s[i], 1);
             sim_push(&S->s[i], p);
         }
     } else {
@@ -543,8 +548,11 @@ static void test_kivi_schedule(void)
 /* 2 + 3 + 5. HF QuantizedCache schedule and re-quantization.
    Property: prefill quantizes the whole prompt (T - T % G on a per-channel
    side), so a per-token side has residual 0 after prefill and residual
-   ((i - 1) % R) + 1 after the i-th decode step; regions equal the
-   simulator after every step. Content: with hf_requantize = 0 every
+   ((i - 1) % R) + 1 after the i-th decode step (i = 1, 2, ...); from an
+   empty cache token 0 is HF's first update, quantized when token 1
+   arrives, so the residual is 1 after step 1 and ((i - 2) % R) + 1 after
+   step i >= 2; regions equal the simulator after every step. Cases
+   alternate between HF's two zero rules. Content: with hf_requantize = 0 every
    quantized row reads as the reference quantizer of its stored row and
    never changes afterwards (rows recorded when they are quantized are
    compared bitwise at the end). With hf_requantize = 1, at each flush every
@@ -630,17 +638,23 @@ static void test_hf_schedule(void)
         float *K, *V, *e1[2], *e0[2], *rec0[2], *tmp;
         const float *src[2];
         int ok_sched = 1, ok_c1 = 1, ok_c0 = 1, ok_same = 1, ok_resid = 1, ok_bytes = 1;
+        kvq_zero_mode zm = (ci + (size_t)rep) % 2 ? KVQ_ZERO_INT : KVQ_ZERO_FLOAT;
         CHECK(hp.q_group_size == 64 && hp.residual_length == 128 &&
-              hp.axis_key == KVQ_PER_TOKEN && hp.axis_value == KVQ_PER_TOKEN,
-              "kvq_hf_defaults: HF's documented defaults (64, 128, per-token)");
+              hp.axis_key == KVQ_PER_TOKEN && hp.axis_value == KVQ_PER_TOKEN &&
+              hp.zero_mode == KVQ_ZERO_FLOAT,
+              "kvq_hf_defaults: HF's documented defaults (64, 128, per-token) and today's "
+              "float zero (optimum-quanto >= 0.2.3)");
+        cfg1 = kvq_config_hf(D, hp);
+        CHECK(cfg1.zero_mode == KVQ_ZERO_FLOAT, "kvq_config_hf(defaults): float zero");
         hp.q_group_size = hc->G;
         hp.residual_length = R;
         hp.axis_key = hc->ak;
         hp.axis_value = hc->av;
+        hp.zero_mode = zm;
         cfg1 = kvq_config_hf(D, hp);
         cfg1.fp_bits = hc->fp_bits;
-        CHECK(cfg1.hf_requantize == 1 && cfg1.zero_mode == KVQ_ZERO_INT &&
-              cfg1.policy == KVQ_POLICY_HF, "kvq_config_hf: requantize on, int zero");
+        CHECK(cfg1.hf_requantize == 1 && cfg1.zero_mode == zm &&
+              cfg1.policy == KVQ_POLICY_HF, "kvq_config_hf: requantize on, hp.zero_mode kept");
         cfg0 = cfg1;
         cfg0.hf_requantize = 0;
         T = rep == 0 ? 3 * R + 5 : (rep == 1 ? 0 : 1 + rbelow(&r, 2 * R));
@@ -701,14 +715,17 @@ static void test_hf_schedule(void)
                 ok_bytes = 0;
                 CHECK(0, "hf case %zu step %zu: bytes: %s", ci, step, msg);
             }
-            /* residual on a per-token side: 1..R, cycling, from 0 at prefill */
+            /* residual on a per-token side: 1..R, cycling, from 0 at prefill;
+               from an empty cache the cycle starts at token 1 (token 0 is
+               quantized when token 1 arrives)                              */
             for (side = 0; side < 2; side++)
                 if (side_axis(&cfg1, side) == KVQ_PER_TOKEN && ok_resid) {
                     size_t n = (side ? c1.v : c1.k).rows[0].n;
-                    if (n != (step % R) + 1) {
+                    size_t want = T > 0 || step == 0 ? (step % R) + 1 : ((step - 1) % R) + 1;
+                    if (n != want) {
                         ok_resid = 0;
-                        CHECK(0, "hf case %zu step %zu side %d: residual %zu, want %zu",
-                              ci, step, side, n, (step % R) + 1);
+                        CHECK(0, "hf case %zu step %zu (prompt %zu) side %d: residual %zu, "
+                              "want %zu", ci, step, T, side, n, want);
                     }
                 }
             for (side = 0; side < 2; side++) {
@@ -790,6 +807,132 @@ static void test_hf_schedule(void)
        clamped integer zero point): over these streams some rows must move,
        or hf_requantize would be untested                                  */
     CHECK(total_changed > 0, "hf: re-quantization never changed a row in any stream");
+}
+
+/* ======================================================================== */
+/* 2b. HF's first token. transformers' QuantizedCache quantizes whatever its
+   first update receives and returns it unquantized for that update's own
+   attention only. So, written from HF's update rule and not from kvq's
+   code, with residual R:
+     from an empty cache (the first update is token 0 alone): after the
+       append of position t, the full-precision positions are {0} for
+       t = 0 and, for t >= 1, p in [1, t] with (p - 1) / R == (t - 1) / R:
+       the windows [kR + 1, kR + R];
+     after a prefill of T0 tokens (the first update is the prompt): p in
+       [T0, t] with (p - T0) / R == (t - T0) / R.
+   A per-channel side cannot quantize one token (a group is G tokens) and
+   keeps the windows [kR, kR + R - 1] of the plain flush. Checked on both
+   sides position by position (the loc tags), for both zero rules. Then
+   the values: step 0 attends token 0 exactly as it arrived (the cache
+   holds it in float32 rows, so EAGER attention over one position returns
+   v0 bit for bit); after step 1 token 0 reads back as the hand-computed
+   quantization of a group whose minimum is not on the integer grid:
+   x = {-1.5, 1.5, 0, 0.125, -0.125, 0.75, -0.75, 1} (s = 1) gives
+   {-1.5, 1.5, 0.5, 0.5, -0.5, 0.5, -0.5, 0.5} under today's float zero and
+   {-2, 1, 0, 0, 0, 1, -1, 1} under the post's zp = 2. Last, decoding from
+   an empty cache stores the same bytes as a 1-token prefill followed by
+   the same appends, from step 1 on (HF treats both as first update +
+   decode).                                                                */
+/* ======================================================================== */
+static int hf_fp_expected(size_t p, size_t t, size_t T0, size_t R, int per_channel)
+{
+    if (per_channel) return p / R == t / R;            /* plain flush windows */
+    if (T0 == 0) return t == 0 ? p == 0 : p >= 1 && (p - 1) / R == (t - 1) / R;
+    return p >= T0 && (p - T0) / R == (t - T0) / R;
+}
+
+static void test_hf_first_token(void)
+{
+    static const float x0[8] = { -1.5f, 1.5f, 0, 0.125f, -0.125f, 0.75f, -0.75f, 1 };
+    static const float want_f[8] = { -1.5f, 1.5f, 0.5f, 0.5f, -0.5f, 0.5f, -0.5f, 0.5f };
+    static const float want_i[8] = { -2, 1, 0, 0, 0, 1, -1, 1 };
+    enum { D = 8, R = 4, STEPS = 19 };
+    rng r = { 0x7031ull };
+    float X[(STEPS + 8) * D], row[D], out[D], probs[1], work[4096];
+    int m, pc;
+    size_t T0, t, p, side;
+    for (t = 0; t < (STEPS + 8) * D; t++) X[t] = rnorm(&r);
+    memcpy(X, x0, sizeof x0);                          /* token 0            */
+    for (m = 0; m < 2; m++)
+        for (pc = 0; pc < 2; pc++)
+            for (T0 = 0; T0 <= 5; T0 += (T0 ? 4 : 1)) {   /* prompts 0, 1, 5 */
+                kvq_hf_params hp = kvq_hf_defaults(2);
+                kvq_config cfg;
+                kvq_cache c;
+                size_t bad = 0, first_bad = (size_t)-1;
+                hp.q_group_size = pc ? 4 : 8;          /* per-channel: G = 4 | R */
+                hp.residual_length = R;
+                hp.axis_key = pc ? KVQ_PER_CHANNEL : KVQ_PER_TOKEN;
+                hp.zero_mode = m ? KVQ_ZERO_INT : KVQ_ZERO_FLOAT;
+                cfg = kvq_config_hf(D, hp);
+                cfg.fp_bits = 32;
+                if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "hf first token: init"); continue; }
+                if (T0) CHECK(kvq_cache_prefill(&c, X, X, T0) == KVQ_OK, "hf first token: prefill");
+                for (t = T0; t < T0 + STEPS; t++) {
+                    CHECK(kvq_cache_append(&c, X + t * D, X + t * D) == KVQ_OK, "hf first token: append");
+                    if (t == 0) {              /* step 0 attends token 0 as it arrived */
+                        CHECK(kvq_attend(&c, X, 1, out, probs, KVQ_ATTN_EAGER, work, 4096) == KVQ_OK &&
+                              memcmp(out, X, sizeof out) == 0,
+                              "hf first token (%s zero): step 0's attention is not token 0's "
+                              "own value", m ? "int" : "float");
+                    }
+                    for (side = 0; side < 2; side++)
+                        for (p = 0; p <= t; p++) {
+                            const kvq_side *sd = side ? &c.v : &c.k;
+                            int fp = KVQ_LOC_TAG(sd->loc[p]) == KVQ_LOC_ROWS0;
+                            int quant = KVQ_LOC_TAG(sd->loc[p]) == KVQ_LOC_QUANT;
+                            int want = hf_fp_expected(p, t, T0, R, pc && side == 0);
+                            if (!(fp || quant) || fp != want) {
+                                if (!bad++) first_bad = t * 1000 + p * 10 + side;
+                            }
+                        }
+                    if (t == 1 && T0 <= 1 && !pc) {   /* token 0 by hand (G = 8) */
+                        CHECK(kvq_cache_read(&c, 1, 0, row) == KVQ_OK &&
+                              memcmp(row, m ? want_i : want_f, sizeof row) == 0,
+                              "hf first token (%s zero, prompt %zu): token 0's value after "
+                              "step 1 is %g %g %g %g %g %g %g %g, not the hand-computed group",
+                              m ? "int" : "float", T0, row[0], row[1], row[2], row[3], row[4],
+                              row[5], row[6], row[7]);
+                    }
+                }
+                CHECK(bad == 0, "hf first token (%s zero, %s keys, prompt %zu): %zu (step, "
+                      "position, side) off HF's windows; first step %zu position %zu side %zu",
+                      m ? "int" : "float", pc ? "per-channel" : "per-token", T0, bad,
+                      first_bad / 1000, first_bad % 1000 / 10, first_bad % 10);
+                CHECK(kvq_cache_check(&c) == KVQ_OK, "hf first token: kvq_cache_check: %s", c.why);
+                kvq_cache_free(&c);
+            }
+    /* decoding from empty == a 1-token prefill + the same appends, stored
+       row by row, from step 1 on (HF: both are "first update, then decode") */
+    for (m = 0; m < 2; m++) {
+        kvq_hf_params hp = kvq_hf_defaults(2);
+        kvq_config cfg;
+        kvq_cache a, b;
+        float ra[D], rb[D];
+        size_t diff = 0;
+        hp.q_group_size = 8;
+        hp.residual_length = R;
+        hp.zero_mode = m ? KVQ_ZERO_INT : KVQ_ZERO_FLOAT;
+        cfg = kvq_config_hf(D, hp);
+        CHECK(kvq_cache_init(&a, &cfg) == KVQ_OK && kvq_cache_init(&b, &cfg) == KVQ_OK,
+              "hf first token: init");
+        CHECK(kvq_cache_append(&a, X, X) == KVQ_OK && kvq_cache_prefill(&b, X, X, 1) == KVQ_OK,
+              "hf first token: token 0");
+        for (t = 1; t < STEPS; t++) {
+            CHECK(kvq_cache_append(&a, X + t * D, X + t * D) == KVQ_OK &&
+                  kvq_cache_append(&b, X + t * D, X + t * D) == KVQ_OK, "hf first token: append");
+            for (side = 0; side < 2; side++)
+                for (p = 0; p <= t; p++) {
+                    kvq_cache_read(&a, (int)side, p, ra);
+                    kvq_cache_read(&b, (int)side, p, rb);
+                    diff += memcmp(ra, rb, sizeof ra) != 0;
+                }
+        }
+        CHECK(diff == 0, "hf first token (%s zero): decoding from empty differs from a "
+              "1-token prefill in %zu (step, position, side) reads", m ? "int" : "float", diff);
+        kvq_cache_free(&a);
+        kvq_cache_free(&b);
+    }
 }
 
 /* ======================================================================== */
@@ -1779,6 +1922,7 @@ int main(void)
 {
     test_kivi_schedule();
     test_hf_schedule();
+    test_hf_first_token();
     test_full_content();
     test_attention_agreement();
     test_attention_full32();

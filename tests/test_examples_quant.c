@@ -239,23 +239,27 @@ static void test_kivi_bytes(void)
 /* ======================================================================== */
 /* 5. Re-quantization's fixed points (from 03 section 4)                    */
 /* ======================================================================== */
-/* A per-token int-zero group with stored s, zp and codes c reads back as
-   x' = (c - zp) s, exact in fp32. Re-quantizing x': code 0 is present (the
-   min's code is rne(d) = 0, d = min/s + zp in [-1/2, 1/2]), so min x' =
-   -zp s; if code N is present too the range is N s, s' = s, zp' = zp and
-   c' = c. Only groups whose top code fell short of N can move (about N/2^13
-   of them), and they settle after a pass or two.                          */
+/* A per-token int-zero group (the HF post's rule) with stored s, zp and
+   codes c reads back as x' = (c - zp) s, exact in fp32. Re-quantizing x':
+   code 0 is present (the min's code is rne(d) = 0, d = min/s + zp in
+   [-1/2, 1/2]), so min x' = -zp s; if code N is present too the range is
+   N s, s' = s, zp' = zp and c' = c. Only groups whose top code fell short
+   of N can move (about N/2^13 of them), and they settle after a pass or
+   two. Under today's float zero a group whose codes hold 0 and N reads
+   back as z .. N s + z; re-quantized, its min is z itself and its range N s
+   up to one fp32 rounding, so s, z and the codes come back unchanged: no
+   group with both end codes moves, and on this head none moves at all.  */
 static size_t requantize_until_fixed(const uint8_t *codes0, kvq_sz sz, size_t G, int bits,
-                                     float *x, uint8_t *codes)
+                                     kvq_zero_mode mode, float *x, uint8_t *codes)
 {
     size_t i, pass;
     memcpy(codes, codes0, G);
     for (pass = 0; pass < 16; pass++) {
         float a, b;
         kvq_sz nsz;
-        kvq_sz_affine(sz, KVQ_ZERO_INT, &a, &b);
+        kvq_sz_affine(sz, mode, &a, &b);
         for (i = 0; i < G; i++) x[i] = (float)codes[i] * a + b;
-        if (kvq_quantize_group(x, G, 1, bits, KVQ_ZERO_INT, codes + G, &nsz) != KVQ_OK) break;
+        if (kvq_quantize_group(x, G, 1, bits, mode, codes + G, &nsz) != KVQ_OK) break;
         if (nsz.scale == sz.scale && nsz.zero == sz.zero && memcmp(codes, codes + G, G) == 0)
             return pass;
         memcpy(codes, codes + G, G);
@@ -274,12 +278,17 @@ static void test_requant_fixed_points(void)
     unsigned char *moves = (unsigned char *)malloc(T);
     int bi, side;
     ex_synth_make(&sy, K, V, Q, NULL);
-    for (bi = 0; bi < 2; bi++) {
-        kvq_config c1 = kvq_config_hf(D, kvq_hf_defaults(RB[bi])), c0 = c1;
+    for (bi = 0; bi < 4; bi++) {
+        kvq_hf_params hp = kvq_hf_defaults(RB[bi % 2]);
+        kvq_zero_mode mode = bi < 2 ? KVQ_ZERO_INT : KVQ_ZERO_FLOAT;
+        const char *zn = bi < 2 ? "int" : "float";
+        kvq_config c1, c0;
         kvq_cache q0, q1;
-        size_t N = ((size_t)1 << RB[bi]) - 1, groups = 0, top_short = 0, moved_top_n = 0;
-        size_t max_passes = 0, differ = 0, outside = 0, u, g, i, t;
+        size_t N = ((size_t)1 << RB[bi % 2]) - 1, groups = 0, top_short = 0, moved_top_n = 0;
+        size_t max_passes = 0, differ = 0, outside = 0, moved = 0, u, g, i, t;
         uint8_t codes[3 * 64];
+        hp.zero_mode = mode;
+        c1 = c0 = kvq_config_hf(D, hp);
         c0.hf_requantize = 0;
         ex_cache_stream(&q0, &c0, K, V, T, T / 2);
         ex_cache_stream(&q1, &c1, K, V, T, T / 2);
@@ -289,13 +298,18 @@ static void test_requant_fixed_points(void)
             size_t Gs = s->group;
             for (u = 0; u < s->n_units; u++)
                 for (g = 0; g < s->geom.groups_per_unit; g++) {
-                    size_t k = u * s->geom.groups_per_unit + g, top = 0, passes;
-                    kvq_unpack(s->words + k * s->geom.words_per_group, Gs, RB[bi], codes);
-                    for (i = 0; i < Gs; i++) if (codes[i] > top) top = codes[i];
-                    passes = requantize_until_fixed(codes, s->sz[k], Gs, RB[bi], x, codes + Gs);
+                    size_t k = u * s->geom.groups_per_unit + g, top = 0, bottom = N, passes;
+                    kvq_unpack(s->words + k * s->geom.words_per_group, Gs, RB[bi % 2], codes);
+                    for (i = 0; i < Gs; i++) {
+                        if (codes[i] > top) top = codes[i];
+                        if (codes[i] < bottom) bottom = codes[i];
+                    }
+                    passes = requantize_until_fixed(codes, s->sz[k], Gs, RB[bi % 2], mode, x,
+                                                    codes + Gs);
                     groups++;
+                    moved += passes > 0;
                     if (top < N) top_short++;
-                    else if (passes) moved_top_n++;
+                    else if (passes && (mode == KVQ_ZERO_INT || bottom == 0)) moved_top_n++;
                     if (passes > max_passes) max_passes = passes;
                     if (passes && s->qpos[u] >= 0) moves[s->qpos[u]] = 1;
                 }
@@ -310,13 +324,19 @@ static void test_requant_fixed_points(void)
             differ += (size_t)d;
             outside += (size_t)(d && !moves[t]);
         }
-        CHECK(moved_top_n == 0, "int%d: %zu groups whose codes reach N moved under "
-              "re-quantization", RB[bi], moved_top_n);
-        CHECK(max_passes < 16, "int%d: a group did not settle in 16 passes", RB[bi]);
-        CHECK(outside == 0 && differ > 0, "int%d: %zu rows differ, %zu of them outside the "
-              "movable groups' rows", RB[bi], differ, outside);
-        CHECK(top_short * 8192 <= 4 * N * groups, "int%d: %zu of %zu groups fall short of N, "
-              "above 4 N/2^13", RB[bi], top_short, groups);
+        CHECK(moved_top_n == 0, "int%d, %s zero: %zu groups whose codes reach N%s moved "
+              "under re-quantization", RB[bi % 2], zn, moved_top_n,
+              mode == KVQ_ZERO_INT ? "" : " and 0");
+        CHECK(max_passes < 16, "int%d, %s zero: a group did not settle in 16 passes",
+              RB[bi % 2], zn);
+        if (mode == KVQ_ZERO_INT)
+            CHECK(outside == 0 && differ > 0, "int%d, int zero: %zu rows differ, %zu of them "
+                  "outside the movable groups' rows", RB[bi % 2], differ, outside);
+        else
+            CHECK(moved == 0 && differ == 0, "int%d, float zero: %zu groups moved and %zu "
+                  "rows differ, expected none", RB[bi % 2], moved, differ);
+        CHECK(top_short * 8192 <= 4 * N * groups, "int%d, %s zero: %zu of %zu groups fall "
+              "short of N, above 4 N/2^13", RB[bi % 2], zn, top_short, groups);
         kvq_cache_free(&q0);
         kvq_cache_free(&q1);
     }

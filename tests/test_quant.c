@@ -349,8 +349,11 @@ static kvq_status ref_quantize_group(const float *x, size_t n, size_t stride, in
     for (i = 0; i < n; i++) {
         float x_i = x[i * stride], v;
         if (s == 0.0f) { codes[i] = 0; continue; }   /* nothing to divide by */
-        v = (mode == KVQ_ZERO_FLOAT) ? (x_i - ref_h2f(z16)) / s : x_i / s + ref_h2f(z16);
-        codes[i] = (uint8_t)ref_rne(ref_clamp(v, 0.0f, N));
+        if (mode == KVQ_ZERO_FLOAT)
+            v = ref_rne((x_i - ref_h2f(z16)) / s);
+        else                          /* doc: round x / s, THEN add zp      */
+            v = ref_rne(x_i / s) + ref_h2f(z16);
+        codes[i] = (uint8_t)ref_clamp(v, 0.0f, N);
     }
     sz->scale = s16;
     sz->zero = z16;
@@ -774,6 +777,146 @@ static void test_group_limits(void)
           "int: {-65520, 0} at B=2 has s = f16(21840) and zp = 3, both fit fp16, so the doc "
           "(\"a scale or zero that overflows fp16\") says it quantizes; got status %d",
           (int)kvq_quantize_group(x, 2, 1, 2, KVQ_ZERO_INT, c, &sz));
+}
+
+/* Hugging Face's two rules (kvq.h Sec. 4) on groups worked out by hand,
+   every scale exactly 1 so each code is read off the values: today's
+   quanto (>= 0.2.3: code = clamp(round((x - min) / s), 0, N)) is
+   KVQ_ZERO_FLOAT; the HF post and quanto <= 0.2.2 (zp = round(-min / s),
+   code = clamp(round(x / s) + zp, 0, N)) is KVQ_ZERO_INT. round is half
+   to even (torch.round). Each group runs through kvq_quantize_group and
+   through every matrix path (per-token groups 16 side by side, a single
+   per-token group of 16, fewer than 16 groups, per-channel 16 channels at
+   a time and one at a time); the dequantized values c s + z and (c - zp) s
+   are checked too.                                                        */
+typedef struct hf_case {
+    const char *what;
+    int bits;
+    float x[8];
+    uint16_t scale, zero_f, zero_i;   /* stored fp16: s, z = min, zp       */
+    uint8_t cf[8], ci[8];             /* codes: float zero, integer zero   */
+    float vf[8], vi[8];               /* values: c s + z, (c - zp) s       */
+} hf_case;
+
+static const hf_case HF_CASES[] = {
+    /* min 0: z = zp = 0, so both rules are round(x); .5, 1.5, 2.5 go to the
+       even code 0, 2, 2                                                   */
+    { "min 0, ties", 2, { 0, 3, 0.5f, 1.5f, 2.5f, 1, 2, 0.25f },
+      0x3C00, 0x0000, 0x0000,
+      { 0, 3, 0, 2, 2, 1, 2, 0 }, { 0, 3, 0, 2, 2, 1, 2, 0 },
+      { 0, 3, 0, 2, 2, 1, 2, 0 }, { 0, 3, 0, 2, 2, 1, 2, 0 } },
+    /* min -1, max 2: the grids coincide ({-1, 0, 1, 2}, zp = 1), but the
+       ties do not: float rounds x + 1 (-0.5 -> 0.5 -> 0, 0.5 -> 1.5 -> 2,
+       1.5 -> 2.5 -> 2), the post rounds x and adds 1 (-0.5 -> -0 -> 1,
+       0.5 -> 0 -> 1, 1.5 -> 2 -> 3)                                       */
+    { "odd zero point, ties", 2, { -1, 2, -0.5f, 0.5f, 1.5f, 0, 0.25f, 1 },
+      0x3C00, 0xBC00, 0x3C00,
+      { 0, 3, 0, 2, 2, 1, 1, 2 }, { 0, 3, 1, 1, 3, 1, 1, 2 },
+      { -1, 2, -1, 1, 1, 0, 0, 1 }, { -1, 2, 0, 0, 2, 0, 0, 1 } },
+    /* symmetric: float's grid {-1.5, -0.5, 0.5, 1.5} has no 0 (0 + 1.5 is
+       a tie -> 2 -> 0.5); the post's zp = round(1.5) = 2 gives {-2, -1, 0,
+       1}: 0 and the small values exact, the ends half a step off
+       (-1.5 -> -2, 1.5 -> 2 + 2 = 4 -> 3 -> 1)                            */
+    { "symmetric, 0 on the integer grid", 2,
+      { -1.5f, 1.5f, 0, 0.125f, -0.125f, 0.75f, -0.75f, 1 },
+      0x3C00, 0xBE00, 0x4000,
+      { 0, 3, 2, 2, 1, 2, 1, 2 }, { 0, 3, 2, 2, 2, 3, 1, 3 },
+      { -1.5f, 1.5f, 0.5f, 0.5f, -0.5f, 0.5f, -0.5f, 0.5f }, { -2, 1, 0, 0, 0, 1, -1, 1 } },
+    /* all positive: zp = round(-1) = -1; 2.5 -> 2 - 1 = 1 and 3.5 -> 4 - 1
+       = 3 against float's 1.5 -> 2 and 2.5 -> 2                           */
+    { "positive, zp = -1", 2, { 1, 4, 2.5f, 3.5f, 1.5f, 3, 2, 2.75f },
+      0x3C00, 0x3C00, 0xBC00,
+      { 0, 3, 2, 2, 0, 2, 1, 2 }, { 0, 3, 1, 3, 1, 2, 1, 2 },
+      { 1, 4, 3, 3, 1, 3, 2, 3 }, { 1, 4, 2, 4, 2, 3, 2, 3 } },
+    /* 4 bits, min -3, max 12, zp = 3: x + 3 = 3.5 -> 4, 2.5 -> 2, 4.5 -> 4,
+       7.5 -> 8 against round(x) + 3 = 0 + 3, -0 + 3, 2 + 3, 4 + 3          */
+    { "4-bit, zp = 3, ties", 4, { -3, 12, 0.5f, -0.5f, 1.5f, 4.5f, 0, 7.25f },
+      0x3C00, 0xC200, 0x4200,
+      { 0, 15, 4, 2, 4, 8, 3, 10 }, { 0, 15, 3, 3, 5, 7, 3, 10 },
+      { -3, 12, 1, -1, 1, 5, 0, 7 }, { -3, 12, 0, 0, 2, 4, 0, 7 } },
+};
+#define N_HF_CASES (sizeof HF_CASES / sizeof HF_CASES[0])
+
+/* One matrix path: X (T, D) holds hand groups; group k of the layout is
+   HF_CASES[cs[k]] repeated rep times (G = 8 rep). Checks every stored
+   (s, zero) and every dequantized value.                                  */
+static void hf_matrix_path(const char *path, size_t T, size_t D, size_t rep, kvq_axis axis,
+                           const size_t *cs, size_t n_groups, int m)
+{
+    size_t G = 8 * rep, k, j, t, d, bad_sz = 0, bad_v = 0;
+    int bits = HF_CASES[cs[0]].bits;
+    float X[512], Y[512];
+    uint32_t w[256];
+    kvq_sz sz[64];
+    kvq_status st;
+    for (k = 0; k < n_groups; k++)            /* group k's element j -> (t, d) */
+        for (j = 0; j < G; j++) {
+            t = axis == KVQ_PER_TOKEN ? (k * G + j) / D : (k / D) * G + j;
+            d = axis == KVQ_PER_TOKEN ? (k * G + j) % D : k % D;
+            X[t * D + d] = HF_CASES[cs[k]].x[j % 8];
+        }
+    st = kvq_quantize_matrix(X, T, D, bits, G, axis, (kvq_zero_mode)m, w, sz);
+    if (st == KVQ_OK) st = kvq_dequantize_matrix(w, sz, T, D, bits, G, axis, (kvq_zero_mode)m, Y);
+    CHECK(st == KVQ_OK, "HF rules, %s, %s zero: status %d", path, MODE_NAME[m], (int)st);
+    if (st != KVQ_OK) return;
+    for (k = 0; k < n_groups; k++) {
+        const hf_case *h = &HF_CASES[cs[k]];
+        bad_sz += sz[k].scale != h->scale || sz[k].zero != (m ? h->zero_i : h->zero_f);
+        for (j = 0; j < G; j++) {
+            t = axis == KVQ_PER_TOKEN ? (k * G + j) / D : (k / D) * G + j;
+            d = axis == KVQ_PER_TOKEN ? (k * G + j) % D : k % D;
+            bad_v += Y[t * D + d] != (m ? h->vi : h->vf)[j % 8];
+        }
+    }
+    CHECK(bad_sz == 0 && bad_v == 0, "HF rules, %s, %s zero: %zu groups store another (s, z), "
+          "%zu values differ from the hand-computed ones", path, MODE_NAME[m], bad_sz, bad_v);
+}
+
+static void test_group_hf_rules(void)
+{
+    size_t i, j, cs[64];
+    int m;
+    for (i = 0; i < N_HF_CASES; i++) {
+        const hf_case *h = &HF_CASES[i];
+        for (m = 0; m < 2; m++) {
+            uint8_t c[8];
+            kvq_sz sz;
+            float a, b;
+            size_t bad_c = 0, bad_v = 0;
+            kvq_status st = kvq_quantize_group(h->x, 8, 1, h->bits, (kvq_zero_mode)m, c, &sz);
+            CHECK(st == KVQ_OK, "HF rules, %s, %s zero: status %d", h->what, MODE_NAME[m], (int)st);
+            if (st != KVQ_OK) continue;
+            CHECK(sz.scale == h->scale && sz.zero == (m ? h->zero_i : h->zero_f),
+                  "HF rules, %s, %s zero: stored (0x%04X, 0x%04X), by hand (0x%04X, 0x%04X)",
+                  h->what, MODE_NAME[m], (unsigned)sz.scale, (unsigned)sz.zero,
+                  (unsigned)h->scale, (unsigned)(m ? h->zero_i : h->zero_f));
+            kvq_sz_affine(sz, (kvq_zero_mode)m, &a, &b);
+            for (j = 0; j < 8; j++) {
+                bad_c += c[j] != (m ? h->ci : h->cf)[j];
+                bad_v += (float)c[j] * a + b != (m ? h->vi : h->vf)[j];
+            }
+            CHECK(bad_c == 0 && bad_v == 0, "HF rules, %s, %s zero: %zu codes and %zu values "
+                  "differ from the hand-computed ones (first codes %u %u %u %u %u %u %u %u)",
+                  h->what, MODE_NAME[m], bad_c, bad_v, c[0], c[1], c[2], c[3], c[4], c[5],
+                  c[6], c[7]);
+        }
+    }
+    /* the two rules really differ on these groups (else the table above
+       would not pin the choice between them)                              */
+    for (i = 0, j = 0; i < N_HF_CASES; i++) j += memcmp(HF_CASES[i].cf, HF_CASES[i].ci, 8) != 0;
+    CHECK(j == 4, "HF rules: %zu of the hand groups tell the two rules apart, expected 4", j);
+    /* every matrix path, each 2-bit case in turn (the 4-bit one alone)     */
+    for (m = 0; m < 2; m++) {
+        for (i = 0; i < 64; i++) cs[i] = i % 4;
+        hf_matrix_path("16 per-token groups side by side", 4, 32, 1, KVQ_PER_TOKEN, cs, 16, m);
+        hf_matrix_path("per-token groups, fewer than 16", 1, 32, 1, KVQ_PER_TOKEN, cs, 4, m);
+        hf_matrix_path("one per-token group of 16", 1, 16, 2, KVQ_PER_TOKEN, cs + 2, 1, m);
+        hf_matrix_path("per-channel, 16 channels at a time", 8, 16, 1, KVQ_PER_CHANNEL, cs, 16, m);
+        hf_matrix_path("per-channel, one channel at a time", 8, 4, 1, KVQ_PER_CHANNEL, cs, 4, m);
+        for (i = 0; i < 64; i++) cs[i] = 4;
+        hf_matrix_path("4-bit, 16 per-token groups", 2, 64, 1, KVQ_PER_TOKEN, cs, 16, m);
+        hf_matrix_path("4-bit, per-channel 16 at a time", 8, 16, 1, KVQ_PER_CHANNEL, cs, 16, m);
+    }
 }
 
 /* ======================================================================== */
@@ -1623,6 +1766,7 @@ int main(void)
     test_group_endpoints();
     test_group_permutation();
     test_group_limits();
+    test_group_hf_rules();
     test_pack();
     test_layout_table();
     test_matrix();
