@@ -174,9 +174,10 @@ fuzz: $(FUZZERS)
 	    echo "$$n: FAILED (input saved as $(B)/fuzz/crash-*)"; exit 1; fi; \
 	done; echo "fuzz: every target ran $(FUZZ_SECONDS) s without a finding"
 
-# Every "$ ./build/examples/NAME" block in walkthrough/*.md must still be
-# what NAME prints (a few seconds: each example runs once).
-check-docs: $(EXAMPLES)
+# Every "$ ./build/examples/NAME" (or build/emu/NAME) block in
+# walkthrough/*.md must still be what NAME prints (a few seconds: each
+# example runs once).
+check-docs: $(EXAMPLES) $(B)/emu/watch_warp
 	@sh tests/check_walkthrough.sh
 
 # Figures: each example writes its tables into plots/csv/ (git-ignored), then

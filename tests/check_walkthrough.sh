@@ -2,13 +2,14 @@
 # tests/check_walkthrough.sh - the walkthrough's quoted numbers are still true.
 #
 # Every fenced block in walkthrough/*.md whose first line is
-#     $ ./build/examples/NAME [ARGS]
+#     $ ./build/examples/NAME [ARGS]    (or ./build/emu/NAME: chapter 9.11)
 # holds lines copied from that command's output. This script runs each such
 # command once (examples are deterministic: fixed seeds) and fails if any
 # quoted line is not, verbatim, a line of the output. "..." lines mark
 # omissions and are skipped; trailing spaces are ignored on both sides; a
 # fence may be indented (inside a list item), and its indentation is removed
 # from the lines it holds. Blocks that do not start with "$ ./build/examples/"
+# or "$ ./build/emu/"
 # (chapter 9 and 10 quote benchmark and evaluation result files) are not
 # checked here.
 #
@@ -35,7 +36,7 @@ for md in "$@"; do
             line = substr($0, 1, ind) ~ /^[ \t]*$/ ? substr($0, ind + 1) : $0
             line = rstrip(line)
             if (first) { first = 0
-                         if (line ~ /^\$ \.\/build\/examples\//) cmd = substr(line, 3)
+                         if (line ~ /^\$ \.\/build\/(examples|emu)\//) cmd = substr(line, 3)
                          next }
             if (cmd == "" || line == "" || line == "...") next
             printf "%s\t%d\t%s\t%s\n", file, NR, cmd, line
