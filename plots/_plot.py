@@ -24,6 +24,7 @@ COLOR = {
     "KIVI G=32": "#1f77b4",
     "KIVI G=128": "#6baed6",
     "HF": "#d62728",
+    "HF-post": "#ff9896",
     "OTT": "#2ca02c",
     "LogQuant": "#9467bd",
     "random": "#7f7f7f",

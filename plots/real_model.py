@@ -42,7 +42,9 @@ FAMILY = {  # method -> (family label, colour)
     "kivi2-g128": ("KIVI", COLOR["KIVI G=128"]),
     "kivi2-KtVt": ("KIVI Table 1 axes", "#8c564b"), "kivi2-KcVc": ("KIVI Table 1 axes", "#8c564b"),
     "kivi2-KtVc": ("KIVI Table 1 axes", "#8c564b"),
-    "hf4": ("HF", COLOR["HF"]), "hf2": ("HF", COLOR["HF"]),
+    "hf4": ("HF today (float zero)", COLOR["HF"]), "hf2": ("HF today (float zero)", COLOR["HF"]),
+    "hf4-int": ("HF post (integer zero)", COLOR["HF-post"]),
+    "hf2-int": ("HF post (integer zero)", COLOR["HF-post"]),
     "ott2": ("OTT", COLOR["OTT"]), "logquant2": ("LogQuant", COLOR["LogQuant"]),
     "streaming": ("eviction at KIVI-2's bytes", "#ff7f0e"), "h2o": ("eviction at KIVI-2's bytes", "#ff7f0e"),
     "snapkv": ("eviction at KIVI-2's bytes", "#ff7f0e"),
@@ -94,10 +96,11 @@ def ppl_chart(rows, out):
         return "%s %+.1f%%" % (m, float(by[m]["dppl_pct"])) if m in by else "%s (not run)" % m
     fig, (ax, bx) = figure(
         "Every kvq cache on a real model: perplexity rise vs bits stored",
-        "What to see: the rise each cache costs at the bits it really stores: %s, %s, %s, %s;\n"
+        "What to see: the rise each cache costs at the bits it really stores: %s, %s, %s, %s "
+        "(HF's float32 rows), %s;\n"
         "%s vs %s; %s; eviction at KIVI-2's bytes: %s, %s, %s;\n"
         "only the full-precision set kept (LogQuant Table 2): %s, %s. fp32 perplexity %.2f. %s."
-        % (d("kivi4"), d("hf4"), d("kivi2"), d("hf2"), d("ott2"), d("kivi2-g128"),
+        % (d("kivi4"), d("hf4"), d("kivi2"), d("hf2"), d("hf2-int"), d("ott2"), d("kivi2-g128"),
            d("logquant2"), d("streaming"), d("h2o"), d("snapkv"), d("kivi-evict"),
            d("logquant-evict"), float(fp[0]["ppl"]), REAL),
         ncols=2, size=(13, 5.6), gridspec_kw={"width_ratios": [1.1, 1]})
