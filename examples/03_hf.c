@@ -3,23 +3,28 @@
 
    The post's cache is "largely inspired by" KIVI but differs (kvq.h Sec. 7):
      - keys per-token (HF's default axis), not per-channel (KIVI Sec. 3.2);
-     - an integer zero point zp = rne(-min/s), x' = (c - zp) s, not the float
-       group minimum: up to half a step more error at a group's edge (kvq.h
-       Sec. 4; the post writes round(X/S) - Z, but the zero point is added);
+     - the zero point, in two rules over time (kvq.h Sec. 4): the post's
+       integer zp = rne(-min/s), code = rne(x/s) + zp, x' = (c - zp) s
+       (optimum-quanto <= 0.2.2; the post writes round(X/S) - Z, but the
+       zero point is added), and today's float shift -min, KIVI's rule
+       (optimum-quanto >= 0.2.3, what transformers runs now and
+       kvq_config_hf's default);
      - FLUSH on both sides: the residual fills to R = 128 and is quantized
-       whole (KIVI's values SLIDE); prefill quantizes the whole prompt;
+       whole (KIVI's values SLIDE); prefill quantizes the whole prompt, and
+       from an empty cache token 0 is quantized at once (HF's first update);
      - at each flush the whole history is dequantized and quantized again
        (hf_requantize = 1);
      - HF flushes when the R-th token arrives, kvq when the next one does:
        the rows each step attends to are the same.
    main: the post's memory estimate (1), the exact bytes of its int4 and int2
-   caches (2), KIVI against HF on one head (3), re-quantization (4).
+   caches (2), KIVI against HF's two rules on one head (3), re-quantization
+   (4), and why the integer zero point loses less at 2 bits (5).
 
    Run: ./build/examples/03_hf [--k K.npy --v V.npy [--q Q.npy]] [--seed N]
         [--csv DIR]. --k/--v/--q replace the synthetic head of steps 3-4
    (any D: the per-token G = 64 or 32 becomes D's largest divisor below it);
    --seed: the synthetic data's seed; --csv DIR: hf_vs_kivi.csv (3), which
-   plots/kivi.py draws. The schedule's exhaustive checks are in
+   plots/kivi.py draws (its HF rows: today's rule; HF-post: the integer zero). The schedule's exhaustive checks are in
    tests/test_cache.c, re-quantization's fixed points in tests/test_examples_quant.c. */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
@@ -90,7 +95,7 @@ int main(int argc, char **argv)
     ex_args a;
     ex_head h;
     oracle o;
-    errs kivi[2], hf[2];
+    errs kivi[2], hf[2], post[2];
     double fp16 = 2.0 * 2.0 * LAYERS * HEADS * HEAD_DIM * POST_TOKENS, ratio[2], orat;
     size_t i;
     int b;
@@ -171,11 +176,13 @@ int main(int argc, char **argv)
                  "more tokens <= our ceilings x%.2f (int4), x%.2f (int2)", ratio[1], ratio[0]);
     }
 
-    /* 3. KIVI against HF on one head, the same stream through both: KIVI's
-       per-channel keys with a float zero, HF's per-token keys with an
-       integer zero. KIVI Table 2 (2-bit): per-token keys give 3.0x the key
-       error and 4.9x the score error; the post's LongBench table shows the
-       outcome (Quanto int2 far below KIVI int2, int4 level with fp16).     */
+    /* 3. KIVI against HF on one head, the same stream through each: KIVI's
+       per-channel keys with a float zero, HF's per-token keys with today's
+       float zero and with the post's integer zero. KIVI Table 2 (2-bit):
+       per-token keys give 3.0x the key error and 4.9x the score error; the
+       post's LongBench table shows the outcome (Quanto int2 far below KIVI
+       int2, int4 level with fp16). The claims compare KIVI with today's
+       HF, the cache transformers runs.                                     */
     if (!ex_head_get(&a, 4096, HEAD_DIM, &h)) return 2;
     orat = ex_outlier_ratio(h.K, h.T, h.D);
     o.out = (float *)ex_alloc(h.n_q * h.D * sizeof(float));
@@ -185,6 +192,9 @@ int main(int argc, char **argv)
     ex_must(kvq_attend_dense(h.K, h.V, h.T, h.D, h.Q, h.n_q, o.out, o.probs), "dense", NULL);
     for (i = 0; i < h.n_q * h.T; i++) o.mass[i % h.T] += o.probs[i] / (double)h.n_q;
     {
+        static const char *label[3] = { "KIVI: K per-channel, float z", "HF:   K per-token, float z",
+                                        "HF post: K per-token, int z" };
+        static const char *tag[3] = { "KIVI", "HF", "HF-post" };
         FILE *csv = ex_csv_open("hf_vs_kivi.csv",
                                 "bits,scheme,k_err,v_err,k_err_at_a,a_err,out_err");
         printf("\n3. KIVI vs HF on one head (%s, T=%zu, D=%zu, %zu queries; prompt T/2,\n"
@@ -194,17 +204,20 @@ int main(int argc, char **argv)
                "K err@A", "A err", "out err");
         for (b = 0; b < 2; b++) {
             kvq_config ck = kvq_config_kivi(h.D, BITS[b]);
-            kvq_config ch = kvq_config_hf(h.D, kvq_hf_defaults(BITS[b]));
-            errs *e[2];
+            kvq_hf_params hp = kvq_hf_defaults(BITS[b]);
+            kvq_config ch = kvq_config_hf(h.D, hp), cp;
+            errs *e[3];
             int k;
+            hp.zero_mode = KVQ_ZERO_INT;                /* the post's rule   */
+            cp = kvq_config_hf(h.D, hp);
             kivi[b] = measure(&ck, &h, &o, NULL);
             hf[b] = measure(&ch, &h, &o, NULL);
-            e[0] = &kivi[b]; e[1] = &hf[b];
-            for (k = 0; k < 2; k++) {
-                printf("   %4d  %-30s %6.3f %6.3f %7.3f %6.3f %7.3f\n", BITS[b], k ?
-                       "HF:   K per-token, int z" : "KIVI: K per-channel, float z", e[k]->k,
+            post[b] = measure(&cp, &h, &o, NULL);
+            e[0] = &kivi[b]; e[1] = &hf[b]; e[2] = &post[b];
+            for (k = 0; k < 3; k++) {
+                printf("   %4d  %-30s %6.3f %6.3f %7.3f %6.3f %7.3f\n", BITS[b], label[k], e[k]->k,
                        e[k]->v, e[k]->k_at_a, e[k]->score, e[k]->out);
-                ex_csv_row(csv, "%d,%s,%.9g,%.9g,%.9g,%.9g,%.9g", BITS[b], k ? "HF" : "KIVI",
+                ex_csv_row(csv, "%d,%s,%.9g,%.9g,%.9g,%.9g,%.9g", BITS[b], tag[k],
                            e[k]->k, e[k]->v, e[k]->k_at_a, e[k]->score, e[k]->out);
             }
         }
@@ -245,21 +258,29 @@ int main(int argc, char **argv)
         ex_na("4-bit against 2-bit: KIVI's window holds most of the head (see above)");
 
     /* 4. Re-quantizing the history at every flush. A dequantized group
-       whose codes span 0..N maps back onto the same s, zp and codes, so it
-       is a fixed point; only groups whose top code fell short of N (about
-       N/2^13 of them) can move. So HF's extra work changes almost nothing:
-       no byte, and a handful of rows (tests/test_examples_quant.c checks the
-       fixed points group by group).                                        */
+       whose codes span 0..N maps back onto the same s, zero and codes, so
+       it is a fixed point; only groups whose top code fell short of N can
+       move: under the post's integer zero about N/2^13 of them (the
+       clamped zero point), under today's float zero practically none (its
+       min is stored, so code 0 is always there, and the max falls short
+       only if fp16 rounding of s exceeded half a step). So HF's extra work
+       changes almost nothing: no byte, and a handful of rows
+       (tests/test_examples_quant.c checks the fixed points group by group). */
     printf("\n4. hf_requantize: HF re-quantizes the whole history at every flush\n");
-    printf("   %4s %8s %9s %9s %9s\n", "bits", "requant", "out err", "payload B", "rows diff");
-    for (b = 0; b < 2; b++) {
-        kvq_config c1 = kvq_config_hf(h.D, kvq_hf_defaults(BITS[b])), c0 = c1;
+    printf("   %4s %5s %8s %9s %9s %9s\n", "bits", "zero", "requant", "out err", "payload B",
+           "rows diff");
+    for (b = 0; b < 4; b++) {
+        kvq_hf_params hp = kvq_hf_defaults(BITS[b % 2]);
+        kvq_config c1, c0;
         kvq_cache q[2];
         kvq_bytes by[2];
         errs e[2];
         float *r0 = (float *)ex_alloc(2 * h.D * sizeof(float)), *r1 = r0 + h.D;
         size_t diff = 0, t;
-        int side;
+        int side, bits = BITS[b % 2];
+        const char *zn = b < 2 ? "float" : "int";
+        hp.zero_mode = b < 2 ? KVQ_ZERO_FLOAT : KVQ_ZERO_INT;
+        c1 = c0 = kvq_config_hf(h.D, hp);
         c0.hf_requantize = 0;
         e[0] = measure(&c0, &h, &o, &q[0]);
         e[1] = measure(&c1, &h, &o, &q[1]);
@@ -274,17 +295,156 @@ int main(int argc, char **argv)
         }
         for (side = 0; side < 2; side++)
             ex_must(kvq_cache_bytes(&q[side], &by[side]), "bytes", &q[side]);
-        printf("   %4d %8s %9.5f %9zu\n", BITS[b], "0 (once)", e[0].out, by[0].payload);
-        printf("   %4d %8s %9.5f %9zu %9zu\n", BITS[b], "1 (HF)", e[1].out, by[1].payload, diff);
-        ex_check(by[0].payload == by[1].payload && 100 * diff <= h.T, "int%d: re-quantizing "
-                 "changes no byte count, and %zu rows of %zu (<= 1%%); out err %+.2f%%",
-                 BITS[b], diff, h.T, e[0].out > 0 ? 100.0 * (e[1].out / e[0].out - 1.0) : 0.0);
+        printf("   %4d %5s %8s %9.5f %9zu\n", bits, zn, "0 (once)", e[0].out, by[0].payload);
+        printf("   %4d %5s %8s %9.5f %9zu %9zu\n", bits, zn, "1 (HF)", e[1].out, by[1].payload,
+               diff);
+        ex_check(by[0].payload == by[1].payload && 100 * diff <= h.T, "int%d, %s zero: "
+                 "re-quantizing changes no byte count, and %zu rows of %zu (<= 1%%); out err "
+                 "%+.2f%%", bits, zn, diff, h.T,
+                 e[0].out > 0 ? 100.0 * (e[1].out / e[0].out - 1.0) : 0.0);
         kvq_cache_free(&q[0]);
         kvq_cache_free(&q[1]);
         free(r0);
     }
     printf("   (a moved group is rounded again onto a finer step, nearer to or farther\n"
            "    from the original: its error can go either way)\n");
+
+    /* 5. Why the post's integer zero point loses less than today's float
+       zero at 2 bits. The float grid is min + c s; the integer grid is
+       (c - zp) s, which holds 0 exactly whenever 0 <= zp <= N, i.e. in
+       every group with values of both signs. A per-token group of keys
+       spans its outlier channels, so s is large and most values sit near
+       0: the integer grid returns them as 0, the float grid moves them all
+       to whichever level lies nearest, up to s/2 away, the same way for
+       the whole group.                                                     */
+    printf("\n5. HF's two zero points at 2 bits: where 0 falls on the grid\n");
+    {
+        static const float x[8] = { -1.5f, 1.5f, 0, 0.125f, -0.125f, 0.75f, -0.75f, 1 };
+        uint8_t c[8];
+        kvq_sz sz;
+        float a0, b0;
+        int m, j;
+        printf("   one group, x = {-1.5, 1.5, 0, 0.125, -0.125, 0.75, -0.75, 1}, s = 1:\n");
+        for (m = 0; m < 2; m++) {
+            double err = 0;
+            ex_must(kvq_quantize_group(x, 8, 1, 2, (kvq_zero_mode)m, c, &sz), "group", NULL);
+            kvq_sz_affine(sz, (kvq_zero_mode)m, &a0, &b0);
+            printf("   %-28s grid {%g, %g, %g, %g}, x' = {", m ? "post (zp = rne(1.5) = 2):"
+                   : "today (z = min = -1.5):", b0, a0 + b0, 2 * a0 + b0, 3 * a0 + b0);
+            for (j = 0; j < 8; j++) {
+                printf("%s%g", j ? ", " : "", (float)c[j] * a0 + b0);
+                err += fabs((float)c[j] * a0 + b0 - x[j]);
+            }
+            printf("}, mean |x - x'| %.3f\n", err / 8);
+        }
+    }
+    {
+        size_t G = h.D % 64 == 0 ? 64 : h.D % 32 == 0 ? 32 : h.D, n = h.T * h.D, i, gi, u, d;
+        kvq_layout L;
+        uint32_t *w;
+        kvq_sz *sz;
+        float *Y[2][2], *out = (float *)ex_alloc(h.n_q * h.D * sizeof(float));
+        double near[2][2], rest[2][2], rel[2][2], zero_in = 0, share = 0, sink = 0;
+        double att[2][2], common[2], spread[2];
+        int side, m;
+        ex_must(kvq_layout_init(&L, h.T, h.D, 2, G, KVQ_PER_TOKEN), "layout", NULL);
+        w = (uint32_t *)ex_alloc(L.total_words * sizeof(uint32_t));
+        sz = (kvq_sz *)ex_alloc(L.total_groups * sizeof(kvq_sz));
+        printf("   the head's K and V, 2-bit per-token groups of %zu (HF's q_group_size):\n"
+               "   %4s %-6s %14s %12s %9s\n", G, "side", "zero", "|err|/s near 0",
+               "|err|/s rest", "rel. err");
+        for (side = 0; side < 2; side++)
+            for (m = 0; m < 2; m++) {
+                const float *X = side ? h.V : h.K;
+                double num = 0, den = 0;
+                size_t n_near = 0, n_rest = 0;
+                Y[side][m] = (float *)ex_alloc(n * sizeof(float));
+                near[side][m] = rest[side][m] = 0;
+                ex_must(kvq_quantize_matrix(X, h.T, h.D, 2, G, KVQ_PER_TOKEN, (kvq_zero_mode)m,
+                                            w, sz), "quantize", NULL);
+                ex_must(kvq_dequantize_matrix(w, sz, h.T, h.D, 2, G, KVQ_PER_TOKEN,
+                                              (kvq_zero_mode)m, Y[side][m]), "dequantize", NULL);
+                for (i = 0; i < n; i++) {
+                    /* s of the element's group as stored: f16((max - min)
+                       / N) under both rules (but for a constant group)     */
+                    double s = kvq_f16_to_f32(sz[i / G].scale), e = fabs(Y[side][m][i] - X[i]);
+                    num += e * e;
+                    den += (double)X[i] * X[i];
+                    if (s <= 0) continue;
+                    if (fabs(X[i]) < s / 4) { near[side][m] += e / s; n_near++; }
+                    else { rest[side][m] += e / s; n_rest++; }
+                }
+                near[side][m] /= n_near ? (double)n_near : 1.0;
+                rest[side][m] /= n_rest ? (double)n_rest : 1.0;
+                rel[side][m] = sqrt(num / (den > 0 ? den : 1));
+                if (side == 0 && m == 0) {     /* the keys' groups: 0 inside? */
+                    for (gi = 0; gi < L.total_groups; gi++) {
+                        float mn = X[gi * G], mx = X[gi * G];
+                        for (i = 1; i < G; i++) {
+                            mn = X[gi * G + i] < mn ? X[gi * G + i] : mn;
+                            mx = X[gi * G + i] > mx ? X[gi * G + i] : mx;
+                        }
+                        zero_in += mn <= 0 && mx >= 0;
+                    }
+                    zero_in /= (double)L.total_groups;
+                    share = (double)n_near / (double)(n_near + n_rest);
+                    for (i = 0; i < G; i++)             /* token 0's first group */
+                        sink += fabs(X[i]) < kvq_f16_to_f32(sz[0].scale) / 4;
+                    sink /= (double)G;
+                }
+                printf("   %4s %-6s %14.3f %12.3f %9.3f\n", side ? "V" : "K",
+                       m ? "int" : "float", near[side][m], rest[side][m], rel[side][m]);
+                if (m == 1)
+                    ex_check(near[side][1] < near[side][0], "2-bit %s: near 0 the integer "
+                             "zero's error is smaller: %.3f s vs %.3f s", side ? "values" : "keys",
+                             near[side][1], near[side][0]);
+            }
+        printf("   %.0f%% of key groups hold 0 (so 0 <= zp <= 3: 0 is on the integer grid);"
+               " %.0f%% of the\n   keys lie within s/4 of 0 (token 0: %.0f%%); relative key "
+               "error %.3f (int) vs %.3f (float)\n", 100 * zero_in, 100 * share, 100 * sink,
+               rel[0][1], rel[0][0]);
+        /* attention over the whole head, every token quantized: the output
+           error with K and V quantized and with K alone; each query's score
+           error e_u = q (k'_u - k_u) / sqrt(D), split under the exact
+           attention p into its mean (the same shift for every token, which
+           softmax ignores) and the spread around it (what moves attention) */
+        printf("   attention, every token quantized (%zu queries over all %zu tokens):\n"
+               "   %-6s %8s %13s %18s %13s\n", h.n_q, h.T, "zero", "out err",
+               "K-only out", "score err: common", "spread");
+        for (m = 0; m < 2; m++) {
+            double c2 = 0, v2 = 0, inv = 1.0 / sqrt((double)h.D);
+            ex_must(kvq_attend_dense(Y[0][m], Y[1][m], h.T, h.D, h.Q, h.n_q, out, NULL),
+                    "dense", NULL);
+            att[m][0] = ex_rel_err(o.out, out, h.n_q * h.D);
+            ex_must(kvq_attend_dense(Y[0][m], h.V, h.T, h.D, h.Q, h.n_q, out, NULL), "dense", NULL);
+            att[m][1] = ex_rel_err(o.out, out, h.n_q * h.D);
+            for (i = 0; i < h.n_q; i++) {
+                const float *q = h.Q + i * h.D, *pr = o.probs + i * h.T;
+                double mean = 0, var = 0, e;
+                for (u = 0; u < h.T; u++) {
+                    for (e = 0, d = 0; d < h.D; d++)
+                        e += (double)q[d] * (Y[0][m][u * h.D + d] - h.K[u * h.D + d]);
+                    mean += pr[u] * e * inv;
+                }
+                for (u = 0; u < h.T; u++) {
+                    for (e = 0, d = 0; d < h.D; d++)
+                        e += (double)q[d] * (Y[0][m][u * h.D + d] - h.K[u * h.D + d]);
+                    var += pr[u] * (e * inv - mean) * (e * inv - mean);
+                }
+                c2 += mean * mean;
+                v2 += var;
+            }
+            common[m] = sqrt(c2 / (double)h.n_q);
+            spread[m] = sqrt(v2 / (double)h.n_q);
+            printf("   %-6s %8.3f %13.3f %18.3f %13.3f\n", m ? "int" : "float", att[m][0],
+                   att[m][1], common[m], spread[m]);
+        }
+        printf("   zero rules, this head: output error int/float %.3f, K-only %.3f, score "
+               "spread %.3f\n", att[1][0] / att[0][0], att[1][1] / att[0][1],
+               spread[1] / spread[0]);
+        for (side = 0; side < 2; side++) for (m = 0; m < 2; m++) free(Y[side][m]);
+        free(w); free(sz); free(out);
+    }
     free(o.out); free(o.probs); free(o.mass);
     ex_head_free(&h);
     return ex_finish("03_hf");
