@@ -576,6 +576,15 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
     it.n_items = it.n_fast + (it.n_slow_tokens + 31) / 32;
     return it;
 }
+/* SEALED pages: the stream's first pages whose G slots are all quantized
+   on both sides. Only these may be in fragment order (Sec. 7), and the
+   tensor-core kernel (Sec. 8) attends exactly these; the page still
+   filling stays in kvq.h's order for Sec. 4's paths.                     */
+static __host__ __device__ __forceinline__ uint32_t kvq_cuda_sealed_pages(const kvq_cuda_stream &s,
+                                                                          int G)
+{
+    return (s.n_kq < s.n_vq ? s.n_kq : s.n_vq) / (uint32_t)G;
+}
 
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 /* ======================================================================== */
@@ -1144,14 +1153,54 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
     __syncwarp();
 }
 
+/* -- the CTA's two ends, shared with the tensor-core kernel (Sec. 8) ------ */
+/* The NH query heads h0.. of a stream into shared memory, pre-scaled by
+   log2(e)/sqrt(D) (scores in base 2); heads past n_rep are zero.          */
+template <int D, int NH>
+static __device__ __forceinline__ void kvq_dev_load_queries(float *qs /* (NH, D) smem */,
+                                                            const float *q, int stream_id,
+                                                            int n_rep, int h0)
+{
+    const float qscale = 1.4426950408889634f / sqrtf((float)D);
+    for (int i = threadIdx.x; i < NH * D; i += blockDim.x) {
+        const int h = h0 + i / D;
+        qs[i] = (h < n_rep) ? q[((size_t)stream_id * n_rep + h) * D + i % D] * qscale : 0.0f;
+    }
+}
+/* The warps' (m, l, acc) in shared memory -> this split's partial result:
+   work[stream][h0 + h][split] = (M, L, acc[D]) with M the warps' max.    */
+template <int D, int NH, int WARPS>
+static __device__ __forceinline__ void kvq_dev_write_split(const float (&red_acc)[WARPS][NH * D],
+                                                           const float (&red_ml)[WARPS][2 * NH],
+                                                           float *work, int stream_id, int n_rep,
+                                                           int h0, int split, int n_splits)
+{
+    for (int i = threadIdx.x; i < NH * (D + 2); i += blockDim.x) {
+        const int h = i / (D + 2), e = i % (D + 2);
+        if (h0 + h >= n_rep) continue;
+        float M = -INFINITY;
+        for (int w2 = 0; w2 < WARPS; w2++) M = fmaxf(M, red_ml[w2][2 * h]);
+        float sum = 0.0f;
+        for (int w2 = 0; w2 < WARPS; w2++) {
+            const float f = kvq_dev_rescale(red_ml[w2][2 * h], M);
+            sum += f * (e == 0 ? 0.0f : e == 1 ? red_ml[w2][2 * h + 1] : red_acc[w2][h * D + e - 2]);
+        }
+        float *dst = work + (((size_t)stream_id * n_rep + h0 + h) * n_splits + split) * (D + 2);
+        dst[e] = (e == 0) ? M : sum;
+    }
+}
+
 /* -- the kernel ------------------------------------------------------------- */
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).
-   B = 0: the fp16 baseline (no pages).                                    */
+   B = 0: the fp16 baseline (no pages). Its splits are work's splits
+   split0 .. split0 + gridDim.y - 1 of n_splits. skip_sealed: leave out
+   the stream's sealed pages (Sec. 8's kernel attends them).              */
 template <int D, int B, int NH>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
-                  float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages)
+                  float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages,
+                  int split0, int n_splits, int skip_sealed)
 {
     constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
     constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
@@ -1162,15 +1211,10 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int stream_id = blockIdx.x / n_hchunks, h0 = (blockIdx.x % n_hchunks) * NH;
-    const int split = blockIdx.y, n_splits = gridDim.y;
+    const int split = blockIdx.y, n_my_splits = gridDim.y;
     const kvq_cuda_stream *s = streams + stream_id;
-    const float qscale = 1.4426950408889634f / sqrtf((float)D);   /* log2(e)/sqrt(D) */
 
-    /* the query heads of this chunk, pre-scaled; heads past n_rep are 0   */
-    for (int i = threadIdx.x; i < NH * D; i += blockDim.x) {
-        const int h = h0 + i / D;
-        qs[i] = (h < n_rep) ? q[((size_t)stream_id * n_rep + h) * D + i % D] * qscale : 0.0f;
-    }
+    kvq_dev_load_queries<D, NH>(qs, q, stream_id, n_rep, h0);
     __syncthreads();
     float qf[NH][CPL];
 #pragma unroll
@@ -1189,8 +1233,10 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
     }
 
     const kvq_cuda_items it = kvq_cuda_count_items(*s, TG, B > 0);
-    const uint32_t per = (it.n_items + n_splits - 1) / n_splits;
-    const uint32_t first = split * per;
+    const uint32_t skip = (B > 0 && skip_sealed) ? kvq_cuda_sealed_pages(*s, pool.group) *
+                                                   ((uint32_t)pool.group / TG) : 0;
+    const uint32_t per = (it.n_items - skip + n_my_splits - 1) / n_my_splits;
+    const uint32_t first = skip + split * per;
     const uint32_t last = (first + per < it.n_items) ? first + per : it.n_items;
     kvq_dev_slow_src<D, B> src;
     src.s = s;
@@ -1275,19 +1321,8 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
     __syncthreads();
 
     /* ---- merge the warps; write this split's (m, l, acc) ---------------- */
-    for (int i = threadIdx.x; i < NH * (D + 2); i += blockDim.x) {
-        const int h = i / (D + 2), e = i % (D + 2);
-        if (h0 + h >= n_rep) continue;
-        float M = -INFINITY;
-        for (int w2 = 0; w2 < KVQ_CUDA_WARPS; w2++) M = fmaxf(M, red_ml[w2][2 * h]);
-        float sum = 0.0f;
-        for (int w2 = 0; w2 < KVQ_CUDA_WARPS; w2++) {
-            const float f = kvq_dev_rescale(red_ml[w2][2 * h], M);
-            sum += f * (e == 0 ? 0.0f : e == 1 ? red_ml[w2][2 * h + 1] : red_acc[w2][h * D + e - 2]);
-        }
-        float *dst = work + (((size_t)stream_id * n_rep + h0 + h) * n_splits + split) * (D + 2);
-        dst[e] = (e == 0) ? M : sum;
-    }
+    kvq_dev_write_split<D, NH, KVQ_CUDA_WARPS>(red_acc, red_ml, work, stream_id, n_rep, h0,
+                                               split0 + split, n_splits);
 }
 
 /* One (stream, head) per CTA: merge the splits, divide, check q.          */
@@ -1356,7 +1391,7 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
 /* Instantiation table: D x B x NH (B = 0: the fp16 baseline); the page
    size G is a run-time value of the pool.                                 */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
-                                  const float *, float *, int);
+                                  const float *, float *, int, int, int, int);
 template <int D, int B>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
@@ -1437,7 +1472,8 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
     KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
                                                                         (int)n_hchunks, d_q,
-                                                                        d_work, n_stages);
+                                                                        d_work, n_stages, 0,
+                                                                        n_splits, 0);
     KVQ_CUDA_CHECK(cudaGetLastError());
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     if (D == 128)
@@ -1827,6 +1863,46 @@ KVQ_MMA_FN void kvq_mma_value_source(int D, int bits, size_t w, int j,
     *channel = 16 * row_tile + kvq_mma_a_row(lane, elem);
 }
 
+/* The inverse maps: where the code of (token t, channel d) sits in a
+   fragment-order page, as word *w and field *j. A's row r and column c
+   of a 16 x 16 tile are lane 4 (r % 8) + (c % 8) / 2, element
+   (c % 2) + 2 (r / 8) + 4 (c / 8) (the tables above, solved).           */
+KVQ_MMA_FN void kvq_mma_a_place(int r, int c, int *lane, int *elem)
+{
+    *lane = 4 * (r % 8) + (c % 8) / 2;
+    *elem = (c % 2) + 2 * (r / 8) + 4 * (c / 8);
+}
+KVQ_MMA_FN int kvq_mma_field_of(int bits, int tile, int elem)  /* kvq_mma_field's inverse */
+{
+    return 4 * tile + elem / 2 + (16 / bits) * (elem % 2);
+}
+KVQ_MMA_FN void kvq_mma_key_dest(int D, int bits, int t, int d, size_t *w, int *j)
+{
+    const int per_lane = D * bits / 64, kg = d / 16;
+    int lane, elem;
+    kvq_mma_a_place(t % 16, d % 16, &lane, &elem);
+    *w = ((size_t)(t / 16) * 32 + lane) * per_lane + kg / (4 / bits);
+    *j = kvq_mma_field_of(bits, kg % (4 / bits), elem);
+}
+KVQ_MMA_FN void kvq_mma_value_dest(int D, int bits, int t, int d, size_t *w, int *j)
+{
+    const int per_lane = D / 16, tg = t / 16;
+    int lane, elem;
+    kvq_mma_a_place(d % 16, t % 16, &lane, &elem);
+    *w = ((size_t)(tg / (4 / bits)) * 32 + lane) * per_lane + d / 16;
+    *j = kvq_mma_field_of(bits, tg % (4 / bits), elem);
+}
+/* The code of (token t, channel d) in a fragment-order key (side 0) or
+   value (side 1) page.                                                   */
+KVQ_MMA_FN uint32_t kvq_mma_code_at(const uint32_t *page, int D, int bits, int side, int t, int d)
+{
+    size_t w;
+    int j;
+    if (side == 0) kvq_mma_key_dest(D, bits, t, d, &w, &j);
+    else kvq_mma_value_dest(D, bits, t, d, &w, &j);
+    return (page[w] >> (j * bits)) & ((1u << bits) - 1u);
+}
+
 /* kvq_mma_split: w 2^e as hi + lo, two fp16 (as raw bits), for the page
    scale e of kvq_mma_exponent. Round to nearest even both times.          */
 KVQ_MMA_FN void kvq_mma_split(float w, int e, kvq_f16 *hi,
@@ -1981,6 +2057,498 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
     return KVQ_OK;
 }
 
+#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
+/* ======================================================================== */
+/* 8. decode attention on the tensor cores (v5)                             */
+/* ======================================================================== */
+/* Sec. 7's design as a kernel. It attends a stream's SEALED pages (Sec. 3:
+   every slot quantized on both sides, stored in fragment order); the rest
+   of the stream (the page still filling, the tails, the full-precision
+   rows) goes through Sec. 4's kernel with skip_sealed = 1. Both write
+   partial (m, l, acc) results into one workspace, at different splits, and
+   kvq_attend_combine_kernel merges them: kvq_cuda_attend_mma below.
+
+   One warp owns a page at a time (pages round-robin over the CTA's warps,
+   CTAs over splits of the stream's pages); a CTA serves NH = 4 NQ query
+   heads of one KV head, 4 per MMA (NQ = 2: two MMAs on the same decoded
+   codes). Lane l has gid = l / 4 and tig = l % 4 (the PTX tables, Sec. 7).
+
+   PER PAGE (the keys' weights):
+     w_hd = q_hd a_d for the page's key scales a_d; e_h puts max_d |w_hd|
+     in [2^14, 2^15) (kvq_mma_exponent); B's column 2j holds head j's hi,
+     2j + 1 its lo (HILO = 0: hi only, lo columns zero). The zero term
+     z_h = sum_d q_hd b_d. Lane l builds the B registers of head
+     4 NQ' + gid / 2 for its rows (kvq_mma_b_row) of every 16-channel
+     k-tile, and the max and z by a sum over tig (xor 1, 2).
+   PER 32-TOKEN CHUNK:
+     keys    for each 16-token row tile, the lane's fragment-order words
+             (kvq_mma_decode) times the page's B: C holds, in lane
+             (gid, tig), head tig's scores of tokens gid and gid + 8:
+             s = (c0 + c1) 2^-e + z  (or c2 + c3), -inf for a dead slot
+     softmax the chunk's max per head (xor 4, 8, 16), the running max m,
+             l and acc rescaled once, p = 2^(s - m) <= 1
+     values  B = p_t a_tg 2^(e_g) per 16-token tile and value group g:
+             each element one __shfl_sync from the lane holding the score
+             (kvq_mma_score_source), times the token's value scale, split
+             hi / lo. e_g puts the chunk's max_t a_tg in [2^14, 2^15):
+             p <= 1, so every B entry is below 2^15. A fresh C per chunk
+             and channel tile, added into fp32 times 2^-e_g; the zero
+             term sum_t p_t b_tg is kept per lane and group.
+   The exponents are powers of two (exact); hi + lo carries each weight to
+   2^-9 of 2^15, i.e. 2^-23 of the page's (keys) or chunk's (values)
+   largest weight: fp32 accuracy, whatever the tensor cores' rounding,
+   since each MMA sums 16 products of an integer code (exact in fp16) and
+   an fp16 weight into fp32, and the running sums are outside the MMA.  */
+#define KVQ_MMA_WARPS 4               /* warps per CTA                      */
+#define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
+
+template <int D, int B, int NQ>
+struct kvq_mma_shape {
+    static constexpr int NH = 4 * NQ;         /* query heads per CTA        */
+    static constexpr int KT = D / 16;         /* 16-channel k-tiles (keys)  */
+    static constexpr int KPL = D * B / 64;    /* key words per lane and row tile */
+    static constexpr int TPW = 4 / B;         /* 16-token tiles per value word */
+    static constexpr int MT = D / 16;         /* 16-channel row tiles (values) */
+};
+
+/* A page's key weights in B-register form, per quad of heads, and the
+   exponent and zero term of head tig of each quad (the C layout's head). */
+template <int D, int B, int NQ>
+struct kvq_mma_keyb {
+    uint32_t b[NQ][kvq_mma_shape<D, B, NQ>::KT][2];
+    float inv[NQ];                            /* 2^-e of head 4 q + tig      */
+    float z[NQ];                              /* zero term of head 4 q + tig */
+};
+
+template <int D, int B, int NQ, int HILO>
+static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH, D) smem */,
+                                                         const kvq_sz *ksz /* (D) */,
+                                                         kvq_zero_mode mode, int lane,
+                                                         kvq_mma_keyb<D, B, NQ> &kb)
+{
+    typedef kvq_mma_shape<D, B, NQ> S;
+    const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        const int h = 4 * q + gid / 2;            /* this lane's B column's head */
+        float w[S::KT][4], mx = 0.0f, z = 0.0f;
+#pragma unroll
+        for (int kt = 0; kt < S::KT; kt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int d = 16 * kt + kvq_mma_b_row(lane, i);
+                float a, b;
+                kvq_dev_affine(ksz[d], mode, &a, &b);
+                w[kt][i] = qs[h * D + d] * a;
+                mx = fmaxf(mx, fabsf(w[kt][i]));
+                z = fmaf(qs[h * D + d], b, z);
+            }
+        /* the 4 lanes of a gid hold all 16 rows of every k-tile          */
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        z += __shfl_xor_sync(0xffffffffu, z, 1);
+        z += __shfl_xor_sync(0xffffffffu, z, 2);
+        const int e = kvq_mma_exponent(mx);
+#pragma unroll
+        for (int kt = 0; kt < S::KT; kt++) {
+            kvq_f16 h16[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                kvq_f16 hi, lo;
+                kvq_mma_split(w[kt][i], e, &hi, &lo);
+                h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
+            }
+            kb.b[q][kt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
+            kb.b[q][kt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
+        }
+        /* head tig's exponent and zero term live in lane 8 tig (gid 2 tig) */
+        kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));
+        kb.z[q] = __shfl_sync(0xffffffffu, z, 8 * tig);
+    }
+}
+
+/* Per-warp state, in the C layout: head 4 q + tig, channels 16 mt + gid
+   (acc[q][mt][0]) and 16 mt + gid + 8 (acc[q][mt][1]).                    */
+template <int D, int B, int NQ>
+struct kvq_mma_state {
+    float m[NQ], l[NQ];
+    float acc[NQ][kvq_mma_shape<D, B, NQ>::MT][2];
+};
+
+/* One 32-token chunk of a sealed page: keys, softmax, values.             */
+template <int D, int B, int NQ, int HILO>
+static __device__ __forceinline__ void kvq_mma_chunk(const kvq_cuda_pool &pool,
+                                                     const kvq_cuda_stream *s, size_t page,
+                                                     uint32_t slot0 /* the chunk's first slot */,
+                                                     int chunk, const kvq_mma_keyb<D, B, NQ> &kb,
+                                                     kvq_mma_state<D, B, NQ> &st, int lane)
+{
+    typedef kvq_mma_shape<D, B, NQ> S;
+    const int gid = lane >> 2, G = pool.group, Gv = pool.value_group;
+    const int n_groups = D / Gv;
+    const kvq_zero_mode mode = pool.zero_mode;
+    /* ---- keys: two 16-token row tiles --------------------------------- */
+    const uint32_t *kw = pool.k_words + page * kvq_cuda__kw_stride(D, G, B);
+    float sc[NQ][2][2];                       /* [quad][row tile][half]      */
+#pragma unroll
+    for (int rt = 0; rt < 2; rt++) {
+        const int row_tile = 2 * chunk + rt;
+        const uint32_t *w = kw + ((size_t)row_tile * 32 + lane) * S::KPL;
+        float c[NQ][4];
+#pragma unroll
+        for (int q = 0; q < NQ; q++) c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < S::KPL; i++) {
+            uint32_t a[16 / B];
+            kvq_mma_decode<B>(__ldg(w + i), a);
+#pragma unroll
+            for (int u = 0; u < S::TPW; u++)
+#pragma unroll
+                for (int q = 0; q < NQ; q++)
+                    kvq_mma_16816(c[q], a + 4 * u, kb.b[q][i * S::TPW + u][0],
+                                  kb.b[q][i * S::TPW + u][1]);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const uint32_t slot = slot0 + 16 * rt + gid + 8 * half;
+            const bool dead = s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u);
+#pragma unroll
+            for (int q = 0; q < NQ; q++)
+                sc[q][rt][half] = dead ? -INFINITY
+                                       : (c[q][2 * half] + c[q][2 * half + 1]) * kb.inv[q] + kb.z[q];
+        }
+    }
+    /* ---- softmax: the chunk's max per head, one rescale ---------------- */
+    float p[NQ][2][2];
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        float mx = fmaxf(fmaxf(sc[q][0][0], sc[q][0][1]), fmaxf(sc[q][1][0], sc[q][1][1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(st.m[q], mx);
+        const float alpha = (m_new == -INFINITY) ? 1.0f : kvq_dev_rescale(st.m[q], m_new);
+        st.m[q] = m_new;
+        st.l[q] *= alpha;
+#pragma unroll
+        for (int mt = 0; mt < S::MT; mt++) { st.acc[q][mt][0] *= alpha; st.acc[q][mt][1] *= alpha; }
+#pragma unroll
+        for (int rt = 0; rt < 2; rt++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                p[q][rt][half] = kvq_dev_rescale(sc[q][rt][half], m_new);
+                st.l[q] += p[q][rt][half];
+            }
+    }
+    /* ---- values: one value group at a time ------------------------------
+       A 16-channel tile lies in one group g (Gv % 16 == 0). For each new
+       g: its exponent (lane l reads token l's scale: the chunk's max), the
+       B registers of both token tiles, and the zero term of the chunk,
+       sum_t p_t b_tg for head tig, reduced over gid and added to every
+       channel of the group.                                              */
+    const kvq_sz *vsz = pool.v_sz + page * kvq_cuda__vs_stride(D, G, Gv) +
+                        (size_t)(chunk * KVQ_MMA_CHUNK) * n_groups;
+    const uint32_t *vw = pool.v_words + page * kvq_cuda__vw_stride(D, G, B);
+    int cur = -1;
+    float inv = 1.0f, zterm[NQ] = {};
+    uint32_t bv[NQ][2][2] = {};
+#pragma unroll
+    for (int mt = 0; mt < S::MT; mt++) {
+        const int g = 16 * mt / Gv;               /* warp-uniform            */
+        if (g != cur) {
+            cur = g;
+            float a, b;
+            kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
+#pragma unroll
+            for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
+            const int e = kvq_mma_exponent(a);
+            inv = ldexpf(1.0f, -e);
+#pragma unroll
+            for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
+#pragma unroll
+            for (int rt = 0; rt < 2; rt++) {
+#pragma unroll
+                for (int half = 0; half < 2; half++) {      /* zero terms      */
+                    float at, bt;
+                    kvq_dev_affine(vsz[(16 * rt + gid + 8 * half) * n_groups + g], mode, &at, &bt);
+#pragma unroll
+                    for (int q = 0; q < NQ; q++) zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
+                }
+                /* B: element i of lane l is token kvq_mma_b_row(l, i) of
+                   the tile, head gid / 2 of the quad                      */
+                float pv[NQ][4], av[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int src, half;
+                    kvq_mma_score_source(lane, i, &src, &half);
+#pragma unroll
+                    for (int q = 0; q < NQ; q++) pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);
+                    float bt;
+                    kvq_dev_affine(vsz[(16 * rt + kvq_mma_b_row(lane, i)) * n_groups + g], mode, &av[i], &bt);
+                }
+#pragma unroll
+                for (int q = 0; q < NQ; q++) {
+                    kvq_f16 h16[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        kvq_f16 hi, lo;
+                        kvq_mma_split(pv[q][i] * av[i], e, &hi, &lo);
+                        h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
+                    }
+                    bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
+                    bv[q][rt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < NQ; q++)
+#pragma unroll
+                for (int k = 4; k < 32; k <<= 1) zterm[q] += __shfl_xor_sync(0xffffffffu, zterm[q], k);
+        }
+        /* codes^T times B: a fresh C, then into fp32 with the zero term   */
+#pragma unroll
+        for (int q = 0; q < NQ; q++) {
+            float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+            for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
+                const size_t block = (size_t)chunk * (2 / S::TPW) + blk;
+                uint32_t a[16 / B];
+                kvq_mma_decode<B>(__ldg(vw + (block * 32 + lane) * S::MT + mt), a);
+#pragma unroll
+                for (int u = 0; u < S::TPW; u++)
+                    kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
+            }
+            st.acc[q][mt][0] += (c[0] + c[1]) * inv + zterm[q];
+            st.acc[q][mt][1] += (c[2] + c[3]) * inv + zterm[q];
+        }
+    }
+}
+
+/* Partial results of the stream's sealed pages, splits split0 .. of
+   n_splits in work (the same layout as Sec. 4's kernel).                 */
+template <int D, int B, int NQ, int HILO>
+__global__ void __launch_bounds__(KVQ_MMA_WARPS * 32)
+kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
+                      int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
+                      float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int split0,
+                      int n_splits)
+{
+    typedef kvq_mma_shape<D, B, NQ> S;
+    constexpr int NH = S::NH;
+    KVQ_CUDA_SHARED(float, qs, [NH * D]);
+    KVQ_CUDA_SHARED(float, red_acc, [KVQ_MMA_WARPS][NH * D]);
+    KVQ_CUDA_SHARED(float, red_ml, [KVQ_MMA_WARPS][2 * NH]);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
+    const int stream_id = blockIdx.x / n_hchunks, h0 = (blockIdx.x % n_hchunks) * NH;
+    const kvq_cuda_stream *s = streams + stream_id;
+    kvq_dev_load_queries<D, NH>(qs, q, stream_id, n_rep, h0);
+    __syncthreads();
+
+    kvq_mma_state<D, B, NQ> st;
+#pragma unroll
+    for (int qd = 0; qd < NQ; qd++) {
+        st.m[qd] = -INFINITY;
+        st.l[qd] = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < S::MT; mt++) st.acc[qd][mt][0] = st.acc[qd][mt][1] = 0.0f;
+    }
+    const uint32_t G = (uint32_t)pool.group, n_pages = kvq_cuda_sealed_pages(*s, pool.group);
+    const uint32_t per = (n_pages + gridDim.y - 1) / gridDim.y;
+    const uint32_t first = blockIdx.y * per;
+    const uint32_t last = first + per < n_pages ? first + per : n_pages;
+    for (uint32_t pi = first + warp; pi < last; pi += KVQ_MMA_WARPS) {
+        const size_t page = (size_t)s->pages[pi];
+        kvq_mma_keyb<D, B, NQ> kb;
+        kvq_mma_page_keys<D, B, NQ, HILO>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
+        for (int chunk = 0; chunk < (int)(G / KVQ_MMA_CHUNK); chunk++)
+            kvq_mma_chunk<D, B, NQ, HILO>(pool, s, page, pi * G + chunk * KVQ_MMA_CHUNK, chunk,
+                                          kb, st, lane);
+    }
+    /* ---- this warp's sums over its lanes, then the CTA's ---------------- */
+#pragma unroll
+    for (int qd = 0; qd < NQ; qd++) {
+#pragma unroll
+        for (int k = 4; k < 32; k <<= 1)              /* over gid: head tig  */
+            st.l[qd] += __shfl_xor_sync(0xffffffffu, st.l[qd], k);
+        const int h = 4 * qd + tig;
+#pragma unroll
+        for (int mt = 0; mt < S::MT; mt++) {
+            red_acc[warp][h * D + 16 * mt + gid] = st.acc[qd][mt][0];
+            red_acc[warp][h * D + 16 * mt + gid + 8] = st.acc[qd][mt][1];
+        }
+        if (gid == 0) { red_ml[warp][2 * h] = st.m[qd]; red_ml[warp][2 * h + 1] = st.l[qd]; }
+    }
+    __syncthreads();
+    kvq_dev_write_split<D, NH, KVQ_MMA_WARPS>(red_acc, red_ml, work, stream_id, n_rep, h0,
+                                              split0 + blockIdx.y, n_splits);
+}
+
+/* -- sealing: pages into fragment order on the device ---------------------- */
+/* One CTA per listed pool page: both of its code arrays through shared
+   memory, into (seal = 1) or out of (seal = 0) fragment order; the scales
+   and zeros do not move. Byte for byte kvq_cuda_fragment_page (Sec. 7).   */
+__global__ void kvq_seal_kernel(uint32_t *__restrict__ k_words, uint32_t *__restrict__ v_words,
+                                const int32_t *__restrict__ pages, int D, int G, int bits,
+                                int seal)
+{
+    KVQ_CUDA_SHARED_DYNAMIC(uint32_t, buf);             /* (2, n_words)     */
+    const size_t n = (size_t)D * G * bits / 32, page = (size_t)pages[blockIdx.x];
+    uint32_t *k = k_words + page * n, *v = v_words + page * n;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) { buf[i] = k[i]; buf[n + i] = v[i]; }
+    __syncthreads();
+    const int per = 32 / bits;
+    for (size_t w = threadIdx.x; w < n; w += blockDim.x) {
+        uint32_t kw = 0, vw = 0;
+        if (seal) {                                     /* gather each field */
+            for (int j = 0; j < per; j++) {
+                int t, d;
+                kvq_mma_key_source(D, bits, w, j, &t, &d);
+                kw |= kvq_dev_get_code(buf + (size_t)d * (G * bits / 32), (uint32_t)t, bits) << (j * bits);
+                kvq_mma_value_source(D, bits, w, j, &t, &d);
+                vw |= kvq_dev_get_code(buf + n + (size_t)t * (D * bits / 32), (uint32_t)d, bits) << (j * bits);
+            }
+        } else {                  /* kvq.h's word w: channel / token and first code */
+            const size_t kd = w / (G * bits / 32), kt0 = (w % (G * bits / 32)) * per;
+            const size_t vt = w / (D * bits / 32), vd0 = (w % (D * bits / 32)) * per;
+            for (int j = 0; j < per; j++) {
+                kw |= kvq_mma_code_at(buf, D, bits, 0, (int)(kt0 + j), (int)kd) << (j * bits);
+                vw |= kvq_mma_code_at(buf + n, D, bits, 1, (int)vt, (int)(vd0 + j)) << (j * bits);
+            }
+        }
+        k[w] = kw;
+        v[w] = vw;
+    }
+}
+
+/* Seal (or unseal) the listed pool pages in place. d_pages: (n) pool page
+   ids, distinct. Codes must be B = 2 or 4, D 64 or 128, G a multiple of
+   32 up to 1024 (kvq_mma_shape_ok).                                       */
+extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
+                                           size_t n, int seal, cudaStream_t stream)
+{
+    if (!pool || (n && !d_pages)) return kvq_cuda__bad("kvq_cuda_seal_pages: NULL pointer");
+    if (!pool->k_words || !pool->v_words) return kvq_cuda__bad("kvq_cuda_seal_pages: pool has a NULL array");
+    if (!kvq_mma_shape_ok(pool->head_dim, pool->group, pool->bits))
+        return kvq_cuda__bad("kvq_cuda_seal_pages: D=%d G=%d B=%d is not a tensor-core shape",
+                             pool->head_dim, pool->group, pool->bits);
+    if (n > 0x7fffffffu) return kvq_cuda__bad("kvq_cuda_seal_pages: %zu pages in one call", n);
+    if (n == 0) return cudaSuccess;
+    const size_t bytes = 2 * (size_t)pool->head_dim * pool->group * pool->bits / 8;
+    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)kvq_seal_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    KVQ_CUDA_LAUNCH(kvq_seal_kernel, (unsigned)n, 256, bytes, stream)(pool->k_words, pool->v_words,
+                                                                      d_pages, pool->head_dim,
+                                                                      pool->group, pool->bits,
+                                                                      seal ? 1 : 0);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return cudaSuccess;
+}
+
+/* -- the launcher ------------------------------------------------------------ */
+/* Splits for the two kernels: enough CTAs for the GPU, as Sec. 4's rule,
+   over each kernel's own items (sealed pages; the rest in 32-token
+   items).                                                                */
+extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
+                                                int group, size_t max_tokens, int *n_splits_mma,
+                                                int *n_splits_rest)
+{
+    const int nh = n_rep > 4 ? 8 : 4;
+    const size_t n_hchunks = (size_t)((n_rep > 0 ? n_rep : 1) + nh - 1) / nh;
+    const size_t g = group > 0 ? (size_t)group : 32;
+    const int s5 = kvq_cuda__splits(n_streams * n_hchunks, 2 * KVQ_MMA_WARPS * (max_tokens / g + 1));
+    int s3 = 0;
+    kvq_cuda_attend_workspace(n_streams, n_rep, head_dim, group, 2 * g + 64, &s3);
+    if (n_splits_mma) *n_splits_mma = s5;
+    if (n_splits_rest) *n_splits_rest = s3;
+    return n_streams * (size_t)(n_rep > 0 ? n_rep : 1) * (size_t)(s5 + s3) * (size_t)(head_dim + 2);
+}
+
+typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
+                                 float *, int, int);
+template <int D, int B>
+static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo)
+{
+    return nq == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, 1, 1> : kvq_attend_mma_kernel<D, B, 1, 0>)
+                   : (hilo ? kvq_attend_mma_kernel<D, B, 2, 1> : kvq_attend_mma_kernel<D, B, 2, 0>);
+}
+
+/* Decode attention with the sealed pages on the tensor cores (v5) and the
+   rest through Sec. 4's kernel, merged. The same arguments and results as
+   kvq_cuda_attend, plus: every stream's sealed pages must be in fragment
+   order (kvq_cuda_seal_pages), the value group a multiple of 16, and
+   d_work of kvq_cuda_attend_mma_workspace floats. variant:
+   KVQ_CUDA_MMA_HILO (fp32-exact weights, the default) or
+   KVQ_CUDA_MMA_HI_ONLY (fp16 weights: about 2^-12 relative).             */
+#define KVQ_CUDA_MMA_HILO    0
+#define KVQ_CUDA_MMA_HI_ONLY 1
+extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
+                                           const kvq_cuda_stream *d_streams, size_t n_streams,
+                                           int n_rep, size_t max_tokens, const float *d_q,
+                                           float *d_out, float *d_work, size_t work_floats,
+                                           int *d_status, int variant, cudaStream_t stream)
+{
+    const int D = head_dim;
+    if (!pool) return kvq_cuda__bad("kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
+    if (!d_streams || !d_q || !d_out || !d_work || !d_status)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: NULL pointer");
+    if (variant != KVQ_CUDA_MMA_HILO && variant != KVQ_CUDA_MMA_HI_ONLY)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: variant %d unknown", variant);
+    if (n_streams == 0 || n_rep <= 0 || n_rep > 64)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);
+    if (!kvq_mma_shape_ok(D, pool->group, pool->bits) || pool->group > 128 || pool->head_dim != D)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: D=%d G=%d B=%d (D 64/128, B 2/4, G 32/64/128)",
+                             D, pool->group, pool->bits);
+    if (pool->value_group <= 0 || pool->value_group % 16 || D % pool->value_group)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: value group %d must divide D=%d and be a "
+                             "multiple of 16 (a channel tile in one group)", pool->value_group, D);
+    if (!pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: pool has a NULL array");
+    if (pool->zero_mode != KVQ_ZERO_FLOAT && pool->zero_mode != KVQ_ZERO_INT)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: zero mode %d unknown", (int)pool->zero_mode);
+    int s5, s3;
+    const size_t need = kvq_cuda_attend_mma_workspace(n_streams, n_rep, D, pool->group, max_tokens,
+                                                      &s5, &s3);
+    if (work_floats < need)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: workspace of %zu floats, %zu needed", work_floats, need);
+    const int nq = n_rep > 4 ? 2 : 1;
+    const size_t n_hchunks = (size_t)(n_rep + 4 * nq - 1) / (4 * nq);
+    if (n_streams > (size_t)0x7fffffff / n_hchunks)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: %zu streams is too many for one launch", n_streams);
+    const int hilo = variant == KVQ_CUDA_MMA_HILO;
+    kvq_cuda__mma_fn f5 = D == 128 ? (pool->bits == 2 ? kvq_cuda__pick_mma<128, 2>(nq, hilo)
+                                                      : kvq_cuda__pick_mma<128, 4>(nq, hilo))
+                                   : (pool->bits == 2 ? kvq_cuda__pick_mma<64, 2>(nq, hilo)
+                                                      : kvq_cuda__pick_mma<64, 4>(nq, hilo));
+    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    KVQ_CUDA_LAUNCH(f5, dim3((unsigned)(n_streams * n_hchunks), (unsigned)s5), KVQ_MMA_WARPS * 32,
+                    0, stream)(*pool, d_streams, n_rep, (int)n_hchunks, d_q, d_work, 0, s5 + s3);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    /* the rest: Sec. 4's kernel, without the sealed pages                 */
+    const int nh3 = kvq_cuda__nh(n_rep);
+    const size_t hc3 = (size_t)((n_rep + nh3 - 1) / nh3);
+    kvq_cuda__attn_fn f3 = (D == 128) ? kvq_cuda__pick_b<128>(pool->bits, nh3)
+                                      : kvq_cuda__pick_b<64>(pool->bits, nh3);
+    const size_t page_bytes = (size_t)D * KVQ_CUDA_TILE * pool->bits / 8 * 2 + (size_t)D * 4 +
+                              (size_t)KVQ_CUDA_TILE * (D / pool->value_group) * 4;
+    const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
+    const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
+    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)f3, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)stage_bytes));
+    KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
+                    stage_bytes, stream)(*pool, d_streams, n_rep, (int)hc3, d_q, d_work, n_stages,
+                                         s5, s5 + s3, 1);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
+    if (D == 128)
+        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, s5 + s3, d_q,
+                                                                             d_out, d_status);
+    else
+        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, s5 + s3, d_q,
+                                                                           d_out, d_status);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return cudaSuccess;
+}
+#endif /* KVQ_CUDA_DECLARE_ONLY */
+
 #ifdef KVQ_CUDA_DECLARE_ONLY
 /* ======================================================================== */
 /* The API of kvq_cuda.o, for translation units that link against it       */
@@ -2004,6 +2572,18 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
 extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,
                                            size_t n_moves, void *d_temp, cudaStream_t stream);
+extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
+                                           size_t n, int seal, cudaStream_t stream);
+extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
+                                                int group, size_t max_tokens, int *n_splits_mma,
+                                                int *n_splits_rest);
+#define KVQ_CUDA_MMA_HILO    0
+#define KVQ_CUDA_MMA_HI_ONLY 1
+extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
+                                           const kvq_cuda_stream *d_streams, size_t n_streams,
+                                           int n_rep, size_t max_tokens, const float *d_q,
+                                           float *d_out, float *d_work, size_t work_floats,
+                                           int *d_status, int variant, cudaStream_t stream);
 extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e, char *why,
                                       size_t why_len);

@@ -235,6 +235,7 @@ struct gpu_batch {
     std::vector<void *> allocs;
     kvq_cuda_stream *d_streams = nullptr;
     size_t max_tokens = 0;
+    std::vector<std::vector<int32_t>> tables;   /* per stream: pool page ids */
     ~gpu_batch()
     {
         for (auto &e : ex) kvq_cuda_export_free(&e);
@@ -291,6 +292,7 @@ static bool upload(gpu_batch &b, bool quantized)
         s.n_fp = e.n_fp;
         if (!quantized && n_slots) return false;   /* baseline needs fp-only caches */
         hs[i] = s;
+        b.tables.push_back(table);
         b.max_tokens = std::max(b.max_tokens, n_slots + e.n_fp);
     }
     b.pool.k_words = b.put(hkw.data(), hkw.size());
@@ -410,25 +412,55 @@ static bool make_stream(int pol, size_t D, int bits, size_t G, size_t max_len, k
     return ok;
 }
 
-/* Build n_streams caches of the policy with random lengths (prefill, then
-   a few decode appends), run the GPU, compare every row with the oracle. */
-static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
-                             size_t n_streams, size_t max_len)
+/* n_streams caches of the policy with random lengths (prefill, then a few
+   decode appends), exported into b. Quick mode shortens them.            */
+static bool build_batch(int pol, size_t D, int bits, size_t G, size_t n_streams, size_t max_len,
+                        std::vector<kvq_cache> &caches, gpu_batch &b)
 {
-    gpu_batch b;
-    if (quick_mode) { max_len = std::min<size_t>(max_len, 1200); n_streams = std::min<size_t>(n_streams, 4); }
-    std::vector<kvq_cache> caches(n_streams);
-    std::vector<float> hq(n_streams * n_rep * D);
     char why[200] = "";
     bool ok = true;
+    caches.resize(n_streams);
     for (size_t i = 0; i < n_streams && ok; i++) {
         kvq_cuda_export_t e;
         ok = make_stream(pol, D, bits, G, max_len, &caches[i], &e, why, sizeof why);
         if (ok) b.ex.push_back(e);
         if (ok && G > 32 && std::min(e.n_kq, e.n_vq) >= 64) tiled_streams++;
+        if (!ok) caches.resize(i);          /* make_stream freed the failed one */
     }
-    for (auto &x : hq) x = rng_gauss();
     CHECK(ok, "%s: building the caches failed: %s", pol_name[pol], why);
+    return ok;
+}
+
+/* Every output row against the float64 oracle: the rows over tol, and the
+   worst relative L2 error (NaN if any row is NaN).                       */
+static size_t check_rows(std::vector<kvq_cache> &caches, const std::vector<float> &hq,
+                         const std::vector<float> &got, int n_rep, size_t D, double tol,
+                         double *worst)
+{
+    std::vector<float> ref;
+    size_t bad = 0;
+    *worst = 0.0;
+    for (size_t i = 0; i < caches.size(); i++) {
+        oracle(&caches[i], &hq[i * n_rep * D], n_rep, ref);
+        for (int h = 0; h < n_rep; h++) {
+            const double rel = rel_l2(&got[(i * n_rep + h) * D], &ref[h * D], D);
+            if (!(rel <= tol)) bad++;
+            if (!(rel <= *worst)) *worst = rel;         /* NaN sticks */
+        }
+    }
+    return bad;
+}
+
+/* Build n_streams caches of the policy, run the GPU, compare every row.   */
+static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
+                             size_t n_streams, size_t max_len)
+{
+    gpu_batch b;
+    if (quick_mode) { max_len = std::min<size_t>(max_len, 1200); n_streams = std::min<size_t>(n_streams, 4); }
+    std::vector<kvq_cache> caches;
+    std::vector<float> hq(n_streams * n_rep * D);
+    const bool ok = build_batch(pol, D, bits, G, n_streams, max_len, caches, b);
+    for (auto &x : hq) x = rng_gauss();
     if (ok) {
         const bool quantized = pol != POL_FULL;
         upload(b, quantized);
@@ -442,20 +474,12 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
         CU(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams, n_rep,
                            b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
         CU(cudaDeviceSynchronize());
-        std::vector<float> got(hq.size()), ref;
+        std::vector<float> got(hq.size());
         int status;
         dout.down(got.data());
         dst.down(&status);
-        double worst = 0.0;
-        size_t bad = 0;
-        for (size_t i = 0; i < n_streams; i++) {
-            oracle(&caches[i], &hq[i * n_rep * D], n_rep, ref);
-            for (int h = 0; h < n_rep; h++) {
-                const double rel = rel_l2(&got[(i * n_rep + h) * D], &ref[h * D], D);
-                if (!(rel <= ATTN_TOL)) bad++;
-                if (!(rel <= worst)) worst = rel;       /* NaN sticks */
-            }
-        }
+        double worst;
+        const size_t bad = check_rows(caches, hq, got, n_rep, D, ATTN_TOL, &worst);
         CHECK(status == 0, "%s: status %d", pol_name[pol], status);
         CHECK(bad == 0, "%s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d: "
               "%zu rows over tolerance, worst rel err %.3g", pol_name[pol], D, bits, G,
@@ -465,6 +489,116 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
                n_splits, worst);
     }
     for (auto &c : caches) kvq_cache_free(&c);
+}
+
+/* The tensor-core kernel (kvq_cuda.cu Sec. 8) on the same kind of batch:
+   the sealed pages are sealed ON THE DEVICE (kvq_cuda_seal_pages), which
+   must give kvq_cuda_fragment_page's bytes; attention against the oracle
+   (tol); unsealing must give the original bytes back.                    */
+#define ATTN_TOL_HI_ONLY 4e-3    /* fp16 weights: 2^-12 each, relative      */
+static size_t mma_pages_checked = 0;
+static void test_attend_mma_case(int pol, size_t D, int bits, size_t G, int n_rep,
+                                 size_t n_streams, size_t max_len, int variant = KVQ_CUDA_MMA_HILO)
+{
+    gpu_batch b;
+    if (quick_mode) { max_len = std::min<size_t>(max_len, 1200); n_streams = std::min<size_t>(n_streams, 4); }
+    std::vector<kvq_cache> caches;
+    std::vector<float> hq(n_streams * n_rep * D);
+    const bool ok = build_batch(pol, D, bits, G, n_streams, max_len, caches, b);
+    for (auto &x : hq) x = rng_gauss();
+    if (ok) {
+        upload(b, true);
+        const size_t n = D * G * bits / 32;             /* words per page    */
+        std::vector<int32_t> ids;
+        for (size_t i = 0; i < b.ex.size(); i++) {
+            const size_t sealed = std::min(b.ex[i].n_kq, b.ex[i].n_vq) / G;
+            for (size_t p = 0; p < sealed; p++) ids.push_back(b.tables[i][p]);
+        }
+        dbuf<int32_t> dids(ids.size());
+        dids.up(ids.data());
+        CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 1, 0));
+        std::vector<uint32_t> kw(b.pool.n_pages * n), vw(b.pool.n_pages * n), kref(n), vref(n);
+        CU(cudaMemcpy(kw.data(), b.pool.k_words, kw.size() * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(vw.data(), b.pool.v_words, vw.size() * 4, cudaMemcpyDeviceToHost));
+        size_t differ = 0, k = 0;
+        for (size_t i = 0; i < b.ex.size(); i++) {
+            const size_t sealed = std::min(b.ex[i].n_kq, b.ex[i].n_vq) / G;
+            for (size_t p = 0; p < sealed; p++, k++) {
+                kvq_cuda_fragment_page(b.ex[i].k_words + p * n, b.ex[i].v_words + p * n, (int)D,
+                                       (int)G, bits, kref.data(), vref.data());
+                differ += memcmp(kref.data(), &kw[(size_t)ids[k] * n], n * 4) != 0;
+                differ += memcmp(vref.data(), &vw[(size_t)ids[k] * n], n * 4) != 0;
+            }
+        }
+        mma_pages_checked += ids.size();
+        CHECK(differ == 0, "kvq_cuda_seal_pages: %zu of %zu pages differ from kvq_cuda_fragment_page",
+              differ, ids.size());
+        int s5, s3;
+        const size_t wf = kvq_cuda_attend_mma_workspace(n_streams, n_rep, (int)D, (int)G,
+                                                        b.max_tokens, &s5, &s3);
+        dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
+        dbuf<int> dst(1);
+        dq.up(hq.data());
+        CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));    /* NaN poison */
+        CU(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens, dq.p,
+                               dout.p, dwork.p, wf, dst.p, variant, 0));
+        CU(cudaDeviceSynchronize());
+        std::vector<float> got(hq.size());
+        int status;
+        dout.down(got.data());
+        dst.down(&status);
+        double worst;
+        const double tol = variant == KVQ_CUDA_MMA_HI_ONLY ? ATTN_TOL_HI_ONLY : ATTN_TOL;
+        const size_t bad = check_rows(caches, hq, got, n_rep, D, tol, &worst);
+        CHECK(status == 0, "mma %s: status %d", pol_name[pol], status);
+        CHECK(bad == 0, "mma%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
+              "%zu rows over tolerance %.0e, worst rel err %.3g",
+              variant == KVQ_CUDA_MMA_HI_ONLY ? " (hi only)" : "", pol_name[pol], D, bits, G,
+              n_rep, n_streams, max_len, s5, s3, bad, tol, worst);
+        printf("  mma%s %-10s D=%3zu B=%d G=%3zu n_rep=%2d streams=%2zu T<=%5zu sealed pages=%4zu "
+               "splits=%d+%d worst rel err %.2e\n", variant == KVQ_CUDA_MMA_HI_ONLY ? "-hi" : "   ",
+               pol_name[pol], D, bits, G, n_rep, n_streams, max_len, ids.size(), s5, s3, worst);
+        /* unsealing restores kvq.h's order                                 */
+        CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 0, 0));
+        CU(cudaMemcpy(kw.data(), b.pool.k_words, kw.size() * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(vw.data(), b.pool.v_words, vw.size() * 4, cudaMemcpyDeviceToHost));
+        differ = 0;
+        k = 0;
+        for (size_t i = 0; i < b.ex.size(); i++) {
+            const size_t sealed = std::min(b.ex[i].n_kq, b.ex[i].n_vq) / G;
+            for (size_t p = 0; p < sealed; p++, k++)
+                differ += memcmp(b.ex[i].k_words + p * n, &kw[(size_t)ids[k] * n], n * 4) != 0 ||
+                          memcmp(b.ex[i].v_words + p * n, &vw[(size_t)ids[k] * n], n * 4) != 0;
+        }
+        CHECK(differ == 0, "unsealing: %zu pages differ from the original", differ);
+    }
+    for (auto &c : caches) kvq_cache_free(&c);
+}
+
+static void test_attend_mma(void)
+{
+    /* every shape the kernel is built for, every GQA ratio 1-16          */
+    const int reps[] = { 1, 2, 3, 4, 5, 8, 16 };
+    int r = 0;
+    for (int bits : { 2, 4 })
+        for (size_t G : { 32, 64, 128 })
+            for (size_t D : { 64, 128 })
+                test_attend_mma_case(POL_KIVI, D, bits, G, reps[r++ % 7], 4, 700);
+    test_attend_mma_case(POL_KIVI, 128, 2, 128, 4, 6, 6000);
+    for (int rr : { 1, 8 }) {
+        test_attend_mma_case(POL_OTT, 128, 2, 128, rr, 6, 1500);
+        test_attend_mma_case(POL_LOGQUANT, 128, 2, 64, rr, 6, 1500);
+        test_attend_mma_case(POL_EVICT, 128, 4, 32, rr, 6, 1500);
+        test_attend_mma_case(POL_KIVI_INT, 64, 2, 32, rr, 6, 900);
+    }
+    kv_extreme = true;                    /* +-32752, subnormal scales      */
+    test_attend_mma_case(POL_KIVI, 128, 2, 32, 4, 4, 1200);
+    test_attend_mma_case(POL_KIVI, 64, 4, 128, 1, 4, 1200);
+    kv_extreme = false;
+    /* fp16 weights only: the cost of dropping the lo half                */
+    test_attend_mma_case(POL_KIVI, 128, 2, 128, 4, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
+    test_attend_mma_case(POL_KIVI, 128, 4, 32, 1, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
+    CHECK(mma_pages_checked > 50, "the tensor-core kernel saw only %zu sealed pages", mma_pages_checked);
 }
 
 static void test_attend(void)
@@ -1296,6 +1430,7 @@ int main(int argc, char **argv)
     test_attend();
     test_attend_status();
     test_attend_splits();
+    test_attend_mma();
     CHECK(tiled_streams > 0, "no stream reached a second tile of a G > 32 page");
     printf("  tiles: %zu streams reached a page's second tile\n", tiled_streams);
     test_compaction_round(false);
