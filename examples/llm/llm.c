@@ -1398,6 +1398,125 @@ static void stats_of(const llm_recorder *r, float *work, int *low, key_stats *S)
     }
 }
 
+/* HF's two zero points at 2 bits on one head's real K and V (walkthrough
+   chapters 4 and 10): per-token groups of min(64, head_dim) channels (HF's
+   q_group_size), every token quantized, no full-precision window, both
+   rules. For the queries of every 8th position t (its n_q heads) over
+   positions 0..t, causal: the attention output's relative error with K
+   and V quantized, K alone, V alone; each query's score error e_u = q
+   (k'_u - k_u) / sqrt(D) split under the exact attention p into its mean
+   (one shift of every score, which softmax ignores) and the spread around
+   it (what moves attention); token 0's score error. And where the key
+   values lie: the share within s/4 of 0 (s its group's stored step), and
+   the mean over those groups of their signed error, in steps.          */
+typedef struct zero_stats {
+    double out[2][3];          /* [rule][K and V, K only, V only]           */
+    double common[2], spread[2], sink[2];   /* rms over the queries          */
+    double near_share, near_bias[2];        /* keys within s/4 of 0          */
+} zero_stats;
+
+static int zero_rules_of(const llm_recorder *r, zero_stats *Z)
+{
+    size_t n = r->n, D = (size_t)r->head_dim, nq = (size_t)r->n_q, G = D < 64 ? D : 64;
+    size_t t, u, d, h, i, nqry = 0, n_near = 0;
+    float *Y[2][2] = { { NULL, NULL }, { NULL, NULL } }, *p = NULL, *sc = NULL;
+    double num[2][3] = { { 0, 0, 0 }, { 0, 0, 0 } }, den = 0, inv = 1.0 / sqrt((double)D);
+    uint32_t *w = NULL;
+    kvq_sz *sz = NULL;
+    kvq_layout L;
+    int m, side, ok = 0;
+    memset(Z, 0, sizeof *Z);
+    if (D > 512 || D % G || kvq_layout_init(&L, n, D, 2, G, KVQ_PER_TOKEN) != KVQ_OK) return 0;
+    w = (uint32_t *)malloc(L.total_words * sizeof *w);
+    sz = (kvq_sz *)malloc(L.total_groups * sizeof *sz);
+    p = (float *)malloc(2 * n * sizeof *p);
+    sc = p ? p + n : NULL;
+    for (m = 0; m < 2; m++)
+        for (side = 0; side < 2; side++) Y[m][side] = (float *)malloc(n * D * sizeof(float));
+    if (!w || !sz || !p || !Y[0][0] || !Y[0][1] || !Y[1][0] || !Y[1][1]) goto done;
+    for (m = 0; m < 2; m++)
+        for (side = 0; side < 2; side++) {
+            const float *X = side ? r->V : r->K;
+            double bias = 0;
+            size_t groups = 0;
+            if (kvq_quantize_matrix(X, n, D, 2, G, KVQ_PER_TOKEN, (kvq_zero_mode)m, w, sz) != KVQ_OK ||
+                kvq_dequantize_matrix(w, sz, n, D, 2, G, KVQ_PER_TOKEN, (kvq_zero_mode)m,
+                                      Y[m][side]) != KVQ_OK)
+                goto done;
+            for (i = 0; side == 0 && i < L.total_groups; i++) {   /* keys near 0 */
+                double s = kvq_f16_to_f32(sz[i].scale), e = 0;
+                size_t k = 0, j;
+                for (j = i * G; s > 0 && j < (i + 1) * G; j++)
+                    if (fabs(X[j]) < s / 4) { e += Y[m][0][j] - X[j]; k++; }
+                if (k) { bias += fabs(e / (double)k) / s; groups++; }
+                if (m == 0) n_near += k;
+            }
+            if (side == 0) Z->near_bias[m] = groups ? bias / (double)groups : 0;
+        }
+    Z->near_share = (double)n_near / (double)(n * D);
+    for (t = 7; t < n; t += 8)
+        for (h = 0; h < nq; h++, nqry++) {
+            const float *q = r->Q + (t * nq + h) * D;
+            double mx = -INFINITY, z = 0, ox[512], mean[2] = { 0, 0 }, var[2] = { 0, 0 };
+            for (u = 0; u <= t; u++) {                          /* exact p     */
+                double a = 0;
+                for (d = 0; d < D; d++) a += (double)q[d] * r->K[u * D + d];
+                p[u] = (float)(a * inv);
+                if (p[u] > mx) mx = p[u];
+            }
+            for (u = 0; u <= t; u++) { p[u] = (float)exp(p[u] - mx); z += p[u]; }
+            for (u = 0; u <= t; u++) p[u] = (float)(p[u] / z);
+            for (d = 0; d < D; d++) {                          /* exact output */
+                for (ox[d] = 0, u = 0; u <= t; u++) ox[d] += (double)p[u] * r->V[u * D + d];
+                den += ox[d] * ox[d];
+            }
+            for (m = 0; m < 2; m++) {                   /* score errors, K' */
+                for (u = 0; u <= t; u++) {
+                    double e = 0;
+                    for (d = 0; d < D; d++) e += (double)q[d] * (Y[m][0][u * D + d] - r->K[u * D + d]);
+                    e *= inv;
+                    mean[m] += p[u] * e;
+                    if (u == 0) Z->sink[m] += e * e;
+                }
+                for (u = 0; u <= t; u++) {
+                    double e = 0;
+                    for (d = 0; d < D; d++) e += (double)q[d] * (Y[m][0][u * D + d] - r->K[u * D + d]);
+                    var[m] += p[u] * (e * inv - mean[m]) * (e * inv - mean[m]);
+                }
+                Z->common[m] += mean[m] * mean[m];
+                Z->spread[m] += var[m];
+            }
+            for (i = 0; i < 6; i++) {      /* outputs: rule i / 3, K and V / K / V */
+                const float *Kq = i % 3 == 2 ? r->K : Y[i / 3][0], *Vq = i % 3 == 1 ? r->V : Y[i / 3][1];
+                double mq = -INFINITY, zq = 0;
+                for (u = 0; u <= t; u++) {
+                    double a = 0;
+                    for (d = 0; d < D; d++) a += (double)q[d] * Kq[u * D + d];
+                    sc[u] = (float)(a * inv);
+                    if (sc[u] > mq) mq = sc[u];
+                }
+                for (u = 0; u <= t; u++) { sc[u] = (float)exp(sc[u] - mq); zq += sc[u]; }
+                for (d = 0; d < D; d++) {
+                    double a = 0;
+                    for (u = 0; u <= t; u++) a += (double)sc[u] * Vq[u * D + d];
+                    num[i / 3][i % 3] += (a / zq - ox[d]) * (a / zq - ox[d]);
+                }
+            }
+        }
+    for (m = 0; m < 2; m++) {
+        for (i = 0; i < 3; i++) Z->out[m][i] = sqrt(num[m][i] / (den > 0 ? den : 1));
+        Z->common[m] = sqrt(Z->common[m] / (double)nqry);
+        Z->spread[m] = sqrt(Z->spread[m] / (double)nqry);
+        Z->sink[m] = sqrt(Z->sink[m] / (double)nqry);
+    }
+    ok = 1;
+done:
+    for (m = 0; m < 2; m++)
+        for (side = 0; side < 2; side++) free(Y[m][side]);
+    free(w); free(sz); free(p);
+    return ok;
+}
+
 /* Parses "all" or a comma list of integers in [0, limit) into out (up to
    max); returns the count, or -1 with a message.                          */
 static int parse_list(const char *s, int limit, int *out, int max, const char *what)
@@ -1504,6 +1623,49 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
                 else putchar(bytes[b]);
             printf("\"\n");
         }
+    /* HF's two zero points at 2 bits, head by head (zero_rules_of)         */
+    {
+        zero_stats Z, sum;
+        int lower[3] = { 0, 0, 0 }, m, k, heads = 0;
+        FILE *zc = open_csv(csv_dir, "real_model_zero.csv");
+        memset(&sum, 0, sizeof sum);
+        if (zc) fprintf(zc, "layer,head,near_share,out_float,out_int,kout_float,kout_int,vout_float,"
+                            "vout_int,spread_float,spread_int,common_float,common_int,sink_float,"
+                            "sink_int,near_bias_float,near_bias_int\n");
+        for (i = 0; i < n_rec; i++) {
+            if (!zero_rules_of(&rec[i], &Z)) { fprintf(stderr, "dump: zero rules: no memory\n"); break; }
+            heads++;
+            for (m = 0; m < 2; m++) {
+                for (k = 0; k < 3; k++) sum.out[m][k] += Z.out[m][k];
+                sum.common[m] += Z.common[m]; sum.spread[m] += Z.spread[m];
+                sum.sink[m] += Z.sink[m]; sum.near_bias[m] += Z.near_bias[m];
+            }
+            sum.near_share += Z.near_share;
+            for (k = 0; k < 3; k++) lower[k] += Z.out[1][k] < Z.out[0][k];
+            if (zc) fprintf(zc, "%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
+                                "%.4f,%.4f,%.4f,%.4f\n", rec[i].layer, rec[i].kv_head, Z.near_share,
+                            Z.out[0][0], Z.out[1][0], Z.out[0][1], Z.out[1][1], Z.out[0][2],
+                            Z.out[1][2], Z.spread[0], Z.spread[1], Z.common[0], Z.common[1],
+                            Z.sink[0], Z.sink[1], Z.near_bias[0], Z.near_bias[1]);
+        }
+        if (zc) fclose(zc);
+        if (heads) {
+            printf("HF's two zero points at 2 bits (per-token groups of %d, every token quantized; "
+                   "causal attention of every 8th position's queries), mean over the %d heads:\n"
+                   "  key values within s/4 of 0: %.0f%%; their mean signed error per group: "
+                   "%.3f s (float zero), %.3f s (integer zero)\n"
+                   "  %-13s %9s %7s %7s %14s %13s %13s\n", f->m.cfg.head_dim < 64 ?
+                   f->m.cfg.head_dim : 64, heads, 100 * sum.near_share / heads,
+                   sum.near_bias[0] / heads, sum.near_bias[1] / heads, "zero",
+                   "out: K+V", "K only", "V only", "score: spread", "common", "token 0");
+            for (m = 0; m < 2; m++)
+                printf("  %-13s %9.3f %7.3f %7.3f %14.3f %13.3f %13.3f\n", m ? "integer" : "float",
+                       sum.out[m][0] / heads, sum.out[m][1] / heads, sum.out[m][2] / heads,
+                       sum.spread[m] / heads, sum.common[m] / heads, sum.sink[m] / heads);
+            printf("  the integer zero's output error is lower in %d (K+V), %d (K only), %d "
+                   "(V only) of the %d heads\n", lower[0], lower[1], lower[2], heads);
+        }
+    }
     rc = 0;
     for (i = 0; i < n_rec && out; i++) {
         snprintf(prefix, sizeof prefix, "%s/L%d_H%d", out, rec[i].layer, rec[i].kv_head);
