@@ -2034,10 +2034,13 @@ inline kvq_status kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t 
     return KVQ_OK;
 }
 
-/* Every page of an export (Sec. 6) into fragment order, in place: what a
-   tensor-core kernel reads. KVQ_OK; KVQ_ERR_NULL (no export, or pages
-   without their arrays); KVQ_ERR_CONFIG for a shape the MMA tiles do not
-   cover; KVQ_ERR_NOMEM. Nothing is changed on failure.                   */
+/* The sealed pages of an export (Sec. 6; Sec. 3 defines sealed: every
+   slot quantized on both sides) into fragment order, in place: what the
+   tensor-core kernel (Sec. 8) reads. The page still filling keeps kvq.h's
+   order, as Sec. 4's kernel reads it. The host twin of
+   kvq_cuda_seal_pages. KVQ_OK; KVQ_ERR_NULL (no export, or pages without
+   their arrays); KVQ_ERR_CONFIG for a shape the MMA tiles do not cover;
+   KVQ_ERR_NOMEM. Nothing is changed on failure.                          */
 inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
 {
     if (!e) return KVQ_ERR_NULL;
@@ -2047,7 +2050,8 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
     const size_t n = (size_t)D * G * B / 32;
     uint32_t *k = (uint32_t *)malloc(n * 4), *v = (uint32_t *)malloc(n * 4);
     if (!k || !v) { free(k); free(v); return KVQ_ERR_NOMEM; }
-    for (size_t p = 0; p < e->n_pages; p++) {
+    const size_t sealed = (e->n_kq < e->n_vq ? e->n_kq : e->n_vq) / (size_t)G;
+    for (size_t p = 0; p < sealed && p < e->n_pages; p++) {
         kvq_cuda_fragment_page(e->k_words + p * n, e->v_words + p * n, D, G, B, k, v);
         memcpy(e->k_words + p * n, k, n * 4);
         memcpy(e->v_words + p * n, v, n * 4);

@@ -1326,6 +1326,50 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
    and still fails on any misplaced code (an error near 1).              */
 #define MMA_TOL ldexp(1.0, -16)
 
+/* The inverse maps (kvq_mma_key_dest, kvq_mma_value_dest) against the
+   forward ones: every (token, channel) of a page sent to a (word, field)
+   that the forward map sends back to it, each field used once.          */
+static void test_fragment_inverse(void)
+{
+    long bad = 0, n = 0;
+    for (int D : { 64, 128 })
+        for (int B : { 2, 4 })
+            for (int G : { 32, 128 }) {
+                const size_t words = (size_t)D * G * B / 32;
+                std::vector<uint8_t> used(words * (32 / B) * 2, 0);
+                for (int t = 0; t < G; t++)
+                    for (int d = 0; d < D; d++)
+                        for (int side = 0; side < 2; side++) {
+                            size_t w;
+                            int j, t2, d2;
+                            if (side == 0) kvq_mma_key_dest(D, B, t, d, &w, &j);
+                            else kvq_mma_value_dest(D, B, t, d, &w, &j);
+                            if (w >= words || j < 0 || j >= 32 / B) { bad++; continue; }
+                            if (side == 0) kvq_mma_key_source(D, B, w, j, &t2, &d2);
+                            else kvq_mma_value_source(D, B, w, j, &t2, &d2);
+                            bad += t2 != t || d2 != d || used[(w * (32 / B) + j) * 2 + side]++;
+                            n++;
+                        }
+            }
+    CHECK(bad == 0 && n > 0, "fragment inverse maps: %ld of %ld (token, channel) pairs misplaced", bad, n);
+    /* an export's page still filling keeps kvq.h's order                 */
+    kvq_cuda_export_t e;
+    memset(&e, 0, sizeof e);
+    const int D = 64, G = 32, B = 2;
+    const size_t n_words = (size_t)D * G * B / 32;
+    std::vector<uint32_t> k(3 * n_words), v(3 * n_words);
+    for (size_t i = 0; i < k.size(); i++) { k[i] = (uint32_t)rng_u64(); v[i] = (uint32_t)rng_u64(); }
+    const std::vector<uint32_t> k0 = k, v0 = v;
+    e.head_dim = D; e.group = G; e.bits = B; e.n_pages = 3;
+    e.n_kq = 3 * G; e.n_vq = 2 * G + 5;             /* 2 sealed pages        */
+    e.k_words = k.data(); e.v_words = v.data();
+    CHECK(kvq_cuda_export_fragment(&e) == KVQ_OK, "kvq_cuda_export_fragment refused a valid export");
+    CHECK(memcmp(&k[2 * n_words], &k0[2 * n_words], n_words * 4) == 0 &&
+          memcmp(&v[2 * n_words], &v0[2 * n_words], n_words * 4) == 0 &&
+          memcmp(k.data(), k0.data(), n_words * 4) != 0,
+          "kvq_cuda_export_fragment: only the sealed pages may move");
+}
+
 static void test_fragment_replay(void)
 {
     test_fragment_tables();
@@ -1414,6 +1458,7 @@ int main(int argc, char **argv)
         printf("test_gpu: host checks\n");
         test_host_walk();
         test_fragment_replay();
+        test_fragment_inverse();
     }
     if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;

@@ -92,6 +92,19 @@ mutant uninitialized-shared plain 'rows over tolerance' \
 mutant shared-race race 'race on shared memory .q_bad' \
     '    if (threadIdx.x == 0) q_bad = 0;' \
     '    q_bad = 0;'
+# the tensor-core kernel (Sec. 8):
+# 8. a lane reads its neighbour's fragment-order key words
+mutant mma-fragment-index plain 'mma.*rows over tolerance' \
+    'const uint32_t *w = kw + ((size_t)row_tile * 32 + lane) * S::KPL;' \
+    'const uint32_t *w = kw + ((size_t)row_tile * 32 + (lane ^ 1)) * S::KPL;'
+# 9. the keys' power-of-two exponent off by one
+mutant mma-exponent plain 'mma.*rows over tolerance' \
+    'kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
+    'kb.inv[q] = ldexpf(1.0f, 1 - __shfl_sync(0xffffffffu, e, 8 * tig));'
+# 10. the score hand-off takes the wrong lane's score
+mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
+    'pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);' \
+    'pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src ^ 4);'
 
 wait
 pass=0; fail=0

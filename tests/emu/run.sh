@@ -52,6 +52,12 @@ probe() {   # probe LABEL WANT ENV...: mma_probe --validate must exit 0 and prin
 probe "mma_probe --validate: exact MMA, subnormals kept" "subnormal decode: exact" KVQ_EMU_MMA=exact
 probe "mma_probe --validate: truncating MMA" "subnormal decode: exact" KVQ_EMU_MMA=trunc
 probe "mma_probe --validate: subnormal inputs flushed" "subnormal decode: NOT exact" KVQ_EMU_SUBNORMAL=flush
+# the tensor-core kernel's accuracy must not rest on the MMA's rounding or
+# on fp16 subnormal inputs: the same checks under the other models
+run "test_gpu: truncating MMA accumulation (quick)" \
+    KVQ_TEST_QUICK=1 KVQ_EMU_MMA=trunc -- "$B/emu/test_gpu" --kernels
+run "test_gpu: fp16 subnormal MMA inputs flushed (quick)" \
+    KVQ_TEST_QUICK=1 KVQ_EMU_SUBNORMAL=flush -- "$B/emu/test_gpu" --kernels
 run "test_gpu: ASan + UBSan (quick)" KVQ_TEST_QUICK=1 -- "$B/emu-asan/test_gpu" --kernels
 run "test_gpu: shared-memory race check, thread order (quick)" \
     KVQ_TEST_QUICK=1 -- "$B/emu-race/test_gpu" --kernels
