@@ -2179,32 +2179,49 @@ struct kvq_mma_state {
     float acc[NQ][kvq_mma_shape<D, B, NQ>::MT][2];
 };
 
-/* One 32-token chunk of a sealed page: keys, softmax, values.             */
+/* Where a chunk's three parts start in a page, contiguous in fragment
+   order: key words (2 row tiles, 32 lanes, KPL), value words (2 / TPW
+   token blocks, 32 lanes, MT) and value (s, z) (32 tokens, D / Gv).      */
+template <int D, int B, int NQ>
+struct kvq_mma_chunk_src {
+    typedef kvq_mma_shape<D, B, NQ> S;
+    static constexpr int KWORDS = 2 * 32 * S::KPL, VWORDS = (2 / S::TPW) * 32 * S::MT;
+    static __device__ __forceinline__ const uint32_t *keys(const kvq_cuda_pool &p, size_t page, int chunk)
+    { return p.k_words + page * kvq_cuda__kw_stride(D, p.group, B) + (size_t)chunk * KWORDS; }
+    static __device__ __forceinline__ const uint32_t *values(const kvq_cuda_pool &p, size_t page, int chunk)
+    { return p.v_words + page * kvq_cuda__vw_stride(D, p.group, B) + (size_t)chunk * VWORDS; }
+    static __device__ __forceinline__ const kvq_sz *scales(const kvq_cuda_pool &p, size_t page, int chunk)
+    {
+        return p.v_sz + page * kvq_cuda__vs_stride(D, p.group, p.value_group) +
+               (size_t)chunk * KVQ_MMA_CHUNK * (D / p.value_group);
+    }
+};
+
+/* One 32-token chunk of a sealed page: keys, softmax, values. kwc, vwc,
+   vszc: the chunk's parts (kvq_mma_chunk_src), in global memory or
+   staged into shared memory.                                             */
 template <int D, int B, int NQ, int HILO>
-static __device__ __forceinline__ void kvq_mma_chunk(const kvq_cuda_pool &pool,
-                                                     const kvq_cuda_stream *s, size_t page,
+static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
+                                                     const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
+                                                     const kvq_cuda_stream *s,
                                                      uint32_t slot0 /* the chunk's first slot */,
-                                                     int chunk, const kvq_mma_keyb<D, B, NQ> &kb,
+                                                     const kvq_mma_keyb<D, B, NQ> &kb,
                                                      kvq_mma_state<D, B, NQ> &st, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
-    const int gid = lane >> 2, G = pool.group, Gv = pool.value_group;
-    const int n_groups = D / Gv;
-    const kvq_zero_mode mode = pool.zero_mode;
+    const int gid = lane >> 2, n_groups = D / Gv;
     /* ---- keys: two 16-token row tiles --------------------------------- */
-    const uint32_t *kw = pool.k_words + page * kvq_cuda__kw_stride(D, G, B);
     float sc[NQ][2][2];                       /* [quad][row tile][half]      */
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
-        const int row_tile = 2 * chunk + rt;
-        const uint32_t *w = kw + ((size_t)row_tile * 32 + lane) * S::KPL;
+        const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
         float c[NQ][4];
 #pragma unroll
         for (int q = 0; q < NQ; q++) c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0.0f;
 #pragma unroll
         for (int i = 0; i < S::KPL; i++) {
             uint32_t a[16 / B];
-            kvq_mma_decode<B>(__ldg(w + i), a);
+            kvq_mma_decode<B>(w[i], a);
 #pragma unroll
             for (int u = 0; u < S::TPW; u++)
 #pragma unroll
@@ -2250,9 +2267,7 @@ static __device__ __forceinline__ void kvq_mma_chunk(const kvq_cuda_pool &pool,
        B registers of both token tiles, and the zero term of the chunk,
        sum_t p_t b_tg for head tig, reduced over gid and added to every
        channel of the group.                                              */
-    const kvq_sz *vsz = pool.v_sz + page * kvq_cuda__vs_stride(D, G, Gv) +
-                        (size_t)(chunk * KVQ_MMA_CHUNK) * n_groups;
-    const uint32_t *vw = pool.v_words + page * kvq_cuda__vw_stride(D, G, B);
+    const kvq_sz *vsz = vszc;
     int cur = -1;
     float inv = 1.0f, zterm[NQ] = {};
     uint32_t bv[NQ][2][2] = {};
@@ -2314,9 +2329,8 @@ static __device__ __forceinline__ void kvq_mma_chunk(const kvq_cuda_pool &pool,
             float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 #pragma unroll
             for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
-                const size_t block = (size_t)chunk * (2 / S::TPW) + blk;
                 uint32_t a[16 / B];
-                kvq_mma_decode<B>(__ldg(vw + (block * 32 + lane) * S::MT + mt), a);
+                kvq_mma_decode<B>(vwc[((size_t)blk * 32 + lane) * S::MT + mt], a);
 #pragma unroll
                 for (int u = 0; u < S::TPW; u++)
                     kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
@@ -2328,13 +2342,17 @@ static __device__ __forceinline__ void kvq_mma_chunk(const kvq_cuda_pool &pool,
 }
 
 /* Partial results of the stream's sealed pages, splits split0 .. of
-   n_splits in work (the same layout as Sec. 4's kernel).                 */
-template <int D, int B, int NQ, int HILO>
+   n_splits in work (the same layout as Sec. 4's kernel). STAGES = 1: the
+   chunks are read from global memory where they lie; STAGES >= 2: each
+   warp stages its next STAGES - 1 chunks into shared memory with
+   cp.async while it computes one (stage_bytes per chunk, dynamic shared
+   memory of KVQ_MMA_WARPS * STAGES * stage_bytes).                        */
+template <int D, int B, int NQ, int HILO, int STAGES>
 __global__ void __launch_bounds__(KVQ_MMA_WARPS * 32)
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                       int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                       float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int split0,
-                      int n_splits)
+                      int n_splits, int stage_bytes)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     constexpr int NH = S::NH;
@@ -2359,13 +2377,61 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     const uint32_t per = (n_pages + gridDim.y - 1) / gridDim.y;
     const uint32_t first = blockIdx.y * per;
     const uint32_t last = first + per < n_pages ? first + per : n_pages;
-    for (uint32_t pi = first + warp; pi < last; pi += KVQ_MMA_WARPS) {
-        const size_t page = (size_t)s->pages[pi];
-        kvq_mma_keyb<D, B, NQ> kb;
-        kvq_mma_page_keys<D, B, NQ, HILO>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
-        for (int chunk = 0; chunk < (int)(G / KVQ_MMA_CHUNK); chunk++)
-            kvq_mma_chunk<D, B, NQ, HILO>(pool, s, page, pi * G + chunk * KVQ_MMA_CHUNK, chunk,
-                                          kb, st, lane);
+    /* this warp's chunks: j = 0 .. n_items - 1 over its pages in order    */
+    const uint32_t cpp = G / KVQ_MMA_CHUNK, my_pages = first + warp < last ?
+                         (last - first - warp + KVQ_MMA_WARPS - 1) / KVQ_MMA_WARPS : 0;
+    const uint32_t n_items = my_pages * cpp;
+    typedef kvq_mma_chunk_src<D, B, NQ> C;
+    const int vsz_bytes = KVQ_MMA_CHUNK * (D / pool.value_group) * (int)sizeof(kvq_sz);
+    kvq_mma_keyb<D, B, NQ> kb;
+    if constexpr (STAGES == 1) {
+        for (uint32_t j = 0; j < n_items; j++) {
+            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
+            const int chunk = (int)(j % cpp);
+            const size_t page = (size_t)s->pages[pi];
+            if (chunk == 0)
+                kvq_mma_page_keys<D, B, NQ, HILO>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
+            kvq_mma_chunk<D, B, NQ, HILO>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
+                                          C::scales(pool, page, chunk), pool.value_group,
+                                          pool.zero_mode, s, pi * G + chunk * KVQ_MMA_CHUNK, kb,
+                                          st, lane);
+        }
+    } else {
+        KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_mma_stage);
+        unsigned char *mine = kvq_mma_stage + (size_t)warp * STAGES * stage_bytes;
+        auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
+            if (j < n_items) {
+                const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
+                const int chunk = (int)(j % cpp);
+                const size_t page = (size_t)s->pages[pi];
+                unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
+                kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
+                kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
+                kvq_dev_warp_copy(buf + (C::KWORDS + C::VWORDS) * 4, C::scales(pool, page, chunk),
+                                  vsz_bytes, lane);
+            }
+            kvq_dev_cp_commit();              /* one group per j, even empty */
+        };
+#pragma unroll
+        for (int j = 0; j < STAGES - 1; j++) issue((uint32_t)j);
+        for (uint32_t j = 0; j < n_items; j++) {
+            issue(j + STAGES - 1);
+            kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
+            __syncwarp();
+            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
+            const int chunk = (int)(j % cpp);
+            if (chunk == 0)
+                kvq_mma_page_keys<D, B, NQ, HILO>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
+                                                  pool.zero_mode, lane, kb);
+            const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
+            kvq_mma_chunk<D, B, NQ, HILO>((const uint32_t *)buf,
+                                          (const uint32_t *)(buf + C::KWORDS * 4),
+                                          (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
+                                          pool.value_group, pool.zero_mode, s,
+                                          pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
+            __syncwarp();                      /* its stage may now refill    */
+        }
+        kvq_dev_cp_wait<0>();
     }
     /* ---- this warp's sums over its lanes, then the CTA's ---------------- */
 #pragma unroll
@@ -2467,23 +2533,32 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 }
 
 typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
-                                 float *, int, int);
-template <int D, int B>
-static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo)
+                                 float *, int, int, int);
+template <int D, int B, int NQ>
+static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages)
 {
-    return nq == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, 1, 1> : kvq_attend_mma_kernel<D, B, 1, 0>)
-                   : (hilo ? kvq_attend_mma_kernel<D, B, 2, 1> : kvq_attend_mma_kernel<D, B, 2, 0>);
+    return stages == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 1> : kvq_attend_mma_kernel<D, B, NQ, 0, 1>)
+                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2> : kvq_attend_mma_kernel<D, B, NQ, 0, 2>);
+}
+template <int D, int B>
+static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages)
+{
+    return nq == 1 ? kvq_cuda__pick_mma_hs<D, B, 1>(hilo, stages)
+                   : kvq_cuda__pick_mma_hs<D, B, 2>(hilo, stages);
 }
 
 /* Decode attention with the sealed pages on the tensor cores (v5) and the
    rest through Sec. 4's kernel, merged. The same arguments and results as
    kvq_cuda_attend, plus: every stream's sealed pages must be in fragment
    order (kvq_cuda_seal_pages), the value group a multiple of 16, and
-   d_work of kvq_cuda_attend_mma_workspace floats. variant:
-   KVQ_CUDA_MMA_HILO (fp32-exact weights, the default) or
-   KVQ_CUDA_MMA_HI_ONLY (fp16 weights: about 2^-12 relative).             */
+   d_work of kvq_cuda_attend_mma_workspace floats. variant, or-ed flags
+   (0: the default, weights split hi + lo, chunks staged by cp.async):
+     KVQ_CUDA_MMA_HI_ONLY  weights in fp16 only, no lo half (about 2^-12
+                           relative per weight; what the peers do)
+     KVQ_CUDA_MMA_DIRECT   no staging: each chunk read where it lies       */
 #define KVQ_CUDA_MMA_HILO    0
 #define KVQ_CUDA_MMA_HI_ONLY 1
+#define KVQ_CUDA_MMA_DIRECT  2
 extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
@@ -2494,7 +2569,7 @@ extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_d
     if (!pool) return kvq_cuda__bad("kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__bad("kvq_cuda_attend_mma: NULL pointer");
-    if (variant != KVQ_CUDA_MMA_HILO && variant != KVQ_CUDA_MMA_HI_ONLY)
+    if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT))
         return kvq_cuda__bad("kvq_cuda_attend_mma: variant %d unknown", variant);
     if (n_streams == 0 || n_rep <= 0 || n_rep > 64)
         return kvq_cuda__bad("kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);
@@ -2517,14 +2592,21 @@ extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_d
     const size_t n_hchunks = (size_t)(n_rep + 4 * nq - 1) / (4 * nq);
     if (n_streams > (size_t)0x7fffffff / n_hchunks)
         return kvq_cuda__bad("kvq_cuda_attend_mma: %zu streams is too many for one launch", n_streams);
-    const int hilo = variant == KVQ_CUDA_MMA_HILO;
-    kvq_cuda__mma_fn f5 = D == 128 ? (pool->bits == 2 ? kvq_cuda__pick_mma<128, 2>(nq, hilo)
-                                                      : kvq_cuda__pick_mma<128, 4>(nq, hilo))
-                                   : (pool->bits == 2 ? kvq_cuda__pick_mma<64, 2>(nq, hilo)
-                                                      : kvq_cuda__pick_mma<64, 4>(nq, hilo));
+    const int hilo = !(variant & KVQ_CUDA_MMA_HI_ONLY), stages = (variant & KVQ_CUDA_MMA_DIRECT) ? 1 : 2;
+    kvq_cuda__mma_fn f5 = D == 128 ? (pool->bits == 2 ? kvq_cuda__pick_mma<128, 2>(nq, hilo, stages)
+                                                      : kvq_cuda__pick_mma<128, 4>(nq, hilo, stages))
+                                   : (pool->bits == 2 ? kvq_cuda__pick_mma<64, 2>(nq, hilo, stages)
+                                                      : kvq_cuda__pick_mma<64, 4>(nq, hilo, stages));
+    /* a chunk's staged bytes: key and value words, value (s, z)          */
+    const int chunk_bytes = 2 * 32 * (D * pool->bits / 64) * 4 + 32 * (D / 16) * (pool->bits == 4 ? 2 : 1) * 4 +
+                            KVQ_MMA_CHUNK * (D / pool->value_group) * (int)sizeof(kvq_sz);
+    const size_t smem5 = stages == 1 ? 0 : (size_t)KVQ_MMA_WARPS * stages * chunk_bytes;
+    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)f5, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem5));
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     KVQ_CUDA_LAUNCH(f5, dim3((unsigned)(n_streams * n_hchunks), (unsigned)s5), KVQ_MMA_WARPS * 32,
-                    0, stream)(*pool, d_streams, n_rep, (int)n_hchunks, d_q, d_work, 0, s5 + s3);
+                    smem5, stream)(*pool, d_streams, n_rep, (int)n_hchunks, d_q, d_work, 0, s5 + s3,
+                                   chunk_bytes);
     KVQ_CUDA_CHECK(cudaGetLastError());
     /* the rest: Sec. 4's kernel, without the sealed pages                 */
     const int nh3 = kvq_cuda__nh(n_rep);
@@ -2583,6 +2665,7 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
                                                 int *n_splits_rest);
 #define KVQ_CUDA_MMA_HILO    0
 #define KVQ_CUDA_MMA_HI_ONLY 1
+#define KVQ_CUDA_MMA_DIRECT  2
 extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,

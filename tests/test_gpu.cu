@@ -548,15 +548,16 @@ static void test_attend_mma_case(int pol, size_t D, int bits, size_t G, int n_re
         dout.down(got.data());
         dst.down(&status);
         double worst;
-        const double tol = variant == KVQ_CUDA_MMA_HI_ONLY ? ATTN_TOL_HI_ONLY : ATTN_TOL;
+        const double tol = (variant & KVQ_CUDA_MMA_HI_ONLY) ? ATTN_TOL_HI_ONLY : ATTN_TOL;
         const size_t bad = check_rows(caches, hq, got, n_rep, D, tol, &worst);
         CHECK(status == 0, "mma %s: status %d", pol_name[pol], status);
         CHECK(bad == 0, "mma%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
               "%zu rows over tolerance %.0e, worst rel err %.3g",
-              variant == KVQ_CUDA_MMA_HI_ONLY ? " (hi only)" : "", pol_name[pol], D, bits, G,
+              (variant & KVQ_CUDA_MMA_HI_ONLY) ? " (hi only)" : "", pol_name[pol], D, bits, G,
               n_rep, n_streams, max_len, s5, s3, bad, tol, worst);
         printf("  mma%s %-10s D=%3zu B=%d G=%3zu n_rep=%2d streams=%2zu T<=%5zu sealed pages=%4zu "
-               "splits=%d+%d worst rel err %.2e\n", variant == KVQ_CUDA_MMA_HI_ONLY ? "-hi" : "   ",
+               "splits=%d+%d worst rel err %.2e\n",
+               (variant & KVQ_CUDA_MMA_HI_ONLY) ? "-hi" : (variant & KVQ_CUDA_MMA_DIRECT) ? "-di" : "   ",
                pol_name[pol], D, bits, G, n_rep, n_streams, max_len, ids.size(), s5, s3, worst);
         /* unsealing restores kvq.h's order                                 */
         CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 0, 0));
@@ -598,6 +599,10 @@ static void test_attend_mma(void)
     /* fp16 weights only: the cost of dropping the lo half                */
     test_attend_mma_case(POL_KIVI, 128, 2, 128, 4, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
     test_attend_mma_case(POL_KIVI, 128, 4, 32, 1, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
+    /* chunks read where they lie, without cp.async staging               */
+    test_attend_mma_case(POL_KIVI, 128, 2, 64, 8, 4, 1500, KVQ_CUDA_MMA_DIRECT);
+    test_attend_mma_case(POL_LOGQUANT, 64, 4, 32, 3, 4, 900, KVQ_CUDA_MMA_DIRECT);
+    test_attend_mma_case(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_HI_ONLY);
     CHECK(mma_pages_checked > 50, "the tensor-core kernel saw only %zu sealed pages", mma_pages_checked);
 }
 

@@ -105,6 +105,10 @@ mutant mma-exponent plain 'mma.*rows over tolerance' \
 mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
     'pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);' \
     'pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src ^ 4);'
+# 11. the staged chunk read before its cp.async group has landed
+mutant mma-no-cp-async-wait race 'still in flight' \
+    '            kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
+    ''
 
 wait
 pass=0; fail=0
