@@ -25,6 +25,10 @@
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
 #                   runs test_gpu's CPU-side checks (no GPU); make test-gpu and
 #                   make bench-gpu need an NVIDIA GPU (walkthrough chapter 9)
+#   make cuda-gates compile-time gates (no GPU): ptxas registers, spills and
+#                   stack of every kernel (sm_80, sm_90; the attention
+#                   kernels must not spill), and the tensor-core path's SASS
+#                   instructions per KB of codes against its target
 #   make test-cuda-emu  kvq_cuda.cu's own kernels run on the CPU by the
 #                   emulator in tests/emu/ (g++ only; about 2 min): test_gpu
 #                   in four builds, the emulator's own tests, the tensor-core
@@ -73,6 +77,7 @@ FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 .PHONY: llm-test help soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: emu-build test-cuda-emu
 .PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
+.PHONY: cuda-gates
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
 help:
@@ -243,6 +248,34 @@ bench-gpu: $(B)/bench_gpu $(B)/mma_probe
 	$(B)/mma_probe
 	$(B)/bench_gpu --csv bench
 	python3 bench/sdpa_baseline.py --csv bench/gpu_sdpa.csv
+
+# Compile-time gates (no GPU; bench/cuda_gates.py says what and why):
+# ptxas registers, spills and stack of every kernel for sm_80 and sm_90,
+# failing on a spill, a stack frame or registers over the limit in the
+# attention kernels (kvq_attend_kernel, kvq_attend_mma_kernel); then the
+# tensor-core path's SASS instructions per KB of codes, page work included,
+# against issue 27's target (printed PASS/FAIL, never a failure). The SASS
+# needs cuobjdump and nvdisasm: bench/sass_tools.sh fetches them from PyPI
+# when missing. About 3 min on 2 cores (make -j2 cuda-gates: four nvcc runs).
+GATES      := $(B)/gates
+GATE_FLAGS := -O3 -std=c++17 -I.
+GATE_FILES := $(GATES)/ptxas.sm_80.log $(GATES)/ptxas.sm_90.log \
+              $(GATES)/mma_probe.sm_90.cubin $(GATES)/sass_probe.sm_90.cubin
+$(GATES)/ptxas.sm_%.log: kvq_cuda.cu kvq.h
+	@mkdir -p $(@D)
+	$(NVCC) $(GATE_FLAGS) -arch=sm_$* -Xptxas -v -cubin -o $(GATES)/kvq_cuda.sm_$*.cubin kvq_cuda.cu 2> $@.part \
+	  || { cat $@.part; rm -f $@.part; exit 1; }
+	@mv $@.part $@
+$(GATES)/%.sm_90.cubin: bench/%.cu kvq_cuda.cu kvq.h
+	@mkdir -p $(@D)
+	$(NVCC) $(GATE_FLAGS) -arch=sm_90 -cubin -o $@ $<
+ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
+cuda-gates:
+	@echo "nvcc not found: skipping make cuda-gates (install the CUDA Toolkit)"
+else
+cuda-gates: $(GATE_FILES)
+	@B=$(B) bash bench/cuda_gates.sh
+endif
 
 # kvq_cuda.cu's own kernels on the CPU (tests/emu/kvq_emu.h): test_gpu.cu,
 # unchanged, compiled as host C++ against the emulator, in four builds:

@@ -1,0 +1,683 @@
+#!/usr/bin/env python3
+"""Compile-time gates of kvq_cuda.cu (make cuda-gates; no GPU needed).
+
+1. RESOURCES, from `ptxas -v`, for every kernel instantiation and each
+   architecture given (sm_80 and sm_90 in make cuda-gates): registers per
+   thread, spill stores / loads, stack frame, static shared memory, and the
+   CTAs per SM that the registers allow. The attention kernels are gated,
+   and a failure fails the build (exit 1):
+     kvq_attend_kernel<D, B, NH>, kvq_attend_mma_kernel<D, B, NQ, HILO>:
+       no spill store or load, no stack frame, and registers <= the limit.
+   The limit is the most registers at which MIN_CTAS CTAs fit on one SM
+   (65,536 registers, allocated per warp in units of 256; 255 at most):
+     kvq_attend_kernel   MIN_CTAS from its __launch_bounds__:
+                         KVQ_CUDA_NH1_MIN_CTAS (NH = 1) and
+                         KVQ_CUDA_NH4_MIN_CTAS (NH = 4), read from
+                         kvq_cuda.cu. ptxas never exceeds that bound (it
+                         spills instead), so there the spill gate is the
+                         one that can fail.
+     kvq_attend_mma_kernel  KVQ_MMA_MIN_CTAS if kvq_cuda.cu defines it,
+                         else 3: its __launch_bounds__ names no minimum, so
+                         ptxas would take up to 255. Three CTAs of 4 warps
+                         (12 warps per SM) at <= 168 registers: each warp
+                         has one 32-token chunk in flight (2 KB of codes at
+                         2-bit, D = 128), and the copy rate times a loaded
+                         DRAM latency (~3 TB/s x ~0.7 us = ~2 MB over 132
+                         SMs, ~16 KB per SM) needs at least 8 such warps;
+                         12 leaves a margin. Today's NH = 1 kernel is built
+                         for the same 3 CTAs.
+   Every other kernel is listed (spills and stack shown) but not gated.
+
+2. SASS INSTRUCTIONS PER KB OF CODES of the tensor-core path (sm_90), a
+   design target printed as PASS/FAIL that never fails the build. The
+   SASS of each kvq_attend_mma_kernel<128, B, NQ, HILO> is cut into basic
+   blocks; loops are the natural loops of its back edges (a branch to a
+   block that dominates it). The chunk loop is the innermost loop with
+   HMMAs; the page loop is the loop around it.
+     chunk   the chunk loop's body along its shortest path from header to
+             back edge (every optional branch skipped: no dead slot, one
+             value group, Gv = D), plus (D/Gv - 1) value-group setups, the
+             chunk body's D/16 - 1 largest optional regions (checked to be
+             that many and of one size; else G = 32 is printed as a range)
+     page    the page loop's own instructions (key weights, exponents,
+             zero terms), shortest path, the chunk loop counted as zero
+   per KB = (page + G/32 x chunk) / (KB of key + value codes per page),
+   for G 32 and 128 with Gv = G (KIVI's groups), B 2 and 4, GQA 1/4/8
+   (NQ = 1 quad of heads up to GQA 4, NQ = 2 above, as
+   kvq_cuda_attend_mma picks), with its share of an H100's issue slots
+   at copy rate: 132 SMs x 4 schedulers x 1.75 GHz over (2997 GB/s / 1 KB)
+   = ~316 slots per KB (walkthrough 9.9). Branches to the divergent-warp
+   fallback (BRA.DIV) are not followed: the kernel's shuffles run with
+   the whole warp converged. Without the kernel, the same is printed for
+   bench/mma_probe.cu's mma_step_count (the probe: no page loop, so no
+   per-page work). The CUDA-core step (bench/sass_probe.cu) is printed
+   beside it, per KB, for routing G = 32.
+
+Usage:
+  cuda_gates.py [--ptxas ARCH=LOG]... [--sass KVQ_SM90.sass]
+                [--probe MMA_PROBE.sass] [--cuda-core SASS_PROBE.sass]
+                [--source kvq_cuda.cu] [--known KNOWN.txt]
+Exit status: 0 all resource gates pass, 1 a gate failed, 2 bad input."""
+import collections
+import os
+import re
+import subprocess
+import sys
+
+REGS_PER_SM, REG_UNIT, MAX_REGS = 65536, 256, 255
+SMS, SCHEDULERS, CLOCK_GHZ, COPY_GBPS = 132, 4, 1.75, 2997.0
+SLOTS_PER_KB = SMS * SCHEDULERS * CLOCK_GHZ * 1e9 / (COPY_GBPS * 1e9 / 1024)
+TARGET_PER_KB = 250                       # issue 27: 2-bit, G = 128, with page work
+MMA_DEFAULT_MIN_CTAS = 3
+CHUNK_TOKENS = 32
+
+
+def die(msg, code=2):
+    print(f"cuda_gates: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def demangle_all(names):
+    """Demangled names, one c++filt call for all (the name itself if c++filt fails)."""
+    names = list(names)
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+        return dict(zip(names, out[:len(names)]))
+    except (OSError, subprocess.CalledProcessError):
+        return {n: n for n in names}
+
+
+def template_args(name, kernel):
+    m = re.search(re.escape(kernel) + r"<([^>]*)>", name)
+    return tuple(int(x) for x in m.group(1).split(",")) if m else None
+
+
+# ---------------------------------------------------------------- resources
+def parse_ptxas(path):
+    """[{mangled, regs, smem, spill_st, spill_ld, stack}] of every entry function."""
+    rows, cur, props_for = [], None, None
+    try:
+        lines = open(path).read().split("\n")
+    except OSError as e:
+        die(f"cannot read ptxas log {path}: {e}")
+    for line in lines:
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            cur = {"mangled": m.group(1), "regs": None, "smem": 0, "spill_st": 0,
+                   "spill_ld": 0, "stack": 0, "callee_stack": 0}
+            rows.append(cur)
+            props_for = None
+            continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            props_for = m.group(1)
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and cur is not None:
+            st, ss, sl = (int(x) for x in m.groups())
+            if props_for == cur["mangled"]:
+                cur["stack"], cur["spill_st"], cur["spill_ld"] = st, ss, sl
+            else:                          # a device function it calls
+                cur["callee_stack"] = max(cur["callee_stack"], st)
+                cur["spill_st"] += ss
+                cur["spill_ld"] += sl
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and cur is not None:
+            cur["regs"] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            cur["smem"] = int(s.group(1)) if s else 0
+    rows = [r for r in rows if r["regs"] is not None]
+    if not rows:
+        die(f"{path}: no 'Used N registers' lines (was it compiled with -Xptxas -v?)")
+    return rows
+
+
+def ctas_by_regs(regs, threads):
+    per_warp = -(-32 * max(regs, 1) // REG_UNIT) * REG_UNIT
+    return REGS_PER_SM // ((threads // 32) * per_warp)
+
+
+def reg_limit(min_ctas, threads):
+    """Most registers per thread (a multiple of 8) at which min_ctas CTAs fit."""
+    r = MAX_REGS
+    while r > 0 and ctas_by_regs(r, threads) < min_ctas:
+        r -= 1
+    return r
+
+
+def source_defines(path):
+    defs = {}
+    if path and os.path.exists(path):
+        for m in re.finditer(r"^#define\s+(KVQ_\w+)\s+(\d+)\b", open(path).read(), re.M):
+            defs[m.group(1)] = int(m.group(2))
+    return defs
+
+
+def read_known(path):
+    """{(arch, kernel): (spill_st, spill_ld, stack, reason)} from the list of
+    known resource failures (bench/cuda_gates_known.txt): lines
+    'ARCH | KERNEL | SPILL_ST SPILL_LD STACK | why', '#' comments."""
+    known = {}
+    if not path or not os.path.exists(path):
+        return known
+    for n, line in enumerate(open(path), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        f = [x.strip() for x in line.split("|")]
+        try:
+            st, ld, stack = (int(x) for x in f[2].split())
+            known[(f[0], f[1])] = (st, ld, stack, f[3] if len(f) > 3 else "")
+        except (IndexError, ValueError):
+            die(f"{path}:{n}: use 'ARCH | KERNEL | SPILL_ST SPILL_LD STACK | why'")
+    return known
+
+
+def resource_gates(ptxas_args, defs, known):
+    warps_attend = defs.get("KVQ_CUDA_WARPS", 4)
+    warps_mma = defs.get("KVQ_MMA_WARPS", 4)
+    nh1 = defs.get("KVQ_CUDA_NH1_MIN_CTAS")
+    nh4 = defs.get("KVQ_CUDA_NH4_MIN_CTAS")
+    mma_ctas = defs.get("KVQ_MMA_MIN_CTAS", MMA_DEFAULT_MIN_CTAS)
+    mma_src = "KVQ_MMA_MIN_CTAS" if "KVQ_MMA_MIN_CTAS" in defs else "this gate's floor"
+    if nh1 is None or nh4 is None:
+        die("kvq_cuda.cu defines no KVQ_CUDA_NH1_MIN_CTAS / KVQ_CUDA_NH4_MIN_CTAS "
+            "(the attention kernel's __launch_bounds__): update bench/cuda_gates.py")
+    print("== ptxas resources per kernel (registers, spills, stack); gated: the attention kernels ==")
+    print(f"limits: kvq_attend_kernel NH=1 {nh1} CTAs/SM (KVQ_CUDA_NH1_MIN_CTAS) -> "
+          f"<= {reg_limit(nh1, 32 * warps_attend)} registers; NH=4 {nh4} (KVQ_CUDA_NH4_MIN_CTAS) -> "
+          f"<= {reg_limit(nh4, 32 * warps_attend)}; kvq_attend_mma_kernel {mma_ctas} ({mma_src}) -> "
+          f"<= {reg_limit(mma_ctas, 32 * warps_mma)}; no spill, no stack frame")
+    failures, seen, allowed, fixed = [], {}, [], []
+    for spec in ptxas_args:
+        if "=" not in spec:
+            die(f"--ptxas {spec}: use ARCH=LOG (e.g. sm_90=build/gates/ptxas.sm_90.log)")
+        arch, path = spec.split("=", 1)
+        rows = parse_ptxas(path)
+        names = demangle_all(r["mangled"] for r in rows)
+        print(f"\n{arch} ({path})")
+        print(f"{'kernel':44s} {'regs':>4s} {'limit':>5s} {'CTAs/SM':>7s} {'smem':>6s} "
+              f"{'spill st/ld':>11s} {'stack':>5s}  gate")
+        for r in sorted(rows, key=lambda r: names[r["mangled"]]):
+            name = names[r["mangled"]].split("(")[0].replace("void ", "")
+            limit, threads = None, 128
+            a = template_args(name, "kvq_attend_mma_kernel")
+            if a:
+                threads, limit = 32 * warps_mma, reg_limit(mma_ctas, 32 * warps_mma)
+            else:
+                a = template_args(name, "kvq_attend_kernel")
+                if a:
+                    threads = 32 * warps_attend
+                    limit = reg_limit(nh1 if a[2] == 1 else nh4, threads)
+            stack = r["stack"] + r["callee_stack"]
+            why = []
+            if limit is not None:
+                if r["spill_st"] or r["spill_ld"]:
+                    why.append("spills")
+                if stack:
+                    why.append("stack frame")
+                if r["regs"] > limit:
+                    why.append(f"{r['regs']} > {limit} registers")
+            k = known.pop((arch, name), None)
+            if why and k and r["regs"] <= limit and r["spill_st"] <= k[0] and \
+                    r["spill_ld"] <= k[1] and stack <= k[2]:
+                gate = "KNOWN: " + ", ".join(why)
+                allowed.append(f"{arch} {name}: {', '.join(why)} ({k[3]})")
+            else:
+                gate = "-" if limit is None else ("FAIL: " + ", ".join(why) if why else "ok")
+                if why:
+                    failures.append(f"{arch} {name}: {', '.join(why)}"
+                                    + (" (worse than its known entry)" if k else ""))
+                elif k:
+                    fixed.append(f"{arch} {name}")
+            ctas = ctas_by_regs(r["regs"], threads) if limit is not None else ""
+            print(f"{name:44s} {r['regs']:4d} {'' if limit is None else limit:>5} {ctas:>7} "
+                  f"{r['smem']:6d} {r['spill_st']:>5d}/{r['spill_ld']:<5d} {stack:5d}  {gate}")
+            seen.setdefault(arch, set()).add(name)
+    archs = list(seen)
+    for arch in archs:
+        if not any(n.startswith("kvq_attend_kernel<") for n in seen[arch]):
+            failures.append(f"{arch}: no kvq_attend_kernel instantiation in the log")
+    if len(archs) > 1 and any(seen[a] != seen[archs[0]] for a in archs):
+        failures.append("the architectures compiled different kernel sets")
+    if allowed:
+        print(f"\n{len(allowed)} known failure(s), allowed by the list of known resource failures "
+              "(bench/cuda_gates_known.txt) while they do not grow:")
+        for a in allowed:
+            print(f"  KNOWN {a}")
+    for f in fixed:
+        print(f"  fixed: {f} passes now; remove its line from bench/cuda_gates_known.txt")
+    for (arch, name) in known:
+        print(f"  note: bench/cuda_gates_known.txt lists {arch} {name}, which was not compiled")
+    return failures
+
+
+# --------------------------------------------------------------------- SASS
+Instr = collections.namedtuple("Instr", "addr text op pred")
+
+
+def parse_sass(path):
+    """{mangled name: [Instr]} from cuobjdump -sass output."""
+    funcs, cur = {}, None
+    try:
+        text = open(path).read()
+    except OSError as e:
+        die(f"cannot read SASS {path}: {e}")
+    for line in text.split("\n"):
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+        if m and cur is not None:
+            t = m.group(2).strip()
+            pred = None
+            if t.startswith("@"):
+                pred, t = t.split(None, 1)
+            cur.append(Instr(int(m.group(1), 16), t, t.split()[0], pred))
+    if not funcs:
+        die(f"{path}: no 'Function :' in it (not cuobjdump -sass output?)")
+    return funcs
+
+
+def always(pred):
+    return pred is None or pred in ("@PT", "@UPT")
+
+
+def never(pred):
+    return pred in ("@!PT", "@!UPT")
+
+
+class CFG:
+    """Basic blocks and natural loops of one function."""
+
+    def __init__(self, code):
+        self.code = code
+        index = {ins.addr: i for i, ins in enumerate(code)}
+        leaders, targets = {0}, {}
+        for i, ins in enumerate(code):
+            base = ins.op.split(".")[0]
+            if base in ("BRX", "JMX", "JMP"):
+                raise ValueError(f"indirect branch {ins.text} at {ins.addr:#x}")
+            if base == "BRA" and ".DIV" not in ins.op and not never(ins.pred):
+                tgt = int(re.search(r"(0x[0-9a-f]+)\s*$", ins.text).group(1), 16)
+                if tgt not in index:
+                    raise ValueError(f"branch to {tgt:#x}, not an instruction")
+                targets[i] = index[tgt]
+                leaders.add(index[tgt])
+                leaders.add(i + 1)
+            elif base in ("EXIT", "RET", "BPT"):
+                leaders.add(i + 1)
+        starts = sorted(x for x in leaders if x < len(code))
+        self.blocks = []                  # (first, last) instruction indices
+        block_of = {}
+        for k, s in enumerate(starts):
+            e = (starts[k + 1] if k + 1 < len(starts) else len(code)) - 1
+            block_of[s] = k
+            self.blocks.append((s, e))
+        self.succ = [[] for _ in self.blocks]
+        for k, (s, e) in enumerate(self.blocks):
+            last = code[e]
+            base = last.op.split(".")[0]
+            falls = True
+            if e in targets:
+                self.succ[k].append(block_of[targets[e]])
+                falls = not always(last.pred)
+            elif base in ("EXIT", "RET", "BPT") and always(last.pred):
+                falls = False
+            if falls and e + 1 < len(code):
+                self.succ[k].append(block_of[e + 1])
+        self.cost = [e - s + 1 for s, e in self.blocks]
+        # reachable from the entry, predecessors, dominators
+        seen, stack = {0}, [0]
+        while stack:
+            for v in self.succ[stack.pop()]:
+                if v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        self.nodes = seen
+        self.pred = {v: [u for u in seen if v in self.succ[u]] for v in seen}
+        dom = {v: set(seen) for v in seen}
+        dom[0] = {0}
+        changed = True
+        while changed:
+            changed = False
+            for v in sorted(seen):
+                if v == 0:
+                    continue
+                ps = [dom[u] for u in self.pred[v]]
+                new = set.intersection(*ps) | {v} if ps else {v}
+                if new != dom[v]:
+                    dom[v], changed = new, True
+        self.dom = dom
+        loops = {}                        # header -> (body, latches)
+        for u in seen:
+            for h in self.succ[u]:
+                if h in dom[u]:           # back edge u -> h
+                    body, latches = loops.setdefault(h, ({h}, set()))
+                    latches.add(u)
+                    stack = [u]
+                    while stack:
+                        x = stack.pop()
+                        if x not in body:
+                            body.add(x)
+                            stack.extend(self.pred[x])
+        self.loops = [(h, frozenset(b), frozenset(l)) for h, (b, l) in loops.items()]
+
+    def ops(self, nodes):
+        return [self.code[i].op for v in nodes for i in range(self.blocks[v][0], self.blocks[v][1] + 1)]
+
+    def paths(self, nodes, header, latches, collapse=None):
+        """(shortest, longest) instruction count from header to the end of a
+        latch, inside `nodes`, back edges to header removed. collapse: a set
+        of nodes (an inner loop) that counts as one node of cost 0 and must
+        be passed through."""
+        nodes = set(nodes)
+        rep = {}
+        if collapse:
+            X = ("inner",)
+            for v in collapse:
+                rep[v] = X
+        node = lambda v: rep.get(v, v)
+        cost = lambda n: 0 if n == ("inner",) else self.cost[n]
+        succ = collections.defaultdict(set)
+        for u in nodes:
+            for v in self.succ[u]:
+                if v in nodes and v != header and node(u) != node(v):
+                    succ[node(u)].add(node(v))
+        order, state = [], {}
+
+        def visit(n):                     # iterative DFS, topological order
+            stack = [(n, iter(sorted(succ[n], key=str)))]
+            state[n] = 1
+            while stack:
+                x, it = stack[-1]
+                for y in it:
+                    if state.get(y) == 1:
+                        raise ValueError("a cycle left inside a loop body")
+                    if y not in state:
+                        state[y] = 1
+                        stack.append((y, iter(sorted(succ[y], key=str))))
+                        break
+                else:
+                    state[x] = 2
+                    order.append(x)
+                    stack.pop()
+        visit(node(header))
+        order.reverse()
+        INF = float("inf")
+        ends = {node(l) for l in latches}
+
+        def best(pick, through):
+            d = {n: (INF if pick is min else -INF) for n in order}
+            d[node(header)] = cost(node(header))
+            passed = {n: False for n in order}
+            passed[node(header)] = node(header) == through
+            came = {}
+            for n in order:
+                if d[n] in (INF, -INF):
+                    continue
+                for m in succ[n]:
+                    cand, p = d[n] + cost(m), passed[n] or m == through
+                    # paths that pass `through` win over those that do not
+                    key_new, key_old = (p, -cand if pick is min else cand), (passed[m], -d[m] if pick is min else d[m])
+                    if d[m] in (INF, -INF) or key_new > key_old:
+                        d[m], passed[m], came[m] = cand, p, n
+            got = [(d[n], n) for n in ends if d[n] not in (INF, -INF) and (through is None or passed[n])]
+            if not got:
+                raise ValueError("no path from the loop header to its back edge")
+            total, n = pick(got)
+            path = [n]
+            while n in came:
+                n = came[n]
+                path.append(n)
+            return total, [x for x in path if x != ("inner",)]
+        through = ("inner",) if collapse else None
+        (lo, lo_path), (hi, _) = best(min, through), best(max, through)
+        self.last_path = lo_path
+        return lo, hi
+
+    def optional_regions(self, nodes, header):
+        """Sizes of the regions a conditional forward branch can skip: for
+        each block with two successors a, b in the body where b is reached
+        from a, the shortest path from a to b (excluding b)."""
+        nodes = set(nodes)
+        sizes = []
+        for u in nodes:
+            s = [v for v in self.succ[u] if v in nodes and v != header]
+            if len(s) != 2:
+                continue
+            for a, b in (s, s[::-1]):
+                d = self.shortest_between(nodes, header, a, b)
+                if d is not None:
+                    sizes.append(d)
+                    break
+        return sorted(sizes, reverse=True)
+
+    def shortest_between(self, nodes, header, a, b):
+        import heapq
+        dist, heap = {a: self.cost[a]}, [(self.cost[a], a)]
+        while heap:
+            d, x = heapq.heappop(heap)
+            if d > dist.get(x, float("inf")):
+                continue
+            for y in self.succ[x]:
+                if y == b:
+                    return d
+                if y in nodes and y != header and d + self.cost[y] < dist.get(y, float("inf")):
+                    dist[y] = d + self.cost[y]
+                    heapq.heappush(heap, (dist[y], y))
+        return None
+
+
+def count_mma_kernel(code, D):
+    """(page, chunk_min, chunk_max, group_setup or None, note, page ops,
+    chunk ops) of one kvq_attend_mma_kernel's SASS: instruction counts of
+    the shortest paths, and those paths' opcodes."""
+    g = CFG(code)
+    loops = g.loops
+    with_mma = [L for L in loops if any(o.startswith("HMMA") for o in g.ops(L[1]))]
+    inner = [L for L in with_mma if not any(M[1] < L[1] for M in loops)]
+    if len(inner) != 1:
+        raise ValueError(f"{len(inner)} innermost loops with HMMA (expected 1: the chunk loop; "
+                         "unrolled by the compiler?)")
+    h, body, latches = inner[0]
+    outer = [L for L in loops if body < L[1]]
+    if not outer:
+        raise ValueError("the chunk loop has no enclosing (page) loop")
+    ph, pbody, platches = min(outer, key=lambda L: len(L[1]))
+    others = [L for L in loops if L[1] < pbody and not (L[1] <= body) and not (body <= L[1])]
+    if others:
+        raise ValueError("the page loop holds another loop beside the chunk loop")
+    cmin, cmax = g.paths(body, h, latches)
+    chunk_ops = g.ops(g.last_path)
+    pmin, _ = g.paths(pbody, ph, platches, collapse=body)
+    page_ops = g.ops(g.last_path)
+    # value-group setups: D/16 - 1 optional regions of one size, the largest
+    want = D // 16 - 1
+    regions = g.optional_regions(body, h)
+    group, note = None, ""
+    if len(regions) >= want and want > 0:
+        top = regions[:want]
+        rest = regions[want] if len(regions) > want else 0
+        if max(top) <= 1.1 * min(top) and min(top) >= 2 * rest:
+            group = sum(top) / len(top)
+        else:
+            note = f"value-group regions not recognized (largest optional regions {regions[:want + 1]})"
+    else:
+        note = f"{len(regions)} optional regions, {want} value-group setups expected"
+    return pmin, cmin, cmax, group, note, page_ops, chunk_ops
+
+
+def kinds(ops):
+    k = collections.Counter(o.split(".")[0] for o in ops)
+    return " ".join(f"{n} {v}" for n, v in k.most_common(6))
+
+
+def sass_counts(sass_path, probe_path, core_path):
+    print("\n== SASS instructions per KB of key + value codes, tensor-core path (sm_90) ==")
+    print(f"issue slots per KB at copy rate: {SLOTS_PER_KB:.0f} ({SMS} SMs x {SCHEDULERS} schedulers x "
+          f"{CLOCK_GHZ} GHz / ({COPY_GBPS:.0f} GB/s / 1 KB), walkthrough 9.9)")
+    rows, probe = {}, False
+    if sass_path:
+        funcs = parse_sass(sass_path)
+        names = demangle_all(funcs)
+        for mangled, code in funcs.items():
+            a = template_args(names[mangled], "kvq_attend_mma_kernel")
+            if a and a[0] == 128:
+                try:
+                    rows[a] = count_mma_kernel(code, a[0])
+                except ValueError as e:
+                    rows[a] = e
+    results = []                          # (B, G, gqa, per_kb) of the default variant
+    if rows:
+        print("kvq_attend_mma_kernel<128, B, NQ, HILO>: chunk = 32 tokens (shortest path through the")
+        print("chunk loop, + (D/Gv - 1) value-group setups), page = the page loop's own work")
+        print(f"{'B':>2} {'G':>4} {'Gv':>4} {'GQA':>3} {'NQ':>2} {'weights':>7} | {'page':>5} {'chunk':>6} "
+              f"{'x':>2} | {'KB/page':>7} {'per KB':>7} {'% issue':>7}")
+        for B in (2, 4):
+            for G in (32, 128):
+                for gqa in (1, 4, 8):
+                    nq = 2 if gqa > 4 else 1
+                    passes = -(-gqa // (4 * nq))
+                    for hilo in (1, 0):
+                        r = rows.get((128, B, nq, hilo))
+                        variant = "hi+lo" if hilo else "hi only"
+                        if r is None:
+                            continue
+                        if isinstance(r, ValueError):
+                            print(f"{B:2d} {G:4d} {G:4d} {gqa:3d} {nq:2d} {variant:>7} | cannot count: {r}")
+                            continue
+                        page, cmin, cmax, group, note = r[:5]
+                        kb = G * 2 * 128 * B / 8 / 1024
+                        n = G // CHUNK_TOKENS
+                        extra = 128 // G - 1
+                        if extra == 0 or group is not None:
+                            chunk = cmin + extra * (group or 0)
+                            per_kb = passes * (page + n * chunk) / kb
+                            print(f"{B:2d} {G:4d} {G:4d} {gqa:3d} {nq:2d} {variant:>7} | {page:5d} "
+                                  f"{chunk:6.0f} {n:2d} | {kb:7.1f} {per_kb:7.0f} {100 * per_kb / SLOTS_PER_KB:6.0f}%")
+                            if hilo:
+                                results.append((B, G, gqa, per_kb))
+                        else:
+                            lo = passes * (page + n * cmin) / kb
+                            hi = passes * (page + n * cmax) / kb
+                            print(f"{B:2d} {G:4d} {G:4d} {gqa:3d} {nq:2d} {variant:>7} | {page:5d} "
+                                  f"{cmin}-{cmax} {n:2d} | {kb:7.1f} {lo:.0f}-{hi:.0f}  ({note})")
+        print("(per KB x passes over the codes: GQA 1-4 one pass of NQ = 1, GQA 8 one of NQ = 2)")
+        for key in ((128, 2, 1, 1), (128, 4, 1, 1)):
+            r = rows.get(key)
+            if r is not None and not isinstance(r, ValueError):
+                print(f"B = {key[1]}, NQ = 1, hi+lo: page {kinds(r[5])}")
+                print(f"{'':22s}chunk {kinds(r[6])}")
+    elif probe_path:
+        probe = True
+        print("kvq_attend_mma_kernel is not in kvq_cuda.cu yet: THE PROBE instead, bench/mma_probe.cu's")
+        print("mma_step_count<B, 128> (4 heads; its loop is one step of 16 x 4/B tokens, keys, softmax,")
+        print("hand-off, values). It has NO per-page work (page weights, exponents, zero terms), so")
+        print("these counts are lower bounds for the kernel.")
+        funcs = parse_sass(probe_path)
+        names = demangle_all(funcs)
+        print(f"{'B':>2} {'G':>4} {'GQA':>3} | {'loop':>5} {'tokens':>6} | {'per KB':>7} {'% issue':>7}  by kind")
+        for mangled, code in sorted(funcs.items()):
+            a = template_args(names[mangled], "mma_step_count")
+            if not a:
+                continue
+            B, D = a
+            g = CFG(code)
+            inner = [L for L in g.loops if not any(M[1] < L[1] for M in g.loops)]
+            if len(inner) != 1:
+                print(f"{B:2d}: cannot count: {len(inner)} innermost loops")
+                continue
+            h, body, latches = inner[0]
+            n = sum(g.cost[v] for v in body)
+            tokens = 16 * 4 // B
+            kb = tokens * 2 * D * B / 8 / 1024
+            for G in (32, 128):
+                for gqa in (1, 4, 8):
+                    per_kb = n / kb * (2 if gqa > 4 else 1)
+                    print(f"{B:2d} {G:4d} {gqa:3d} | {n:5d} {tokens:6d} | {per_kb:7.0f} "
+                          f"{100 * per_kb / SLOTS_PER_KB:6.0f}%  {kinds(g.ops(body)) if gqa == 1 else ''}")
+                    results.append((B, G, gqa, per_kb))
+        print("(GQA 8: two passes of 4 heads over the same codes)")
+    else:
+        print("SKIP: neither kvq_attend_mma_kernel nor the probe's SASS was given")
+    core = cuda_core_counts(core_path) if core_path else {}
+    print(f"\ntarget (issue 27): 2-bit G = 128 at or below ~{TARGET_PER_KB} instructions per KB with "
+          f"per-page work (~{100 * TARGET_PER_KB / SLOTS_PER_KB:.0f}% of issue at copy rate); "
+          "a design target, not a build gate")
+    tag = " (the probe, without per-page work)" if probe else ""
+    for B, G, gqa, per_kb in results:
+        if B == 2 and G == 128:
+            print(f"  B = 2, G = 128, GQA {gqa}: {per_kb:.0f} per KB{tag}: "
+                  f"{'PASS' if per_kb <= TARGET_PER_KB else 'FAIL'}")
+    if core:
+        print("G = 32 routing (per KB of codes; the CUDA-core figure is its inner step alone):")
+        for B, G, gqa, per_kb in results:
+            if G == 32 and (B, gqa) in core:
+                c = core[(B, gqa)]
+                print(f"  B = {B}, GQA {gqa}: tensor cores {per_kb:.0f}, CUDA cores {c:.0f}: "
+                      f"{'tensor cores' if per_kb < c else 'CUDA cores'} favoured{tag}")
+    return results
+
+
+def cuda_core_counts(path):
+    """Per KB of today's CUDA-core step (bench/sass_probe.cu: one packed word
+    per lane per loop, 1 or 4 heads): {(B, gqa): per KB}."""
+    funcs = parse_sass(path)
+    names = demangle_all(funcs)
+    per = {}
+    for mangled, code in funcs.items():
+        a = template_args(names[mangled], "sass_probe")
+        if not a:
+            continue
+        B, nh = a
+        g = CFG(code)
+        inner = [L for L in g.loops if not any(M[1] < L[1] for M in g.loops)]
+        if len(inner) != 1:
+            continue
+        n = sum(g.cost[v] for v in inner[0][1])
+        per[(B, nh)] = n * 1024 / (32 * 4)          # 32 lanes x one 4-byte word
+    out = {}
+    for B in (2, 4):
+        if (B, 1) in per and (B, 4) in per:
+            out[(B, 1)], out[(B, 4)], out[(B, 8)] = per[(B, 1)], per[(B, 4)], 2 * per[(B, 4)]
+    return out
+
+
+def main(argv):
+    args = collections.defaultdict(list)
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--ptxas", "--sass", "--probe", "--cuda-core", "--source", "--known") and i + 1 < len(argv):
+            args[a].append(argv[i + 1])
+            i += 2
+        elif a in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        else:
+            die(f"unknown argument {a!r}\n{__doc__.split('Usage:')[1]}")
+    src = (args["--source"] or ["kvq_cuda.cu"])[-1]
+    failures = []
+    if args["--ptxas"]:
+        known = read_known((args["--known"] or [None])[-1])
+        failures = resource_gates(args["--ptxas"], source_defines(src), known)
+    if args["--sass"] or args["--probe"]:
+        sass_counts((args["--sass"] or [None])[-1], (args["--probe"] or [None])[-1],
+                    (args["--cuda-core"] or [None])[-1])
+    print()
+    if failures:
+        for f in failures:
+            print(f"cuda-gates: FAIL {f}")
+        print(f"cuda-gates: {len(failures)} resource gate(s) failed")
+        return 1
+    if args["--ptxas"]:
+        print("cuda-gates: every resource gate passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
