@@ -2,7 +2,8 @@
 # tests/check_walkthrough.sh - the walkthrough's quoted numbers are still true.
 #
 # Every fenced block in walkthrough/*.md whose first line is
-#     $ ./build/examples/NAME [ARGS]    (or ./build/emu/NAME: chapter 9.11)
+#     $ [VAR=value ...] ./build/examples/NAME [ARGS]   (or ./build/emu/NAME:
+#                                                     chapter 9b)
 # holds lines copied from that command's output. This script runs each such
 # command once (examples are deterministic: fixed seeds) and fails if any
 # quoted line is not, verbatim, a line of the output. "..." lines mark
@@ -36,7 +37,7 @@ for md in "$@"; do
             line = substr($0, 1, ind) ~ /^[ \t]*$/ ? substr($0, ind + 1) : $0
             line = rstrip(line)
             if (first) { first = 0
-                         if (line ~ /^\$ \.\/build\/(examples|emu)\//) cmd = substr(line, 3)
+                         if (line ~ /^\$ ([A-Z_]+=[^ ]+ )*\.\/build\/(examples|emu)\//) cmd = substr(line, 3)
                          next }
             if (cmd == "" || line == "" || line == "...") next
             printf "%s\t%d\t%s\t%s\n", file, NR, cmd, line
@@ -48,13 +49,13 @@ cut -f3 "$tmp/quotes" | sort -u > "$tmp/cmds"
 n=0
 while IFS= read -r cmd; do
     n=$((n + 1))
-    exe=${cmd%% *}
+    exe=$(printf '%s\n' "$cmd" | tr ' ' '\n' | grep -v = | head -n 1)   # past VAR=value
     if [ ! -x "$exe" ]; then
         echo "check-docs: $exe is not built (run make check-docs)"; exit 2
     fi
     # word splitting of $cmd is intended: the example's arguments
     # shellcheck disable=SC2086
-    $cmd > "$tmp/out.$n" 2>&1
+    env $cmd > "$tmp/out.$n" 2>&1
     sed 's/[ \t\r]*$//' "$tmp/out.$n" > "$tmp/out.$n.s"
     printf '%s\t%s\n' "$cmd" "$tmp/out.$n.s" >> "$tmp/map"
 done < "$tmp/cmds"

@@ -1,5 +1,5 @@
 /* tests/emu/watch_warp.cu - one KIVI-2 cache attended by kvq_cuda.cu's
-   kernel on the CPU emulator, next to kvq.h's answer (walkthrough 9.11).
+   kernel on the CPU emulator, next to kvq.h's answer (walkthrough 9b).
 
      make emu-build
      build/emu/watch_warp                      the result, checked
