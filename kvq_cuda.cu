@@ -2104,6 +2104,10 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
    since each MMA sums 16 products of an integer code (exact in fp16) and
    an fp16 weight into fp32, and the running sums are outside the MMA.  */
 #define KVQ_MMA_WARPS 4               /* warps per CTA                      */
+/* kvq_cuda_attend_mma's variant flags (or-ed; 0 is the default)         */
+#define KVQ_CUDA_MMA_HILO    0        /* weights split hi + lo: fp32-accurate */
+#define KVQ_CUDA_MMA_HI_ONLY 1        /* weights in fp16 only, no lo half    */
+#define KVQ_CUDA_MMA_DIRECT  2        /* chunks read in place, no cp.async   */
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
 template <int D, int B, int NQ>
@@ -2514,24 +2518,6 @@ extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int3
 }
 
 /* -- the launcher ------------------------------------------------------------ */
-/* Splits for the two kernels: enough CTAs for the GPU, as Sec. 4's rule,
-   over each kernel's own items (sealed pages; the rest in 32-token
-   items).                                                                */
-extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
-                                                int group, size_t max_tokens, int *n_splits_mma,
-                                                int *n_splits_rest)
-{
-    const int nh = n_rep > 4 ? 8 : 4;
-    const size_t n_hchunks = (size_t)((n_rep > 0 ? n_rep : 1) + nh - 1) / nh;
-    const size_t g = group > 0 ? (size_t)group : 32;
-    const int s5 = kvq_cuda__splits(n_streams * n_hchunks, 2 * KVQ_MMA_WARPS * (max_tokens / g + 1));
-    int s3 = 0;
-    kvq_cuda_attend_workspace(n_streams, n_rep, head_dim, group, 2 * g + 64, &s3);
-    if (n_splits_mma) *n_splits_mma = s5;
-    if (n_splits_rest) *n_splits_rest = s3;
-    return n_streams * (size_t)(n_rep > 0 ? n_rep : 1) * (size_t)(s5 + s3) * (size_t)(head_dim + 2);
-}
-
 typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
                                  float *, int, int, int);
 template <int D, int B, int NQ>
@@ -2547,6 +2533,69 @@ static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages)
                    : kvq_cuda__pick_mma_hs<D, B, 2>(hilo, stages);
 }
 
+/* The v5 launch for a shape and variant: its kernel, dynamic shared
+   memory, chunk bytes, and its split count, planned against the kernel's
+   own occupancy (resident CTAs per SM, from the runtime) so that the
+   grid fills the GPU about twice over, each split keeping at least two
+   pages per warp. Returns false for a shape without a kernel.           */
+struct kvq_cuda__mma_plan {
+    kvq_cuda__mma_fn fn;
+    size_t smem;
+    int chunk_bytes, nq, n_hchunks, splits;
+};
+static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int variant,
+                               size_t n_streams, int group, size_t max_tokens,
+                               kvq_cuda__mma_plan *p)
+{
+    if ((D != 64 && D != 128) || (bits != 2 && bits != 4) || value_group <= 0 || group <= 0)
+        return false;
+    p->nq = n_rep > 4 ? 2 : 1;
+    p->n_hchunks = (n_rep + 4 * p->nq - 1) / (4 * p->nq);
+    const int hilo = !(variant & KVQ_CUDA_MMA_HI_ONLY), stages = (variant & KVQ_CUDA_MMA_DIRECT) ? 1 : 2;
+    p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages)
+                                  : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages))
+                     : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages)
+                                  : kvq_cuda__pick_mma<64, 4>(p->nq, hilo, stages));
+    /* a chunk's staged bytes: key and value words, value (s, z)          */
+    p->chunk_bytes = 2 * 32 * (D * bits / 64) * 4 + 32 * (D / 16) * (bits == 4 ? 2 : 1) * 4 +
+                     KVQ_MMA_CHUNK * (D / value_group) * (int)sizeof(kvq_sz);
+    p->smem = stages == 1 ? 0 : (size_t)KVQ_MMA_WARPS * stages * p->chunk_bytes;
+    int per_sm = 0;
+    if (cudaFuncSetAttribute((const void *)p->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)p->smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->fn, KVQ_MMA_WARPS * 32, p->smem) !=
+            cudaSuccess || per_sm <= 0)
+        per_sm = 2;                      /* sizes the grid only            */
+    const size_t n_ctas = n_streams * (size_t)p->n_hchunks;
+    const size_t want = (size_t)kvq_cuda__sm_count() * (size_t)per_sm * 2;
+    size_t splits = (want + n_ctas - 1) / n_ctas;
+    const size_t by_pages = (max_tokens / (size_t)group + 1) / (2 * KVQ_MMA_WARPS);
+    if (splits > by_pages) splits = by_pages;
+    if (splits < 1) splits = 1;
+    if (splits > KVQ_CUDA_MAX_SPLITS) splits = KVQ_CUDA_MAX_SPLITS;
+    p->splits = (int)splits;
+    return true;
+}
+
+/* Floats of workspace kvq_cuda_attend_mma needs (the same arguments as its
+   call); also returns the two kernels' split counts. 0 for a shape
+   without a kernel.                                                      */
+extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
+                                                int group, int bits, int value_group, int variant,
+                                                size_t max_tokens, int *n_splits_mma,
+                                                int *n_splits_rest)
+{
+    kvq_cuda__mma_plan p;
+    if (n_rep <= 0 || !kvq_cuda__plan_mma(head_dim, bits, value_group, n_rep, variant, n_streams,
+                                          group, max_tokens, &p))
+        return 0;
+    int s3 = 0;    /* the rest: at most a page, its tails and a window each */
+    kvq_cuda_attend_workspace(n_streams, n_rep, head_dim, group, 2 * (size_t)group + 64, &s3);
+    if (n_splits_mma) *n_splits_mma = p.splits;
+    if (n_splits_rest) *n_splits_rest = s3;
+    return n_streams * (size_t)n_rep * (size_t)(p.splits + s3) * (size_t)(head_dim + 2);
+}
+
 /* Decode attention with the sealed pages on the tensor cores (v5) and the
    rest through Sec. 4's kernel, merged. The same arguments and results as
    kvq_cuda_attend, plus: every stream's sealed pages must be in fragment
@@ -2556,9 +2605,6 @@ static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages)
      KVQ_CUDA_MMA_HI_ONLY  weights in fp16 only, no lo half (about 2^-12
                            relative per weight; what the peers do)
      KVQ_CUDA_MMA_DIRECT   no staging: each chunk read where it lies       */
-#define KVQ_CUDA_MMA_HILO    0
-#define KVQ_CUDA_MMA_HI_ONLY 1
-#define KVQ_CUDA_MMA_DIRECT  2
 extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
@@ -2584,23 +2630,20 @@ extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_d
     if (pool->zero_mode != KVQ_ZERO_FLOAT && pool->zero_mode != KVQ_ZERO_INT)
         return kvq_cuda__bad("kvq_cuda_attend_mma: zero mode %d unknown", (int)pool->zero_mode);
     int s5, s3;
-    const size_t need = kvq_cuda_attend_mma_workspace(n_streams, n_rep, D, pool->group, max_tokens,
+    const size_t need = kvq_cuda_attend_mma_workspace(n_streams, n_rep, D, pool->group, pool->bits,
+                                                      pool->value_group, variant, max_tokens,
                                                       &s5, &s3);
     if (work_floats < need)
         return kvq_cuda__bad("kvq_cuda_attend_mma: workspace of %zu floats, %zu needed", work_floats, need);
-    const int nq = n_rep > 4 ? 2 : 1;
-    const size_t n_hchunks = (size_t)(n_rep + 4 * nq - 1) / (4 * nq);
+    kvq_cuda__mma_plan plan;
+    kvq_cuda__plan_mma(D, pool->bits, pool->value_group, n_rep, variant, n_streams, pool->group,
+                       max_tokens, &plan);
+    const size_t n_hchunks = (size_t)plan.n_hchunks;
     if (n_streams > (size_t)0x7fffffff / n_hchunks)
         return kvq_cuda__bad("kvq_cuda_attend_mma: %zu streams is too many for one launch", n_streams);
-    const int hilo = !(variant & KVQ_CUDA_MMA_HI_ONLY), stages = (variant & KVQ_CUDA_MMA_DIRECT) ? 1 : 2;
-    kvq_cuda__mma_fn f5 = D == 128 ? (pool->bits == 2 ? kvq_cuda__pick_mma<128, 2>(nq, hilo, stages)
-                                                      : kvq_cuda__pick_mma<128, 4>(nq, hilo, stages))
-                                   : (pool->bits == 2 ? kvq_cuda__pick_mma<64, 2>(nq, hilo, stages)
-                                                      : kvq_cuda__pick_mma<64, 4>(nq, hilo, stages));
-    /* a chunk's staged bytes: key and value words, value (s, z)          */
-    const int chunk_bytes = 2 * 32 * (D * pool->bits / 64) * 4 + 32 * (D / 16) * (pool->bits == 4 ? 2 : 1) * 4 +
-                            KVQ_MMA_CHUNK * (D / pool->value_group) * (int)sizeof(kvq_sz);
-    const size_t smem5 = stages == 1 ? 0 : (size_t)KVQ_MMA_WARPS * stages * chunk_bytes;
+    kvq_cuda__mma_fn f5 = plan.fn;
+    const size_t smem5 = plan.smem;
+    const int chunk_bytes = plan.chunk_bytes;
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)f5, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem5));
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
@@ -2661,7 +2704,8 @@ extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t 
 extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
                                            size_t n, int seal, cudaStream_t stream);
 extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
-                                                int group, size_t max_tokens, int *n_splits_mma,
+                                                int group, int bits, int value_group, int variant,
+                                                size_t max_tokens, int *n_splits_mma,
                                                 int *n_splits_rest);
 #define KVQ_CUDA_MMA_HILO    0
 #define KVQ_CUDA_MMA_HI_ONLY 1

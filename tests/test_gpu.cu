@@ -534,8 +534,9 @@ static void test_attend_mma_case(int pol, size_t D, int bits, size_t G, int n_re
         CHECK(differ == 0, "kvq_cuda_seal_pages: %zu of %zu pages differ from kvq_cuda_fragment_page",
               differ, ids.size());
         int s5, s3;
-        const size_t wf = kvq_cuda_attend_mma_workspace(n_streams, n_rep, (int)D, (int)G,
-                                                        b.max_tokens, &s5, &s3);
+        const size_t wf = kvq_cuda_attend_mma_workspace(n_streams, n_rep, (int)D, (int)G, bits,
+                                                        b.pool.value_group, variant, b.max_tokens,
+                                                        &s5, &s3);
         dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
         dbuf<int> dst(1);
         dq.up(hq.data());
@@ -604,6 +605,39 @@ static void test_attend_mma(void)
     test_attend_mma_case(POL_LOGQUANT, 64, 4, 32, 3, 4, 900, KVQ_CUDA_MMA_DIRECT);
     test_attend_mma_case(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_HI_ONLY);
     CHECK(mma_pages_checked > 50, "the tensor-core kernel saw only %zu sealed pages", mma_pages_checked);
+
+    /* refusals: each with a reason, nothing launched                      */
+    gpu_batch b;
+    std::vector<kvq_cache> caches;
+    if (!build_batch(POL_KIVI, 64, 2, 32, 1, 300, caches, b)) return;
+    upload(b, true);
+    int s5, s3;
+    const size_t wf = kvq_cuda_attend_mma_workspace(1, 1, 64, 32, 2, b.pool.value_group, 0,
+                                                    b.max_tokens, &s5, &s3);
+    dbuf<float> dq(64), dout(64), dwork(wf + 1);
+    dbuf<int> dst(1);
+    kvq_cuda_pool bad = b.pool;
+    auto refused = [&](const kvq_cuda_pool *p, int D, size_t work, int variant) {
+        const cudaError_t e = kvq_cuda_attend_mma(p, D, b.d_streams, 1, 1, b.max_tokens, dq.p, dout.p,
+                                                  dwork.p, work, dst.p, variant, 0);
+        return e == cudaErrorInvalidValue && kvq_cuda_why()[0];
+    };
+    CHECK(refused(nullptr, 64, wf, 0), "mma: a NULL pool was accepted");
+    CHECK(refused(&b.pool, 64, wf - 1, 0), "mma: a small workspace was accepted");
+    CHECK(refused(&b.pool, 64, wf, 8), "mma: variant 8 was accepted");
+    CHECK(refused(&b.pool, 96, wf, 0), "mma: D = 96 was accepted");
+    bad.value_group = 8;
+    CHECK(refused(&bad, 64, wf, 0), "mma: value group 8 (not a channel tile) was accepted");
+    bad = b.pool; bad.bits = 8;
+    CHECK(refused(&bad, 64, wf, 0), "mma: B = 8 was accepted");
+    CHECK(kvq_cuda_attend_mma_workspace(1, 1, 96, 32, 2, 32, 0, 100, &s5, &s3) == 0,
+          "mma workspace: D = 96 gave a size");
+    bad = b.pool; bad.group = 48;
+    CHECK(kvq_cuda_seal_pages(&bad, dst.p, 1, 1, 0) == cudaErrorInvalidValue,
+          "seal: G = 48 was accepted");
+    CHECK(kvq_cuda_seal_pages(nullptr, dst.p, 1, 1, 0) == cudaErrorInvalidValue,
+          "seal: a NULL pool was accepted");
+    for (auto &c : caches) kvq_cache_free(&c);
 }
 
 static void test_attend(void)

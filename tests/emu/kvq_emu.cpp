@@ -1136,6 +1136,14 @@ cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int val
     g_max_dynamic[fn] = value;
     return cudaSuccess;
 }
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *fn, int threads,
+                                                          size_t dyn_smem)
+{
+    if (!n || !fn || threads <= 0 || threads > 1024) return cudaErrorInvalidValue;
+    int by_threads = 2048 / threads, by_smem = (int)((228 * 1024) / (dyn_smem + 1024));
+    *n = std::min(32, std::min(by_threads, by_smem));
+    return cudaSuccess;
+}
 struct kvq_emu_event_t { std::chrono::steady_clock::time_point t; };
 cudaError_t cudaEventCreate(cudaEvent_t *e)
 {

@@ -155,6 +155,18 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev);
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev);
 cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int value);
+/* Resident CTAs per SM from threads and shared memory alone (an H100's
+   limits: 2048 threads, 32 CTAs, 228 KB with 1 KB reserved per CTA); the
+   emulator does not know a kernel's registers, so this is an upper bound
+   of what the runtime reports on a GPU.                                  */
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *fn, int threads,
+                                                          size_t dyn_smem);
+template <class F>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F *fn, int threads,
+                                                                        size_t dyn_smem)
+{
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, (const void *)fn, threads, dyn_smem);
+}
 cudaError_t cudaEventCreate(cudaEvent_t *e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = 0);
