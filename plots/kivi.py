@@ -86,7 +86,7 @@ def hf_vs_kivi():
         "KIVI vs the HF QuantizedCache schedule on one head (T=4096, D=128)",
         "What to see: at 2 bits HF's per-token keys lose far more than KIVI's, and today's float "
         "zero (quanto >= 0.2.3) twice what the post's integer zero loses:\nmost key values sit "
-        "near 0, which only the integer grid holds. At 4 bits the three are close. Relative "
+        "near 0, which only the integer grid holds. At 4 bits the two HF rules are level. Relative "
         "Frobenius errors against the exact head. " + SYNTHETIC + ".",
         ncols=2, size=(11, 4.8), sharey=False)
     width = 0.27

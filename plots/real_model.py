@@ -55,7 +55,7 @@ FAMILY = {  # method -> (family label, colour)
 
 # where a point's label goes (points): neighbours that would collide
 LABEL_OFFSET = {"kivi2-KcVc": (5, -10), "kivi2-KtVt": (-62, 3), "h2o": (5, 4),
-                "streaming": (5, -9)}
+                "streaming": (5, -9), "hf4-int": (5, -10), "hf2-int": (5, -10)}
 
 
 def read_csv(path):
