@@ -26,8 +26,9 @@
        4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding)
        5. Compaction: gather-clone-scatter of slots (kvq.h Sec. 11)
        6. Host: a kvq_cache exported to pages (for tests, benches, engines)
-       7. Tensor-core fragment order: the next attention design (no kernel
-          of the library uses it yet; test_gpu --host replays it)
+       7. Tensor-core fragment order: maps, permutation, decode, weight split
+       8. Decode attention on the tensor cores (v5: sealed pages, merged
+          with Sec. 4's kernel for the rest; not yet run on a GPU)
 
    0. ERRORS. Every launcher returns a cudaError_t.
      - Bad arguments (NULL, unsupported D/B/G, groups that do not divide, a
@@ -330,9 +331,10 @@ __global__ void kvq_quantize_check_kernel(const __half *__restrict__ X, kvq_dev_
    every loop below into straight-line code (no branch per element on the
    group's end or the word's), with the same operations in the same order,
    hence the same bits (test_gpu checks it on a GPU). kvq_cuda_quantize
-   runs the fixed kernel at G = 32 with B = 2 or 4, where the H100 run of
-   2026-11-23 measured it 12-32% faster; at G = 128 it was mixed (one row
-   faster, three 6-26% slower), so every other shape runs <0, 0>.        */
+   runs the fixed kernel at G = 32 with B = 2 or 4, where it measured
+   12-32% faster on an H100; at G = 128 the result was mixed (one shape
+   faster, three 6-26% slower), so every other shape runs <0, 0>
+   (bench/RESULTS.md has the runs).                                       */
 template <int FB, int FG>
 __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
                                     const int32_t *__restrict__ unit_dst,
@@ -640,8 +642,8 @@ static __host__ __device__ __forceinline__ uint32_t kvq_cuda_sealed_pages(const 
      pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
 #define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
 /* CTAs per SM the compiler must fit for the 1-head and the 4-head kernels
-   (a register cap: 65536 / (128 n) registers per thread; the H100 sweep
-   of 2026-11-23 found no better pair), and the largest two-stage buffer
+   (a register cap: 65536 / (128 n) registers per thread; an H100 sweep
+   found no better pair: bench/RESULTS.md), and the largest two-stage buffer
    per CTA, in KB, above which one stage.                                 */
 #define KVQ_CUDA_NH1_MIN_CTAS 3
 #define KVQ_CUDA_NH4_MIN_CTAS 1
@@ -1709,17 +1711,17 @@ rows_only:
 #endif /* KVQ_CUDA_DECLARE_ONLY */
 
 /* ======================================================================== */
-/* 7. tensor-core fragment order (the next attention design)                */
+/* 7. tensor-core fragment order                                            */
 /* ======================================================================== */
 /* Sec. 4's fast path multiplies codes on the CUDA cores: about 5
    instructions per code per query head (bench/RESULTS.md, SASS counts),
    which caps it near 62% of copy bandwidth with one head and near 1x fp16
-   SDPA with four. The next kernel puts the codes on the TENSOR CORES.
+   SDPA with four. Sec. 8's kernel puts the codes on the TENSOR CORES.
    This section holds what that kernel and its tests share: the fragment
    maps, the in-page permutation, the code decode and the weight split.
    Everything here is host+device and checked on the CPU against kvq.h
    (test_gpu --host, "fragment replay"); bench/mma_probe.cu times the
-   decode + MMA step on a GPU. No library kernel uses it yet.
+   decode + MMA step on a GPU.
 
    THE ALGEBRA. mma.sync.m16n8k16 (f16 x f16 -> f32) computes
    C(16x8) += A(16x16) B(16x8) in one instruction. Codes (0..15) are exact
@@ -1782,12 +1784,14 @@ rows_only:
    kvq_mma_key_source / kvq_mma_value_source say where field j of word w
    comes from; kvq_cuda_fragment_page applies them; the tests replay it. */
 #define KVQ_MMA_MAGIC 0x64006400u     /* fp16 1024.0 in both halves          */
-/* inline, not static: a translation unit that uses none of them (the
-   library's own, today) compiles without unused-function warnings.
+/* inline, not static: a translation unit that uses none of them (a test
+   that includes the declarations only) compiles without unused-function
+   warnings.
    The kvq_mma_* helpers are a kernel's inner arithmetic and check nothing:
    lane in 0..31, element indices as in the tables, bits 2 or 4, and a
    shape kvq_mma_shape_ok accepts. The entry points that take user data,
-   kvq_cuda_fragment_page and kvq_cuda_export_fragment, check all of it. */
+   kvq_cuda_fragment_page, kvq_cuda_export_fragment and
+   kvq_cuda_seal_pages, check all of it.                                 */
 #define KVQ_MMA_FN __host__ __device__ __forceinline__
 
 /* The fragment maps, exactly the PTX ISA's tables above.                  */
