@@ -255,10 +255,12 @@ bench-gpu: $(B)/bench_gpu $(B)/mma_probe
 # attention kernels (kvq_attend_kernel, kvq_attend_mma_kernel); then the
 # tensor-core path's SASS instructions per KB of codes, page work included,
 # against issue 27's target (printed PASS/FAIL, never a failure). The SASS
-# needs cuobjdump and nvdisasm: bench/sass_tools.sh fetches them from PyPI
+# needs nvdisasm: bench/sass_tools.sh fetches it (and cuobjdump) from PyPI
 # when missing. About 3 min on 2 cores (make -j2 cuda-gates: four nvcc runs).
 GATES      := $(B)/gates
-GATE_FLAGS := -O3 -std=c++17 -I.
+# -lineinfo: nvdisasm -gi then names the source line of each instruction
+# (the SASS and ptxas's counts are the same without it)
+GATE_FLAGS := -O3 -std=c++17 -I. -lineinfo
 GATE_FILES := $(GATES)/ptxas.sm_80.log $(GATES)/ptxas.sm_90.log \
               $(GATES)/mma_probe.sm_90.cubin $(GATES)/sass_probe.sm_90.cubin
 $(GATES)/ptxas.sm_%.log: kvq_cuda.cu kvq.h

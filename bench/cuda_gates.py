@@ -30,17 +30,24 @@
 
 2. SASS INSTRUCTIONS PER KB OF CODES of the tensor-core path (sm_90), a
    design target printed as PASS/FAIL that never fails the build. The
-   SASS of each kvq_attend_mma_kernel<128, B, NQ, HILO> is cut into basic
+   SASS (nvdisasm -gi of a -lineinfo build: the same code, with each
+   instruction's source line and inlining) of each
+   kvq_attend_mma_kernel<128, B, NQ, HILO[, STAGES]> is cut into basic
    blocks; loops are the natural loops of its back edges (a branch to a
    block that dominates it). The chunk loop is the innermost loop with
-   HMMAs; the page loop is the loop around it.
-     chunk   the chunk loop's body along its shortest path from header to
-             back edge (every optional branch skipped: no dead slot, one
-             value group, Gv = D), plus (D/Gv - 1) value-group setups, the
-             chunk body's D/16 - 1 largest optional regions (checked to be
-             that many and of one size; else G = 32 is printed as a range)
-     page    the page loop's own instructions (key weights, exponents,
-             zero terms), shortest path, the chunk loop counted as zero
+   HMMAs. Counts are along paths from its header to its back edge, loops
+   inside it (a copy loop) counted as one trip:
+     chunk   the shortest such path that skips the page work and passes
+             the staging copies of the next chunk (LDGSTS) where there are
+             any (every optional branch skipped: no dead slot, one value
+             group, Gv = D), plus (D/Gv - 1) value-group setups: the chunk
+             body's D/16 - 1 optional regions of one size (checked to be
+             that many; else G = 32 is printed as a range)
+     page    the work done once per page: the page loop's own instructions
+             when a page loop encloses the chunk loop; else the extra cost
+             of the path through the blocks that hold kvq_mma_page_keys'
+             instructions (the key weights, exponents, zero terms) and
+             that a trip can skip
    per KB = (page + G/32 x chunk) / (KB of key + value codes per page),
    for G 32 and 128 with Gv = G (KIVI's groups), B 2 and 4, GQA 1/4/8
    (NQ = 1 quad of heads up to GQA 4, NQ = 2 above, as
@@ -255,30 +262,66 @@ def resource_gates(ptxas_args, defs, known):
 
 
 # --------------------------------------------------------------------- SASS
-Instr = collections.namedtuple("Instr", "addr text op pred")
+Instr = collections.namedtuple("Instr", "addr text op pred target lines")
 
 
 def parse_sass(path):
-    """{mangled name: [Instr]} from cuobjdump -sass output."""
-    funcs, cur = {}, None
+    """{mangled name: [Instr]} from `cuobjdump -sass` or `nvdisasm [-gi]`
+    output. Instr.target: a branch's target address (None otherwise);
+    Instr.lines: the ((file, line), ...) inlining chain nvdisasm -gi prints
+    before it (innermost first; empty without line info)."""
     try:
         text = open(path).read()
     except OSError as e:
         die(f"cannot read SASS {path}: {e}")
+    raw, labels, cur, lab, chain, lines_now, pending = {}, {}, None, None, [], (), []
     for line in text.split("\n"):
-        m = re.search(r"Function : (\S+)", line)
+        m = re.search(r"Function : (\S+)", line) or re.match(r"^\.text\.(\S+):\s*$", line)
         if m:
-            cur = funcs.setdefault(m.group(1), [])
+            cur = raw.setdefault(m.group(1), [])
+            lab = labels.setdefault(m.group(1), {})
+            chain, lines_now, pending = [], (), []
+            continue
+        if cur is None:
+            continue
+        m = re.match(r"^(\.L\w+|\w+):\s*$", line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = re.match(r'\s*//## File "([^"]+)", line (\d+)( inlined at)?', line)
+        if m:                                      # innermost first, outermost last
+            chain.append((os.path.basename(m.group(1)), int(m.group(2))))
+            if not m.group(3):
+                lines_now, chain = tuple(chain), []
             continue
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
-        if m and cur is not None:
+        if m:
+            addr = int(m.group(1), 16)
+            for lb in pending:
+                lab[lb] = addr
+            pending = []
             t = m.group(2).strip()
             pred = None
             if t.startswith("@"):
                 pred, t = t.split(None, 1)
-            cur.append(Instr(int(m.group(1), 16), t, t.split()[0], pred))
+            cur.append((addr, t, pred, lines_now))
+    funcs = {}
+    for name, code in raw.items():
+        out = []
+        for addr, t, pred, lines in code:
+            op = t.split()[0]
+            target = None
+            if op.split(".")[0] in ("BRA", "CALL"):
+                m = re.search(r"`\(([^)]+)\)", t)
+                if m:
+                    target = labels[name].get(m.group(1))
+                else:
+                    m = re.search(r"(0x[0-9a-f]+)\s*$", t)
+                    target = int(m.group(1), 16) if m else None
+            out.append(Instr(addr, t, op, pred, target, lines))
+        funcs[name] = out
     if not funcs:
-        die(f"{path}: no 'Function :' in it (not cuobjdump -sass output?)")
+        die(f"{path}: no function in it (not cuobjdump -sass or nvdisasm output?)")
     return funcs
 
 
@@ -291,7 +334,8 @@ def never(pred):
 
 
 class CFG:
-    """Basic blocks and natural loops of one function."""
+    """Basic blocks, dominators and natural loops of one function. Branches
+    to the divergent-warp fallback (BRA.DIV) and calls are not followed."""
 
     def __init__(self, code):
         self.code = code
@@ -302,11 +346,10 @@ class CFG:
             if base in ("BRX", "JMX", "JMP"):
                 raise ValueError(f"indirect branch {ins.text} at {ins.addr:#x}")
             if base == "BRA" and ".DIV" not in ins.op and not never(ins.pred):
-                tgt = int(re.search(r"(0x[0-9a-f]+)\s*$", ins.text).group(1), 16)
-                if tgt not in index:
-                    raise ValueError(f"branch to {tgt:#x}, not an instruction")
-                targets[i] = index[tgt]
-                leaders.add(index[tgt])
+                if ins.target not in index:
+                    raise ValueError(f"branch {ins.text} at {ins.addr:#x}: target not found")
+                targets[i] = index[ins.target]
+                leaders.add(index[ins.target])
                 leaders.add(i + 1)
             elif base in ("EXIT", "RET", "BPT"):
                 leaders.add(i + 1)
@@ -330,8 +373,7 @@ class CFG:
             if falls and e + 1 < len(code):
                 self.succ[k].append(block_of[e + 1])
         self.cost = [e - s + 1 for s, e in self.blocks]
-        # reachable from the entry, predecessors, dominators
-        seen, stack = {0}, [0]
+        seen, stack = {0}, [0]            # reachable from the entry
         while stack:
             for v in self.succ[stack.pop()]:
                 if v not in seen:
@@ -351,7 +393,6 @@ class CFG:
                 new = set.intersection(*ps) | {v} if ps else {v}
                 if new != dom[v]:
                     dom[v], changed = new, True
-        self.dom = dom
         loops = {}                        # header -> (body, latches)
         for u in seen:
             for h in self.succ[u]:
@@ -369,146 +410,210 @@ class CFG:
     def ops(self, nodes):
         return [self.code[i].op for v in nodes for i in range(self.blocks[v][0], self.blocks[v][1] + 1)]
 
-    def paths(self, nodes, header, latches, collapse=None):
-        """(shortest, longest) instruction count from header to the end of a
-        latch, inside `nodes`, back edges to header removed. collapse: a set
-        of nodes (an inner loop) that counts as one node of cost 0 and must
-        be passed through."""
-        nodes = set(nodes)
-        rep = {}
-        if collapse:
-            X = ("inner",)
-            for v in collapse:
-                rep[v] = X
+    def blocks_where(self, nodes, test):
+        return {v for v in nodes if any(test(self.code[i]) for i in range(self.blocks[v][0], self.blocks[v][1] + 1))}
+
+    def optional(self, loop, blocks):
+        """The blocks of `blocks` that some trip around `loop` (header to a
+        latch) can avoid."""
+        h, body, latches = loop
+        out = set()
+        for b in blocks:
+            if b == h:
+                continue
+            seen, stack = {h}, [h]
+            while stack:
+                for y in self.succ[stack.pop()]:
+                    if y in body and y != b and y != h and y not in seen:
+                        seen.add(y)
+                        stack.append(y)
+            if any(l in seen for l in latches if l != b):
+                out.add(b)
+        return out
+
+    def inner_loops(self, loop):
+        """The loops directly inside `loop` (maximal among those strictly inside)."""
+        inside = [L for L in self.loops if L[1] < loop[1]]
+        return [L for L in inside if not any(L[1] < M[1] for M in inside)]
+
+    def one_trip(self, loop):
+        """Instructions of one trip around `loop` (shortest path)."""
+        return self.path(loop)[0]
+
+    def path(self, loop, pick=min, avoid=frozenset(), through=(), collapse_cost=None):
+        """(instructions, blocks) of the shortest (pick=min) or longest path
+        from loop's header to the end of one of its latches, back edges to
+        the header removed. Loops inside count as one node: one trip each,
+        or collapse_cost[inner header] instructions. avoid: blocks the path
+        may not touch; through: sets of blocks the path must touch, each."""
+        h, body, latches = loop
+        rep, rcost = {}, {}
+        for L in self.inner_loops(loop):
+            for v in L[1]:
+                rep[v] = ("loop", L[0])
+            rcost[("loop", L[0])] = (collapse_cost or {}).get(L[0], None)
+            if rcost[("loop", L[0])] is None:
+                rcost[("loop", L[0])] = self.one_trip(L)
         node = lambda v: rep.get(v, v)
-        cost = lambda n: 0 if n == ("inner",) else self.cost[n]
+        cost = lambda n: rcost[n] if isinstance(n, tuple) else self.cost[n]
+        members = collections.defaultdict(set)
+        for v in body:
+            members[node(v)].add(v)
+        bad = {node(v) for v in avoid}
         succ = collections.defaultdict(set)
-        for u in nodes:
+        for u in body:
             for v in self.succ[u]:
-                if v in nodes and v != header and node(u) != node(v):
+                if v in body and v != h and node(u) != node(v) and node(u) not in bad and node(v) not in bad:
                     succ[node(u)].add(node(v))
         order, state = [], {}
-
-        def visit(n):                     # iterative DFS, topological order
-            stack = [(n, iter(sorted(succ[n], key=str)))]
-            state[n] = 1
-            while stack:
-                x, it = stack[-1]
-                for y in it:
-                    if state.get(y) == 1:
-                        raise ValueError("a cycle left inside a loop body")
-                    if y not in state:
-                        state[y] = 1
-                        stack.append((y, iter(sorted(succ[y], key=str))))
-                        break
-                else:
-                    state[x] = 2
-                    order.append(x)
-                    stack.pop()
-        visit(node(header))
+        start = node(h)
+        stack = [(start, iter(sorted(succ[start], key=str)))]
+        state[start] = 1
+        while stack:                     # depth-first: a topological order
+            x, it = stack[-1]
+            for y in it:
+                if state.get(y) == 1:
+                    raise ValueError("a cycle left inside a loop body")
+                if y not in state:
+                    state[y] = 1
+                    stack.append((y, iter(sorted(succ[y], key=str))))
+                    break
+            else:
+                state[x] = 2
+                order.append(x)
+                stack.pop()
         order.reverse()
-        INF = float("inf")
-        ends = {node(l) for l in latches}
-
-        def best(pick, through):
-            d = {n: (INF if pick is min else -INF) for n in order}
-            d[node(header)] = cost(node(header))
-            passed = {n: False for n in order}
-            passed[node(header)] = node(header) == through
-            came = {}
-            for n in order:
-                if d[n] in (INF, -INF):
+        groups = [{node(v) for v in g} for g in through]
+        full = (1 << len(groups)) - 1
+        mark = lambda n: sum(1 << i for i, g in enumerate(groups) if n in g)
+        best, came = {(start, mark(start)): cost(start)}, {}
+        better = (lambda a, b: a < b) if pick is min else (lambda a, b: a > b)
+        for n in order:
+            for mask in range(full + 1):
+                if (n, mask) not in best:
                     continue
                 for m in succ[n]:
-                    cand, p = d[n] + cost(m), passed[n] or m == through
-                    # paths that pass `through` win over those that do not
-                    key_new, key_old = (p, -cand if pick is min else cand), (passed[m], -d[m] if pick is min else d[m])
-                    if d[m] in (INF, -INF) or key_new > key_old:
-                        d[m], passed[m], came[m] = cand, p, n
-            got = [(d[n], n) for n in ends if d[n] not in (INF, -INF) and (through is None or passed[n])]
-            if not got:
-                raise ValueError("no path from the loop header to its back edge")
-            total, n = pick(got)
-            path = [n]
-            while n in came:
-                n = came[n]
-                path.append(n)
-            return total, [x for x in path if x != ("inner",)]
-        through = ("inner",) if collapse else None
-        (lo, lo_path), (hi, _) = best(min, through), best(max, through)
-        self.last_path = lo_path
-        return lo, hi
+                    key, c = (m, mask | mark(m)), best[(n, mask)] + cost(m)
+                    if key not in best or better(c, best[key]):
+                        best[key], came[key] = c, (n, mask)
+        ends = [(best[(node(l), full)], (node(l), full)) for l in latches
+                if node(l) not in bad and (node(l), full) in best]
+        if not ends:
+            raise ValueError("no path from the loop header to its back edge")
+        total, key = pick(ends)
+        blocks = []
+        while True:
+            blocks.extend(sorted(members[key[0]]) if isinstance(key[0], tuple) else [key[0]])
+            if key not in came:
+                break
+            key = came[key]
+        return total, blocks
 
     def optional_regions(self, nodes, header):
         """Sizes of the regions a conditional forward branch can skip: for
-        each block with two successors a, b in the body where b is reached
+        each block with two successors a, b in `nodes` where b is reached
         from a, the shortest path from a to b (excluding b)."""
-        nodes = set(nodes)
+        import heapq
         sizes = []
         for u in nodes:
             s = [v for v in self.succ[u] if v in nodes and v != header]
             if len(s) != 2:
                 continue
             for a, b in (s, s[::-1]):
-                d = self.shortest_between(nodes, header, a, b)
-                if d is not None:
-                    sizes.append(d)
+                dist, heap, found = {a: self.cost[a]}, [(self.cost[a], a)], None
+                while heap and found is None:
+                    d, x = heapq.heappop(heap)
+                    if d > dist.get(x, float("inf")):
+                        continue
+                    for y in self.succ[x]:
+                        if y == b:
+                            found = d
+                            break
+                        if y in nodes and y != header and d + self.cost[y] < dist.get(y, float("inf")):
+                            dist[y] = d + self.cost[y]
+                            heapq.heappush(heap, (dist[y], y))
+                if found is not None:
+                    sizes.append(found)
                     break
         return sorted(sizes, reverse=True)
 
-    def shortest_between(self, nodes, header, a, b):
-        import heapq
-        dist, heap = {a: self.cost[a]}, [(self.cost[a], a)]
-        while heap:
-            d, x = heapq.heappop(heap)
-            if d > dist.get(x, float("inf")):
-                continue
-            for y in self.succ[x]:
-                if y == b:
-                    return d
-                if y in nodes and y != header and d + self.cost[y] < dist.get(y, float("inf")):
-                    dist[y] = d + self.cost[y]
-                    heapq.heappush(heap, (dist[y], y))
+
+def function_lines(source, name):
+    """(first, last) source lines of the definition of `name` (a line with
+    `name(` not preceded by template arguments, outside a comment, up to the
+    first line that is a lone '}')."""
+    try:
+        lines = open(source).read().split("\n")
+    except OSError:
         return None
+    for i, l in enumerate(lines):
+        t = l.strip()
+        if re.search(r"\b" + re.escape(name) + r"\(", l) and not t.startswith(("/*", "*", "//")):
+            for j in range(i, len(lines)):
+                if lines[j] == "}":
+                    return i + 1, j + 1
+    return None
 
 
-def count_mma_kernel(code, D):
+def count_mma_kernel(code, D, page_fn):
     """(page, chunk_min, chunk_max, group_setup or None, note, page ops,
     chunk ops) of one kvq_attend_mma_kernel's SASS: instruction counts of
-    the shortest paths, and those paths' opcodes."""
+    the shortest paths, and those paths' opcodes. page_fn: (file, first
+    line, last line) of kvq_mma_page_keys, for a kernel whose page work is
+    a branch inside the chunk loop rather than a loop around it."""
     g = CFG(code)
-    loops = g.loops
-    with_mma = [L for L in loops if any(o.startswith("HMMA") for o in g.ops(L[1]))]
-    inner = [L for L in with_mma if not any(M[1] < L[1] for M in loops)]
-    if len(inner) != 1:
-        raise ValueError(f"{len(inner)} innermost loops with HMMA (expected 1: the chunk loop; "
-                         "unrolled by the compiler?)")
-    h, body, latches = inner[0]
-    outer = [L for L in loops if body < L[1]]
-    if not outer:
-        raise ValueError("the chunk loop has no enclosing (page) loop")
-    ph, pbody, platches = min(outer, key=lambda L: len(L[1]))
-    others = [L for L in loops if L[1] < pbody and not (L[1] <= body) and not (body <= L[1])]
-    if others:
-        raise ValueError("the page loop holds another loop beside the chunk loop")
-    cmin, cmax = g.paths(body, h, latches)
-    chunk_ops = g.ops(g.last_path)
-    pmin, _ = g.paths(pbody, ph, platches, collapse=body)
-    page_ops = g.ops(g.last_path)
-    # value-group setups: D/16 - 1 optional regions of one size, the largest
-    want = D // 16 - 1
-    regions = g.optional_regions(body, h)
-    group, note = None, ""
-    if len(regions) >= want and want > 0:
-        top = regions[:want]
-        rest = regions[want] if len(regions) > want else 0
-        if max(top) <= 1.1 * min(top) and min(top) >= 2 * rest:
-            group = sum(top) / len(top)
-        else:
-            note = f"value-group regions not recognized (largest optional regions {regions[:want + 1]})"
+    with_mma = [L for L in g.loops if any(o.startswith("HMMA") for o in g.ops(L[1]))]
+    chunk = [L for L in with_mma if not any(M[1] < L[1] for M in with_mma)]
+    if len(chunk) != 1:
+        raise ValueError(f"{len(chunk)} innermost loops with HMMA (expected 1: the chunk loop)")
+    chunk = chunk[0]
+    h, body, latches = chunk
+    notes = []
+    inner = g.inner_loops(chunk)
+    if inner:
+        notes.append(f"{len(inner)} loop(s) inside the chunk loop counted once per chunk")
+    fname, first, last = page_fn
+    # page work inside the chunk loop: the blocks holding kvq_mma_page_keys'
+    # instructions that a trip can skip (what the compiler hoisted into
+    # blocks every trip runs is chunk work: it runs every chunk)
+    page_blocks = g.optional(chunk, g.blocks_where(body, lambda ins: any(
+        f == fname and first <= ln <= last for f, ln in ins.lines)))
+    # a chunk stages the next one (cp.async, LDGSTS): the path must pass
+    # every staging block it can, else at least one
+    staging = g.blocks_where(body, lambda ins: ins.op.startswith("LDGSTS")) - page_blocks
+    through = [{b} for b in sorted(staging)]
+    try:
+        g.path(chunk, avoid=page_blocks, through=through)
+    except ValueError:
+        through = [staging] if staging else []
+    outer = [L for L in g.loops if body < L[1]]
+    if outer:                              # a page loop around the chunk loop
+        page_loop = min(outer, key=lambda L: len(L[1]))
+        page, page_path = g.path(page_loop, through=[body], collapse_cost={h: 0})
+        page_path = [v for v in page_path if v not in body]
+        cmin, chunk_path = g.path(chunk, through=through)
+        cmax, _ = g.path(chunk, pick=max, through=through)
+    elif page_blocks:                      # page work: a branch in the chunk loop
+        cmin, chunk_path = g.path(chunk, avoid=page_blocks, through=through)
+        cmax, _ = g.path(chunk, pick=max, avoid=page_blocks, through=through)
+        with_page, page_path = g.path(chunk, through=through + [page_blocks])
+        page = with_page - cmin
+        page_path = [v for v in page_path if v in page_blocks]
     else:
-        note = f"{len(regions)} optional regions, {want} value-group setups expected"
-    return pmin, cmin, cmax, group, note, page_ops, chunk_ops
+        raise ValueError("no page loop, and no instruction from kvq_mma_page_keys in the chunk "
+                         "loop (SASS without line info? compile with -lineinfo)")
+    want = D // 16 - 1                     # value-group setups beyond the first
+    regions = g.optional_regions(body - page_blocks, h)
+    group = None
+    for k in range(0, len(regions) - want + 1):
+        top = regions[k:k + want]
+        rest = regions[k + want] if k + want < len(regions) else 0
+        if want > 0 and max(top) <= 1.1 * min(top) and min(top) >= 2 * rest:
+            group = sum(top) / len(top)
+            break
+    if group is None:
+        notes.append(f"value-group regions not recognized (optional regions {regions[:want + 2]})")
+    return page, cmin, cmax, group, "; ".join(notes), g.ops(page_path), g.ops(chunk_path)
 
 
 def kinds(ops):
@@ -516,7 +621,16 @@ def kinds(ops):
     return " ".join(f"{n} {v}" for n, v in k.most_common(6))
 
 
-def sass_counts(sass_path, probe_path, core_path):
+def variant_name(args):
+    """'hi+lo' / 'hi only' from HILO, then ', direct' (STAGES = 1) or
+    ', N stages' when the kernel has a STAGES parameter."""
+    v = "hi+lo" if args[3] else "hi only"
+    if len(args) > 4:
+        v += ", direct" if args[4] == 1 else f", {args[4]} stages"
+    return v
+
+
+def sass_counts(sass_path, probe_path, core_path, source):
     print("\n== SASS instructions per KB of key + value codes, tensor-core path (sm_90) ==")
     print(f"issue slots per KB at copy rate: {SLOTS_PER_KB:.0f} ({SMS} SMs x {SCHEDULERS} schedulers x "
           f"{CLOCK_GHZ} GHz / ({COPY_GBPS:.0f} GB/s / 1 KB), walkthrough 9.9)")
@@ -524,54 +638,66 @@ def sass_counts(sass_path, probe_path, core_path):
     if sass_path:
         funcs = parse_sass(sass_path)
         names = demangle_all(funcs)
+        span = function_lines(source, "kvq_mma_page_keys")
+        page_fn = (os.path.basename(source),) + (span or (0, -1))
         for mangled, code in funcs.items():
             a = template_args(names[mangled], "kvq_attend_mma_kernel")
-            if a and a[0] == 128:
+            if a and a[0] == 128 and len(a) >= 4:
                 try:
-                    rows[a] = count_mma_kernel(code, a[0])
+                    rows[a] = count_mma_kernel(code, a[0], page_fn)
                 except ValueError as e:
                     rows[a] = e
     results = []                          # (B, G, gqa, per_kb) of the default variant
     if rows:
-        print("kvq_attend_mma_kernel<128, B, NQ, HILO>: chunk = 32 tokens (shortest path through the")
-        print("chunk loop, + (D/Gv - 1) value-group setups), page = the page loop's own work")
-        print(f"{'B':>2} {'G':>4} {'Gv':>4} {'GQA':>3} {'NQ':>2} {'weights':>7} | {'page':>5} {'chunk':>6} "
+        top = max((a[4] for a in rows if len(a) > 4), default=None)
+        is_default = lambda a: a[3] == 1 and (len(a) < 5 or a[4] == top)   # noqa: E731
+        print("kvq_attend_mma_kernel<128, B, NQ, HILO[, STAGES]>: chunk = 32 tokens (the chunk loop's")
+        print("shortest path, + (D/Gv - 1) value-group setups), page = the work once per page (the page")
+        print("loop's own, or the kvq_mma_page_keys branch inside the chunk loop); * = the default variant")
+        print(f"{'B':>2} {'G':>4} {'Gv':>4} {'GQA':>3} {'NQ':>2} {'variant':>17} | {'page':>5} {'chunk':>6} "
               f"{'x':>2} | {'KB/page':>7} {'per KB':>7} {'% issue':>7}")
+        notes = set()
         for B in (2, 4):
             for G in (32, 128):
                 for gqa in (1, 4, 8):
                     nq = 2 if gqa > 4 else 1
                     passes = -(-gqa // (4 * nq))
-                    for hilo in (1, 0):
-                        r = rows.get((128, B, nq, hilo))
-                        variant = "hi+lo" if hilo else "hi only"
-                        if r is None:
-                            continue
+                    keys = sorted((a for a in rows if a[1] == B and a[2] == nq),
+                                  key=lambda a: (not is_default(a), a[3:] and tuple(-x for x in a[3:])))
+                    for a in keys:
+                        r = rows[a]
+                        variant = variant_name(a) + (" *" if is_default(a) and len(keys) > 1 else "")
+                        head = f"{B:2d} {G:4d} {G:4d} {gqa:3d} {nq:2d} {variant:>17} |"
                         if isinstance(r, ValueError):
-                            print(f"{B:2d} {G:4d} {G:4d} {gqa:3d} {nq:2d} {variant:>7} | cannot count: {r}")
+                            print(f"{head} cannot count: {r}")
                             continue
                         page, cmin, cmax, group, note = r[:5]
+                        if note:
+                            notes.add(note)
                         kb = G * 2 * 128 * B / 8 / 1024
                         n = G // CHUNK_TOKENS
                         extra = 128 // G - 1
                         if extra == 0 or group is not None:
                             chunk = cmin + extra * (group or 0)
                             per_kb = passes * (page + n * chunk) / kb
-                            print(f"{B:2d} {G:4d} {G:4d} {gqa:3d} {nq:2d} {variant:>7} | {page:5d} "
-                                  f"{chunk:6.0f} {n:2d} | {kb:7.1f} {per_kb:7.0f} {100 * per_kb / SLOTS_PER_KB:6.0f}%")
-                            if hilo:
+                            print(f"{head} {page:5d} {chunk:6.0f} {n:2d} | {kb:7.1f} {per_kb:7.0f} "
+                                  f"{100 * per_kb / SLOTS_PER_KB:6.0f}%")
+                            if is_default(a):
                                 results.append((B, G, gqa, per_kb))
                         else:
                             lo = passes * (page + n * cmin) / kb
                             hi = passes * (page + n * cmax) / kb
-                            print(f"{B:2d} {G:4d} {G:4d} {gqa:3d} {nq:2d} {variant:>7} | {page:5d} "
-                                  f"{cmin}-{cmax} {n:2d} | {kb:7.1f} {lo:.0f}-{hi:.0f}  ({note})")
+                            print(f"{head} {page:5d} {cmin}-{cmax} {n:2d} | {kb:7.1f} {lo:.0f}-{hi:.0f}"
+                                  " (the value-group setups not recognized: shortest to longest path)")
         print("(per KB x passes over the codes: GQA 1-4 one pass of NQ = 1, GQA 8 one of NQ = 2)")
-        for key in ((128, 2, 1, 1), (128, 4, 1, 1)):
-            r = rows.get(key)
-            if r is not None and not isinstance(r, ValueError):
-                print(f"B = {key[1]}, NQ = 1, hi+lo: page {kinds(r[5])}")
-                print(f"{'':22s}chunk {kinds(r[6])}")
+        for note in sorted(notes):
+            print(f"note: {note}")
+        for B in (2, 4):
+            for a in sorted(rows):
+                r = rows[a]
+                if a[1] == B and a[2] == 1 and is_default(a) and not isinstance(r, ValueError):
+                    print(f"B = {B}, NQ = 1, {variant_name(a)}: page  {kinds(r[5])}")
+                    print(f"{'':{len(variant_name(a)) + 14}s}chunk {kinds(r[6])}")
     elif probe_path:
         probe = True
         print("kvq_attend_mma_kernel is not in kvq_cuda.cu yet: THE PROBE instead, bench/mma_probe.cu's")
@@ -667,7 +793,7 @@ def main(argv):
         failures = resource_gates(args["--ptxas"], source_defines(src), known)
     if args["--sass"] or args["--probe"]:
         sass_counts((args["--sass"] or [None])[-1], (args["--probe"] or [None])[-1],
-                    (args["--cuda-core"] or [None])[-1])
+                    (args["--cuda-core"] or [None])[-1], src)
     print()
     if failures:
         for f in failures:

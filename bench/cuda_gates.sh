@@ -4,7 +4,7 @@
 # bench/cuda_gates.py over all of it. Its output is also kept in
 # $B/gates/gates.txt. Exit status: bench/cuda_gates.py's (1: a resource gate
 # failed), or 2 when an input is missing.
-#   needs: python3; for the SASS count, cuobjdump and nvdisasm (found or
+#   needs: python3; for the SASS count, nvdisasm (found, with cuobjdump, or
 #   fetched from PyPI by bench/sass_tools.sh; without them that part is
 #   skipped with a message, and the resource gates still run)
 set -euo pipefail
@@ -22,9 +22,9 @@ done
 args=(--source kvq_cuda.cu --known bench/cuda_gates_known.txt
       --ptxas "sm_80=$G/ptxas.sm_80.log" --ptxas "sm_90=$G/ptxas.sm_90.log")
 if tools=$(bash bench/sass_tools.sh); then
-    for c in kvq_cuda mma_probe sass_probe; do
+    for c in kvq_cuda mma_probe sass_probe; do   # -gi: source lines, inlining included
         [ -f "$G/$c.sm_90.cubin" ] || { echo "cuda_gates.sh: $G/$c.sm_90.cubin is missing: run make cuda-gates" >&2; exit 2; }
-        PATH="$tools:$PATH" cuobjdump -sass "$G/$c.sm_90.cubin" > "$G/$c.sm_90.sass"
+        "$tools/nvdisasm" -gi -c "$G/$c.sm_90.cubin" > "$G/$c.sm_90.sass"
     done
     args+=(--sass "$G/kvq_cuda.sm_90.sass" --probe "$G/mma_probe.sm_90.sass"
            --cuda-core "$G/sass_probe.sm_90.sass")
