@@ -2112,6 +2112,9 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
 #define KVQ_CUDA_MMA_HILO    0        /* weights split hi + lo: fp32-accurate */
 #define KVQ_CUDA_MMA_HI_ONLY 1        /* weights in fp16 only, no lo half    */
 #define KVQ_CUDA_MMA_DIRECT  2        /* chunks read in place, no cp.async   */
+#define KVQ_CUDA_MMA_SUBNORMAL 4      /* codes decoded as fp16 subnormals:
+                                         exact only where the tensor cores
+                                         keep them (kvq_cuda_mma_keeps_subnormals) */
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
 template <int D, int B, int NQ>
@@ -2132,7 +2135,7 @@ struct kvq_mma_keyb {
     float z[NQ];                              /* zero term of head 4 q + tig */
 };
 
-template <int D, int B, int NQ, int HILO>
+template <int D, int B, int NQ, int HILO, int SUB>
 static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH, D) smem */,
                                                          const kvq_sz *ksz /* (D) */,
                                                          kvq_zero_mode mode, int lane,
@@ -2152,6 +2155,8 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
                 float a, b;
                 kvq_dev_affine(ksz[d], mode, &a, &b);
                 w[kt][i] = qs[h * D + d] * a;
+                if (SUB && kvq_mma_b_row(lane, i) >= 8)   /* the A column half's factor */
+                    w[kt][i] = ldexpf(w[kt][i], -kvq_mma_sub_shift(B, 0, 1));
                 mx = fmaxf(mx, fabsf(w[kt][i]));
                 z = fmaf(qs[h * D + d], b, z);
             }
@@ -2208,7 +2213,7 @@ struct kvq_mma_chunk_src {
 /* One 32-token chunk of a sealed page: keys, softmax, values. kwc, vwc,
    vszc: the chunk's parts (kvq_mma_chunk_src), in global memory or
    staged into shared memory.                                             */
-template <int D, int B, int NQ, int HILO>
+template <int D, int B, int NQ, int HILO, int SUB>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
                                                      const kvq_cuda_stream *s,
@@ -2218,6 +2223,10 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     const int gid = lane >> 2, n_groups = D / Gv;
+    /* the subnormal decode's factors (Sec. 7): C's row halves times
+       2^(24 - k_row), B's rows 8-15 times 2^-k_col (folded into B)       */
+    const float post[2] = { SUB ? ldexpf(1.0f, 24 - kvq_mma_sub_shift(B, 0, 0)) : 1.0f,
+                            SUB ? ldexpf(1.0f, 24 - kvq_mma_sub_shift(B, 1, 0)) : 1.0f };
     /* ---- keys: two 16-token row tiles --------------------------------- */
     float sc[NQ][2][2];                       /* [quad][row tile][half]      */
 #pragma unroll
@@ -2229,7 +2238,8 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 #pragma unroll
         for (int i = 0; i < S::KPL; i++) {
             uint32_t a[16 / B];
-            kvq_mma_decode<B>(w[i], a);
+            if (SUB) kvq_mma_decode_subnormal<B>(w[i], a);
+            else kvq_mma_decode<B>(w[i], a);
 #pragma unroll
             for (int u = 0; u < S::TPW; u++)
 #pragma unroll
@@ -2244,7 +2254,8 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 #pragma unroll
             for (int q = 0; q < NQ; q++)
                 sc[q][rt][half] = dead ? -INFINITY
-                                       : (c[q][2 * half] + c[q][2 * half + 1]) * kb.inv[q] + kb.z[q];
+                                       : (c[q][2 * half] + c[q][2 * half + 1]) * post[half] * kb.inv[q] +
+                                             kb.z[q];
         }
     }
     /* ---- softmax: the chunk's max per head, one rescale ---------------- */
@@ -2319,7 +2330,10 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         kvq_f16 hi, lo;
-                        kvq_mma_split(pv[q][i] * av[i], e, &hi, &lo);
+                        const float x = pv[q][i] * av[i];
+                        kvq_mma_split(SUB && kvq_mma_b_row(lane, i) >= 8
+                                          ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
+                                      e, &hi, &lo);
                         h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
                     }
                     bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
@@ -2338,13 +2352,15 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 #pragma unroll
             for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
                 uint32_t a[16 / B];
-                kvq_mma_decode<B>(vwc[((size_t)blk * 32 + lane) * S::MT + mt], a);
+                const uint32_t word = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+                if (SUB) kvq_mma_decode_subnormal<B>(word, a);
+                else kvq_mma_decode<B>(word, a);
 #pragma unroll
                 for (int u = 0; u < S::TPW; u++)
                     kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
             }
-            st.acc[q][mt][0] += (c[0] + c[1]) * inv + zterm[q];
-            st.acc[q][mt][1] += (c[2] + c[3]) * inv + zterm[q];
+            st.acc[q][mt][0] += (c[0] + c[1]) * post[0] * inv + zterm[q];
+            st.acc[q][mt][1] += (c[2] + c[3]) * post[1] * inv + zterm[q];
         }
     }
 }
@@ -2355,7 +2371,7 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
    warp stages its next STAGES - 1 chunks into shared memory with
    cp.async while it computes one (stage_bytes per chunk, dynamic shared
    memory of KVQ_MMA_WARPS * STAGES * stage_bytes).                        */
-template <int D, int B, int NQ, int HILO, int STAGES>
+template <int D, int B, int NQ, int HILO, int STAGES, int SUB>
 __global__ void __launch_bounds__(KVQ_MMA_WARPS * 32)
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                       int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
@@ -2398,8 +2414,8 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
             const int chunk = (int)(j % cpp);
             const size_t page = (size_t)s->pages[pi];
             if (chunk == 0)
-                kvq_mma_page_keys<D, B, NQ, HILO>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
-            kvq_mma_chunk<D, B, NQ, HILO>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
+                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
+            kvq_mma_chunk<D, B, NQ, HILO, SUB>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
                                           C::scales(pool, page, chunk), pool.value_group,
                                           pool.zero_mode, s, pi * G + chunk * KVQ_MMA_CHUNK, kb,
                                           st, lane);
@@ -2429,10 +2445,10 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
             const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
             const int chunk = (int)(j % cpp);
             if (chunk == 0)
-                kvq_mma_page_keys<D, B, NQ, HILO>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
-                                                  pool.zero_mode, lane, kb);
+                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
+                                                       pool.zero_mode, lane, kb);
             const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-            kvq_mma_chunk<D, B, NQ, HILO>((const uint32_t *)buf,
+            kvq_mma_chunk<D, B, NQ, HILO, SUB>((const uint32_t *)buf,
                                           (const uint32_t *)(buf + C::KWORDS * 4),
                                           (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
                                           pool.value_group, pool.zero_mode, s,
@@ -2521,20 +2537,53 @@ extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int3
     return cudaSuccess;
 }
 
+/* -- does this GPU keep fp16 subnormal MMA inputs? ------------------------ */
+/* A = 2^-24 (the smallest fp16 subnormal) everywhere, B = 1: each D entry
+   is 16 * 2^-24 = 2^-20 if the subnormals are kept, 0 if flushed.        */
+__global__ void kvq_mma_subnormal_probe_kernel(float *out /* (32) */)
+{
+    const uint32_t a[4] = { 0x00010001u, 0x00010001u, 0x00010001u, 0x00010001u };
+    float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    kvq_mma_16816(c, a, 0x3C003C00u, 0x3C003C00u);
+    out[threadIdx.x] = c[0] + c[1] + c[2] + c[3];
+}
+/* 1: kept (the subnormal decode is exact), 0: flushed, -1: the probe could
+   not run. Asked once per process (the first call launches and
+   synchronizes), for the current device.                                */
+extern "C" int kvq_cuda_mma_keeps_subnormals(void)
+{
+    static int known = -2;
+    if (known != -2) return known;
+    float *d = nullptr, h[32];
+    int r = -1;
+    if (cudaMalloc((void **)&d, sizeof h) == cudaSuccess) {
+        KVQ_CUDA_LAUNCH(kvq_mma_subnormal_probe_kernel, 1, 32, 0, 0)(d);
+        if (cudaGetLastError() == cudaSuccess &&
+            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess) {
+            r = 1;
+            for (int i = 0; i < 32 && r == 1; i++)
+                if (h[i] != 4.0f * 0x1p-20f) r = 0;
+        }
+        cudaFree(d);
+    }
+    known = r;
+    return r;
+}
+
 /* -- the launcher ------------------------------------------------------------ */
 typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
                                  float *, int, int, int);
-template <int D, int B, int NQ>
+template <int D, int B, int NQ, int SUB>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages)
 {
-    return stages == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 1> : kvq_attend_mma_kernel<D, B, NQ, 0, 1>)
-                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2> : kvq_attend_mma_kernel<D, B, NQ, 0, 2>);
+    return stages == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 1, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 1, SUB>)
+                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 2, SUB>);
 }
 template <int D, int B>
-static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages)
+static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages, int sub)
 {
-    return nq == 1 ? kvq_cuda__pick_mma_hs<D, B, 1>(hilo, stages)
-                   : kvq_cuda__pick_mma_hs<D, B, 2>(hilo, stages);
+    return nq == 1 ? (sub ? kvq_cuda__pick_mma_hs<D, B, 1, 1>(hilo, stages) : kvq_cuda__pick_mma_hs<D, B, 1, 0>(hilo, stages))
+                   : (sub ? kvq_cuda__pick_mma_hs<D, B, 2, 1>(hilo, stages) : kvq_cuda__pick_mma_hs<D, B, 2, 0>(hilo, stages));
 }
 
 /* The v5 launch for a shape and variant: its kernel, dynamic shared
@@ -2556,10 +2605,11 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
     p->nq = n_rep > 4 ? 2 : 1;
     p->n_hchunks = (n_rep + 4 * p->nq - 1) / (4 * p->nq);
     const int hilo = !(variant & KVQ_CUDA_MMA_HI_ONLY), stages = (variant & KVQ_CUDA_MMA_DIRECT) ? 1 : 2;
-    p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages)
-                                  : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages))
-                     : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages)
-                                  : kvq_cuda__pick_mma<64, 4>(p->nq, hilo, stages));
+    const int sub = (variant & KVQ_CUDA_MMA_SUBNORMAL) != 0;
+    p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, sub)
+                                  : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, sub))
+                     : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages, sub)
+                                  : kvq_cuda__pick_mma<64, 4>(p->nq, hilo, stages, sub));
     /* a chunk's staged bytes: key and value words, value (s, z)          */
     p->chunk_bytes = 2 * 32 * (D * bits / 64) * 4 + 32 * (D / 16) * (bits == 4 ? 2 : 1) * 4 +
                      KVQ_MMA_CHUNK * (D / value_group) * (int)sizeof(kvq_sz);
@@ -2608,7 +2658,10 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
    (0: the default, weights split hi + lo, chunks staged by cp.async):
      KVQ_CUDA_MMA_HI_ONLY  weights in fp16 only, no lo half (about 2^-12
                            relative per weight; what the peers do)
-     KVQ_CUDA_MMA_DIRECT   no staging: each chunk read where it lies       */
+     KVQ_CUDA_MMA_DIRECT   no staging: each chunk read where it lies
+     KVQ_CUDA_MMA_SUBNORMAL  the subnormal decode (Sec. 7: no HFMA2 per
+                           two codes); refused on a GPU whose tensor cores
+                           flush fp16 subnormal inputs                     */
 extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
@@ -2619,8 +2672,11 @@ extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_d
     if (!pool) return kvq_cuda__bad("kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__bad("kvq_cuda_attend_mma: NULL pointer");
-    if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT))
+    if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL))
         return kvq_cuda__bad("kvq_cuda_attend_mma: variant %d unknown", variant);
+    if ((variant & KVQ_CUDA_MMA_SUBNORMAL) && kvq_cuda_mma_keeps_subnormals() != 1)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: this GPU's tensor cores do not keep fp16 "
+                             "subnormal inputs, so the subnormal decode would be wrong");
     if (n_streams == 0 || n_rep <= 0 || n_rep > 64)
         return kvq_cuda__bad("kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);
     if (!kvq_mma_shape_ok(D, pool->group, pool->bits) || pool->group > 128 || pool->head_dim != D)
@@ -2707,6 +2763,7 @@ extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t 
                                            size_t n_moves, void *d_temp, cudaStream_t stream);
 extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
                                            size_t n, int seal, cudaStream_t stream);
+extern "C" int kvq_cuda_mma_keeps_subnormals(void);
 extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
                                                 int group, int bits, int value_group, int variant,
                                                 size_t max_tokens, int *n_splits_mma,
@@ -2714,6 +2771,7 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 #define KVQ_CUDA_MMA_HILO    0
 #define KVQ_CUDA_MMA_HI_ONLY 1
 #define KVQ_CUDA_MMA_DIRECT  2
+#define KVQ_CUDA_MMA_SUBNORMAL 4
 extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,

@@ -558,7 +558,8 @@ static void test_attend_mma_case(int pol, size_t D, int bits, size_t G, int n_re
               n_rep, n_streams, max_len, s5, s3, bad, tol, worst);
         printf("  mma%s %-10s D=%3zu B=%d G=%3zu n_rep=%2d streams=%2zu T<=%5zu sealed pages=%4zu "
                "splits=%d+%d worst rel err %.2e\n",
-               (variant & KVQ_CUDA_MMA_HI_ONLY) ? "-hi" : (variant & KVQ_CUDA_MMA_DIRECT) ? "-di" : "   ",
+               (variant & KVQ_CUDA_MMA_HI_ONLY) ? "-hi" : (variant & KVQ_CUDA_MMA_SUBNORMAL) ? "-sn"
+               : (variant & KVQ_CUDA_MMA_DIRECT) ? "-di" : "   ",
                pol_name[pol], D, bits, G, n_rep, n_streams, max_len, ids.size(), s5, s3, worst);
         /* unsealing restores kvq.h's order                                 */
         CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 0, 0));
@@ -604,6 +605,19 @@ static void test_attend_mma(void)
     test_attend_mma_case(POL_KIVI, 128, 2, 64, 8, 4, 1500, KVQ_CUDA_MMA_DIRECT);
     test_attend_mma_case(POL_LOGQUANT, 64, 4, 32, 3, 4, 900, KVQ_CUDA_MMA_DIRECT);
     test_attend_mma_case(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_HI_ONLY);
+    /* the subnormal decode: exact where the tensor cores keep fp16
+       subnormal inputs, refused with a reason where they flush them      */
+    const int keeps = kvq_cuda_mma_keeps_subnormals();
+    CHECK(keeps == 0 || keeps == 1, "kvq_cuda_mma_keeps_subnormals: the probe did not run (%d)", keeps);
+    printf("  mma: this device %s fp16 subnormal MMA inputs\n", keeps == 1 ? "keeps" : "flushes");
+    if (keeps == 1) {
+        test_attend_mma_case(POL_KIVI, 128, 2, 64, 4, 4, 1200, KVQ_CUDA_MMA_SUBNORMAL);
+        test_attend_mma_case(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
+        test_attend_mma_case(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_SUBNORMAL | KVQ_CUDA_MMA_DIRECT);
+        kv_extreme = true;
+        test_attend_mma_case(POL_KIVI, 128, 2, 32, 2, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
+        kv_extreme = false;
+    }
     CHECK(mma_pages_checked > 50, "the tensor-core kernel saw only %zu sealed pages", mma_pages_checked);
 
     /* refusals: each with a reason, nothing launched                      */
@@ -625,6 +639,9 @@ static void test_attend_mma(void)
     CHECK(refused(nullptr, 64, wf, 0), "mma: a NULL pool was accepted");
     CHECK(refused(&b.pool, 64, wf - 1, 0), "mma: a small workspace was accepted");
     CHECK(refused(&b.pool, 64, wf, 8), "mma: variant 8 was accepted");
+    if (kvq_cuda_mma_keeps_subnormals() == 0)
+        CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_SUBNORMAL),
+              "mma: the subnormal decode was accepted on a device that flushes subnormals");
     CHECK(refused(&b.pool, 96, wf, 0), "mma: D = 96 was accepted");
     bad.value_group = 8;
     CHECK(refused(&bad, 64, wf, 0), "mma: value group 8 (not a channel tile) was accepted");
