@@ -451,54 +451,51 @@ static size_t check_rows(std::vector<kvq_cache> &caches, const std::vector<float
     return bad;
 }
 
-/* Build n_streams caches of the policy, run the GPU, compare every row.   */
-static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
-                             size_t n_streams, size_t max_len)
+/* The sealed pages of batch b (both sides quantized on every slot): their
+   pool ids, stream by stream, and the same pages as (stream, page).       */
+static std::vector<int32_t> sealed_ids(const gpu_batch &b, size_t G,
+                                       std::vector<std::pair<size_t, size_t>> *where)
 {
-    gpu_batch b;
-    if (quick_mode) { max_len = std::min<size_t>(max_len, 1200); n_streams = std::min<size_t>(n_streams, 4); }
-    std::vector<kvq_cache> caches;
-    std::vector<float> hq(n_streams * n_rep * D);
-    const bool ok = build_batch(pol, D, bits, G, n_streams, max_len, caches, b);
-    for (auto &x : hq) x = rng_gauss();
-    if (ok) {
-        const bool quantized = pol != POL_FULL;
-        upload(b, quantized);
-        int n_splits;
-        const size_t wf = kvq_cuda_attend_workspace(n_streams, n_rep, (int)D,
-                                                    quantized ? (int)G : 0, b.max_tokens, &n_splits);
-        dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
-        dbuf<int> dst(1);
-        dq.up(hq.data());
-        CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));    /* NaN poison */
-        CU(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams, n_rep,
-                           b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
-        CU(cudaDeviceSynchronize());
-        std::vector<float> got(hq.size());
-        int status;
-        dout.down(got.data());
-        dst.down(&status);
-        double worst;
-        const size_t bad = check_rows(caches, hq, got, n_rep, D, ATTN_TOL, &worst);
-        CHECK(status == 0, "%s: status %d", pol_name[pol], status);
-        CHECK(bad == 0, "%s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d: "
-              "%zu rows over tolerance, worst rel err %.3g", pol_name[pol], D, bits, G,
-              n_rep, n_streams, max_len, n_splits, bad, worst);
-        printf("  attend %-10s D=%3zu B=%d G=%3zu n_rep=%d streams=%3zu T<=%6zu splits=%3d  "
-               "worst rel err %.2e\n", pol_name[pol], D, bits, G, n_rep, n_streams, max_len,
-               n_splits, worst);
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < b.ex.size(); i++) {
+        const size_t sealed = std::min(b.ex[i].n_kq, b.ex[i].n_vq) / G;
+        for (size_t p = 0; p < sealed; p++) {
+            ids.push_back(b.tables[i][p]);
+            where->push_back({ i, p });
+        }
     }
-    for (auto &c : caches) kvq_cache_free(&c);
+    return ids;
 }
 
-/* The tensor-core kernel (kvq_cuda.cu Sec. 8) on the same kind of batch:
-   the sealed pages are sealed ON THE DEVICE (kvq_cuda_seal_pages), which
-   must give kvq_cuda_fragment_page's bytes; attention against the oracle
-   (tol); unsealing must give the original bytes back.                    */
+/* Pages of the pool that differ from expect(stream, page, k_out, v_out).   */
+template <class Expect>
+static size_t pages_differing(const gpu_batch &b, const std::vector<int32_t> &ids,
+                              const std::vector<std::pair<size_t, size_t>> &where, size_t n,
+                              Expect expect)
+{
+    std::vector<uint32_t> kw(b.pool.n_pages * n), vw(b.pool.n_pages * n), kref(n), vref(n);
+    CU(cudaMemcpy(kw.data(), b.pool.k_words, kw.size() * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(vw.data(), b.pool.v_words, vw.size() * 4, cudaMemcpyDeviceToHost));
+    size_t differ = 0;
+    for (size_t k = 0; k < ids.size(); k++) {
+        expect(where[k].first, where[k].second, kref.data(), vref.data());
+        differ += memcmp(kref.data(), &kw[(size_t)ids[k] * n], n * 4) != 0 ||
+                  memcmp(vref.data(), &vw[(size_t)ids[k] * n], n * 4) != 0;
+    }
+    return differ;
+}
+
+/* Build n_streams caches of the policy, run the GPU, compare every row.
+   variant < 0: kvq_cuda_attend (the tile kernel). variant >= 0: the
+   tensor-core kernel (kvq_cuda.cu Sec. 8) with that variant: the sealed
+   pages are sealed ON THE DEVICE (kvq_cuda_seal_pages), which must give
+   kvq_cuda_fragment_page's bytes, and unsealed after, which must give the
+   original bytes back.                                                    */
+#define TILE_KERNEL (-1)
 #define ATTN_TOL_HI_ONLY 4e-3    /* fp16 weights: 2^-12 each, relative      */
 static size_t mma_pages_checked = 0;
-static void test_attend_mma_case(int pol, size_t D, int bits, size_t G, int n_rep,
-                                 size_t n_streams, size_t max_len, int variant = KVQ_CUDA_MMA_HILO)
+static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
+                             size_t n_streams, size_t max_len, int variant = TILE_KERNEL)
 {
     gpu_batch b;
     if (quick_mode) { max_len = std::min<size_t>(max_len, 1200); n_streams = std::min<size_t>(n_streams, 4); }
@@ -507,115 +504,111 @@ static void test_attend_mma_case(int pol, size_t D, int bits, size_t G, int n_re
     const bool ok = build_batch(pol, D, bits, G, n_streams, max_len, caches, b);
     for (auto &x : hq) x = rng_gauss();
     if (ok) {
-        upload(b, true);
+        const bool quantized = pol != POL_FULL, mma = variant != TILE_KERNEL;
         const size_t n = D * G * bits / 32;             /* words per page    */
-        std::vector<int32_t> ids;
-        for (size_t i = 0; i < b.ex.size(); i++) {
-            const size_t sealed = std::min(b.ex[i].n_kq, b.ex[i].n_vq) / G;
-            for (size_t p = 0; p < sealed; p++) ids.push_back(b.tables[i][p]);
-        }
+        upload(b, quantized);
+        std::vector<std::pair<size_t, size_t>> where;
+        const std::vector<int32_t> ids = mma ? sealed_ids(b, G, &where) : std::vector<int32_t>();
         dbuf<int32_t> dids(ids.size());
-        dids.up(ids.data());
-        CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 1, 0));
-        std::vector<uint32_t> kw(b.pool.n_pages * n), vw(b.pool.n_pages * n), kref(n), vref(n);
-        CU(cudaMemcpy(kw.data(), b.pool.k_words, kw.size() * 4, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(vw.data(), b.pool.v_words, vw.size() * 4, cudaMemcpyDeviceToHost));
-        size_t differ = 0, k = 0;
-        for (size_t i = 0; i < b.ex.size(); i++) {
-            const size_t sealed = std::min(b.ex[i].n_kq, b.ex[i].n_vq) / G;
-            for (size_t p = 0; p < sealed; p++, k++) {
+        if (mma) {
+            dids.up(ids.data());
+            CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 1, 0));
+            const size_t differ = pages_differing(b, ids, where, n, [&](size_t i, size_t p, uint32_t *k, uint32_t *v) {
                 kvq_cuda_fragment_page(b.ex[i].k_words + p * n, b.ex[i].v_words + p * n, (int)D,
-                                       (int)G, bits, kref.data(), vref.data());
-                differ += memcmp(kref.data(), &kw[(size_t)ids[k] * n], n * 4) != 0;
-                differ += memcmp(vref.data(), &vw[(size_t)ids[k] * n], n * 4) != 0;
-            }
+                                       (int)G, bits, k, v);
+            });
+            CHECK(differ == 0, "kvq_cuda_seal_pages: %zu of %zu pages differ from "
+                  "kvq_cuda_fragment_page", differ, ids.size());
+            mma_pages_checked += ids.size();
         }
-        mma_pages_checked += ids.size();
-        CHECK(differ == 0, "kvq_cuda_seal_pages: %zu of %zu pages differ from kvq_cuda_fragment_page",
-              differ, ids.size());
-        int s5, s3;
-        const size_t wf = kvq_cuda_attend_mma_workspace(n_streams, n_rep, (int)D, (int)G, bits,
-                                                        b.pool.value_group, variant, b.max_tokens,
-                                                        &s5, &s3);
+        int s_a = 0, s_b = 0;
+        const size_t wf = mma ? kvq_cuda_attend_mma_workspace(n_streams, n_rep, (int)D, (int)G, bits,
+                                                              b.pool.value_group, variant,
+                                                              b.max_tokens, &s_a, &s_b)
+                              : kvq_cuda_attend_workspace(n_streams, n_rep, (int)D,
+                                                          quantized ? (int)G : 0, b.max_tokens, &s_a);
         dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
         dbuf<int> dst(1);
         dq.up(hq.data());
         CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));    /* NaN poison */
-        CU(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens, dq.p,
-                               dout.p, dwork.p, wf, dst.p, variant, 0));
+        if (mma)
+            CU(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens,
+                                   dq.p, dout.p, dwork.p, wf, dst.p, variant, 0));
+        else
+            CU(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams,
+                               n_rep, b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
         CU(cudaDeviceSynchronize());
         std::vector<float> got(hq.size());
         int status;
         dout.down(got.data());
         dst.down(&status);
         double worst;
-        const double tol = (variant & KVQ_CUDA_MMA_HI_ONLY) ? ATTN_TOL_HI_ONLY : ATTN_TOL;
+        const double tol = mma && (variant & KVQ_CUDA_MMA_HI_ONLY) ? ATTN_TOL_HI_ONLY : ATTN_TOL;
         const size_t bad = check_rows(caches, hq, got, n_rep, D, tol, &worst);
-        CHECK(status == 0, "mma %s: status %d", pol_name[pol], status);
-        CHECK(bad == 0, "mma%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
-              "%zu rows over tolerance %.0e, worst rel err %.3g",
-              (variant & KVQ_CUDA_MMA_HI_ONLY) ? " (hi only)" : "", pol_name[pol], D, bits, G,
-              n_rep, n_streams, max_len, s5, s3, bad, tol, worst);
-        printf("  mma%s %-10s D=%3zu B=%d G=%3zu n_rep=%2d streams=%2zu T<=%5zu sealed pages=%4zu "
-               "splits=%d+%d worst rel err %.2e\n",
-               (variant & KVQ_CUDA_MMA_HI_ONLY) ? "-hi" : (variant & KVQ_CUDA_MMA_SUBNORMAL) ? "-sn"
-               : (variant & KVQ_CUDA_MMA_DIRECT) ? "-di" : "   ",
-               pol_name[pol], D, bits, G, n_rep, n_streams, max_len, ids.size(), s5, s3, worst);
-        /* unsealing restores kvq.h's order                                 */
-        CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 0, 0));
-        CU(cudaMemcpy(kw.data(), b.pool.k_words, kw.size() * 4, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(vw.data(), b.pool.v_words, vw.size() * 4, cudaMemcpyDeviceToHost));
-        differ = 0;
-        k = 0;
-        for (size_t i = 0; i < b.ex.size(); i++) {
-            const size_t sealed = std::min(b.ex[i].n_kq, b.ex[i].n_vq) / G;
-            for (size_t p = 0; p < sealed; p++, k++)
-                differ += memcmp(b.ex[i].k_words + p * n, &kw[(size_t)ids[k] * n], n * 4) != 0 ||
-                          memcmp(b.ex[i].v_words + p * n, &vw[(size_t)ids[k] * n], n * 4) != 0;
+        const char *kind = !mma ? "attend" : (variant & KVQ_CUDA_MMA_HI_ONLY) ? "mma-hi"
+                         : (variant & KVQ_CUDA_MMA_SUBNORMAL) ? "mma-sn"
+                         : (variant & KVQ_CUDA_MMA_DIRECT) ? "mma-di" : "mma";
+        CHECK(status == 0, "%s %s: status %d", kind, pol_name[pol], status);
+        CHECK(bad == 0, "%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
+              "%zu rows over tolerance %.0e, worst rel err %.3g", kind, pol_name[pol], D, bits, G,
+              n_rep, n_streams, max_len, s_a, s_b, bad, tol, worst);
+        printf("  %-6s %-10s D=%3zu B=%d G=%3zu n_rep=%2d streams=%3zu T<=%6zu splits=%3d+%d%s  "
+               "worst rel err %.2e\n", kind, pol_name[pol], D, bits, G, n_rep, n_streams, max_len,
+               s_a, s_b, mma ? " (sealed pages on the tensor cores)" : "", worst);
+        if (mma) {                            /* unsealing restores kvq.h's order */
+            CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 0, 0));
+            const size_t differ = pages_differing(b, ids, where, n, [&](size_t i, size_t p, uint32_t *k, uint32_t *v) {
+                memcpy(k, b.ex[i].k_words + p * n, n * 4);
+                memcpy(v, b.ex[i].v_words + p * n, n * 4);
+            });
+            CHECK(differ == 0, "unsealing: %zu pages differ from the original", differ);
         }
-        CHECK(differ == 0, "unsealing: %zu pages differ from the original", differ);
     }
     for (auto &c : caches) kvq_cache_free(&c);
 }
 
 static void test_attend_mma(void)
 {
+    auto mma = [](int pol, size_t D, int bits, size_t G, int n_rep, size_t n, size_t len,
+                  int variant = KVQ_CUDA_MMA_HILO) {
+        test_attend_case(pol, D, bits, G, n_rep, n, len, variant);
+    };
     /* every shape the kernel is built for, every GQA ratio 1-16          */
     const int reps[] = { 1, 2, 3, 4, 5, 8, 16 };
     int r = 0;
     for (int bits : { 2, 4 })
         for (size_t G : { 32, 64, 128 })
             for (size_t D : { 64, 128 })
-                test_attend_mma_case(POL_KIVI, D, bits, G, reps[r++ % 7], 4, 700);
-    test_attend_mma_case(POL_KIVI, 128, 2, 128, 4, 6, 6000);
+                mma(POL_KIVI, D, bits, G, reps[r++ % 7], 4, 700);
+    mma(POL_KIVI, 128, 2, 128, 4, 6, 6000);
     for (int rr : { 1, 8 }) {
-        test_attend_mma_case(POL_OTT, 128, 2, 128, rr, 6, 1500);
-        test_attend_mma_case(POL_LOGQUANT, 128, 2, 64, rr, 6, 1500);
-        test_attend_mma_case(POL_EVICT, 128, 4, 32, rr, 6, 1500);
-        test_attend_mma_case(POL_KIVI_INT, 64, 2, 32, rr, 6, 900);
+        mma(POL_OTT, 128, 2, 128, rr, 6, 1500);
+        mma(POL_LOGQUANT, 128, 2, 64, rr, 6, 1500);
+        mma(POL_EVICT, 128, 4, 32, rr, 6, 1500);
+        mma(POL_KIVI_INT, 64, 2, 32, rr, 6, 900);
     }
     kv_extreme = true;                    /* +-32752, subnormal scales      */
-    test_attend_mma_case(POL_KIVI, 128, 2, 32, 4, 4, 1200);
-    test_attend_mma_case(POL_KIVI, 64, 4, 128, 1, 4, 1200);
+    mma(POL_KIVI, 128, 2, 32, 4, 4, 1200);
+    mma(POL_KIVI, 64, 4, 128, 1, 4, 1200);
     kv_extreme = false;
     /* fp16 weights only: the cost of dropping the lo half                */
-    test_attend_mma_case(POL_KIVI, 128, 2, 128, 4, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
-    test_attend_mma_case(POL_KIVI, 128, 4, 32, 1, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
+    mma(POL_KIVI, 128, 2, 128, 4, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
+    mma(POL_KIVI, 128, 4, 32, 1, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
     /* chunks read where they lie, without cp.async staging               */
-    test_attend_mma_case(POL_KIVI, 128, 2, 64, 8, 4, 1500, KVQ_CUDA_MMA_DIRECT);
-    test_attend_mma_case(POL_LOGQUANT, 64, 4, 32, 3, 4, 900, KVQ_CUDA_MMA_DIRECT);
-    test_attend_mma_case(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_HI_ONLY);
+    mma(POL_KIVI, 128, 2, 64, 8, 4, 1500, KVQ_CUDA_MMA_DIRECT);
+    mma(POL_LOGQUANT, 64, 4, 32, 3, 4, 900, KVQ_CUDA_MMA_DIRECT);
+    mma(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_HI_ONLY);
     /* the subnormal decode: exact where the tensor cores keep fp16
        subnormal inputs, refused with a reason where they flush them      */
     const int keeps = kvq_cuda_mma_keeps_subnormals();
     CHECK(keeps == 0 || keeps == 1, "kvq_cuda_mma_keeps_subnormals: the probe did not run (%d)", keeps);
     printf("  mma: this device %s fp16 subnormal MMA inputs\n", keeps == 1 ? "keeps" : "flushes");
     if (keeps == 1) {
-        test_attend_mma_case(POL_KIVI, 128, 2, 64, 4, 4, 1200, KVQ_CUDA_MMA_SUBNORMAL);
-        test_attend_mma_case(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
-        test_attend_mma_case(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_SUBNORMAL | KVQ_CUDA_MMA_DIRECT);
+        mma(POL_KIVI, 128, 2, 64, 4, 4, 1200, KVQ_CUDA_MMA_SUBNORMAL);
+        mma(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
+        mma(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_SUBNORMAL | KVQ_CUDA_MMA_DIRECT);
         kv_extreme = true;
-        test_attend_mma_case(POL_KIVI, 128, 2, 32, 2, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
+        mma(POL_KIVI, 128, 2, 32, 2, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
         kv_extreme = false;
     }
     CHECK(mma_pages_checked > 50, "the tensor-core kernel saw only %zu sealed pages", mma_pages_checked);
