@@ -25,6 +25,8 @@
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
 #                   runs test_gpu's CPU-side checks (no GPU); make test-gpu and
 #                   make bench-gpu need an NVIDIA GPU (walkthrough chapter 9)
+#   make gpu-campaign-build  the binaries of bench/gpu_campaign.sh (every
+#                   GPU check in one call of ~9 min) in build/campaign/
 #   make cuda-gates compile-time gates (no GPU): ptxas registers, spills and
 #                   stack of every kernel (sm_80, sm_90; the attention
 #                   kernels must not spill), and the tensor-core path's SASS
@@ -77,7 +79,7 @@ FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 .PHONY: llm-test help soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: emu-build test-cuda-emu
 .PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
-.PHONY: cuda-gates
+.PHONY: cuda-gates gpu-campaign-build
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
 help:
@@ -237,7 +239,10 @@ $(B)/bench_gpu: bench/bench_gpu.cu $(B)/kvq_cuda.o kvq.h
 # the tensor-core step alone (kvq_cuda.cu Sec. 7): needs no kvq_cuda.o
 $(B)/mma_probe: bench/mma_probe.cu kvq_cuda.cu kvq.h
 	$(NVCC) $(GPU_FLAGS) $(NVFLAGS) -o $@ $<
-cuda-build: $(B)/test_gpu $(B)/bench_gpu $(B)/mma_probe
+# which of the emulator's MMA models the tensor cores match (no kvq_cuda.o)
+$(B)/mma_selftest: bench/mma_selftest.cu tests/emu/mma_model.h kvq_cuda.cu kvq.h
+	$(NVCC) $(GPU_FLAGS) $(NVFLAGS) -o $@ $<
+cuda-build: $(B)/test_gpu $(B)/bench_gpu $(B)/mma_probe $(B)/mma_selftest
 test-cuda-host: $(B)/test_gpu
 	$(B)/test_gpu --host
 test-gpu: $(B)/test_gpu
@@ -248,6 +253,18 @@ bench-gpu: $(B)/bench_gpu $(B)/mma_probe
 	$(B)/mma_probe
 	$(B)/bench_gpu --csv bench
 	python3 bench/sdpa_baseline.py --csv bench/gpu_sdpa.csv
+
+# The GPU campaign's binaries (bench/gpu_campaign.sh): test_gpu, bench_gpu
+# and mma_selftest for sm_90 (H100, H200; with PTX for newer GPUs), in a
+# folder of their own to carry to the GPU machine, and BUILD_INFO (commit,
+# date, compiler) that the campaign records beside every result.
+CAMPAIGN_DIR     ?= $(B)/campaign
+CAMPAIGN_NVFLAGS := -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+gpu-campaign-build:
+	@$(MAKE) --no-print-directory B=$(CAMPAIGN_DIR) NVFLAGS="$(CAMPAIGN_NVFLAGS)" \
+	  $(CAMPAIGN_DIR)/test_gpu $(CAMPAIGN_DIR)/bench_gpu $(CAMPAIGN_DIR)/mma_selftest
+	@echo "$$(git describe --always --dirty 2>/dev/null || echo 'commit unknown'), built $$(date -u '+%Y-%m-%d %H:%M UTC'), $$($(NVCC) --version | tail -n 1 | sed 's/^Build //'), sm_90 + PTX" \
+	  > $(CAMPAIGN_DIR)/BUILD_INFO && echo "$(CAMPAIGN_DIR)/BUILD_INFO: $$(cat $(CAMPAIGN_DIR)/BUILD_INFO)"
 
 # Compile-time gates (no GPU; bench/cuda_gates.py says what and why):
 # ptxas registers, spills and stack of every kernel for sm_80 and sm_90,
@@ -292,7 +309,8 @@ EMU_CXX   ?= g++
 EMU_CLANG := $(shell command -v clang++ 2>/dev/null)
 EMU_FLAGS := -std=c++17 -g -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-function \
              -fno-strict-aliasing -Itests/emu -I. -Itests
-EMU_HDRS  := kvq.h kvq_cuda.cu tests/test.h tests/emu/kvq_emu.h tests/emu/cuda_runtime.h tests/emu/cuda_fp16.h
+EMU_HDRS  := kvq.h kvq_cuda.cu tests/test.h tests/emu/kvq_emu.h tests/emu/cuda_runtime.h tests/emu/cuda_fp16.h \
+             tests/emu/mma_model.h
 # emu_build DIR, CXX, FLAGS, EXTRA FLAGS FOR THE KERNELS' TRANSLATION UNIT
 define emu_build
 $(B)/$(1)/kvq_cuda.o: $(EMU_HDRS)
@@ -316,6 +334,10 @@ $(B)/$(1)/test_emu: $(B)/$(1)/test_emu.o $(B)/$(1)/kvq_emu.o
 	$(2) $(3) -o $$@ $$^ -lm
 $(B)/$(1)/mma_probe: $(B)/$(1)/mma_probe.o $(B)/$(1)/kvq_emu.o
 	$(2) $(3) -o $$@ $$^ -lm
+$(B)/$(1)/mma_selftest: $(B)/$(1)/mma_selftest.o $(B)/$(1)/kvq_emu.o
+	$(2) $(3) -o $$@ $$^ -lm
+$(B)/$(1)/bench_gpu: $(B)/$(1)/bench_gpu.o $(B)/$(1)/kvq_cuda.o $(B)/$(1)/kvq_emu.o
+	$(2) $(3) -o $$@ $$^ -lm
 $(B)/$(1)/watch_warp: $(B)/$(1)/watch_warp.o $(B)/$(1)/kvq_cuda.o $(B)/$(1)/kvq_emu.o
 	$(2) $(3) -o $$@ $$^ -lm
 endef
@@ -324,7 +346,7 @@ $(eval $(call emu_build,emu,$(EMU_CXX),-O2,))
 $(eval $(call emu_build,emu-asan,$(EMU_CXX),$(EMU_SAN),))
 $(eval $(call emu_build,emu-race,$(EMU_CXX),-O1,-fsanitize=thread))
 $(eval $(call emu_build,emu-clang,clang++,-O2,))
-EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu/watch_warp \
+EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu/mma_selftest $(B)/emu/watch_warp \
             $(B)/emu-asan/test_gpu $(B)/emu-asan/test_emu \
             $(B)/emu-race/test_gpu $(B)/emu-race/test_emu $(if $(EMU_CLANG),$(B)/emu-clang/test_gpu)
 emu-build: $(EMU_BINS)

@@ -8,6 +8,7 @@
      6. the race check (the __tsan_* hooks)
      7. the host API                                                      */
 #include "kvq_emu.h"
+#include "mma_model.h"
 
 #include <stdarg.h>
 #include <vector>
@@ -56,34 +57,11 @@ namespace kvq_emu {
 /* ======================================================================== */
 /* 1. fp16                                                                  */
 /* ======================================================================== */
-/* Round to nearest even. Normal results: x = m 2^(E-10), m in [1024, 2048)
-   after rounding, the exponent bumped if m rounds up to 2048; subnormal
-   results: m = x 2^24 rounded, which also rounds up into the smallest
-   normal correctly (m = 1024 is its bit pattern). x 2^k is exact in
-   double, and rint rounds half to even.                                   */
-unsigned short f64_to_f16(double x)
-{
-    const unsigned short sign = signbit(x) ? 0x8000 : 0;
-    const double a = fabs(x);
-    if (a != a) return 0x7fff;                       /* NaN: CUDA's canonical */
-    if (a == INFINITY) return sign | 0x7c00;
-    if (a < 6.103515625e-05) return sign | (unsigned short)rint(ldexp(a, 24));
-    int e;
-    frexp(a, &e);                                    /* a in [2^(e-1), 2^e)   */
-    int E = e - 1;
-    double m = rint(ldexp(a, 10 - E));
-    if (m == 2048.0) { m = 1024.0; E++; }
-    if (E > 15) return sign | 0x7c00;                /* overflow -> Inf       */
-    return sign | (unsigned short)((E + 15) << 10) | (unsigned short)(m - 1024.0);
-}
-double f16_to_f64(unsigned short h)
-{
-    const int e = (h >> 10) & 31, m = h & 1023;
-    const double s = (h & 0x8000) ? -1.0 : 1.0;
-    if (e == 31) return m ? copysign(NAN, s) : s * INFINITY;
-    if (e == 0) return s * ldexp((double)m, -24);
-    return s * ldexp((double)(m + 1024), e - 25);
-}
+/* fp16 <-> double and the MMA's accumulation models live in mma_model.h,
+   shared with bench/mma_selftest.cu (the same models, checked against a
+   GPU's tensor cores there).                                              */
+unsigned short f64_to_f16(double x) { return kvq_mma_model::f64_to_f16(x); }
+double f16_to_f64(unsigned short h) { return kvq_mma_model::f16_to_f64(h); }
 /* a b + c with one rounding: a b is exact in double (22 bits); the sum is
    rounded to odd (an inexact result keeps an odd last bit), which then
    rounds correctly to the 11 bits of fp16.                                */
@@ -425,52 +403,11 @@ static void frag_a(int l, int i, int *r, int *c) { *r = l / 4 + 8 * ((i / 2) % 2
 static void frag_b(int l, int i, int *r, int *c) { *r = 2 * (l % 4) + i % 2 + 8 * (i / 2); *c = l / 4; }
 static void frag_c(int l, int i, int *r, int *c) { *r = l / 4 + 8 * (i / 2); *c = 2 * (l % 4) + i % 2; }
 
-/* x cut to a multiple of q (a power of two) toward zero: exact.          */
-static double cut(double x, double q) { return trunc(x / q) * q; }
-static float to_f32_toward_zero(double x)
-{
-    float f = (float)x;
-    if (isfinite(x) && fabs((double)f) > fabs(x)) f = nextafterf(f, 0.0f);
-    return f;
-}
-
 void mma_reference(const unsigned short *A, const unsigned short *B, const float *C, float *D)
 {
     read_options();
-    for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 8; j++) {
-            double p[16];
-            for (int k = 0; k < 16; k++) {
-                double a = f16_to_f64(A[i * 16 + k]), b = f16_to_f64(B[k * 8 + j]);
-                if (!g_keep_subnormals) {
-                    if (fabs(a) < 6.103515625e-05) a = 0.0 * a;
-                    if (fabs(b) < 6.103515625e-05) b = 0.0 * b;
-                }
-                p[k] = a * b;                          /* exact: 11 x 11 bits   */
-            }
-            double acc = C[i * 8 + j];
-            if (g_mma == MMA_EXACT) {
-                for (int k = 0; k < 16; k++) acc += p[k];
-                D[i * 8 + j] = (float)acc;
-                continue;
-            }
-            /* trunc: two blocks of 8 products, each with the accumulator */
-            for (int k0 = 0; k0 < 16; k0 += 8) {
-                double big = fabs(acc);
-                for (int k = k0; k < k0 + 8; k++) big = fmax(big, fabs(p[k]));
-                if (!isfinite(big) || big == 0.0) {
-                    for (int k = k0; k < k0 + 8; k++) acc += p[k];
-                    continue;
-                }
-                int e;
-                frexp(big, &e);                        /* big in [2^(e-1), 2^e) */
-                const double q = ldexp(1.0, e - 24);   /* 24 bits below the top */
-                double s = cut(acc, q);
-                for (int k = k0; k < k0 + 8; k++) s += cut(p[k], q);   /* exact */
-                acc = to_f32_toward_zero(s);
-            }
-            D[i * 8 + j] = (float)acc;
-        }
+    kvq_mma_model::mma(A, B, C, D, g_mma == MMA_TRUNC ? kvq_mma_model::TRUNC : kvq_mma_model::EXACT,
+                       g_keep_subnormals);
 }
 
 /* All lanes of `mask` have arrived at the same exchange: do it.           */

@@ -52,6 +52,15 @@ probe() {   # probe LABEL WANT ENV...: mma_probe --validate must exit 0 and prin
 probe "mma_probe --validate: exact MMA, subnormals kept" "subnormal decode: exact" KVQ_EMU_MMA=exact
 probe "mma_probe --validate: truncating MMA" "subnormal decode: exact" KVQ_EMU_MMA=trunc
 probe "mma_probe --validate: subnormal inputs flushed" "subnormal decode: NOT exact" KVQ_EMU_SUBNORMAL=flush
+# bench/mma_selftest.cu, the GPU campaign's MMA self-test, must report the
+# model the emulator was told to use, for each accumulation model and
+# subnormal rule (its fragment maps are kvq_cuda.cu's)
+for m in exact trunc; do
+    for s in keep flush; do
+        run "mma_selftest: KVQ_EMU_MMA=$m KVQ_EMU_SUBNORMAL=$s reported as such" \
+            KVQ_EMU_MMA=$m KVQ_EMU_SUBNORMAL=$s -- "$B/emu/mma_selftest" --expect "$m,$s"
+    done
+done
 # the tensor-core kernel's accuracy must not rest on the MMA's rounding or
 # on fp16 subnormal inputs: the same checks under the other models
 run "test_gpu: truncating MMA accumulation (quick)" \
