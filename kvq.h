@@ -2361,16 +2361,19 @@ static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *ma
      At each flush HF dequantizes the entire history and re-quantizes it
      together with the residual; kvq does the same when hf_requantize = 1
      (the default for this policy). Re-quantizing a dequantized group
-     reproduces it bit for bit whenever its codes reach N; only the rare
-     group whose top code fell short through fp16 rounding of the scale
-     can move, and it settles within a few flushes (examples/03_hf.c
-     measures this), so the effect on mean error is small either way.
-     The worst case is not: tests/test_soak.c checks that every row is
-     bit-identical after 8 flushes, and measures settled elements up to
-     2.0x the largest single-quantization step away from their input
-     (one quantization: at most 1x), the error of the moves before the
-     group settled. Each flush also costs O(history) (bench/RESULTS.md,
-     Soak: 0.22 ms per append at 62,500 tokens, D = 32).
+     reproduces it bit for bit whenever its codes reach N (and 0, which
+     the float zero's stored min always gives); only the rare group whose
+     top code fell short through fp16 rounding of the scale can move,
+     and it settles within a few flushes (examples/03_hf.c measures this:
+     no row moves under the float zero, a few under the integer zero),
+     so the effect on mean error is small either way. The worst case is
+     not: tests/test_soak.c checks that every row is bit-identical after
+     8 flushes, and `make soak` measures settled elements up to 0.50x
+     (float zero) and 2.0x (integer zero) the largest single-quantization
+     step away from their input (one quantization: at most 1x), the
+     integer zero's from the moves before the group settled. Each flush
+     also costs O(history) (bench/RESULTS.md, Soak: 0.22 ms per append at
+     62,500 tokens, D = 32).
      Flush moment: HF flushes when the R-th residual token arrives and
      holds 0..R-1 rows between steps; kvq flushes on the append after
      that and holds 1..R. Every step attends the same rows in full

@@ -27,7 +27,9 @@
               capacity; LogQuant: the kept set in (2W, 3W] after warm-up,
               stage < G; eviction: present <= budget + 128
      counts   quantized slots equal the schedule's closed form (KIVI keys
-              R floor((t-1)/R), values t - R; OTT G floor((t-R)/G);
+              R floor((t-1)/R), values t - R; HF from an empty cache
+              1 + R floor((t-2)/R) for t >= 2: token 0, quantized when
+              token 1 arrives, then the windows [kR+1, kR+R]; OTT G floor((t-R)/G);
               LogQuant dropped - dropped % G ...)
      bytes    kvq_cache_bytes' payload equals codes + scales/zeros + rows
               computed here from those closed-form counts and the config
@@ -139,8 +141,8 @@ static size_t predicted_slots(int pol, const kvq_config *cfg, int side, size_t t
     case P_KIVI:
         if (side == 0) return t ? R * ((t - 1) / R) : 0;          /* FLUSH */
         return t > R ? t - R : 0;                                 /* SLIDE */
-    case P_HF: case P_HF_NOREQ:
-        return t ? R * ((t - 1) / R) : 0;
+    case P_HF: case P_HF_NOREQ:          /* token 0 (HF's first update)  */
+        return t >= 2 ? 1 + R * ((t - 2) / R) : 0;   /* then [kR+1, kR+R] */
     case P_OTT:
         return t >= R + G ? G * ((t - R) / G) : 0;
     default: {                                                    /* LogQuant */
