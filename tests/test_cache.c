@@ -1722,7 +1722,7 @@ static void test_bad_input(void)
 static void test_bad_config(void)
 {
     typedef struct { const char *name; kvq_config cfg; kvq_status want; } bad;
-    bad cases[20];
+    bad cases[24];
     int n = 0, i;
     kvq_hf_params hp;
     kvq_cache c;
@@ -1753,6 +1753,9 @@ static void test_bad_config(void)
     hp = kvq_hf_defaults(2); hp.q_group_size = 32; hp.residual_length = 48; hp.axis_key = KVQ_PER_CHANNEL;
     cases[n].name = "HF per-channel keys, G = 32, R = 48"; cases[n].cfg = kvq_config_hf(64, hp);
     cases[n].want = KVQ_ERR_GROUP; n++;
+    hp = kvq_hf_defaults(4); hp.zero_mode = (kvq_zero_mode)2;  /* neither HF rule */
+    cases[n].name = "HF zero mode 2"; cases[n].cfg = kvq_config_hf(64, hp);
+    cases[n].want = KVQ_ERR_CONFIG; n++;
 #undef ADD
     for (i = 0; i < n; i++) {
         long live = ta_live;
