@@ -255,15 +255,18 @@ bench-gpu: $(B)/bench_gpu $(B)/mma_probe
 	python3 bench/sdpa_baseline.py --csv bench/gpu_sdpa.csv
 
 # The GPU campaign's binaries (bench/gpu_campaign.sh): test_gpu, bench_gpu
-# and mma_selftest for sm_90 (H100, H200; with PTX for newer GPUs), in a
-# folder of their own to carry to the GPU machine, and BUILD_INFO (commit,
-# date, compiler) that the campaign records beside every result.
+# and mma_selftest for sm_90 (the H100 and H200 the device tool lends;
+# the campaign rebuilds them on a GPU of another compute capability), in a
+# folder of their own to carry to the GPU machine (~16 MB), and BUILD_INFO
+# (commit, date, compiler, target) that the campaign records beside every
+# result.
 CAMPAIGN_DIR     ?= $(B)/campaign
-CAMPAIGN_NVFLAGS := -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CAMPAIGN_ARCH    ?= sm_90
+CAMPAIGN_NVFLAGS := -O3 -std=c++17 -gencode arch=compute_$(CAMPAIGN_ARCH:sm_%=%),code=$(CAMPAIGN_ARCH)
 gpu-campaign-build:
 	@$(MAKE) --no-print-directory B=$(CAMPAIGN_DIR) NVFLAGS="$(CAMPAIGN_NVFLAGS)" \
 	  $(CAMPAIGN_DIR)/test_gpu $(CAMPAIGN_DIR)/bench_gpu $(CAMPAIGN_DIR)/mma_selftest
-	@echo "$$(git describe --always --dirty 2>/dev/null || echo 'commit unknown'), built $$(date -u '+%Y-%m-%d %H:%M UTC'), $$($(NVCC) --version | tail -n 1 | sed 's/^Build //'), sm_90 + PTX" \
+	@echo "$$(git describe --always --dirty 2>/dev/null || echo 'commit unknown'), built $$(date -u '+%Y-%m-%d %H:%M UTC'), $$($(NVCC) --version | tail -n 1 | sed 's/^Build //'), $(CAMPAIGN_ARCH)" \
 	  > $(CAMPAIGN_DIR)/BUILD_INFO && echo "$(CAMPAIGN_DIR)/BUILD_INFO: $$(cat $(CAMPAIGN_DIR)/BUILD_INFO)"
 
 # Compile-time gates (no GPU; bench/cuda_gates.py says what and why):
@@ -347,6 +350,7 @@ $(eval $(call emu_build,emu-asan,$(EMU_CXX),$(EMU_SAN),))
 $(eval $(call emu_build,emu-race,$(EMU_CXX),-O1,-fsanitize=thread))
 $(eval $(call emu_build,emu-clang,clang++,-O2,))
 EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu/mma_selftest $(B)/emu/watch_warp \
+            $(B)/emu/bench_gpu \
             $(B)/emu-asan/test_gpu $(B)/emu-asan/test_emu \
             $(B)/emu-race/test_gpu $(B)/emu-race/test_emu $(if $(EMU_CLANG),$(B)/emu-clang/test_gpu)
 emu-build: $(EMU_BINS)

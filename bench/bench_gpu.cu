@@ -25,9 +25,25 @@
      validate:  two passes; writes nothing on bad data
      trusted:   validate = 0 (one pass, trusted input)
 
-   Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]
+   Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]...
+                    [--kernels LIST] [--long-csv FILE]
    --shape runs only that attention shape (no quantize section): the
-   target for a profiler, e.g. bench/gpu_run.sh's ncu step.               */
+   target for a profiler, e.g. bench/gpu_run.sh's ncu step; repeat it for
+   several shapes.
+   --kernels LIST (comma-separated) times, per shape, only the kernels
+   named, one line each, against the fused call and the copy:
+     fused      kvq_cuda_attend as the library calls it (today's kernel)
+     onesplit   the same with one split
+     fp16       our fp16 kernel over the same T
+     v5[:FLAGS] kvq_cuda_attend_mma (the tensor-core kernel, sealed pages
+                in fragment order), FLAGS '+'-separated: hi (fp16 weights
+                only), direct (no cp.async staging), sub (the subnormal
+                decode; refused where the tensor cores flush subnormals)
+   (bench/gpu_campaign.sh's comparisons). --long-csv FILE appends one row
+   per (shape, kernel) to FILE as each is measured (a header when the file
+   is new): what a run cut off part-way still leaves behind.
+   --copy prints the device and its copy bandwidth, and stops. --dry-run
+   checks the arguments and prints what would run, without a GPU.        */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #define KVQ_CUDA_DECLARE_ONLY        /* the kernels come from build/kvq_cuda.o */
@@ -119,6 +135,9 @@ struct attn_problem {
     kvq_cuda_pool pool;
     kvq_cuda_stream *d_streams;
     std::vector<kvq_cuda_stream> hs;
+    std::vector<int32_t> table;        /* host copy of the block tables    */
+    kvq_cuda_pool sealed;              /* v5's pool: its own code arrays,  */
+    bool have_sealed = false;          /* sealed pages in fragment order   */
     std::vector<void *> allocs;
     double bytes;                      /* what one call must move          */
     void *alloc(size_t bytes_)
@@ -155,10 +174,10 @@ static void build_problem(attn_problem &P, int D, int B, int G, int n_rep, size_
         P.pool.k_sz = (kvq_sz *)P.alloc(n_pages * D * 4);
         P.pool.v_words = (uint32_t *)P.alloc(n_pages * vw * 4);
         P.pool.v_sz = (kvq_sz *)P.alloc(n_pages * vs * 4);
-        fill_words<<<fb, ft>>>(P.pool.k_words, n_pages * kw, seed + 1);
-        fill_words<<<fb, ft>>>(P.pool.v_words, n_pages * vw, seed + 2);
-        fill_sz<<<fb, ft>>>(P.pool.k_sz, n_pages * D, seed + 3);
-        fill_sz<<<fb, ft>>>(P.pool.v_sz, n_pages * vs, seed + 4);
+        KVQ_CUDA_LAUNCH(fill_words, fb, ft, 0, 0)(P.pool.k_words, n_pages * kw, seed + 1);
+        KVQ_CUDA_LAUNCH(fill_words, fb, ft, 0, 0)(P.pool.v_words, n_pages * vw, seed + 2);
+        KVQ_CUDA_LAUNCH(fill_sz, fb, ft, 0, 0)(P.pool.k_sz, n_pages * D, seed + 3);
+        KVQ_CUDA_LAUNCH(fill_sz, fb, ft, 0, 0)(P.pool.v_sz, n_pages * vs, seed + 4);
         CU(cudaGetLastError());
     }
     /* block tables: a random permutation of pages across all streams      */
@@ -171,13 +190,14 @@ static void build_problem(attn_problem &P, int D, int B, int G, int n_rep, size_
     }
     int32_t *d_tables = (int32_t *)P.alloc(n_pages * 4);
     CU(cudaMemcpy(d_tables, perm.data(), n_pages * 4, cudaMemcpyHostToDevice));
+    P.table = perm;
     const size_t tail = P.n_kq - std::min(P.n_kq, P.n_vq);
     __half *d_tail = (__half *)P.alloc(S * tail * D * 2);
     __half *d_kfp = (__half *)P.alloc(S * P.n_fp * D * 2);
     __half *d_vfp = (__half *)P.alloc(S * P.n_fp * D * 2);
-    fill_half<<<fb, ft>>>(d_tail, S * tail * D, seed + 5, 1.0f);
-    fill_half<<<fb, ft>>>(d_kfp, S * P.n_fp * D, seed + 6, 1.0f);
-    fill_half<<<fb, ft>>>(d_vfp, S * P.n_fp * D, seed + 7, 1.0f);
+    KVQ_CUDA_LAUNCH(fill_half, fb, ft, 0, 0)(d_tail, S * tail * D, seed + 5, 1.0f);
+    KVQ_CUDA_LAUNCH(fill_half, fb, ft, 0, 0)(d_kfp, S * P.n_fp * D, seed + 6, 1.0f);
+    KVQ_CUDA_LAUNCH(fill_half, fb, ft, 0, 0)(d_vfp, S * P.n_fp * D, seed + 7, 1.0f);
     CU(cudaGetLastError());
     P.hs.resize(S);
     for (size_t s = 0; s < S; s++) {
@@ -315,8 +335,197 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, float *ms_out, doub
     return ok;
 }
 
+/* ---- selectable kernels (--kernels) --------------------------------------- */
+struct kernel_sel {
+    std::string name;
+    int kind;                          /* 0 fused, 1 onesplit, 2 fp16, 3 v5 */
+    int variant;                       /* v5: KVQ_CUDA_MMA_* flags          */
+};
+
+static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
+{
+    std::string all(list);
+    size_t at = 0;
+    while (at <= all.size()) {
+        size_t end = all.find(',', at);
+        if (end == std::string::npos) end = all.size();
+        const std::string k = all.substr(at, end - at);
+        at = end + 1;
+        if (k == "fused") out.push_back({ k, 0, 0 });
+        else if (k == "onesplit") out.push_back({ k, 1, 0 });
+        else if (k == "fp16") out.push_back({ k, 2, 0 });
+        else if (k == "v5" || k.compare(0, 3, "v5:") == 0) {
+#ifdef KVQ_CUDA_MMA_HILO
+            int variant = 0;
+            size_t f = 3;
+            while (k.size() > 3 && f <= k.size()) {
+                size_t e = k.find('+', f);
+                if (e == std::string::npos) e = k.size();
+                const std::string flag = k.substr(f, e - f);
+                if (flag == "hi") variant |= KVQ_CUDA_MMA_HI_ONLY;
+                else if (flag == "direct") variant |= KVQ_CUDA_MMA_DIRECT;
+#ifdef KVQ_CUDA_MMA_SUBNORMAL
+                else if (flag == "sub") variant |= KVQ_CUDA_MMA_SUBNORMAL;
+#endif
+                else {
+                    fprintf(stderr, "bench_gpu: --kernels: unknown v5 flag '%s' in '%s' "
+                            "(hi, direct, sub)\n", flag.c_str(), k.c_str());
+                    return false;
+                }
+                f = e + 1;
+            }
+            out.push_back({ k, 3, variant });
+#else
+            fprintf(stderr, "bench_gpu: --kernels %s: this kvq_cuda.cu has no kvq_cuda_attend_mma\n",
+                    k.c_str());
+            return false;
+#endif
+        } else {
+            fprintf(stderr, "bench_gpu: --kernels: unknown kernel '%s' "
+                    "(fused, onesplit, fp16, v5[:hi+direct+sub])\n", k.c_str());
+            return false;
+        }
+    }
+    return !out.empty();
+}
+
+#ifdef KVQ_CUDA_MMA_HILO
+/* v5 reads its own copy of the codes with every sealed page (kvq.h's
+   definition: all slots quantized on both sides) in fragment order; the
+   reference keeps reading P.pool, in kvq.h's order.                      */
+static bool seal_copy(attn_problem &P, std::string &why)
+{
+    if (P.have_sealed) return true;
+    const size_t pages_per = (std::max(P.n_kq, P.n_vq) + P.G - 1) / P.G;
+    const size_t kw = kvq_cuda__kw_stride(P.D, P.G, P.B), vw = kvq_cuda__vw_stride(P.D, P.G, P.B);
+    P.sealed = P.pool;
+    P.sealed.k_words = (uint32_t *)P.alloc(P.pool.n_pages * kw * 4);
+    P.sealed.v_words = (uint32_t *)P.alloc(P.pool.n_pages * vw * 4);
+    CU(cudaMemcpy(P.sealed.k_words, P.pool.k_words, P.pool.n_pages * kw * 4, cudaMemcpyDeviceToDevice));
+    CU(cudaMemcpy(P.sealed.v_words, P.pool.v_words, P.pool.n_pages * vw * 4, cudaMemcpyDeviceToDevice));
+    std::vector<int32_t> ids;
+    for (size_t s = 0; s < P.S; s++)
+        for (uint32_t p = 0; p < kvq_cuda_sealed_pages(P.hs[s], P.G); p++) ids.push_back(P.table[s * pages_per + p]);
+    int32_t *d_ids = (int32_t *)P.alloc(ids.size() * 4);
+    CU(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    if (kvq_cuda_seal_pages(&P.sealed, d_ids, ids.size(), 1, 0) != cudaSuccess) {
+        why = std::string("kvq_cuda_seal_pages: ") + kvq_cuda_why();
+        (void)cudaGetLastError();
+        return false;
+    }
+    CU(cudaDeviceSynchronize());
+    P.have_sealed = true;
+    return true;
+}
+#endif
+
+/* Validate, then time, one selected kernel on P. 0: timed; 1: invalid
+   (not timed); 2: refused by the library (why says so).                  */
+static int run_kernel(attn_problem &P, const kernel_sel &k, float *ms_out, double *err_out,
+                      std::string &why)
+{
+    if (k.kind == 0 || k.kind == 1) return run_attn(P, false, k.kind == 0, ms_out, err_out) ? 0 : 1;
+#ifdef KVQ_CUDA_MMA_HILO
+    if (!seal_copy(P, why)) return 2;
+    const size_t S = P.S;
+    const int n_rep = P.n_rep, D = P.D;
+    int s5 = 0, s3 = 0;
+    const size_t wf = kvq_cuda_attend_mma_workspace(S, n_rep, D, P.G, P.B, P.pool.value_group, k.variant,
+                                                    P.T, &s5, &s3);
+    float *d_q, *d_out, *d_work;
+    int *d_status;
+    CU(cudaMalloc(&d_q, S * n_rep * D * 4)); CU(cudaMalloc(&d_out, S * n_rep * D * 4));
+    CU(cudaMalloc(&d_work, wf * 4)); CU(cudaMalloc(&d_status, 4));
+    std::vector<float> hq(S * n_rep * D);
+    uint64_t r = 0x1234567ull + S + P.T;               /* run_attn's queries  */
+    for (auto &x : hq) { r ^= r << 13; r ^= r >> 7; r ^= r << 17; x = (float)((int)(r % 2001) - 1000) / 1000.0f; }
+    CU(cudaMemcpy(d_q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemset(d_out, 0xFF, S * n_rep * D * 4));
+    bool refused = false;
+    auto call = [&](int) {
+        if (kvq_cuda_attend_mma(&P.sealed, D, P.d_streams, S, n_rep, P.T, d_q, d_out, d_work, wf, d_status,
+                                k.variant, 0) != cudaSuccess && !refused) {
+            refused = true;
+            why = kvq_cuda_why();
+            (void)cudaGetLastError();
+        }
+    };
+    call(0);
+    int rc = 2;
+    if (!refused) {
+        CU(cudaDeviceSynchronize());
+        std::vector<float> got(S * n_rep * D);
+        CU(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+        int status;
+        CU(cudaMemcpy(&status, d_status, 4, cudaMemcpyDeviceToHost));
+        const double tol = (k.variant & KVQ_CUDA_MMA_HI_ONLY) ? 4e-3 : 1e-4;   /* test_gpu's */
+        double worst = 0;
+        for (size_t s : { (size_t)0, S - 1 }) {
+            std::vector<double> ref;
+            reference(P, hq.data(), s, ref);
+            const double e = rel_err(&got[s * n_rep * D], ref, (size_t)n_rep * D);
+            worst = (e == e) ? std::max(worst, e) : 1e9;
+        }
+        *err_out = worst;
+        rc = (status == 0 && worst <= tol) ? 0 : 1;
+        if (rc == 0) *ms_out = median_ms(call, 1);
+    }
+    CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
+    return rc;
+#else
+    why = "no kvq_cuda_attend_mma in this kvq_cuda.cu";
+    return 2;
+#endif
+}
+
 /* One attention shape, or (shape = NULL) the issue's grid.               */
 struct attn_shape { int B, G, gqa; size_t S, T; };
+
+/* --kernels: per shape, each kernel named, validated then timed; one line
+   (and one --long-csv row) each.                                          */
+static FILE *csv_long = nullptr;
+static void bench_kernels(const std::vector<attn_shape> &shapes, const std::vector<kernel_sel> &ks,
+                          double copy)
+{
+    printf("\n== decode attention, selected kernels (D = 128; KIVI steady state, R = 128) ==\n");
+    printf("%2s %4s %3s %7s %4s | %-16s | %9s %7s %6s | %8s | %s\n", "B", "G", "gqa", "T", "S", "kernel",
+           "us", "GB/s", "%copy", "x fused", "err");
+    for (const attn_shape &sh : shapes) {
+        attn_problem P, F;
+        bool need_q = false, need_f = false;
+        for (const kernel_sel &k : ks) (k.kind == 2 ? need_f : need_q) = true;
+        if (need_q) build_problem(P, 128, sh.B, sh.G, sh.gqa, sh.S, sh.T, false, 7 + sh.T + sh.S + sh.B + sh.G);
+        if (need_f) build_problem(F, 128, 2, 32, sh.gqa, sh.S, sh.T, true, 99);
+        float fused_ms = 0;
+        for (const kernel_sel &k : ks) {
+            float ms = 0;
+            double err = 0;
+            std::string why;
+            attn_problem &X = k.kind == 2 ? F : P;
+            const int rc = k.kind == 2 ? (run_attn(F, true, true, &ms, &err) ? 0 : 1)
+                                       : run_kernel(P, k, &ms, &err, why);
+            if (k.kind == 0 && rc == 0) fused_ms = ms;
+            const double gbps = rc == 0 ? X.bytes / (ms * 1e-3) / 1e9 : 0;
+            if (rc == 0)
+                printf("%2d %4d %3d %7zu %4zu | %-16s | %9.1f %7.0f %5.1f%% | %8s | %.1e\n", sh.B, sh.G, sh.gqa,
+                       sh.T, sh.S, k.name.c_str(), ms * 1e3, gbps, 100 * gbps / copy,
+                       fused_ms > 0 ? (std::to_string(fused_ms / ms).substr(0, 5) + "x").c_str() : "-", err);
+            else if (rc == 1)
+                printf("%2d %4d %3d %7zu %4zu | %-16s | INVALID (err %.1e): not timed\n", sh.B, sh.G, sh.gqa,
+                       sh.T, sh.S, k.name.c_str(), err);
+            else
+                printf("%2d %4d %3d %7zu %4zu | %-16s | refused: %s\n", sh.B, sh.G, sh.gqa, sh.T, sh.S,
+                       k.name.c_str(), why.c_str());
+            fflush(stdout);
+            if (csv_long) {
+                fprintf(csv_long, "%d,%d,%d,%zu,%zu,%s,%s,%.3f,%.1f,%.1f,%.3g,%.3f\n", sh.B, sh.G, sh.gqa, sh.T,
+                        sh.S, k.name.c_str(), rc == 0 ? "ok" : rc == 1 ? "invalid" : "refused",
+                        rc == 0 ? ms * 1e3 : 0.0, gbps, copy, err, fused_ms > 0 && rc == 0 ? fused_ms / ms : 0.0);
+                fflush(csv_long);
+            }
+        }
+    }
+}
 
 static void bench_attention(bool quick, double copy, const attn_shape *only)
 {
@@ -372,7 +581,7 @@ static void bench_quantize(bool quick, double copy)
     const size_t copies = 4;       /* 4 x 64 MB inputs: more than L2 */
     __half *d_x;
     CU(cudaMalloc(&d_x, copies * T * D * 2));
-    fill_half<<<1024, 256>>>(d_x, copies * T * D, 42, 3.0f);
+    KVQ_CUDA_LAUNCH(fill_half, 1024, 256, 0, 0)(d_x, copies * T * D, 42, 3.0f);
     CU(cudaGetLastError());
     for (kvq_axis ax : { KVQ_PER_CHANNEL, KVQ_PER_TOKEN })
         for (int B : { 2, 4 })
@@ -426,31 +635,61 @@ static void bench_quantize(bool quick, double copy)
 
 int main(int argc, char **argv)
 {
-    bool quick = false;
-    const char *csv_dir = nullptr;
+    bool quick = false, copy_only = false, dry_run = false;
+    const char *csv_dir = nullptr, *long_csv = nullptr;
     attn_shape shape;
-    const attn_shape *only = nullptr;
+    std::vector<attn_shape> shapes;
+    std::vector<kernel_sel> kernels;
     int used = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--copy")) copy_only = true;
+        else if (!strcmp(argv[i], "--dry-run")) dry_run = true;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_dir = argv[++i];
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
+        else if (!strcmp(argv[i], "--long-csv") && i + 1 < argc) long_csv = argv[++i];
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
+            if (!parse_kernels(argv[++i], kernels)) return 2;
+        } else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
                  sscanf(argv[++i], "%d,%d,%d,%zu,%zu%n", &shape.B, &shape.G, &shape.gqa, &shape.S,
                         &shape.T, &used) == 5 && argv[i][used] == '\0' &&
                  (shape.B == 2 || shape.B == 4) &&
                  (shape.G == 32 || shape.G == 64 || shape.G == 128) && shape.gqa >= 1 &&
-                 shape.gqa <= 8 && shape.S >= 1 && shape.T >= 1)
-            only = &shape;
+                 shape.gqa <= 16 && shape.S >= 1 && shape.T >= 1)
+            shapes.push_back(shape);
         else {
-            fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]\n");
+            fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]... "
+                    "[--kernels LIST] [--long-csv FILE] [--copy] [--dry-run]\n"
+                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub])\n");
             return 2;
         }
+    }
+    if (!kernels.empty() && shapes.empty()) {
+        fprintf(stderr, "bench_gpu: --kernels needs one --shape or more\n");
+        return 2;
+    }
+    if (dry_run) {
+        printf("bench_gpu --dry-run: %s; %zu shape(s)%s\n",
+               copy_only ? "the copy only" : kernels.empty() ? "the default tables" : "selected kernels",
+               shapes.size(), shapes.empty() ? " (the full grid)" : "");
+        for (const kernel_sel &k : kernels) printf("  kernel %s\n", k.name.c_str());
+        for (const attn_shape &sh : shapes)
+            printf("  shape B=%d G=%d GQA=%d S=%zu T=%zu\n", sh.B, sh.G, sh.gqa, sh.S, sh.T);
+        return 0;
+    }
+    if (long_csv) {
+        FILE *t = fopen(long_csv, "r");
+        const bool fresh = !t;
+        if (t) fclose(t);
+        csv_long = fopen(long_csv, "a");
+        if (!csv_long) { fprintf(stderr, "bench_gpu: cannot open %s\n", long_csv); return 2; }
+        if (fresh) fprintf(csv_long, "B,G,gqa,T,S,kernel,result,us,gbps,copy_gbps,err,x_fused\n");
     }
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
     const double copy = copy_gbps();
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
     printf("device-to-device copy: %.0f GB/s (read + write, 1 GiB, median of %d)\n", copy, REPS);
+    if (copy_only) return 0;
     if (csv_dir) {
         std::string a = std::string(csv_dir) + "/gpu_attention.csv", q = std::string(csv_dir) + "/gpu_quantize.csv";
         csv_attn = fopen(a.c_str(), "w");
@@ -458,8 +697,14 @@ int main(int argc, char **argv)
         if (csv_attn) fprintf(csv_attn, "B,G,gqa,T,S,onesplit_us,onesplit_gbps,fused_us,fused_gbps,fp16_us,fp16_gbps,copy_gbps,err,valid\n");
         if (csv_quant) fprintf(csv_quant, "axis,B,G,T,validate_us,validate_gbps,trusted_us,trusted_gbps,copy_gbps,identical\n");
     }
-    if (!only) bench_quantize(quick, copy);
-    bench_attention(quick, copy, only);
+    if (!kernels.empty()) {
+        bench_kernels(shapes, kernels, copy);
+        if (csv_long) fclose(csv_long);
+        return 0;
+    }
+    if (shapes.empty()) bench_quantize(quick, copy);
+    if (shapes.empty()) bench_attention(quick, copy, nullptr);
+    for (const attn_shape &sh : shapes) bench_attention(quick, copy, &sh);
     if (csv_attn) fclose(csv_attn);
     if (csv_quant) fclose(csv_quant);
     return 0;

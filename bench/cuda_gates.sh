@@ -21,14 +21,19 @@ for a in 80 90; do
 done
 args=(--source kvq_cuda.cu --known bench/cuda_gates_known.txt
       --ptxas "sm_80=$G/ptxas.sm_80.log" --ptxas "sm_90=$G/ptxas.sm_90.log")
+sass_ok=0
 if tools=$(bash bench/sass_tools.sh); then
+    sass_ok=1
     for c in kvq_cuda mma_probe sass_probe; do   # -gi: source lines, inlining included
         [ -f "$G/$c.sm_90.cubin" ] || { echo "cuda_gates.sh: $G/$c.sm_90.cubin is missing: run make cuda-gates" >&2; exit 2; }
-        "$tools/nvdisasm" -gi -c "$G/$c.sm_90.cubin" > "$G/$c.sm_90.sass"
+        "$tools/nvdisasm" -gi -c "$G/$c.sm_90.cubin" > "$G/$c.sm_90.sass" ||
+            { echo "cuda_gates.sh: nvdisasm failed on $G/$c.sm_90.cubin"; sass_ok=0; }
     done
+fi
+if [ "$sass_ok" = 1 ]; then
     args+=(--sass "$G/kvq_cuda.sm_90.sass" --probe "$G/mma_probe.sm_90.sass"
            --cuda-core "$G/sass_probe.sm_90.sass")
 else
-    echo "cuda_gates.sh: SKIP the SASS count (no cuobjdump/nvdisasm; see above); the resource gates still run"
+    echo "cuda_gates.sh: SKIP the SASS count (no working nvdisasm; see above); the resource gates still run"
 fi
 python3 bench/cuda_gates.py "${args[@]}" | tee "$G/gates.txt"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SASS instructions per loop iteration, by instruction kind, from the
 # compiler alone (no GPU): nvcc, then cuobjdump (which calls nvdisasm) from
-# the CUDA Toolkit. Where the toolkit lacks them, the PyPI wheels
-# nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm hold both binaries (unzip
-# them, chmod +x their bin/, put it on PATH).
+# the CUDA Toolkit, or from the PyPI wheels nvidia-cuda-cuobjdump and
+# nvidia-cuda-nvdisasm, which bench/sass_tools.sh fetches when they are
+# missing. (make cuda-gates counts the tensor-core kernel itself.)
 #   bench/sass_probe.cu  today's fast path: one packed word through
 #                        kvq_dev_word_fma (CUDA cores), per query head count
 #   bench/mma_probe.cu   the tensor-core key step (one 16-token row tile of
@@ -12,8 +12,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 out=${OUT:-build}; mkdir -p "$out"
+tools=$(bash bench/sass_tools.sh) || exit 1
+PATH="$tools:$PATH"
 for probe in sass_probe mma_probe; do
-    nvcc -O3 -std=c++17 -arch=${ARCH:-sm_90} -I. -cubin -o "$out/$probe.cubin" bench/$probe.cu
+    nvcc -O3 -std=c++17 -arch="${ARCH:-sm_90}" -I. -cubin -o "$out/$probe.cubin" "bench/$probe.cu"
     cuobjdump -sass "$out/$probe.cubin" > "$out/$probe.sass"
 done
 python3 - "$out/sass_probe.sass" "$out/mma_probe.sass" <<'PY'
@@ -29,7 +31,7 @@ def loops(path, pattern):
             continue
         code = []
         for l in lines[a:b]:
-            x = re.match(r"\s+/\*([0-9a-f]{4})\*/\s+(.*?)\s*;", l)
+            x = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", l)
             if x:
                 code.append((int(x.group(1), 16), x.group(2)))
         for addr, text in code:
