@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# One GPU-machine session: build, test, sanitize, benchmark. Used with the
-# device tool; every result lands in $OUT (or ./gpu_out). Steps: any of
-#   build test sanitize mma-probe bench bench-quick sdpa sdpa-quick ptxas sass ncu
+# One GPU-machine session, step by step: build, test, sanitize, benchmark.
+# Used with the device tool; every result lands in $OUT (or ./gpu_out).
+# (bench/gpu_campaign.sh runs the checks and comparisons in one call of
+# ~9 min from binaries built beforehand; this script keeps Nsight Compute
+# and the single steps.) Steps: any of
+#   build test sanitize selftest mma-probe bench bench-quick sdpa sdpa-quick ptxas sass ncu
 # ncu profiles the library's attention kernel at each shape of NCU_SHAPES
 # (B,G,GQA,S,T); in bench_gpu --shape it launches as: fp16 x 29 (B = 0, not
 # matched), 1 split x 29, fused x 29 (1 validation + 3 warm-up + 25 timed),
@@ -15,14 +18,15 @@ for step in "$@"; do
   case $step in
     build)
       log "build (sm_90)"; t0=$SECONDS
-      make -s -j4 build/test_gpu build/bench_gpu build/mma_probe NVFLAGS="-O3 -std=c++17 -arch=sm_90" > "$OUT/build.log" 2>&1
+      make -s -j4 build/test_gpu build/bench_gpu build/mma_probe build/mma_selftest NVFLAGS="-O3 -std=c++17 -arch=sm_90" > "$OUT/build.log" 2>&1
       echo "rc=$? build: $((SECONDS - t0)) s"; tail -3 "$OUT/build.log" ;;
+    selftest) log "mma_selftest: which MMA model the tensor cores match"; timeout 60 build/mma_selftest > "$OUT/mma_selftest.log" 2>&1; echo "rc=$?"; cat "$OUT/mma_selftest.log" ;;
     mma-probe) log "mma_probe: the tensor-core step alone"; timeout 200 build/mma_probe > "$OUT/mma_probe.log" 2>&1; echo "rc=$?"; cat "$OUT/mma_probe.log" ;;
     test) log "test_gpu"; timeout 240 build/test_gpu > "$OUT/test_gpu.log" 2>&1; echo "rc=$?"; tail -4 "$OUT/test_gpu.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         log "compute-sanitizer $tool (KVQ_TEST_QUICK)"
-        KVQ_TEST_QUICK=1 timeout ${SAN_T:-200} compute-sanitizer --tool $tool --error-exitcode 9 build/test_gpu > "$OUT/sanitize_$tool.log" 2>&1
+        KVQ_TEST_QUICK=1 timeout "${SAN_T:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 build/test_gpu > "$OUT/sanitize_$tool.log" 2>&1
         echo "rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
       done ;;
     bench) log "bench_gpu"; timeout 400 build/bench_gpu --csv "$OUT" > "$OUT/bench_gpu.log" 2>&1; echo "rc=$?"; cat "$OUT/bench_gpu.log" ;;
@@ -48,7 +52,7 @@ for step in "$@"; do
       # quantize: the fixed-shape kernel (G = 32) and the generic one
       # (G = 128 rows), each past its validation calls and warm-up
       for kq in "0 0" "2 32"; do
-        set -- $kq; tag=$1_$2
+        read -r ka kb <<< "$kq"; set -- "$ka" "$kb"; tag=$1_$2
         log "ncu quantize kernel<$kq>"
         timeout 300 ncu --clock-control none --kernel-name-base demangled \
           --kernel-name "regex:kvq_quantize_kernel<\\(int\\)$1, \\(int\\)$2>" --launch-skip 4 --launch-count 1 \
