@@ -1991,7 +1991,7 @@ __device__ __forceinline__ void kvq_mma_16816(float (&c)[4], const uint32_t *a, 
                                               uint32_t b1)
 {
 #ifdef KVQ_EMU
-    kvq_emu::mma_m16n8k16(__FILE__, __LINE__, c, a, b0, b1);
+    kvq_emu::mma_m16n8k16(KVQ_EMU_SITE, c, a, b0, b1);
 #else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"

@@ -132,6 +132,7 @@ struct thread_t {
     unsigned mask = 0;
     const char *file = nullptr;
     int line = 0;
+    const char *func = "";
     uint64_t value = 0;             /* shuffle: sent, then received         */
     int arg = 0, width = 32, xor_mode = 0;
     mma_lane mma;
@@ -386,6 +387,23 @@ static void run_block(block_t &b)
 /* ======================================================================== */
 /* 4. exchanges                                                             */
 /* ======================================================================== */
+/* "void kvq_dev_transpose<N, ...>::run(float (&)[N], int) [with ...]" ->
+   "kvq_dev_transpose::run": the qualified name, without return type,
+   template arguments or parameters.                                     */
+static std::string short_name(const char *pretty)
+{
+    std::string name;
+    int depth = 0;
+    for (const char *p = pretty; *p; p++) {
+        if (*p == '<') depth++;
+        else if (*p == '>') depth--;
+        else if (depth == 0 && *p == '(') break;
+        else if (depth == 0 && *p == ' ') name.clear();   /* past the return type */
+        else if (depth == 0) name += *p;
+    }
+    return name;
+}
+
 static bool tracing(const thread_t &t)
 {
     return g_trace_block >= 0 && (size_t)g_trace_block == g_block_serial &&
@@ -462,8 +480,8 @@ static void complete_warp(thread_t *T, unsigned mask, int kind)
     }
     if (tracing(T[__builtin_ctz(mask)])) {
         const thread_t &t = T[__builtin_ctz(mask)];
-        printf("[emu] block %zu warp %u %s at %s:%d mask %08x", g_block_serial, t.warp,
-               ex_name[kind], base_name(t.file), t.line, mask);   /* after the exchange */
+        printf("[emu] block %zu warp %u %s in %s, mask %08x", g_block_serial, t.warp,
+               ex_name[kind], short_name(t.func).c_str(), mask);   /* after the exchange */
         if (kind == EX_SHFL) {          /* what lanes 0-3 received, as floats */
             printf(" %s %d, lanes 0-3 get", t.xor_mode ? "xor" : "src", t.arg);
             for (int l = 0; l < 4; l++)
@@ -526,8 +544,8 @@ static void try_barrier(void)
     }
     if (!first) return;
     if (g_trace_block >= 0 && (size_t)g_trace_block == g_block_serial)
-        printf("[emu] block %zu __syncthreads at %s:%d (all %u threads)\n", g_block_serial,
-               base_name(first->file), first->line, g_block->n_threads);
+        printf("[emu] block %zu __syncthreads in %s (all %u threads)\n", g_block_serial,
+               short_name(first->func).c_str(), g_block->n_threads);
     for (unsigned i = 0; i < g_block->n_threads; i++)
         if (T[i].state == WAITING) T[i].state = RUNNING;
     g_block->barriers++;
@@ -539,12 +557,15 @@ static thread_t *self(const char *what)
     return g_cur;
 }
 
-static void arrive(thread_t *t, int kind, const char *file, int line, unsigned mask)
+static void arrive(thread_t *t, int kind, const site_t &at, unsigned mask)
 {
+    const char *file = at.file;
+    const int line = at.line;
     t->state = WAITING;
     t->kind = kind;
     t->file = file;
     t->line = line;
+    t->func = at.func;
     t->mask = mask;
     if (kind == EX_BARRIER) {
         /* a warp-mate waiting in an exchange that names this thread can
@@ -562,37 +583,36 @@ static void arrive(thread_t *t, int kind, const char *file, int line, unsigned m
     while (t->state == WAITING) yield_to_scheduler(t, false);
 }
 
-void syncthreads(const char *file, int line)
+void syncthreads(const site_t &at)
 {
-    arrive(self("__syncthreads"), EX_BARRIER, file, line, 0);
+    arrive(self("__syncthreads"), EX_BARRIER, at, 0);
 }
-void syncwarp(const char *file, int line, unsigned mask)
+void syncwarp(const site_t &at, unsigned mask)
 {
-    arrive(self("__syncwarp"), EX_SYNCWARP, file, line, mask);
+    arrive(self("__syncwarp"), EX_SYNCWARP, at, mask);
 }
-uint64_t shfl(const char *file, int line, unsigned mask, uint64_t value, int lane_arg, int width,
+uint64_t shfl(const site_t &at, unsigned mask, uint64_t value, int lane_arg, int width,
               int xor_mode)
 {
     thread_t *t = self("__shfl_sync");
     if (width < 1 || width > 32 || (width & (width - 1)))
         fail("%s: shuffle width %d at %s:%d (a power of two up to 32)", where(*t).c_str(), width,
-             base_name(file), line);
+             base_name(at.file), at.line);
     t->value = value;
     t->arg = lane_arg;
     t->width = width;
     t->xor_mode = xor_mode;
-    arrive(t, EX_SHFL, file, line, mask);
+    arrive(t, EX_SHFL, at, mask);
     return t->value;
 }
-void mma_m16n8k16(const char *file, int line, float (&c)[4], const uint32_t *a, uint32_t b0,
-                  uint32_t b1)
+void mma_m16n8k16(const site_t &at, float (&c)[4], const uint32_t *a, uint32_t b0, uint32_t b1)
 {
     thread_t *t = self("mma.sync");
     t->mma.c = c;
     for (int i = 0; i < 4; i++) t->mma.a[i] = a[i];
     t->mma.b[0] = b0;
     t->mma.b[1] = b1;
-    arrive(t, EX_MMA, file, line, 0xffffffffu);    /* .aligned: the whole warp */
+    arrive(t, EX_MMA, at, 0xffffffffu);    /* .aligned: the whole warp */
 }
 
 static void thread_finished(thread_t *t)

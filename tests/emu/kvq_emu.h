@@ -51,8 +51,9 @@
      KVQ_EMU_MMA=exact|trunc        the accumulation model (default exact)
      KVQ_EMU_SUBNORMAL=keep|flush   fp16 subnormal MMA inputs
      KVQ_EMU_SMS=n        multiprocessors reported (default 132, an H100's)
-     KVQ_EMU_TRACE=b,w    print each exchange warp w of block b makes
-                          (site, lanes, values): a reader's window on a warp
+     KVQ_EMU_TRACE=b,w    print each exchange warp w of block b makes (the
+                          function, the lanes, what lanes 0-3 received):
+                          a reader's window on a warp
 
    RACE CHECK. Compile the kernels' translation unit with
    -fsanitize=thread and link WITHOUT the TSan runtime: the compiler's
@@ -229,12 +230,15 @@ static constexpr int warpSize = 32;
 
 /* ---- exchanges: each call carries its site --------------------------------- */
 namespace kvq_emu {
-void syncthreads(const char *file, int line);
-void syncwarp(const char *file, int line, unsigned mask);
-uint64_t shfl(const char *file, int line, unsigned mask, uint64_t value, int lane_arg,
-              int width, int xor_mode);
-void mma_m16n8k16(const char *file, int line, float (&c)[4], const uint32_t *a, uint32_t b0,
-                  uint32_t b1);
+/* Where an exchange is called: lanes must meet at the same file:line;
+   func (__PRETTY_FUNCTION__) names it in traces, which stay readable when
+   line numbers move.                                                     */
+struct site_t { const char *file; int line; const char *func; };
+void syncthreads(const site_t &at);
+void syncwarp(const site_t &at, unsigned mask);
+uint64_t shfl(const site_t &at, unsigned mask, uint64_t value, int lane_arg, int width,
+              int xor_mode);
+void mma_m16n8k16(const site_t &at, float (&c)[4], const uint32_t *a, uint32_t b0, uint32_t b1);
 void cp_async(const char *file, int line, void *smem, const void *gmem, int bytes);
 void cp_async_commit(void);
 void cp_async_wait(const char *file, int line, int newest_left);
@@ -242,11 +246,9 @@ void *shared_static(const void *tag, size_t bytes, size_t align, const char *nam
                     const char *file, int line);
 void *shared_dynamic(const char *name, const char *file, int line);
 
-struct site {                           /* __syncthreads() -> site(...).syncthreads() */
-    const char *file;
-    int line;
-    void syncthreads() const { kvq_emu::syncthreads(file, line); }
-    void syncwarp(unsigned mask = 0xffffffffu) const { kvq_emu::syncwarp(file, line, mask); }
+struct site : site_t {                  /* __syncthreads() -> site(...).syncthreads() */
+    void syncthreads() const { kvq_emu::syncthreads(*this); }
+    void syncwarp(unsigned mask = 0xffffffffu) const { kvq_emu::syncwarp(*this, mask); }
     template <class T> T shfl(unsigned mask, T v, int src, int width = 32) const
     { return exchange(mask, v, src, width, 0); }
     template <class T> T shfl_xor(unsigned mask, T v, int lane_mask, int width = 32) const
@@ -256,7 +258,7 @@ struct site {                           /* __syncthreads() -> site(...).syncthre
         static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
         uint64_t bits = 0;
         memcpy(&bits, &v, sizeof v);
-        bits = kvq_emu::shfl(file, line, mask, bits, arg, width, xor_mode);
+        bits = kvq_emu::shfl(*this, mask, bits, arg, width, xor_mode);
         memcpy(&v, &bits, sizeof v);
         return v;
     }
@@ -316,10 +318,11 @@ void mma_reference(const unsigned short *A, const unsigned short *B, const float
 bool race_checking(void);
 }   /* namespace kvq_emu */
 
-#define __syncthreads kvq_emu::site{ __FILE__, __LINE__ }.syncthreads
-#define __syncwarp kvq_emu::site{ __FILE__, __LINE__ }.syncwarp
-#define __shfl_sync kvq_emu::site{ __FILE__, __LINE__ }.shfl
-#define __shfl_xor_sync kvq_emu::site{ __FILE__, __LINE__ }.shfl_xor
+#define KVQ_EMU_SITE kvq_emu::site{ { __FILE__, __LINE__, __PRETTY_FUNCTION__ } }
+#define __syncthreads KVQ_EMU_SITE.syncthreads
+#define __syncwarp KVQ_EMU_SITE.syncwarp
+#define __shfl_sync KVQ_EMU_SITE.shfl
+#define __shfl_xor_sync KVQ_EMU_SITE.shfl_xor
 
 /* The hooks kvq_cuda.cu leaves for an emulator (each is the plain CUDA form
    when not defined): a launch, a static and a dynamic shared array.       */

@@ -95,8 +95,8 @@ mutant shared-race race 'race on shared memory .q_bad' \
 # the tensor-core kernel (Sec. 8):
 # 8. a lane reads its neighbour's fragment-order key words
 mutant mma-fragment-index plain 'mma.*rows over tolerance' \
-    'const uint32_t *w = kw + ((size_t)row_tile * 32 + lane) * S::KPL;' \
-    'const uint32_t *w = kw + ((size_t)row_tile * 32 + (lane ^ 1)) * S::KPL;'
+    'const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;' \
+    'const uint32_t *w = kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL;'
 # 9. the keys' power-of-two exponent off by one
 mutant mma-exponent plain 'mma.*rows over tolerance' \
     'kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
