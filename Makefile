@@ -276,7 +276,7 @@ gpu-campaign-build:
 # tensor-core path's SASS instructions per KB of codes, page work included,
 # against issue 27's target (printed PASS/FAIL, never a failure). The SASS
 # needs nvdisasm: bench/sass_tools.sh fetches it (and cuobjdump) from PyPI
-# when missing. About 3 min on 2 cores (make -j2 cuda-gates: four nvcc runs).
+# when missing. About 3-5 min on 2 cores (make -j2 cuda-gates: four nvcc runs).
 GATES      := $(B)/gates
 # -lineinfo: nvdisasm -gi then names the source line of each instruction
 # (the SASS and ptxas's counts are the same without it)
@@ -285,7 +285,8 @@ GATE_FILES := $(GATES)/ptxas.sm_80.log $(GATES)/ptxas.sm_90.log \
               $(GATES)/mma_probe.sm_90.cubin $(GATES)/sass_probe.sm_90.cubin
 $(GATES)/ptxas.sm_%.log: kvq_cuda.cu kvq.h
 	@mkdir -p $(@D)
-	$(NVCC) $(GATE_FLAGS) -arch=sm_$* -Xptxas -v -cubin -o $(GATES)/kvq_cuda.sm_$*.cubin kvq_cuda.cu 2> $@.part \
+	@echo "$(NVCC) $(GATE_FLAGS) -arch=sm_$* -Xptxas -v -cubin kvq_cuda.cu (ptxas's report: $@)"
+	@$(NVCC) $(GATE_FLAGS) -arch=sm_$* -Xptxas -v -cubin -o $(GATES)/kvq_cuda.sm_$*.cubin kvq_cuda.cu 2> $@.part \
 	  || { cat $@.part; rm -f $@.part; exit 1; }
 	@mv $@.part $@
 $(GATES)/%.sm_90.cubin: bench/%.cu kvq_cuda.cu kvq.h
