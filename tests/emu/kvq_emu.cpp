@@ -168,8 +168,7 @@ static int g_trace_block = -1, g_trace_warp = -1;
 static size_t g_block_serial = 0;
 static mma_model g_mma = MMA_EXACT;
 static bool g_keep_subnormals = true;
-static void race_begin_block(void);
-static void race_end_block(void);
+static void race_reset(void);
 
 static void read_options(void)
 {
@@ -838,8 +837,7 @@ static void race_landed(thread_t *t, const void *p, size_t bytes)
         sh[i].in_flight = false;
     }
 }
-static void race_begin_block(void) { g_shadow.clear(); }
-static void race_end_block(void) { g_shadow.clear(); }
+static void race_reset(void) { g_shadow.clear(); }     /* a block's shadow goes with it */
 
 }   /* namespace kvq_emu */
 
@@ -942,9 +940,9 @@ void launch(const launch_desc &d)
         blk.shared.push_back({ &blk, blk.dynamic, d.dyn_smem, "extern __shared__" });
         g_block = &blk;
         g_block_serial = i;
-        race_begin_block();
+        race_reset();
         run_block(blk);
-        race_end_block();
+        race_reset();
         for (shared_array &a : blk.shared) free(a.p);
         g_block = nullptr;
     }
