@@ -1926,19 +1926,29 @@ KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
     return 15 - ex;
 }
 
-/* A lane's two B registers for one k-tile: column kvq_mma_b_col(lane) is
-   head j = col / 2's hi (even column) or lo (odd), rows kvq_mma_b_row;
-   head j's weight of tile row r is w[r * stride], its exponent e.        */
+/* What lane puts in B for weight w: column kvq_mma_b_col(lane) holds a
+   head's hi (even column) or its lo (odd; zero when hilo is 0).          */
+KVQ_MMA_FN kvq_f16 kvq_mma_b_half(float w, int e, int lane, int hilo)
+{
+    kvq_f16 hi, lo;
+    kvq_mma_split(w, e, &hi, &lo);
+    return kvq_mma_b_col(lane) % 2 ? (hilo ? lo : (kvq_f16)0) : hi;
+}
+/* B elements 0..3 of a lane as its two registers (element 2r low, 2r + 1
+   high).                                                                 */
+KVQ_MMA_FN void kvq_mma_b_pack(const kvq_f16 h[4], uint32_t b[2])
+{
+    b[0] = (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+    b[1] = (uint32_t)h[2] | ((uint32_t)h[3] << 16);
+}
+/* A lane's two B registers for one k-tile: rows kvq_mma_b_row, head j =
+   kvq_mma_b_col(lane) / 2, whose weight of tile row r is w[r * stride]
+   and exponent e.                                                        */
 KVQ_MMA_FN void kvq_mma_b_regs(int lane, const float *w, size_t stride, int e, uint32_t b[2])
 {
     kvq_f16 h[4];
-    for (int i = 0; i < 4; i++) {
-        kvq_f16 hi, lo;
-        kvq_mma_split(w[(size_t)kvq_mma_b_row(lane, i) * stride], e, &hi, &lo);
-        h[i] = kvq_mma_b_col(lane) % 2 ? lo : hi;
-    }
-    b[0] = (uint32_t)h[0] | ((uint32_t)h[1] << 16);
-    b[1] = (uint32_t)h[2] | ((uint32_t)h[3] << 16);
+    for (int i = 0; i < 4; i++) h[i] = kvq_mma_b_half(w[(size_t)kvq_mma_b_row(lane, i) * stride], e, lane, 1);
+    kvq_mma_b_pack(h, b);
 }
 
 /* The device side of a step: a fragment word's A registers, one LOP3
@@ -2170,13 +2180,8 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
         for (int kt = 0; kt < S::KT; kt++) {
             kvq_f16 h16[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                kvq_f16 hi, lo;
-                kvq_mma_split(w[kt][i], e, &hi, &lo);
-                h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
-            }
-            kb.b[q][kt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
-            kb.b[q][kt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
+            for (int i = 0; i < 4; i++) h16[i] = kvq_mma_b_half(w[kt][i], e, lane, HILO);
+            kvq_mma_b_pack(h16, kb.b[q][kt]);
         }
         /* head tig's exponent and zero term live in lane 8 tig (gid 2 tig) */
         kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));
@@ -2282,11 +2287,11 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
     }
     /* ---- values: one value group at a time ------------------------------
        A 16-channel tile lies in one group g (Gv % 16 == 0). For each new
-       g: its exponent (lane l reads token l's scale: the chunk's max), the
-       B registers of both token tiles, and the zero term of the chunk,
-       sum_t p_t b_tg for head tig, reduced over gid and added to every
-       channel of the group.                                              */
-    const kvq_sz *vsz = vszc;
+       g, lane l reads token l's (a, b) once; from it: the exponent (the
+       chunk's max a), the zero term of the chunk, sum_t p_t b_tg for head
+       tig (reduced over gid and added to every channel of the group), and
+       the B registers of both token tiles, each token's a and b fetched by
+       a shuffle from the lane that read it.                              */
     int cur = -1;
     float inv = 1.0f, zterm[NQ] = {};
     uint32_t bv[NQ][2][2] = {};
@@ -2295,11 +2300,12 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
         const int g = 16 * mt / Gv;               /* warp-uniform            */
         if (g != cur) {
             cur = g;
-            float a, b;
-            kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
+            float a_own, b_own;                   /* token lane's scale, zero */
+            kvq_dev_affine(vszc[lane * n_groups + g], mode, &a_own, &b_own);
+            float amax = a_own;
 #pragma unroll
-            for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
-            const int e = kvq_mma_exponent(a);
+            for (int k = 1; k < 32; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
+            const int e = kvq_mma_exponent(amax);
             inv = ldexpf(1.0f, -e);
 #pragma unroll
             for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
@@ -2307,8 +2313,7 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
             for (int rt = 0; rt < 2; rt++) {
 #pragma unroll
                 for (int half = 0; half < 2; half++) {      /* zero terms      */
-                    float at, bt;
-                    kvq_dev_affine(vsz[(16 * rt + gid + 8 * half) * n_groups + g], mode, &at, &bt);
+                    const float bt = __shfl_sync(0xffffffffu, b_own, 16 * rt + gid + 8 * half);
 #pragma unroll
                     for (int q = 0; q < NQ; q++) zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
                 }
@@ -2321,23 +2326,19 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                     kvq_mma_score_source(lane, i, &src, &half);
 #pragma unroll
                     for (int q = 0; q < NQ; q++) pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);
-                    float bt;
-                    kvq_dev_affine(vsz[(16 * rt + kvq_mma_b_row(lane, i)) * n_groups + g], mode, &av[i], &bt);
+                    av[i] = __shfl_sync(0xffffffffu, a_own, 16 * rt + kvq_mma_b_row(lane, i));
                 }
 #pragma unroll
                 for (int q = 0; q < NQ; q++) {
                     kvq_f16 h16[4];
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        kvq_f16 hi, lo;
                         const float x = pv[q][i] * av[i];
-                        kvq_mma_split(SUB && kvq_mma_b_row(lane, i) >= 8
-                                          ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
-                                      e, &hi, &lo);
-                        h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
+                        h16[i] = kvq_mma_b_half(SUB && kvq_mma_b_row(lane, i) >= 8
+                                                    ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
+                                                e, lane, HILO);
                     }
-                    bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
-                    bv[q][rt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
+                    kvq_mma_b_pack(h16, bv[q][rt]);
                 }
             }
 #pragma unroll
@@ -2408,26 +2409,31 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     typedef kvq_mma_chunk_src<D, B, NQ> C;
     const int vsz_bytes = KVQ_MMA_CHUNK * (D / pool.value_group) * (int)sizeof(kvq_sz);
     kvq_mma_keyb<D, B, NQ> kb;
+    auto page_of = [&](uint32_t j) { return first + warp + (j / cpp) * KVQ_MMA_WARPS; };
+    /* chunk j from its three parts (global memory, or a stage)           */
+    auto step = [&](uint32_t j, const uint32_t *kwc, const uint32_t *vwc, const kvq_sz *vszc) {
+        const uint32_t pi = page_of(j);
+        const int chunk = (int)(j % cpp);
+        if (chunk == 0)                       /* a new page: its key weights */
+            kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
+                                                   pool.zero_mode, lane, kb);
+        kvq_mma_chunk<D, B, NQ, HILO, SUB>(kwc, vwc, vszc, pool.value_group, pool.zero_mode, s,
+                                           pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
+    };
     if constexpr (STAGES == 1) {
         for (uint32_t j = 0; j < n_items; j++) {
-            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
+            const size_t page = (size_t)s->pages[page_of(j)];
             const int chunk = (int)(j % cpp);
-            const size_t page = (size_t)s->pages[pi];
-            if (chunk == 0)
-                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
-            kvq_mma_chunk<D, B, NQ, HILO, SUB>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
-                                          C::scales(pool, page, chunk), pool.value_group,
-                                          pool.zero_mode, s, pi * G + chunk * KVQ_MMA_CHUNK, kb,
-                                          st, lane);
+            step(j, C::keys(pool, page, chunk), C::values(pool, page, chunk),
+                 C::scales(pool, page, chunk));
         }
     } else {
         KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_mma_stage);
         unsigned char *mine = kvq_mma_stage + (size_t)warp * STAGES * stage_bytes;
         auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
             if (j < n_items) {
-                const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
+                const size_t page = (size_t)s->pages[page_of(j)];
                 const int chunk = (int)(j % cpp);
-                const size_t page = (size_t)s->pages[pi];
                 unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
                 kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
                 kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
@@ -2442,17 +2448,9 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
             issue(j + STAGES - 1);
             kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
             __syncwarp();
-            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
-            const int chunk = (int)(j % cpp);
-            if (chunk == 0)
-                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
-                                                       pool.zero_mode, lane, kb);
             const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-            kvq_mma_chunk<D, B, NQ, HILO, SUB>((const uint32_t *)buf,
-                                          (const uint32_t *)(buf + C::KWORDS * 4),
-                                          (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
-                                          pool.value_group, pool.zero_mode, s,
-                                          pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
+            step(j, (const uint32_t *)buf, (const uint32_t *)(buf + C::KWORDS * 4),
+                 (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4));
             __syncwarp();                      /* its stage may now refill    */
         }
         kvq_dev_cp_wait<0>();
@@ -2593,8 +2591,11 @@ static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages, int sub
    pages per warp. Returns false for a shape without a kernel.           */
 struct kvq_cuda__mma_plan {
     kvq_cuda__mma_fn fn;
-    size_t smem;
-    int chunk_bytes, nq, n_hchunks, splits;
+    size_t smem;                 /* the kernel's dynamic shared memory      */
+    cudaError_t smem_set;        /* setting it as the kernel's limit        */
+    int chunk_bytes, nq, n_hchunks;
+    int splits, splits_rest;     /* v5's splits, then Sec. 4's for the rest */
+    size_t work_floats;          /* kvq_cuda_attend_mma_workspace's answer  */
 };
 static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int variant,
                                size_t n_streams, int group, size_t max_tokens,
@@ -2615,8 +2616,9 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
                      KVQ_MMA_CHUNK * (D / value_group) * (int)sizeof(kvq_sz);
     p->smem = stages == 1 ? 0 : (size_t)KVQ_MMA_WARPS * stages * p->chunk_bytes;
     int per_sm = 0;
-    if (cudaFuncSetAttribute((const void *)p->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)p->smem) != cudaSuccess ||
+    p->smem_set = cudaFuncSetAttribute((const void *)p->fn,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem);
+    if (p->smem_set != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->fn, KVQ_MMA_WARPS * 32, p->smem) !=
             cudaSuccess || per_sm <= 0)
         per_sm = 2;                      /* sizes the grid only            */
@@ -2628,6 +2630,9 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
     if (splits < 1) splits = 1;
     if (splits > KVQ_CUDA_MAX_SPLITS) splits = KVQ_CUDA_MAX_SPLITS;
     p->splits = (int)splits;
+    /* the rest of a stream: at most a page, its tails and a window        */
+    kvq_cuda_attend_workspace(n_streams, n_rep, D, group, 2 * (size_t)group + 64, &p->splits_rest);
+    p->work_floats = n_streams * (size_t)n_rep * (size_t)(p->splits + p->splits_rest) * (size_t)(D + 2);
     return true;
 }
 
@@ -2643,11 +2648,9 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
     if (n_rep <= 0 || !kvq_cuda__plan_mma(head_dim, bits, value_group, n_rep, variant, n_streams,
                                           group, max_tokens, &p))
         return 0;
-    int s3 = 0;    /* the rest: at most a page, its tails and a window each */
-    kvq_cuda_attend_workspace(n_streams, n_rep, head_dim, group, 2 * (size_t)group + 64, &s3);
     if (n_splits_mma) *n_splits_mma = p.splits;
-    if (n_splits_rest) *n_splits_rest = s3;
-    return n_streams * (size_t)n_rep * (size_t)(p.splits + s3) * (size_t)(head_dim + 2);
+    if (n_splits_rest) *n_splits_rest = p.splits_rest;
+    return p.work_floats;
 }
 
 /* Decode attention with the sealed pages on the tensor cores (v5) and the
@@ -2689,23 +2692,20 @@ extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_d
         return kvq_cuda__bad("kvq_cuda_attend_mma: pool has a NULL array");
     if (pool->zero_mode != KVQ_ZERO_FLOAT && pool->zero_mode != KVQ_ZERO_INT)
         return kvq_cuda__bad("kvq_cuda_attend_mma: zero mode %d unknown", (int)pool->zero_mode);
-    int s5, s3;
-    const size_t need = kvq_cuda_attend_mma_workspace(n_streams, n_rep, D, pool->group, pool->bits,
-                                                      pool->value_group, variant, max_tokens,
-                                                      &s5, &s3);
-    if (work_floats < need)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: workspace of %zu floats, %zu needed", work_floats, need);
-    kvq_cuda__mma_plan plan;
+    kvq_cuda__mma_plan plan;             /* the shape was checked above */
     kvq_cuda__plan_mma(D, pool->bits, pool->value_group, n_rep, variant, n_streams, pool->group,
                        max_tokens, &plan);
+    if (work_floats < plan.work_floats)
+        return kvq_cuda__bad("kvq_cuda_attend_mma: workspace of %zu floats, %zu needed", work_floats,
+                             plan.work_floats);
+    const int s5 = plan.splits, s3 = plan.splits_rest;
     const size_t n_hchunks = (size_t)plan.n_hchunks;
     if (n_streams > (size_t)0x7fffffff / n_hchunks)
         return kvq_cuda__bad("kvq_cuda_attend_mma: %zu streams is too many for one launch", n_streams);
     kvq_cuda__mma_fn f5 = plan.fn;
     const size_t smem5 = plan.smem;
     const int chunk_bytes = plan.chunk_bytes;
-    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)f5, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem5));
+    KVQ_CUDA_CHECK(plan.smem_set);
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     KVQ_CUDA_LAUNCH(f5, dim3((unsigned)(n_streams * n_hchunks), (unsigned)s5), KVQ_MMA_WARPS * 32,
                     smem5, stream)(*pool, d_streams, n_rep, (int)n_hchunks, d_q, d_work, 0, s5 + s3,

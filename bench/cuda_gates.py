@@ -433,6 +433,10 @@ class CFG:
                 out.add(b)
         return out
 
+    def innermost_loops(self):
+        """The loops with no loop inside them."""
+        return [L for L in self.loops if not any(M[1] < L[1] for M in self.loops)]
+
     def inner_loops(self, loop):
         """The loops directly inside `loop` (maximal among those strictly inside)."""
         inside = [L for L in self.loops if L[1] < loop[1]]
@@ -757,7 +761,7 @@ def sass_counts(sass_path, probe_path, core_path, source):
                 continue
             B, D = a
             g = CFG(code)
-            inner = [L for L in g.loops if not any(M[1] < L[1] for M in g.loops)]
+            inner = g.innermost_loops()
             if len(inner) != 1:
                 print(f"{B:2d}: cannot count: {len(inner)} innermost loops")
                 continue
@@ -805,7 +809,7 @@ def cuda_core_counts(path):
             continue
         B, nh = a
         g = CFG(code)
-        inner = [L for L in g.loops if not any(M[1] < L[1] for M in g.loops)]
+        inner = g.innermost_loops()
         if len(inner) != 1:
             continue
         n = sum(g.cost[v] for v in inner[0][1])
