@@ -1926,29 +1926,19 @@ KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
     return 15 - ex;
 }
 
-/* What lane puts in B for weight w: column kvq_mma_b_col(lane) holds a
-   head's hi (even column) or its lo (odd; zero when hilo is 0).          */
-KVQ_MMA_FN kvq_f16 kvq_mma_b_half(float w, int e, int lane, int hilo)
-{
-    kvq_f16 hi, lo;
-    kvq_mma_split(w, e, &hi, &lo);
-    return kvq_mma_b_col(lane) % 2 ? (hilo ? lo : (kvq_f16)0) : hi;
-}
-/* B elements 0..3 of a lane as its two registers (element 2r low, 2r + 1
-   high).                                                                 */
-KVQ_MMA_FN void kvq_mma_b_pack(const kvq_f16 h[4], uint32_t b[2])
-{
-    b[0] = (uint32_t)h[0] | ((uint32_t)h[1] << 16);
-    b[1] = (uint32_t)h[2] | ((uint32_t)h[3] << 16);
-}
-/* A lane's two B registers for one k-tile: rows kvq_mma_b_row, head j =
-   kvq_mma_b_col(lane) / 2, whose weight of tile row r is w[r * stride]
-   and exponent e.                                                        */
+/* A lane's two B registers for one k-tile: column kvq_mma_b_col(lane) is
+   head j = col / 2's hi (even column) or lo (odd), rows kvq_mma_b_row;
+   head j's weight of tile row r is w[r * stride], its exponent e.        */
 KVQ_MMA_FN void kvq_mma_b_regs(int lane, const float *w, size_t stride, int e, uint32_t b[2])
 {
     kvq_f16 h[4];
-    for (int i = 0; i < 4; i++) h[i] = kvq_mma_b_half(w[(size_t)kvq_mma_b_row(lane, i) * stride], e, lane, 1);
-    kvq_mma_b_pack(h, b);
+    for (int i = 0; i < 4; i++) {
+        kvq_f16 hi, lo;
+        kvq_mma_split(w[(size_t)kvq_mma_b_row(lane, i) * stride], e, &hi, &lo);
+        h[i] = kvq_mma_b_col(lane) % 2 ? lo : hi;
+    }
+    b[0] = (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+    b[1] = (uint32_t)h[2] | ((uint32_t)h[3] << 16);
 }
 
 /* The device side of a step: a fragment word's A registers, one LOP3
@@ -2180,8 +2170,13 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
         for (int kt = 0; kt < S::KT; kt++) {
             kvq_f16 h16[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) h16[i] = kvq_mma_b_half(w[kt][i], e, lane, HILO);
-            kvq_mma_b_pack(h16, kb.b[q][kt]);
+            for (int i = 0; i < 4; i++) {
+                kvq_f16 hi, lo;
+                kvq_mma_split(w[kt][i], e, &hi, &lo);
+                h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
+            }
+            kb.b[q][kt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
+            kb.b[q][kt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
         }
         /* head tig's exponent and zero term live in lane 8 tig (gid 2 tig) */
         kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));
@@ -2287,11 +2282,11 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
     }
     /* ---- values: one value group at a time ------------------------------
        A 16-channel tile lies in one group g (Gv % 16 == 0). For each new
-       g, lane l reads token l's (a, b) once; from it: the exponent (the
-       chunk's max a), the zero term of the chunk, sum_t p_t b_tg for head
-       tig (reduced over gid and added to every channel of the group), and
-       the B registers of both token tiles, each token's a and b fetched by
-       a shuffle from the lane that read it.                              */
+       g: its exponent (lane l reads token l's scale: the chunk's max), the
+       B registers of both token tiles, and the zero term of the chunk,
+       sum_t p_t b_tg for head tig, reduced over gid and added to every
+       channel of the group.                                              */
+    const kvq_sz *vsz = vszc;
     int cur = -1;
     float inv = 1.0f, zterm[NQ] = {};
     uint32_t bv[NQ][2][2] = {};
@@ -2300,12 +2295,11 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
         const int g = 16 * mt / Gv;               /* warp-uniform            */
         if (g != cur) {
             cur = g;
-            float a_own, b_own;                   /* token lane's scale, zero */
-            kvq_dev_affine(vszc[lane * n_groups + g], mode, &a_own, &b_own);
-            float amax = a_own;
+            float a, b;
+            kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
 #pragma unroll
-            for (int k = 1; k < 32; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
-            const int e = kvq_mma_exponent(amax);
+            for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
+            const int e = kvq_mma_exponent(a);
             inv = ldexpf(1.0f, -e);
 #pragma unroll
             for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
@@ -2313,7 +2307,8 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
             for (int rt = 0; rt < 2; rt++) {
 #pragma unroll
                 for (int half = 0; half < 2; half++) {      /* zero terms      */
-                    const float bt = __shfl_sync(0xffffffffu, b_own, 16 * rt + gid + 8 * half);
+                    float at, bt;
+                    kvq_dev_affine(vsz[(16 * rt + gid + 8 * half) * n_groups + g], mode, &at, &bt);
 #pragma unroll
                     for (int q = 0; q < NQ; q++) zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
                 }
@@ -2326,19 +2321,23 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                     kvq_mma_score_source(lane, i, &src, &half);
 #pragma unroll
                     for (int q = 0; q < NQ; q++) pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);
-                    av[i] = __shfl_sync(0xffffffffu, a_own, 16 * rt + kvq_mma_b_row(lane, i));
+                    float bt;
+                    kvq_dev_affine(vsz[(16 * rt + kvq_mma_b_row(lane, i)) * n_groups + g], mode, &av[i], &bt);
                 }
 #pragma unroll
                 for (int q = 0; q < NQ; q++) {
                     kvq_f16 h16[4];
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
+                        kvq_f16 hi, lo;
                         const float x = pv[q][i] * av[i];
-                        h16[i] = kvq_mma_b_half(SUB && kvq_mma_b_row(lane, i) >= 8
-                                                    ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
-                                                e, lane, HILO);
+                        kvq_mma_split(SUB && kvq_mma_b_row(lane, i) >= 8
+                                          ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
+                                      e, &hi, &lo);
+                        h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
                     }
-                    kvq_mma_b_pack(h16, bv[q][rt]);
+                    bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
+                    bv[q][rt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
                 }
             }
 #pragma unroll
@@ -2409,31 +2408,26 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     typedef kvq_mma_chunk_src<D, B, NQ> C;
     const int vsz_bytes = KVQ_MMA_CHUNK * (D / pool.value_group) * (int)sizeof(kvq_sz);
     kvq_mma_keyb<D, B, NQ> kb;
-    auto page_of = [&](uint32_t j) { return first + warp + (j / cpp) * KVQ_MMA_WARPS; };
-    /* chunk j from its three parts (global memory, or a stage)           */
-    auto step = [&](uint32_t j, const uint32_t *kwc, const uint32_t *vwc, const kvq_sz *vszc) {
-        const uint32_t pi = page_of(j);
-        const int chunk = (int)(j % cpp);
-        if (chunk == 0)                       /* a new page: its key weights */
-            kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
-                                                   pool.zero_mode, lane, kb);
-        kvq_mma_chunk<D, B, NQ, HILO, SUB>(kwc, vwc, vszc, pool.value_group, pool.zero_mode, s,
-                                           pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
-    };
     if constexpr (STAGES == 1) {
         for (uint32_t j = 0; j < n_items; j++) {
-            const size_t page = (size_t)s->pages[page_of(j)];
+            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
             const int chunk = (int)(j % cpp);
-            step(j, C::keys(pool, page, chunk), C::values(pool, page, chunk),
-                 C::scales(pool, page, chunk));
+            const size_t page = (size_t)s->pages[pi];
+            if (chunk == 0)
+                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
+            kvq_mma_chunk<D, B, NQ, HILO, SUB>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
+                                          C::scales(pool, page, chunk), pool.value_group,
+                                          pool.zero_mode, s, pi * G + chunk * KVQ_MMA_CHUNK, kb,
+                                          st, lane);
         }
     } else {
         KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_mma_stage);
         unsigned char *mine = kvq_mma_stage + (size_t)warp * STAGES * stage_bytes;
         auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
             if (j < n_items) {
-                const size_t page = (size_t)s->pages[page_of(j)];
+                const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
                 const int chunk = (int)(j % cpp);
+                const size_t page = (size_t)s->pages[pi];
                 unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
                 kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
                 kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
@@ -2448,9 +2442,17 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
             issue(j + STAGES - 1);
             kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
             __syncwarp();
+            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
+            const int chunk = (int)(j % cpp);
+            if (chunk == 0)
+                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
+                                                       pool.zero_mode, lane, kb);
             const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-            step(j, (const uint32_t *)buf, (const uint32_t *)(buf + C::KWORDS * 4),
-                 (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4));
+            kvq_mma_chunk<D, B, NQ, HILO, SUB>((const uint32_t *)buf,
+                                          (const uint32_t *)(buf + C::KWORDS * 4),
+                                          (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
+                                          pool.value_group, pool.zero_mode, s,
+                                          pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
             __syncwarp();                      /* its stage may now refill    */
         }
         kvq_dev_cp_wait<0>();
