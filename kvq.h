@@ -67,7 +67,7 @@
               tests/test_status.c checks it both ways; fixes: a CUSTOM cache
               with one side never quantized overran its window on prefill;
               CUSTOM refuses schedule POLICY; calls on a zeroed or freed cache
-              return KVQ_ERR_STATE; |q| > KVQ_MAX_ABS_INPUT is KVQ_ERR_RANGE;
+              return KVQ__NO(KVQ_ERR_STATE); |q| > KVQ_MAX_ABS_INPUT is KVQ_ERR_RANGE;
               dequantize refuses Inf/NaN stored parameters; kvq_pages_init
               refuses a block size whose sequence tables would overflow
        0.3.0  fast CPU paths with unchanged codes: ONLINE attention walks the
@@ -125,8 +125,18 @@ extern "C" {
 /* Every public function that can fail returns one of these. On failure it
    writes nothing to its outputs and leaves any cache, pool or sequence
    exactly as it was (a failed allocation may leave a buffer larger, never
-   different). kvq_status_str() gives a readable sentence; a cache (and a
-   page pool) also keeps a detailed reason for its last failure in ->why.
+   different).
+
+   ONE WAY TO FAIL: the status says what kind of failure; kvq_why() says
+   why, in one readable line naming the function and the offending value.
+   kvq_why() is the reason of the most recent failing kvq call on the
+   calling thread: every failure sets it, a success leaves it unchanged
+   (so it may describe an older failure; read it only after a status that
+   is not KVQ_OK). It is thread-local (C11 _Thread_local, C++ thread_local,
+   GCC/clang __thread under C99, MSVC __declspec(thread); elsewhere one
+   buffer shared by all threads) and "" before any failure. kvq_cuda.cu
+   keeps the same rule for its calls with kvq_cuda_why().
+   kvq_status_str() gives the status's general sentence.
    Arguments are checked in a fixed order: pointers, then sizes and bits,
    then capacity and overflow, then the contents of the inputs; so a call
    with several faults returns the first in that order.
@@ -158,6 +168,8 @@ typedef enum kvq_status {
 } kvq_status;
 
 KVQ_API const char *kvq_status_str(kvq_status s);
+/* The reason of the calling thread's most recent failure ("" if none).     */
+KVQ_API const char *kvq_why(void);
 
 /* ======================================================================== */
 /* 3. fp16                                                                  */
@@ -359,9 +371,8 @@ KVQ_API kvq_config kvq_config_logquant(size_t head_dim, int bits, size_t W);
    KIVI cache with residual R (LogQuant Sec. 3.1).                           */
 KVQ_API size_t kvq_logquant_window_for(size_t R);
 
-/* Checks a config; on failure writes a reason into why (may be NULL).       */
-KVQ_API kvq_status kvq_config_validate(const kvq_config *cfg, char *why,
-                                       size_t why_len);
+/* Checks a config (kvq_why() says what is wrong).                          */
+KVQ_API kvq_status kvq_config_validate(const kvq_config *cfg);
 
 /* The full-precision row regions of a side.                               */
 #define KVQ_ROWS_WINDOW   0   /* recent window / residual / LogQuant's set A */
@@ -416,7 +427,8 @@ typedef struct kvq_cache {
     size_t     ott_stopped_at; /* n_pos when tracing stopped (0 = never)     */
     size_t     ott_rounds;     /* competitions held                          */
     size_t     n_evicted;      /* positions removed by kvq_cache_evict       */
-    char       why[160];   /* reason for the last failure                    */
+    char       why[160];   /* deprecated: a copy of kvq_why() after a failing
+                              call that changes this cache; read kvq_why() */
 } kvq_cache;
 
 KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg);
@@ -492,7 +504,7 @@ typedef struct kvq_census {
 KVQ_API kvq_status kvq_cache_census(const kvq_cache *c, kvq_census *out);
 /* Verifies every invariant (each position in exactly one region, loc and
    region positions are inverse maps, the policy's window bounds). KVQ_OK or
-   KVQ_ERR_STATE with the broken invariant in c->why.                        */
+   KVQ_ERR_STATE with the broken invariant in kvq_why().                      */
 KVQ_API kvq_status kvq_cache_check(kvq_cache *c);
 
 /* ======================================================================== */
@@ -588,7 +600,8 @@ typedef struct kvq_pages {
     uint32_t      *refcount;   /* (n_blocks) 0 = free                        */
     uint32_t      *free_list;  /* (n_blocks) stack of free block ids         */
     size_t         n_free;     /* the free-block gauge                       */
-    char           why[160];
+    char           why[160];   /* deprecated: a copy of kvq_why() after a
+                                  failing call on this pool; read kvq_why()  */
 } kvq_pages;
 
 typedef struct kvq_pseq {
@@ -666,7 +679,7 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
                        kvq_pseq_holefill
        a required pointer is NULL (streaming's present mask and every
-       stats/evicted/why output may be NULL)
+       stats/evicted output may be NULL)
    KVQ_ERR_SIZE        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
                        kvq_quantize_matrix kvq_dequantize_matrix
                        kvq_config_validate kvq_cache_init kvq_cache_reserve
@@ -828,6 +841,45 @@ KVQ_API const char *kvq_status_str(kvq_status s)
     }
 }
 
+/* The reason of the calling thread's last failure (Sec. 2, ONE WAY TO FAIL).
+   Every failing path writes it through kvq__say, kvq__fail, kvq__pfail or
+   KVQ__NO; nothing else touches it.                                        */
+#if defined(_MSC_VER)
+#define KVQ__THREAD __declspec(thread)
+#elif defined(__cplusplus) && __cplusplus >= 201103L
+#define KVQ__THREAD thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define KVQ__THREAD _Thread_local
+#elif defined(__GNUC__) || defined(__clang__)
+#define KVQ__THREAD __thread
+#else
+#define KVQ__THREAD          /* no thread-local storage: one shared reason */
+#endif
+static KVQ__THREAD char kvq__why_buf[160];
+
+KVQ_API const char *kvq_why(void) { return kvq__why_buf; }
+
+static void kvq__vsay(const char *fmt, va_list ap)
+{
+    vsnprintf(kvq__why_buf, sizeof kvq__why_buf, fmt, ap);
+}
+
+static void kvq__say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kvq__vsay(fmt, ap);
+    va_end(ap);
+}
+
+/* A failure whose status says it all: "function: the status's sentence".  */
+static kvq_status kvq__no(kvq_status st, const char *fn)
+{
+    kvq__say("%s: %s", fn, kvq_status_str(st));
+    return st;
+}
+#define KVQ__NO(st) kvq__no((st), __func__)
+
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                            */
 /* ------------------------------------------------------------------------ */
@@ -848,7 +900,7 @@ static kvq_status kvq__check_finite(const float *x, size_t n)
 {
     size_t i;
     for (i = 0; i < n; i++)
-        if (!kvq__finite(x[i])) return KVQ_ERR_NONFINITE;
+        if (!kvq__finite(x[i])) return KVQ__NO(KVQ_ERR_NONFINITE);
     return KVQ_OK;
 }
 
@@ -1276,15 +1328,15 @@ static kvq_status kvq__group_params(float mn, float mx, int bits,
 {
     float n_levels = (float)((1u << bits) - 1u);
     float s = kvq__round_f16((mx - mn) / n_levels);
-    if (!kvq__finite(s)) return KVQ_ERR_RANGE;
+    if (!kvq__finite(s)) return KVQ__NO(KVQ_ERR_RANGE);
     if (mode == KVQ_ZERO_FLOAT) {           /* the zero stored is mn itself  */
-        if (!kvq__finite(kvq__round_f16(mn))) return KVQ_ERR_RANGE;
+        if (!kvq__finite(kvq__round_f16(mn))) return KVQ__NO(KVQ_ERR_RANGE);
         out->scale = kvq__f16_store(s);
         out->zero = kvq__f16_store(mn);
         return KVQ_OK;
     }
     if (s == 0.0f) {            /* constant group: c = 1 (mn > 0) or 0 (mn < 0) */
-        if (!kvq__finite(kvq__round_f16(fabsf(mn)))) return KVQ_ERR_RANGE;
+        if (!kvq__finite(kvq__round_f16(fabsf(mn)))) return KVQ__NO(KVQ_ERR_RANGE);
         out->scale = kvq__f16_store(fabsf(mn));
         out->zero = kvq__f16_store(mn < 0.0f ? 1.0f : 0.0f);
         return KVQ_OK;
@@ -1360,13 +1412,13 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
     kvq_sz p;
     kvq_status st;
     size_t i, last;
-    if (!x || !codes || !sz) return KVQ_ERR_NULL;
-    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
-    if (n == 0 || stride == 0) return KVQ_ERR_SIZE;
-    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
+    if (!x || !codes || !sz) return KVQ__NO(KVQ_ERR_NULL);
+    if (!kvq_bits_supported(bits)) return KVQ__NO(KVQ_ERR_BITS);
+    if (n == 0 || stride == 0) return KVQ__NO(KVQ_ERR_SIZE);
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ__NO(KVQ_ERR_CONFIG);
     if (!kvq__mul(n - 1, stride, &last) || !kvq__mul(last, sizeof(float), &last))
-        return KVQ_ERR_OVERFLOW;      /* x[(n-1)*stride] must be addressable */
-    if (kvq__minmax_check(x, n, stride, &mn, &mx)) return KVQ_ERR_NONFINITE;
+        return KVQ__NO(KVQ_ERR_OVERFLOW);      /* x[(n-1)*stride] must be addressable */
+    if (kvq__minmax_check(x, n, stride, &mn, &mx)) return KVQ__NO(KVQ_ERR_NONFINITE);
     st = kvq__group_params(mn, mx, bits, mode, &p);
     if (st != KVQ_OK) return st;
     for (i = 0; i < n; i++) codes[i] = kvq__code(x[i * stride], p, bits, mode);
@@ -1423,11 +1475,11 @@ KVQ_API kvq_status kvq_pack(const uint8_t *codes, size_t n, int bits,
                             uint32_t *words)
 {
     size_t i;
-    if (!codes || !words) return KVQ_ERR_NULL;
-    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
-    if (n == 0) return KVQ_ERR_SIZE;
+    if (!codes || !words) return KVQ__NO(KVQ_ERR_NULL);
+    if (!kvq_bits_supported(bits)) return KVQ__NO(KVQ_ERR_BITS);
+    if (n == 0) return KVQ__NO(KVQ_ERR_SIZE);
     for (i = 0; i < n; i++)       /* a code wider than B bits would corrupt */
-        if (codes[i] >> bits) return KVQ_ERR_RANGE;   /* its neighbours     */
+        if (codes[i] >> bits) return KVQ__NO(KVQ_ERR_RANGE);   /* its neighbours     */
     kvq__pack(codes, n, bits, words);
     return KVQ_OK;
 }
@@ -1436,9 +1488,9 @@ KVQ_API kvq_status kvq_unpack(const uint32_t *words, size_t n, int bits,
                               uint8_t *codes)
 {
     size_t i;
-    if (!codes || !words) return KVQ_ERR_NULL;
-    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
-    if (n == 0) return KVQ_ERR_SIZE;
+    if (!codes || !words) return KVQ__NO(KVQ_ERR_NULL);
+    if (!kvq_bits_supported(bits)) return KVQ__NO(KVQ_ERR_BITS);
+    if (n == 0) return KVQ__NO(KVQ_ERR_SIZE);
     for (i = 0; i < n; i++) codes[i] = kvq__get_code(words, i, bits);
     return KVQ_OK;
 }
@@ -1476,21 +1528,21 @@ KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
                                    size_t G, kvq_axis axis)
 {
     kvq_layout l;
-    if (!L) return KVQ_ERR_NULL;
-    if (!kvq_bits_supported(bits)) return KVQ_ERR_BITS;
-    if (T == 0 || D == 0 || G == 0) return KVQ_ERR_SIZE;
+    if (!L) return KVQ__NO(KVQ_ERR_NULL);
+    if (!kvq_bits_supported(bits)) return KVQ__NO(KVQ_ERR_BITS);
+    if (T == 0 || D == 0 || G == 0) return KVQ__NO(KVQ_ERR_SIZE);
     if (axis == KVQ_PER_TOKEN) {
-        if (D % G) return KVQ_ERR_GROUP;
+        if (D % G) return KVQ__NO(KVQ_ERR_GROUP);
         l.units = T; l.geom.tokens_per_unit = 1; l.geom.groups_per_unit = D / G;
     } else if (axis == KVQ_PER_CHANNEL) {
-        if (T % G) return KVQ_ERR_GROUP;
+        if (T % G) return KVQ__NO(KVQ_ERR_GROUP);
         l.units = T / G; l.geom.tokens_per_unit = G; l.geom.groups_per_unit = D;
     } else {
-        return KVQ_ERR_CONFIG;
+        return KVQ__NO(KVQ_ERR_CONFIG);
     }
     l.geom.words_per_group = kvq_packed_words(G, bits);
-    if (!kvq__mul(l.units, l.geom.groups_per_unit, &l.total_groups)) return KVQ_ERR_OVERFLOW;
-    if (!kvq__mul(l.total_groups, l.geom.words_per_group, &l.total_words)) return KVQ_ERR_OVERFLOW;
+    if (!kvq__mul(l.units, l.geom.groups_per_unit, &l.total_groups)) return KVQ__NO(KVQ_ERR_OVERFLOW);
+    if (!kvq__mul(l.total_groups, l.geom.words_per_group, &l.total_words)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     *L = l;
     return KVQ_OK;
 }
@@ -1781,17 +1833,17 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
     kvq_layout L;
     kvq_status st;
     size_t u, g;
-    if (!X || !words || !sz) return KVQ_ERR_NULL;
+    if (!X || !words || !sz) return KVQ__NO(KVQ_ERR_NULL);
     st = kvq_layout_init(&L, T, D, bits, G, axis);
     if (st != KVQ_OK) return st;
-    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
-    if (!kvq__mul(T, D, &u)) return KVQ_ERR_OVERFLOW;
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ__NO(KVQ_ERR_CONFIG);
+    if (!kvq__mul(T, D, &u)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     /* first pass: every value finite (NaN/Inf anywhere wins over a range
        error) and every group's parameters in fp16; writes nothing. One
        streaming max |x| settles both for inputs inside KVQ_MAX_ABS_INPUT. */
     {
         float amax = kvq__absmax_or_nonfinite(X, T * D);
-        if (amax < 0.0f) return KVQ_ERR_NONFINITE;
+        if (amax < 0.0f) return KVQ__NO(KVQ_ERR_NONFINITE);
         if (amax <= KVQ_MAX_ABS_INPUT) u = L.units;     /* skip the groups */
         else u = 0;
     }
@@ -1810,7 +1862,7 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
             }
             for (j = 0; j < lanes; j++) {
                 kvq_status gs;
-                if (bad[j]) return KVQ_ERR_NONFINITE;
+                if (bad[j]) return KVQ__NO(KVQ_ERR_NONFINITE);
                 gs = kvq__group_params(mn[j], mx[j], bits, mode, &p);
                 if (gs != KVQ_OK && st == KVQ_OK) st = gs;
             }
@@ -1842,19 +1894,19 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
     kvq_layout L;
     kvq_status st;
     size_t t;
-    if (!words || !sz || !Xout) return KVQ_ERR_NULL;
+    if (!words || !sz || !Xout) return KVQ__NO(KVQ_ERR_NULL);
     st = kvq_layout_init(&L, T, D, bits, G, axis);
     if (st != KVQ_OK) return st;
-    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ_ERR_CONFIG;
+    if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT) return KVQ__NO(KVQ_ERR_CONFIG);
     {
         size_t n;
-        if (!kvq__mul(T, D, &n)) return KVQ_ERR_OVERFLOW;
+        if (!kvq__mul(T, D, &n)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     }
     /* stored parameters from outside (a file, a GPU buffer): an fp16 Inf
        or NaN scale or zero is corrupt data, not a value to propagate      */
     for (t = 0; t < L.total_groups; t++)
         if (((sz[t].scale >> 10) & 0x1Fu) == 0x1Fu || ((sz[t].zero >> 10) & 0x1Fu) == 0x1Fu)
-            return KVQ_ERR_NONFINITE;
+            return KVQ__NO(KVQ_ERR_NONFINITE);
     for (t = 0; t < T; t++) {
         size_t u = t / L.geom.tokens_per_unit;
         kvq__dequant_token(words + u * L.geom.groups_per_unit * L.geom.words_per_group,
@@ -1988,15 +2040,6 @@ KVQ_API kvq_config kvq_config_logquant(size_t head_dim, int bits, size_t W)
     return c;
 }
 
-static void kvq__say(char *why, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    if (!why || len == 0) return;
-    va_start(ap, fmt);
-    vsnprintf(why, len, fmt, ap);
-    va_end(ap);
-}
-
 /* Schedules as the policy defines them (CUSTOM takes the config's).        */
 static void kvq__policy_schedules(const kvq_config *c, kvq_schedule *ks,
                                   kvq_schedule *vs)
@@ -2013,33 +2056,33 @@ static void kvq__policy_schedules(const kvq_config *c, kvq_schedule *ks,
 
 static kvq_status kvq__validate_side(const kvq_config *c, const char *name,
                                      int bits, kvq_axis axis, kvq_schedule sch,
-                                     size_t G, char *why, size_t why_len)
+                                     size_t G)
 {
     if (sch == KVQ_SCHED_NONE) return KVQ_OK;
     if (sch != KVQ_SCHED_FLUSH && sch != KVQ_SCHED_SLIDE && sch != KVQ_SCHED_POLICY) {
-        kvq__say(why, why_len, "%s: unknown schedule %d", name, (int)sch);
+        kvq__say("%s: unknown schedule %d", name, (int)sch);
         return KVQ_ERR_CONFIG;
     }
     if (!kvq_bits_supported(bits)) {
-        kvq__say(why, why_len, "%s: %d bits is not supported (1, 2, 4, 8)", name, bits);
+        kvq__say("%s: %d bits is not supported (1, 2, 4, 8)", name, bits);
         return KVQ_ERR_BITS;
     }
     if (axis != KVQ_PER_TOKEN && axis != KVQ_PER_CHANNEL) {
-        kvq__say(why, why_len, "%s: unknown axis %d", name, (int)axis);
+        kvq__say("%s: unknown axis %d", name, (int)axis);
         return KVQ_ERR_CONFIG;
     }
     if (G == 0 || G > 65536) {
-        kvq__say(why, why_len, "%s: group G=%zu must be in 1..65536", name, G);
+        kvq__say("%s: group G=%zu must be in 1..65536", name, G);
         return KVQ_ERR_SIZE;
     }
     if (axis == KVQ_PER_TOKEN && c->head_dim % G) {
-        kvq__say(why, why_len, "%s per-token: G=%zu does not divide D=%zu",
+        kvq__say("%s per-token: G=%zu does not divide D=%zu",
                  name, G, c->head_dim);
         return KVQ_ERR_GROUP;
     }
     /* a FLUSH quantizes the whole residual, which must be whole units     */
     if (axis == KVQ_PER_CHANNEL && sch == KVQ_SCHED_FLUSH && c->residual % G) {
-        kvq__say(why, why_len, "%s per-channel: G=%zu does not divide R=%zu",
+        kvq__say("%s per-channel: G=%zu does not divide R=%zu",
                  name, G, c->residual);
         return KVQ_ERR_GROUP;
     }
@@ -2056,39 +2099,38 @@ static size_t kvq__value_group(const kvq_config *c)
 }
 
 /* OTT and LogQuant parameters (Sec. 7.1, 7.2).                             */
-static kvq_status kvq__validate_policy(const kvq_config *c, char *why,
-                                       size_t why_len)
+static kvq_status kvq__validate_policy(const kvq_config *c)
 {
     if (c->policy == KVQ_POLICY_OTT) {
         if (c->ott_k > KVQ_OTT_MAX_K || (c->ott_k > 0 && c->ott_k >= c->group)) {
-            kvq__say(why, why_len, "OTT: pool capacity k=%zu must be < G=%zu "
+            kvq__say("OTT: pool capacity k=%zu must be < G=%zu "
                      "and <= 256", c->ott_k, c->group);
             return KVQ_ERR_CONFIG;
         }
         if (c->ott_k > 0 && (c->ott_aux == 0 || c->ott_aux > 65536)) {
-            kvq__say(why, why_len, "OTT: auxiliary pool capacity %zu must be in "
+            kvq__say("OTT: auxiliary pool capacity %zu must be in "
                      "1..65536 when k > 0", c->ott_aux);
             return KVQ_ERR_CONFIG;
         }
         if (c->value_axis == KVQ_PER_CHANNEL && c->group % kvq__value_group(c)) {
             /* a round quantizes G tokens of V too: whole value units only  */
-            kvq__say(why, why_len, "OTT: per-channel value group %zu must divide "
+            kvq__say("OTT: per-channel value group %zu must divide "
                      "G=%zu", kvq__value_group(c), c->group);
             return KVQ_ERR_GROUP;
         }
         if ((int)c->ott_mean < 0 || c->ott_mean > KVQ_OTT_MEAN_ALL) {
-            kvq__say(why, why_len, "OTT: unknown mean mode %d", (int)c->ott_mean);
+            kvq__say("OTT: unknown mean mode %d", (int)c->ott_mean);
             return KVQ_ERR_CONFIG;
         }
     }
     if (c->policy == KVQ_POLICY_LOGQUANT) {
         if (c->lq_window == 0 || c->lq_window > 65536) {
-            kvq__say(why, why_len, "LogQuant: window W=%zu must be in 1..65536",
+            kvq__say("LogQuant: window W=%zu must be in 1..65536",
                      c->lq_window);
             return KVQ_ERR_CONFIG;
         }
         if (c->lq_sinks > 65536) {
-            kvq__say(why, why_len, "LogQuant: %zu sinks is more than 65536",
+            kvq__say("LogQuant: %zu sinks is more than 65536",
                      c->lq_sinks);
             return KVQ_ERR_CONFIG;
         }
@@ -2120,28 +2162,27 @@ static kvq_config kvq__config_used(const kvq_config *c)
     return u;
 }
 
-KVQ_API kvq_status kvq_config_validate(const kvq_config *c, char *why,
-                                       size_t why_len)
+KVQ_API kvq_status kvq_config_validate(const kvq_config *c)
 {
     kvq_schedule ks, vs;
     kvq_status st;
     kvq_config u;
     size_t t;
-    if (!c) { kvq__say(why, why_len, "config is NULL"); return KVQ_ERR_NULL; }
+    if (!c) { kvq__say("config is NULL"); return KVQ_ERR_NULL; }
     if ((int)c->policy < 0 || c->policy > KVQ_POLICY_CUSTOM) {
-        kvq__say(why, why_len, "unknown policy %d", (int)c->policy);
+        kvq__say("unknown policy %d", (int)c->policy);
         return KVQ_ERR_CONFIG;
     }
     if (c->head_dim == 0 || c->head_dim > 65536) {
-        kvq__say(why, why_len, "head_dim D=%zu must be in 1..65536", c->head_dim);
+        kvq__say("head_dim D=%zu must be in 1..65536", c->head_dim);
         return KVQ_ERR_SIZE;
     }
     if (c->fp_bits != 16 && c->fp_bits != 32) {
-        kvq__say(why, why_len, "fp_bits=%d must be 16 or 32", c->fp_bits);
+        kvq__say("fp_bits=%d must be 16 or 32", c->fp_bits);
         return KVQ_ERR_CONFIG;
     }
     if (c->zero_mode != KVQ_ZERO_FLOAT && c->zero_mode != KVQ_ZERO_INT) {
-        kvq__say(why, why_len, "unknown zero mode %d", (int)c->zero_mode);
+        kvq__say("unknown zero mode %d", (int)c->zero_mode);
         return KVQ_ERR_CONFIG;
     }
     kvq__policy_schedules(c, &ks, &vs);
@@ -2149,29 +2190,28 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *c, char *why,
         (ks == KVQ_SCHED_POLICY || vs == KVQ_SCHED_POLICY)) {
         /* POLICY names OTT's and LogQuant's own rules; a CUSTOM side with
            it would grow its window forever and never quantize             */
-        kvq__say(why, why_len, "CUSTOM: schedule POLICY is reserved for OTT "
+        kvq__say("CUSTOM: schedule POLICY is reserved for OTT "
                  "and LogQuant (use NONE, FLUSH or SLIDE)");
         return KVQ_ERR_CONFIG;
     }
     if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) return KVQ_OK;
     if (c->residual == 0 || c->residual > 65536) {
-        kvq__say(why, why_len, "residual R=%zu must be in 1..65536", c->residual);
+        kvq__say("residual R=%zu must be in 1..65536", c->residual);
         return KVQ_ERR_SIZE;
     }
-    st = kvq__validate_side(c, "keys", c->key_bits, c->key_axis, ks, c->group,
-                            why, why_len);
+    st = kvq__validate_side(c, "keys", c->key_bits, c->key_axis, ks, c->group);
     if (st != KVQ_OK) return st;
     st = kvq__validate_side(c, "values", c->value_bits, c->value_axis, vs,
-                            kvq__value_group(c), why, why_len);
+                            kvq__value_group(c));
     if (st != KVQ_OK) return st;
-    st = kvq__validate_policy(c, why, why_len);
+    st = kvq__validate_policy(c);
     if (st != KVQ_OK) return st;
     /* the staging buffer: (R + G + Gv + 3W) rows of D floats at most; only
        fields this policy reads count (each is <= 65536 by now)             */
     u = kvq__config_used(c);
     if (!kvq__mul3(u.residual + u.group + u.value_group + 3 * u.lq_window,
                    u.head_dim, sizeof(float), &t)) {
-        kvq__say(why, why_len, "staging buffer size overflows size_t");
+        kvq__say("staging buffer size overflows size_t");
         return KVQ_ERR_OVERFLOW;
     }
     return KVQ_OK;
@@ -2200,10 +2240,13 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
     kvq_cache t;
     kvq_schedule ks, vs;
     kvq_status st;
-    if (!c || !cfg) return KVQ_ERR_NULL;
+    if (!c || !cfg) return KVQ__NO(KVQ_ERR_NULL);
     memset(&t, 0, sizeof t);
-    st = kvq_config_validate(cfg, t.why, sizeof t.why);
-    if (st != KVQ_OK) { memcpy(c->why, t.why, sizeof t.why); return st; }
+    st = kvq_config_validate(cfg);
+    if (st != KVQ_OK) {
+        snprintf(c->why, sizeof c->why, "%s", kvq__why_buf);   /* deprecated */
+        return st;
+    }
     t.cfg = kvq__config_used(cfg);      /* from here on, only t.cfg is read */
     cfg = &t.cfg;
     ks = cfg->key_schedule;
@@ -2235,7 +2278,8 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
             if (i == 1) { *c = t; return KVQ_OK; }
         }
         kvq_cache_free(&t);
-        kvq__say(c->why, sizeof c->why, "cannot allocate the cache's fixed buffers");
+        kvq__say("kvq_cache_init: cannot allocate the cache's fixed buffers");
+        snprintf(c->why, sizeof c->why, "%s", kvq__why_buf);       /* deprecated */
         return KVQ_ERR_NOMEM;
     }
     *c = t;
@@ -2267,12 +2311,14 @@ KVQ_API void kvq_cache_free(kvq_cache *c)
     memset(c, 0, sizeof *c);
 }
 
-/* The reason of a failing call, into a cache's or a pool's why buffer.   */
-#define KVQ__FAIL_BODY(why_buf)                                              \
+/* The reason of a failing call on a cache or a pool, into kvq_why() and
+   (deprecated) a copy in the cache's or the pool's why field.             */
+#define KVQ__FAIL_BODY(why_copy)                                             \
     va_list ap;                                                              \
     va_start(ap, fmt);                                                       \
-    vsnprintf(why_buf, sizeof why_buf, fmt, ap);                             \
+    kvq__vsay(fmt, ap);                                                      \
     va_end(ap);                                                              \
+    snprintf(why_copy, sizeof why_copy, "%s", kvq__why_buf);                 \
     return st
 
 static kvq_status kvq__fail(kvq_cache *c, kvq_status st, const char *fmt, ...)
@@ -2698,10 +2744,10 @@ static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
     if (need <= rg->cap) return KVQ_OK;
     /* grow data and pos together: one capacity serves both                 */
     d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
-    if (!d) return KVQ_ERR_NOMEM;
+    if (!d) return KVQ__NO(KVQ_ERR_NOMEM);
     rg->data = d;                      /* larger, same contents: still valid */
     d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), 1, &cap_p);
-    if (!d) return KVQ_ERR_NOMEM;
+    if (!d) return KVQ__NO(KVQ_ERR_NOMEM);
     rg->pos = (int32_t *)d;
     rg->cap = cap_d;
     return KVQ_OK;
@@ -2714,14 +2760,14 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
     void *p;
     if (need <= s->cap_units) return KVQ_OK;
     p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
-    if (!p) return KVQ_ERR_NOMEM;
+    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
     s->words = (uint32_t *)p;
     p = kvq__grow(s->sz, s->cap_units, nc, s->geom.groups_per_unit * sizeof(kvq_sz), 1, &unused);
-    if (!p) return KVQ_ERR_NOMEM;
+    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
     s->sz = (kvq_sz *)p;
     /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
     p = kvq__grow(s->qpos, s->cap_units, nc, s->geom.tokens_per_unit * sizeof(int32_t), 1, &unused);
-    if (!p) return KVQ_ERR_NOMEM;
+    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
     s->qpos = (int32_t *)p;
     s->cap_units = nc;
     return KVQ_OK;
@@ -2874,7 +2920,7 @@ static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
 
 KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
 {
-    if (!c) return KVQ_ERR_NULL;
+    if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if (kvq__live(c, "reserve")) return KVQ_ERR_STATE;
     if (n_tokens == 0) return kvq__fail(c, KVQ_ERR_SIZE, "reserve of 0 tokens");
     return kvq__reserve_append(c, n_tokens, 1);
@@ -2885,7 +2931,7 @@ KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
 {
     size_t D, n, t;
     kvq_status st;
-    if (!c) return KVQ_ERR_NULL;
+    if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if (!K || !V) return kvq__fail(c, KVQ_ERR_NULL, "prefill: K or V is NULL");
     if (kvq__live(c, "prefill")) return KVQ_ERR_STATE;
     D = c->cfg.head_dim;
@@ -2913,7 +2959,7 @@ KVQ_API kvq_status kvq_cache_append(kvq_cache *c, const float *k, const float *v
 {
     size_t D;
     kvq_status st;
-    if (!c) return KVQ_ERR_NULL;
+    if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if (!k || !v) return kvq__fail(c, KVQ_ERR_NULL, "append: k or v is NULL");
     if (kvq__live(c, "append")) return KVQ_ERR_STATE;
     D = c->cfg.head_dim;
@@ -2947,11 +2993,11 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
                                   float *out)
 {
     const kvq_side *s;
-    if (!c || !out) return KVQ_ERR_NULL;
-    if (side != 0 && side != 1) return KVQ_ERR_SIZE;
-    if (pos >= c->n_pos) return KVQ_ERR_STATE;
+    if (!c || !out) return KVQ__NO(KVQ_ERR_NULL);
+    if (side != 0 && side != 1) return KVQ__NO(KVQ_ERR_SIZE);
+    if (pos >= c->n_pos) return KVQ__NO(KVQ_ERR_STATE);
     s = side ? &c->v : &c->k;
-    if (KVQ_LOC_TAG(s->loc[pos]) == KVQ_LOC_ABSENT) return KVQ_ERR_STATE;
+    if (KVQ_LOC_TAG(s->loc[pos]) == KVQ_LOC_ABSENT) return KVQ__NO(KVQ_ERR_STATE);
     kvq__side_read(c, s, pos, out);
     return KVQ_OK;
 }
@@ -3799,24 +3845,24 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
 {
     size_t D, h, p, n_present = 0, d;
     float inv_sqrt_d;
-    if (!c || !q || !out || !scratch) return KVQ_ERR_NULL;
-    if (n_q == 0) return KVQ_ERR_SIZE;
-    if (mode != KVQ_ATTN_EAGER && mode != KVQ_ATTN_ONLINE) return KVQ_ERR_CONFIG;
-    if (probs && mode != KVQ_ATTN_EAGER) return KVQ_ERR_CONFIG;  /* wall 1:
+    if (!c || !q || !out || !scratch) return KVQ__NO(KVQ_ERR_NULL);
+    if (n_q == 0) return KVQ__NO(KVQ_ERR_SIZE);
+    if (mode != KVQ_ATTN_EAGER && mode != KVQ_ATTN_ONLINE) return KVQ__NO(KVQ_ERR_CONFIG);
+    if (probs && mode != KVQ_ATTN_EAGER) return KVQ__NO(KVQ_ERR_CONFIG);  /* wall 1:
                                    the online kernel has no probabilities  */
-    if (scratch_floats < kvq_attend_scratch_floats(c, mode)) return KVQ_ERR_SIZE;
+    if (scratch_floats < kvq_attend_scratch_floats(c, mode)) return KVQ__NO(KVQ_ERR_SIZE);
     D = c->cfg.head_dim;
     {
         size_t nq;
-        if (!kvq__mul(n_q, D, &nq)) return KVQ_ERR_OVERFLOW;
-        if (kvq__check_finite(q, nq) != KVQ_OK) return KVQ_ERR_NONFINITE;
+        if (!kvq__mul(n_q, D, &nq)) return KVQ__NO(KVQ_ERR_OVERFLOW);
+        if (kvq__check_finite(q, nq) != KVQ_OK) return KVQ__NO(KVQ_ERR_NONFINITE);
         for (d = 0; d < nq; d++)          /* the bound that keeps every score,
                                              and so the output, finite      */
-            if (fabsf(q[d]) > KVQ_MAX_ABS_INPUT) return KVQ_ERR_RANGE;
-        if (probs && !kvq__mul(n_q, c->n_pos, &nq)) return KVQ_ERR_OVERFLOW;
+            if (fabsf(q[d]) > KVQ_MAX_ABS_INPUT) return KVQ__NO(KVQ_ERR_RANGE);
+        if (probs && !kvq__mul(n_q, c->n_pos, &nq)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     }
     for (p = 0; p < c->n_pos; p++) n_present += kvq__present(c, p);
-    if (n_present == 0) return KVQ_ERR_STATE;
+    if (n_present == 0) return KVQ__NO(KVQ_ERR_STATE);
     inv_sqrt_d = 1.0f / sqrtf((float)D);
 
     if (mode == KVQ_ATTN_ONLINE) {
@@ -3870,16 +3916,16 @@ KVQ_API kvq_status kvq_attend_dense(const float *K, const float *V, size_t T,
 {
     size_t h, t, d, n;
     double *w;
-    if (!K || !V || !q || !out) return KVQ_ERR_NULL;
-    if (T == 0 || D == 0 || n_q == 0) return KVQ_ERR_SIZE;
+    if (!K || !V || !q || !out) return KVQ__NO(KVQ_ERR_NULL);
+    if (T == 0 || D == 0 || n_q == 0) return KVQ__NO(KVQ_ERR_SIZE);
     if (!kvq__mul(T, D, &n) || !kvq__mul(n_q, D, &n) || !kvq__mul(T, sizeof(double), &n) ||
         (probs && !kvq__mul(n_q, T, &n)))
-        return KVQ_ERR_OVERFLOW;
+        return KVQ__NO(KVQ_ERR_OVERFLOW);
     if (kvq__check_finite(K, T * D) || kvq__check_finite(V, T * D) ||
         kvq__check_finite(q, n_q * D))
-        return KVQ_ERR_NONFINITE;
+        return KVQ__NO(KVQ_ERR_NONFINITE);
     w = (double *)KVQ_MALLOC(T * sizeof(double));
-    if (!w) return KVQ_ERR_NOMEM;
+    if (!w) return KVQ__NO(KVQ_ERR_NOMEM);
     for (h = 0; h < n_q; h++) {
         const float *qh = q + h * D;
         double mx = -INFINITY, sum = 0.0, inv = 1.0 / sqrt((double)D);
@@ -3911,7 +3957,7 @@ KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out)
     const kvq_side *sides[2];
     size_t D, rowb, i;
     int r;
-    if (!c || !out) return KVQ_ERR_NULL;
+    if (!c || !out) return KVQ__NO(KVQ_ERR_NULL);
     memset(&b, 0, sizeof b);
     D = c->cfg.head_dim;
     rowb = D * kvq__fp_bytes(c);
@@ -3948,7 +3994,7 @@ KVQ_API kvq_status kvq_cache_census(const kvq_cache *c, kvq_census *out)
     kvq_census z;
     const kvq_side *sides[2];
     size_t i, p;
-    if (!c || !out) return KVQ_ERR_NULL;
+    if (!c || !out) return KVQ__NO(KVQ_ERR_NULL);
     memset(&z, 0, sizeof z);
     sides[0] = &c->k; sides[1] = &c->v;
     for (i = 0; i < 2; i++) {
@@ -4014,7 +4060,7 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
 {
     kvq_status st;
     size_t R, nk, nv;
-    if (!c) return KVQ_ERR_NULL;
+    if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if ((st = kvq__live(c, "kvq_cache_check")) != KVQ_OK) return st;
     if ((st = kvq__check_side(c, &c->k, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_side(c, &c->v, "V")) != KVQ_OK) return st;
@@ -4182,8 +4228,8 @@ static int kvq__any_nan(const float *x, size_t n)
 KVQ_API kvq_status kvq_evict_streaming(const uint8_t *present, size_t n,
                                        size_t sinks, size_t recent, uint8_t *keep)
 {
-    if (!keep) return KVQ_ERR_NULL;
-    if (n == 0) return KVQ_ERR_SIZE;
+    if (!keep) return KVQ__NO(KVQ_ERR_NULL);
+    if (n == 0) return KVQ__NO(KVQ_ERR_SIZE);
     kvq__flags_init(keep, present, n);
     kvq__keep_ends(keep, n, sinks, recent);
     kvq__flags_finish(keep, n);
@@ -4195,11 +4241,11 @@ KVQ_API kvq_status kvq_h2o_accumulate(float *score, const float *probs,
                                       size_t n_q, size_t n)
 {
     size_t h, p, total;
-    if (!score || !probs) return KVQ_ERR_NULL;
-    if (n == 0 || n_q == 0) return KVQ_ERR_SIZE;
-    if (!kvq__mul(n_q, n, &total)) return KVQ_ERR_OVERFLOW;
+    if (!score || !probs) return KVQ__NO(KVQ_ERR_NULL);
+    if (n == 0 || n_q == 0) return KVQ__NO(KVQ_ERR_SIZE);
+    if (!kvq__mul(n_q, n, &total)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     for (p = 0; p < total; p++)       /* probabilities: finite, >= 0        */
-        if (!kvq__finite(probs[p]) || probs[p] < 0.0f) return KVQ_ERR_NONFINITE;
+        if (!kvq__finite(probs[p]) || probs[p] < 0.0f) return KVQ__NO(KVQ_ERR_NONFINITE);
     for (h = 0; h < n_q; h++)
         for (p = 0; p < n; p++) score[p] += probs[h * n + p];
     return KVQ_OK;
@@ -4209,9 +4255,9 @@ KVQ_API kvq_status kvq_evict_h2o(const float *score, const uint8_t *present,
                                  size_t n, size_t heavy, size_t recent,
                                  uint8_t *keep)
 {
-    if (!score || !present || !keep) return KVQ_ERR_NULL;
-    if (n == 0) return KVQ_ERR_SIZE;
-    if (kvq__any_nan(score, n)) return KVQ_ERR_NONFINITE;
+    if (!score || !present || !keep) return KVQ__NO(KVQ_ERR_NULL);
+    if (n == 0) return KVQ__NO(KVQ_ERR_SIZE);
+    if (kvq__any_nan(score, n)) return KVQ__NO(KVQ_ERR_NONFINITE);
     kvq__flags_init(keep, present, n);
     kvq__keep_ends(keep, n, 0, recent);       /* the recent window first     */
     kvq__keep_top(score, keep, n, heavy);     /* heavy hitters among the rest */
@@ -4227,14 +4273,14 @@ KVQ_API kvq_status kvq_snapkv_scores(const float *probs, size_t n_obs, size_t n,
                                      float *score)
 {
     size_t i, p, total, prefix, half;
-    if (!probs || !score) return KVQ_ERR_NULL;
+    if (!probs || !score) return KVQ__NO(KVQ_ERR_NULL);
     if (n == 0 || n_obs == 0 || n_obs > n || kernel == 0 || kernel % 2 == 0 ||
         kernel > 255)                      /* odd, and half fits the ring    */
-        return KVQ_ERR_SIZE;
-    if (pooling != KVQ_POOL_AVG && pooling != KVQ_POOL_MAX) return KVQ_ERR_CONFIG;
-    if (!kvq__mul(n_obs, n, &total)) return KVQ_ERR_OVERFLOW;
+        return KVQ__NO(KVQ_ERR_SIZE);
+    if (pooling != KVQ_POOL_AVG && pooling != KVQ_POOL_MAX) return KVQ__NO(KVQ_ERR_CONFIG);
+    if (!kvq__mul(n_obs, n, &total)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     for (p = 0; p < total; p++)
-        if (!kvq__finite(probs[p]) || probs[p] < 0.0f) return KVQ_ERR_NONFINITE;
+        if (!kvq__finite(probs[p]) || probs[p] < 0.0f) return KVQ__NO(KVQ_ERR_NONFINITE);
     prefix = n - n_obs;
     half = kernel / 2;
     /* votes first, in score[] itself; the window's slots hold them too     */
@@ -4272,9 +4318,9 @@ KVQ_API kvq_status kvq_evict_snapkv(const float *score, size_t n, size_t n_obs,
                                     size_t capacity, uint8_t *keep)
 {
     size_t p;
-    if (!score || !keep) return KVQ_ERR_NULL;
-    if (n == 0 || n_obs == 0 || n_obs > n || capacity < n_obs) return KVQ_ERR_SIZE;
-    if (kvq__any_nan(score, n - n_obs)) return KVQ_ERR_NONFINITE;
+    if (!score || !keep) return KVQ__NO(KVQ_ERR_NULL);
+    if (n == 0 || n_obs == 0 || n_obs > n || capacity < n_obs) return KVQ__NO(KVQ_ERR_SIZE);
+    if (kvq__any_nan(score, n - n_obs)) return KVQ__NO(KVQ_ERR_NONFINITE);
     for (p = 0; p < n; p++) keep[p] = p < n - n_obs ? KVQ__CAND : KVQ__KEEP;
     kvq__keep_top(score, keep, n, capacity - n_obs);
     kvq__flags_finish(keep, n);
@@ -4285,8 +4331,8 @@ KVQ_API kvq_status kvq_evict_snapkv(const float *score, size_t n, size_t n_obs,
 KVQ_API kvq_status kvq_cache_present(const kvq_cache *c, uint8_t *present, size_t n)
 {
     size_t p;
-    if (!c || !present) return KVQ_ERR_NULL;
-    if (n != c->n_pos) return KVQ_ERR_SIZE;
+    if (!c || !present) return KVQ__NO(KVQ_ERR_NULL);
+    if (n != c->n_pos) return KVQ__NO(KVQ_ERR_SIZE);
     for (p = 0; p < n; p++) present[p] = (uint8_t)kvq__present(c, p);
     return KVQ_OK;
 }
@@ -4304,7 +4350,7 @@ KVQ_API kvq_status kvq_cache_evict(kvq_cache *c, const uint8_t *keep, size_t n,
 {
     size_t p, count = 0, i;
     int r;
-    if (!c) return KVQ_ERR_NULL;
+    if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if (!keep) return kvq__fail(c, KVQ_ERR_NULL, "evict: keep is NULL");
     if (kvq__live(c, "evict")) return KVQ_ERR_STATE;
     if (n != c->n_pos)
@@ -4389,7 +4435,7 @@ KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
 {
     kvq_compact_stats st;
     size_t i, live = 0, slots = 0, t;
-    if (!c) return KVQ_ERR_NULL;
+    if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if (kvq__live(c, "compact")) return KVQ_ERR_STATE;
     if (block_tokens == 0)
         return kvq__fail(c, KVQ_ERR_SIZE, "block_tokens must be > 0");
@@ -4438,14 +4484,14 @@ KVQ_API kvq_status kvq_pages_init(kvq_pages *P, size_t n_blocks,
 {
     kvq_pages t;
     size_t bytes, ids_bytes, i;
-    if (!P) return KVQ_ERR_NULL;
-    if (n_blocks == 0 || block_tokens == 0 || n_blocks >= KVQ__NO_BLOCK) return KVQ_ERR_SIZE;
+    if (!P) return KVQ__NO(KVQ_ERR_NULL);
+    if (n_blocks == 0 || block_tokens == 0 || n_blocks >= KVQ__NO_BLOCK) return KVQ__NO(KVQ_ERR_SIZE);
     /* every size the pool and its sequences will compute, checked once:
        blocks x slots x bytes, and a sequence's per-block position table   */
     if (!kvq__mul(n_blocks, block_tokens, &bytes) || !kvq__mul(bytes, slot_bytes, &bytes) ||
         !kvq__mul(n_blocks, sizeof(uint32_t), &ids_bytes) ||
         !kvq__mul(n_blocks * block_tokens, sizeof(int32_t), &i))
-        return KVQ_ERR_OVERFLOW;
+        return KVQ__NO(KVQ_ERR_OVERFLOW);
     memset(&t, 0, sizeof t);
     t.n_blocks = n_blocks; t.block_tokens = block_tokens; t.slot_bytes = slot_bytes;
     t.data = bytes ? (unsigned char *)KVQ_MALLOC(bytes) : NULL;
@@ -4453,7 +4499,7 @@ KVQ_API kvq_status kvq_pages_init(kvq_pages *P, size_t n_blocks,
     t.free_list = (uint32_t *)KVQ_MALLOC(ids_bytes);
     if ((bytes && !t.data) || !t.refcount || !t.free_list) {
         KVQ_FREE(t.data); KVQ_FREE(t.refcount); KVQ_FREE(t.free_list);
-        return KVQ_ERR_NOMEM;
+        return KVQ__NO(KVQ_ERR_NOMEM);
     }
     if (bytes) memset(t.data, 0, bytes);
     for (i = 0; i < n_blocks; i++) {
@@ -4512,14 +4558,14 @@ static kvq_status kvq__pseq_reserve(const kvq_pages *P, kvq_pseq *S, size_t bloc
     size_t bt = P->block_tokens, cap, unused, pos_bytes;
     void *p;
     if (blocks <= S->cap_blocks) return KVQ_OK;
-    if (!kvq__mul(bt, sizeof(int32_t), &pos_bytes)) return KVQ_ERR_OVERFLOW;
+    if (!kvq__mul(bt, sizeof(int32_t), &pos_bytes)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     /* the table sets the new capacity (doubling); alive and pos follow it  */
     if (!(p = kvq__grow(S->table, S->cap_blocks, blocks, sizeof(uint32_t), 0, &cap)))
-        return KVQ_ERR_NOMEM;
+        return KVQ__NO(KVQ_ERR_NOMEM);
     S->table = (uint32_t *)p;                  /* bigger, same contents      */
-    if (!(p = kvq__grow(S->alive, S->cap_blocks, cap, bt, 1, &unused))) return KVQ_ERR_NOMEM;
+    if (!(p = kvq__grow(S->alive, S->cap_blocks, cap, bt, 1, &unused))) return KVQ__NO(KVQ_ERR_NOMEM);
     S->alive = (uint8_t *)p;
-    if (!(p = kvq__grow(S->pos, S->cap_blocks, cap, pos_bytes, 1, &unused))) return KVQ_ERR_NOMEM;
+    if (!(p = kvq__grow(S->pos, S->cap_blocks, cap, pos_bytes, 1, &unused))) return KVQ__NO(KVQ_ERR_NOMEM);
     S->pos = (int32_t *)p;
     S->cap_blocks = cap;
     return KVQ_OK;
@@ -4530,7 +4576,7 @@ KVQ_API kvq_status kvq_pseq_append(kvq_pages *P, kvq_pseq *S, int32_t pos,
 {
     size_t bt, i;
     kvq_status st;
-    if (!P || !S) return KVQ_ERR_NULL;
+    if (!P || !S) return KVQ__NO(KVQ_ERR_NULL);
     if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_append");
     if (pos < 0) return kvq__pfail(P, KVQ_ERR_SIZE, "position %d is negative", (int)pos);
     bt = P->block_tokens;
@@ -4569,7 +4615,7 @@ KVQ_API kvq_status kvq_pseq_fork(kvq_pages *P, kvq_pseq *dst, const kvq_pseq *sr
 {
     size_t b;
     kvq_status st;
-    if (!P || !dst || !src) return KVQ_ERR_NULL;
+    if (!P || !dst || !src) return KVQ__NO(KVQ_ERR_NULL);
     if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_fork");
     if (dst == src || dst->n_blocks || dst->n_slots)
         return kvq__pfail(P, KVQ_ERR_STATE, "fork needs an empty destination sequence");
@@ -4617,7 +4663,7 @@ KVQ_API kvq_status kvq_pseq_evict(kvq_pages *P, kvq_pseq *S, const uint8_t *keep
 {
     kvq_page_stats st;
     size_t bt, i, b, w, kept_slots = 0;
-    if (!P || !S || !keep) return KVQ_ERR_NULL;
+    if (!P || !S || !keep) return KVQ__NO(KVQ_ERR_NULL);
     if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_evict");
     if (n != S->n_slots)
         return kvq__pfail(P, KVQ_ERR_SIZE, "keep mask has %zu entries; the sequence "
@@ -4693,7 +4739,7 @@ KVQ_API kvq_status kvq_pseq_repack(kvq_pages *P, kvq_pseq *S, size_t first,
     kvq_page_stats st;
     kvq_status e;
     size_t i, j;
-    if (!P || !S) return KVQ_ERR_NULL;
+    if (!P || !S) return KVQ__NO(KVQ_ERR_NULL);
     if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_repack");
     if ((e = kvq__compact_args(P, S, first, S->n_slots)) != KVQ_OK) return e;
     memset(&st, 0, sizeof st);
@@ -4713,7 +4759,7 @@ KVQ_API kvq_status kvq_pseq_holefill(kvq_pages *P, kvq_pseq *S, size_t first,
     kvq_page_stats st;
     kvq_status e;
     size_t i, hole = first, j = round_start;
-    if (!P || !S) return KVQ_ERR_NULL;
+    if (!P || !S) return KVQ__NO(KVQ_ERR_NULL);
     if (!kvq__pages_live(P)) return kvq__pages_dead(P, "kvq_pseq_holefill");
     if ((e = kvq__compact_args(P, S, first, round_start)) != KVQ_OK) return e;
     memset(&st, 0, sizeof st);

@@ -160,7 +160,7 @@ static void ok_or_die(kvq_status st, const char *what, const kvq_cache *c)
 {
     if (st == KVQ_OK) return;
     fprintf(stderr, "bench_cpu: %s failed: %s%s%s\n", what, kvq_status_str(st),
-            c ? ": " : "", c ? c->why : "");
+            c ? ": " : "", c ? kvq_why() : "");
     exit(1);
 }
 

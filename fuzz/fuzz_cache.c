@@ -122,7 +122,7 @@ static void check_invariants(kvq_cache *c)
 {
     kvq_census cen;
     size_t p, live = 0, side;
-    FZ_ASSERT(kvq_cache_check(c) == KVQ_OK, "invariant: %s", c->why);
+    FZ_ASSERT(kvq_cache_check(c) == KVQ_OK, "invariant: %s", kvq_why());
     FZ_ASSERT(c->n_pos == n_shadow, "n_pos %zu vs shadow %zu", c->n_pos, n_shadow);
     FZ_ASSERT(kvq_cache_census(c, &cen) == KVQ_OK, "census");
     for (p = 0; p < n_shadow; p++) live += alive[p];
@@ -234,7 +234,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz f = { data, size, 0 };
     kvq_config cfg;
     kvq_cache c;
-    char why[160];
     uint8_t b[8];
     size_t D, i, nw;
     float scale;
@@ -300,13 +299,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     scale = ldexpf(1.0f, (int)(b[6] % 16) - 12);
-    why[0] = '\0';
-    if (kvq_config_validate(&cfg, why, sizeof why) != KVQ_OK) {
-        FZ_ASSERT(why[0] != '\0', "invalid config without a reason");
+    kvq__why_buf[0] = '\0';             /* kvq.h's private reason buffer */
+    if (kvq_config_validate(&cfg) != KVQ_OK) {
+        FZ_ASSERT(kvq_why()[0] != '\0', "invalid config without a reason");
         FZ_ASSERT(kvq_cache_init(&c, &cfg) != KVQ_OK, "init accepted what validate refused");
         return 0;
     }
-    FZ_ASSERT(kvq_cache_init(&c, &cfg) == KVQ_OK, "init: %s", c.why);
+    FZ_ASSERT(kvq_cache_init(&c, &cfg) == KVQ_OK, "init: %s", kvq_why());
     if (c.cfg.head_dim > MAXD || (c.k.schedule != KVQ_SCHED_NONE && c.cfg.residual > MAXP)) {
         kvq_cache_free(&c);          /* valid, but beyond the shadow's room */
         return 0;
@@ -347,7 +346,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 snap_take(&after, &c);
                 FZ_ASSERT(snap_same(&before, &after), "a refused append changed the cache");
             } else {
-                FZ_ASSERT(st == KVQ_OK, "append/prefill of %zu: %s", T, c.why);
+                FZ_ASSERT(st == KVQ_OK, "append/prefill of %zu: %s", T, kvq_why());
                 for (t = 0; t < T; t++) {
                     memcpy(SK + n_shadow * MAXD, K + t * D, D * sizeof(float));
                     memcpy(SV + n_shadow * MAXD, V + t * D, D * sizeof(float));

@@ -27,6 +27,35 @@ cat > "$t/static2.c" <<'C'
 #include "kvq.h"
 int other(void) { return kvq_bits_supported(4) ? 0 : 1; }
 C
+# kvq_why() is per thread: a failure on another thread leaves this one's
+# reason alone (C99 __thread, C11 _Thread_local, C++ thread_local)
+cat > "$t/why.c" <<'C'
+#define KVQ_IMPLEMENTATION
+#include "kvq.h"
+#include <pthread.h>
+#include <string.h>
+static void *fail_elsewhere(void *arg) { (void)arg; kvq_pack(NULL, 8, 2, NULL); return NULL; }
+int main(void)
+{
+    pthread_t th;
+    char mine[200];
+    kvq_layout L;
+    if (kvq_layout_init(&L, 0, 0, 2, 1, KVQ_PER_TOKEN) == KVQ_OK) return 1;
+    strcpy(mine, kvq_why());
+    if (pthread_create(&th, NULL, fail_elsewhere, NULL) != 0) return 1;
+    pthread_join(th, NULL);
+    return strcmp(mine, kvq_why()) != 0 || strstr(mine, "kvq_layout_init") == NULL;
+}
+C
+why=0
+for cc in "gcc -std=c99" "gcc -std=c11" "clang -std=c99" "g++ -x c++ -std=c++11"; do
+    bin=${cc%% *}
+    command -v "$bin" >/dev/null 2>&1 || continue
+    $cc -Wall -Wextra -Wpedantic -Werror -pthread -I. "$t/why.c" -o "$t/why" -lm
+    "$t/why" || { echo "compile checks: kvq_why() is not per thread with $cc"; exit 1; }
+    why=$((why + 1))
+done
+echo "compile checks: kvq_why() per thread with $why compilers"
 ok=0; skip=""
 for cc in "gcc -std=c99" "clang -std=c99" "g++ -x c++ -std=c++11" "clang++ -x c++ -std=c++17"; do
     bin=${cc%% *}

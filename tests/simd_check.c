@@ -265,13 +265,13 @@ static void check_attend(void)
                 }
                 if (cfg.key_axis == KVQ_PER_TOKEN && D % cfg.group) cfg.group = 8;
                 if (pol == 6 && cfg.value_group > D) cfg.value_group = D;
-                if (kvq_config_validate(&cfg, NULL, 0) != KVQ_OK) continue;
+                if (kvq_config_validate(&cfg) != KVQ_OK) continue;
                 K = (float *)malloc(T * D * sizeof(float));
                 V = (float *)malloc(T * D * sizeof(float));
                 fill(&r, K, T * D, 1.5f);
                 fill(&r, V, T * D, 1.0f);
                 if (scalar_cache_init(&c, &cfg) != KVQ_OK || scalar_cache_prefill(&c, K, V, T) != KVQ_OK) {
-                    CHECK(0, "policy %d D=%zu T=%zu: build: %s", pol, D, T, c.why);
+                    CHECK(0, "policy %d D=%zu T=%zu: build: %s", pol, D, T, kvq_why());
                     free(K); free(V);
                     continue;
                 }

@@ -26,6 +26,9 @@
 #include "test.h"
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
+/* Empties kvq_why() (kvq.h's private buffer; this file has the
+   implementation) so a test can tell that a failing call set a reason.    */
+static void why_clear(void) { kvq__why_buf[0] = '\0'; }
 
 /* ------------------------------------------------------------------------ */
 /* small helpers: data, an fp16 rounding written from its definition        */
@@ -480,24 +483,24 @@ static void test_kivi_schedule(void)
         K = gen_rows(&r, cap, D, kind);
         V = gen_rows(&r, cap, D, kind);
         src[0] = K; src[1] = V;
-        CHECK(kvq_cache_init(&c, &cfg) == KVQ_OK, "kivi cfg %d: init: %s", ci, c.why);
+        CHECK(kvq_cache_init(&c, &cfg) == KVQ_OK, "kivi cfg %d: init: %s", ci, kvq_why());
         sim_init(&S, &cfg, cap);
         if (T) {
             kvq_status st = kvq_cache_prefill(&c, K, V, T);
-            CHECK(st == KVQ_OK, "kivi cfg %d: prefill T=%zu: %s", ci, T, c.why);
+            CHECK(st == KVQ_OK, "kivi cfg %d: prefill T=%zu: %s", ci, T, kvq_why());
             sim_prefill(&S, T);
         }
         CHECK(cmp_sched(&c, &S, msg, sizeof msg),
               "kivi cfg %d (D=%zu G=%zu R=%zu B=%d T=%zu) after prefill: %s",
               ci, D, G, R, B, T, msg);
-        CHECK(kvq_cache_check(&c) == KVQ_OK, "kivi cfg %d after prefill: %s", ci, c.why);
+        CHECK(kvq_cache_check(&c) == KVQ_OK, "kivi cfg %d after prefill: %s", ci, kvq_why());
         CHECK(cmp_bytes(&c, &cfg, msg, sizeof msg), "kivi cfg %d bytes after prefill: %s",
               ci, msg);
         first_n = (T % R == 0) ? (steps / R) * R : 0;  /* residual starts at 0 */
         for (step = 0; step < steps; step++) {
             size_t p = T + step;
             if (kvq_cache_append(&c, K + p * D, V + p * D) != KVQ_OK) {
-                if (app_ok) CHECK(0, "kivi cfg %d step %zu: append: %s", ci, step, c.why);
+                if (app_ok) CHECK(0, "kivi cfg %d step %zu: append: %s", ci, step, kvq_why());
                 app_ok = 0;
                 break;
             }
@@ -509,7 +512,7 @@ static void test_kivi_schedule(void)
             }
             if (chk_ok && kvq_cache_check(&c) != KVQ_OK) {
                 chk_ok = 0;
-                CHECK(0, "kivi cfg %d step %zu: kvq_cache_check: %s", ci, step, c.why);
+                CHECK(0, "kivi cfg %d step %zu: kvq_cache_check: %s", ci, step, kvq_why());
             }
             if (bytes_ok && !cmp_bytes(&c, &cfg, msg, sizeof msg)) {
                 bytes_ok = 0;
@@ -708,7 +711,7 @@ static void test_hf_schedule(void)
                               kvq_cache_check(&c1) == KVQ_OK && kvq_cache_check(&c0) == KVQ_OK)) {
                 ok_sched = 0;
                 CHECK(0, "hf case %zu (D=%zu G=%zu R=%zu) step %zu: %s %s", ci, D, hc->G,
-                      R, step, msg, c1.why);
+                      R, step, msg, kvq_why());
             }
             if (ok_bytes && !(cmp_bytes(&c1, &cfg1, msg, sizeof msg) &&
                               cmp_bytes(&c0, &cfg0, msg, sizeof msg))) {
@@ -899,7 +902,7 @@ static void test_hf_first_token(void)
                       "position, side) off HF's windows; first step %zu position %zu side %zu",
                       m ? "int" : "float", pc ? "per-channel" : "per-token", T0, bad,
                       first_bad / 1000, first_bad % 1000 / 10, first_bad % 10);
-                CHECK(kvq_cache_check(&c) == KVQ_OK, "hf first token: kvq_cache_check: %s", c.why);
+                CHECK(kvq_cache_check(&c) == KVQ_OK, "hf first token: kvq_cache_check: %s", kvq_why());
                 kvq_cache_free(&c);
             }
     /* decoding from empty == a 1-token prefill + the same appends, stored
@@ -1065,7 +1068,7 @@ static void test_attention_agreement(void)
                     cfg = kvq_config_hf(D, hp);
                 } else cfg = kvq_config_full(D, 16);
                 if (!build(&b, &cfg, &r, T, (int)(ti % 2))) {
-                    CHECK(0, "%s D=%zu T=%zu: build failed: %s", pname, D, T, b.c.why);
+                    CHECK(0, "%s D=%zu T=%zu: build failed: %s", pname, D, T, kvq_why());
                     built_free(&b);
                     continue;
                 }
@@ -1182,7 +1185,7 @@ static void test_attention_rows_shapes(void)
                 kvq_config cfg = kvq_config_full(D, fpb);
                 built b;
                 if (!build(&b, &cfg, &r, T, (int)(ti % 2))) {
-                    CHECK(0, "FULL%d D=%zu T=%zu: build failed: %s", fpb, D, T, b.c.why);
+                    CHECK(0, "FULL%d D=%zu T=%zu: build failed: %s", fpb, D, T, kvq_why());
                     built_free(&b);
                     continue;
                 }
@@ -1415,7 +1418,7 @@ static void test_bytes_and_reserve(void)
               pname, ta_calls - calls, n);
         CHECK(b1.allocated == b0.allocated, "%s: allocated %zu -> %zu across reserved appends",
               pname, b0.allocated, b1.allocated);
-        CHECK(kvq_cache_check(&c) == KVQ_OK, "%s check: %s", pname, c.why);
+        CHECK(kvq_cache_check(&c) == KVQ_OK, "%s check: %s", pname, kvq_why());
         /* one more append past the reservation may allocate: still exact */
         kvq_cache_append(&c, K, V);
         kvq_cache_bytes(&c, &b1);
@@ -1431,7 +1434,7 @@ static void test_bytes_and_reserve(void)
 /* ======================================================================== */
 /* 6. BAD INPUT leaves the cache unchanged.
    Every failing call must return its documented status (Sec. 2 table),
-   write a reason into c->why when it takes a mutable cache, and leave
+   write a reason into kvq_why() when it takes a mutable cache, and leave
    everything observable as it was: n_pos, census, bytes (allocated
    included: inputs are validated before anything is reserved) and the row
    every position reads back, on both sides, bit for bit. Output buffers
@@ -1521,11 +1524,11 @@ static void test_bad_input(void)
         do {                                                                    \
             snap after_;                                                        \
             kvq_status st_;                                                     \
-            c.why[0] = '\0';                                                    \
+            why_clear();                                                    \
             st_ = (call);                                                       \
             CHECK(st_ == (want), "%s: %s returned %d (%s), want %d", pname,     \
                   label, (int)st_, kvq_status_str(st_), (int)(want));           \
-            CHECK(c.why[0] != '\0', "%s: %s left c->why empty", pname, label);  \
+            CHECK(kvq_why()[0] != '\0', "%s: %s left kvq_why() empty", pname, label);  \
             snap_take(&after_, &c);                                             \
             CHECK(snap_same(&before, &after_, D, 1), "%s: %s changed the cache", \
                   pname, label);                                                \
@@ -1672,8 +1675,8 @@ static void test_bad_input(void)
             v[b] = -k[b];
         }
         CHECK(kvq_cache_append(&c, k, v) == KVQ_OK, "%s: |x| = KVQ_MAX_ABS_INPUT rejected: %s",
-              pname, c.why);
-        CHECK(kvq_cache_check(&c) == KVQ_OK, "%s: check after the bad calls: %s", pname, c.why);
+              pname, kvq_why());
+        CHECK(kvq_cache_check(&c) == KVQ_OK, "%s: check after the bad calls: %s", pname, kvq_why());
         CHECK(c.n_pos == n_pos + 1, "%s: n_pos %zu after one good append", pname, c.n_pos);
         /* an empty cache: attention has nothing to attend (KVQ_ERR_STATE) */
         CHECK(kvq_cache_init(&e, &cfg) == KVQ_OK, "%s init empty", pname);
@@ -1707,7 +1710,7 @@ static void test_bad_input(void)
                 x[d] = ((i + d) & 1) ? KVQ_MAX_ABS_INPUT : -KVQ_MAX_ABS_INPUT;
             ok = ok && kvq_cache_append(&c, x, x) == KVQ_OK;
         }
-        CHECK(ok && kvq_cache_check(&c) == KVQ_OK, "B=1 extreme stream: %s", c.why);
+        CHECK(ok && kvq_cache_check(&c) == KVQ_OK, "B=1 extreme stream: %s", kvq_why());
         for (i = 0; i < 30; i++) {
             kvq_cache_read(&c, (int)(i & 1), i, y);
             CHECK(all_finite(y, 16), "B=1 extreme row %zu not finite", i);
@@ -1726,7 +1729,6 @@ static void test_bad_config(void)
     int n = 0, i;
     kvq_hf_params hp;
     kvq_cache c;
-    char why[160];
 #define ADD(nm, expr, st) do { cases[n].name = nm; cases[n].cfg = kvq_config_kivi(64, 2); \
                                { kvq_config *x = &cases[n].cfg; expr; } cases[n].want = st; n++; } while (0)
     ADD("key bits 3", x->key_bits = 3, KVQ_ERR_BITS);
@@ -1761,23 +1763,21 @@ static void test_bad_config(void)
         long live = ta_live;
         size_t bytes = ta_bytes;
         kvq_status st;
-        why[0] = '\0';
-        st = kvq_config_validate(&cases[i].cfg, why, sizeof why);
+        why_clear();
+        st = kvq_config_validate(&cases[i].cfg);
         CHECK(st == cases[i].want, "validate %s: %d (%s), want %d", cases[i].name, (int)st,
               kvq_status_str(st), (int)cases[i].want);
-        CHECK(why[0] != '\0', "validate %s: no reason given", cases[i].name);
-        CHECK(kvq_config_validate(&cases[i].cfg, NULL, 0) == cases[i].want,
-              "validate %s with why = NULL", cases[i].name);
+        CHECK(kvq_why()[0] != '\0', "validate %s: no reason given", cases[i].name);
         memset(&c, 0xA5, sizeof c);
-        c.why[0] = '\0';
+        why_clear();
         st = kvq_cache_init(&c, &cases[i].cfg);
         CHECK(st == cases[i].want, "init %s: %d, want %d", cases[i].name, (int)st,
               (int)cases[i].want);
-        CHECK(c.why[0] != '\0', "init %s: no reason in c->why", cases[i].name);
+        CHECK(kvq_why()[0] != '\0', "init %s: no reason in kvq_why()", cases[i].name);
         CHECK(ta_live == live && ta_bytes == bytes, "init %s: allocated %ld blocks on failure",
               cases[i].name, ta_live - live);
     }
-    CHECK(kvq_config_validate(NULL, why, sizeof why) == KVQ_ERR_NULL, "validate(NULL)");
+    CHECK(kvq_config_validate(NULL) == KVQ_ERR_NULL, "validate(NULL)");
     CHECK(kvq_cache_init(NULL, &cases[0].cfg) == KVQ_ERR_NULL, "init(NULL cache)");
     CHECK(kvq_cache_init(&c, NULL) == KVQ_ERR_NULL, "init(NULL config)");
     {   /* valid configs pass; a cache initialized after the failures frees
@@ -1787,8 +1787,8 @@ static void test_bad_config(void)
         ok[1] = kvq_config_hf(128, kvq_hf_defaults(4));
         ok[2] = kvq_config_full(128, 16);
         for (i = 0; i < 3; i++) {
-            CHECK(kvq_config_validate(&ok[i], why, sizeof why) == KVQ_OK, "valid config %d: %s",
-                  i, why);
+            CHECK(kvq_config_validate(&ok[i]) == KVQ_OK, "valid config %d: %s",
+                  i, kvq_why());
             memset(&c, 0xA5, sizeof c);
             CHECK(kvq_cache_init(&c, &ok[i]) == KVQ_OK, "init valid config %d", i);
             kvq_cache_free(&c);
@@ -1867,31 +1867,31 @@ static void test_alloc_failure(void)
                 long base = ta_calls;
                 kvq_status st;
                 snap after;
-                c.why[0] = '\0';
+                why_clear();
                 ta_fail_at = base + k;
                 if (s == 0) st = kvq_cache_prefill(&c, K, V, T0);
                 else if (s == steps / 2) st = kvq_cache_reserve(&c, 40);
                 else st = kvq_cache_append(&c, K + c.n_pos * D, V + c.n_pos * D);
                 ta_fail_at = -1;
                 if (ta_calls - base <= k) {        /* attempt k never came */
-                    CHECK(st == KVQ_OK, "%s op %zu: %d (%s)", pname, s, (int)st, c.why);
+                    CHECK(st == KVQ_OK, "%s op %zu: %d (%s)", pname, s, (int)st, kvq_why());
                     break;
                 }
                 injected++;
                 CHECK(st == KVQ_ERR_NOMEM, "%s op %zu, allocation %ld fails: returned %d",
                       pname, s, k, (int)st);
-                CHECK(c.why[0] != '\0', "%s op %zu: NOMEM without a reason", pname, s);
+                CHECK(kvq_why()[0] != '\0', "%s op %zu: NOMEM without a reason", pname, s);
                 snap_take(&after, &c);
                 CHECK(snap_same(&before, &after, D, 0), "%s op %zu: failing allocation %ld "
                       "changed the cache's content", pname, s, k);
-                CHECK(kvq_cache_check(&c) == KVQ_OK, "%s op %zu after NOMEM: %s", pname, s, c.why);
+                CHECK(kvq_cache_check(&c) == KVQ_OK, "%s op %zu after NOMEM: %s", pname, s, kvq_why());
                 snap_free(&after);
             }
             snap_free(&before);
             if (s == 0) sim_prefill(&S, T0);
             else if (s != steps / 2) sim_append(&S);
             CHECK(cmp_sched(&c, &S, msg, sizeof msg) && kvq_cache_check(&c) == KVQ_OK,
-                  "%s op %zu after retry: %s %s", pname, s, msg, c.why);
+                  "%s op %zu after retry: %s %s", pname, s, msg, kvq_why());
         }
         {   /* rows still hold exactly what the reference says             */
             const float *src[2];

@@ -644,7 +644,7 @@ static void test_pages_random(void)
             n_ops++;
             if (got != e.st) {
                 CHECK(0, "case %zu op %zu (%s, bt %zu, %zu blocks): status %d, model %d (%s)",
-                      cs, op, op_name[kind], bt, n_blocks, (int)got, (int)e.st, P.why);
+                      cs, op, op_name[kind], bt, n_blocks, (int)got, (int)e.st, kvq_why());
                 ok = 0;
                 break;
             }
@@ -798,7 +798,7 @@ static void test_pages_bad_input(void)
         free(before.b);
         before = pages_snap(&P, S, 3);
         got = kvq_pseq_repack(&P, &S[0], 0, &st);
-        CHECK(got == KVQ_ERR_STATE && P.why[0], "repack over a shared block: %d", (int)got);
+        CHECK(got == KVQ_ERR_STATE && kvq_why()[0], "repack over a shared block: %d", (int)got);
         got = kvq_pseq_holefill(&P, &S[0], 0, 8, &st);
         CHECK(got == KVQ_ERR_STATE, "holefill over a shared block: %d", (int)got);
         got = kvq_pseq_holefill(&P, &S[1], 4, 8, &st);
@@ -823,7 +823,7 @@ static void test_pages_bad_input(void)
         while (S[2].n_slots % 4 && a == KVQ_OK) a = kvq_pseq_append(&P, &S[2], p, &p), p++;
         free(before.b);
         before = pages_snap(&P, S, 3);
-        CHECK(kvq_pseq_append(&P, &S[2], p, &p) == KVQ_ERR_CAPACITY && P.why[0], "append to a full pool");
+        CHECK(kvq_pseq_append(&P, &S[2], p, &p) == KVQ_ERR_CAPACITY && kvq_why()[0], "append to a full pool");
         kvq_pseq_free(&P, &S[2]);           /* then a fork whose tail is shared */
         CHECK(kvq_pseq_fork(&P, &S[2], &S[0]) == KVQ_OK, "fork");
         while (P.n_free > 0 && a == KVQ_OK) a = kvq_pseq_append(&P, &S[1], p, &p), p++;
@@ -855,7 +855,7 @@ static void test_pages_bad_input(void)
         i = kvq_pseq_private_start(&P, &S[1]);
         got = kvq_pseq_repack(&P, &S[1], i, &st);
         CHECK(got == KVQ_OK, "repack(private_start = %zu) of a fully shared 6-slot sequence "
-              "(block 4): status %d (%s)", i, (int)got, P.why);
+              "(block 4): status %d (%s)", i, (int)got, kvq_why());
         after = pages_snap(&P, S, 2);
         CHECK(snap_equal(&before, &after), "the no-op repack changed the pool");
         free(before.b); free(after.b);
@@ -1264,7 +1264,7 @@ static int attention_matches(const kvq_cache *c, const float *rows, const uint8_
     for (mode = 0; mode < 2 && ok; mode++) {
         double mx = 0, err = 0;
         if (attend(c, q, out, mode ? NULL : pr, (kvq_attn_mode)mode) != KVQ_OK) {
-            snprintf(msg, len, "attend mode %d failed: %s", mode, c->why); ok = 0; break;
+            snprintf(msg, len, "attend mode %d failed: %s", mode, kvq_why()); ok = 0; break;
         }
         for (i = 0; i < NQ * CD; i++) {
             mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
@@ -1394,7 +1394,7 @@ static void test_cache_evict_compact(void)
                 for (p = 0; p < n; p++) expect_ev += have[p] == 1 && !keep[p];
                 CHECK(kvq_cache_evict(&c, keep, n, &evicted) == KVQ_OK && evicted == expect_ev,
                       "%s: evicted %zu, expected %zu", name, evicted, expect_ev);
-                CHECK(kvq_cache_check(&c) == KVQ_OK, "%s after evict: %s", name, c.why);
+                CHECK(kvq_cache_check(&c) == KVQ_OK, "%s after evict: %s", name, kvq_why());
                 read_all(&c, rows2, have2);
                 for (p = 0, same_rows = 1; p < n; p++) {
                     keep[p] = have[p] == 1 && keep[p];          /* now: survives */
@@ -1428,7 +1428,7 @@ static void test_cache_evict_compact(void)
                     kvq_cache_bytes(&c, &b0);
                     memset(&cs, 0x5A, sizeof cs);
                     CHECK(kvq_cache_compact(&c, bt, &cs) == KVQ_OK, "%s: compact", name);
-                    CHECK(kvq_cache_check(&c) == KVQ_OK, "%s after compact: %s", name, c.why);
+                    CHECK(kvq_cache_check(&c) == KVQ_OK, "%s after compact: %s", name, kvq_why());
                     CHECK(memcmp(cs.slots_before, o.st.slots_before, sizeof cs.slots_before) == 0 &&
                           memcmp(cs.slots_after, o.st.slots_after, sizeof cs.slots_after) == 0 &&
                           cs.blocks_before == o.st.blocks_before && cs.blocks_after == o.st.blocks_after &&
@@ -1498,7 +1498,7 @@ static void test_cache_evict_compact(void)
                 for (p = 0; p < add; p++)
                     CHECK(kvq_cache_append(&c, K + c.n_pos * CD, V + c.n_pos * CD) == KVQ_OK,
                           "%s: append after compaction", name);
-                CHECK(kvq_cache_check(&c) == KVQ_OK, "%s: appends after compaction: %s", name, c.why);
+                CHECK(kvq_cache_check(&c) == KVQ_OK, "%s: appends after compaction: %s", name, kvq_why());
                 read_all(&c, rows2, have2);
                 /* rows already quantized (or never quantized: FULL) must not
                    change; window rows may be quantized by the appends, and HF
@@ -1552,14 +1552,14 @@ static void test_cache_refusals(void)
         else if (which == 1) { cfg = kvq_config_logquant(CD, 2, 4); cfg.group = 4; name = "LogQuant"; }
         else { cfg = kvq_config_kivi(CD, 2); cfg.group = 4; cfg.residual = 8; name = "KIVI (bad arguments)"; }
         for (p = 0; p < T * CD; p++) { K[p] = rnorm(&r); V[p] = rnorm(&r); }
-        if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "%s init: %s", name, c.why); continue; }
+        if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "%s init: %s", name, kvq_why()); continue; }
         for (p = 0; p < T; p++) kvq_cache_append(&c, K + p * CD, V + p * CD);
         n = c.n_pos;
         for (p = 0; p < n; p++) keep[p] = p % 3 == 0;
         read_all(&c, r0, h0);
         kvq_cache_census(&c, &c0);
         if (which < 2) {
-            CHECK(kvq_cache_evict(&c, keep, n, &ev) == KVQ_ERR_CONFIG && c.why[0] && ev == 12345,
+            CHECK(kvq_cache_evict(&c, keep, n, &ev) == KVQ_ERR_CONFIG && kvq_why()[0] && ev == 12345,
                   "%s must refuse eviction with KVQ_ERR_CONFIG", name);
         } else {
             CHECK(kvq_cache_evict(NULL, keep, n, &ev) == KVQ_ERR_NULL, "evict NULL cache");

@@ -36,6 +36,9 @@
 #include "test.h"
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
+/* Empties kvq_why() (kvq.h's private buffer; this file has the
+   implementation) so a test can tell that a failing call set a reason.    */
+static void why_clear(void) { kvq__why_buf[0] = '\0'; }
 
 /* ------------------------------------------------------------------------ */
 /* helpers: fp16 from its definition, the one-unit reference quantizer      */
@@ -410,7 +413,7 @@ static int ott_invariants(kvq_cache *c, char *msg, size_t len)
     size_t rounds = n >= R ? (n - R) / G : 0;
     kvq_census cs;
     int s;
-    if (kvq_cache_check(c) != KVQ_OK) { snprintf(msg, len, "check: %s", c->why); return 0; }
+    if (kvq_cache_check(c) != KVQ_OK) { snprintf(msg, len, "check: %s", kvq_why()); return 0; }
     kvq_cache_census(c, &cs);
     for (s = 0; s < 2; s++) {
         size_t w = cs.rows[s][KVQ_ROWS_WINDOW], pl = cs.rows[s][KVQ_ROWS_OUTLIER],
@@ -497,7 +500,7 @@ static int drive(kvq_cache *c, void *S, sim_append_fn app, sim_cmp_fn cmp, inv_f
                                     : kvq_cache_prefill(c, K + p * D, V + p * D, n);
         if (st != KVQ_OK) {
             CHECK(0, "%s: append/prefill at %zu failed: %s (%s)", label, p,
-                  kvq_status_str(st), c->why);
+                  kvq_status_str(st), kvq_why());
             return 1;
         }
         for (i = 0; i < n; i++) app(S, K + (p + i) * D, V + (p + i) * D);
@@ -594,7 +597,7 @@ static void test_ott_random(void)
                  (int)cfg.ott_mean, cfg.fp_bits, kind, T);
         gen_kv(&r, kind, T, D, K, V);
         CHECK(kvq_cache_init(&a, &cfg) == KVQ_OK && kvq_cache_init(&b, &cfg) == KVQ_OK,
-              "%s: init: %s", label, a.why);
+              "%s: init: %s", label, kvq_why());
         ott_sim_init(&Sa, &cfg, T);
         ott_sim_init(&Sb, &cfg, T);
         bad += drive(&a, &Sa, ott_app, ott_cmp, ott_invariants, K, V, T, D, &r, 1, label);
@@ -624,7 +627,7 @@ static void run_ott(const kvq_config *cfg, const float *K, const float *V, size_
                     kvq_cache *c)
 {
     size_t p, D = cfg->head_dim;
-    CHECK(kvq_cache_init(c, cfg) == KVQ_OK, "init: %s", c->why);
+    CHECK(kvq_cache_init(c, cfg) == KVQ_OK, "init: %s", kvq_why());
     for (p = 0; p < T; p++)
         CHECK(kvq_cache_append(c, K + p * D, V + p * D) == KVQ_OK, "append %zu", p);
 }
@@ -948,7 +951,7 @@ static int lq_invariants(kvq_cache *c, char *msg, size_t len)
     size_t m = n > sinks ? n - sinks : 0, a = m <= 3 * W ? m : 2 * W + 1 + (m - 3 * W - 1) % W;
     kvq_census cs;
     int s;
-    if (kvq_cache_check(c) != KVQ_OK) { snprintf(msg, len, "check: %s", c->why); return 0; }
+    if (kvq_cache_check(c) != KVQ_OK) { snprintf(msg, len, "check: %s", kvq_why()); return 0; }
     kvq_cache_census(c, &cs);
     for (s = 0; s < 2; s++) {
         size_t tpu = side_of(&c->cfg, s).tpu, dropped = m - a;
@@ -1009,7 +1012,7 @@ static void test_logquant_random(void)
                  (int)cfg.key_axis, (int)cfg.value_axis, cfg.key_bits, cfg.fp_bits, T);
         gen_kv(&r, 0, T, D, K, V);
         CHECK(kvq_cache_init(&a, &cfg) == KVQ_OK && kvq_cache_init(&b, &cfg) == KVQ_OK,
-              "%s: init: %s", label, a.why);
+              "%s: init: %s", label, kvq_why());
         lq_sim_init(&Sa, &cfg, T);
         lq_sim_init(&Sb, &cfg, T);
         bad += drive(&a, &Sa, lq_app, lq_cmp, lq_invariants, K, V, T, D, &r, 1, label);
@@ -1044,7 +1047,7 @@ static void test_logquant_by_hand(void)
     size_t p, i, n_fp = 0, bad = 11;
     cfg.key_axis = KVQ_PER_TOKEN;
     cfg.group = 8;
-    CHECK(kvq_cache_init(&c, &cfg) == KVQ_OK, "init: %s", c.why);
+    CHECK(kvq_cache_init(&c, &cfg) == KVQ_OK, "init: %s", kvq_why());
     for (p = 0; p < 11; p++) {
         for (i = 0; i < 8; i++) x[i] = (float)(p + i);
         kvq_cache_append(&c, x, x);
@@ -1063,7 +1066,7 @@ static void test_logquant_by_hand(void)
 /* 7. BAD CONFIGS (kvq.h Sec. 7.1/7.2 and kvq_config_validate): each case
    is rejected by kvq_config_validate with the expected status and a
    reason, and kvq_cache_init fails the same way, writes a reason into
-   c->why and leaves no block allocated. Boundary cases just inside the
+   kvq_why() and leaves no block allocated. Boundary cases just inside the
    limits are accepted, and a cache built from them frees everything.     */
 /* ======================================================================== */
 static void test_bad_configs(void)
@@ -1072,7 +1075,6 @@ static void test_bad_configs(void)
     cse bad[24], good[8];
     int nb = 0, ng = 0, i;
     kvq_cache c;
-    char why[160];
 #define OTT(nm, expr, st) do { kvq_config *x = &bad[nb].cfg; *x = ott_cfg(64, 2, 16, 8, 3, 4, \
         KVQ_OTT_MEAN_REST); expr; bad[nb].name = nm; bad[nb].want = st; nb++; } while (0)
 #define LQ(nm, expr, st) do { kvq_config *x = &bad[nb].cfg; *x = kvq_config_logquant(64, 2, 4); \
@@ -1125,26 +1127,26 @@ static void test_bad_configs(void)
         long live = ta_live;
         kvq_status st;
         int want_any = bad[i].want == KVQ_STATUS_COUNT;
-        why[0] = '\0';
-        st = kvq_config_validate(&bad[i].cfg, why, sizeof why);
+        why_clear();
+        st = kvq_config_validate(&bad[i].cfg);
         CHECK(want_any ? st != KVQ_OK : st == bad[i].want, "validate %s: %d (%s), want %d",
               bad[i].name, (int)st, kvq_status_str(st), (int)bad[i].want);
-        CHECK(st == KVQ_OK || why[0] != '\0', "validate %s: no reason", bad[i].name);
+        CHECK(st == KVQ_OK || kvq_why()[0] != '\0', "validate %s: no reason", bad[i].name);
         memset(&c, 0xA5, sizeof c);
-        c.why[0] = '\0';
+        why_clear();
         st = kvq_cache_init(&c, &bad[i].cfg);
         CHECK(want_any ? st != KVQ_OK : st == bad[i].want, "init %s: %d, want %d",
               bad[i].name, (int)st, (int)bad[i].want);
         if (st == KVQ_OK) { kvq_cache_free(&c); continue; }   /* wrongly accepted */
-        CHECK(c.why[0] != '\0', "init %s: no reason in c->why", bad[i].name);
+        CHECK(kvq_why()[0] != '\0', "init %s: no reason in kvq_why()", bad[i].name);
         CHECK(ta_live == live, "init %s: %ld blocks left allocated", bad[i].name,
               ta_live - live);
     }
     for (i = 0; i < ng; i++) {
         long live = ta_live;
-        kvq_status st = kvq_config_validate(&good[i].cfg, why, sizeof why);
-        CHECK(st == KVQ_OK, "validate %s: %s (%s)", good[i].name, kvq_status_str(st), why);
-        CHECK(kvq_cache_init(&c, &good[i].cfg) == KVQ_OK, "init %s: %s", good[i].name, c.why);
+        kvq_status st = kvq_config_validate(&good[i].cfg);
+        CHECK(st == KVQ_OK, "validate %s: %s (%s)", good[i].name, kvq_status_str(st), kvq_why());
+        CHECK(kvq_cache_init(&c, &good[i].cfg) == KVQ_OK, "init %s: %s", good[i].name, kvq_why());
         kvq_cache_free(&c);
         CHECK(ta_live == live, "%s: %ld blocks left after free", good[i].name, ta_live - live);
     }
@@ -1181,14 +1183,14 @@ static void test_alloc_failure(void)
         for (at = 0; st != KVQ_OK && at < 64; at++) {
             long live = ta_live;
             memset(&c, 0xA5, sizeof c);
-            c.why[0] = '\0';
+            why_clear();
             ta_calls = 0;
             ta_fail_at = at;
             st = kvq_cache_init(&c, cfg);
             ta_fail_at = -1;
             if (st == KVQ_OK) break;
             injected++;
-            CHECK(st == KVQ_ERR_NOMEM && c.why[0] && ta_live == live,
+            CHECK(st == KVQ_ERR_NOMEM && kvq_why()[0] && ta_live == live,
                   "config %d init failing at attempt %ld: %s, %ld blocks left", ci, at,
                   kvq_status_str(st), ta_live - live);
         }

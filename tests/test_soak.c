@@ -247,7 +247,7 @@ static void checkpoint(int pol, kvq_cache *c, const uint8_t *alive, size_t t, do
     double ek = 0.0, ev = 0.0, delta = 0.0, m = -INFINITY, l = 0.0, acc[D], err = 0.0, bound;
     double bk = elem_bound(c->cfg.key_bits, c->cfg.zero_mode);
     double bv = elem_bound(c->cfg.value_bits, c->cfg.zero_mode);
-    CHECK(kvq_cache_check(c) == KVQ_OK, "%s t=%zu: kvq_cache_check: %s", pol_name[pol], t, c->why);
+    CHECK(kvq_cache_check(c) == KVQ_OK, "%s t=%zu: kvq_cache_check: %s", pol_name[pol], t, kvq_why());
     for (d = 0; d < D; d++) {
         uint64_t h = mix(t * 131 + d);
         q[d] = (float)((double)(h >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
@@ -333,14 +333,14 @@ static void soak(int pol, size_t steps)
     char why[200];
     memset(&w, 0, sizeof w);
     ta_peak = ta_bytes;
-    if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "%s init: %s", pol_name[pol], c.why); return; }
+    if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "%s init: %s", pol_name[pol], kvq_why()); return; }
     for (t = 1; t <= steps && fails < 5; t++) {
         size_t rows[2], present_n, side;
         double a;
         kvq_bytes by;
         gen_row(t - 1, 0, k); gen_row(t - 1, 1, v);
         a = now_s();
-        if (kvq_cache_append(&c, k, v) != KVQ_OK) { CHECK(0, "append: %s", c.why); break; }
+        if (kvq_cache_append(&c, k, v) != KVQ_OK) { CHECK(0, "append: %s", kvq_why()); break; }
         t_append += now_s() - a;
 
         /* eviction + compaction every KVQ_COMPACT_EVERY steps

@@ -20,6 +20,9 @@
 #include "test.h"
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
+/* Empties kvq_why() (kvq.h's private buffer; this file has the
+   implementation) so a test can tell that a failing call set a reason.    */
+static void why_clear(void) { kvq__why_buf[0] = '\0'; }
 #include "examples/npy.h"
 #include <string.h>
 #include <unistd.h>
@@ -90,13 +93,19 @@ static void read_table(void)
     CHECK(table_ok, "kvq.h status table: found only %d functions", n_fn);
 }
 
-/* One call's status against the expected one; the pair must be listed.    */
-#define EXPECT(fn, call, want) expect_(fn, (call), (want), __LINE__)
+/* One call's status against the expected one; the pair must be listed.
+   kvq_why() is emptied before the call: a failure must fill it, a success
+   must leave it as it was (Sec. 2, ONE WAY TO FAIL).                      */
+#define EXPECT(fn, call, want) (why_clear(), expect_(fn, (call), (want), __LINE__))
+/* The same for a status already in st, from a call made after why_clear(). */
+#define EXPECT_ST(fn, st, want) expect_(fn, (st), (want), __LINE__)
 static void expect_(const char *fn, kvq_status got, kvq_status want, int line)
 {
     int i = fn_index(fn);
     CHECK(got == want, "line %d: %s returned %s, want %s", line, fn,
           (int)got < KVQ_STATUS_COUNT ? status_name[got] : "?", status_name[want]);
+    CHECK((got == KVQ_OK) == (kvq_why()[0] == '\0'), "line %d: %s returned %s with kvq_why() "
+          "\"%s\"", line, fn, status_name[got < KVQ_STATUS_COUNT ? got : 0], kvq_why());
     if (i < 0 || got == KVQ_OK || (int)got >= KVQ_STATUS_COUNT) return;
     seen[got][i] = 1;
     CHECK(listed[got][i], "line %d: %s returned %s, which kvq.h's table does not list",
@@ -174,14 +183,14 @@ static int snap_same(const snap *a, const snap *b, size_t D, int alloc)
     do {                                                                       \
         snap b_, a_;                                                           \
         snap_take(&b_, c);                                                     \
-        c->why[0] = '\0';                                                      \
+        why_clear();                                                      \
         EXPECT(fn, call, want);                                                \
-        CHECK(c->why[0] != '\0', "%s: %s left why empty", pname, fn);          \
+        CHECK(kvq_why()[0] != '\0', "%s: %s left why empty", pname, fn);          \
         snap_take(&a_, c);                                                     \
         CHECK(snap_same(&b_, &a_, D, alloc), "%s: failed %s changed the cache", \
               pname, fn);                                                      \
         CHECK(kvq_cache_check(c) == KVQ_OK, "%s: after failed %s: %s", pname,  \
-              fn, c->why);                                                     \
+              fn, kvq_why());                                                     \
         snap_free(&b_); snap_free(&a_);                                        \
     } while (0)
 
@@ -300,7 +309,6 @@ static void test_configs(void)
     kvq_config bad[6];
     kvq_status want[6] = { KVQ_ERR_CONFIG, KVQ_ERR_SIZE, KVQ_ERR_BITS, KVQ_ERR_GROUP,
                            KVQ_ERR_CONFIG, KVQ_ERR_CONFIG };
-    char why[160];
     kvq_cache c;
     int i;
     bad[0] = kvq_config_kivi(16, 2); bad[0].policy = (kvq_policy)42;
@@ -311,15 +319,13 @@ static void test_configs(void)
     bad[4].policy = KVQ_POLICY_CUSTOM; bad[4].key_schedule = KVQ_SCHED_POLICY;
     bad[5] = kvq_config_ott(16, 2, 5); bad[5].ott_k = 16;       /* k >= G?  */
     bad[5].group = 16; bad[5].residual = 16;
-    EXPECT("kvq_config_validate", kvq_config_validate(NULL, why, sizeof why), KVQ_ERR_NULL);
+    EXPECT("kvq_config_validate", kvq_config_validate(NULL), KVQ_ERR_NULL);
     EXPECT("kvq_cache_init", kvq_cache_init(NULL, &bad[0]), KVQ_ERR_NULL);
     EXPECT("kvq_cache_init", kvq_cache_init(&c, NULL), KVQ_ERR_NULL);
     for (i = 0; i < 6; i++) {
-        why[0] = '\0';
-        EXPECT("kvq_config_validate", kvq_config_validate(&bad[i], why, sizeof why), want[i]);
-        CHECK(why[0] != '\0', "config %d: no reason given", i);
-        EXPECT("kvq_config_validate", kvq_config_validate(&bad[i], NULL, 0), want[i]);
-        /* init: only c->why may change                                     */
+        EXPECT("kvq_config_validate", kvq_config_validate(&bad[i]), want[i]);
+        /* init writes nothing to the cache but its deprecated copy of the
+           reason, c.why                                                     */
         poison(&c, sizeof c);
         EXPECT("kvq_cache_init", kvq_cache_init(&c, &bad[i]), want[i]);
         memset(c.why, 0xA5, sizeof c.why);
@@ -344,17 +350,17 @@ static void test_configs(void)
         u[2] = kvq_config_ott(16, 2, 0); u[2].ott_aux = 20000000; u[2].lq_window = 20000000;
         for (i = 0; i < 3; i++) {
             size_t bytes0 = ta_bytes;
-            CHECK(kvq_config_validate(&u[i], why, sizeof why) == KVQ_OK, "unused fields %d: %s", i, why);
-            if (kvq_cache_init(&c, &u[i]) != KVQ_OK) { CHECK(0, "unused fields %d: init: %s", i, c.why); continue; }
+            CHECK(kvq_config_validate(&u[i]) == KVQ_OK, "unused fields %d: %s", i, kvq_why());
+            if (kvq_cache_init(&c, &u[i]) != KVQ_OK) { CHECK(0, "unused fields %d: init: %s", i, kvq_why()); continue; }
             CHECK(ta_bytes - bytes0 < ((size_t)1 << 20), "unused fields %d: init allocated %zu bytes",
                   i, ta_bytes - bytes0);
             CHECK(c.cfg.lq_window == 0 && (c.cfg.ott_k > 0 || c.cfg.ott_aux == 0),
                   "unused fields %d: kept in the cache's config", i);
             for (j = 0; j < 40; j++) {
                 for (d = 0; d < 16; d++) { k[d] = (float)((j * 7 + d * 3) % 11) - 5.0f; v[d] = -k[d]; }
-                if (kvq_cache_append(&c, k, v) != KVQ_OK) { CHECK(0, "append %zu: %s", j, c.why); break; }
+                if (kvq_cache_append(&c, k, v) != KVQ_OK) { CHECK(0, "append %zu: %s", j, kvq_why()); break; }
             }
-            CHECK(kvq_cache_check(&c) == KVQ_OK, "unused fields %d: check: %s", i, c.why);
+            CHECK(kvq_cache_check(&c) == KVQ_OK, "unused fields %d: check: %s", i, kvq_why());
             kvq_cache_free(&c);
         }
     }
@@ -366,10 +372,11 @@ static void test_configs(void)
         for (at = 0; at < 64 && !ok; at++) {
             kvq_status st;
             ta_fail_at = ta_calls + at;
+            why_clear();
             st = kvq_cache_init(&c, &cfg);
             ta_fail_at = -1;
             if (st == KVQ_OK) { ok = 1; kvq_cache_free(&c); break; }
-            EXPECT("kvq_cache_init", st, KVQ_ERR_NOMEM);
+            EXPECT_ST("kvq_cache_init", st, KVQ_ERR_NOMEM);
             CHECK(ta_live == live0, "init failing at attempt %ld leaked %ld blocks",
                   at, ta_live - live0);
         }
@@ -417,9 +424,9 @@ static void test_cache_policies(void)
         snap s1, s2;
         for (i = 0; i < T * D; i++) { K[i] = rnorm(&r); V[i] = rnorm(&r); }
         CHECK(kvq_cache_init(&cache, &cfg) == KVQ_OK && kvq_cache_init(&twin, &cfg) == KVQ_OK,
-              "%s init: %s", pname, cache.why);
+              "%s init: %s", pname, kvq_why());
         CHECK(kvq_cache_prefill(&cache, K, V, 45) == KVQ_OK && kvq_cache_prefill(&twin, K, V, 45) == KVQ_OK,
-              "%s prefill: %s", pname, cache.why);
+              "%s prefill: %s", pname, kvq_why());
         for (i = 45; i < 60; i++) {
             kvq_cache_append(&cache, K + i * D, V + i * D);
             kvq_cache_append(&twin, K + i * D, V + i * D);
@@ -481,10 +488,11 @@ static void test_cache_policies(void)
                 kvq_status st;
                 snap_take(&b, c);
                 ta_fail_at = ta_calls + at;
+                why_clear();
                 st = kvq_cache_prefill(c, K + 60 * D, V + 60 * D, 10);
                 ta_fail_at = -1;
                 if (st == KVQ_OK) { done = 1; snap_free(&b); break; }
-                EXPECT("kvq_cache_prefill", st, KVQ_ERR_NOMEM);
+                EXPECT_ST("kvq_cache_prefill", st, KVQ_ERR_NOMEM);
                 snap_take(&a, c);
                 CHECK(snap_same(&b, &a, D, 0) && kvq_cache_check(c) == KVQ_OK,
                       "%s: prefill failing at attempt %ld changed the cache", pname, at);
@@ -495,10 +503,11 @@ static void test_cache_policies(void)
             for (at = 0; at < 4096; at++) {     /* appends: until one grows  */
                 kvq_status st;
                 ta_fail_at = ta_calls;          /* the first attempt, if any */
+                why_clear();
                 st = kvq_cache_append(c, k, v);
                 ta_fail_at = -1;
                 if (st == KVQ_OK) { kvq_cache_append(&twin, k, v); continue; }
-                EXPECT("kvq_cache_append", st, KVQ_ERR_NOMEM);
+                EXPECT_ST("kvq_cache_append", st, KVQ_ERR_NOMEM);
                 CHECK(kvq_cache_check(c) == KVQ_OK, "%s after NOMEM append", pname);
                 break;
             }
@@ -560,9 +569,9 @@ static void test_cache_policies(void)
                loc claims absence, so one stored row has no position        */
             uint32_t saved = c->k.loc[3];
             c->k.loc[3] = KVQ_LOC_ABSENT;
-            c->why[0] = '\0';
+            why_clear();
             EXPECT("kvq_cache_check", kvq_cache_check(c), KVQ_ERR_STATE);
-            CHECK(c->why[0] != '\0', "%s: check gave no reason", pname);
+            CHECK(kvq_why()[0] != '\0', "%s: check gave no reason", pname);
             c->k.loc[3] = saved;
             CHECK(kvq_cache_check(c) == KVQ_OK, "%s: restored", pname);
         }
@@ -840,10 +849,11 @@ static void test_pages(void)
         pstate b, a;
         pstate_take(&b, &P, &S);
         ta_fail_at = ta_calls;
+        why_clear();
         e = kvq_pseq_append(&Q, &E, (int32_t)i, payload);
         ta_fail_at = -1;
         if (e == KVQ_OK) continue;
-        EXPECT("kvq_pseq_append", e, KVQ_ERR_NOMEM);
+        EXPECT_ST("kvq_pseq_append", e, KVQ_ERR_NOMEM);
         CHECK(E.n_slots == i && E.n_blocks == i && Q.n_free == 64 - i,
               "a NOMEM append changed the sequence or the pool");
         pstate_take(&a, &P, &S);
@@ -865,7 +875,7 @@ static void test_pages(void)
         EXPECT("kvq_pseq_evict", kvq_pseq_evict(&Z, &S, keep, S.n_slots, &st), KVQ_ERR_STATE);
         EXPECT("kvq_pseq_repack", kvq_pseq_repack(&Z, &S, 0, &st), KVQ_ERR_STATE);
         EXPECT("kvq_pseq_holefill", kvq_pseq_holefill(&Z, &S, 0, 4, &st), KVQ_ERR_STATE);
-        CHECK(Z.why[0] != '\0', "a dead pool's refusal gave no reason");
+        CHECK(kvq_why()[0] != '\0', "a dead pool's refusal gave no reason");
         CHECK(kvq_pseq_slot(&Z, &S, 0) == NULL, "slot of a dead pool");
         CHECK(kvq_pseq_private_start(&Z, &S) == 0, "private start of a dead pool");
         CHECK(S.n_slots == n_slots && S.n_blocks == n_blocks && U.n_blocks == 0,
@@ -912,6 +922,74 @@ static void test_table_covered(void)
            pairs, pairs - missing);
 }
 
+/* ------------------------------------------------------------------------ */
+/* kvq_why(): successes leave it alone                                      */
+/* ------------------------------------------------------------------------ */
+/* A failure sets a reason; then every policy runs a whole successful life
+   (init, prefill, appends, both attention modes, read-back, accounting,
+   eviction and compaction where the policy allows them, a page pool with
+   a fork): the reason must come back byte for byte.                      */
+static void test_why_kept_on_success(void)
+{
+    char before[sizeof kvq__why_buf];
+    int pol;
+    CHECK(kvq_pack(NULL, 8, 2, NULL) == KVQ_ERR_NULL && kvq_why()[0] != '\0', "a reason is set");
+    memcpy(before, kvq_why(), sizeof before);
+    for (pol = 0; pol < 5; pol++) {
+        const size_t D = 64, T = 150;
+        kvq_hf_params hp = kvq_hf_defaults(2);
+        kvq_config cfg = pol == 0 ? kvq_config_kivi(D, 2) : pol == 1 ? kvq_config_hf(D, hp)
+                       : pol == 2 ? kvq_config_ott(D, 2, 3) : pol == 3 ? kvq_config_logquant(D, 2, 8)
+                       : kvq_config_full(D, 16);
+        kvq_cache c;
+        kvq_bytes by;
+        kvq_census ce;
+        float *K = (float *)malloc(T * D * sizeof(float)), *V = (float *)malloc(T * D * sizeof(float));
+        float q[2 * 64], out[2 * 64], row[64], *work;
+        uint8_t *keep = (uint8_t *)malloc(T);
+        size_t i, n_work;
+        rng r = { 7 };
+        for (i = 0; i < T * D; i++) { K[i] = rnorm(&r); V[i] = rnorm(&r); }
+        for (i = 0; i < 2 * D; i++) q[i] = rnorm(&r);
+        CHECK(kvq_config_validate(&cfg) == KVQ_OK && kvq_cache_init(&c, &cfg) == KVQ_OK &&
+              kvq_cache_reserve(&c, T) == KVQ_OK && kvq_cache_prefill(&c, K, V, T / 2) == KVQ_OK,
+              "policy %d: build: %s", pol, kvq_why());
+        for (i = T / 2; i < T; i++) kvq_cache_append(&c, K + i * D, V + i * D);
+        n_work = kvq_attend_scratch_floats(&c, KVQ_ATTN_EAGER);
+        work = (float *)malloc(n_work * sizeof(float));
+        CHECK(kvq_attend(&c, q, 2, out, NULL, KVQ_ATTN_EAGER, work, n_work) == KVQ_OK &&
+              kvq_attend(&c, q, 2, out, NULL, KVQ_ATTN_ONLINE, work, n_work) == KVQ_OK &&
+              kvq_cache_read(&c, 0, 3, row) == KVQ_OK && kvq_cache_bytes(&c, &by) == KVQ_OK &&
+              kvq_cache_census(&c, &ce) == KVQ_OK && kvq_cache_check(&c) == KVQ_OK &&
+              kvq_cache_present(&c, keep, c.n_pos) == KVQ_OK, "policy %d: use: %s", pol, kvq_why());
+        if (pol == 0 || pol == 1 || pol == 4) {
+            CHECK(kvq_evict_streaming(NULL, c.n_pos, 4, 40, keep) == KVQ_OK &&
+                  kvq_cache_evict(&c, keep, c.n_pos, NULL) == KVQ_OK &&
+                  kvq_cache_compact(&c, 16, NULL) == KVQ_OK, "policy %d: evict, compact", pol);
+        }
+        CHECK(kvq_attend_dense(K, V, T, D, q, 2, out, NULL) == KVQ_OK, "dense");
+        CHECK(memcmp(before, kvq_why(), sizeof before) == 0,
+              "policy %d: successful calls changed kvq_why() to \"%s\"", pol, kvq_why());
+        kvq_cache_free(&c);
+        free(K); free(V); free(keep); free(work);
+    }
+    {
+        kvq_pages P;
+        kvq_pseq S, F;
+        uint8_t slot[4] = { 1, 2, 3, 4 }, keep[40];
+        int32_t p;
+        CHECK(kvq_pages_init(&P, 16, 4, 4) == KVQ_OK, "pool");
+        kvq_pseq_init(&S); kvq_pseq_init(&F);
+        for (p = 0; p < 20; p++) kvq_pseq_append(&P, &S, p, slot);
+        for (p = 0; p < 20; p++) keep[p] = (uint8_t)(p % 3 != 0);
+        CHECK(kvq_pseq_fork(&P, &F, &S) == KVQ_OK && kvq_pseq_evict(&P, &F, keep, 20, NULL) == KVQ_OK &&
+              kvq_pseq_repack(&P, &F, kvq_pseq_private_start(&P, &F), NULL) == KVQ_OK, "pool use");
+        CHECK(memcmp(before, kvq_why(), sizeof before) == 0,
+              "pages: successful calls changed kvq_why() to \"%s\"", kvq_why());
+        kvq_pseq_free(&P, &S); kvq_pseq_free(&P, &F); kvq_pages_free(&P);
+    }
+}
+
 int main(void)
 {
     read_table();
@@ -921,6 +999,7 @@ int main(void)
     test_dense_and_policies();
     test_npy();
     test_pages();
+    test_why_kept_on_success();
     if (table_ok) test_table_covered();
     return TEST_END("test_status");
 }

@@ -785,7 +785,7 @@ static kvq_status llm__caches_build(llm_state *s)
                                                ? s->opts.reserve : s->cfg.seq_len));
         if (st != KVQ_OK) {
             llm__fail(s, st, "cache of layer %d kv head %d: %s (%s)", (int)i / n_kv,
-                      (int)i % n_kv, kvq_status_str(st), c->why);
+                      (int)i % n_kv, kvq_status_str(st), kvq_why());
             memset(c, 0, sizeof *c);         /* a failed init owns nothing   */
             return st;
         }
