@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     const char *vname[2];
     double ratio, key[2], score[2], val[2][2], delta[2][2], tab1[2][5];
     int outliers, ax, v;
-    if (!ex_args_parse(argc, argv, &a)) return 2;
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES)) return 2;
     if (!ex_head_get(&a, 1024, 128, &h)) return 2;
     ratio = ex_outlier_ratio(h.K, h.T, h.D);
     outliers = ratio >= EX_OUTLIER_RATIO;

@@ -99,7 +99,7 @@ int main(int argc, char **argv)
     double fp16 = 2.0 * 2.0 * LAYERS * HEADS * HEAD_DIM * POST_TOKENS, ratio[2], orat;
     size_t i;
     int b;
-    if (!ex_args_parse(argc, argv, &a)) return 2;
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES)) return 2;
     printf("03_hf: the Hugging Face QuantizedCache (HF post) against KIVI\n");
 
     /* 1. The post's estimate: per token, 2 (K and V) x 2 bytes (fp16) x

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
     FILE *csv;
     static const double qasper[10] = {0.20, 0.35, 0.18, 0.02, 0.62, 8.53, 29.88, 37.29, 19.44, 3.49};
 
-    if (!ex_args_parse(argc, argv, &a) || !ex_head_get(&a, 2048, 128, &h)) return 2;
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES) || !ex_head_get(&a, 2048, 128, &h)) return 2;
     T = h.T; D = h.D;
     vg = ex_divisor_at_most(D, 128);         /* OTT's V group: min(128, D)  */
     printf("04_ott: OTT outlier token tracing (Su et al., ACL 2025), %s head T=%zu D=%zu, %d-bit\n",

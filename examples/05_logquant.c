@@ -165,7 +165,7 @@ int main(int argc, char **argv)
     ex_rng r;
     FILE *csv;
 
-    if (!ex_args_parse(argc, argv, &a) || !ex_head_get(&a, 2048, 128, &h)) return 2;
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES) || !ex_head_get(&a, 2048, 128, &h)) return 2;
     T = h.T; D = h.D;
     printf("05_logquant: LogQuant (arXiv:2503.19950), %s head T=%zu D=%zu, %d-bit, G=%d\n\n",
            h.real ? "real" : "synthetic", T, D, BITS, G);

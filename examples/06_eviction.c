@@ -102,7 +102,7 @@ int main(int argc, char **argv)
     size_t i, T, D;
     FILE *csv;
 
-    if (!ex_args_parse(argc, argv, &a)) return 2;
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES)) return 2;
     printf("06_eviction: token eviction and compaction on kvq's cache\n");
 
     /* A. Wall 2. Evicting marks slots dead; a paged pool returns a block

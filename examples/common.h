@@ -3,9 +3,10 @@
    "ours beside the paper's, PASS/FAIL" report.
 
    Each example includes kvq.h with KVQ_IMPLEMENTATION, then this file.
-   Command line understood by ex_args():
+   Command line understood by ex_args_parse():
      --k K.npy --v V.npy   real keys/values of one (layer, KV head), (T, D)
-     --q Q.npy             real queries for that head, (n, D) (optional)
+     --q Q.npy             real queries for that head, (n, D) (optional, with
+                           --k/--v, in the examples that attend: EX_QUERIES)
      --seed N              seed of the synthetic generator (default 1)
      --csv DIR             also write the example's tables as CSV into DIR
    Without --k/--v the synthetic generator below supplies the data.         */
@@ -147,29 +148,34 @@ typedef struct ex_args {
     unsigned long long seed;
 } ex_args;
 
-EX_UNUSED static void ex_usage(const char *prog)
+/* Which options an example takes: --q only where it attends (01 does not),
+   so the usage line offers exactly what the example uses.                 */
+typedef enum ex_opts { EX_NO_QUERIES = 0, EX_QUERIES = 1 } ex_opts;
+
+EX_UNUSED static void ex_usage(const char *prog, ex_opts opts)
 {
-    fprintf(stderr, "usage: %s [--k K.npy --v V.npy [--q Q.npy]] [--seed N] [--csv DIR]\n"
-                    "  K, V: (T, D) float32/float16 .npy of one (layer, KV head);\n"
-                    "  Q: (n, D). Without --k/--v a documented synthetic head is used.\n", prog);
+    fprintf(stderr, "usage: %s [--k K.npy --v V.npy%s] [--seed N] [--csv DIR]\n"
+                    "  K, V: (T, D) float32/float16 .npy of one (layer, KV head);%s\n"
+                    "  Without --k/--v a documented synthetic head is used.\n", prog,
+            opts == EX_QUERIES ? " [--q Q.npy]" : "", opts == EX_QUERIES ? " Q: (n, D)." : "");
 }
 
-EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a)
+EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a, ex_opts opts)
 {
     int i;
     memset(a, 0, sizeof *a);
     a->seed = 1;
     for (i = 1; i < argc; i += 2) {           /* every option takes a value */
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) { ex_usage(argv[0]); exit(0); }
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) { ex_usage(argv[0], opts); exit(0); }
         if (!val) {
             fprintf(stderr, "%s: %s needs a value\n", argv[0], o);
-            ex_usage(argv[0]);
+            ex_usage(argv[0], opts);
             return 0;
         }
         if (!strcmp(o, "--k")) a->k_path = val;
         else if (!strcmp(o, "--v")) a->v_path = val;
-        else if (!strcmp(o, "--q")) a->q_path = val;
+        else if (!strcmp(o, "--q") && opts == EX_QUERIES) a->q_path = val;
         else if (!strcmp(o, "--csv")) a->csv_dir = ex_csv_dir = val;
         else if (!strcmp(o, "--seed")) {
             char *end;
@@ -180,12 +186,17 @@ EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a)
             }
         } else {
             fprintf(stderr, "%s: unknown option '%s'\n", argv[0], o);
-            ex_usage(argv[0]);
+            ex_usage(argv[0], opts);
             return 0;
         }
     }
     if (!a->k_path != !a->v_path) {
         fprintf(stderr, "%s: --k and --v go together\n", argv[0]);
+        return 0;
+    }
+    if (a->q_path && !a->k_path) {            /* the usage nests it: [--q] */
+        fprintf(stderr, "%s: --q goes with --k and --v (the synthetic head makes its own "
+                "queries)\n", argv[0]);
         return 0;
     }
     return 1;
@@ -533,41 +544,39 @@ EX_UNUSED static int ex_check_lower(double ours, double base, double m, const ch
 
 /* OTT Fig. 1(c)'s experiment: K quantized per-channel in groups of G tokens,
    V per-token in groups of vg channels, `bits` bits, except the rows flagged
-   in keep, which stay exact. In its key group a kept row is first set to
-   the mean of the group's other rows (as OTT does), so it cannot stretch a
-   channel's range. K, V, Kq, Vq: (T, D) with G | T; keep: (T).            */
+   in keep, which stay exact and take no part in their key group: each
+   group's scale and zero come from its other rows alone. An OTT cache gets
+   the same scale and zero by writing a mean over the kept rows first
+   (kvq.h Sec. 7.1, KVQ_OTT_MEAN_REST: a mean of the other rows lies inside
+   every channel's range of them), so this is its rule on rows we choose,
+   through the public matrix quantizer. K, V, Kq, Vq: (T, D), G | T; keep (T). */
 EX_UNUSED static void ex_fake_quant_keep(const float *K, const float *V, size_t T, size_t D,
                                          size_t G, size_t vg, int bits,
                                          const unsigned char *keep, float *Kq, float *Vq)
 {
     uint32_t *w = (uint32_t *)ex_alloc(T * D * sizeof(uint32_t));   /* ample */
     kvq_sz *sz = (kvq_sz *)ex_alloc(T * D * sizeof(kvq_sz));
-    size_t t, d, b;
+    float *rest = (float *)ex_alloc(G * D * sizeof(float));         /* (n, D) */
+    size_t t, b, n;
     memcpy(Kq, K, T * D * sizeof(float));
-    for (b = 0; b < T; b += G) {                     /* one key group (G, D) */
-        float *blk = Kq + b * D;
-        size_t n_rest = 0;
-        for (t = 0; t < G; t++) n_rest += !keep[b + t];
-        for (d = 0; d < D && n_rest < G; d++) {      /* kept rows -> mean    */
-            double m = 0;
-            for (t = 0; t < G; t++) if (!keep[b + t]) m += blk[t * D + d];
-            for (t = 0; t < G; t++) if (keep[b + t]) blk[t * D + d] = (float)(m / (double)n_rest);
-        }
-        ex_must(kvq_quantize_matrix(blk, G, D, bits, G, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, w, sz),
+    for (b = 0; b < T; b += G) {                 /* one key group (G, D)     */
+        for (t = 0, n = 0; t < G; t++)           /* its rows that are not kept */
+            if (!keep[b + t]) memcpy(rest + n++ * D, K + (b + t) * D, D * sizeof(float));
+        if (n == 0) continue;                    /* all kept: nothing to quantize */
+        ex_must(kvq_quantize_matrix(rest, n, D, bits, n, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, w, sz),
                 "quantize K", NULL);
-        ex_must(kvq_dequantize_matrix(w, sz, G, D, bits, G, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, blk),
+        ex_must(kvq_dequantize_matrix(w, sz, n, D, bits, n, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, rest),
                 "dequantize K", NULL);
+        for (t = 0, n = 0; t < G; t++)
+            if (!keep[b + t]) memcpy(Kq + (b + t) * D, rest + n++ * D, D * sizeof(float));
     }
     ex_must(kvq_quantize_matrix(V, T, D, bits, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, w, sz),
             "quantize V", NULL);
     ex_must(kvq_dequantize_matrix(w, sz, T, D, bits, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, Vq),
             "dequantize V", NULL);
-    for (t = 0; t < T; t++)                          /* kept rows are exact  */
-        if (keep[t]) {
-            memcpy(Kq + t * D, K + t * D, D * sizeof(float));
-            memcpy(Vq + t * D, V + t * D, D * sizeof(float));
-        }
-    free(w); free(sz);
+    for (t = 0; t < T; t++)                      /* kept values are exact    */
+        if (keep[t]) memcpy(Vq + t * D, V + t * D, D * sizeof(float));
+    free(w); free(sz); free(rest);
 }
 
 #endif /* KVQ_EXAMPLES_COMMON_H */

@@ -95,7 +95,7 @@ int main(int argc, char **argv)
     ex_head h;
     size_t D[2] = {128, 8};
     int i;
-    if (!ex_args_parse(argc, argv, &a)) return 2;
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES)) return 2;
     for (i = 0; i < (a.k_path ? 1 : 2); i++) {    /* a real head: its own D */
         if (!ex_head_get(&a, QUICK ? 512 : 2048, D[i], &h)) return 2;
         test_permutation(&h, a.seed);

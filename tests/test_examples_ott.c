@@ -327,7 +327,7 @@ int main(int argc, char **argv)
 {
     ex_args a;
     ex_head h;
-    if (!ex_args_parse(argc, argv, &a) || !ex_head_get(&a, 2048, 128, &h)) return 2;
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES) || !ex_head_get(&a, 2048, 128, &h)) return 2;
     test_why(&h, argc > 1);
     test_mean(&h, a.seed);
     test_k0_is_kivi(&h);
