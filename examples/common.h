@@ -358,7 +358,7 @@ EX_UNUSED static void ex_must(kvq_status st, const char *what, const kvq_cache *
 {
     if (st == KVQ_OK) return;
     fprintf(stderr, "%s: %s%s%s\n", what, kvq_status_str(st),
-            c ? " - " : "", c ? c->why : "");
+            c ? " - " : "", c ? kvq_why() : "");
     exit(2);
 }
 
@@ -542,6 +542,23 @@ EX_UNUSED static int ex_check_lower(double ours, double base, double m, const ch
     return r <= 1 - m;
 }
 
+/* KIVI Table 1's "fake quantization": X (T, D) quantized along one axis in
+   groups of G (float zero) and read back into Xq (T, D); X == Xq is fine. */
+EX_UNUSED static void ex_fake_quant(const float *X, size_t T, size_t D, int bits, size_t G,
+                                    kvq_axis axis, float *Xq)
+{
+    kvq_layout L;
+    uint32_t *w;
+    kvq_sz *sz;
+    ex_must(kvq_layout_init(&L, T, D, bits, G, axis), "layout", NULL);
+    w = (uint32_t *)ex_alloc(L.total_words * sizeof *w);
+    sz = (kvq_sz *)ex_alloc(L.total_groups * sizeof *sz);
+    ex_must(kvq_quantize_matrix(X, T, D, bits, G, axis, KVQ_ZERO_FLOAT, w, sz), "quantize", NULL);
+    ex_must(kvq_dequantize_matrix(w, sz, T, D, bits, G, axis, KVQ_ZERO_FLOAT, Xq), "dequantize",
+            NULL);
+    free(w); free(sz);
+}
+
 /* OTT Fig. 1(c)'s experiment: K quantized per-channel in groups of G tokens,
    V per-token in groups of vg channels, `bits` bits, except the rows flagged
    in keep, which stay exact and take no part in their key group: each
@@ -554,8 +571,6 @@ EX_UNUSED static void ex_fake_quant_keep(const float *K, const float *V, size_t 
                                          size_t G, size_t vg, int bits,
                                          const unsigned char *keep, float *Kq, float *Vq)
 {
-    uint32_t *w = (uint32_t *)ex_alloc(T * D * sizeof(uint32_t));   /* ample */
-    kvq_sz *sz = (kvq_sz *)ex_alloc(T * D * sizeof(kvq_sz));
     float *rest = (float *)ex_alloc(G * D * sizeof(float));         /* (n, D) */
     size_t t, b, n;
     memcpy(Kq, K, T * D * sizeof(float));
@@ -563,20 +578,14 @@ EX_UNUSED static void ex_fake_quant_keep(const float *K, const float *V, size_t 
         for (t = 0, n = 0; t < G; t++)           /* its rows that are not kept */
             if (!keep[b + t]) memcpy(rest + n++ * D, K + (b + t) * D, D * sizeof(float));
         if (n == 0) continue;                    /* all kept: nothing to quantize */
-        ex_must(kvq_quantize_matrix(rest, n, D, bits, n, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, w, sz),
-                "quantize K", NULL);
-        ex_must(kvq_dequantize_matrix(w, sz, n, D, bits, n, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, rest),
-                "dequantize K", NULL);
+        ex_fake_quant(rest, n, D, bits, n, KVQ_PER_CHANNEL, rest);
         for (t = 0, n = 0; t < G; t++)
             if (!keep[b + t]) memcpy(Kq + (b + t) * D, rest + n++ * D, D * sizeof(float));
     }
-    ex_must(kvq_quantize_matrix(V, T, D, bits, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, w, sz),
-            "quantize V", NULL);
-    ex_must(kvq_dequantize_matrix(w, sz, T, D, bits, vg, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, Vq),
-            "dequantize V", NULL);
+    ex_fake_quant(V, T, D, bits, vg, KVQ_PER_TOKEN, Vq);
     for (t = 0; t < T; t++)                      /* kept values are exact    */
         if (keep[t]) memcpy(Vq + t * D, V + t * D, D * sizeof(float));
-    free(w); free(sz); free(rest);
+    free(rest);
 }
 
 #endif /* KVQ_EXAMPLES_COMMON_H */
