@@ -155,138 +155,153 @@ static void report(const char *name, const tally *ty, int quantized)
                    "budget (paper: 432.50 < 556.10)", name, l1[M_LQ], l1[M_KIVI]);
 }
 
-int main(int argc, char **argv)
+/* 1. Algorithm 1 at W = 4: after each token, kvq's list A beside a literal
+   transcription of the pseudo-code; every 12 steps, a map.                */
+static void show_list_a_follows_algorithm_1(const ex_head *h)
 {
-    ex_args a;
-    ex_head h;
-    size_t T, D, W = kvq_logquant_window_for(R_KIVI), i, t;
-    kvq_cache cA[2], cB[2];
-    float *KB, *VB;                                /* (T, D) Sec. 2.2 head  */
-    ex_rng r;
-    FILE *csv;
-
-    if (!ex_args_parse(argc, argv, &a, EX_QUERIES) || !ex_head_get(&a, 2048, 128, &h)) return 2;
-    T = h.T; D = h.D;
-    printf("05_logquant: LogQuant (arXiv:2503.19950), %s head T=%zu D=%zu, %d-bit, G=%d\n\n",
-           h.real ? "real" : "synthetic", T, D, BITS, G);
-
-    /* 1. Algorithm 1 at W = 4: after each token, kvq's list A beside a
-       literal transcription of the pseudo-code; every 12 steps, a map.    */
-    {
-        enum { W1 = 4, STEPS = 60 };
-        kvq_config cfg = kvq_config_logquant(D, BITS, W1);
-        kvq_cache c;
-        size_t A[3 * W1 + 1], nA = 0, got[3 * W1 + 1], n = 0, steps = T < STEPS ? T : STEPS;
-        int same = 1, bounded = 1, monotone = 1, thinned = 0;
-        csv = ex_csv_open("logquant_kept.csv", "window,step,position");  /* Fig. 6 */
-        ex_must(ex_cache_init(&c, &cfg), "init", &c);
-        printf("1. Algorithm 1, W=%d: full-precision positions ('#') after step t\n", W1);
-        for (t = 0; t < steps; t++) {
-            ex_must(kvq_cache_append(&c, h.K + t * D, h.V + t * D), "append", &c);
-            alg1_append(A, &nA, W1, t);
-            n = lq_kept(&c.k, got);
-            same &= n == nA && n == c.v.rows[KVQ_ROWS_WINDOW].n && !memcmp(got, A, n * sizeof(size_t));
-            for (i = 0; i < n; i++) ex_csv_row(csv, "%d,%zu,%zu", W1, t + 1, got[i]);
-            if (t + 1 >= 3 * W1) bounded &= n > 2 * W1 && n <= 3 * W1;   /* warm */
-            if ((t + 1) % 12 == 0) {
-                char row[STEPS + 1];
-                memset(row, '.', t + 1); row[t + 1] = 0;
-                for (i = 0; i < n; i++) row[got[i]] = '#';
-                printf("   t=%2zu %s |A| = %zu\n", t + 1, row, n);
-            }
+    enum { W1 = 4, STEPS = 60 };
+    kvq_config cfg = kvq_config_logquant(h->D, BITS, W1);
+    kvq_cache c;
+    size_t A[3 * W1 + 1], nA = 0, got[3 * W1 + 1], n = 0, steps = h->T < STEPS ? h->T : STEPS;
+    size_t t, i;
+    int same = 1, bounded = 1, monotone = 1, thinned = 0;
+    FILE *csv = ex_csv_open("logquant_kept.csv", "window,step,position");  /* Fig. 6 */
+    ex_must(ex_cache_init(&c, &cfg), "init", &c);
+    printf("1. Algorithm 1, W=%d: full-precision positions ('#') after step t\n", W1);
+    for (t = 0; t < steps; t++) {
+        ex_must(kvq_cache_append(&c, h->K + t * h->D, h->V + t * h->D), "append", &c);
+        alg1_append(A, &nA, W1, t);
+        n = lq_kept(&c.k, got);
+        same &= n == nA && n == c.v.rows[KVQ_ROWS_WINDOW].n && !memcmp(got, A, n * sizeof(size_t));
+        for (i = 0; i < n; i++) ex_csv_row(csv, "%d,%zu,%zu", W1, t + 1, got[i]);
+        if (t + 1 >= 3 * W1) bounded &= n > 2 * W1 && n <= 3 * W1;   /* warm */
+        if ((t + 1) % 12 == 0) {
+            char row[STEPS + 1];
+            memset(row, '.', t + 1); row[t + 1] = 0;
+            for (i = 0; i < n; i++) row[got[i]] = '#';
+            printf("   t=%2zu %s |A| = %zu\n", t + 1, row, n);
         }
-        ex_csv_close(csv);
-        /* going back from the newest, the gaps between kept positions never
-           shrink (A[0] = position 0 always survives: that jump is skipped) */
-        printf("   gaps newest->oldest at t=%zu:", steps);
-        for (i = n - 1; n >= 3 && i >= 2; i--) {
-            size_t gap = got[i] - got[i - 1];
-            printf(" %zu", gap);
-            if (i > 2 && got[i - 1] - got[i - 2] < gap) monotone = 0;
-            thinned |= gap > 1;
-        }
-        printf("%s\n", n >= 3 ? "" : " (fewer than 3 kept)");
-        ex_check(same, "kvq's list A equals a literal Algorithm 1 at all %zu steps (K and V)", steps);
-        if (steps < 3 * W1 + W1)
-            ex_na("the head has %zu tokens: Algorithm 1 has not thinned A yet", T);
-        else {
-            ex_check(bounded, "after warm-up 2W < |A| <= 3W, i.e. %d..%d (paper: 'between 2W "
-                     "and 3W')", 2 * W1 + 1, 3 * W1);
-            ex_check(monotone && thinned, "density halves going back: gaps 1,1,..,2,2,4 never "
-                     "shrink (A[0] = position 0 is never dropped: a built-in sink)");
-        }
-        kvq_cache_free(&c);
     }
+    ex_csv_close(csv);
+    /* going back from the newest, the gaps between kept positions never
+       shrink (A[0] = position 0 always survives: that jump is skipped)    */
+    printf("   gaps newest->oldest at t=%zu:", steps);
+    for (i = n - 1; n >= 3 && i >= 2; i--) {
+        size_t gap = got[i] - got[i - 1];
+        printf(" %zu", gap);
+        if (i > 2 && got[i - 1] - got[i - 2] < gap) monotone = 0;
+        thinned |= gap > 1;
+    }
+    printf("%s\n", n >= 3 ? "" : " (fewer than 3 kept)");
+    ex_check(same, "kvq's list A equals a literal Algorithm 1 at all %zu steps (K and V)", steps);
+    if (steps < 3 * W1 + W1)
+        ex_na("the head has %zu tokens: Algorithm 1 has not thinned A yet", h->T);
+    else {
+        ex_check(bounded, "after warm-up 2W < |A| <= 3W, i.e. %d..%d (paper: 'between 2W "
+                 "and 3W')", 2 * W1 + 1, 3 * W1);
+        ex_check(monotone && thinned, "density halves going back: gaps 1,1,..,2,2,4 never "
+                 "shrink (A[0] = position 0 is never dropped: a built-in sink)");
+    }
+    kvq_cache_free(&c);
+}
 
-    /* 2. The same budget: A holds at most 3W tokens, so W = floor(R/3)
-       matches KIVI's R. Along a decode, on head A (common.h's or the real
-       one) and head B (i.i.d. N(0,1) keys and values, queries spiking at
-       log-distributed distances): does A cover more attention than a
-       recent window (Eq. 1)? Does quantizing beat evicting (Table 2)?     */
+/* 2. The same budget: A holds at most 3W tokens, so W = floor(R/3) matches
+   KIVI's R. Along a decode, on head A (common.h's or the real one) and
+   head B (i.i.d. N(0,1) keys and values, queries spiking at
+   log-distributed distances): does A cover more attention than a recent
+   window (Eq. 1)? Does quantizing beat evicting (Table 2)? cA: head A's
+   LogQuant and KIVI caches after the decode, for steps 3-4.               */
+static void show_quantizing_beats_evicting_at_kivis_budget(const ex_head *h,
+                                                           unsigned long long seed,
+                                                           kvq_cache cA[2])
+{
+    size_t W = kvq_logquant_window_for(R_KIVI), T = h->T, D = h->D, i;
+    kvq_cache cB[2];
+    float *KB = (float *)ex_alloc(2 * T * D * sizeof(float)), *VB = KB + T * D;  /* (T, D) */
+    ex_rng r = ex_rng_seed(seed + 100);
+    FILE *csv;
+    tally tA, tB;
     printf("\n2. Same full-precision budget: KIVI R=%d vs LogQuant W=floor(R/3)=%zu\n", R_KIVI, W);
     ex_check(3 * W == 126, "3W = %zu full-precision tokens at R=128 (paper Sec. 3.2.3: 126)", 3 * W);
     printf("   attention L1 error along a decode (mean over queries; Table 2's measure)\n");
     csv = ex_csv_open("logquant_coverage.csv", "head,tokens,selection,coverage_x100");
-    {
-        tally tA = run_pair(cA, h.K, h.V, T, D, h.Q, h.n_q, a.seed, csv, "A"), tB;
-        report(h.real ? "A: the real head" : "A: common.h head (sinks, outlier tokens)", &tA,
-               cA[1].k.n_units > 0);
-        KB = (float *)ex_alloc(2 * T * D * sizeof(float)); VB = KB + T * D;
-        r = ex_rng_seed(a.seed + 100);
-        for (i = 0; i < T * D; i++) { KB[i] = (float)ex_normal(&r); VB[i] = (float)ex_normal(&r); }
-        tB = run_pair(cB, KB, VB, T, D, NULL, 8, a.seed + 200, csv, "B");
-        report("B: log-decay spikes (Sec. 2.2)", &tB, cB[1].k.n_units > 0);
-    }
+    tA = run_pair(cA, h->K, h->V, T, D, h->Q, h->n_q, seed, csv, "A");
+    report(h->real ? "A: the real head" : "A: common.h head (sinks, outlier tokens)", &tA,
+           cA[1].k.n_units > 0);
+    for (i = 0; i < T * D; i++) { KB[i] = (float)ex_normal(&r); VB[i] = (float)ex_normal(&r); }
+    tB = run_pair(cB, KB, VB, T, D, NULL, 8, seed + 200, csv, "B");
+    report("B: log-decay spikes (Sec. 2.2)", &tB, cB[1].k.n_units > 0);
     ex_csv_close(csv);
     printf("   Fig. 4's higher coverage is not reproduced: with spikes at P(d) ~ 1/d a\n"
            "   set's coverage is about sum 1/d over its distances, which halving the\n"
            "   density while doubling the reach keeps (walkthrough 6)\n");
-
-    /* 3. Eq. 4-5: the ratio against fp16. Eq. 5 counts B bits per quantized
-       and 16 per full-precision element; the fp16 scale and zero of each
-       group (32/G bits per element) come on top.                          */
-    {
-        static const char *mname[2] = {"LogQuant", "KIVI"};
-        double ratio[2];
-        int m;
-        printf("\n3. Compression at L=%zu tokens (Eq. 4-5; fp16 rows)\n   %-9s %8s %8s %9s %9s %9s\n",
-               T, "method", "fp K", "fp V", "bits/el", "ratio", "Eq. 5");
-        for (m = 0; m < 2; m++) {
-            kvq_bytes by;
-            double fp;
-            ex_must(kvq_cache_bytes(&cA[m], &by), "bytes", &cA[m]);
-            fp = (double)(by.full_precision[0] + by.full_precision[1]) / (4.0 * D);  /* rows */
-            ratio[m] = 16.0 / by.bits_per_element;
-            printf("   %-9s %8zu %8zu %9.4f %8.2fx %8.2fx\n", mname[m], by.full_precision[0] / (D * 2),
-                   by.full_precision[1] / (D * 2), by.bits_per_element, ratio[m],
-                   16.0 * T / (2.0 * ((double)T - fp) + 16.0 * fp));
-        }
-        if (ratio[0] <= 1.0 && ratio[1] <= 1.0) ex_na("nothing is quantized yet: both hold fp16 rows only");
-        else ex_check(fabs(ratio[0] / ratio[1] - 1) < MARGIN, "the same budget, the same memory: "
-                      "LogQuant %.2fx vs KIVI %.2fx, within 5%%", ratio[0], ratio[1]);
-    }
-
-    /* 4. Eq. 3, A.V = A_P.V_P: kvq_attend walks the regions (quantized, A,
-       stage) in storage order; dense attention over the same rows read
-       back in position order must give the same output.                  */
-    {
-        float *KV = (float *)ex_alloc(2 * T * D * sizeof(float)), *o = (float *)ex_alloc(2 * h.n_q * D * sizeof(float));
-        double dmax = 0;
-        for (t = 0; t < T; t++) {
-            ex_must(kvq_cache_read(&cA[0], 0, t, KV + t * D), "read", &cA[0]);
-            ex_must(kvq_cache_read(&cA[0], 1, t, KV + (T + t) * D), "read", &cA[0]);
-        }
-        ex_must(kvq_attend_dense(KV, KV + T * D, T, D, h.Q, h.n_q, o, NULL), "dense", NULL);
-        ex_attend(&cA[0], h.Q, h.n_q, o + h.n_q * D, NULL, KVQ_ATTN_ONLINE);
-        for (i = 0; i < h.n_q * D; i++)
-            dmax = fabs((double)o[i] - o[h.n_q * D + i]) > dmax ? fabs((double)o[i] - o[h.n_q * D + i]) : dmax;
-        printf("\n4. Eq. 3: the LogQuant cache's attention in region order vs position order\n");
-        ex_check(dmax <= 1e-4, "max |out diff| %.1e <= 1e-4 (fp32 online vs double dense)", dmax);
-        free(KV); free(o);
-    }
-
-    for (i = 0; i < 2; i++) { kvq_cache_free(&cA[i]); kvq_cache_free(&cB[i]); }
+    for (i = 0; i < 2; i++) kvq_cache_free(&cB[i]);
     free(KB);
+}
+
+/* 3. Eq. 4-5: the ratio against fp16. Eq. 5 counts B bits per quantized
+   and 16 per full-precision element; the fp16 scale and zero of each group
+   (32/G bits per element) come on top. c: LogQuant, KIVI after T tokens. */
+static void show_same_budget_same_memory(const kvq_cache c[2], size_t T, size_t D)
+{
+    static const char *mname[2] = {"LogQuant", "KIVI"};
+    double ratio[2];
+    int m;
+    printf("\n3. Compression at L=%zu tokens (Eq. 4-5; fp16 rows)\n   %-9s %8s %8s %9s %9s %9s\n",
+           T, "method", "fp K", "fp V", "bits/el", "ratio", "Eq. 5");
+    for (m = 0; m < 2; m++) {
+        kvq_bytes by;
+        double fp;
+        ex_must(kvq_cache_bytes(&c[m], &by), "bytes", &c[m]);
+        fp = (double)(by.full_precision[0] + by.full_precision[1]) / (4.0 * D);  /* rows */
+        ratio[m] = 16.0 / by.bits_per_element;
+        printf("   %-9s %8zu %8zu %9.4f %8.2fx %8.2fx\n", mname[m], by.full_precision[0] / (D * 2),
+               by.full_precision[1] / (D * 2), by.bits_per_element, ratio[m],
+               16.0 * T / (2.0 * ((double)T - fp) + 16.0 * fp));
+    }
+    if (ratio[0] <= 1.0 && ratio[1] <= 1.0) ex_na("nothing is quantized yet: both hold fp16 rows only");
+    else ex_check(fabs(ratio[0] / ratio[1] - 1) < MARGIN, "the same budget, the same memory: "
+                  "LogQuant %.2fx vs KIVI %.2fx, within 5%%", ratio[0], ratio[1]);
+}
+
+/* 4. Eq. 3, A.V = A_P.V_P: kvq_attend walks the regions (quantized, A,
+   stage) in storage order; dense attention over the same rows read back in
+   position order must give the same output. c: the LogQuant cache of h.  */
+static void show_region_order_leaves_attention_unchanged(const ex_head *h, const kvq_cache *c)
+{
+    size_t T = h->T, D = h->D, t, i;
+    float *KV = (float *)ex_alloc(2 * T * D * sizeof(float));                  /* K', V' */
+    float *o = (float *)ex_alloc(2 * h->n_q * D * sizeof(float));   /* dense, cache */
+    double dmax = 0;
+    for (t = 0; t < T; t++) {
+        ex_must(kvq_cache_read(c, 0, t, KV + t * D), "read", c);
+        ex_must(kvq_cache_read(c, 1, t, KV + (T + t) * D), "read", c);
+    }
+    ex_must(kvq_attend_dense(KV, KV + T * D, T, D, h->Q, h->n_q, o, NULL), "dense", NULL);
+    ex_attend(c, h->Q, h->n_q, o + h->n_q * D, NULL, KVQ_ATTN_ONLINE);
+    for (i = 0; i < h->n_q * D; i++)
+        dmax = fabs((double)o[i] - o[h->n_q * D + i]) > dmax ? fabs((double)o[i] - o[h->n_q * D + i]) : dmax;
+    printf("\n4. Eq. 3: the LogQuant cache's attention in region order vs position order\n");
+    ex_check(dmax <= 1e-4, "max |out diff| %.1e <= 1e-4 (fp32 online vs double dense)", dmax);
+    free(KV); free(o);
+}
+
+int main(int argc, char **argv)
+{
+    ex_args a;
+    ex_head h;
+    kvq_cache cA[2];                /* LogQuant and KIVI over the head      */
+    if (!ex_args_parse(argc, argv, &a, EX_QUERIES) || !ex_head_get(&a, 2048, 128, &h)) return 2;
+    printf("05_logquant: LogQuant (arXiv:2503.19950), %s head T=%zu D=%zu, %d-bit, G=%d\n\n",
+           h.real ? "real" : "synthetic", h.T, h.D, BITS, G);
+
+    show_list_a_follows_algorithm_1(&h);                          /* Sec. 2.5 */
+    show_quantizing_beats_evicting_at_kivis_budget(&h, a.seed, cA);  /* 2.2-2.3 */
+    show_same_budget_same_memory(cA, h.T, h.D);                   /* Eq. 4-5  */
+    show_region_order_leaves_attention_unchanged(&h, &cA[0]);     /* Eq. 3    */
+
+    kvq_cache_free(&cA[0]);
+    kvq_cache_free(&cA[1]);
     ex_head_free(&h);
     return ex_finish("05_logquant");
 }
