@@ -124,8 +124,8 @@ static tally run_pair(kvq_cache c[2], const float *K, const float *V, size_t T, 
     return ty;
 }
 
-/* The table of run_pair's averages, and the two claims it decides.         */
-static void report(const char *name, const tally *ty, int quantized)
+/* Table 2 from run_pair's averages, and the two claims it decides.         */
+static void report_table_2(const char *name, const tally *ty, int quantized)
 {
     static const char *mname[N_M] = {"LogQuant 2-bit", "KIVI 2-bit", "LogQuant evict", "KIVI evict"};
     static const double paper[N_M] = {432.50, 556.10, 1076.70, 1612.56};
@@ -226,11 +226,11 @@ static void show_quantizing_beats_evicting_at_kivis_budget(const ex_head *h,
     printf("   attention L1 error along a decode (mean over queries; Table 2's measure)\n");
     csv = ex_csv_open("logquant_coverage.csv", "head,tokens,selection,coverage_x100");
     tA = run_pair(cA, h->K, h->V, T, D, h->Q, h->n_q, seed, csv, "A");
-    report(h->real ? "A: the real head" : "A: common.h head (sinks, outlier tokens)", &tA,
-           cA[1].k.n_units > 0);
+    report_table_2(h->real ? "A: the real head" : "A: common.h head (sinks, outlier tokens)",
+                   &tA, cA[1].k.n_units > 0);
     for (i = 0; i < T * D; i++) { KB[i] = (float)ex_normal(&r); VB[i] = (float)ex_normal(&r); }
     tB = run_pair(cB, KB, VB, T, D, NULL, 8, seed + 200, csv, "B");
-    report("B: log-decay spikes (Sec. 2.2)", &tB, cB[1].k.n_units > 0);
+    report_table_2("B: log-decay spikes (Sec. 2.2)", &tB, cB[1].k.n_units > 0);
     ex_csv_close(csv);
     printf("   Fig. 4's higher coverage is not reproduced: with spikes at P(d) ~ 1/d a\n"
            "   set's coverage is about sum 1/d over its distances, which halving the\n"
@@ -269,18 +269,17 @@ static void show_same_budget_same_memory(const kvq_cache c[2], size_t T, size_t 
    position order must give the same output. c: the LogQuant cache of h.  */
 static void show_region_order_leaves_attention_unchanged(const ex_head *h, const kvq_cache *c)
 {
-    size_t T = h->T, D = h->D, t, i;
+    size_t T = h->T, D = h->D, t;
     float *KV = (float *)ex_alloc(2 * T * D * sizeof(float));                  /* K', V' */
     float *o = (float *)ex_alloc(2 * h->n_q * D * sizeof(float));   /* dense, cache */
-    double dmax = 0;
+    double dmax;
     for (t = 0; t < T; t++) {
         ex_must(kvq_cache_read(c, 0, t, KV + t * D), "read", c);
         ex_must(kvq_cache_read(c, 1, t, KV + (T + t) * D), "read", c);
     }
     ex_must(kvq_attend_dense(KV, KV + T * D, T, D, h->Q, h->n_q, o, NULL), "dense", NULL);
     ex_attend(c, h->Q, h->n_q, o + h->n_q * D, NULL, KVQ_ATTN_ONLINE);
-    for (i = 0; i < h->n_q * D; i++)
-        dmax = fabs((double)o[i] - o[h->n_q * D + i]) > dmax ? fabs((double)o[i] - o[h->n_q * D + i]) : dmax;
+    dmax = ex_max_abs_diff(o, o + h->n_q * D, h->n_q * D);
     printf("\n4. Eq. 3: the LogQuant cache's attention in region order vs position order\n");
     ex_check(dmax <= 1e-4, "max |out diff| %.1e <= 1e-4 (fp32 online vs double dense)", dmax);
     free(KV); free(o);

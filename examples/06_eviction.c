@@ -203,7 +203,7 @@ static void show_online_softmax_hides_the_h2o_signal(unsigned long long seed)
     float *o1 = (float *)ex_alloc(2 * N * DB * sizeof(float)), *o2 = o1 + N * DB;
     float *p1 = (float *)ex_alloc(2 * (size_t)N * N * sizeof(float)), *p2 = p1 + N * N;
     float s1[N], s2[N];
-    double diff = 0;
+    double diff;
     size_t on, eg, i;
     kvq_cache c1, c2;
     kvq_config full = kvq_config_full(DB, 32);          /* fp32, no eviction */
@@ -226,7 +226,7 @@ static void show_online_softmax_hides_the_h2o_signal(unsigned long long seed)
     memset(s1, 0, sizeof s1); memset(s2, 0, sizeof s2);
     ex_must(kvq_h2o_accumulate(s1, p1, N, N), "h2o", NULL);
     ex_must(kvq_h2o_accumulate(s2, p2, N, N), "h2o", NULL);
-    for (i = 0; i < N * DB; i++) diff = fabs((double)o1[i] - o2[i]) > diff ? fabs((double)o1[i] - o2[i]) : diff;
+    diff = ex_max_abs_diff(o1, o2, N * DB);
     ex_check(diff < 1e-5 && fabsf(s1[7] - s2[300]) < 1e-3f && fabsf(s1[7] - s1[300]) > 1e-3f,
              "swapped keys, equal values: outputs within 1e-5, yet H2O scores of tokens "
              "7/300 are %.3f/%.3f vs %.3f/%.3f (expected: signal not recoverable)",

@@ -296,6 +296,16 @@ EX_UNUSED static double ex_rel_err(const float *A, const float *B, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* max |A - B| over n values.                                              */
+EX_UNUSED static double ex_max_abs_diff(const float *A, const float *B, size_t n)
+{
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (fabs((double)A[i] - (double)B[i]) > m) m = fabs((double)A[i] - (double)B[i]);
+    return m;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Report: one line per claim, "ours  paper  PASS/FAIL", and a summary.     */
 /* ------------------------------------------------------------------------ */
