@@ -738,10 +738,11 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
                        kvq_pseq_holefill
        a cache or page pool not initialized (or freed), a position not
-       present, nothing
-       to attend to, a broken invariant, a non-empty fork destination,
-       compaction over a shared block
-   KVQ_ERR_FORMAT      (no kvq.h function: malformed .npy data, examples/npy.h)
+       present, nothing to attend to, a broken invariant (kvq_cache_check;
+       kvq_attend checks the position maps it indexes, once per call), a
+       non-empty fork destination, compaction over a shared block
+   KVQ_ERR_FORMAT      (no kvq.h function: malformed .npy data, from
+                       examples/npy.h, which sets no reason of its own)
    KVQ_ERR_IO          (no kvq.h function: a file error, examples/npy.h)
 
    Never fail (total, or NULL-safe): kvq_status_str kvq_f32_to_f16
@@ -879,6 +880,16 @@ static kvq_status kvq__no(kvq_status st, const char *fn)
     return st;
 }
 #define KVQ__NO(st) kvq__no((st), __func__)
+
+/* A failure with its own reason (printf-style).                           */
+static kvq_status kvq__refuse(kvq_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kvq__vsay(fmt, ap);
+    va_end(ap);
+    return st;
+}
 
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                            */
@@ -2235,6 +2246,14 @@ static void kvq__side_init(kvq_side *s, const kvq_config *c, int bits,
 static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
                                     size_t more, int exact);
 
+/* kvq_why() into the cache's deprecated why field, for a failure whose
+   reason was set without the cache at hand.                               */
+static kvq_status kvq__why_copy(kvq_cache *c, kvq_status st)
+{
+    snprintf(c->why, sizeof c->why, "%s", kvq__why_buf);
+    return st;
+}
+
 KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
 {
     kvq_cache t;
@@ -2243,10 +2262,7 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
     if (!c || !cfg) return KVQ__NO(KVQ_ERR_NULL);
     memset(&t, 0, sizeof t);
     st = kvq_config_validate(cfg);
-    if (st != KVQ_OK) {
-        snprintf(c->why, sizeof c->why, "%s", kvq__why_buf);   /* deprecated */
-        return st;
-    }
+    if (st != KVQ_OK) return kvq__why_copy(c, st);
     t.cfg = kvq__config_used(cfg);      /* from here on, only t.cfg is read */
     cfg = &t.cfg;
     ks = cfg->key_schedule;
@@ -2279,8 +2295,7 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
         }
         kvq_cache_free(&t);
         kvq__say("kvq_cache_init: cannot allocate the cache's fixed buffers");
-        snprintf(c->why, sizeof c->why, "%s", kvq__why_buf);       /* deprecated */
-        return KVQ_ERR_NOMEM;
+        return kvq__why_copy(c, KVQ_ERR_NOMEM);
     }
     *c = t;
     return KVQ_OK;
@@ -3699,6 +3714,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
         if (H->pos[j] < 0) continue;
         loc = s->loc[H->pos[j]];
         tag = KVQ_LOC_TAG(loc);
+        if (tag == KVQ_LOC_ABSENT) continue;    /* only in a corrupt cache */
         if (tag != KVQ_LOC_QUANT && D % 16 == 0) {
             rows[m_rows] = kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], KVQ_LOC_INDEX(loc));
             at_r[m_rows++] = j;
@@ -3839,6 +3855,60 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
         for (d = 0; d < D; d++) H->out[h * D + d] /= H->l[h];
 }
 
+typedef char kvq__check_five_row_regions[(KVQ_ROW_REGIONS == 5) ? 1 : -1];
+
+/* 1 if some entry of map (n) of side s points outside the side's regions
+   (an absent entry is inside). Branch-free over 32-bit lanes, so that the
+   compiler vectorizes it: about as cheap as reading the map once.         */
+static unsigned kvq__map_outside(const kvq_side *s, const uint32_t *map, size_t n)
+{
+    const kvq_rows *r = s->rows;
+    uint32_t slots = (uint32_t)(s->n_units * s->geom.tokens_per_unit),
+             o0 = (uint32_t)r[0].off, n0 = (uint32_t)r[0].n, o1 = (uint32_t)r[1].off,
+             n1 = (uint32_t)r[1].n, o2 = (uint32_t)r[2].off, n2 = (uint32_t)r[2].n,
+             o3 = (uint32_t)r[3].off, n3 = (uint32_t)r[3].n, o4 = (uint32_t)r[4].off,
+             n4 = (uint32_t)r[4].n, bad = 0;
+    size_t p;
+    for (p = 0; p < n; p++) {
+        uint32_t tag = map[p] >> 28, i = map[p] & 0x0FFFFFFFu;
+        uint32_t in = (uint32_t)(tag == KVQ_LOC_ABSENT) | ((tag == KVQ_LOC_QUANT) & (i < slots)) |
+                      ((tag == KVQ_LOC_ROWS0 + 0) & (i - o0 < n0)) |
+                      ((tag == KVQ_LOC_ROWS0 + 1) & (i - o1 < n1)) |
+                      ((tag == KVQ_LOC_ROWS0 + 2) & (i - o2 < n2)) |
+                      ((tag == KVQ_LOC_ROWS0 + 3) & (i - o3 < n3)) |
+                      ((tag == KVQ_LOC_ROWS0 + 4) & (i - o4 < n4));
+        bad |= in ^ 1u;
+    }
+    return bad;
+}
+
+/* The indices the walks take from the maps, checked once per call in
+   sequential passes (the full bijection is kvq_cache_check's, and costs a
+   lookup per position): every position K's storage names lies in the map
+   (the ONLINE walk looks these up in V's map); every entry of both maps
+   points inside its side's regions; V holds every position K holds (EAGER
+   reads both maps). Then no index formed from a cache changed in memory
+   leaves the cache's arrays; what the check cannot see (a stored position
+   absent from both maps) the ONLINE walk skips, in kvq__tile_values.     */
+static kvq_status kvq__attend_maps(const kvq_cache *c)
+{
+    const kvq_side *k = &c->k, *v = &c->v;
+    size_t i, slots = k->n_units * k->geom.tokens_per_unit;
+    uint32_t n_pos = (uint32_t)c->n_pos, bad = 0;    /* <= KVQ_MAX_POSITIONS */
+    int r;
+    for (i = 0; i < slots; i++) bad |= (uint32_t)(k->qpos[i] >= (int32_t)n_pos);
+    for (r = 0; r < KVQ_ROW_REGIONS; r++)
+        for (i = k->rows[r].off; i < k->rows[r].off + k->rows[r].n; i++)
+            bad |= (uint32_t)((uint32_t)k->rows[r].pos[i] >= n_pos);
+    for (i = 0; i < c->n_pos; i++)
+        bad |= (uint32_t)(KVQ_LOC_TAG(k->loc[i]) != KVQ_LOC_ABSENT) &
+               (uint32_t)(KVQ_LOC_TAG(v->loc[i]) == KVQ_LOC_ABSENT);
+    if (bad | kvq__map_outside(k, k->loc, c->n_pos) | kvq__map_outside(v, v->loc, c->n_pos))
+        return kvq__refuse(KVQ_ERR_STATE, "kvq_attend: the cache's position maps are "
+                           "inconsistent (kvq_cache_check says where)");
+    return KVQ_OK;
+}
+
 KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
                               float *out, float *probs, kvq_attn_mode mode,
                               float *scratch, size_t scratch_floats)
@@ -3861,6 +3931,10 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
             if (fabsf(q[d]) > KVQ_MAX_ABS_INPUT) return KVQ__NO(KVQ_ERR_RANGE);
         if (probs && !kvq__mul(n_q, c->n_pos, &nq)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     }
+    /* Both walks read V (and EAGER K) at indices taken from the position
+       maps: a cache made inconsistent in memory is refused here, once per
+       call, rather than read out of bounds                                 */
+    if (kvq__attend_maps(c) != KVQ_OK) return KVQ_ERR_STATE;
     for (p = 0; p < c->n_pos; p++) n_present += kvq__present(c, p);
     if (n_present == 0) return KVQ__NO(KVQ_ERR_STATE);
     inv_sqrt_d = 1.0f / sqrtf((float)D);
@@ -4015,7 +4089,7 @@ KVQ_API kvq_status kvq_cache_census(const kvq_cache *c, kvq_census *out)
 
 /* Each present position's loc points at a slot/row that names it back, and
    every live slot/row is pointed at: loc is a bijection onto the regions. */
-static kvq_status kvq__check_side(kvq_cache *c, const kvq_side *s, const char *nm)
+static kvq_status kvq__check_side(const kvq_cache *c, const kvq_side *s, const char *nm)
 {
     size_t p, slot, i, live = 0, present = 0;
     int r;
@@ -4026,18 +4100,18 @@ static kvq_status kvq__check_side(kvq_cache *c, const kvq_side *s, const char *n
         present++;
         if (tag == KVQ_LOC_QUANT) {
             if (idx >= s->n_units * s->geom.tokens_per_unit || s->qpos[idx] != (int32_t)p)
-                return kvq__fail(c, KVQ_ERR_STATE, "%s: position %zu -> quantized "
-                                 "slot %zu does not name it back", nm, p, idx);
+                return kvq__refuse(KVQ_ERR_STATE, "%s: position %zu -> quantized "
+                                   "slot %zu does not name it back", nm, p, idx);
         } else {
             const kvq_rows *rg;
             if (tag - KVQ_LOC_ROWS0 >= KVQ_ROW_REGIONS)
-                return kvq__fail(c, KVQ_ERR_STATE, "%s: position %zu has bad tag %u",
-                                 nm, p, (unsigned)tag);
+                return kvq__refuse(KVQ_ERR_STATE, "%s: position %zu has bad tag %u",
+                                   nm, p, (unsigned)tag);
             rg = &s->rows[tag - KVQ_LOC_ROWS0];
             if (idx < rg->off || idx >= rg->off + rg->n || rg->pos[idx] != (int32_t)p)
-                return kvq__fail(c, KVQ_ERR_STATE, "%s: position %zu -> rows[%u] "
-                                 "index %zu does not name it back", nm, p,
-                                 (unsigned)(tag - KVQ_LOC_ROWS0), idx);
+                return kvq__refuse(KVQ_ERR_STATE, "%s: position %zu -> rows[%u] "
+                                   "index %zu does not name it back", nm, p,
+                                   (unsigned)(tag - KVQ_LOC_ROWS0), idx);
         }
     }
     for (slot = 0; slot < s->n_units * s->geom.tokens_per_unit; slot++)
@@ -4046,13 +4120,28 @@ static kvq_status kvq__check_side(kvq_cache *c, const kvq_side *s, const char *n
         for (i = 0; i < s->rows[r].n; i++) {
             int32_t pp = s->rows[r].pos[s->rows[r].off + i];
             if (pp < 0 || (size_t)pp >= c->n_pos)
-                return kvq__fail(c, KVQ_ERR_STATE, "%s: rows[%d] holds position %d "
-                                 "outside 0..%zu", nm, r, (int)pp, c->n_pos);
+                return kvq__refuse(KVQ_ERR_STATE, "%s: rows[%d] holds position %d "
+                                   "outside 0..%zu", nm, r, (int)pp, c->n_pos);
             live++;
         }
     if (live != present)
-        return kvq__fail(c, KVQ_ERR_STATE, "%s: %zu live slots but %zu present "
-                         "positions: some position is stored twice", nm, live, present);
+        return kvq__refuse(KVQ_ERR_STATE, "%s: %zu live slots but %zu present "
+                           "positions: some position is stored twice", nm, live, present);
+    return KVQ_OK;
+}
+
+/* Both sides' maps: each a bijection onto its regions, and K and V
+   present at the same positions.                                          */
+static kvq_status kvq__check_maps(const kvq_cache *c)
+{
+    kvq_status st;
+    size_t p;
+    if ((st = kvq__check_side(c, &c->k, "K")) != KVQ_OK) return st;
+    if ((st = kvq__check_side(c, &c->v, "V")) != KVQ_OK) return st;
+    for (p = 0; p < c->n_pos; p++)
+        if ((KVQ_LOC_TAG(c->k.loc[p]) == KVQ_LOC_ABSENT) !=
+            (KVQ_LOC_TAG(c->v.loc[p]) == KVQ_LOC_ABSENT))
+            return kvq__refuse(KVQ_ERR_STATE, "position %zu is present on one side only", p);
     return KVQ_OK;
 }
 
@@ -4062,8 +4151,7 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
     size_t R, nk, nv;
     if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if ((st = kvq__live(c, "kvq_cache_check")) != KVQ_OK) return st;
-    if ((st = kvq__check_side(c, &c->k, "K")) != KVQ_OK) return st;
-    if ((st = kvq__check_side(c, &c->v, "V")) != KVQ_OK) return st;
+    if ((st = kvq__check_maps(c)) != KVQ_OK) return kvq__why_copy(c, st);
     R = c->cfg.residual;
     nk = c->k.rows[0].n;
     nv = c->v.rows[0].n;

@@ -575,6 +575,52 @@ static void test_cache_policies(void)
             c->k.loc[3] = saved;
             CHECK(kvq_cache_check(c) == KVQ_OK, "%s: restored", pname);
         }
+        {   /* attention on maps corrupted in memory (issue 28, item 8), each
+               undone at once: (0) a K window row naming a position past
+               the map, which the ONLINE walk would look up in V's map;
+               (1) V's map sending the last position to a quantized slot
+               that does not exist; (2) the last position present in K and
+               absent from V. Both modes must refuse (KVQ_ERR_STATE) and
+               write nothing. (3) The last position absent from both maps
+               while its rows stay stored, which only the full check sees:
+               the walks skip it. In every case nothing is read out of
+               bounds (the ASan build checks that).                         */
+            kvq_rows *w0 = &c->k.rows[KVQ_ROWS_WINDOW];
+            size_t last = c->n_pos - 1, nwo = kvq_attend_scratch_floats(c, KVQ_ATTN_ONLINE);
+            float *wk = (float *)malloc((nwo > nw ? nwo : nw) * sizeof(float));
+            int cse, mode;
+            for (cse = 0; cse < 4; cse++) {
+                int32_t saved_pos = 0;
+                uint32_t saved_loc = c->v.loc[last], saved_k = c->k.loc[last];
+                if (cse == 0 && w0->n == 0) continue;
+                if (cse == 0) {
+                    saved_pos = w0->pos[w0->off];
+                    w0->pos[w0->off] = (int32_t)(c->n_pos + 100000);
+                }
+                if (cse == 1) c->v.loc[last] = (KVQ_LOC_QUANT << 28) | 0x0FFFFFFFu;
+                if (cse >= 2) c->v.loc[last] = KVQ_LOC_ABSENT;
+                if (cse == 3) c->k.loc[last] = KVQ_LOC_ABSENT;
+                for (mode = 0; mode < 2; mode++) {
+                    kvq_attn_mode m = mode ? KVQ_ATTN_ONLINE : KVQ_ATTN_EAGER;
+                    if (cse == 3) {
+                        kvq_status got = ATT(q, 2, out, NULL, m, wk, mode ? nwo : nw);
+                        CHECK(got == KVQ_OK || got == KVQ_ERR_STATE, "%s: corrupt map %d, "
+                              "mode %d: %s", pname, cse, mode, kvq_status_str(got));
+                        continue;
+                    }
+                    poison(out, sizeof out);
+                    EXPECT("kvq_attend", ATT(q, 2, out, NULL, m, wk, mode ? nwo : nw), KVQ_ERR_STATE);
+                    CHECK(poisoned(out, sizeof out), "%s: corrupt map %d, mode %d: attend wrote",
+                          pname, cse, mode);
+                }
+                if (cse == 0) w0->pos[w0->off] = saved_pos;
+                c->v.loc[last] = saved_loc;
+                c->k.loc[last] = saved_k;
+                CHECK(kvq_cache_check(c) == KVQ_OK, "%s: map %d restored", pname, cse);
+            }
+            free(wk);
+            poison(out, sizeof out);
+        }
 
         /* a cache never initialized (zeroed) or freed                      */
         memset(&zero, 0, sizeof zero);
