@@ -152,9 +152,14 @@ typedef struct ex_args {
    so the usage line offers exactly what the example uses.                 */
 typedef enum ex_opts { EX_NO_QUERIES = 0, EX_QUERIES = 1 } ex_opts;
 
+/* Where the usage line and the command line's complaints go: stderr, or a
+   file a test points ex_cli_out at to read them back.                     */
+static FILE *ex_cli_out;
+#define EX_CLI (ex_cli_out ? ex_cli_out : stderr)
+
 EX_UNUSED static void ex_usage(const char *prog, ex_opts opts)
 {
-    fprintf(stderr, "usage: %s [--k K.npy --v V.npy%s] [--seed N] [--csv DIR]\n"
+    fprintf(EX_CLI, "usage: %s [--k K.npy --v V.npy%s] [--seed N] [--csv DIR]\n"
                     "  K, V: (T, D) float32/float16 .npy of one (layer, KV head);%s\n"
                     "  Without --k/--v a documented synthetic head is used.\n", prog,
             opts == EX_QUERIES ? " [--q Q.npy]" : "", opts == EX_QUERIES ? " Q: (n, D)." : "");
@@ -169,7 +174,7 @@ EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a, ex_opts op
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) { ex_usage(argv[0], opts); exit(0); }
         if (!val) {
-            fprintf(stderr, "%s: %s needs a value\n", argv[0], o);
+            fprintf(EX_CLI, "%s: %s needs a value\n", argv[0], o);
             ex_usage(argv[0], opts);
             return 0;
         }
@@ -181,21 +186,21 @@ EX_UNUSED static int ex_args_parse(int argc, char **argv, ex_args *a, ex_opts op
             char *end;
             a->seed = strtoull(val, &end, 10);     /* digits only, no sign */
             if (end == val || *end != '\0' || val[0] == '-' || val[0] == '+') {
-                fprintf(stderr, "%s: --seed: '%s' is not a whole number\n", argv[0], val);
+                fprintf(EX_CLI, "%s: --seed: '%s' is not a whole number\n", argv[0], val);
                 return 0;
             }
         } else {
-            fprintf(stderr, "%s: unknown option '%s'\n", argv[0], o);
+            fprintf(EX_CLI, "%s: unknown option '%s'\n", argv[0], o);
             ex_usage(argv[0], opts);
             return 0;
         }
     }
     if (!a->k_path != !a->v_path) {
-        fprintf(stderr, "%s: --k and --v go together\n", argv[0]);
+        fprintf(EX_CLI, "%s: --k and --v go together\n", argv[0]);
         return 0;
     }
     if (a->q_path && !a->k_path) {            /* the usage nests it: [--q] */
-        fprintf(stderr, "%s: --q goes with --k and --v (the synthetic head makes its own "
+        fprintf(EX_CLI, "%s: --q goes with --k and --v (the synthetic head makes its own "
                 "queries)\n", argv[0]);
         return 0;
     }

@@ -22,7 +22,10 @@
      5. 03's re-quantization census: a per-token int-zero group whose codes
         reach N is a fixed point of dequantize + quantize; every group
         settles; the rows an HF cache's re-quantization changes are all among
-        the rows whose groups can move                                      */
+        the rows whose groups can move
+     6. the examples' command line does what the usage line says: every
+        option it offers is accepted, --q only where the example attends
+        (01 offered --q and then refused it), refusals return 0           */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +346,75 @@ static void test_requant_fixed_points(void)
     free(K); free(V); free(Q); free(moves);
 }
 
+/* ex_args_parse on the words of `line` (at most 15), its usage and
+   complaints kept in out (tmpfile) instead of stderr.                      */
+static int parse_line(const char *line, ex_opts opts, ex_args *a, FILE *out)
+{
+    static char buf[256];
+    char *argv[16], *w;
+    int argc = 1, ok;
+    argv[0] = (char *)"example";
+    snprintf(buf, sizeof buf, "%s", line);
+    for (w = strtok(buf, " "); w && argc < 16; w = strtok(NULL, " ")) argv[argc++] = w;
+    ex_cli_out = out;
+    ok = ex_args_parse(argc, argv, a, opts);
+    ex_cli_out = NULL;
+    ex_csv_dir = NULL;                       /* --csv sets it: undo for the rest */
+    return ok;
+}
+
+/* What ex_usage prints for opts, into text (n bytes).                      */
+static void usage_text(ex_opts opts, char *text, size_t n)
+{
+    FILE *f = tmpfile();
+    size_t got;
+    text[0] = 0;
+    if (!f) return;
+    ex_cli_out = f;
+    ex_usage("example", opts);
+    ex_cli_out = NULL;
+    rewind(f);
+    got = fread(text, 1, n - 1, f);
+    text[got] = 0;
+    fclose(f);
+}
+
+static void test_command_line(void)
+{
+    static const char *offered[4] = { "--k", "--v", "--seed", "--csv" };
+    char usage[2][512];
+    ex_args a;
+    FILE *out = tmpfile();
+    int o, i;
+    CHECK(out != NULL, "tmpfile for the parser's complaints");
+    if (!out) return;
+    for (o = 0; o < 2; o++) {
+        usage_text((ex_opts)o, usage[o], sizeof usage[o]);
+        for (i = 0; i < 4; i++)
+            CHECK(strstr(usage[o], offered[i]) != NULL, "usage (opts %d) offers %s", o, offered[i]);
+        CHECK(!strstr(usage[o], "--q") == (o == EX_NO_QUERIES),
+              "usage (opts %d) offers --q exactly where the example attends: %s", o, usage[o]);
+        /* everything the usage offers, together, is accepted               */
+        CHECK(parse_line(o == EX_QUERIES ? "--k K.npy --v V.npy --q Q.npy --seed 7 --csv D"
+                                         : "--k K.npy --v V.npy --seed 7 --csv D",
+                         (ex_opts)o, &a, out) &&
+              !strcmp(a.k_path, "K.npy") && !strcmp(a.v_path, "V.npy") && a.seed == 7 &&
+              !strcmp(a.csv_dir, "D") && (o == EX_NO_QUERIES || !strcmp(a.q_path, "Q.npy")),
+              "opts %d: every offered option accepted, with its value", o);
+        CHECK(parse_line("", (ex_opts)o, &a, out) && !a.k_path && a.seed == 1,
+              "opts %d: no options: the synthetic head, seed 1", o);
+        /* and what it does not offer, or offers only nested, is refused    */
+        CHECK(!parse_line("--q Q.npy", (ex_opts)o, &a, out), "opts %d: --q alone refused", o);
+        CHECK(!parse_line("--k K.npy", (ex_opts)o, &a, out), "opts %d: --k without --v refused", o);
+        CHECK(!parse_line("--seed -1", (ex_opts)o, &a, out), "opts %d: --seed -1 refused", o);
+        CHECK(!parse_line("--seed", (ex_opts)o, &a, out), "opts %d: --seed without a value", o);
+        CHECK(!parse_line("--bogus 1", (ex_opts)o, &a, out), "opts %d: unknown option refused", o);
+    }
+    CHECK(!parse_line("--k K.npy --v V.npy --q Q.npy", EX_NO_QUERIES, &a, out),
+          "an example that does not attend refuses --q (its usage does not offer it)");
+    fclose(out);
+}
+
 int main(void)
 {
     test_bound_adversarial();
@@ -350,5 +422,6 @@ int main(void)
     test_layout_bits();
     test_kivi_bytes();
     test_requant_fixed_points();
+    test_command_line();
     return TEST_END("test_examples_quant");
 }
