@@ -818,6 +818,18 @@ typedef char kvq__check_float_is_4_bytes[(sizeof(float) == 4) ? 1 : -1];
 extern "C" {
 #endif
 
+/* ======================================================================== */
+/* PART I. THE DEFINITIONS AND THE REFERENCE IMPLEMENTATION                 */
+/* ======================================================================== */
+/* Each mechanism in the order the papers build it: fp16 (3), one group's
+   quantization (4), packing (5), matrices (6), the streaming cache with
+   KIVI's and HF's schedules (7), OTT (7.1), LogQuant (7.2), reference
+   attention (8), accounting and invariants (9), eviction and compaction
+   (11), then the buffers all of them move rows through (10). Read top to
+   bottom, this is the definition: no vector type appears here. Where the
+   cache calls a fast path, a prototype names it, and Part II says which
+   function here it must match, how exactly, and which test checks it.    */
+
 /* ------------------------------------------------------------------------ */
 /* status strings                                                           */
 /* ------------------------------------------------------------------------ */
@@ -924,236 +936,6 @@ static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f
 #else
 #define KVQ__INLINE inline
 #endif
-
-/* ---- 16 lanes at a time ------------------------------------------------
-   The hot loops of Sec. 6 and 8 work on 16 floats at a time through the
-   few helpers below. A kvq__v16 is those 16 lanes held as 16 / KVQ__W
-   native vectors of KVQ__W lanes each, so every operation maps onto the
-   machine's own registers:
-
-       KVQ__W = 16   AVX-512 (one zmm)          GCC or clang vector
-       KVQ__W =  8   AVX2 (two ymm)             extensions
-       KVQ__W =  4   AArch64 NEON (four q regs)
-       KVQ__W =  1   anything else, or -DKVQ_NO_SIMD: sixteen plain floats
-
-   Lane i is lane i % W of part i / W, which is also its place in memory.
-   Each helper is one loop over the parts doing the same operation on
-   every lane, so all four widths compute identical floats: the same
-   operations, lane by lane, in the same order (tests/simd_check.c builds
-   the header as W = 1, W = 8 and this machine's native W and compares them
-   bit for bit). Helpers take and return kvq__v16 by value and are always
-   inlined: the parts stay in registers.                                    */
-#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX512F__)
-#define KVQ__W 16
-#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX2__)
-#define KVQ__W 8
-#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
-#define KVQ__W 4
-#else
-#define KVQ__W 1
-#endif
-#define KVQ__PARTS (16 / KVQ__W)
-/* The 16-lane helpers and the kernels built on them are forced inline where
-   the lanes are vector registers (so the parts stay in them and the
-   kernels' constants reach their loops). As 16 plain floats they are kept
-   out of line: inlined, every helper's 16-step loop would be copied into
-   every caller (kvq__exp16 alone grew to 69 KB under a sanitizer build,
-   20x the compile time), for about 10% of speed.                         */
-#if KVQ__W > 1
-#define KVQ__VINLINE KVQ__INLINE
-#elif defined(__GNUC__) || defined(__clang__)
-#define KVQ__VINLINE __attribute__((noinline))
-#else
-#define KVQ__VINLINE
-#endif
-
-#if KVQ__W > 1
-#define KVQ__SIMD 1
-#if KVQ__W == 4
-#include <arm_neon.h>
-#else
-#include <immintrin.h>
-#endif
-typedef float    kvq__vf __attribute__((vector_size(4 * KVQ__W)));   /* W floats */
-typedef int32_t  kvq__vi __attribute__((vector_size(4 * KVQ__W)));
-typedef uint32_t kvq__vu __attribute__((vector_size(4 * KVQ__W)));
-typedef float    kvq__vf_unaligned __attribute__((vector_size(4 * KVQ__W), aligned(4), may_alias));
-#define KVQ__VLOAD(p)        (*(const kvq__vf_unaligned *)(const void *)(p))
-#define KVQ__VSTORE(p, v)    (*(kvq__vf_unaligned *)(void *)(p) = (v))
-#define KVQ__VZERO           ((kvq__vf){ 0 })
-#define kvq__vu_splat(x)     ((kvq__vu){ 0 } + (uint32_t)(x))
-#define kvq__vf_of_vi(x)     __builtin_convertvector(x, kvq__vf)        /* value */
-#define kvq__vi_of_vf(x)     __builtin_convertvector(x, kvq__vi)        /* value */
-#define kvq__vf_bits(x)      ((kvq__vf)(x))                             /* bits  */
-/* a > b ? a : b and a < b ? a : b lane by lane, by masks (no NaN reaches
-   them)                                                                   */
-#define kvq__vmax(a, b)      kvq__vselect((a) > (b), a, b)
-#define kvq__vmin(a, b)      kvq__vselect((a) < (b), a, b)
-#define kvq__vselect(m, a, b) \
-    ((kvq__vf)(((kvq__vi)(a) & (m)) | ((kvq__vi)(b) & ~(m))))
-#else
-typedef float    kvq__vf;
-typedef int32_t  kvq__vi;
-typedef uint32_t kvq__vu;
-#define KVQ__VLOAD(p)        (*(p))
-#define KVQ__VSTORE(p, v)    (*(p) = (v))
-#define KVQ__VZERO           0.0f
-#define kvq__vu_splat(x)     ((uint32_t)(x))
-#define kvq__vf_of_vi(x)     ((float)(x))
-#define kvq__vi_of_vf(x)     ((int32_t)(x))
-#define kvq__vf_bits(x)      kvq__bits_f32((uint32_t)(x))
-#define kvq__vmax(a, b)      ((a) > (b) ? (a) : (b))
-#define kvq__vmin(a, b)      ((a) < (b) ? (a) : (b))
-#endif
-
-/* KVQ__VFMA(acc, a, x) = acc + a x on one part                             */
-#if !defined(KVQ__FMA)
-#define KVQ__VFMA(acc, a, x) ((acc) + (a) * (x))
-#elif KVQ__W == 16
-#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm512_fmadd_ps((__m512)(a), (__m512)(x), (__m512)(acc)))
-#elif KVQ__W == 8
-#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm256_fmadd_ps((__m256)(a), (__m256)(x), (__m256)(acc)))
-#elif KVQ__W == 4
-#define KVQ__VFMA(acc, a, x) ((kvq__vf)vfmaq_f32((float32x4_t)(acc), (float32x4_t)(a), (float32x4_t)(x)))
-#else
-#define KVQ__VFMA(acc, a, x) fmaf(a, x, acc)
-#endif
-
-typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
-
-#define KVQ__EACH(k) for ((k) = 0; (k) < KVQ__PARTS; (k)++)
-static KVQ__VINLINE kvq__v16 kvq__load16(const float *p)
-{
-    kvq__v16 v;
-    int k;
-    KVQ__EACH(k) v.part[k] = KVQ__VLOAD(p + k * KVQ__W);
-    return v;
-}
-static KVQ__VINLINE void kvq__store16(float *p, kvq__v16 v)
-{
-    int k;
-    KVQ__EACH(k) KVQ__VSTORE(p + k * KVQ__W, v.part[k]);
-}
-static KVQ__VINLINE kvq__v16 kvq__splat16(float x)
-{
-    kvq__v16 v;
-    int k;
-    KVQ__EACH(k) v.part[k] = x - KVQ__VZERO;              /* x - 0 = x, -0 too */
-    return v;
-}
-static KVQ__VINLINE kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] + b.part[k];
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] - b.part[k];
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] * b.part[k];
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] / b.part[k];
-    return a;
-}
-/* acc + a x, fused where KVQ__FMA (one rounding), else a product then a
-   sum                                                                     */
-static KVQ__VINLINE kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
-{
-    int k;
-    KVQ__EACH(k) acc.part[k] = KVQ__VFMA(acc.part[k], a.part[k], x.part[k]);
-    return acc;
-}
-static KVQ__VINLINE kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = kvq__vmax(a.part[k], b.part[k]);
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = kvq__vmin(a.part[k], b.part[k]);
-    return a;
-}
-/* round half to even, for |x| < 2^22: (x + 1.5 2^23) - 1.5 2^23           */
-static KVQ__VINLINE kvq__v16 kvq__round16(kvq__v16 x)
-{
-    const kvq__v16 magic = kvq__splat16(12582912.0f);
-    return kvq__sub16(kvq__add16(x, magic), magic);
-}
-/* 2^n for integral n in -127..128 held as floats: n + 127 into the
-   exponent field (n = -127 gives +0)                                      */
-static KVQ__VINLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
-{
-    int k;
-    KVQ__EACH(k) n.part[k] = kvq__vf_bits((kvq__vi_of_vf(n.part[k]) + 127) << 23);
-    return n;
-}
-/* 16 integral floats in 0 .. 2^31 as uint32                              */
-static KVQ__VINLINE void kvq__to_u32_16(kvq__v16 v, uint32_t *out)
-{
-    int k;
-    KVQ__EACH(k) {
-        kvq__vi i = kvq__vi_of_vf(v.part[k]);
-        memcpy(out + k * KVQ__W, &i, sizeof i);          /* one vector store */
-    }
-}
-
-/* The sum of a vector's 16 lanes in one fixed order: lane j += lane j + 8,
-   then + 4, + 2, + 1; lane 0 is the sum.                                   */
-static float kvq__hsum16(const kvq__v16 *v)
-{
-    float lane[16];
-    size_t i, j;
-    kvq__store16(lane, *v);
-    for (j = 8; j > 0; j /= 2)
-        for (i = 0; i < j; i++) lane[i] += lane[i + j];
-    return lane[0];
-}
-
-/* The largest of a vector's 16 lanes (exact in any order).               */
-static float kvq__hmax16(const kvq__v16 *v)
-{
-    float lane[16], mx;
-    size_t i;
-    kvq__store16(lane, *v);
-    mx = lane[0];
-    for (i = 1; i < 16; i++) mx = lane[i] > mx ? lane[i] : mx;
-    return mx;
-}
-
-/* e^x lane by lane for x <= 0, within 2 ulp of e^x on [-87, 0] and +0
-   below about -87.7 (where e^x < 2^-126; -inf included). Cody-Waite: x =
-   n ln2 + r with n = round(x log2 e) and ln2 in two parts, so r is exact
-   to |r| <= ln2/2; e^r by Cephes expf's degree-5 polynomial; then 2^n
-   into the exponent. The same operations, in the same order, in both the
-   vector and the plain 16-lane builds.                                     */
-static KVQ__VINLINE void kvq__exp16(kvq__v16 *v)
-{
-    kvq__v16 n, r, p, x = kvq__max16(*v, kvq__splat16(-88.0f));   /* n >= -127 */
-    n = kvq__round16(kvq__mul16(x, kvq__splat16(1.44269504088896341f)));
-    r = kvq__sub16(x, kvq__mul16(n, kvq__splat16(0.693359375f)));
-    r = kvq__sub16(r, kvq__mul16(n, kvq__splat16(-2.12194440e-4f)));
-    p = kvq__splat16(1.9875691500e-4f);
-    p = kvq__madd16(kvq__splat16(1.3981999507e-3f), p, r);
-    p = kvq__madd16(kvq__splat16(8.3334519073e-3f), p, r);
-    p = kvq__madd16(kvq__splat16(4.1665795894e-2f), p, r);
-    p = kvq__madd16(kvq__splat16(1.6666665459e-1f), p, r);
-    p = kvq__madd16(kvq__splat16(5.0000001201e-1f), p, r);
-    p = kvq__madd16(kvq__add16(r, kvq__splat16(1.0f)), p, kvq__mul16(r, r));
-    *v = kvq__mul16(p, kvq__exp2i16(n));
-}
-
 
 /* ------------------------------------------------------------------------ */
 /* 3. fp16                                                                  */
@@ -1558,208 +1340,6 @@ KVQ_API kvq_status kvq_layout_init(kvq_layout *L, size_t T, size_t D, int bits,
     return KVQ_OK;
 }
 
-/* ---- the fast quantizer ------------------------------------------------
-   kvq_quantize_group is the definition (Sec. 4): per group min and max,
-   (s, z) stored in fp16, code = round-half-even(clamp(v, 0, N)) with
-   v = (x - z) / s (float zero) or x / s + z (integer zero). The loops below
-   compute exactly that, 16 values at a time so the compiler can vectorize
-   them: min and max are exact in any order; v uses the same division; the
-   rounding is (v + 2^23) - 2^23, which for 0 <= v <= 255 rounds half to even
-   exactly as rintf does; codes go straight into words. tests/test_quant.c
-   checks every code and (s, z) against kvq_quantize_group.               */
-
-/* The largest |x| of n values in 16 lanes, or -1 if one is not finite.
-   Inside KVQ_MAX_ABS_INPUT every group's (s, z) fits fp16 (Sec. 2), so a
-   matrix that passes this needs no per-group range check.                */
-static float kvq__absmax_or_nonfinite(const float *x, size_t n)
-{
-    /* |x| as max(x, -x); x - x is 0 for a finite x and NaN otherwise, so
-       a non-finite value anywhere makes the running sum `bad` NaN         */
-    kvq__v16 m = kvq__splat16(0.0f), bad = kvq__splat16(0.0f), zero = kvq__splat16(0.0f);
-    float amax, nonfinite;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        kvq__v16 v = kvq__load16(x + i);
-        m = kvq__max16(m, kvq__max16(v, kvq__sub16(zero, v)));
-        bad = kvq__add16(bad, kvq__sub16(v, v));
-    }
-    amax = kvq__hmax16(&m);
-    nonfinite = kvq__hsum16(&bad);
-    for (; i < n; i++) {
-        float a = fabsf(x[i]);
-        amax = a > amax ? a : amax;
-        nonfinite += x[i] - x[i];
-    }
-    return nonfinite != 0.0f ? -1.0f : amax;
-}
-
-/* Per-channel groups, 16 channels at a time: lane j is the min and max of
-   channel j over n rows (row stride D); bad[j] != 0 if one is not finite.
-   Vertical, so every step is one vector min, max and check.              */
-static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad)
-{
-    size_t t, j;
-    for (j = 0; j < 16; j++) { lo[j] = hi[j] = x[j]; bad[j] = 0; }
-    for (t = 0; t < n; t++)
-        for (j = 0; j < 16; j++) {
-            float v = x[t * D + j];
-            lo[j] = v < lo[j] ? v : lo[j];
-            hi[j] = v > hi[j] ? v : hi[j];
-            bad[j] |= (v - v) != 0.0f;
-        }
-    for (j = 0; j < 16; j++) { lo[j] += 0.0f; hi[j] += 0.0f; }   /* -0 -> +0 */
-}
-
-/* v clamped to [0, N], then rounded half to even: (v + 2^23) - 2^23 is
-   rintf for every v in [0, 255], and vectorizes where rintf may not.     */
-static KVQ__INLINE uint32_t kvq__clamp_round(float v, float n_levels)
-{
-    v = v < 0.0f ? 0.0f : v;
-    v = v > n_levels ? n_levels : v;
-    return (uint32_t)(int32_t)((v + 8388608.0f) - 8388608.0f);
-}
-
-/* The integer zero's code from v = x / s: v clamped to [-zp, N - zp],
-   rounded half to even ((v + 1.5 2^23) - 1.5 2^23 is rintf for |v| < 2^22;
-   here |v| <= 2048 + 255), then zp added: an integer in [0, N].          */
-static KVQ__INLINE uint32_t kvq__clamp_round_int(float v, float zp, float n_levels)
-{
-    v = v < -zp ? -zp : v;
-    v = v > n_levels - zp ? n_levels - zp : v;
-    return (uint32_t)(int32_t)(((v + 12582912.0f) - 12582912.0f) + zp);
-}
-
-/* Sec. 4's code of 16 values lane by lane, as floats: float zero, v =
-   (x - z) / s clamped to [0, N]; integer zero, v = x / s clamped to
-   [-zp, N - zp]; both with max and min (the same codes as the scalar
-   comparisons: they differ only on -0, which rounds to code 0 either way),
-   rounded half to even (kvq__round16 holds for |v| < 2^22), the integer
-   zero's zp added after the rounding. s, z and N per lane: one group's for
-   a run of values, or 16 groups' side by side.                          */
-static KVQ__VINLINE kvq__v16 kvq__encode16(kvq__v16 x, kvq__v16 s, kvq__v16 z, kvq__v16 n_levels,
-                                           kvq_zero_mode mode)
-{
-    kvq__v16 lo, hi;
-    if (mode == KVQ_ZERO_FLOAT)
-        return kvq__round16(kvq__min16(kvq__max16(kvq__div16(kvq__sub16(x, z), s),
-                                                  kvq__splat16(0.0f)), n_levels));
-    lo = kvq__sub16(kvq__splat16(0.0f), z);            /* -zp, exact       */
-    hi = kvq__sub16(n_levels, z);                      /* N - zp, exact    */
-    return kvq__add16(kvq__round16(kvq__min16(kvq__max16(kvq__div16(x, s), lo), hi)), z);
-}
-
-/* The codes of 16 consecutive values under one group's stored (s, z).    */
-static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
-                            kvq_zero_mode mode, uint32_t *code)
-{
-    kvq__to_u32_16(kvq__encode16(kvq__load16(x), kvq__splat16(s), kvq__splat16(z),
-                                 kvq__splat16(n_levels), mode), code);
-}
-
-/* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
-   words: B = 2 fills one word, B = 4 two, B = 8 four, B = 1 half of one.
-   The codes occupy disjoint bits, so the OR of a word's lanes is the same
-   in any order and the compiler may reduce them in vector lanes.          */
-static KVQ__INLINE void kvq__pack16_b(const uint32_t *code, size_t c0, int bits, uint32_t *w)
-{
-    size_t per = 32u / (unsigned)bits, lanes = per < 16 ? per : 16, k, i;
-    unsigned base = (unsigned)(c0 % per) * (unsigned)bits;
-    for (k = 0; k < 16 / lanes; k++) {
-        uint32_t word = 0;
-        for (i = 0; i < lanes; i++)
-            word |= code[k * lanes + i] << (base + (unsigned)(i * (size_t)bits));
-        w[(c0 + k * lanes) / per] |= word;
-    }
-}
-
-static void kvq__pack16(const uint32_t *code, size_t c0, int bits, uint32_t *w)
-{
-    switch (bits) {                                     /* B as a constant   */
-    case 1:  kvq__pack16_b(code, c0, 1, w); break;
-    case 2:  kvq__pack16_b(code, c0, 2, w); break;
-    case 4:  kvq__pack16_b(code, c0, 4, w); break;
-    default: kvq__pack16_b(code, c0, 8, w); break;
-    }
-}
-
-/* Quantize one unit: rows X (tokens_per_unit, D) -> words, sz of the unit.
-   The caller has checked sizes, finiteness and range.
-     per-token    D/G groups of G consecutive values: 16 codes at a time,
-                  OR-ed into their words
-     per-channel  D groups of G tokens with stride D: 16 channels at a time,
-                  so each token adds one code to 16 channels' words        */
-static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
-                                     size_t G, kvq_axis axis,
-                                     kvq_zero_mode mode,
-                                     uint32_t *words, kvq_sz *sz)
-{
-    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, g, i, j;
-    float n_levels = (float)((1u << bits) - 1u);
-    uint32_t code[16];
-    if (axis == KVQ_PER_TOKEN || D % 16 != 0) {
-        size_t n_groups = axis == KVQ_PER_TOKEN ? D / G : D, stride = axis == KVQ_PER_TOKEN ? 1 : D;
-        for (g = 0; g < n_groups; g++) {
-            /* per-token: channels g*G .. g*G+G-1 of the token (stride 1);
-               per-channel: tokens 0..G-1 of channel g (stride D)           */
-            const float *x = axis == KVQ_PER_TOKEN ? X + g * G : X + g;
-            uint32_t *w = words + g * wpg;
-            float mn, mx, s, z;
-            kvq_status st;
-            kvq__minmax_check(x, G, stride, &mn, &mx);
-            st = kvq__group_params(mn, mx, bits, mode, &sz[g]);
-            if (st != KVQ_OK) return st;
-            s = kvq__f16_stored(sz[g].scale);
-            z = kvq__f16_stored(sz[g].zero);
-            for (i = 0; i < wpg; i++) w[i] = 0;
-            if (s == 0.0f) continue;            /* constant group: all 0   */
-            for (i = 0; i < G; i += 16) {
-                size_t m = G - i < 16 ? G - i : 16;
-                if (stride == 1 && m == 16) {
-                    kvq__codes16_of(x + i, s, z, n_levels, mode, code);
-                    kvq__pack16(code, i, bits, w);
-                    continue;
-                }
-                for (j = 0; j < m; j++) code[j] = kvq__code(x[(i + j) * stride], sz[g], bits, mode);
-                for (j = 0; j < m; j++)
-                    w[(i + j) / per] |= code[j] << ((i + j) % per * (size_t)bits);
-            }
-        }
-        return KVQ_OK;
-    }
-    for (g = 0; g < D; g += 16) {               /* per-channel, 16 at a time */
-        float s[16], z[16], lo[16], hi[16];
-        int bad[16];
-        size_t t, k;
-        kvq__minmax16_rows(X + g, G, D, lo, hi, bad);
-        for (j = 0; j < 16; j++) {
-            kvq_status st = kvq__group_params(lo[j], hi[j], bits, mode, &sz[g + j]);
-            if (st != KVQ_OK) return st;
-            s[j] = kvq__f16_stored(sz[g + j].scale);
-            z[j] = kvq__f16_stored(sz[g + j].zero);
-        }
-        for (k = 0; k < wpg; k++) {             /* word k: tokens k*per ..  */
-            uint32_t acc[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
-            for (t = k * per; t < (k + 1) * per && t < G; t++) {
-                const float *x = X + t * D + g;
-                float v[16];
-                if (mode == KVQ_ZERO_FLOAT) {
-                    for (j = 0; j < 16; j++) v[j] = (x[j] - z[j]) / s[j];
-                    for (j = 0; j < 16; j++)    /* a constant float-zero group (s = 0): 0 */
-                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round(v[j], n_levels))
-                                  << (t % per * (size_t)bits);
-                } else {                        /* rne(x / s), then + zp (Sec. 4) */
-                    for (j = 0; j < 16; j++) v[j] = x[j] / s[j];
-                    for (j = 0; j < 16; j++)    /* a scale that underflowed (s = 0): 0 */
-                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round_int(v[j], z[j], n_levels))
-                                  << (t % per * (size_t)bits);
-                }
-            }
-            for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = acc[j];
-        }
-    }
-    return KVQ_OK;
-}
-
 /* Dequantize the token at index t inside a unit into out (D).              */
 static void kvq__dequant_token(const uint32_t *words, const kvq_sz *sz,
                                size_t t, size_t D, int bits, size_t G,
@@ -1781,60 +1361,21 @@ static void kvq__dequant_token(const uint32_t *words, const kvq_sz *sz,
     }
 }
 
-/* 16 per-token groups side by side: x holds groups g0 .. g0+15 one after
-   another (G values each, as a row-major matrix stores them), lane j of
-   every vector below is group j. Each group's min and max, (s, z) and
-   codes are those of kvq__quantize_unit (the same expressions, lane by
-   lane), but nothing is reduced across lanes: the values are first copied
-   into columns (col[i] = value i of all 16 groups), then min, max, codes
-   and the words are built a column at a time. G <= KVQ__COLS_MAX.        */
+/* The fast quantizer (Part II, II.2): the same codes and (s, z) as
+   kvq_quantize_group applied to each group of the layout, bit for bit.
+   kvq__quantize_unit quantizes one unit (the cache's path too);
+   kvq__quantize_16_groups 16 per-token groups of G <= KVQ__COLS_MAX side
+   by side; the other two are the input checks of kvq_quantize_matrix.    */
 #define KVQ__COLS_MAX 128
+static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
+                                     size_t G, kvq_axis axis,
+                                     kvq_zero_mode mode,
+                                     uint32_t *words, kvq_sz *sz);
 static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int bits,
                                     kvq_zero_mode mode,
-                                    uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */)
-{
-    float col[KVQ__COLS_MAX][16], s[16], z[16], n_levels = (float)((1u << bits) - 1u);
-    uint32_t live[16], out[16];
-    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, i, j;
-    kvq__v16 lo, hi, vs, vz, vn = kvq__splat16(n_levels);
-    kvq__vu word[KVQ__PARTS], keep[KVQ__PARTS];
-    int k;
-    if (G == 0 || G > KVQ__COLS_MAX) return;          /* callers never pass */
-    for (j = 0; j < 16; j++)
-        for (i = 0; i < G; i++) col[i][j] = x[j * G + i];
-    lo = hi = kvq__load16(col[0]);
-    for (i = 1; i < G; i++) {
-        kvq__v16 c = kvq__load16(col[i]);
-        lo = kvq__min16(lo, c);
-        hi = kvq__max16(hi, c);
-    }
-    kvq__store16(s, kvq__add16(lo, kvq__splat16(0.0f)));   /* -0 -> +0, as */
-    kvq__store16(z, kvq__add16(hi, kvq__splat16(0.0f)));   /* minmax_check */
-    for (j = 0; j < 16; j++) {           /* the caller checked every range */
-        (void)kvq__group_params(s[j], z[j], bits, mode, &sz[j]);
-        s[j] = kvq__f16_stored(sz[j].scale);
-        z[j] = kvq__f16_stored(sz[j].zero);
-        live[j] = s[j] == 0.0f ? 0u : ~0u;  /* a constant float-zero group: 0 */
-    }
-    vs = kvq__load16(s);
-    vz = kvq__load16(z);
-    KVQ__EACH(k) {
-        memcpy(&keep[k], live + k * KVQ__W, sizeof keep[k]);
-        word[k] = kvq__vu_splat(0);
-    }
-    for (i = 0; i < G; i++) {
-        kvq__v16 v = kvq__encode16(kvq__load16(col[i]), vs, vz, vn, mode);
-        KVQ__EACH(k)                     /* code i of every group into its word */
-            word[k] |= ((kvq__vu)kvq__vi_of_vf(v.part[k]) & keep[k]) << (i % per * (unsigned)bits);
-        if (i % per == per - 1 || i == G - 1) {
-            KVQ__EACH(k) {
-                memcpy(out + k * KVQ__W, &word[k], sizeof word[k]);
-                word[k] = kvq__vu_splat(0);
-            }
-            for (j = 0; j < 16; j++) words[j * wpg + i / per] = out[j];
-        }
-    }
-}
+                                    uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */);
+static float kvq__absmax_or_nonfinite(const float *x, size_t n);
+static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad);
 
 KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
                                        int bits, size_t G, kvq_axis axis,
@@ -1960,7 +1501,8 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
    policies (OTT's pools, LogQuant's selection, eviction + compaction) add
    regions and rules, never a new cache type.
 
-   KIVI's and HF's rules are written above their code (kvq__side_step).   */
+   KIVI's and HF's rules are written above their code (below), OTT's in
+   Sec. 7.1, LogQuant's in Sec. 7.2.                                       */
 static kvq_config kvq__config_base(size_t head_dim)
 {
     kvq_config c;
@@ -2368,30 +1910,106 @@ static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x, siz
 static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to);
 static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r, int (*drop)(size_t o, const void *arg), const void *arg);
 
-/* OTT's replacement (Sec. 7.1): rows flagged in mark (n rows of stage) get
-   the mean of the other rows (KVQ_OTT_MEAN_REST) or of all n rows.         */
-static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark)
-{
-    size_t D = c->cfg.head_dim, d, i, cnt = 0;
-    int all = c->cfg.ott_mean == KVQ_OTT_MEAN_ALL;
-    for (i = 0; i < n; i++) cnt += all || !mark[i];
-    for (d = 0; d < D; d++) {
-        float sum = 0.0f, mean;
-        for (i = 0; i < n; i++)
-            if (all || !mark[i]) sum += c->stage[i * D + d];
-        mean = sum / (float)cnt;
-        for (i = 0; i < n; i++)
-            if (mark[i]) c->stage[i * D + d] = mean;
-    }
-}
-
-/* ---- KIVI and HF: the FLUSH and SLIDE schedules --------------------------
-   KIVI (Sec. 3.3, Algorithm 1), kvq_config_kivi:
+/* ---- KIVI: FLUSH keys, SLIDE values ---------------------------------------
+   KIVI (arXiv:2402.02750, Sec. 3.3, Algorithm 1 in Appendix A),
+   kvq_config_kivi:
      keys   per-channel, FLUSH: the residual holds 1..R keys after every
             append (mean about R/2); G | R is required.
      values per-token, SLIDE with chunk 1: exactly R values in full precision.
      prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
             the last R.
+*/
+
+static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark); /* 7.1 */
+static void kvq__requantize_all(kvq_cache *c, kvq_side *s);                          /* HF  */
+
+/* Quantize the oldest n rows of region r into new units, in order (n a
+   multiple of tokens_per_unit, n <= stage_rows). Rows flagged in
+   `placeholder` (n flags, or NULL) are replaced by a mean first and their
+   slots are stored but never attended (their tokens moved elsewhere).      */
+static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
+                                 const unsigned char *placeholder)
+{
+    kvq_rows *w = &s->rows[r];
+    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, i, u;
+    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
+    KVQ_ASSERT(n % tpu == 0 && n <= c->stage_rows && n <= w->n);
+    for (i = 0; i < n; i++)
+        kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
+    if (placeholder) kvq__replace_by_mean(c, n, placeholder);
+    for (u = 0; u < n / tpu; u++) {
+        size_t unit = s->n_units + u;
+        kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
+                                           s->group, s->axis, c->cfg.zero_mode,
+                                           s->words + unit * unit_words,
+                                           s->sz + unit * s->geom.groups_per_unit);
+        (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
+        KVQ_ASSERT(st == KVQ_OK);
+        for (i = 0; i < tpu; i++) {
+            size_t slot = unit * tpu + i, o = u * tpu + i;
+            int32_t pos = (placeholder && placeholder[o]) ? -1 : w->pos[w->off + o];
+            s->qpos[slot] = pos;
+            if (pos >= 0) s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)slot;
+        }
+    }
+    s->n_units += n / tpu;
+    w->off += n;
+    w->n -= n;
+    if (w->n == 0) w->off = 0;
+}
+
+/* KIVI / HF / CUSTOM: the decode-step rule of one side around the push.
+   KIVI's rule is the FLUSH branch and the SLIDE loop; the lines naming
+   KVQ_POLICY_HF are HF's first update and re-quantization (below).       */
+static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
+{
+    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
+    size_t R = c->cfg.residual;
+    /* HF's first update is quantized whole (above): decoding from an empty
+       cache, token 0 is still alone in a per-token window when position 1
+       arrives, and is flushed then                                        */
+    int first = c->cfg.policy == KVQ_POLICY_HF && pos == 1 && w->n == 1 &&
+                s->geom.tokens_per_unit == 1;
+    if (s->schedule == KVQ_SCHED_FLUSH && (w->n >= R || first)) {
+        if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
+            kvq__requantize_all(c, s);
+        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->geom.tokens_per_unit, NULL);
+    }
+    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);
+    if (s->schedule == KVQ_SCHED_SLIDE)
+        while (w->n >= R + s->chunk)
+            kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
+}
+
+/* KIVI / HF / CUSTOM prefill of one side: Algorithm 1 decides how many of
+   the side's rows end up quantized (keys T - T % R, values all but R; HF the
+   whole prompt). Rows go in and out in chunks of stage_rows, so the window
+   never holds more than R + stage_rows rows on the way.                    */
+static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
+                              size_t T, size_t pos0)
+{
+    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
+    size_t R = c->cfg.residual, tpu = s->geom.tokens_per_unit, D = c->cfg.head_dim;
+    size_t n = w->n + T, q = 0, t = 0;
+    if (s->schedule == KVQ_SCHED_FLUSH)
+        q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
+                                             : n - n % R;    /* Algorithm 1  */
+    else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
+        q = (n - R) - (n - R) % tpu;                         /* all but R    */
+    for (;;) {
+        size_t m, room = c->stage_rows ? c->stage_rows : T;
+        for (; t < T && room > 0; t++, room--)
+            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, X + t * D, pos0 + t);
+        m = q < w->n ? q : w->n;
+        if (m > c->stage_rows) m = c->stage_rows;
+        m -= m % (tpu ? tpu : 1);
+        if (m > 0) { kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, m, NULL); q -= m; }
+        else if (t == T) break;
+    }
+    KVQ_ASSERT(q == 0);
+}
+
+/* ---- HF: the QuantizedCache schedule -------------------------------------
    HF QuantizedCache schedule, kvq_config_hf (transformers' QuantizedCache
    with the quanto backend; the same schedule since the HF post):
      both per-token (HF's default axis), FLUSH with R = residual_length.
@@ -2445,41 +2063,6 @@ static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *ma
      prompt is fully quantized, and history is re-quantized.
 */
 
-/* Quantize the oldest n rows of region r into new units, in order (n a
-   multiple of tokens_per_unit, n <= stage_rows). Rows flagged in
-   `placeholder` (n flags, or NULL) are replaced by a mean first and their
-   slots are stored but never attended (their tokens moved elsewhere).      */
-static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
-                                 const unsigned char *placeholder)
-{
-    kvq_rows *w = &s->rows[r];
-    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, i, u;
-    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
-    KVQ_ASSERT(n % tpu == 0 && n <= c->stage_rows && n <= w->n);
-    for (i = 0; i < n; i++)
-        kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
-    if (placeholder) kvq__replace_by_mean(c, n, placeholder);
-    for (u = 0; u < n / tpu; u++) {
-        size_t unit = s->n_units + u;
-        kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
-                                           s->group, s->axis, c->cfg.zero_mode,
-                                           s->words + unit * unit_words,
-                                           s->sz + unit * s->geom.groups_per_unit);
-        (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
-        KVQ_ASSERT(st == KVQ_OK);
-        for (i = 0; i < tpu; i++) {
-            size_t slot = unit * tpu + i, o = u * tpu + i;
-            int32_t pos = (placeholder && placeholder[o]) ? -1 : w->pos[w->off + o];
-            s->qpos[slot] = pos;
-            if (pos >= 0) s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)slot;
-        }
-    }
-    s->n_units += n / tpu;
-    w->off += n;
-    w->n -= n;
-    if (w->n == 0) w->off = 0;
-}
-
 /* HF: dequantize every unit and quantize it again, as HF does at a flush.  */
 static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
 {
@@ -2494,55 +2077,6 @@ static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
         kvq__quantize_unit(c->stage, D, s->bits, s->group, s->axis,
                            c->cfg.zero_mode, w, sz);
     }
-}
-
-/* KIVI / HF / CUSTOM: the decode-step rule of one side around the push.    */
-static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
-{
-    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
-    size_t R = c->cfg.residual;
-    /* HF's first update is quantized whole (above): decoding from an empty
-       cache, token 0 is still alone in a per-token window when position 1
-       arrives, and is flushed then                                        */
-    int first = c->cfg.policy == KVQ_POLICY_HF && pos == 1 && w->n == 1 &&
-                s->geom.tokens_per_unit == 1;
-    if (s->schedule == KVQ_SCHED_FLUSH && (w->n >= R || first)) {
-        if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
-            kvq__requantize_all(c, s);
-        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->geom.tokens_per_unit, NULL);
-    }
-    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);
-    if (s->schedule == KVQ_SCHED_SLIDE)
-        while (w->n >= R + s->chunk)
-            kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
-}
-
-/* KIVI / HF / CUSTOM prefill of one side: Algorithm 1 decides how many of
-   the side's rows end up quantized (keys T - T % R, values all but R; HF the
-   whole prompt). Rows go in and out in chunks of stage_rows, so the window
-   never holds more than R + stage_rows rows on the way.                    */
-static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
-                              size_t T, size_t pos0)
-{
-    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
-    size_t R = c->cfg.residual, tpu = s->geom.tokens_per_unit, D = c->cfg.head_dim;
-    size_t n = w->n + T, q = 0, t = 0;
-    if (s->schedule == KVQ_SCHED_FLUSH)
-        q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
-                                             : n - n % R;    /* Algorithm 1  */
-    else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
-        q = (n - R) - (n - R) % tpu;                         /* all but R    */
-    for (;;) {
-        size_t m, room = c->stage_rows ? c->stage_rows : T;
-        for (; t < T && room > 0; t++, room--)
-            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, X + t * D, pos0 + t);
-        m = q < w->n ? q : w->n;
-        if (m > c->stage_rows) m = c->stage_rows;
-        m -= m % (tpu ? tpu : 1);
-        if (m > 0) { kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, m, NULL); q -= m; }
-        else if (t == T) break;
-    }
-    KVQ_ASSERT(q == 0);
 }
 
 /* ---- OTT (Sec. 7.1) ---------------------------------------------------- */
@@ -2571,6 +2105,23 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
               for layers 0 and 1 (Sec. 4.4: no outlier tokens there).
    Attention covers quantized, window, pool and auxiliary tokens under one
    softmax; each position is counted once because loc names one region.  */
+/* OTT's replacement step: rows flagged in mark (n rows of stage) get
+   the mean of the other rows (KVQ_OTT_MEAN_REST) or of all n rows.         */
+static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark)
+{
+    size_t D = c->cfg.head_dim, d, i, cnt = 0;
+    int all = c->cfg.ott_mean == KVQ_OTT_MEAN_ALL;
+    for (i = 0; i < n; i++) cnt += all || !mark[i];
+    for (d = 0; d < D; d++) {
+        float sum = 0.0f, mean;
+        for (i = 0; i < n; i++)
+            if (all || !mark[i]) sum += c->stage[i * D + d];
+        mean = sum / (float)cnt;
+        for (i = 0; i < n; i++)
+            if (mark[i]) c->stage[i * D + d] = mean;
+    }
+}
+
 static float kvq__l1(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
 {
     size_t d, D = c->cfg.head_dim;
@@ -2703,217 +2254,6 @@ static void kvq__step(kvq_cache *c, const float *k, const float *v, size_t pos)
         kvq__side_step(c, &c->v, v, pos);
         break;
     }
-}
-
-/* ---- buffers ------------------------------------------------------------
-   Row regions and quantized units grow by doubling (or exactly, for
-   reservations); rows are pushed at a region's end, popped from its front
-   and slid back when that makes room; every move re-points the loc map.   */
-/* Returns p grown to hold at least `need` elements of `el` bytes, or NULL
-   with p untouched. Capacity doubles (appends cost amortized O(1)) unless
-   `exact`, used by explicit reservations and fixed-size regions.           */
-static void *kvq__grow(void *p, size_t cap, size_t need, size_t el,
-                       int exact, size_t *new_cap)
-{
-    size_t nc = cap ? cap : 16, bytes;
-    void *q;
-    if (need <= cap) { *new_cap = cap; return p; }
-    if (exact) nc = need;
-    while (nc < need) {
-        if (nc > (size_t)-1 / 2) { nc = need; break; }
-        nc *= 2;
-    }
-    if (!kvq__mul(nc, el, &bytes)) return NULL;
-    q = KVQ_REALLOC(p, bytes);
-    if (q) *new_cap = nc;
-    return q;
-}
-
-static size_t kvq__fp_bytes(const kvq_cache *c) { return (size_t)c->cfg.fp_bits / 8u; }
-
-static uint32_t kvq__rows_tag(int r) { return (KVQ_LOC_ROWS0 + (uint32_t)r) << 28; }
-
-/* Slide a row region's live rows to index 0 and re-point their locs.      */
-static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), i;
-    if (rg->off == 0) return;
-    memmove(rg->data, (char *)rg->data + rg->off * rowb, rg->n * rowb);
-    memmove(rg->pos, rg->pos + rg->off, rg->n * sizeof(int32_t));
-    rg->off = 0;
-    for (i = 0; i < rg->n; i++) s->loc[rg->pos[i]] = kvq__rows_tag(r) | (uint32_t)i;
-}
-
-/* Room in a row region for `more` rows at its end: slide to the front when
-   that is enough (amortized O(D) per popped row), else grow.               */
-static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
-                                    size_t more, int exact)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
-    size_t cap_d, cap_p;
-    void *d;
-    if (rg->off + need <= rg->cap) return KVQ_OK;
-    kvq__rows_to_front(c, s, r);
-    if (need <= rg->cap) return KVQ_OK;
-    /* grow data and pos together: one capacity serves both                 */
-    d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
-    if (!d) return KVQ__NO(KVQ_ERR_NOMEM);
-    rg->data = d;                      /* larger, same contents: still valid */
-    d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), 1, &cap_p);
-    if (!d) return KVQ__NO(KVQ_ERR_NOMEM);
-    rg->pos = (int32_t *)d;
-    rg->cap = cap_d;
-    return KVQ_OK;
-}
-
-static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
-{
-    size_t need = s->n_units + more, nc, unused;
-    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
-    void *p;
-    if (need <= s->cap_units) return KVQ_OK;
-    p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
-    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
-    s->words = (uint32_t *)p;
-    p = kvq__grow(s->sz, s->cap_units, nc, s->geom.groups_per_unit * sizeof(kvq_sz), 1, &unused);
-    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
-    s->sz = (kvq_sz *)p;
-    /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
-    p = kvq__grow(s->qpos, s->cap_units, nc, s->geom.tokens_per_unit * sizeof(int32_t), 1, &unused);
-    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
-    s->qpos = (int32_t *)p;
-    s->cap_units = nc;
-    return KVQ_OK;
-}
-
-/* Everything an append of n_new positions may need, reserved up front so
-   that the mutation that follows cannot fail half way.                     */
-static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
-{
-    size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
-    kvq_status st;
-    if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
-        return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
-                         "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
-    for (i = 0; i < 2; i++) {
-        kvq_side *s = i ? &c->v : &c->k;
-        /* Rows leave a quantizing side's window as they arrive: it never
-           grows by more than R + G (OTT), 3W + 1 (LogQuant) or R +
-           stage_rows (chunked prefill). A side that never quantizes
-           (schedule NONE, possibly beside one that does in a CUSTOM
-           config) keeps every row.                                         */
-        size_t window_rows = n_new, most = n_new;
-        void *p;
-        if (s->schedule != KVQ_SCHED_NONE)
-            most = c->cfg.policy == KVQ_POLICY_OTT      ? c->cfg.residual + c->cfg.group
-                 : c->cfg.policy == KVQ_POLICY_LOGQUANT ? 3 * c->cfg.lq_window + 1
-                 : c->cfg.residual + c->stage_rows;
-        if (window_rows > most) window_rows = most;
-        p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
-        if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
-        s->loc = (uint32_t *)p;
-        st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
-        if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
-        if (s->schedule != KVQ_SCHED_NONE) {
-            /* worst case: every full-precision row plus the new ones
-               become units                                                 */
-            size_t rows = s->rows[KVQ_ROWS_WINDOW].n + s->rows[KVQ_ROWS_STAGE].n + n_new;
-            st = kvq__units_reserve(s, rows / s->geom.tokens_per_unit + 1, exact);
-            if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
-        }
-    }
-    c->cap_pos = cap;
-    return KVQ_OK;
-}
-
-static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i)
-{
-    return (char *)rg->data + i * c->cfg.head_dim * kvq__fp_bytes(c);
-}
-
-static void kvq__row_store(const kvq_cache *c, void *dst, const float *x)
-{
-    size_t d, D = c->cfg.head_dim;
-    if (c->cfg.fp_bits == 32) { memcpy(dst, x, D * sizeof(float)); return; }
-    for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq__f16_store(x[d]);
-}
-
-/* D stored halves -> floats: 8 at a time with vcvtph2ps where the target
-   has F16C, else the exact integer conversion (identical: simd_check).    */
-static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
-{
-    size_t d = 0;
-#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
-    for (; d + 8 <= D; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
-#endif
-    for (; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
-}
-
-static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
-{
-    size_t D = c->cfg.head_dim;
-    if (c->cfg.fp_bits == 32) { memcpy(x, src, D * sizeof(float)); return; }
-    kvq__f16_row((const kvq_f16 *)src, D, x);
-}
-
-/* The index where region r's next row goes. The caller reserved room for it
-   (n < cap); popped rows at the front are reclaimed here if needed, which
-   never allocates.                                                         */
-static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r)
-{
-    kvq_rows *rg = &s->rows[r];
-    KVQ_ASSERT(rg->n < rg->cap);
-    if (rg->off + rg->n >= rg->cap) kvq__rows_to_front(c, s, r);
-    return rg->off + rg->n;
-}
-
-/* Append one row to region r (room already reserved).                      */
-static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x,
-                           size_t pos)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t i = kvq__rows_tail(c, s, r);
-    kvq__row_store(c, kvq__row_ptr(c, rg, i), x);
-    rg->pos[i] = (int32_t)pos;
-    s->loc[pos] = kvq__rows_tag(r) | (uint32_t)i;
-    rg->n++;
-}
-
-/* Copy row `i` (absolute index) of region `from` to the end of region `to`;
-   the position now lives in `to`. The caller removes it from `from`.       */
-static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to)
-{
-    kvq_rows *a = &s->rows[from], *b = &s->rows[to];
-    size_t j = kvq__rows_tail(c, s, to), rowb = c->cfg.head_dim * kvq__fp_bytes(c);
-    memcpy(kvq__row_ptr(c, b, j), kvq__row_ptr(c, a, i), rowb);
-    b->pos[j] = a->pos[i];
-    s->loc[a->pos[i]] = kvq__rows_tag(to) | (uint32_t)j;
-    b->n++;
-}
-
-/* Remove the rows whose live offset o (0 = oldest) satisfies drop(o, arg),
-   keeping the others in order. Rows already copied elsewhere keep their new
-   loc; survivors are re-pointed.                                           */
-static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
-                             int (*drop)(size_t o, const void *arg),
-                             const void *arg)
-{
-    kvq_rows *rg = &s->rows[r];
-    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), o, j = rg->off;
-    for (o = 0; o < rg->n; o++) {
-        size_t i = rg->off + o;
-        if (drop(o, arg)) continue;
-        if (j != i) {
-            memcpy(kvq__row_ptr(c, rg, j), kvq__row_ptr(c, rg, i), rowb);
-            rg->pos[j] = rg->pos[i];
-            s->loc[rg->pos[j]] = kvq__rows_tag(r) | (uint32_t)j;
-        }
-        j++;
-    }
-    rg->n = j - rg->off;
 }
 
 static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
@@ -3056,22 +2396,9 @@ typedef struct kvq__qctx {
     size_t unit;           /* per-channel unit cached in qa/qb, or (size_t)-1 */
 } kvq__qctx;
 
-/* a . b in a fixed order: lane j (0..15) sums the products of i = j,
-   j + 16, j + 32, ... in increasing i, then the lanes are added pairwise
-   (lane j += lane j + 8, then + 4, + 2, + 1). Every dot product of a query
-   with a row or a group of codes uses this function, so the order is the
-   same everywhere on the CPU.                                             */
-static KVQ__VINLINE float kvq__dot(const float *a, const float *b, size_t n)
-{
-    float lane[16];
-    size_t i = 0, j, n16 = n & ~(size_t)15;
-    kvq__v16 acc = kvq__splat16(0.0f);
-    for (; i < n16; i += 16) acc = kvq__madd16(acc, kvq__load16(a + i), kvq__load16(b + i));
-    kvq__store16(lane, acc);
-    for (j = 0; i < n; i++, j++) lane[j] += a[i] * b[i];
-    acc = kvq__load16(lane);
-    return kvq__hsum16(&acc);
-}
+/* a . b in kvq's fixed summation order (Part II, II.1: 16 lanes, then a
+   pairwise tree). Every query dot product on the CPU goes through it.     */
+static float kvq__dot(const float *a, const float *b, size_t n);
 
 /* The additive term b of x' = c a + b from a group's stored (s, z) as
    floats, as kvq_sz_affine: z itself (float zero), -z s (integer zero).  */
@@ -3088,40 +2415,10 @@ static void kvq__affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
     *b = kvq__zero_term(s, z, mode);
 }
 
-/* q . k for one per-token key whose D codes are given as floats, group g
-   with stored (s_g, z_g) -> (a_g, b_g) and qsum_g = sum of q over group g:
-       q . k = sum_g a_g (q_g . c_g) + sum_g b_g qsum_g
-   Order: for G a multiple of 16, each group's 16-lane partial sums of
-   q_d c_d are scaled by a_g and added into one 16-lane total, whose lanes
-   are added once (kvq__dot's tree); then the b_g qsum_g terms in group
-   order. Other G: a_g kvq__dot(q_g, c_g) + b_g qsum_g, group by group.    */
+/* q . k of one per-token key from its codes as floats (Part II, II.1):
+   sum_g a_g (q_g . c_g) + sum_g b_g qsum_g, in kvq__dot's lane order.     */
 static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
-                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode)
-{
-    size_t g, i, n_groups = D / G;
-    float a, b, total = 0.0f;
-    if (G % 16 == 0) {
-        kvq__v16 sum = kvq__splat16(0.0f);
-        for (g = 0; g < n_groups; g++) {
-            kvq__v16 part = kvq__splat16(0.0f);
-            for (i = g * G; i < (g + 1) * G; i += 16)
-                part = kvq__madd16(part, kvq__load16(q + i), kvq__load16(codes + i));
-            kvq__affine(sz[g], mode, &a, &b);
-            sum = kvq__madd16(sum, kvq__splat16(a), part);
-        }
-        total = kvq__hsum16(&sum);
-        for (g = 0; g < n_groups; g++) {
-            kvq__affine(sz[g], mode, &a, &b);
-            total += b * qsum[g];
-        }
-        return total;
-    }
-    for (g = 0; g < n_groups; g++) {
-        kvq__affine(sz[g], mode, &a, &b);
-        total += a * kvq__dot(q + g * G, codes + g * G, G) + b * qsum[g];
-    }
-    return total;
-}
+                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode);
 
 /* q . k_p for one present position p (unscaled).                          */
 static float kvq__qk(const kvq_cache *c, kvq__qctx *x, size_t p, float *tmp)
@@ -3233,628 +2530,6 @@ static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
         }
 }
 
-/* ---- ONLINE: one walk over the regions for a batch of heads -------------
-   EAGER (below) is the reference: it visits positions 0..n_pos-1 and finds
-   each one's key and value through the loc maps. ONLINE computes the same
-   softmax but walks K where it is stored, region by region, KVQ_TILE
-   entries at a time (a tile never spans two regions or two key units):
-
-       quantized store  per-channel keys: up to 32 tokens of one unit;
-                        per-token keys: 32 consecutive slots
-       rows[0..4]       the live rows of each region, in order
-
-   For each tile it computes every head's scores, applies the online
-   softmax update, and adds the value of each present position, found
-   through V's loc map (K and V of one position may sit in different
-   regions: in KIVI a key is quantized while its value is in the window).
-   Codes are unpacked, and fp16 rows converted, once per tile or row for
-   all heads of the batch: with GQA the cache is read once per batch, not
-   once per query head. No division or modulo per token on the common path.
-
-   Summation order, the only difference from EAGER's result (the tests
-   bound it): positions are visited in walk order, with the running max
-   rescaled at tile boundaries, so the last bits also depend on the storage
-   layout (compaction may move them), and within a tile the full-precision
-   value rows are added first; both kinds go through kvq__tile_block, each
-   head's sum split in up to 4 partial sums.
-   Scores are the same expressions as EAGER's: a per-channel key's score
-   sums channels 0..D-1 in order, dot products use kvq__dot's lane order,
-   and a quantized value adds (w a) c + w b per channel.                   */
-typedef struct kvq__heads {
-    size_t n;              /* heads in this batch                            */
-    const float *q;        /* (n, D) their queries                           */
-    float *out;            /* (n, D) running sum of w v                      */
-    float *qa;             /* (n, D) q*a of the current key unit (per-channel
-                              keys) or per-group sums of q (per-token keys)  */
-    float *sc;             /* (n, KVQ_TILE) the tile's scores, then weights  */
-    float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
-    float *row;            /* (D) one row of codes or of values, as floats   */
-    int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
-    float inv_sqrt_d;
-} kvq__heads;
-
-
-/* 16 codes of a packed group, from code c0 (a multiple of 16), as floats:
-   code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). For B = 2 and
-   4 each part broadcasts its word and shifts each lane by its own amount
-   (B = 2: one word for all 16 codes; B = 4: codes 0-7 in the first word,
-   8-15 in the second, picked per lane by a mask); other B one by one.    */
-static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
-{
-    static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
-    static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
-    static const uint32_t second[16] = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
-    int k;
-    if (bits == 2 || bits == 4) {
-        const uint32_t *shift = bits == 2 ? shift2 : shift4;
-        KVQ__EACH(k) {
-            kvq__vu sh, sel, x;
-            memcpy(&sh, shift + k * KVQ__W, sizeof sh);
-            if (bits == 2)                      /* the part's word(s)       */
-                x = kvq__vu_splat(w[c0 / 16]);
-            else if (KVQ__W <= 8)
-                x = kvq__vu_splat(w[c0 / 8 + (size_t)k * KVQ__W / 8]);
-            else {                              /* 16 lanes span two words  */
-                memcpy(&sel, second + k * KVQ__W, sizeof sel);
-                x = (kvq__vu_splat(w[c0 / 8]) & ~sel) | (kvq__vu_splat(w[c0 / 8 + 1]) & sel);
-            }
-            x = (x >> sh) & (uint32_t)((1u << bits) - 1u);
-            out->part[k] = kvq__vf_of_vi((kvq__vi)x);
-        }
-        return;
-    }
-    {
-        float t[16];
-        size_t i;
-        for (i = 0; i < 16; i++) t[i] = (float)kvq__get_code(w, c0 + i, bits);
-        *out = kvq__load16(t);
-    }
-}
-
-/* n codes of a packed group, from code index `first`, as floats: 16 at a
-   time where the run is aligned, the rest one by one.                     */
-static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits, float *out)
-{
-    size_t i = 0;
-    if (first % 16 == 0)
-        for (; i + 16 <= n; i += 16) {
-            kvq__v16 v;
-            kvq__codes16(&v, w, first + i, bits);
-            kvq__store16(out + i, v);
-        }
-    for (; i < n; i++) out[i] = (float)kvq__get_code(w, first + i, bits);
-}
-
-/* One full-precision row as floats: the stored fp32 row itself, or its fp16
-   converted into `tmp`.                                                     */
-static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
-{
-    const void *src = kvq__row_ptr(c, rg, i);
-    if (c->cfg.fp_bits == 32) return (const float *)src;
-    kvq__row_load(c, src, tmp);
-    return tmp;
-}
-
-/* (a, b) of n consecutive groups, as kvq__affine gives them: the stored
-   (s, z) pairs are one run of 2n fp16 halves (kvq_sz is two kvq_f16, no
-   padding), converted 16 groups (32 halves) at a time by kvq__f16_row
-   (F16C where available).                                                 */
-static void kvq__affine_run(const kvq_sz *sz, size_t n, kvq_zero_mode mode,
-                            float *a /* (n) */, float *b /* (n) */)
-{
-    const kvq_f16 *raw = &sz[0].scale;            /* (2n) s0 z0 s1 z1 ...    */
-    float half[32];
-    size_t i0, i;
-    for (i0 = 0; i0 < n; i0 += 16) {
-        size_t k = n - i0 < 16 ? n - i0 : 16;
-        kvq__f16_row(raw + 2 * i0, 2 * k, half);
-        for (i = 0; i < k; i++) {
-            a[i0 + i] = half[2 * i];
-            b[i0 + i] = kvq__zero_term(half[2 * i], half[2 * i + 1], mode);
-        }
-    }
-}
-
-/* Per-channel key unit u: q*a (D) and q.b for every head, once per unit
-   (q.b with kvq__dot, as EAGER computes it). The a's are written into head
-   0's q*a row first and scaled in place, last head first.               */
-static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
-{
-    size_t D = c->cfg.head_dim, d, h;
-    float *a = H->qa, *b = H->row;                      /* (D) each          */
-    kvq__affine_run(c->k.sz + u * D, D, c->cfg.zero_mode, a, b);
-    for (h = H->n; h-- > 0;) {
-        const float *q = H->q + h * D;
-        float *qa = H->qa + h * D;
-        for (d = 0; d < D; d++) qa[d] = q[d] * a[d];
-        H->qb[h] = kvq__dot(q, b, D);
-    }
-}
-
-/* CALL(NH, B) with the head count NH (1, 2 or 4: kvq__head_batch) and the
-   bit width B (2 or 4; other widths as a variable) as constants, so that
-   an always-inlined kernel's loops are fixed. Nine instantiations per
-   kernel keep the compiled size (and compile time) modest.               */
-#define KVQ__WITH_NH_BITS(CALL, nh, bits)                                    \
-    switch (nh) {                                                            \
-    case 1:  KVQ__WITH_BITS(CALL, 1, bits); break;                           \
-    case 2:  KVQ__WITH_BITS(CALL, 2, bits); break;                           \
-    default: KVQ__WITH_BITS(CALL, 4, bits); break;                           \
-    }
-#define KVQ__WITH_BITS(CALL, NH, bits)                                       \
-    switch (bits) {                                                          \
-    case 2:  CALL(NH, 2); break;                                             \
-    case 4:  CALL(NH, 4); break;                                             \
-    default: CALL(NH, bits); break;                                          \
-    }
-
-/* The same for full-precision rows: NH and whether they are fp16 (F16).   */
-#define KVQ__WITH_NH_F16(CALL, nh, f16)                                      \
-    switch ((nh) * 2 + ((f16) != 0)) {                                       \
-    case 2:  CALL(1, 0); break;                                              \
-    case 3:  CALL(1, 1); break;                                              \
-    case 4:  CALL(2, 0); break;                                              \
-    case 5:  CALL(2, 1); break;                                              \
-    case 8:  CALL(4, 0); break;                                              \
-    default: CALL(4, 1); break;                                              \
-    }
-
-/* How many of the `left` heads one kernel call takes: 4, 2 or 1.          */
-static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
-
-/* The inner step of per-channel keys for a full tile (32 tokens from a
-   multiple of 32) and NH (1, 2 or 4) heads: channel d's 32 codes are unpacked
-   once, and times q_hd a_d added into each head's 32 scores, which stay in
-   registers for the whole unit. A head alone keeps even and odd channels
-   in two sums (P = 2, added at the end), so four additions are in flight. */
-static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D, size_t t0,
-                                          const float *qa /* (NH, D) */,
-                                          float *sc /* (NH, KVQ_TILE) */, int NH, int bits)
-{
-    const int P = NH == 1 ? 2 : 1;
-    kvq__v16 lo_sum[4][2], hi_sum[4][2];         /* tokens 0-15, 16-31     */
-    size_t d;
-    int h, k;
-    for (h = 0; h < NH; h++)
-        for (k = 0; k < P; k++) lo_sum[h][k] = hi_sum[h][k] = kvq__splat16(0.0f);
-    for (d = 0; d < D; d += (size_t)P)
-        for (k = 0; k < P && d + (size_t)k < D; k++) {  /* channel d + k      */
-            kvq__v16 lo, hi;
-            kvq__codes16(&lo, w + (d + (size_t)k) * wpg, t0, bits);
-            kvq__codes16(&hi, w + (d + (size_t)k) * wpg, t0 + 16, bits);
-            for (h = 0; h < NH; h++) {
-                kvq__v16 q = kvq__splat16(qa[(size_t)h * D + d + (size_t)k]);
-                lo_sum[h][k] = kvq__madd16(lo_sum[h][k], q, lo);
-                hi_sum[h][k] = kvq__madd16(hi_sum[h][k], q, hi);
-            }
-        }
-    for (h = 0; h < NH; h++) {
-        for (k = 1; k < P; k++) {
-            lo_sum[h][0] = kvq__add16(lo_sum[h][0], lo_sum[h][k]);
-            hi_sum[h][0] = kvq__add16(hi_sum[h][0], hi_sum[h][k]);
-        }
-        kvq__store16(sc + (size_t)h * KVQ_TILE, lo_sum[h][0]);
-        kvq__store16(sc + (size_t)h * KVQ_TILE + 16, hi_sum[h][0]);
-    }
-}
-
-/* Scores of tokens t0 .. t0+n-1 of per-channel key unit u (Sec. 8's
-   algebra: q.k_t = sum_d (q_d a_d) c_td + q.b). Each token's sum runs over
-   the channels d = 0..D-1 in order (a lone head's full tile: even and odd
-   channels in two sums, then added).                                      */
-static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
-                                size_t t0, size_t n)
-{
-    const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j;
-    const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
-    for (h = 0; h < H->n; h++)
-        for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
-    if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
-        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {   /* NH, B fixed */
-            const float *qa = H->qa + h * D;
-            float *sc = H->sc + h * KVQ_TILE;
-#define KVQ__CT(NH, BITS) kvq__channel_tile(w, wpg, D, t0, qa, sc, NH, BITS)
-            KVQ__WITH_NH_BITS(KVQ__CT, kvq__head_batch(H->n - h), s->bits);
-#undef KVQ__CT
-        }
-    } else {                                            /* a partial tile    */
-        float codes[KVQ_TILE];
-        size_t d;
-        for (d = 0; d < D; d++) {
-            kvq__unpack_f32(w + d * wpg, t0, n, s->bits, codes);
-            for (h = 0; h < H->n; h++)
-                for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * codes[j];
-        }
-    }
-    for (h = 0; h < H->n; h++)
-        for (j = 0; j < n; j++)
-            H->sc[h * KVQ_TILE + j] = (H->sc[h * KVQ_TILE + j] + H->qb[h]) * H->inv_sqrt_d;
-}
-
-/* Scores of per-token key slots s0 .. s0+n-1 (kvq__token_key_dot).        */
-static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
-{
-    const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, h, g, j;
-    for (j = 0; j < n; j++) {
-        const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
-        const kvq_sz *sz = s->sz + (s0 + j) * gpu;
-        if (H->pos[j] < 0) continue;
-        for (g = 0; g < gpu; g++) kvq__unpack_f32(w + g * wpg, 0, G, s->bits, H->row + g * G);
-        for (h = 0; h < H->n; h++)                      /* codes shared      */
-            H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, sz, H->qa + h * D,
-                                                         D, G, c->cfg.zero_mode) * H->inv_sqrt_d;
-    }
-}
-
-/* 16 stored halves as a 16-lane vector: vcvtph2ps per part where the
-   target has it, else kvq__f16_row's exact conversion (the same floats:
-   fp16 -> fp32 is exact either way).                                      */
-static KVQ__VINLINE kvq__v16 kvq__load16_f16(const kvq_f16 *h)
-{
-#if KVQ__W == 16
-    kvq__v16 v;
-    v.part[0] = (kvq__vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h));
-    return v;
-#elif KVQ__W == 8 && defined(__F16C__)
-    kvq__v16 v;
-    v.part[0] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
-    v.part[1] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + 8)));
-    return v;
-#else
-    float t[16];
-    kvq__f16_row(h, 16, t);
-    return kvq__load16(t);
-#endif
-}
-
-/* One full-precision key row against NH queries: q_h . k with kvq__dot's
-   lanes and order (so the same floats as EAGER's), the row read once for
-   all NH heads and, if F16, converted 16 halves at a time in registers.
-   Needs 16 | D.                                                           */
-static KVQ__VINLINE void kvq__row_scores(const float *q /* (NH, D) */, const void *row,
-                                        size_t D, int NH, int F16, float scale,
-                                        float *sc /* head h: sc[h KVQ_TILE] */)
-{
-    kvq__v16 acc[4];
-    size_t d;
-    int h;
-    for (h = 0; h < NH; h++) acc[h] = kvq__splat16(0.0f);
-    for (d = 0; d < D; d += 16) {
-        const kvq__v16 k = F16 ? kvq__load16_f16((const kvq_f16 *)row + d)
-                               : kvq__load16((const float *)row + d);
-        for (h = 0; h < NH; h++) acc[h] = kvq__madd16(acc[h], kvq__load16(q + (size_t)h * D + d), k);
-    }
-    for (h = 0; h < NH; h++) sc[h * KVQ_TILE] = kvq__hsum16(&acc[h]) * scale;
-}
-
-/* Scores of rows i0 .. i0+n-1 of a full-precision key region.             */
-static void kvq__scores_rows(const kvq_cache *c, kvq__heads *H, const kvq_rows *rg,
-                             size_t i0, size_t n)
-{
-    size_t D = c->cfg.head_dim, h, j;
-    int f16 = c->cfg.fp_bits == 16;
-    if (D % 16) {                          /* the general form, one head at a time */
-        for (j = 0; j < n; j++) {
-            const float *k = kvq__row_f32(c, rg, i0 + j, H->row);
-            for (h = 0; h < H->n; h++)
-                H->sc[h * KVQ_TILE + j] = kvq__dot(H->q + h * D, k, D) * H->inv_sqrt_d;
-        }
-        return;
-    }
-    for (j = 0; j < n; j++) {
-        const void *row = kvq__row_ptr(c, rg, i0 + j);
-        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
-            int nh = (int)kvq__head_batch(H->n - h);
-            const float *q = H->q + h * D;
-            float *sc = H->sc + h * KVQ_TILE + j;
-#define KVQ__RS(NH, F16) kvq__row_scores(q, row, D, NH, F16, H->inv_sqrt_d, sc)
-            KVQ__WITH_NH_F16(KVQ__RS, nh, f16);
-#undef KVQ__RS
-        }
-    }
-}
-
-/* out_h += w_h v_p for every head, v_p wherever V keeps position p.        */
-static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j)
-{
-    const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, G = s->group, h, d, g, n_heads = H->n;
-    uint32_t loc = s->loc[p];
-    size_t idx = KVQ_LOC_INDEX(loc);
-    const float *v = H->row, *wts = H->sc + j;          /* head h: wts[h*TILE] */
-    float *out = H->out;                    /* locals: stores to out cannot
-                                               then make H's fields reload */
-    if (KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) {
-        v = kvq__row_f32(c, &s->rows[KVQ_LOC_TAG(loc) - KVQ_LOC_ROWS0], idx, H->row);
-    } else if (s->axis == KVQ_PER_TOKEN) {
-        /* slot idx is one token: out += (w a_g) c + w b_g per channel,
-           the codes unpacked once for every head                           */
-        size_t gpu = s->geom.groups_per_unit, wpg = s->geom.words_per_group, c0;
-        const uint32_t *w = s->words + idx * gpu * wpg;
-        const kvq_sz *sz = s->sz + idx * gpu;
-        for (g = 0; g < gpu; g++) {
-            float a, b;
-            kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
-            for (c0 = 0; c0 + 16 <= G; c0 += 16) {      /* 16 codes a step   */
-                kvq__v16 cv;
-                kvq__codes16(&cv, w + g * wpg, c0, s->bits);
-                for (h = 0; h < n_heads; h++) {
-                    float wt = wts[h * KVQ_TILE], *o = out + h * D + g * G + c0;
-                    kvq__v16 acc = kvq__madd16(kvq__load16(o), kvq__splat16(wt * a), cv);
-                    kvq__store16(o, kvq__add16(acc, kvq__splat16(wt * b)));
-                }
-            }
-            for (d = c0; d < G; d++) {                  /* G % 16 codes      */
-                float cd = (float)kvq__get_code(w + g * wpg, d, s->bits);
-                for (h = 0; h < n_heads; h++) {
-                    float wt = wts[h * KVQ_TILE];
-                    out[h * D + g * G + d] += (wt * a) * cd + wt * b;
-                }
-            }
-        }
-        return;
-    } else {
-        /* per-channel values (not a default anywhere): dequantize the row  */
-        size_t tpu = s->geom.tokens_per_unit, unit = idx / tpu, t = idx % tpu,
-               wpg = s->geom.words_per_group;
-        const uint32_t *w = s->words + unit * D * wpg;
-        const kvq_sz *sz = s->sz + unit * D;
-        for (d = 0; d < D; d++) {
-            float a, b;
-            kvq__affine(sz[d], c->cfg.zero_mode, &a, &b);
-            H->row[d] = (float)kvq__get_code(w + d * wpg, t, s->bits) * a + b;
-        }
-    }
-    for (h = 0; h < n_heads; h++) {
-        float wt = wts[h * KVQ_TILE], *o = out + h * D;
-        for (d = 0; d < D; d++) o[d] += wt * v[d];
-    }
-}
-
-/* A tile's m entries, weighted and summed per head, for NH heads at a time:
-       out_h[c .. c+15] += sum_i w_hi x_i[c .. c+15]  (+ zb_h)     c = 0, 16, .. n-16
-   where entry i's lanes x_i come from src[i] + off bytes, as SRC says:
-       SRC = B > 0   a packed group of B-bit codes, as floats (kvq__codes16):
-                     per-token quantized values, with w_hi = w_hj a_jg and
-                     zb_h = sum_j w_hj b_jg, the group's zero term
-       SRC = -16     an fp16 row, converted in registers (kvq__load16_f16)
-       SRC = -32     an fp32 row                     (rows: zb = NULL)
-   Channels 16 at a time, the entries inner: each block's NH running sums
-   live in registers for the whole tile, so out is loaded and stored once
-   per tile, not once per entry. P = 4 / NH partial sums per head (entries
-   i = k mod P go to sum k), so at least four independent additions are in
-   flight per step. wt (NH, KVQ_TILE) holds the weights.                  */
-#define KVQ__SRC_F16 (-16)
-#define KVQ__SRC_F32 (-32)
-static KVQ__VINLINE kvq__v16 kvq__entry16(const void *p, size_t c, int SRC)
-{
-    kvq__v16 v;
-    if (SRC == KVQ__SRC_F16) return kvq__load16_f16((const kvq_f16 *)p + c);
-    if (SRC == KVQ__SRC_F32) return kvq__load16((const float *)p + c);
-    kvq__codes16(&v, (const uint32_t *)p, c, SRC);
-    return v;
-}
-static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const void *const *src,
-                                        size_t off, size_t m, const float *wt, const float *zb,
-                                        int NH, int SRC)
-{
-    const int P = NH >= 3 ? 1 : 4 / NH;
-    size_t c0, i;
-    int h, k;
-    for (c0 = 0; c0 < n; c0 += 16) {
-        kvq__v16 acc[4][4];
-        for (h = 0; h < NH; h++)
-            for (k = 0; k < P; k++) acc[h][k] = kvq__splat16(0.0f);
-        for (i = 0; i + (size_t)P <= m; i += (size_t)P)
-            for (k = 0; k < P; k++) {
-                const kvq__v16 x = kvq__entry16((const char *)src[i + k] + off, c0, SRC);
-                for (h = 0; h < NH; h++)
-                    acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
-            }
-        for (k = 0; i < m; i++, k++) {                  /* m % P left over   */
-            const kvq__v16 x = kvq__entry16((const char *)src[i] + off, c0, SRC);
-            for (h = 0; h < NH; h++)
-                acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i]), x);
-        }
-        for (h = 0; h < NH; h++) {
-            float *o = out + (size_t)h * D + c0;
-            kvq__v16 sum = acc[h][0];
-            for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][k]);
-            if (zb) sum = kvq__add16(sum, kvq__splat16(zb[h]));
-            kvq__store16(o, kvq__add16(kvq__load16(o), sum));
-        }
-    }
-}
-
-/* The tile's m full-precision value rows (every region: KIVI's window,
-   OTT's pools, LogQuant's kept set and sinks, an uncompressed cache),
-   rows[i] at tile entry at[i], through kvq__tile_block. Needs 16 | D.     */
-static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const *rows,
-                           const size_t *at, size_t m)
-{
-    size_t D = c->cfg.head_dim, h0, k, i;
-    float wt[4 * KVQ_TILE];
-    int f16 = c->cfg.fp_bits == 16;
-    for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
-        int nh = (int)kvq__head_batch(H->n - h0);
-        float *out = H->out + h0 * D;
-        for (k = 0; k < (size_t)nh; k++)
-            for (i = 0; i < m; i++) wt[k * KVQ_TILE + i] = H->sc[(h0 + k) * KVQ_TILE + at[i]];
-#define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, rows, 0, m, wt, NULL, NH, \
-                                         F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
-        KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
-#undef KVQ__RB
-    }
-}
-
-/* out_h += sum_j w_hj v_pj over the tile's present positions, sorted in one
-   walk: full-precision rows (16 | D) go through kvq__tile_rows, per-token
-   quantized values with 16 | G (every preset's value store) through
-   kvq__tile_block, both a tile at a time; the rest (per-channel values,
-   other G or D) one position at a time (kvq__add_value), in that order.
-   Then, per group g, with the m quantized slots' weights w_hj packed to
-   the front of each head's score row (once the others have read theirs):
-       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
-static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
-{
-    const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h;
-    const void *w[KVQ_TILE];               /* the quantized slots' codes     */
-    const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
-    const void *rows[KVQ_TILE];            /* the full-precision rows        */
-    size_t at_q[KVQ_TILE], at_r[KVQ_TILE], at_1[KVQ_TILE];   /* tile entries of
-                                              each kind (1: one at a time)   */
-    int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
-    for (j = 0; j < n; j++) {
-        uint32_t loc, tag;
-        if (H->pos[j] < 0) continue;
-        loc = s->loc[H->pos[j]];
-        tag = KVQ_LOC_TAG(loc);
-        if (tag == KVQ_LOC_ABSENT) continue;    /* only in a corrupt cache */
-        if (tag != KVQ_LOC_QUANT && D % 16 == 0) {
-            rows[m_rows] = kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], KVQ_LOC_INDEX(loc));
-            at_r[m_rows++] = j;
-        } else if (tag == KVQ_LOC_QUANT && blocks) {
-            size_t slot = KVQ_LOC_INDEX(loc);
-            w[m] = s->words + slot * gpu * wpg;
-            sz[m] = s->sz + slot * gpu;
-            at_q[m++] = j;
-        } else {
-            at_1[m_1++] = j;
-        }
-    }
-    if (m_rows) kvq__tile_rows(c, H, rows, at_r, m_rows);
-    for (j = 0; j < m_1; j++) kvq__add_value(c, H, (size_t)H->pos[at_1[j]], at_1[j]);
-    for (j = 0; j < m; j++)                             /* pack the weights: */
-        for (h = 0; h < H->n; h++)                      /* j <= at_q[j]      */
-            H->sc[h * KVQ_TILE + j] = H->sc[h * KVQ_TILE + at_q[j]];
-    if (m == 0) return;
-    for (g0 = 0; g0 < gpu; g0 += 16) {
-        /* (s, z) of up to 16 groups of every slot as floats, sf[2 (j ng +
-           g - g0)] and the next. Slots that follow each other in storage
-           (the usual tile) hold theirs in one run: one conversion.        */
-        size_t ng = gpu - g0 < 16 ? gpu - g0 : 16;
-        float sf[2 * KVQ_TILE * 16], a[KVQ_TILE], b[KVQ_TILE], wa[4 * KVQ_TILE], wb[4];
-        int run = ng == gpu;
-        for (j = 1; j < m && run; j++) run = sz[j] == sz[0] + j * gpu;
-        if (run)
-            kvq__f16_row(&sz[0]->scale, 2 * m * gpu, sf);
-        else
-            for (j = 0; j < m; j++) kvq__f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
-        for (g = g0; g < g0 + ng; g++) {
-            for (j = 0; j < m; j++) {                   /* group g's (a, b)  */
-                const float *sz_j = sf + 2 * (j * ng + g - g0);
-                a[j] = sz_j[0];
-                b[j] = kvq__zero_term(sz_j[0], sz_j[1], c->cfg.zero_mode);
-            }
-            for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
-                int nh = (int)kvq__head_batch(H->n - h0), k;
-                float *out = H->out + h0 * D;
-                for (k = 0; k < nh; k++) {
-                    const float *wt = H->sc + (h0 + (size_t)k) * KVQ_TILE;
-                    for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
-                    wb[k] = kvq__dot(wt, b, m);
-                }
-#define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G, w, g * wpg * sizeof(uint32_t), m, \
-                                          wa, wb, NH, BITS)
-                KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
-#undef KVQ__VB
-            }
-        }
-    }
-}
-
-/* The online softmax step for a scored tile of n entries, then its values:
-       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
-       out' = out e^(m-m') + sum_j e^(s_j-m') v_j
-   A tile is two 16-lane vectors: entries past n or not attended score
-   -inf, so their weight e^(-inf) is 0; the weights come from kvq__exp16
-   and are summed by kvq__hsum16's tree (the rescale factor e^(m-m'), once
-   per tile at most, from expf).                                           */
-static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
-{
-    size_t D = c->cfg.head_dim, h, j, d;
-    const int32_t *pos = H->pos;
-    for (h = 0; h < H->n; h++) {
-        float *sc = H->sc + h * KVQ_TILE, *out = H->out + h * D;
-        float m = H->m[h], tile_max;
-        kvq__v16 lo, hi, lo_hi;
-        for (j = 0; j < KVQ_TILE; j++)
-            if (j >= n || pos[j] < 0) sc[j] = -INFINITY;
-        lo = kvq__load16(sc);
-        hi = kvq__load16(sc + 16);
-        lo_hi = kvq__max16(lo, hi);
-        tile_max = kvq__hmax16(&lo_hi);
-        if (tile_max == -INFINITY) continue;            /* nothing attended  */
-        if (tile_max > m) {
-            float r = expf(m - tile_max);                 /* e^-inf = 0     */
-            for (d = 0; d < D; d++) out[d] *= r;
-            H->l[h] *= r;
-            m = tile_max;
-        }
-        lo = kvq__sub16(lo, kvq__splat16(m));
-        hi = kvq__sub16(hi, kvq__splat16(m));
-        kvq__exp16(&lo);
-        kvq__exp16(&hi);
-        kvq__store16(sc, lo);
-        kvq__store16(sc + 16, hi);
-        lo_hi = kvq__add16(lo, hi);
-        H->l[h] += kvq__hsum16(&lo_hi);
-        H->m[h] = m;
-    }
-    kvq__tile_values(c, H, n);
-}
-
-/* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V. */
-static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
-{
-    const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, h, d, j, u, r;
-    for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
-    for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
-    if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
-        size_t G = s->group, tpu = s->geom.tokens_per_unit;
-        if (s->axis == KVQ_PER_TOKEN)                   /* per-group q sums  */
-            for (h = 0; h < H->n; h++)
-                for (u = 0; u < D / G; u++) {
-                    float sum = 0.0f;
-                    for (d = 0; d < G; d++) sum += H->q[h * D + u * G + d];
-                    H->qa[h * D + u] = sum;
-                }
-        for (u = 0; u < s->n_units; u += s->axis == KVQ_PER_TOKEN ? KVQ_TILE : 1) {
-            size_t t0, n_tile = s->axis == KVQ_PER_TOKEN ? KVQ_TILE : tpu;
-            if (s->axis == KVQ_PER_CHANNEL) kvq__unit_qa(c, H, u);
-            for (t0 = 0; t0 < n_tile; t0 += KVQ_TILE) {
-                size_t n = n_tile - t0 < KVQ_TILE ? n_tile - t0 : KVQ_TILE,
-                       slot0 = u * tpu + t0;
-                int any = 0;
-                if (s->axis == KVQ_PER_TOKEN && u + n > s->n_units) n = s->n_units - u;
-                for (j = 0; j < n; j++) any |= (H->pos[j] = s->qpos[slot0 + j]) >= 0;
-                if (!any) continue;                     /* placeholders only */
-                if (s->axis == KVQ_PER_CHANNEL) kvq__scores_channel(c, H, u, t0, n);
-                else kvq__scores_token(c, H, slot0, n);
-                kvq__tile_update(c, H, n);
-            }
-        }
-    }
-    for (r = 0; r < KVQ_ROW_REGIONS; r++) {
-        const kvq_rows *rg = &s->rows[r];
-        size_t i0;
-        for (i0 = rg->off; i0 < rg->off + rg->n; i0 += KVQ_TILE) {
-            size_t n = rg->off + rg->n - i0 < KVQ_TILE ? rg->off + rg->n - i0 : KVQ_TILE;
-            for (j = 0; j < n; j++) H->pos[j] = rg->pos[i0 + j];
-            kvq__scores_rows(c, H, rg, i0, n);
-            kvq__tile_update(c, H, n);
-        }
-    }
-    for (h = 0; h < H->n; h++)
-        for (d = 0; d < D; d++) H->out[h * D + d] /= H->l[h];
-}
-
 typedef char kvq__check_five_row_regions[(KVQ_ROW_REGIONS == 5) ? 1 : -1];
 
 /* 1 if some entry of map (n) of side s points outside the side's regions
@@ -3909,6 +2584,11 @@ static kvq_status kvq__attend_maps(const kvq_cache *c)
     return KVQ_OK;
 }
 
+/* ONLINE (Part II, II.3): the same softmax as EAGER below, walking the
+   storage a tile at a time; within 1e-5 max|out| + 1e-6 of EAGER.        */
+static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
+                               float *scratch, size_t scratch_floats, float inv_sqrt_d);
+
 KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
                               float *out, float *probs, kvq_attn_mode mode,
                               float *scratch, size_t scratch_floats)
@@ -3939,24 +2619,8 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
     if (n_present == 0) return KVQ__NO(KVQ_ERR_STATE);
     inv_sqrt_d = 1.0f / sqrtf((float)D);
 
-    if (mode == KVQ_ATTN_ONLINE) {
-        /* as many heads per walk as the scratch holds (at least one)       */
-        size_t per_head = D + KVQ_TILE + 3, batch = (scratch_floats - D) / per_head;
-        kvq__heads H;
-        if (batch > n_q) batch = n_q;
-        for (h = 0; h < n_q; h += batch) {
-            H.n = n_q - h < batch ? n_q - h : batch;
-            H.q = q + h * D;
-            H.out = out + h * D;
-            H.row = scratch;
-            H.qa = scratch + D;
-            H.sc = H.qa + H.n * D;
-            H.m = H.sc + H.n * KVQ_TILE;
-            H.l = H.m + H.n;
-            H.qb = H.l + H.n;
-            H.inv_sqrt_d = inv_sqrt_d;
-            kvq__online_walk(c, &H);
-        }
+    if (mode == KVQ_ATTN_ONLINE) {      /* Part II: the walk (II.3)       */
+        kvq__attend_online(c, q, n_q, out, scratch, scratch_floats, inv_sqrt_d);
         return KVQ_OK;
     }
     for (h = 0; h < n_q; h++) {
@@ -4868,6 +3532,1431 @@ KVQ_API kvq_status kvq_pseq_holefill(kvq_pages *P, kvq_pseq *S, size_t first,
     return KVQ_OK;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* 10. buffers                                                              */
+/* ------------------------------------------------------------------------ */
+/* The mechanics every policy moves rows through, placed after the
+   algorithms that use them (Sec. 7 declares them ahead). Row regions and
+   quantized units grow by doubling (or exactly, for reservations); rows
+   are pushed at a region's end, popped from its front and slid back when
+   that makes room; every move re-points the loc map.                     */
+/* Returns p grown to hold at least `need` elements of `el` bytes, or NULL
+   with p untouched. Capacity doubles (appends cost amortized O(1)) unless
+   `exact`, used by explicit reservations and fixed-size regions.           */
+static void *kvq__grow(void *p, size_t cap, size_t need, size_t el,
+                       int exact, size_t *new_cap)
+{
+    size_t nc = cap ? cap : 16, bytes;
+    void *q;
+    if (need <= cap) { *new_cap = cap; return p; }
+    if (exact) nc = need;
+    while (nc < need) {
+        if (nc > (size_t)-1 / 2) { nc = need; break; }
+        nc *= 2;
+    }
+    if (!kvq__mul(nc, el, &bytes)) return NULL;
+    q = KVQ_REALLOC(p, bytes);
+    if (q) *new_cap = nc;
+    return q;
+}
+
+static size_t kvq__fp_bytes(const kvq_cache *c) { return (size_t)c->cfg.fp_bits / 8u; }
+
+static uint32_t kvq__rows_tag(int r) { return (KVQ_LOC_ROWS0 + (uint32_t)r) << 28; }
+
+/* Slide a row region's live rows to index 0 and re-point their locs.      */
+static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), i;
+    if (rg->off == 0) return;
+    memmove(rg->data, (char *)rg->data + rg->off * rowb, rg->n * rowb);
+    memmove(rg->pos, rg->pos + rg->off, rg->n * sizeof(int32_t));
+    rg->off = 0;
+    for (i = 0; i < rg->n; i++) s->loc[rg->pos[i]] = kvq__rows_tag(r) | (uint32_t)i;
+}
+
+/* Room in a row region for `more` rows at its end: slide to the front when
+   that is enough (amortized O(D) per popped row), else grow.               */
+static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
+                                    size_t more, int exact)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
+    size_t cap_d, cap_p;
+    void *d;
+    if (rg->off + need <= rg->cap) return KVQ_OK;
+    kvq__rows_to_front(c, s, r);
+    if (need <= rg->cap) return KVQ_OK;
+    /* grow data and pos together: one capacity serves both                 */
+    d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
+    if (!d) return KVQ__NO(KVQ_ERR_NOMEM);
+    rg->data = d;                      /* larger, same contents: still valid */
+    d = kvq__grow(rg->pos, rg->cap, cap_d, sizeof(int32_t), 1, &cap_p);
+    if (!d) return KVQ__NO(KVQ_ERR_NOMEM);
+    rg->pos = (int32_t *)d;
+    rg->cap = cap_d;
+    return KVQ_OK;
+}
+
+static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
+{
+    size_t need = s->n_units + more, nc, unused;
+    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
+    void *p;
+    if (need <= s->cap_units) return KVQ_OK;
+    p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
+    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
+    s->words = (uint32_t *)p;
+    p = kvq__grow(s->sz, s->cap_units, nc, s->geom.groups_per_unit * sizeof(kvq_sz), 1, &unused);
+    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
+    s->sz = (kvq_sz *)p;
+    /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
+    p = kvq__grow(s->qpos, s->cap_units, nc, s->geom.tokens_per_unit * sizeof(int32_t), 1, &unused);
+    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
+    s->qpos = (int32_t *)p;
+    s->cap_units = nc;
+    return KVQ_OK;
+}
+
+/* Everything an append of n_new positions may need, reserved up front so
+   that the mutation that follows cannot fail half way.                     */
+static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
+{
+    size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
+    kvq_status st;
+    if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
+        return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
+                         "exceed KVQ_MAX_POSITIONS", c->n_pos, n_new);
+    for (i = 0; i < 2; i++) {
+        kvq_side *s = i ? &c->v : &c->k;
+        /* Rows leave a quantizing side's window as they arrive: it never
+           grows by more than R + G (OTT), 3W + 1 (LogQuant) or R +
+           stage_rows (chunked prefill). A side that never quantizes
+           (schedule NONE, possibly beside one that does in a CUSTOM
+           config) keeps every row.                                         */
+        size_t window_rows = n_new, most = n_new;
+        void *p;
+        if (s->schedule != KVQ_SCHED_NONE)
+            most = c->cfg.policy == KVQ_POLICY_OTT      ? c->cfg.residual + c->cfg.group
+                 : c->cfg.policy == KVQ_POLICY_LOGQUANT ? 3 * c->cfg.lq_window + 1
+                 : c->cfg.residual + c->stage_rows;
+        if (window_rows > most) window_rows = most;
+        p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
+        if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
+        s->loc = (uint32_t *)p;
+        st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
+        if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
+        if (s->schedule != KVQ_SCHED_NONE) {
+            /* worst case: every full-precision row plus the new ones
+               become units                                                 */
+            size_t rows = s->rows[KVQ_ROWS_WINDOW].n + s->rows[KVQ_ROWS_STAGE].n + n_new;
+            st = kvq__units_reserve(s, rows / s->geom.tokens_per_unit + 1, exact);
+            if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
+        }
+    }
+    c->cap_pos = cap;
+    return KVQ_OK;
+}
+
+static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i)
+{
+    return (char *)rg->data + i * c->cfg.head_dim * kvq__fp_bytes(c);
+}
+
+static void kvq__row_store(const kvq_cache *c, void *dst, const float *x)
+{
+    size_t d, D = c->cfg.head_dim;
+    if (c->cfg.fp_bits == 32) { memcpy(dst, x, D * sizeof(float)); return; }
+    for (d = 0; d < D; d++) ((kvq_f16 *)dst)[d] = kvq__f16_store(x[d]);
+}
+
+static void kvq__row_load(const kvq_cache *c, const void *src, float *x)
+{
+    size_t D = c->cfg.head_dim;
+    if (c->cfg.fp_bits == 32) { memcpy(x, src, D * sizeof(float)); return; }
+    kvq__f16_row((const kvq_f16 *)src, D, x);
+}
+
+/* The index where region r's next row goes. The caller reserved room for it
+   (n < cap); popped rows at the front are reclaimed here if needed, which
+   never allocates.                                                         */
+static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r)
+{
+    kvq_rows *rg = &s->rows[r];
+    KVQ_ASSERT(rg->n < rg->cap);
+    if (rg->off + rg->n >= rg->cap) kvq__rows_to_front(c, s, r);
+    return rg->off + rg->n;
+}
+
+/* Append one row to region r (room already reserved).                      */
+static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x,
+                           size_t pos)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t i = kvq__rows_tail(c, s, r);
+    kvq__row_store(c, kvq__row_ptr(c, rg, i), x);
+    rg->pos[i] = (int32_t)pos;
+    s->loc[pos] = kvq__rows_tag(r) | (uint32_t)i;
+    rg->n++;
+}
+
+/* Copy row `i` (absolute index) of region `from` to the end of region `to`;
+   the position now lives in `to`. The caller removes it from `from`.       */
+static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to)
+{
+    kvq_rows *a = &s->rows[from], *b = &s->rows[to];
+    size_t j = kvq__rows_tail(c, s, to), rowb = c->cfg.head_dim * kvq__fp_bytes(c);
+    memcpy(kvq__row_ptr(c, b, j), kvq__row_ptr(c, a, i), rowb);
+    b->pos[j] = a->pos[i];
+    s->loc[a->pos[i]] = kvq__rows_tag(to) | (uint32_t)j;
+    b->n++;
+}
+
+/* Remove the rows whose live offset o (0 = oldest) satisfies drop(o, arg),
+   keeping the others in order. Rows already copied elsewhere keep their new
+   loc; survivors are re-pointed.                                           */
+static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
+                             int (*drop)(size_t o, const void *arg),
+                             const void *arg)
+{
+    kvq_rows *rg = &s->rows[r];
+    size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), o, j = rg->off;
+    for (o = 0; o < rg->n; o++) {
+        size_t i = rg->off + o;
+        if (drop(o, arg)) continue;
+        if (j != i) {
+            memcpy(kvq__row_ptr(c, rg, j), kvq__row_ptr(c, rg, i), rowb);
+            rg->pos[j] = rg->pos[i];
+            s->loc[rg->pos[j]] = kvq__rows_tag(r) | (uint32_t)j;
+        }
+        j++;
+    }
+    rg->n = j - rg->off;
+}
+
+/* ======================================================================== */
+/* PART II. THE FAST PATHS                                                  */
+/* ======================================================================== */
+/* Three paths, each held to a Part I function:
+     II.1 the vector layer: 16 lanes at a time as native vectors; the same
+          floats at every width (tests/simd_check.c, bit for bit)
+     II.2 the fast quantizer: kvq__quantize_unit and 16 per-token groups
+          side by side; codes and (s, z) bit for bit those of
+          kvq_quantize_group, Sec. 4 (tests/test_quant.c, simd_check.c)
+     II.3 the ONLINE walk: kvq_attend's ONLINE mode, within 1e-5 max|out|
+          + 1e-6 of EAGER, Sec. 8 (tests/test_cache.c; simd_check.c for
+          the widths)
+   None of it defines anything: each path is held to the Part I function
+   it names, and a change here that moves a code is a bug.                */
+
+/* ------------------------------------------------------------------------ */
+/* II.1 the vector layer                                                    */
+/* ------------------------------------------------------------------------ */
+/* ---- 16 lanes at a time ------------------------------------------------
+   The hot loops of Sec. 6 and 8 work on 16 floats at a time through the
+   few helpers below. A kvq__v16 is those 16 lanes held as 16 / KVQ__W
+   native vectors of KVQ__W lanes each, so every operation maps onto the
+   machine's own registers:
+
+       KVQ__W = 16   AVX-512 (one zmm)          GCC or clang vector
+       KVQ__W =  8   AVX2 (two ymm)             extensions
+       KVQ__W =  4   AArch64 NEON (four q regs)
+       KVQ__W =  1   anything else, or -DKVQ_NO_SIMD: sixteen plain floats
+
+   Lane i is lane i % W of part i / W, which is also its place in memory.
+   Each helper is one loop over the parts doing the same operation on
+   every lane, so all four widths compute identical floats: the same
+   operations, lane by lane, in the same order (tests/simd_check.c builds
+   the header as W = 1, W = 8 and this machine's native W and compares them
+   bit for bit). Helpers take and return kvq__v16 by value and are always
+   inlined: the parts stay in registers.                                    */
+#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX512F__)
+#define KVQ__W 16
+#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX2__)
+#define KVQ__W 8
+#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#define KVQ__W 4
+#else
+#define KVQ__W 1
+#endif
+#define KVQ__PARTS (16 / KVQ__W)
+/* The 16-lane helpers and the kernels built on them are forced inline where
+   the lanes are vector registers (so the parts stay in them and the
+   kernels' constants reach their loops). As 16 plain floats they are kept
+   out of line: inlined, every helper's 16-step loop would be copied into
+   every caller (kvq__exp16 alone grew to 69 KB under a sanitizer build,
+   20x the compile time), for about 10% of speed.                         */
+#if KVQ__W > 1
+#define KVQ__VINLINE KVQ__INLINE
+#elif defined(__GNUC__) || defined(__clang__)
+#define KVQ__VINLINE __attribute__((noinline))
+#else
+#define KVQ__VINLINE
+#endif
+
+#if KVQ__W > 1
+#define KVQ__SIMD 1
+#if KVQ__W == 4
+#include <arm_neon.h>
+#else
+#include <immintrin.h>
+#endif
+typedef float    kvq__vf __attribute__((vector_size(4 * KVQ__W)));   /* W floats */
+typedef int32_t  kvq__vi __attribute__((vector_size(4 * KVQ__W)));
+typedef uint32_t kvq__vu __attribute__((vector_size(4 * KVQ__W)));
+typedef float    kvq__vf_unaligned __attribute__((vector_size(4 * KVQ__W), aligned(4), may_alias));
+#define KVQ__VLOAD(p)        (*(const kvq__vf_unaligned *)(const void *)(p))
+#define KVQ__VSTORE(p, v)    (*(kvq__vf_unaligned *)(void *)(p) = (v))
+#define KVQ__VZERO           ((kvq__vf){ 0 })
+#define kvq__vu_splat(x)     ((kvq__vu){ 0 } + (uint32_t)(x))
+#define kvq__vf_of_vi(x)     __builtin_convertvector(x, kvq__vf)        /* value */
+#define kvq__vi_of_vf(x)     __builtin_convertvector(x, kvq__vi)        /* value */
+#define kvq__vf_bits(x)      ((kvq__vf)(x))                             /* bits  */
+/* a > b ? a : b and a < b ? a : b lane by lane, by masks (no NaN reaches
+   them)                                                                   */
+#define kvq__vmax(a, b)      kvq__vselect((a) > (b), a, b)
+#define kvq__vmin(a, b)      kvq__vselect((a) < (b), a, b)
+#define kvq__vselect(m, a, b) \
+    ((kvq__vf)(((kvq__vi)(a) & (m)) | ((kvq__vi)(b) & ~(m))))
+#else
+typedef float    kvq__vf;
+typedef int32_t  kvq__vi;
+typedef uint32_t kvq__vu;
+#define KVQ__VLOAD(p)        (*(p))
+#define KVQ__VSTORE(p, v)    (*(p) = (v))
+#define KVQ__VZERO           0.0f
+#define kvq__vu_splat(x)     ((uint32_t)(x))
+#define kvq__vf_of_vi(x)     ((float)(x))
+#define kvq__vi_of_vf(x)     ((int32_t)(x))
+#define kvq__vf_bits(x)      kvq__bits_f32((uint32_t)(x))
+#define kvq__vmax(a, b)      ((a) > (b) ? (a) : (b))
+#define kvq__vmin(a, b)      ((a) < (b) ? (a) : (b))
+#endif
+
+/* KVQ__VFMA(acc, a, x) = acc + a x on one part                             */
+#if !defined(KVQ__FMA)
+#define KVQ__VFMA(acc, a, x) ((acc) + (a) * (x))
+#elif KVQ__W == 16
+#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm512_fmadd_ps((__m512)(a), (__m512)(x), (__m512)(acc)))
+#elif KVQ__W == 8
+#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm256_fmadd_ps((__m256)(a), (__m256)(x), (__m256)(acc)))
+#elif KVQ__W == 4
+#define KVQ__VFMA(acc, a, x) ((kvq__vf)vfmaq_f32((float32x4_t)(acc), (float32x4_t)(a), (float32x4_t)(x)))
+#else
+#define KVQ__VFMA(acc, a, x) fmaf(a, x, acc)
+#endif
+
+typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
+
+#define KVQ__EACH(k) for ((k) = 0; (k) < KVQ__PARTS; (k)++)
+static KVQ__VINLINE kvq__v16 kvq__load16(const float *p)
+{
+    kvq__v16 v;
+    int k;
+    KVQ__EACH(k) v.part[k] = KVQ__VLOAD(p + k * KVQ__W);
+    return v;
+}
+static KVQ__VINLINE void kvq__store16(float *p, kvq__v16 v)
+{
+    int k;
+    KVQ__EACH(k) KVQ__VSTORE(p + k * KVQ__W, v.part[k]);
+}
+static KVQ__VINLINE kvq__v16 kvq__splat16(float x)
+{
+    kvq__v16 v;
+    int k;
+    KVQ__EACH(k) v.part[k] = x - KVQ__VZERO;              /* x - 0 = x, -0 too */
+    return v;
+}
+static KVQ__VINLINE kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
+{
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] + b.part[k];
+    return a;
+}
+static KVQ__VINLINE kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
+{
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] - b.part[k];
+    return a;
+}
+static KVQ__VINLINE kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
+{
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] * b.part[k];
+    return a;
+}
+static KVQ__VINLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
+{
+    int k;
+    KVQ__EACH(k) a.part[k] = a.part[k] / b.part[k];
+    return a;
+}
+/* acc + a x, fused where KVQ__FMA (one rounding), else a product then a
+   sum                                                                     */
+static KVQ__VINLINE kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
+{
+    int k;
+    KVQ__EACH(k) acc.part[k] = KVQ__VFMA(acc.part[k], a.part[k], x.part[k]);
+    return acc;
+}
+static KVQ__VINLINE kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
+{
+    int k;
+    KVQ__EACH(k) a.part[k] = kvq__vmax(a.part[k], b.part[k]);
+    return a;
+}
+static KVQ__VINLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
+{
+    int k;
+    KVQ__EACH(k) a.part[k] = kvq__vmin(a.part[k], b.part[k]);
+    return a;
+}
+/* round half to even, for |x| < 2^22: (x + 1.5 2^23) - 1.5 2^23           */
+static KVQ__VINLINE kvq__v16 kvq__round16(kvq__v16 x)
+{
+    const kvq__v16 magic = kvq__splat16(12582912.0f);
+    return kvq__sub16(kvq__add16(x, magic), magic);
+}
+/* 2^n for integral n in -127..128 held as floats: n + 127 into the
+   exponent field (n = -127 gives +0)                                      */
+static KVQ__VINLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
+{
+    int k;
+    KVQ__EACH(k) n.part[k] = kvq__vf_bits((kvq__vi_of_vf(n.part[k]) + 127) << 23);
+    return n;
+}
+/* 16 integral floats in 0 .. 2^31 as uint32                              */
+static KVQ__VINLINE void kvq__to_u32_16(kvq__v16 v, uint32_t *out)
+{
+    int k;
+    KVQ__EACH(k) {
+        kvq__vi i = kvq__vi_of_vf(v.part[k]);
+        memcpy(out + k * KVQ__W, &i, sizeof i);          /* one vector store */
+    }
+}
+
+/* The sum of a vector's 16 lanes in one fixed order: lane j += lane j + 8,
+   then + 4, + 2, + 1; lane 0 is the sum.                                   */
+static float kvq__hsum16(const kvq__v16 *v)
+{
+    float lane[16];
+    size_t i, j;
+    kvq__store16(lane, *v);
+    for (j = 8; j > 0; j /= 2)
+        for (i = 0; i < j; i++) lane[i] += lane[i + j];
+    return lane[0];
+}
+
+/* The largest of a vector's 16 lanes (exact in any order).               */
+static float kvq__hmax16(const kvq__v16 *v)
+{
+    float lane[16], mx;
+    size_t i;
+    kvq__store16(lane, *v);
+    mx = lane[0];
+    for (i = 1; i < 16; i++) mx = lane[i] > mx ? lane[i] : mx;
+    return mx;
+}
+
+/* e^x lane by lane for x <= 0, within 2 ulp of e^x on [-87, 0] and +0
+   below about -87.7 (where e^x < 2^-126; -inf included). Cody-Waite: x =
+   n ln2 + r with n = round(x log2 e) and ln2 in two parts, so r is exact
+   to |r| <= ln2/2; e^r by Cephes expf's degree-5 polynomial; then 2^n
+   into the exponent. The same operations, in the same order, in both the
+   vector and the plain 16-lane builds.                                     */
+static KVQ__VINLINE void kvq__exp16(kvq__v16 *v)
+{
+    kvq__v16 n, r, p, x = kvq__max16(*v, kvq__splat16(-88.0f));   /* n >= -127 */
+    n = kvq__round16(kvq__mul16(x, kvq__splat16(1.44269504088896341f)));
+    r = kvq__sub16(x, kvq__mul16(n, kvq__splat16(0.693359375f)));
+    r = kvq__sub16(r, kvq__mul16(n, kvq__splat16(-2.12194440e-4f)));
+    p = kvq__splat16(1.9875691500e-4f);
+    p = kvq__madd16(kvq__splat16(1.3981999507e-3f), p, r);
+    p = kvq__madd16(kvq__splat16(8.3334519073e-3f), p, r);
+    p = kvq__madd16(kvq__splat16(4.1665795894e-2f), p, r);
+    p = kvq__madd16(kvq__splat16(1.6666665459e-1f), p, r);
+    p = kvq__madd16(kvq__splat16(5.0000001201e-1f), p, r);
+    p = kvq__madd16(kvq__add16(r, kvq__splat16(1.0f)), p, kvq__mul16(r, r));
+    *v = kvq__mul16(p, kvq__exp2i16(n));
+}
+
+
+/* a . b in a fixed order: lane j (0..15) sums the products of i = j,
+   j + 16, j + 32, ... in increasing i, then the lanes are added pairwise
+   (lane j += lane j + 8, then + 4, + 2, + 1). Every dot product of a query
+   with a row or a group of codes uses this function, so the order is the
+   same everywhere on the CPU.                                             */
+static KVQ__VINLINE float kvq__dot(const float *a, const float *b, size_t n)
+{
+    float lane[16];
+    size_t i = 0, j, n16 = n & ~(size_t)15;
+    kvq__v16 acc = kvq__splat16(0.0f);
+    for (; i < n16; i += 16) acc = kvq__madd16(acc, kvq__load16(a + i), kvq__load16(b + i));
+    kvq__store16(lane, acc);
+    for (j = 0; i < n; i++, j++) lane[j] += a[i] * b[i];
+    acc = kvq__load16(lane);
+    return kvq__hsum16(&acc);
+}
+
+/* q . k for one per-token key whose D codes are given as floats, group g
+   with stored (s_g, z_g) -> (a_g, b_g) and qsum_g = sum of q over group g:
+       q . k = sum_g a_g (q_g . c_g) + sum_g b_g qsum_g
+   Order: for G a multiple of 16, each group's 16-lane partial sums of
+   q_d c_d are scaled by a_g and added into one 16-lane total, whose lanes
+   are added once (kvq__dot's tree); then the b_g qsum_g terms in group
+   order. Other G: a_g kvq__dot(q_g, c_g) + b_g qsum_g, group by group.    */
+static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
+                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode)
+{
+    size_t g, i, n_groups = D / G;
+    float a, b, total = 0.0f;
+    if (G % 16 == 0) {
+        kvq__v16 sum = kvq__splat16(0.0f);
+        for (g = 0; g < n_groups; g++) {
+            kvq__v16 part = kvq__splat16(0.0f);
+            for (i = g * G; i < (g + 1) * G; i += 16)
+                part = kvq__madd16(part, kvq__load16(q + i), kvq__load16(codes + i));
+            kvq__affine(sz[g], mode, &a, &b);
+            sum = kvq__madd16(sum, kvq__splat16(a), part);
+        }
+        total = kvq__hsum16(&sum);
+        for (g = 0; g < n_groups; g++) {
+            kvq__affine(sz[g], mode, &a, &b);
+            total += b * qsum[g];
+        }
+        return total;
+    }
+    for (g = 0; g < n_groups; g++) {
+        kvq__affine(sz[g], mode, &a, &b);
+        total += a * kvq__dot(q + g * G, codes + g * G, G) + b * qsum[g];
+    }
+    return total;
+}
+
+/* D stored halves -> floats: 8 at a time with vcvtph2ps where the target
+   has F16C, else the exact integer conversion (identical: simd_check).    */
+static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
+{
+    size_t d = 0;
+#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
+#endif
+    for (; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* II.2 the fast quantizer                                                  */
+/* ------------------------------------------------------------------------ */
+/* ---- the fast quantizer ------------------------------------------------
+   kvq_quantize_group is the definition (Sec. 4): per group min and max,
+   (s, z) stored in fp16, code = round-half-even(clamp(v, 0, N)) with
+   v = (x - z) / s (float zero) or x / s + z (integer zero). The loops below
+   compute exactly that, 16 values at a time so the compiler can vectorize
+   them: min and max are exact in any order; v uses the same division; the
+   rounding is (v + 2^23) - 2^23, which for 0 <= v <= 255 rounds half to even
+   exactly as rintf does; codes go straight into words. tests/test_quant.c
+   checks every code and (s, z) against kvq_quantize_group.               */
+
+/* The largest |x| of n values in 16 lanes, or -1 if one is not finite.
+   Inside KVQ_MAX_ABS_INPUT every group's (s, z) fits fp16 (Sec. 2), so a
+   matrix that passes this needs no per-group range check.                */
+static float kvq__absmax_or_nonfinite(const float *x, size_t n)
+{
+    /* |x| as max(x, -x); x - x is 0 for a finite x and NaN otherwise, so
+       a non-finite value anywhere makes the running sum `bad` NaN         */
+    kvq__v16 m = kvq__splat16(0.0f), bad = kvq__splat16(0.0f), zero = kvq__splat16(0.0f);
+    float amax, nonfinite;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        kvq__v16 v = kvq__load16(x + i);
+        m = kvq__max16(m, kvq__max16(v, kvq__sub16(zero, v)));
+        bad = kvq__add16(bad, kvq__sub16(v, v));
+    }
+    amax = kvq__hmax16(&m);
+    nonfinite = kvq__hsum16(&bad);
+    for (; i < n; i++) {
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+        nonfinite += x[i] - x[i];
+    }
+    return nonfinite != 0.0f ? -1.0f : amax;
+}
+
+/* Per-channel groups, 16 channels at a time: lane j is the min and max of
+   channel j over n rows (row stride D); bad[j] != 0 if one is not finite.
+   Vertical, so every step is one vector min, max and check.              */
+static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad)
+{
+    size_t t, j;
+    for (j = 0; j < 16; j++) { lo[j] = hi[j] = x[j]; bad[j] = 0; }
+    for (t = 0; t < n; t++)
+        for (j = 0; j < 16; j++) {
+            float v = x[t * D + j];
+            lo[j] = v < lo[j] ? v : lo[j];
+            hi[j] = v > hi[j] ? v : hi[j];
+            bad[j] |= (v - v) != 0.0f;
+        }
+    for (j = 0; j < 16; j++) { lo[j] += 0.0f; hi[j] += 0.0f; }   /* -0 -> +0 */
+}
+
+/* v clamped to [0, N], then rounded half to even: (v + 2^23) - 2^23 is
+   rintf for every v in [0, 255], and vectorizes where rintf may not.     */
+static KVQ__INLINE uint32_t kvq__clamp_round(float v, float n_levels)
+{
+    v = v < 0.0f ? 0.0f : v;
+    v = v > n_levels ? n_levels : v;
+    return (uint32_t)(int32_t)((v + 8388608.0f) - 8388608.0f);
+}
+
+/* The integer zero's code from v = x / s: v clamped to [-zp, N - zp],
+   rounded half to even ((v + 1.5 2^23) - 1.5 2^23 is rintf for |v| < 2^22;
+   here |v| <= 2048 + 255), then zp added: an integer in [0, N].          */
+static KVQ__INLINE uint32_t kvq__clamp_round_int(float v, float zp, float n_levels)
+{
+    v = v < -zp ? -zp : v;
+    v = v > n_levels - zp ? n_levels - zp : v;
+    return (uint32_t)(int32_t)(((v + 12582912.0f) - 12582912.0f) + zp);
+}
+
+/* Sec. 4's code of 16 values lane by lane, as floats: float zero, v =
+   (x - z) / s clamped to [0, N]; integer zero, v = x / s clamped to
+   [-zp, N - zp]; both with max and min (the same codes as the scalar
+   comparisons: they differ only on -0, which rounds to code 0 either way),
+   rounded half to even (kvq__round16 holds for |v| < 2^22), the integer
+   zero's zp added after the rounding. s, z and N per lane: one group's for
+   a run of values, or 16 groups' side by side.                          */
+static KVQ__VINLINE kvq__v16 kvq__encode16(kvq__v16 x, kvq__v16 s, kvq__v16 z, kvq__v16 n_levels,
+                                           kvq_zero_mode mode)
+{
+    kvq__v16 lo, hi;
+    if (mode == KVQ_ZERO_FLOAT)
+        return kvq__round16(kvq__min16(kvq__max16(kvq__div16(kvq__sub16(x, z), s),
+                                                  kvq__splat16(0.0f)), n_levels));
+    lo = kvq__sub16(kvq__splat16(0.0f), z);            /* -zp, exact       */
+    hi = kvq__sub16(n_levels, z);                      /* N - zp, exact    */
+    return kvq__add16(kvq__round16(kvq__min16(kvq__max16(kvq__div16(x, s), lo), hi)), z);
+}
+
+/* The codes of 16 consecutive values under one group's stored (s, z).    */
+static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
+                            kvq_zero_mode mode, uint32_t *code)
+{
+    kvq__to_u32_16(kvq__encode16(kvq__load16(x), kvq__splat16(s), kvq__splat16(z),
+                                 kvq__splat16(n_levels), mode), code);
+}
+
+/* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
+   words: B = 2 fills one word, B = 4 two, B = 8 four, B = 1 half of one.
+   The codes occupy disjoint bits, so the OR of a word's lanes is the same
+   in any order and the compiler may reduce them in vector lanes.          */
+static KVQ__INLINE void kvq__pack16_b(const uint32_t *code, size_t c0, int bits, uint32_t *w)
+{
+    size_t per = 32u / (unsigned)bits, lanes = per < 16 ? per : 16, k, i;
+    unsigned base = (unsigned)(c0 % per) * (unsigned)bits;
+    for (k = 0; k < 16 / lanes; k++) {
+        uint32_t word = 0;
+        for (i = 0; i < lanes; i++)
+            word |= code[k * lanes + i] << (base + (unsigned)(i * (size_t)bits));
+        w[(c0 + k * lanes) / per] |= word;
+    }
+}
+
+static void kvq__pack16(const uint32_t *code, size_t c0, int bits, uint32_t *w)
+{
+    switch (bits) {                                     /* B as a constant   */
+    case 1:  kvq__pack16_b(code, c0, 1, w); break;
+    case 2:  kvq__pack16_b(code, c0, 2, w); break;
+    case 4:  kvq__pack16_b(code, c0, 4, w); break;
+    default: kvq__pack16_b(code, c0, 8, w); break;
+    }
+}
+
+/* Quantize one unit: rows X (tokens_per_unit, D) -> words, sz of the unit.
+   The caller has checked sizes, finiteness and range.
+     per-token    D/G groups of G consecutive values: 16 codes at a time,
+                  OR-ed into their words
+     per-channel  D groups of G tokens with stride D: 16 channels at a time,
+                  so each token adds one code to 16 channels' words        */
+static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
+                                     size_t G, kvq_axis axis,
+                                     kvq_zero_mode mode,
+                                     uint32_t *words, kvq_sz *sz)
+{
+    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, g, i, j;
+    float n_levels = (float)((1u << bits) - 1u);
+    uint32_t code[16];
+    if (axis == KVQ_PER_TOKEN || D % 16 != 0) {
+        size_t n_groups = axis == KVQ_PER_TOKEN ? D / G : D, stride = axis == KVQ_PER_TOKEN ? 1 : D;
+        for (g = 0; g < n_groups; g++) {
+            /* per-token: channels g*G .. g*G+G-1 of the token (stride 1);
+               per-channel: tokens 0..G-1 of channel g (stride D)           */
+            const float *x = axis == KVQ_PER_TOKEN ? X + g * G : X + g;
+            uint32_t *w = words + g * wpg;
+            float mn, mx, s, z;
+            kvq_status st;
+            kvq__minmax_check(x, G, stride, &mn, &mx);
+            st = kvq__group_params(mn, mx, bits, mode, &sz[g]);
+            if (st != KVQ_OK) return st;
+            s = kvq__f16_stored(sz[g].scale);
+            z = kvq__f16_stored(sz[g].zero);
+            for (i = 0; i < wpg; i++) w[i] = 0;
+            if (s == 0.0f) continue;            /* constant group: all 0   */
+            for (i = 0; i < G; i += 16) {
+                size_t m = G - i < 16 ? G - i : 16;
+                if (stride == 1 && m == 16) {
+                    kvq__codes16_of(x + i, s, z, n_levels, mode, code);
+                    kvq__pack16(code, i, bits, w);
+                    continue;
+                }
+                for (j = 0; j < m; j++) code[j] = kvq__code(x[(i + j) * stride], sz[g], bits, mode);
+                for (j = 0; j < m; j++)
+                    w[(i + j) / per] |= code[j] << ((i + j) % per * (size_t)bits);
+            }
+        }
+        return KVQ_OK;
+    }
+    for (g = 0; g < D; g += 16) {               /* per-channel, 16 at a time */
+        float s[16], z[16], lo[16], hi[16];
+        int bad[16];
+        size_t t, k;
+        kvq__minmax16_rows(X + g, G, D, lo, hi, bad);
+        for (j = 0; j < 16; j++) {
+            kvq_status st = kvq__group_params(lo[j], hi[j], bits, mode, &sz[g + j]);
+            if (st != KVQ_OK) return st;
+            s[j] = kvq__f16_stored(sz[g + j].scale);
+            z[j] = kvq__f16_stored(sz[g + j].zero);
+        }
+        for (k = 0; k < wpg; k++) {             /* word k: tokens k*per ..  */
+            uint32_t acc[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+            for (t = k * per; t < (k + 1) * per && t < G; t++) {
+                const float *x = X + t * D + g;
+                float v[16];
+                if (mode == KVQ_ZERO_FLOAT) {
+                    for (j = 0; j < 16; j++) v[j] = (x[j] - z[j]) / s[j];
+                    for (j = 0; j < 16; j++)    /* a constant float-zero group (s = 0): 0 */
+                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round(v[j], n_levels))
+                                  << (t % per * (size_t)bits);
+                } else {                        /* rne(x / s), then + zp (Sec. 4) */
+                    for (j = 0; j < 16; j++) v[j] = x[j] / s[j];
+                    for (j = 0; j < 16; j++)    /* a scale that underflowed (s = 0): 0 */
+                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round_int(v[j], z[j], n_levels))
+                                  << (t % per * (size_t)bits);
+                }
+            }
+            for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = acc[j];
+        }
+    }
+    return KVQ_OK;
+}
+
+/* 16 per-token groups side by side: x holds groups g0 .. g0+15 one after
+   another (G values each, as a row-major matrix stores them), lane j of
+   every vector below is group j. Each group's min and max, (s, z) and
+   codes are those of kvq__quantize_unit (the same expressions, lane by
+   lane), but nothing is reduced across lanes: the values are first copied
+   into columns (col[i] = value i of all 16 groups), then min, max, codes
+   and the words are built a column at a time. G <= KVQ__COLS_MAX.        */
+static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int bits,
+                                    kvq_zero_mode mode,
+                                    uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */)
+{
+    float col[KVQ__COLS_MAX][16], s[16], z[16], n_levels = (float)((1u << bits) - 1u);
+    uint32_t live[16], out[16];
+    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, i, j;
+    kvq__v16 lo, hi, vs, vz, vn = kvq__splat16(n_levels);
+    kvq__vu word[KVQ__PARTS], keep[KVQ__PARTS];
+    int k;
+    if (G == 0 || G > KVQ__COLS_MAX) return;          /* callers never pass */
+    for (j = 0; j < 16; j++)
+        for (i = 0; i < G; i++) col[i][j] = x[j * G + i];
+    lo = hi = kvq__load16(col[0]);
+    for (i = 1; i < G; i++) {
+        kvq__v16 c = kvq__load16(col[i]);
+        lo = kvq__min16(lo, c);
+        hi = kvq__max16(hi, c);
+    }
+    kvq__store16(s, kvq__add16(lo, kvq__splat16(0.0f)));   /* -0 -> +0, as */
+    kvq__store16(z, kvq__add16(hi, kvq__splat16(0.0f)));   /* minmax_check */
+    for (j = 0; j < 16; j++) {           /* the caller checked every range */
+        (void)kvq__group_params(s[j], z[j], bits, mode, &sz[j]);
+        s[j] = kvq__f16_stored(sz[j].scale);
+        z[j] = kvq__f16_stored(sz[j].zero);
+        live[j] = s[j] == 0.0f ? 0u : ~0u;  /* a constant float-zero group: 0 */
+    }
+    vs = kvq__load16(s);
+    vz = kvq__load16(z);
+    KVQ__EACH(k) {
+        memcpy(&keep[k], live + k * KVQ__W, sizeof keep[k]);
+        word[k] = kvq__vu_splat(0);
+    }
+    for (i = 0; i < G; i++) {
+        kvq__v16 v = kvq__encode16(kvq__load16(col[i]), vs, vz, vn, mode);
+        KVQ__EACH(k)                     /* code i of every group into its word */
+            word[k] |= ((kvq__vu)kvq__vi_of_vf(v.part[k]) & keep[k]) << (i % per * (unsigned)bits);
+        if (i % per == per - 1 || i == G - 1) {
+            KVQ__EACH(k) {
+                memcpy(out + k * KVQ__W, &word[k], sizeof word[k]);
+                word[k] = kvq__vu_splat(0);
+            }
+            for (j = 0; j < 16; j++) words[j * wpg + i / per] = out[j];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* II.3 the ONLINE walk                                                     */
+/* ------------------------------------------------------------------------ */
+/* ---- ONLINE: one walk over the regions for a batch of heads -------------
+   EAGER (Part I, Sec. 8) is the reference: it visits positions 0..n_pos-1
+   and finds each one's key and value through the loc maps. ONLINE
+   computes the same softmax but walks K where it is stored, region by
+   region, KVQ_TILE entries at a time (a tile never spans two regions or
+   two key units):
+
+       quantized store  per-channel keys: up to 32 tokens of one unit;
+                        per-token keys: 32 consecutive slots
+       rows[0..4]       the live rows of each region, in order
+
+   For each tile it computes every head's scores, applies the online
+   softmax update, and adds the value of each present position, found
+   through V's loc map (K and V of one position may sit in different
+   regions: in KIVI a key is quantized while its value is in the window).
+   Codes are unpacked, and fp16 rows converted, once per tile or row for
+   all heads of the batch: with GQA the cache is read once per batch, not
+   once per query head. No division or modulo per token on the common path.
+
+   Summation order, the only difference from EAGER's result (the tests
+   bound it): positions are visited in walk order, with the running max
+   rescaled at tile boundaries, so the last bits also depend on the storage
+   layout (compaction may move them), and within a tile the full-precision
+   value rows are added first; both kinds go through kvq__tile_block, each
+   head's sum split in up to 4 partial sums.
+   Scores are the same expressions as EAGER's: a per-channel key's score
+   sums channels 0..D-1 in order, dot products use kvq__dot's lane order,
+   and a quantized value adds (w a) c + w b per channel.                   */
+typedef struct kvq__heads {
+    size_t n;              /* heads in this batch                            */
+    const float *q;        /* (n, D) their queries                           */
+    float *out;            /* (n, D) running sum of w v                      */
+    float *qa;             /* (n, D) q*a of the current key unit (per-channel
+                              keys) or per-group sums of q (per-token keys)  */
+    float *sc;             /* (n, KVQ_TILE) the tile's scores, then weights  */
+    float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
+    float *row;            /* (D) one row of codes or of values, as floats   */
+    int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
+    float inv_sqrt_d;
+} kvq__heads;
+
+
+/* 16 codes of a packed group, from code c0 (a multiple of 16), as floats:
+   code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). For B = 2 and
+   4 each part broadcasts its word and shifts each lane by its own amount
+   (B = 2: one word for all 16 codes; B = 4: codes 0-7 in the first word,
+   8-15 in the second, picked per lane by a mask); other B one by one.    */
+static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
+{
+    static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
+    static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
+    static const uint32_t second[16] = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
+    int k;
+    if (bits == 2 || bits == 4) {
+        const uint32_t *shift = bits == 2 ? shift2 : shift4;
+        KVQ__EACH(k) {
+            kvq__vu sh, sel, x;
+            memcpy(&sh, shift + k * KVQ__W, sizeof sh);
+            if (bits == 2)                      /* the part's word(s)       */
+                x = kvq__vu_splat(w[c0 / 16]);
+            else if (KVQ__W <= 8)
+                x = kvq__vu_splat(w[c0 / 8 + (size_t)k * KVQ__W / 8]);
+            else {                              /* 16 lanes span two words  */
+                memcpy(&sel, second + k * KVQ__W, sizeof sel);
+                x = (kvq__vu_splat(w[c0 / 8]) & ~sel) | (kvq__vu_splat(w[c0 / 8 + 1]) & sel);
+            }
+            x = (x >> sh) & (uint32_t)((1u << bits) - 1u);
+            out->part[k] = kvq__vf_of_vi((kvq__vi)x);
+        }
+        return;
+    }
+    {
+        float t[16];
+        size_t i;
+        for (i = 0; i < 16; i++) t[i] = (float)kvq__get_code(w, c0 + i, bits);
+        *out = kvq__load16(t);
+    }
+}
+
+/* n codes of a packed group, from code index `first`, as floats: 16 at a
+   time where the run is aligned, the rest one by one.                     */
+static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits, float *out)
+{
+    size_t i = 0;
+    if (first % 16 == 0)
+        for (; i + 16 <= n; i += 16) {
+            kvq__v16 v;
+            kvq__codes16(&v, w, first + i, bits);
+            kvq__store16(out + i, v);
+        }
+    for (; i < n; i++) out[i] = (float)kvq__get_code(w, first + i, bits);
+}
+
+/* One full-precision row as floats: the stored fp32 row itself, or its fp16
+   converted into `tmp`.                                                     */
+static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
+{
+    const void *src = kvq__row_ptr(c, rg, i);
+    if (c->cfg.fp_bits == 32) return (const float *)src;
+    kvq__row_load(c, src, tmp);
+    return tmp;
+}
+
+/* (a, b) of n consecutive groups, as kvq__affine gives them: the stored
+   (s, z) pairs are one run of 2n fp16 halves (kvq_sz is two kvq_f16, no
+   padding), converted 16 groups (32 halves) at a time by kvq__f16_row
+   (F16C where available).                                                 */
+static void kvq__affine_run(const kvq_sz *sz, size_t n, kvq_zero_mode mode,
+                            float *a /* (n) */, float *b /* (n) */)
+{
+    const kvq_f16 *raw = &sz[0].scale;            /* (2n) s0 z0 s1 z1 ...    */
+    float half[32];
+    size_t i0, i;
+    for (i0 = 0; i0 < n; i0 += 16) {
+        size_t k = n - i0 < 16 ? n - i0 : 16;
+        kvq__f16_row(raw + 2 * i0, 2 * k, half);
+        for (i = 0; i < k; i++) {
+            a[i0 + i] = half[2 * i];
+            b[i0 + i] = kvq__zero_term(half[2 * i], half[2 * i + 1], mode);
+        }
+    }
+}
+
+/* Per-channel key unit u: q*a (D) and q.b for every head, once per unit
+   (q.b with kvq__dot, as EAGER computes it). The a's are written into head
+   0's q*a row first and scaled in place, last head first.               */
+static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
+{
+    size_t D = c->cfg.head_dim, d, h;
+    float *a = H->qa, *b = H->row;                      /* (D) each          */
+    kvq__affine_run(c->k.sz + u * D, D, c->cfg.zero_mode, a, b);
+    for (h = H->n; h-- > 0;) {
+        const float *q = H->q + h * D;
+        float *qa = H->qa + h * D;
+        for (d = 0; d < D; d++) qa[d] = q[d] * a[d];
+        H->qb[h] = kvq__dot(q, b, D);
+    }
+}
+
+/* CALL(NH, B) with the head count NH (1, 2 or 4: kvq__head_batch) and the
+   bit width B (2 or 4; other widths as a variable) as constants, so that
+   an always-inlined kernel's loops are fixed. Nine instantiations per
+   kernel keep the compiled size (and compile time) modest.               */
+#define KVQ__WITH_NH_BITS(CALL, nh, bits)                                    \
+    switch (nh) {                                                            \
+    case 1:  KVQ__WITH_BITS(CALL, 1, bits); break;                           \
+    case 2:  KVQ__WITH_BITS(CALL, 2, bits); break;                           \
+    default: KVQ__WITH_BITS(CALL, 4, bits); break;                           \
+    }
+#define KVQ__WITH_BITS(CALL, NH, bits)                                       \
+    switch (bits) {                                                          \
+    case 2:  CALL(NH, 2); break;                                             \
+    case 4:  CALL(NH, 4); break;                                             \
+    default: CALL(NH, bits); break;                                          \
+    }
+
+/* The same for full-precision rows: NH and whether they are fp16 (F16).   */
+#define KVQ__WITH_NH_F16(CALL, nh, f16)                                      \
+    switch ((nh) * 2 + ((f16) != 0)) {                                       \
+    case 2:  CALL(1, 0); break;                                              \
+    case 3:  CALL(1, 1); break;                                              \
+    case 4:  CALL(2, 0); break;                                              \
+    case 5:  CALL(2, 1); break;                                              \
+    case 8:  CALL(4, 0); break;                                              \
+    default: CALL(4, 1); break;                                              \
+    }
+
+/* How many of the `left` heads one kernel call takes: 4, 2 or 1.          */
+static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
+
+/* The inner step of per-channel keys for a full tile (32 tokens from a
+   multiple of 32) and NH (1, 2 or 4) heads: channel d's 32 codes are unpacked
+   once, and times q_hd a_d added into each head's 32 scores, which stay in
+   registers for the whole unit. A head alone keeps even and odd channels
+   in two sums (P = 2, added at the end), so four additions are in flight. */
+static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D, size_t t0,
+                                          const float *qa /* (NH, D) */,
+                                          float *sc /* (NH, KVQ_TILE) */, int NH, int bits)
+{
+    const int P = NH == 1 ? 2 : 1;
+    kvq__v16 lo_sum[4][2], hi_sum[4][2];         /* tokens 0-15, 16-31     */
+    size_t d;
+    int h, k;
+    for (h = 0; h < NH; h++)
+        for (k = 0; k < P; k++) lo_sum[h][k] = hi_sum[h][k] = kvq__splat16(0.0f);
+    for (d = 0; d < D; d += (size_t)P)
+        for (k = 0; k < P && d + (size_t)k < D; k++) {  /* channel d + k      */
+            kvq__v16 lo, hi;
+            kvq__codes16(&lo, w + (d + (size_t)k) * wpg, t0, bits);
+            kvq__codes16(&hi, w + (d + (size_t)k) * wpg, t0 + 16, bits);
+            for (h = 0; h < NH; h++) {
+                kvq__v16 q = kvq__splat16(qa[(size_t)h * D + d + (size_t)k]);
+                lo_sum[h][k] = kvq__madd16(lo_sum[h][k], q, lo);
+                hi_sum[h][k] = kvq__madd16(hi_sum[h][k], q, hi);
+            }
+        }
+    for (h = 0; h < NH; h++) {
+        for (k = 1; k < P; k++) {
+            lo_sum[h][0] = kvq__add16(lo_sum[h][0], lo_sum[h][k]);
+            hi_sum[h][0] = kvq__add16(hi_sum[h][0], hi_sum[h][k]);
+        }
+        kvq__store16(sc + (size_t)h * KVQ_TILE, lo_sum[h][0]);
+        kvq__store16(sc + (size_t)h * KVQ_TILE + 16, hi_sum[h][0]);
+    }
+}
+
+/* Scores of tokens t0 .. t0+n-1 of per-channel key unit u (Sec. 8's
+   algebra: q.k_t = sum_d (q_d a_d) c_td + q.b). Each token's sum runs over
+   the channels d = 0..D-1 in order (a lone head's full tile: even and odd
+   channels in two sums, then added).                                      */
+static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
+                                size_t t0, size_t n)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j;
+    const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
+    for (h = 0; h < H->n; h++)
+        for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
+    if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
+        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {   /* NH, B fixed */
+            const float *qa = H->qa + h * D;
+            float *sc = H->sc + h * KVQ_TILE;
+#define KVQ__CT(NH, BITS) kvq__channel_tile(w, wpg, D, t0, qa, sc, NH, BITS)
+            KVQ__WITH_NH_BITS(KVQ__CT, kvq__head_batch(H->n - h), s->bits);
+#undef KVQ__CT
+        }
+    } else {                                            /* a partial tile    */
+        float codes[KVQ_TILE];
+        size_t d;
+        for (d = 0; d < D; d++) {
+            kvq__unpack_f32(w + d * wpg, t0, n, s->bits, codes);
+            for (h = 0; h < H->n; h++)
+                for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * codes[j];
+        }
+    }
+    for (h = 0; h < H->n; h++)
+        for (j = 0; j < n; j++)
+            H->sc[h * KVQ_TILE + j] = (H->sc[h * KVQ_TILE + j] + H->qb[h]) * H->inv_sqrt_d;
+}
+
+/* Scores of per-token key slots s0 .. s0+n-1 (kvq__token_key_dot).        */
+static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
+           wpg = s->geom.words_per_group, h, g, j;
+    for (j = 0; j < n; j++) {
+        const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
+        const kvq_sz *sz = s->sz + (s0 + j) * gpu;
+        if (H->pos[j] < 0) continue;
+        for (g = 0; g < gpu; g++) kvq__unpack_f32(w + g * wpg, 0, G, s->bits, H->row + g * G);
+        for (h = 0; h < H->n; h++)                      /* codes shared      */
+            H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, sz, H->qa + h * D,
+                                                         D, G, c->cfg.zero_mode) * H->inv_sqrt_d;
+    }
+}
+
+/* 16 stored halves as a 16-lane vector: vcvtph2ps per part where the
+   target has it, else kvq__f16_row's exact conversion (the same floats:
+   fp16 -> fp32 is exact either way).                                      */
+static KVQ__VINLINE kvq__v16 kvq__load16_f16(const kvq_f16 *h)
+{
+#if KVQ__W == 16
+    kvq__v16 v;
+    v.part[0] = (kvq__vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h));
+    return v;
+#elif KVQ__W == 8 && defined(__F16C__)
+    kvq__v16 v;
+    v.part[0] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
+    v.part[1] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + 8)));
+    return v;
+#else
+    float t[16];
+    kvq__f16_row(h, 16, t);
+    return kvq__load16(t);
+#endif
+}
+
+/* One full-precision key row against NH queries: q_h . k with kvq__dot's
+   lanes and order (so the same floats as EAGER's), the row read once for
+   all NH heads and, if F16, converted 16 halves at a time in registers.
+   Needs 16 | D.                                                           */
+static KVQ__VINLINE void kvq__row_scores(const float *q /* (NH, D) */, const void *row,
+                                        size_t D, int NH, int F16, float scale,
+                                        float *sc /* head h: sc[h KVQ_TILE] */)
+{
+    kvq__v16 acc[4];
+    size_t d;
+    int h;
+    for (h = 0; h < NH; h++) acc[h] = kvq__splat16(0.0f);
+    for (d = 0; d < D; d += 16) {
+        const kvq__v16 k = F16 ? kvq__load16_f16((const kvq_f16 *)row + d)
+                               : kvq__load16((const float *)row + d);
+        for (h = 0; h < NH; h++) acc[h] = kvq__madd16(acc[h], kvq__load16(q + (size_t)h * D + d), k);
+    }
+    for (h = 0; h < NH; h++) sc[h * KVQ_TILE] = kvq__hsum16(&acc[h]) * scale;
+}
+
+/* Scores of rows i0 .. i0+n-1 of a full-precision key region.             */
+static void kvq__scores_rows(const kvq_cache *c, kvq__heads *H, const kvq_rows *rg,
+                             size_t i0, size_t n)
+{
+    size_t D = c->cfg.head_dim, h, j;
+    int f16 = c->cfg.fp_bits == 16;
+    if (D % 16) {                          /* the general form, one head at a time */
+        for (j = 0; j < n; j++) {
+            const float *k = kvq__row_f32(c, rg, i0 + j, H->row);
+            for (h = 0; h < H->n; h++)
+                H->sc[h * KVQ_TILE + j] = kvq__dot(H->q + h * D, k, D) * H->inv_sqrt_d;
+        }
+        return;
+    }
+    for (j = 0; j < n; j++) {
+        const void *row = kvq__row_ptr(c, rg, i0 + j);
+        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
+            int nh = (int)kvq__head_batch(H->n - h);
+            const float *q = H->q + h * D;
+            float *sc = H->sc + h * KVQ_TILE + j;
+#define KVQ__RS(NH, F16) kvq__row_scores(q, row, D, NH, F16, H->inv_sqrt_d, sc)
+            KVQ__WITH_NH_F16(KVQ__RS, nh, f16);
+#undef KVQ__RS
+        }
+    }
+}
+
+/* out_h += w_h v_p for every head, v_p wherever V keeps position p.        */
+static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, G = s->group, h, d, g, n_heads = H->n;
+    uint32_t loc = s->loc[p];
+    size_t idx = KVQ_LOC_INDEX(loc);
+    const float *v = H->row, *wts = H->sc + j;          /* head h: wts[h*TILE] */
+    float *out = H->out;                    /* locals: stores to out cannot
+                                               then make H's fields reload */
+    if (KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) {
+        v = kvq__row_f32(c, &s->rows[KVQ_LOC_TAG(loc) - KVQ_LOC_ROWS0], idx, H->row);
+    } else if (s->axis == KVQ_PER_TOKEN) {
+        /* slot idx is one token: out += (w a_g) c + w b_g per channel,
+           the codes unpacked once for every head                           */
+        size_t gpu = s->geom.groups_per_unit, wpg = s->geom.words_per_group, c0;
+        const uint32_t *w = s->words + idx * gpu * wpg;
+        const kvq_sz *sz = s->sz + idx * gpu;
+        for (g = 0; g < gpu; g++) {
+            float a, b;
+            kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
+            for (c0 = 0; c0 + 16 <= G; c0 += 16) {      /* 16 codes a step   */
+                kvq__v16 cv;
+                kvq__codes16(&cv, w + g * wpg, c0, s->bits);
+                for (h = 0; h < n_heads; h++) {
+                    float wt = wts[h * KVQ_TILE], *o = out + h * D + g * G + c0;
+                    kvq__v16 acc = kvq__madd16(kvq__load16(o), kvq__splat16(wt * a), cv);
+                    kvq__store16(o, kvq__add16(acc, kvq__splat16(wt * b)));
+                }
+            }
+            for (d = c0; d < G; d++) {                  /* G % 16 codes      */
+                float cd = (float)kvq__get_code(w + g * wpg, d, s->bits);
+                for (h = 0; h < n_heads; h++) {
+                    float wt = wts[h * KVQ_TILE];
+                    out[h * D + g * G + d] += (wt * a) * cd + wt * b;
+                }
+            }
+        }
+        return;
+    } else {
+        /* per-channel values (not a default anywhere): dequantize the row  */
+        size_t tpu = s->geom.tokens_per_unit, unit = idx / tpu, t = idx % tpu,
+               wpg = s->geom.words_per_group;
+        const uint32_t *w = s->words + unit * D * wpg;
+        const kvq_sz *sz = s->sz + unit * D;
+        for (d = 0; d < D; d++) {
+            float a, b;
+            kvq__affine(sz[d], c->cfg.zero_mode, &a, &b);
+            H->row[d] = (float)kvq__get_code(w + d * wpg, t, s->bits) * a + b;
+        }
+    }
+    for (h = 0; h < n_heads; h++) {
+        float wt = wts[h * KVQ_TILE], *o = out + h * D;
+        for (d = 0; d < D; d++) o[d] += wt * v[d];
+    }
+}
+
+/* A tile's m entries, weighted and summed per head, for NH heads at a time:
+       out_h[c .. c+15] += sum_i w_hi x_i[c .. c+15]  (+ zb_h)     c = 0, 16, .. n-16
+   where entry i's lanes x_i come from src[i] + off bytes, as SRC says:
+       SRC = B > 0   a packed group of B-bit codes, as floats (kvq__codes16):
+                     per-token quantized values, with w_hi = w_hj a_jg and
+                     zb_h = sum_j w_hj b_jg, the group's zero term
+       SRC = -16     an fp16 row, converted in registers (kvq__load16_f16)
+       SRC = -32     an fp32 row                     (rows: zb = NULL)
+   Channels 16 at a time, the entries inner: each block's NH running sums
+   live in registers for the whole tile, so out is loaded and stored once
+   per tile, not once per entry. P = 4 / NH partial sums per head (entries
+   i = k mod P go to sum k), so at least four independent additions are in
+   flight per step. wt (NH, KVQ_TILE) holds the weights.                  */
+#define KVQ__SRC_F16 (-16)
+#define KVQ__SRC_F32 (-32)
+static KVQ__VINLINE kvq__v16 kvq__entry16(const void *p, size_t c, int SRC)
+{
+    kvq__v16 v;
+    if (SRC == KVQ__SRC_F16) return kvq__load16_f16((const kvq_f16 *)p + c);
+    if (SRC == KVQ__SRC_F32) return kvq__load16((const float *)p + c);
+    kvq__codes16(&v, (const uint32_t *)p, c, SRC);
+    return v;
+}
+static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const void *const *src,
+                                        size_t off, size_t m, const float *wt, const float *zb,
+                                        int NH, int SRC)
+{
+    const int P = NH >= 3 ? 1 : 4 / NH;
+    size_t c0, i;
+    int h, k;
+    for (c0 = 0; c0 < n; c0 += 16) {
+        kvq__v16 acc[4][4];
+        for (h = 0; h < NH; h++)
+            for (k = 0; k < P; k++) acc[h][k] = kvq__splat16(0.0f);
+        for (i = 0; i + (size_t)P <= m; i += (size_t)P)
+            for (k = 0; k < P; k++) {
+                const kvq__v16 x = kvq__entry16((const char *)src[i + k] + off, c0, SRC);
+                for (h = 0; h < NH; h++)
+                    acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
+            }
+        for (k = 0; i < m; i++, k++) {                  /* m % P left over   */
+            const kvq__v16 x = kvq__entry16((const char *)src[i] + off, c0, SRC);
+            for (h = 0; h < NH; h++)
+                acc[h][k] = kvq__madd16(acc[h][k], kvq__splat16(wt[h * KVQ_TILE + i]), x);
+        }
+        for (h = 0; h < NH; h++) {
+            float *o = out + (size_t)h * D + c0;
+            kvq__v16 sum = acc[h][0];
+            for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][k]);
+            if (zb) sum = kvq__add16(sum, kvq__splat16(zb[h]));
+            kvq__store16(o, kvq__add16(kvq__load16(o), sum));
+        }
+    }
+}
+
+/* The tile's m full-precision value rows (every region: KIVI's window,
+   OTT's pools, LogQuant's kept set and sinks, an uncompressed cache),
+   rows[i] at tile entry at[i], through kvq__tile_block. Needs 16 | D.     */
+static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const *rows,
+                           const size_t *at, size_t m)
+{
+    size_t D = c->cfg.head_dim, h0, k, i;
+    float wt[4 * KVQ_TILE];
+    int f16 = c->cfg.fp_bits == 16;
+    for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
+        int nh = (int)kvq__head_batch(H->n - h0);
+        float *out = H->out + h0 * D;
+        for (k = 0; k < (size_t)nh; k++)
+            for (i = 0; i < m; i++) wt[k * KVQ_TILE + i] = H->sc[(h0 + k) * KVQ_TILE + at[i]];
+#define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, rows, 0, m, wt, NULL, NH, \
+                                         F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
+        KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
+#undef KVQ__RB
+    }
+}
+
+/* out_h += sum_j w_hj v_pj over the tile's present positions, sorted in one
+   walk: full-precision rows (16 | D) go through kvq__tile_rows, per-token
+   quantized values with 16 | G (every preset's value store) through
+   kvq__tile_block, both a tile at a time; the rest (per-channel values,
+   other G or D) one position at a time (kvq__add_value), in that order.
+   Then, per group g, with the m quantized slots' weights w_hj packed to
+   the front of each head's score row (once the others have read theirs):
+       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
+static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
+           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h;
+    const void *w[KVQ_TILE];               /* the quantized slots' codes     */
+    const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
+    const void *rows[KVQ_TILE];            /* the full-precision rows        */
+    size_t at_q[KVQ_TILE], at_r[KVQ_TILE], at_1[KVQ_TILE];   /* tile entries of
+                                              each kind (1: one at a time)   */
+    int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
+    for (j = 0; j < n; j++) {
+        uint32_t loc, tag;
+        if (H->pos[j] < 0) continue;
+        loc = s->loc[H->pos[j]];
+        tag = KVQ_LOC_TAG(loc);
+        if (tag == KVQ_LOC_ABSENT) continue;    /* only in a corrupt cache */
+        if (tag != KVQ_LOC_QUANT && D % 16 == 0) {
+            rows[m_rows] = kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], KVQ_LOC_INDEX(loc));
+            at_r[m_rows++] = j;
+        } else if (tag == KVQ_LOC_QUANT && blocks) {
+            size_t slot = KVQ_LOC_INDEX(loc);
+            w[m] = s->words + slot * gpu * wpg;
+            sz[m] = s->sz + slot * gpu;
+            at_q[m++] = j;
+        } else {
+            at_1[m_1++] = j;
+        }
+    }
+    if (m_rows) kvq__tile_rows(c, H, rows, at_r, m_rows);
+    for (j = 0; j < m_1; j++) kvq__add_value(c, H, (size_t)H->pos[at_1[j]], at_1[j]);
+    for (j = 0; j < m; j++)                             /* pack the weights: */
+        for (h = 0; h < H->n; h++)                      /* j <= at_q[j]      */
+            H->sc[h * KVQ_TILE + j] = H->sc[h * KVQ_TILE + at_q[j]];
+    if (m == 0) return;
+    for (g0 = 0; g0 < gpu; g0 += 16) {
+        /* (s, z) of up to 16 groups of every slot as floats, sf[2 (j ng +
+           g - g0)] and the next. Slots that follow each other in storage
+           (the usual tile) hold theirs in one run: one conversion.        */
+        size_t ng = gpu - g0 < 16 ? gpu - g0 : 16;
+        float sf[2 * KVQ_TILE * 16], a[KVQ_TILE], b[KVQ_TILE], wa[4 * KVQ_TILE], wb[4];
+        int run = ng == gpu;
+        for (j = 1; j < m && run; j++) run = sz[j] == sz[0] + j * gpu;
+        if (run)
+            kvq__f16_row(&sz[0]->scale, 2 * m * gpu, sf);
+        else
+            for (j = 0; j < m; j++) kvq__f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
+        for (g = g0; g < g0 + ng; g++) {
+            for (j = 0; j < m; j++) {                   /* group g's (a, b)  */
+                const float *sz_j = sf + 2 * (j * ng + g - g0);
+                a[j] = sz_j[0];
+                b[j] = kvq__zero_term(sz_j[0], sz_j[1], c->cfg.zero_mode);
+            }
+            for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
+                int nh = (int)kvq__head_batch(H->n - h0), k;
+                float *out = H->out + h0 * D;
+                for (k = 0; k < nh; k++) {
+                    const float *wt = H->sc + (h0 + (size_t)k) * KVQ_TILE;
+                    for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
+                    wb[k] = kvq__dot(wt, b, m);
+                }
+#define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G, w, g * wpg * sizeof(uint32_t), m, \
+                                          wa, wb, NH, BITS)
+                KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
+#undef KVQ__VB
+            }
+        }
+    }
+}
+
+/* The online softmax step for a scored tile of n entries, then its values:
+       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
+       out' = out e^(m-m') + sum_j e^(s_j-m') v_j
+   A tile is two 16-lane vectors: entries past n or not attended score
+   -inf, so their weight e^(-inf) is 0; the weights come from kvq__exp16
+   and are summed by kvq__hsum16's tree (the rescale factor e^(m-m'), once
+   per tile at most, from expf).                                           */
+static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
+{
+    size_t D = c->cfg.head_dim, h, j, d;
+    const int32_t *pos = H->pos;
+    for (h = 0; h < H->n; h++) {
+        float *sc = H->sc + h * KVQ_TILE, *out = H->out + h * D;
+        float m = H->m[h], tile_max;
+        kvq__v16 lo, hi, lo_hi;
+        for (j = 0; j < KVQ_TILE; j++)
+            if (j >= n || pos[j] < 0) sc[j] = -INFINITY;
+        lo = kvq__load16(sc);
+        hi = kvq__load16(sc + 16);
+        lo_hi = kvq__max16(lo, hi);
+        tile_max = kvq__hmax16(&lo_hi);
+        if (tile_max == -INFINITY) continue;            /* nothing attended  */
+        if (tile_max > m) {
+            float r = expf(m - tile_max);                 /* e^-inf = 0     */
+            for (d = 0; d < D; d++) out[d] *= r;
+            H->l[h] *= r;
+            m = tile_max;
+        }
+        lo = kvq__sub16(lo, kvq__splat16(m));
+        hi = kvq__sub16(hi, kvq__splat16(m));
+        kvq__exp16(&lo);
+        kvq__exp16(&hi);
+        kvq__store16(sc, lo);
+        kvq__store16(sc + 16, hi);
+        lo_hi = kvq__add16(lo, hi);
+        H->l[h] += kvq__hsum16(&lo_hi);
+        H->m[h] = m;
+    }
+    kvq__tile_values(c, H, n);
+}
+
+/* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V. */
+static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, h, d, j, u, r;
+    for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
+    for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
+    if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
+        size_t G = s->group, tpu = s->geom.tokens_per_unit;
+        if (s->axis == KVQ_PER_TOKEN)                   /* per-group q sums  */
+            for (h = 0; h < H->n; h++)
+                for (u = 0; u < D / G; u++) {
+                    float sum = 0.0f;
+                    for (d = 0; d < G; d++) sum += H->q[h * D + u * G + d];
+                    H->qa[h * D + u] = sum;
+                }
+        for (u = 0; u < s->n_units; u += s->axis == KVQ_PER_TOKEN ? KVQ_TILE : 1) {
+            size_t t0, n_tile = s->axis == KVQ_PER_TOKEN ? KVQ_TILE : tpu;
+            if (s->axis == KVQ_PER_CHANNEL) kvq__unit_qa(c, H, u);
+            for (t0 = 0; t0 < n_tile; t0 += KVQ_TILE) {
+                size_t n = n_tile - t0 < KVQ_TILE ? n_tile - t0 : KVQ_TILE,
+                       slot0 = u * tpu + t0;
+                int any = 0;
+                if (s->axis == KVQ_PER_TOKEN && u + n > s->n_units) n = s->n_units - u;
+                for (j = 0; j < n; j++) any |= (H->pos[j] = s->qpos[slot0 + j]) >= 0;
+                if (!any) continue;                     /* placeholders only */
+                if (s->axis == KVQ_PER_CHANNEL) kvq__scores_channel(c, H, u, t0, n);
+                else kvq__scores_token(c, H, slot0, n);
+                kvq__tile_update(c, H, n);
+            }
+        }
+    }
+    for (r = 0; r < KVQ_ROW_REGIONS; r++) {
+        const kvq_rows *rg = &s->rows[r];
+        size_t i0;
+        for (i0 = rg->off; i0 < rg->off + rg->n; i0 += KVQ_TILE) {
+            size_t n = rg->off + rg->n - i0 < KVQ_TILE ? rg->off + rg->n - i0 : KVQ_TILE;
+            for (j = 0; j < n; j++) H->pos[j] = rg->pos[i0 + j];
+            kvq__scores_rows(c, H, rg, i0, n);
+            kvq__tile_update(c, H, n);
+        }
+    }
+    for (h = 0; h < H->n; h++)
+        for (d = 0; d < D; d++) H->out[h * D + d] /= H->l[h];
+}
+
+/* kvq_attend's ONLINE mode: the n_q heads in batches that fit the scratch
+   (at least one head a batch), one walk of the cache per batch.           */
+static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
+                               float *scratch, size_t scratch_floats, float inv_sqrt_d)
+{
+    size_t D = c->cfg.head_dim, h;
+    /* as many heads per walk as the scratch holds (at least one)       */
+    size_t per_head = D + KVQ_TILE + 3, batch = (scratch_floats - D) / per_head;
+    kvq__heads H;
+    if (batch > n_q) batch = n_q;
+    for (h = 0; h < n_q; h += batch) {
+        H.n = n_q - h < batch ? n_q - h : batch;
+        H.q = q + h * D;
+        H.out = out + h * D;
+        H.row = scratch;
+        H.qa = scratch + D;
+        H.sc = H.qa + H.n * D;
+        H.m = H.sc + H.n * KVQ_TILE;
+        H.l = H.m + H.n;
+        H.qb = H.l + H.n;
+        H.inv_sqrt_d = inv_sqrt_d;
+        kvq__online_walk(c, &H);
+    }
+}
 
 #ifdef __cplusplus
 }
