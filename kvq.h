@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.5.0 - MIT license, see end of file.
+   v0.6.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
    GPU kernels that must reproduce its codes bit for bit.
@@ -18,7 +18,7 @@
        KVQ_MALLOC(sz) / KVQ_REALLOC(p,sz) / KVQ_FREE(p)
                             allocator override: define all three or none
        KVQ_NO_SIMD          plain loops everywhere. By default, GCC and clang
-                            run the hot loops (Sec. 6, 8) on native vectors
+                            run the fast paths (Part II) on native vectors
                             (AVX-512, AVX2 or AArch64 NEON) and F16C targets
                             convert fp16 in hardware; results are identical
                             either way (tests/simd_check.c)
@@ -28,26 +28,40 @@
                             depend on it; outputs differ in the last bits
 
    CONTENTS
-       1. Standard parameters (T, D, G, B, R, N, ...)
-       2. Status codes
-       3. fp16 <-> fp32 (round to nearest even; CUDA __float2half_rn bit for bit)
-       4. Asymmetric uniform quantization of one group (KIVI Sec. 3.1; HF post)
+   The declarations come first, numbered; the implementation repeats the
+   numbers in two parts.
+   Part I: the definitions and the reference implementation, paper order
+       1. Standard parameters (T, D, G, B, R, N, ...) and the papers'
+          symbols in kvq's names
+       2. Status codes and kvq_why(), the reason of a failure
+       3. fp16 <-> fp32 (round to nearest even; CUDA __float2half_rn bit
+          for bit)
+       4. Asymmetric uniform quantization of one group (KIVI Sec. 3.1; HF
+          post)
        5. Bit packing (layout diagram)
        6. Group quantization of a [T x D] matrix, per-token or per-channel
-       7. The streaming cache: regions, positions and schedules (KIVI Sec. 3.3,
-          Algorithm 1; the HF QuantizedCache schedule)
-       8. Decode attention over a cache: eager and online softmax, GQA, and the
+       7. The streaming cache: regions and positions; KIVI's schedule (KIVI
+          Sec. 3.3, Algorithm 1); the HF QuantizedCache schedule
+          7.1 OTT: outlier token tracing, the outlier and auxiliary pools
+          7.2 LogQuant: log-distributed selection (Algorithm 1)
+       8. Decode attention: the reference (EAGER) softmax, GQA, and the
           algebra that never materializes dequantized keys
        9. Byte accounting and invariants
-      10. (no longer in kvq.h: .npy files are examples/npy.h)
       11. Eviction (StreamingLLM, H2O, SnapKV keep masks), paged blocks with
           reference counts, and compaction (repack, hole-filling)
-      12. Which function returns which status
+      10. Buffers: how regions and units grow, move and shrink (placed
+          after the algorithms that use them; nothing public)
+      12. Which function returns which status (declarations only)
+   Part II: the fast paths (implementation only), each held to a Part I
+   function, bit for bit or within a stated tolerance, by a named test
+      II.1 The vector layer: 16 lanes as native vectors (simd_check)
+      II.2 The fast quantizer: kvq__quantize_unit, 16 per-token groups side
+           by side (= kvq_quantize_group, bit for bit)
+      II.3 The ONLINE walk (= EAGER within 1e-5 max|out| + 1e-6)
    The declarations below are short: signature, shapes, effect, failures.
    Each mechanism's definition (the paper's section and equations, the math,
    the choices the paper leaves open, the layout diagrams) sits directly
-   above its implementation, under the same section number, in the
-   IMPLEMENTATION half of this file.
+   above its implementation, under the same section number, in Part I.
 
    1. STANDARD PARAMETERS (used with these meanings everywhere)
        T   number of tokens (positions) in a head's K or V matrix
@@ -58,6 +72,30 @@
        W   LogQuant window (Sec. 7.2);  k  OTT outlier-pool capacity (Sec. 7.1)
        s   scale, z  zero (both stored as fp16), c  code (0..N)
        pos a token's position: the index of the append that created it, 0-based
+
+   THE PAPERS' SYMBOLS IN KVQ'S NAMES
+     KIVI (arXiv:2402.02750, Sec. 3.3, Algorithm 1)
+       X_K, X_V        a side's whole cache: c->k, c->v
+       X_Kg, X_Vg      the grouped part: the quantized units (words, sz)
+       X_Kr, X_Vr      the residual part: rows[KVQ_ROWS_WINDOW]
+       l               tokens in the cache: c->n_pos (no eviction)
+       r               residual tokens: rows[KVQ_ROWS_WINDOW].n
+       G, R            group size cfg.group, residual length cfg.residual
+       Q(X), t_K       a quantized unit; the key appended at a step
+     HF post (QuantizedCache)
+       nbits, q_group_size, residual_length, axis_key, axis_value
+                       kvq_hf_params under the same names (Sec. 7)
+     OTT (arXiv:2505.10938, Sec. 3.2, Appendix E)
+       outlier pool (capacity k)  rows[KVQ_ROWS_OUTLIER], cfg.ott_k
+       additional pool            rows[KVQ_ROWS_AUX] ("auxiliary pool"),
+                                  cfg.ott_aux
+       group tokens + recent      rows[KVQ_ROWS_WINDOW] (R + up to G rows)
+       magnitude criterion        kvq__l1, the key's L1 norm
+     LogQuant (arXiv:2503.19950, Sec. 2.5, Algorithm 1)
+       W               cfg.lq_window
+       A (the kept list)          rows[KVQ_ROWS_WINDOW]
+       dropped tokens  rows[KVQ_ROWS_STAGE] until a whole unit quantizes
+       sink tokens     rows[KVQ_ROWS_SINK], cfg.lq_sinks
 
    VERSION HISTORY
        0.1.0  quantization primitives, KIVI and HF caches, reference attention
@@ -94,6 +132,13 @@
               stays as kvq_hf_params.zero_mode = KVQ_ZERO_INT. The integer
               zero rounds x / s before adding zp, as the post and quanto
               <= 0.2.2 (codes change only at ties)
+       0.6.0  one way to fail: kvq_why(), the calling thread's last reason
+              (the cache's and the pool's why fields are deprecated copies);
+              kvq_config_validate(cfg) without why arguments; kvq_attend
+              checks the position maps it indexes, once per call
+              (KVQ_ERR_STATE), and kvq_cache_check also K and V agreeing
+              on presence. The file in two parts: the reference in paper
+              order, then the fast paths. Codes and outputs unchanged
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -116,7 +161,7 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 5
+#define KVQ_VERSION_MINOR 6
 #define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */
@@ -194,8 +239,8 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
    quantization of one group, with a float zero (KIVI; HF's quanto backend
    today) or an integer zero point (the HF post, May 2024). The exact
    definition, the rounding, the choices the papers leave open and the error
-   bound are written above the implementation (Sec. 4 of the implementation
-   half, kvq_quantize_group).                                             */
+   bound are written above the implementation (Part I, Sec. 4,
+   kvq_quantize_group).                                                   */
 typedef enum kvq_zero_mode {
     KVQ_ZERO_FLOAT = 0,   /* zero = group min, stored as fp16: KIVI, and HF
                              today (optimum-quanto >= 0.2.3, shift = -min)  */
@@ -280,8 +325,8 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
    quantized region and full-precision row regions. A policy (KIVI, HF,
    OTT, LogQuant, or CUSTOM schedules) is only the rule that moves positions
    between regions. The regions, the schedules and each policy's rule are
-   written above their implementations: Sec. 7 (regions, KIVI, HF), Sec. 7.1
-   (OTT) and Sec. 7.2 (LogQuant) of the implementation half.              */
+   written above their implementations in Part I: Sec. 7 (regions, KIVI,
+   HF), Sec. 7.1 (OTT) and Sec. 7.2 (LogQuant).                            */
 
 typedef enum kvq_policy {
     KVQ_POLICY_FULL     = 0,  /* no quantization: every token in full precision */
@@ -340,7 +385,7 @@ typedef struct kvq_config {
 KVQ_API kvq_config kvq_config_kivi(size_t head_dim, int bits);
 
 /* The HF QuantizedCache parameters under their HF names, and which of HF's
-   two zero rules to follow (Sec. 7, above kvq__side_step, has both).       */
+   two zero rules to follow (Sec. 7, the HF schedule, has both).            */
 typedef struct kvq_hf_params {
     int      nbits;            /* 2 or 4 in quanto; 1..8 accepted here       */
     size_t   q_group_size;     /* default 64                                 */
@@ -494,7 +539,8 @@ typedef struct kvq_bytes {
 } kvq_bytes;
 
 KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out);
-/* Counts of positions per region: quantized, rows[0..3], absent.            */
+/* Counts of positions per side and region: quantized, each row region
+   (rows[KVQ_ROWS_WINDOW .. KVQ_ROWS_SINK]), absent.                         */
 typedef struct kvq_census {
     size_t quantized[2];
     size_t rows[2][KVQ_ROW_REGIONS];
@@ -745,7 +791,7 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        examples/npy.h, which sets no reason of its own)
    KVQ_ERR_IO          (no kvq.h function: a file error, examples/npy.h)
 
-   Never fail (total, or NULL-safe): kvq_status_str kvq_f32_to_f16
+   Never fail (total, or NULL-safe): kvq_status_str kvq_why kvq_f32_to_f16
    kvq_f16_to_f32 kvq_sz_affine kvq_bits_supported kvq_packed_words (0 on
    bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
    kvq_cache_free kvq_attend_scratch_floats (0 on NULL)
@@ -1503,6 +1549,373 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
 
    KIVI's and HF's rules are written above their code (below), OTT's in
    Sec. 7.1, LogQuant's in Sec. 7.2.                                       */
+/* The row and unit buffers (growth, pushing, copying, removing rows) are
+   defined after the algorithms that use them (Sec. 10).                   */
+static void *kvq__grow(void *p, size_t cap, size_t need, size_t el, int exact, size_t *new_cap);
+static size_t kvq__fp_bytes(const kvq_cache *c);
+static uint32_t kvq__rows_tag(int r);
+static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r);
+static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact);
+static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact);
+static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i);
+static void kvq__row_store(const kvq_cache *c, void *dst, const float *x);
+static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out);
+static void kvq__row_load(const kvq_cache *c, const void *src, float *x);
+static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r);
+static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x, size_t pos);
+static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to);
+static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r, int (*drop)(size_t o, const void *arg), const void *arg);
+
+/* ---- KIVI: FLUSH keys, SLIDE values ---------------------------------------
+   KIVI (arXiv:2402.02750, Sec. 3.3, Algorithm 1 in Appendix A),
+   kvq_config_kivi:
+     keys   per-channel, FLUSH: the residual holds 1..R keys after every
+            append (mean about R/2); G | R is required.
+     values per-token, SLIDE with chunk 1: exactly R values in full precision.
+     prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
+            the last R.
+*/
+
+static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark); /* 7.1 */
+static void kvq__requantize_all(kvq_cache *c, kvq_side *s);                          /* HF  */
+
+/* Quantize the oldest n rows of region r into new units, in order (n a
+   multiple of tokens_per_unit, n <= stage_rows). Rows flagged in
+   `placeholder` (n flags, or NULL) are replaced by a mean first and their
+   slots are stored but never attended (their tokens moved elsewhere).      */
+static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
+                                 const unsigned char *placeholder)
+{
+    kvq_rows *w = &s->rows[r];
+    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, i, u;
+    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
+    KVQ_ASSERT(n % tpu == 0 && n <= c->stage_rows && n <= w->n);
+    for (i = 0; i < n; i++)
+        kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
+    if (placeholder) kvq__replace_by_mean(c, n, placeholder);
+    for (u = 0; u < n / tpu; u++) {
+        size_t unit = s->n_units + u;
+        kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
+                                           s->group, s->axis, c->cfg.zero_mode,
+                                           s->words + unit * unit_words,
+                                           s->sz + unit * s->geom.groups_per_unit);
+        (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
+        KVQ_ASSERT(st == KVQ_OK);
+        for (i = 0; i < tpu; i++) {
+            size_t slot = unit * tpu + i, o = u * tpu + i;
+            int32_t pos = (placeholder && placeholder[o]) ? -1 : w->pos[w->off + o];
+            s->qpos[slot] = pos;
+            if (pos >= 0) s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)slot;
+        }
+    }
+    s->n_units += n / tpu;
+    w->off += n;
+    w->n -= n;
+    if (w->n == 0) w->off = 0;
+}
+
+/* KIVI / HF / CUSTOM: the decode-step rule of one side around the push.
+   KIVI's rule is the FLUSH branch and the SLIDE loop; the lines naming
+   KVQ_POLICY_HF are HF's first update and re-quantization (below).       */
+static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
+{
+    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
+    size_t R = c->cfg.residual;
+    /* HF's first update is quantized whole (above): decoding from an empty
+       cache, token 0 is still alone in a per-token window when position 1
+       arrives, and is flushed then                                        */
+    int first = c->cfg.policy == KVQ_POLICY_HF && pos == 1 && w->n == 1 &&
+                s->geom.tokens_per_unit == 1;
+    if (s->schedule == KVQ_SCHED_FLUSH && (w->n >= R || first)) {
+        if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
+            kvq__requantize_all(c, s);
+        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->geom.tokens_per_unit, NULL);
+    }
+    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);
+    if (s->schedule == KVQ_SCHED_SLIDE)
+        while (w->n >= R + s->chunk)
+            kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
+}
+
+/* KIVI / HF / CUSTOM prefill of one side: Algorithm 1 decides how many of
+   the side's rows end up quantized (keys T - T % R, values all but R; HF the
+   whole prompt). Rows go in and out in chunks of stage_rows, so the window
+   never holds more than R + stage_rows rows on the way.                    */
+static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
+                              size_t T, size_t pos0)
+{
+    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
+    size_t R = c->cfg.residual, tpu = s->geom.tokens_per_unit, D = c->cfg.head_dim;
+    size_t n = w->n + T, q = 0, t = 0;
+    if (s->schedule == KVQ_SCHED_FLUSH)
+        q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
+                                             : n - n % R;    /* Algorithm 1  */
+    else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
+        q = (n - R) - (n - R) % tpu;                         /* all but R    */
+    for (;;) {
+        size_t m, room = c->stage_rows ? c->stage_rows : T;
+        for (; t < T && room > 0; t++, room--)
+            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, X + t * D, pos0 + t);
+        m = q < w->n ? q : w->n;
+        if (m > c->stage_rows) m = c->stage_rows;
+        m -= m % (tpu ? tpu : 1);
+        if (m > 0) { kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, m, NULL); q -= m; }
+        else if (t == T) break;
+    }
+    KVQ_ASSERT(q == 0);
+}
+
+/* ---- HF: the QuantizedCache schedule -------------------------------------
+   HF QuantizedCache schedule, kvq_config_hf (transformers' QuantizedCache
+   with the quanto backend; the same schedule since the HF post):
+     both per-token (HF's default axis), FLUSH with R = residual_length.
+     zero point: HF's two rules, side by side (Sec. 4 has the arithmetic):
+       KVQ_ZERO_FLOAT, the default: transformers today, whose quanto backend
+         requires optimum-quanto >= 0.2.5; quanto's MaxOptimizer has used a
+         float shift -min since 0.2.3 (July 2024): code = clamp(rne((x -
+         min) / s), 0, N), x' = code s + min, KIVI's rule.
+       KVQ_ZERO_INT (hf.zero_mode): the HF post ("Unlocking Longer
+         Generation with Key-Value Cache Quantization", May 2024) and
+         optimum-quanto <= 0.2.2: zp = rne(-min / s), code = clamp(rne(x /
+         s) + zp, 0, N), x' = (code - zp) s. 0 is a grid point whenever
+         0 <= zp <= N: in every group holding values of both signs.
+       Both round half to even (torch.round), and kvq stores s and the
+       zero in fp16 where HF keeps the model's dtype.
+     the first update: HF quantizes whatever its first update receives
+     (transformers returns those states unquantized for that one step's
+     attention, then keeps only their quantized form). After a prefill this
+     is the prompt, which kvq's prefill quantizes too. Decoding from an
+     EMPTY cache it is token 0 alone: HF quantizes token 0 at step 0 and
+     its full-precision windows are tokens [128k + 1, 128k + 128]. kvq
+     does the same: the append of position 1 quantizes the row of position
+     0 first (when it is still in the window, on a per-token side; a
+     per-channel side cannot form a G-token group from it and keeps it),
+     so step 0 attends token 0 as it arrived and every later step its
+     quantized form, as in HF.
+     prefill quantizes the whole prompt (T - T % G for a per-channel axis).
+     At each flush HF dequantizes the entire history and re-quantizes it
+     together with the residual; kvq does the same when hf_requantize = 1
+     (the default for this policy). Re-quantizing a dequantized group
+     reproduces it bit for bit whenever its codes reach N (and 0, which
+     the float zero's stored min always gives); only the rare group whose
+     top code fell short through fp16 rounding of the scale can move,
+     and it settles within a few flushes (examples/03_hf.c measures this:
+     no row moves under the float zero, a few under the integer zero),
+     so the effect on mean error is small either way. The worst case is
+     not: tests/test_soak.c checks that every row is bit-identical after
+     8 flushes, and `make soak` measures settled elements up to 0.50x
+     (float zero) and 2.0x (integer zero) the largest single-quantization
+     step away from their input (one quantization: at most 1x), the
+     integer zero's from the moves before the group settled. Each flush
+     also costs O(history) (bench/RESULTS.md, Soak: 0.22 ms per append at
+     62,500 tokens, D = 32).
+     Flush moment: HF flushes when the R-th residual token arrives and
+     holds 0..R-1 rows between steps; kvq flushes on the append after
+     that and holds 1..R. Every step attends the same rows in full
+     precision, after a prefill and from an empty cache alike (token 0
+     above is the same rule at the first update); only the stored bytes
+     differ on every R-th step and at step 0.
+     Differences from KIVI: no sliding value window, keys per-token, the
+     prompt is fully quantized, and history is re-quantized.
+*/
+
+/* HF: dequantize every unit and quantize it again, as HF does at a flush.  */
+static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
+{
+    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, u, t;
+    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
+    for (u = 0; u < s->n_units; u++) {
+        uint32_t *w = s->words + u * unit_words;
+        kvq_sz *sz = s->sz + u * s->geom.groups_per_unit;
+        for (t = 0; t < tpu; t++)
+            kvq__dequant_token(w, sz, t, D, s->bits, s->group, s->axis,
+                               c->cfg.zero_mode, c->stage + t * D);
+        kvq__quantize_unit(c->stage, D, s->bits, s->group, s->axis,
+                           c->cfg.zero_mode, w, sz);
+    }
+}
+
+/* ---- OTT (Sec. 7.1) ---------------------------------------------------- */
+/* 7.1 OTT, outlier token tracing (OTT paper Sec. 3.2, Appendix E), on the
+   same regions plus rows[KVQ_ROWS_OUTLIER] (the pool, capacity k) and
+   rows[KVQ_ROWS_AUX] (the auxiliary pool):
+     cadence  K and V are both quantized G tokens at a time: whenever the
+              window holds R + G rows, its G oldest form the group (so the
+              full-precision part is the group being filled plus R recent).
+     score    a token's key magnitude: the L1 norm sum_d |k_d| of its stored
+              full-precision key, summed in channel order d = 0..D-1 in fp32
+              (Appendix E). Small is outlier (Sec. 3.1, Fig. 1(e)).
+     compete  the G group tokens and the pool's members compete; the k with
+              the smallest scores win (ties: smaller position first). Winners
+              from the group move (K and V, full precision) into the pool;
+              members that lose move to the auxiliary pool.
+     replace  in the group, each winner's K and V rows are replaced by the
+              mean of the group's other tokens (kvq_ott_mean, default) before
+              quantization; their slots become placeholders (qpos = -1) that
+              are stored but never attended.
+     stop     a round whose losers would not fit in the auxiliary pool is not
+              held, and tracing stops for good; tracing also stops right after
+              a round that fills the auxiliary pool exactly. ott_stopped_at
+              records when (the paper: "when it is full, tracing stops").
+     layers   k may differ per layer; kvq_config_ott(D, B, layer) uses k = 0
+              for layers 0 and 1 (Sec. 4.4: no outlier tokens there).
+   Attention covers quantized, window, pool and auxiliary tokens under one
+   softmax; each position is counted once because loc names one region.  */
+/* OTT's replacement step: rows flagged in mark (n rows of stage) get
+   the mean of the other rows (KVQ_OTT_MEAN_REST) or of all n rows.         */
+static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark)
+{
+    size_t D = c->cfg.head_dim, d, i, cnt = 0;
+    int all = c->cfg.ott_mean == KVQ_OTT_MEAN_ALL;
+    for (i = 0; i < n; i++) cnt += all || !mark[i];
+    for (d = 0; d < D; d++) {
+        float sum = 0.0f, mean;
+        for (i = 0; i < n; i++)
+            if (all || !mark[i]) sum += c->stage[i * D + d];
+        mean = sum / (float)cnt;
+        for (i = 0; i < n; i++)
+            if (mark[i]) c->stage[i * D + d] = mean;
+    }
+}
+
+static float kvq__l1(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
+{
+    size_t d, D = c->cfg.head_dim;
+    float sum = 0.0f;
+    kvq__row_load(c, kvq__row_ptr(c, rg, i), tmp);
+    for (d = 0; d < D; d++) sum += fabsf(tmp[d]);
+    return sum;
+}
+
+static int kvq__drop_marked(size_t o, const void *arg)
+{
+    return ((const unsigned char *)arg)[o] != 0;
+}
+
+/* One OTT round: the G oldest window tokens compete with the pool, then are
+   quantized (winners as placeholders). `pos` is the arriving position.     */
+static void kvq__ott_round(kvq_cache *c, size_t pos)
+{
+    size_t G = c->cfg.group, k = c->cfg.ott_k, i, j;
+    kvq_rows *win = &c->k.rows[KVQ_ROWS_WINDOW], *pool = &c->k.rows[KVQ_ROWS_OUTLIER];
+    kvq_rows *aux = &c->k.rows[KVQ_ROWS_AUX];
+    unsigned char *in_group = c->mark;          /* (G) winners in the group */
+    unsigned char *pool_lost = c->mark + G;     /* (k) pool members that lose */
+    int any = 0;
+    memset(c->mark, 0, G + k);
+    if (c->ott_tracing) {
+        /* candidates 0..G-1 are the group, G..G+n_pool-1 the pool          */
+        size_t n_pool = pool->n, n_cand = G + n_pool, losers = 0, w;
+        unsigned char *picked = c->mark + G + k;    /* (G + k) selection    */
+        float *sc = c->score;
+        memset(picked, 0, n_cand);
+        for (i = 0; i < G; i++) sc[i] = kvq__l1(c, win, win->off + i, c->stage);
+        for (i = 0; i < n_pool; i++) sc[G + i] = kvq__l1(c, pool, pool->off + i, c->stage);
+        for (w = 0; w < k && w < n_cand; w++) {     /* k smallest, ties by position */
+            size_t best = n_cand;
+            for (j = 0; j < n_cand; j++) {
+                int32_t pj, pb;
+                if (picked[j]) continue;
+                if (best == n_cand || sc[j] < sc[best]) { best = j; continue; }
+                pj = j < G ? win->pos[win->off + j] : pool->pos[pool->off + j - G];
+                pb = best < G ? win->pos[win->off + best] : pool->pos[pool->off + best - G];
+                if (sc[j] == sc[best] && pj < pb) best = j;
+            }
+            picked[best] = 1;
+        }
+        for (i = 0; i < n_pool; i++) losers += !picked[G + i];
+        if (aux->n + losers > c->cfg.ott_aux) {
+            c->ott_tracing = 0;                 /* no room: tracing stops   */
+            c->ott_stopped_at = pos + 1;
+        } else {
+            for (i = 0; i < G; i++) { in_group[i] = picked[i]; any |= picked[i]; }
+            for (i = 0; i < n_pool; i++) pool_lost[i] = !picked[G + i];
+            for (j = 0; j < 2; j++) {
+                kvq_side *s = j ? &c->v : &c->k;
+                kvq_rows *sp = &s->rows[KVQ_ROWS_OUTLIER], *sw = &s->rows[KVQ_ROWS_WINDOW];
+                for (i = 0; i < n_pool; i++)      /* losers: pool -> aux    */
+                    if (pool_lost[i]) kvq__rows_copy(c, s, KVQ_ROWS_OUTLIER, sp->off + i, KVQ_ROWS_AUX);
+                kvq__rows_remove(c, s, KVQ_ROWS_OUTLIER, kvq__drop_marked, pool_lost);
+                for (i = 0; i < G; i++)           /* winners: group -> pool */
+                    if (in_group[i]) kvq__rows_copy(c, s, KVQ_ROWS_WINDOW, sw->off + i, KVQ_ROWS_OUTLIER);
+            }
+            c->ott_rounds++;
+            if (aux->n == c->cfg.ott_aux) {     /* full: tracing stops      */
+                c->ott_tracing = 0;
+                c->ott_stopped_at = pos + 1;
+            }
+        }
+    }
+    kvq__quantize_oldest(c, &c->k, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
+    kvq__quantize_oldest(c, &c->v, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
+}
+
+/* ---- LogQuant (Sec. 7.2) ------------------------------------------------ */
+/* 7.2 LogQuant (LogQuant paper Sec. 2.5, Algorithm 1), window W:
+     select   rows[KVQ_ROWS_WINDOW] is Algorithm 1's list A. On each new token:
+              if |A| < 3W append it; otherwise keep A[0:2W:2] + A[2W:3W] and
+              then append it. After warm-up 2W < |A| <= 3W, and the density of
+              kept tokens halves every W further back.
+     drop     the W dropped tokens (odd offsets of A[0:2W]) go, in position
+              order, to rows[KVQ_ROWS_STAGE]; whenever it holds a whole unit
+              (G tokens for per-channel keys, 1 for per-token), that unit is
+              quantized. So per-channel key groups hold G dropped tokens that
+              are not consecutive positions; the stage holds at most G - 1.
+     keys     per-channel by default (the paper's text, following KIVI); the
+              authors' code quantizes keys per-token: set key_axis.
+     sinks    optional: the first lq_sinks tokens stay in rows[KVQ_ROWS_SINK]
+              (the KIVI+Sink comparison of Table 1); they are not part of A.
+     prefill  exactly T appends in order (Algorithm 1 is defined per token).
+   Attention is position-agnostic (Sec. 2.4, Eq. 3): with RoPE applied before
+   caching, the softmax sum does not depend on where a token is stored.   */
+static int kvq__drop_logquant(size_t o, const void *arg)
+{
+    size_t W = *(const size_t *)arg;
+    return o < 2 * W && (o & 1u);            /* A[0:2W:2] + A[2W:3W] kept   */
+}
+
+static void kvq__logquant_side(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
+{
+    size_t W = c->cfg.lq_window, o, tpu = s->geom.tokens_per_unit;
+    kvq_rows *a = &s->rows[KVQ_ROWS_WINDOW], *st = &s->rows[KVQ_ROWS_STAGE];
+    if (pos < c->cfg.lq_sinks) { kvq__rows_push(c, s, KVQ_ROWS_SINK, x, pos); return; }
+    if (a->n >= 3 * W) {                      /* Algorithm 1, line 7        */
+        for (o = 1; o < 2 * W; o += 2)
+            kvq__rows_copy(c, s, KVQ_ROWS_WINDOW, a->off + o, KVQ_ROWS_STAGE);
+        kvq__rows_remove(c, s, KVQ_ROWS_WINDOW, kvq__drop_logquant, &W);
+        while (st->n >= tpu) {                /* whole units leave the stage */
+            size_t m = st->n < c->stage_rows ? st->n : c->stage_rows;
+            kvq__quantize_oldest(c, s, KVQ_ROWS_STAGE, m - m % tpu, NULL);
+        }
+    }
+    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);     /* line 8            */
+}
+
+/* One decode step under the cache's policy (room already reserved).        */
+static void kvq__step(kvq_cache *c, const float *k, const float *v, size_t pos)
+{
+    switch (c->cfg.policy) {
+    case KVQ_POLICY_OTT:
+        kvq__rows_push(c, &c->k, KVQ_ROWS_WINDOW, k, pos);
+        kvq__rows_push(c, &c->v, KVQ_ROWS_WINDOW, v, pos);
+        while (c->k.rows[KVQ_ROWS_WINDOW].n >= c->cfg.residual + c->cfg.group)
+            kvq__ott_round(c, pos);
+        break;
+    case KVQ_POLICY_LOGQUANT:
+        kvq__logquant_side(c, &c->k, k, pos);
+        kvq__logquant_side(c, &c->v, v, pos);
+        break;
+    default:
+        kvq__side_step(c, &c->k, k, pos);
+        kvq__side_step(c, &c->v, v, pos);
+        break;
+    }
+}
+
+/* ---- configurations, creation, the calls that change a cache -----------
+   The presets of each paper, the validation of a config, kvq_cache_init
+   and kvq_cache_free, then reserve, prefill, append and read: the public
+   face of the rules above.                                                 */
 static kvq_config kvq__config_base(size_t head_dim)
 {
     kvq_config c;
@@ -1891,369 +2304,6 @@ static kvq_status kvq__live(kvq_cache *c, const char *fn)
         return kvq__fail(c, KVQ_ERR_STATE, "%s: the cache is not initialized "
                          "(or was freed)", fn);
     return KVQ_OK;
-}
-
-/* The row and unit buffers (growth, pushing, copying, removing rows) are
-   defined after the policies that use them ("buffers", below).      */
-static void *kvq__grow(void *p, size_t cap, size_t need, size_t el, int exact, size_t *new_cap);
-static size_t kvq__fp_bytes(const kvq_cache *c);
-static uint32_t kvq__rows_tag(int r);
-static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r);
-static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact);
-static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact);
-static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i);
-static void kvq__row_store(const kvq_cache *c, void *dst, const float *x);
-static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out);
-static void kvq__row_load(const kvq_cache *c, const void *src, float *x);
-static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r);
-static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x, size_t pos);
-static void kvq__rows_copy(kvq_cache *c, kvq_side *s, int from, size_t i, int to);
-static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r, int (*drop)(size_t o, const void *arg), const void *arg);
-
-/* ---- KIVI: FLUSH keys, SLIDE values ---------------------------------------
-   KIVI (arXiv:2402.02750, Sec. 3.3, Algorithm 1 in Appendix A),
-   kvq_config_kivi:
-     keys   per-channel, FLUSH: the residual holds 1..R keys after every
-            append (mean about R/2); G | R is required.
-     values per-token, SLIDE with chunk 1: exactly R values in full precision.
-     prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
-            the last R.
-*/
-
-static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark); /* 7.1 */
-static void kvq__requantize_all(kvq_cache *c, kvq_side *s);                          /* HF  */
-
-/* Quantize the oldest n rows of region r into new units, in order (n a
-   multiple of tokens_per_unit, n <= stage_rows). Rows flagged in
-   `placeholder` (n flags, or NULL) are replaced by a mean first and their
-   slots are stored but never attended (their tokens moved elsewhere).      */
-static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
-                                 const unsigned char *placeholder)
-{
-    kvq_rows *w = &s->rows[r];
-    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, i, u;
-    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
-    KVQ_ASSERT(n % tpu == 0 && n <= c->stage_rows && n <= w->n);
-    for (i = 0; i < n; i++)
-        kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
-    if (placeholder) kvq__replace_by_mean(c, n, placeholder);
-    for (u = 0; u < n / tpu; u++) {
-        size_t unit = s->n_units + u;
-        kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
-                                           s->group, s->axis, c->cfg.zero_mode,
-                                           s->words + unit * unit_words,
-                                           s->sz + unit * s->geom.groups_per_unit);
-        (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
-        KVQ_ASSERT(st == KVQ_OK);
-        for (i = 0; i < tpu; i++) {
-            size_t slot = unit * tpu + i, o = u * tpu + i;
-            int32_t pos = (placeholder && placeholder[o]) ? -1 : w->pos[w->off + o];
-            s->qpos[slot] = pos;
-            if (pos >= 0) s->loc[pos] = (KVQ_LOC_QUANT << 28) | (uint32_t)slot;
-        }
-    }
-    s->n_units += n / tpu;
-    w->off += n;
-    w->n -= n;
-    if (w->n == 0) w->off = 0;
-}
-
-/* KIVI / HF / CUSTOM: the decode-step rule of one side around the push.
-   KIVI's rule is the FLUSH branch and the SLIDE loop; the lines naming
-   KVQ_POLICY_HF are HF's first update and re-quantization (below).       */
-static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
-{
-    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
-    size_t R = c->cfg.residual;
-    /* HF's first update is quantized whole (above): decoding from an empty
-       cache, token 0 is still alone in a per-token window when position 1
-       arrives, and is flushed then                                        */
-    int first = c->cfg.policy == KVQ_POLICY_HF && pos == 1 && w->n == 1 &&
-                s->geom.tokens_per_unit == 1;
-    if (s->schedule == KVQ_SCHED_FLUSH && (w->n >= R || first)) {
-        if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize)
-            kvq__requantize_all(c, s);
-        kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, w->n - w->n % s->geom.tokens_per_unit, NULL);
-    }
-    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);
-    if (s->schedule == KVQ_SCHED_SLIDE)
-        while (w->n >= R + s->chunk)
-            kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
-}
-
-/* KIVI / HF / CUSTOM prefill of one side: Algorithm 1 decides how many of
-   the side's rows end up quantized (keys T - T % R, values all but R; HF the
-   whole prompt). Rows go in and out in chunks of stage_rows, so the window
-   never holds more than R + stage_rows rows on the way.                    */
-static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
-                              size_t T, size_t pos0)
-{
-    kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
-    size_t R = c->cfg.residual, tpu = s->geom.tokens_per_unit, D = c->cfg.head_dim;
-    size_t n = w->n + T, q = 0, t = 0;
-    if (s->schedule == KVQ_SCHED_FLUSH)
-        q = (c->cfg.policy == KVQ_POLICY_HF) ? n - n % tpu   /* whole prompt */
-                                             : n - n % R;    /* Algorithm 1  */
-    else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
-        q = (n - R) - (n - R) % tpu;                         /* all but R    */
-    for (;;) {
-        size_t m, room = c->stage_rows ? c->stage_rows : T;
-        for (; t < T && room > 0; t++, room--)
-            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, X + t * D, pos0 + t);
-        m = q < w->n ? q : w->n;
-        if (m > c->stage_rows) m = c->stage_rows;
-        m -= m % (tpu ? tpu : 1);
-        if (m > 0) { kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, m, NULL); q -= m; }
-        else if (t == T) break;
-    }
-    KVQ_ASSERT(q == 0);
-}
-
-/* ---- HF: the QuantizedCache schedule -------------------------------------
-   HF QuantizedCache schedule, kvq_config_hf (transformers' QuantizedCache
-   with the quanto backend; the same schedule since the HF post):
-     both per-token (HF's default axis), FLUSH with R = residual_length.
-     zero point: HF's two rules, side by side (Sec. 4 has the arithmetic):
-       KVQ_ZERO_FLOAT, the default: transformers today, whose quanto backend
-         requires optimum-quanto >= 0.2.5; quanto's MaxOptimizer has used a
-         float shift -min since 0.2.3 (July 2024): code = clamp(rne((x -
-         min) / s), 0, N), x' = code s + min, KIVI's rule.
-       KVQ_ZERO_INT (hf.zero_mode): the HF post ("Unlocking Longer
-         Generation with Key-Value Cache Quantization", May 2024) and
-         optimum-quanto <= 0.2.2: zp = rne(-min / s), code = clamp(rne(x /
-         s) + zp, 0, N), x' = (code - zp) s. 0 is a grid point whenever
-         0 <= zp <= N: in every group holding values of both signs.
-       Both round half to even (torch.round), and kvq stores s and the
-       zero in fp16 where HF keeps the model's dtype.
-     the first update: HF quantizes whatever its first update receives
-     (transformers returns those states unquantized for that one step's
-     attention, then keeps only their quantized form). After a prefill this
-     is the prompt, which kvq's prefill quantizes too. Decoding from an
-     EMPTY cache it is token 0 alone: HF quantizes token 0 at step 0 and
-     its full-precision windows are tokens [128k + 1, 128k + 128]. kvq
-     does the same: the append of position 1 quantizes the row of position
-     0 first (when it is still in the window, on a per-token side; a
-     per-channel side cannot form a G-token group from it and keeps it),
-     so step 0 attends token 0 as it arrived and every later step its
-     quantized form, as in HF.
-     prefill quantizes the whole prompt (T - T % G for a per-channel axis).
-     At each flush HF dequantizes the entire history and re-quantizes it
-     together with the residual; kvq does the same when hf_requantize = 1
-     (the default for this policy). Re-quantizing a dequantized group
-     reproduces it bit for bit whenever its codes reach N (and 0, which
-     the float zero's stored min always gives); only the rare group whose
-     top code fell short through fp16 rounding of the scale can move,
-     and it settles within a few flushes (examples/03_hf.c measures this:
-     no row moves under the float zero, a few under the integer zero),
-     so the effect on mean error is small either way. The worst case is
-     not: tests/test_soak.c checks that every row is bit-identical after
-     8 flushes, and `make soak` measures settled elements up to 0.50x
-     (float zero) and 2.0x (integer zero) the largest single-quantization
-     step away from their input (one quantization: at most 1x), the
-     integer zero's from the moves before the group settled. Each flush
-     also costs O(history) (bench/RESULTS.md, Soak: 0.22 ms per append at
-     62,500 tokens, D = 32).
-     Flush moment: HF flushes when the R-th residual token arrives and
-     holds 0..R-1 rows between steps; kvq flushes on the append after
-     that and holds 1..R. Every step attends the same rows in full
-     precision, after a prefill and from an empty cache alike (token 0
-     above is the same rule at the first update); only the stored bytes
-     differ on every R-th step and at step 0.
-     Differences from KIVI: no sliding value window, keys per-token, the
-     prompt is fully quantized, and history is re-quantized.
-*/
-
-/* HF: dequantize every unit and quantize it again, as HF does at a flush.  */
-static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
-{
-    size_t D = c->cfg.head_dim, tpu = s->geom.tokens_per_unit, u, t;
-    size_t unit_words = s->geom.groups_per_unit * s->geom.words_per_group;
-    for (u = 0; u < s->n_units; u++) {
-        uint32_t *w = s->words + u * unit_words;
-        kvq_sz *sz = s->sz + u * s->geom.groups_per_unit;
-        for (t = 0; t < tpu; t++)
-            kvq__dequant_token(w, sz, t, D, s->bits, s->group, s->axis,
-                               c->cfg.zero_mode, c->stage + t * D);
-        kvq__quantize_unit(c->stage, D, s->bits, s->group, s->axis,
-                           c->cfg.zero_mode, w, sz);
-    }
-}
-
-/* ---- OTT (Sec. 7.1) ---------------------------------------------------- */
-/* 7.1 OTT, outlier token tracing (OTT paper Sec. 3.2, Appendix E), on the
-   same regions plus rows[KVQ_ROWS_OUTLIER] (the pool, capacity k) and
-   rows[KVQ_ROWS_AUX] (the auxiliary pool):
-     cadence  K and V are both quantized G tokens at a time: whenever the
-              window holds R + G rows, its G oldest form the group (so the
-              full-precision part is the group being filled plus R recent).
-     score    a token's key magnitude: the L1 norm sum_d |k_d| of its stored
-              full-precision key, summed in channel order d = 0..D-1 in fp32
-              (Appendix E). Small is outlier (Sec. 3.1, Fig. 1(e)).
-     compete  the G group tokens and the pool's members compete; the k with
-              the smallest scores win (ties: smaller position first). Winners
-              from the group move (K and V, full precision) into the pool;
-              members that lose move to the auxiliary pool.
-     replace  in the group, each winner's K and V rows are replaced by the
-              mean of the group's other tokens (kvq_ott_mean, default) before
-              quantization; their slots become placeholders (qpos = -1) that
-              are stored but never attended.
-     stop     a round whose losers would not fit in the auxiliary pool is not
-              held, and tracing stops for good; tracing also stops right after
-              a round that fills the auxiliary pool exactly. ott_stopped_at
-              records when (the paper: "when it is full, tracing stops").
-     layers   k may differ per layer; kvq_config_ott(D, B, layer) uses k = 0
-              for layers 0 and 1 (Sec. 4.4: no outlier tokens there).
-   Attention covers quantized, window, pool and auxiliary tokens under one
-   softmax; each position is counted once because loc names one region.  */
-/* OTT's replacement step: rows flagged in mark (n rows of stage) get
-   the mean of the other rows (KVQ_OTT_MEAN_REST) or of all n rows.         */
-static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark)
-{
-    size_t D = c->cfg.head_dim, d, i, cnt = 0;
-    int all = c->cfg.ott_mean == KVQ_OTT_MEAN_ALL;
-    for (i = 0; i < n; i++) cnt += all || !mark[i];
-    for (d = 0; d < D; d++) {
-        float sum = 0.0f, mean;
-        for (i = 0; i < n; i++)
-            if (all || !mark[i]) sum += c->stage[i * D + d];
-        mean = sum / (float)cnt;
-        for (i = 0; i < n; i++)
-            if (mark[i]) c->stage[i * D + d] = mean;
-    }
-}
-
-static float kvq__l1(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
-{
-    size_t d, D = c->cfg.head_dim;
-    float sum = 0.0f;
-    kvq__row_load(c, kvq__row_ptr(c, rg, i), tmp);
-    for (d = 0; d < D; d++) sum += fabsf(tmp[d]);
-    return sum;
-}
-
-static int kvq__drop_marked(size_t o, const void *arg)
-{
-    return ((const unsigned char *)arg)[o] != 0;
-}
-
-/* One OTT round: the G oldest window tokens compete with the pool, then are
-   quantized (winners as placeholders). `pos` is the arriving position.     */
-static void kvq__ott_round(kvq_cache *c, size_t pos)
-{
-    size_t G = c->cfg.group, k = c->cfg.ott_k, i, j;
-    kvq_rows *win = &c->k.rows[KVQ_ROWS_WINDOW], *pool = &c->k.rows[KVQ_ROWS_OUTLIER];
-    kvq_rows *aux = &c->k.rows[KVQ_ROWS_AUX];
-    unsigned char *in_group = c->mark;          /* (G) winners in the group */
-    unsigned char *pool_lost = c->mark + G;     /* (k) pool members that lose */
-    int any = 0;
-    memset(c->mark, 0, G + k);
-    if (c->ott_tracing) {
-        /* candidates 0..G-1 are the group, G..G+n_pool-1 the pool          */
-        size_t n_pool = pool->n, n_cand = G + n_pool, losers = 0, w;
-        unsigned char *picked = c->mark + G + k;    /* (G + k) selection    */
-        float *sc = c->score;
-        memset(picked, 0, n_cand);
-        for (i = 0; i < G; i++) sc[i] = kvq__l1(c, win, win->off + i, c->stage);
-        for (i = 0; i < n_pool; i++) sc[G + i] = kvq__l1(c, pool, pool->off + i, c->stage);
-        for (w = 0; w < k && w < n_cand; w++) {     /* k smallest, ties by position */
-            size_t best = n_cand;
-            for (j = 0; j < n_cand; j++) {
-                int32_t pj, pb;
-                if (picked[j]) continue;
-                if (best == n_cand || sc[j] < sc[best]) { best = j; continue; }
-                pj = j < G ? win->pos[win->off + j] : pool->pos[pool->off + j - G];
-                pb = best < G ? win->pos[win->off + best] : pool->pos[pool->off + best - G];
-                if (sc[j] == sc[best] && pj < pb) best = j;
-            }
-            picked[best] = 1;
-        }
-        for (i = 0; i < n_pool; i++) losers += !picked[G + i];
-        if (aux->n + losers > c->cfg.ott_aux) {
-            c->ott_tracing = 0;                 /* no room: tracing stops   */
-            c->ott_stopped_at = pos + 1;
-        } else {
-            for (i = 0; i < G; i++) { in_group[i] = picked[i]; any |= picked[i]; }
-            for (i = 0; i < n_pool; i++) pool_lost[i] = !picked[G + i];
-            for (j = 0; j < 2; j++) {
-                kvq_side *s = j ? &c->v : &c->k;
-                kvq_rows *sp = &s->rows[KVQ_ROWS_OUTLIER], *sw = &s->rows[KVQ_ROWS_WINDOW];
-                for (i = 0; i < n_pool; i++)      /* losers: pool -> aux    */
-                    if (pool_lost[i]) kvq__rows_copy(c, s, KVQ_ROWS_OUTLIER, sp->off + i, KVQ_ROWS_AUX);
-                kvq__rows_remove(c, s, KVQ_ROWS_OUTLIER, kvq__drop_marked, pool_lost);
-                for (i = 0; i < G; i++)           /* winners: group -> pool */
-                    if (in_group[i]) kvq__rows_copy(c, s, KVQ_ROWS_WINDOW, sw->off + i, KVQ_ROWS_OUTLIER);
-            }
-            c->ott_rounds++;
-            if (aux->n == c->cfg.ott_aux) {     /* full: tracing stops      */
-                c->ott_tracing = 0;
-                c->ott_stopped_at = pos + 1;
-            }
-        }
-    }
-    kvq__quantize_oldest(c, &c->k, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
-    kvq__quantize_oldest(c, &c->v, KVQ_ROWS_WINDOW, G, any ? in_group : NULL);
-}
-
-/* ---- LogQuant (Sec. 7.2) ------------------------------------------------ */
-/* 7.2 LogQuant (LogQuant paper Sec. 2.5, Algorithm 1), window W:
-     select   rows[KVQ_ROWS_WINDOW] is Algorithm 1's list A. On each new token:
-              if |A| < 3W append it; otherwise keep A[0:2W:2] + A[2W:3W] and
-              then append it. After warm-up 2W < |A| <= 3W, and the density of
-              kept tokens halves every W further back.
-     drop     the W dropped tokens (odd offsets of A[0:2W]) go, in position
-              order, to rows[KVQ_ROWS_STAGE]; whenever it holds a whole unit
-              (G tokens for per-channel keys, 1 for per-token), that unit is
-              quantized. So per-channel key groups hold G dropped tokens that
-              are not consecutive positions; the stage holds at most G - 1.
-     keys     per-channel by default (the paper's text, following KIVI); the
-              authors' code quantizes keys per-token: set key_axis.
-     sinks    optional: the first lq_sinks tokens stay in rows[KVQ_ROWS_SINK]
-              (the KIVI+Sink comparison of Table 1); they are not part of A.
-     prefill  exactly T appends in order (Algorithm 1 is defined per token).
-   Attention is position-agnostic (Sec. 2.4, Eq. 3): with RoPE applied before
-   caching, the softmax sum does not depend on where a token is stored.   */
-static int kvq__drop_logquant(size_t o, const void *arg)
-{
-    size_t W = *(const size_t *)arg;
-    return o < 2 * W && (o & 1u);            /* A[0:2W:2] + A[2W:3W] kept   */
-}
-
-static void kvq__logquant_side(kvq_cache *c, kvq_side *s, const float *x, size_t pos)
-{
-    size_t W = c->cfg.lq_window, o, tpu = s->geom.tokens_per_unit;
-    kvq_rows *a = &s->rows[KVQ_ROWS_WINDOW], *st = &s->rows[KVQ_ROWS_STAGE];
-    if (pos < c->cfg.lq_sinks) { kvq__rows_push(c, s, KVQ_ROWS_SINK, x, pos); return; }
-    if (a->n >= 3 * W) {                      /* Algorithm 1, line 7        */
-        for (o = 1; o < 2 * W; o += 2)
-            kvq__rows_copy(c, s, KVQ_ROWS_WINDOW, a->off + o, KVQ_ROWS_STAGE);
-        kvq__rows_remove(c, s, KVQ_ROWS_WINDOW, kvq__drop_logquant, &W);
-        while (st->n >= tpu) {                /* whole units leave the stage */
-            size_t m = st->n < c->stage_rows ? st->n : c->stage_rows;
-            kvq__quantize_oldest(c, s, KVQ_ROWS_STAGE, m - m % tpu, NULL);
-        }
-    }
-    kvq__rows_push(c, s, KVQ_ROWS_WINDOW, x, pos);     /* line 8            */
-}
-
-/* One decode step under the cache's policy (room already reserved).        */
-static void kvq__step(kvq_cache *c, const float *k, const float *v, size_t pos)
-{
-    switch (c->cfg.policy) {
-    case KVQ_POLICY_OTT:
-        kvq__rows_push(c, &c->k, KVQ_ROWS_WINDOW, k, pos);
-        kvq__rows_push(c, &c->v, KVQ_ROWS_WINDOW, v, pos);
-        while (c->k.rows[KVQ_ROWS_WINDOW].n >= c->cfg.residual + c->cfg.group)
-            kvq__ott_round(c, pos);
-        break;
-    case KVQ_POLICY_LOGQUANT:
-        kvq__logquant_side(c, &c->k, k, pos);
-        kvq__logquant_side(c, &c->v, v, pos);
-        break;
-    default:
-        kvq__side_step(c, &c->k, k, pos);
-        kvq__side_step(c, &c->v, v, pos);
-        break;
-    }
 }
 
 static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
