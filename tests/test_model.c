@@ -5,7 +5,9 @@
    small files they write themselves). Also: the eval's chunked scoring
    equals token-by-token scoring exactly, on real weights and a 2-bit cache;
    and (model-free) the logquant-evict method keeps exactly the positions
-   kvq.h's LOGQUANT cache keeps in full precision.
+   kvq.h's LOGQUANT cache keeps in full precision; eval's claims turn into
+   FINDINGs one at a time, and its exit status is 0 with findings unless
+   --strict.
    Issue 18 (weights used as stored, 8-bit activations): the greedy
    continuation of a fixed prompt matches the float32-weight runner's
    (--weights f32, the runner this one replaced, loaded here as the
@@ -20,6 +22,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 #define LLM_NO_MAIN
+#define LLM_EVAL_CLAIMS            /* check_claims, eval_status (model-free) */
 #include "examples/llm/llm.c"
 #include "test.h"
 

@@ -793,6 +793,9 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* eval's table and claims; tests/test_model.c defines LLM_EVAL_CLAIMS to
+   check the verdicts and the exit status without the model.               */
+#if !defined(LLM_NO_MAIN) || defined(LLM_EVAL_CLAIMS)
 /* The table's rows in order; the last N_DIAG run only when --only names
    them (diagnostics, not claims of the papers).                           */
 static const char *ALL_METHODS[] = {
@@ -975,6 +978,7 @@ static int eval_status(int all_ran, int findings, int strict)
     if (!all_ran) return 1;
     return strict && findings > 0 ? 3 : 0;
 }
+#endif /* !LLM_NO_MAIN || LLM_EVAL_CLAIMS */
 
 #ifndef LLM_NO_MAIN   /* tests/test_model.c includes this file for its loader */
 /* 1 if name is an item of the comma-separated list.                       */
