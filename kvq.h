@@ -877,7 +877,7 @@ extern "C" {
    function here it must match, how exactly, and which test checks it.    */
 
 /* ------------------------------------------------------------------------ */
-/* status strings                                                           */
+/* 2. status strings and kvq_why()                                          */
 /* ------------------------------------------------------------------------ */
 KVQ_API const char *kvq_status_str(kvq_status s)
 {
@@ -1621,7 +1621,7 @@ static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos
 {
     kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
     size_t R = c->cfg.residual;
-    /* HF's first update is quantized whole (above): decoding from an empty
+    /* HF's first update is quantized whole (HF, below): from an empty
        cache, token 0 is still alone in a per-token window when position 1
        arrives, and is flushed then                                        */
     int first = c->cfg.policy == KVQ_POLICY_HF && pos == 1 && w->n == 1 &&
@@ -1736,9 +1736,11 @@ static void kvq__requantize_all(kvq_cache *c, kvq_side *s)
 }
 
 /* ---- OTT (Sec. 7.1) ---------------------------------------------------- */
-/* 7.1 OTT, outlier token tracing (OTT paper Sec. 3.2, Appendix E), on the
-   same regions plus rows[KVQ_ROWS_OUTLIER] (the pool, capacity k) and
-   rows[KVQ_ROWS_AUX] (the auxiliary pool):
+/* 7.1 OTT, outlier token tracing ("Accurate KV Cache Quantization with
+   Outlier Tokens Tracing", arXiv:2505.10938, Sec. 3.2, Appendix E), on the
+   same regions plus rows[KVQ_ROWS_OUTLIER] (the outlier pool, capacity k)
+   and rows[KVQ_ROWS_AUX] (the paper's additional pool, called auxiliary
+   here):
      cadence  K and V are both quantized G tokens at a time: whenever the
               window holds R + G rows, its G oldest form the group (so the
               full-precision part is the group being filled plus R recent).
@@ -1851,7 +1853,7 @@ static void kvq__ott_round(kvq_cache *c, size_t pos)
 }
 
 /* ---- LogQuant (Sec. 7.2) ------------------------------------------------ */
-/* 7.2 LogQuant (LogQuant paper Sec. 2.5, Algorithm 1), window W:
+/* 7.2 LogQuant (arXiv:2503.19950, Sec. 2.5, Algorithm 1), window W:
      select   rows[KVQ_ROWS_WINDOW] is Algorithm 1's list A. On each new token:
               if |A| < 3W append it; otherwise keep A[0:2W:2] + A[2W:3W] and
               then append it. After warm-up 2W < |A| <= 3W, and the density of
@@ -2418,7 +2420,7 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
    EAGER materializes s (n_pos floats) and can return w per position in probs
    (n_q, n_pos), 0 for absent positions; eviction policies read it.
    ONLINE never holds more than KVQ_TILE scores per head: it walks the
-   cache in tiles (of storage, not of positions: see below) with a running
+   cache in tiles (of storage, not of positions: Part II, II.3) with a running
    max m, running sum l and rescaled accumulator (the FlashAttention
    recurrence):
        m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
