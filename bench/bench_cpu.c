@@ -58,6 +58,12 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/utsname.h>
+#ifdef __linux__
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#endif
 
 #define RESULTS_PATH "bench/RESULTS.md"
 #define LLM_BIN      "build/llm"
@@ -722,6 +728,279 @@ static void target(int ok, const char *skip, const char *fmt, ...)
 }
 
 /* ------------------------------------------------------------------------ */
+/* 6. instructions per element (--instr)                                    */
+/* ------------------------------------------------------------------------ */
+/* Time depends on the machine; the instructions one call retires depend
+   only on the binary and its input, so they carry from machine to machine
+   and from run to run (issue 30). --instr counts them for one call of each
+   method: the plain loop and kvq_attend over each cache kind (n_q = 1 and
+   4), kvq_quantize_matrix (B = 2 and 4, both axes), each at T and at 2T
+   tokens. The difference over the elements added is the marginal cost of
+   one element (one stored K or V value; one input value for the
+   quantizer), free of what a call costs once (validation, the full-
+   precision windows, the final division). Two counters of the same region:
+
+     ptrace     a forked child runs the setup at full speed, then raises
+                SIGUSR1, makes the call, raises SIGUSR2; the parent single-
+                steps it between the two signals and counts the steps.
+                Exact on every ISA the CPU runs (AVX-512 included, which
+                valgrind 3.19 cannot decode), but a step costs tens of us.
+     callgrind  valgrind --tool=callgrind --toggle-collect=instr_region on
+                this binary with --instr-region: the same count (instructions
+                executed inside instr_region) about 1000x faster.
+
+   Both subtract an empty region's count (the framing itself); both count
+   user-space instructions only, a rep-prefixed instruction once per
+   iteration.                                                               */
+enum { R_EMPTY, R_LOOP, R_ATTEND, R_QUANT };
+typedef struct {
+    int kind;              /* R_*                                           */
+    int cache;             /* R_ATTEND: index into cache_name               */
+    size_t n_q, T;         /* R_LOOP, R_ATTEND: heads; every kind: tokens   */
+    int bits;              /* R_QUANT                                       */
+    kvq_axis axis;         /* R_QUANT                                       */
+} instr_desc;
+
+#define INSTR_D 128
+#define MAX_REGIONS 64
+
+/* The regions, in table order: the empty one, then each method at T and
+   2T (adjacent, so region 1 + 2m is method m at T). Returns how many.    */
+static int instr_regions(size_t T, instr_desc *r)
+{
+    static const size_t nq[2] = { 1, 4 };
+    int n = 0, h, i, b, a, x;
+    memset(r, 0, MAX_REGIONS * sizeof *r);
+    r[n++].kind = R_EMPTY;
+    for (h = 0; h < 2; h++)
+        for (i = -1; i < N_CACHES; i++)              /* -1: the plain loop */
+            for (x = 1; x <= 2; x++, n++) {
+                r[n].kind = i < 0 ? R_LOOP : R_ATTEND;
+                r[n].cache = i; r[n].n_q = nq[h]; r[n].T = x * T;
+            }
+    for (b = 2; b <= 4; b += 2)
+        for (a = 0; a < 2; a++)
+            for (x = 1; x <= 2; x++, n++) {
+                r[n].kind = R_QUANT; r[n].bits = b; r[n].T = x * T;
+                r[n].axis = a ? KVQ_PER_CHANNEL : KVQ_PER_TOKEN;
+            }
+    return n;
+}
+
+static void instr_name(const instr_desc *r, char *buf, size_t n)
+{
+    if (r->kind == R_EMPTY) snprintf(buf, n, "(empty)");
+    else if (r->kind == R_LOOP) snprintf(buf, n, "attend, plain fp32 loop");
+    else if (r->kind == R_ATTEND) snprintf(buf, n, "attend, %s", cache_name[r->cache]);
+    else snprintf(buf, n, "quantize B = %d, %s", r->bits,
+                  r->axis == KVQ_PER_TOKEN ? "per-token" : "per-channel");
+}
+
+static void instr_nothing(void *ctx) { (void)ctx; }
+
+/* The counted region: one call of f. Never inlined nor cloned, so
+   callgrind finds it by this name.                                         */
+#if defined(__clang__)
+__attribute__((noinline))
+#elif defined(__GNUC__)
+__attribute__((noinline, noipa))
+#endif
+void instr_region(bench_fn f, void *ctx);
+void instr_region(bench_fn f, void *ctx) { f(ctx); }
+
+#ifdef __linux__
+static void instr_ignore(int sig) { (void)sig; }
+
+/* Region r's setup, one uncounted call (binds expf and the like, touches
+   the scratch), then the counted call between the two signals; writes
+   "elements bytes" to `report`. The process exits next: nothing is freed. */
+static void instr_child(const instr_desc *r, FILE *report)
+{
+    const size_t D = INSTR_D, n = r->T * D;
+    static kvq_cache c;
+    static attn_ctx ac;
+    static plain_ctx pc;
+    static quant_ctx qc;
+    struct sigaction sa;
+    bench_fn f = instr_nothing;
+    void *ctx = NULL;
+    size_t elements = 0, bytes = 0;
+    float *K = (float *)xmalloc((n ? n : 1) * sizeof(float));
+    float *V = (float *)xmalloc((n ? n : 1) * sizeof(float));
+    float *q = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = instr_ignore;          /* the markers must not kill us */
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+    fill_normal(K, n);
+    fill_normal(V, n);
+    fill_normal(q, PLAIN_MAX_Q * D);
+    if (r->kind == R_LOOP) {
+        pc.K = K; pc.V = V; pc.T = r->T; pc.D = D; pc.q = q; pc.n_q = r->n_q;
+        pc.out = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
+        pc.acc = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
+        pc.s = (float *)xmalloc(PLAIN_MAX_Q * PLAIN_TILE * sizeof(float));
+        f = run_plain; ctx = &pc;
+        elements = 2 * n; bytes = 2 * n * sizeof(float);
+    } else if (r->kind == R_ATTEND) {
+        kvq_config cfg = cache_config(r->cache, D);
+        kvq_bytes b;
+        ok_or_die(kvq_cache_init(&c, &cfg), "kvq_cache_init", &c);
+        ok_or_die(kvq_cache_reserve(&c, r->T), "kvq_cache_reserve", &c);
+        ok_or_die(kvq_cache_prefill(&c, K, V, r->T), "kvq_cache_prefill", &c);
+        ok_or_die(kvq_cache_bytes(&c, &b), "kvq_cache_bytes", &c);
+        ac.c = &c; ac.q = q; ac.n_q = r->n_q;
+        ac.out = (float *)xmalloc(PLAIN_MAX_Q * D * sizeof(float));
+        ac.n_scratch = kvq_attend_scratch_floats(&c, KVQ_ATTN_ONLINE) * r->n_q;
+        ac.scratch = (float *)xmalloc(ac.n_scratch * sizeof(float));
+        f = run_attend; ctx = &ac;
+        elements = 2 * n; bytes = b.payload;
+    } else if (r->kind == R_QUANT) {
+        kvq_layout L;
+        ok_or_die(kvq_layout_init(&L, r->T, D, r->bits, 32, r->axis), "kvq_layout_init", NULL);
+        qc.X = K; qc.T = r->T; qc.D = D; qc.G = 32; qc.bits = r->bits; qc.axis = r->axis;
+        qc.words = (uint32_t *)xmalloc(L.total_words * sizeof(uint32_t));
+        qc.sz = (kvq_sz *)xmalloc(L.total_groups * sizeof(kvq_sz));
+        f = run_quantize; ctx = &qc;
+        elements = n; bytes = n * sizeof(float);
+    }
+    f(ctx);
+    raise(SIGUSR1);
+    instr_region(f, ctx);
+    raise(SIGUSR2);
+    fprintf(report, "%zu %zu\n", elements, bytes);
+    fflush(report);
+}
+
+/* The count by single-stepping a forked child; -1 on failure.             */
+static long long instr_by_ptrace(const instr_desc *r, size_t *elements, size_t *bytes)
+{
+    int fd[2], st, phase = 0;        /* 0 before, 1 inside, 2 after the region */
+    long long steps = 0;
+    pid_t pid;
+    FILE *in;
+    fflush(stdout);
+    fflush(stderr);
+    if (pipe(fd) != 0) return -1;
+    if ((pid = fork()) == 0) {
+        FILE *out;
+        close(fd[0]);
+        if (!(out = fdopen(fd[1], "w")) || ptrace(PTRACE_TRACEME, 0, NULL, NULL) != 0) _exit(3);
+        raise(SIGSTOP);                   /* until the parent waits on us */
+        instr_child(r, out);
+        _exit(0);
+    }
+    close(fd[1]);
+    if (pid < 0) { close(fd[0]); return -1; }
+    while (waitpid(pid, &st, 0) == pid && WIFSTOPPED(st)) {
+        int sig = WSTOPSIG(st), pass = sig;      /* the signal to deliver   */
+        if (sig == SIGSTOP || sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGTRAP) pass = 0;
+        if (phase == 0 && sig == SIGUSR1) phase = 1;
+        else if (phase == 1 && sig == SIGTRAP) steps++;
+        else if (phase == 1 && sig == SIGUSR2) phase = 2;
+        ptrace(phase == 1 ? PTRACE_SINGLESTEP : PTRACE_CONT, pid, NULL, (void *)(long)pass);
+    }
+    in = fdopen(fd[0], "r");
+    if (!in || fscanf(in, "%zu %zu", elements, bytes) != 2) steps = -1;
+    if (in) fclose(in);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || phase != 2) steps = -1;
+    return steps;
+}
+
+/* The count by callgrind on `self --instr-region i --instr-T T`; -1 on
+   failure.                                                                 */
+static long long instr_by_callgrind(const char *self, int i, size_t T, size_t *elements,
+                                    size_t *bytes)
+{
+    char out[64], cmd[1400], line[256];
+    long long ir = -1;
+    FILE *p, *f;
+    snprintf(out, sizeof out, "/tmp/kvq_instr.%ld.cg", (long)getpid());
+    snprintf(cmd, sizeof cmd, "valgrind --tool=callgrind --collect-atstart=no "
+             "--toggle-collect=instr_region --callgrind-out-file=%s '%s' --instr-region %d "
+             "--instr-T %zu 2>/dev/null", out, self, i, T);
+    fflush(stdout);
+    if (!(p = popen(cmd, "r"))) return -1;
+    if (fscanf(p, "%zu %zu", elements, bytes) != 2) ir = -2;
+    if (pclose(p) != 0) ir = -2;
+    if (ir == -2 || !(f = fopen(out, "r"))) { remove(out); return -1; }
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "totals:", 7) == 0 || strncmp(line, "summary:", 8) == 0)
+            ir = atoll(line + (line[0] == 't' ? 7 : 8));
+    fclose(f);
+    remove(out);
+    return ir;
+}
+
+/* --instr: the table. `only` (or NULL) keeps the methods whose name
+   contains it.                                                             */
+static int instr_main(size_t T, int use_callgrind, const char *only)
+{
+    static instr_desc r[MAX_REGIONS];
+    static long long ir[MAX_REGIONS];
+    static size_t el[MAX_REGIONS], by[MAX_REGIONS];
+    char self[1024], name[96];
+    int nr = instr_regions(T, r), i;
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) { fprintf(stderr, "bench_cpu: readlink /proc/self/exe failed\n"); return 1; }
+    self[len] = '\0';
+    for (i = 0; i < nr; i++) {
+        instr_name(&r[i], name, sizeof name);
+        if (i > 0 && only && !strstr(name, only)) { ir[i] = -3; continue; }
+        ir[i] = use_callgrind ? instr_by_callgrind(self, i, T, &el[i], &by[i])
+                              : instr_by_ptrace(&r[i], &el[i], &by[i]);
+        if (ir[i] < 0) {
+            fprintf(stderr, "bench_cpu: counting %s (T = %zu) by %s failed\n", name, r[i].T,
+                    use_callgrind ? "callgrind" : "ptrace");
+            return 1;
+        }
+        fprintf(stderr, "   (%s, n_q = %zu, T = %zu: %lld)\n", name, r[i].n_q, r[i].T, ir[i]);
+    }
+    printf("#### 6. Instructions per element (%s, D = %d, T = %zu and %zu)\n\n",
+           use_callgrind ? "callgrind" : "ptrace single-step", INSTR_D, T, 2 * T);
+    printf("Instructions retired by one call, less the empty region's %lld. per el. = at 2T / "
+           "elements at 2T; marginal = (at 2T - at T) / elements added: one stored K or V value "
+           "(attend), one input value (quantize). B/el. = marginal bytes read per element "
+           "(kvq_cache_bytes payload; fp32 input for quantize).\n\n", ir[0]);
+    printf("| method | n_q | instr. at T | instr. at 2T | per el. | marginal per el. | B/el. "
+           "| marginal per byte |\n|---|---|---|---|---|---|---|---|\n");
+    for (i = 1; i + 1 < nr; i += 2) {
+        double d_el, d_ir, d_by;
+        char nq[16] = "-";
+        if (ir[i] == -3) continue;
+        instr_name(&r[i], name, sizeof name);
+        if (r[i].kind != R_QUANT) snprintf(nq, sizeof nq, "%zu", r[i].n_q);
+        d_el = (double)(el[i + 1] - el[i]);
+        d_ir = (double)(ir[i + 1] - ir[i]);
+        d_by = (double)by[i + 1] - (double)by[i];
+        printf("| %s | %s | %lld | %lld | %.3f | %.3f | %.3f | %.2f |\n", name, nq, ir[i] - ir[0],
+               ir[i + 1] - ir[0], (double)(ir[i + 1] - ir[0]) / (double)el[i + 1], d_ir / d_el,
+               d_by / d_el, d_by > 0 ? d_ir / d_by : 0.0);
+    }
+    printf("\n");
+    return 0;
+}
+
+/* --instr-region i: region i alone, for callgrind (see instr_main).       */
+static int instr_one(size_t T, int i)
+{
+    static instr_desc r[MAX_REGIONS];
+    int nr = instr_regions(T, r);
+    if (i < 0 || i >= nr) { fprintf(stderr, "bench_cpu: no region %d\n", i); return 2; }
+    instr_child(&r[i], stdout);
+    return 0;
+}
+#else
+static int instr_main(size_t T, int use_callgrind, const char *only)
+{
+    (void)T; (void)use_callgrind; (void)only;
+    fprintf(stderr, "bench_cpu: --instr needs Linux (ptrace, /proc/self/exe)\n");
+    return 1;
+}
+static int instr_one(size_t T, int i) { return instr_main(T, 0, NULL) + 0 * (int)T * i; }
+#endif
+
+/* ------------------------------------------------------------------------ */
 /* main                                                                     */
 /* ------------------------------------------------------------------------ */
 int main(int argc, char **argv)
@@ -745,16 +1024,36 @@ int main(int argc, char **argv)
     struct utsname un;
     char model[256], head[64], dirty[256], compiler[128], date[64];
     time_t now = time(NULL);
+    /* --instr and its options (section 6)                                  */
+    int instr = 0, instr_region_i = -1, by_callgrind = 0;
+    size_t instr_T = 1024;
+    const char *instr_only = NULL;
 
     for (i = 1; i < argc; i++) {
+        int more = i + 1 < argc;
         if (strcmp(argv[i], "--record") == 0) record = 1;
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--llm") == 0) llm_only = 1;
+        else if (strcmp(argv[i], "--instr") == 0) instr = 1;
+        else if (strcmp(argv[i], "--callgrind") == 0) by_callgrind = 1;
+        else if (strcmp(argv[i], "--instr-T") == 0 && more) {
+            instr_T = (size_t)strtoul(argv[++i], NULL, 10);
+            if (instr_T < 256 || instr_T > 65536 || instr_T % 128) {
+                fprintf(stderr, "bench_cpu: --instr-T must be a multiple of 128 in "
+                        "[256, 65536]\n");
+                return 2;
+            }
+        }
+        else if (strcmp(argv[i], "--instr-only") == 0 && more) instr_only = argv[++i];
+        else if (strcmp(argv[i], "--instr-region") == 0 && more) instr_region_i = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--record] [--quick] [--llm]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--record] [--quick] [--llm]\n"
+                    "       %s --instr [--callgrind] [--instr-T T] [--instr-only NAME]\n",
+                    argv[0], argv[0]);
             return 2;
         }
     }
+    if (instr_region_i >= 0) return instr_one(instr_T, instr_region_i);
     if (record && quick) {
         fprintf(stderr, "bench_cpu: --quick results are not recorded\n");
         return 2;
@@ -789,6 +1088,10 @@ int main(int argc, char **argv)
     printf("kvq bench_cpu: %s, %s, %s, commit %s%s\n", un.machine, model, compiler,
            head, dirty[0] ? " (+ uncommitted changes)" : "");
     printf("kvq.h vector ISA of this build: %s\n", build_isa());
+    if (instr) {
+        printf("\n");
+        return instr_main(instr_T, by_callgrind, instr_only);
+    }
     printf("one thread; medians of interleaved repetitions%s\n\n",
            quick ? "; --quick sizes" : "");
 #ifndef __OPTIMIZE__

@@ -1,0 +1,123 @@
+#!/bin/sh
+# bench/instr_count.sh - instructions per element of kvq.h's decode attention
+# and quantizer, for each ISA build this machine can run (issue 30).
+#
+#     sh bench/instr_count.sh [BUILD_DIR]     (from the repository root;
+#                                              default build/instr)
+#
+# Time depends on the machine; the instructions one call retires depend only
+# on the binary and its input. This builds bench/bench_cpu.c once per vector
+# ISA kvq.h can use and runs its --instr mode (section 6 of bench_cpu.c):
+# one call of each method at T and at 2T tokens, counted exactly, and the
+# marginal instructions per element (one stored K or V value; one input
+# value of the quantizer). Output: each build's table, then one table of the
+# marginal figures side by side; the tables are also left in BUILD_DIR.
+#
+#   x86-64:  plain   -march=x86-64     SSE2 only: kvq.h's lanes as plain
+#                                      floats, fp16 converted in software
+#            AVX2    -march=x86-64-v3  AVX2, FMA, F16C
+#            AVX-512 -march=x86-64-v4  AVX-512 F/BW/DQ/VL, FMA, F16C
+#   AArch64: plain   -DKVQ_NO_SIMD
+#            NEON    (the default)
+#
+# Counter: callgrind (valgrind) where it decodes the ISA, at T = 1024 (~10 s
+# a build); else bench_cpu's own ptrace single-stepping (valgrind 3.19 has
+# no AVX-512), at T = 256 (~5 minutes: a step costs tens of microseconds).
+# The marginal figure does not depend on T once T >= 256 (KIVI-2, AVX2:
+# 1.676 at T = 256, 1.678 at T = 1024). A build whose ISA this CPU lacks is
+# skipped with a line that says so. An AArch64 cross-compiler, if present,
+# only checks that the NEON build compiles: counting needs an AArch64 CPU
+# (run this script there).
+#
+# Environment: CC (gcc), T_CALLGRIND (1024), T_PTRACE (256), ONLY (count only
+# the methods whose name contains it, e.g. ONLY=KIVI-2), KVQ_DIR (the folder
+# whose kvq.h is measured, default the repository root; e.g. a copy of
+# another commit's: git show COMMIT:kvq.h > DIR/kvq.h).
+set -eu
+CC=${CC:-gcc}
+B=${1:-build/instr}
+T_CALLGRIND=${T_CALLGRIND:-1024}
+T_PTRACE=${T_PTRACE:-256}
+FLAGS="-std=c99 -O3 -g -Wall -Wextra -Wpedantic -I${KVQ_DIR:-.}"
+mkdir -p "$B"
+
+has_flags() {                        # has_flags avx2 fma ... : CPU has all
+    for f in "$@"; do
+        grep -qw "$f" /proc/cpuinfo || return 1
+    done
+}
+
+# count NAME COUNTER "CFLAGS" CPU_FLAGS...: build, run --instr with COUNTER
+# (callgrind falls back to ptrace without valgrind), keep the table
+BUILT=""
+count() {
+    name=$1; counter=$2; cflags=$3; shift 3
+    if ! has_flags "$@"; then
+        echo "## $name: skipped, this CPU lacks one of: $*"
+        echo
+        return 0
+    fi
+    bin="$B/bench_cpu_$name"
+    # shellcheck disable=SC2086   # cflags is a list of flags
+    $CC $FLAGS $cflags -o "$bin" bench/bench_cpu.c -lm
+    via="--instr-T $T_PTRACE"
+    if [ "$counter" = callgrind ] && command -v valgrind >/dev/null 2>&1; then
+        via="--callgrind --instr-T $T_CALLGRIND"
+    fi
+    echo "## $name: $CC $cflags"
+    # shellcheck disable=SC2086   # via is a list of options
+    "$bin" --instr $via ${ONLY:+--instr-only "$ONLY"} 2>"$B/instr_$name.log" |
+        tee "$B/instr_$name.md"
+    echo
+    BUILT="$BUILT $name"
+}
+
+case $(uname -m) in
+x86_64|amd64)
+    count plain callgrind "-march=x86-64"
+    count AVX2 callgrind "-march=x86-64-v3" avx2 fma f16c
+    count AVX-512 ptrace "-march=x86-64-v4" avx512f avx512bw avx512dq avx512vl fma f16c
+    for xcc in aarch64-linux-gnu-gcc aarch64-linux-gnu-gcc-12; do
+        if command -v "$xcc" >/dev/null 2>&1; then
+            # shellcheck disable=SC2086
+            $xcc $FLAGS -c -o "$B/bench_cpu_neon.o" bench/bench_cpu.c &&
+                echo "## NEON: $xcc compiles bench_cpu.c; counting needs an AArch64 CPU"
+            break
+        fi
+    done
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 ||
+        echo "## NEON: no AArch64 cross-compiler here; run this script on an AArch64 machine"
+    echo
+    ;;
+aarch64|arm64)
+    count plain callgrind "-DKVQ_NO_SIMD"
+    count NEON callgrind ""
+    ;;
+*)
+    count plain callgrind ""
+    ;;
+esac
+
+# The marginal instructions per element, one column per build
+set -- $BUILT
+[ $# -gt 0 ] || exit 0
+echo "## Marginal instructions per element, by build"
+echo
+awk -v names="$*" '
+    BEGIN { nb = split(names, build, " ") }
+    FNR == 1 { b++ }
+    /^\| (attend|quantize)/ {
+        split($0, c, "|")                       # c[2] method, c[3] n_q, c[7] marginal
+        key = c[2] "|" c[3]
+        if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+        v[key, b] = c[7]
+    }
+    END {
+        printf "| method | n_q |"; for (i = 1; i <= nb; i++) printf " %s |", build[i]; print ""
+        printf "|---|---|"; for (i = 1; i <= nb; i++) printf "---|"; print ""
+        for (k = 1; k <= n; k++) {
+            printf "|%s|", order[k]
+            for (i = 1; i <= nb; i++) printf "%s|", ((order[k], i) in v) ? v[order[k], i] : " - "
+            print ""
+        }
+    }' $(for n in "$@"; do echo "$B/instr_$n.md"; done)
