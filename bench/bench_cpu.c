@@ -13,6 +13,11 @@
          --quick   smaller sizes, fewer repetitions, no LLM runs: a smoke run
                    that cannot be recorded
          --llm     section 4 and its targets only (build/llm and llama-bench)
+       build/bench/bench_cpu --instr [--callgrind | --qemu-aarch64 PLUGIN BUILD]
+                             [--instr-T T] [--instr-only NAME]
+         section 6 alone: instructions retired per element by each method,
+         counted by single-stepping (default), callgrind, or qemu-aarch64 on
+         an AArch64 BUILD; sh bench/instr_count.sh runs it for every ISA
 
    Anchors (each section says when it is missing and how to get it):
      ggml     quantize_row_q4_0_ref / q4_1_ref / q2_0_ref from llama.cpp's
@@ -39,12 +44,14 @@
      3. OTT's outlier competition on the host
      4. LLM decode: build/llm (fp32, fp16, kivi2 caches) vs llama-bench (f16 with
         flash attention off and on, q4_0 caches) at depth 8 and 1024
-     5. the issue's targets as PASS/FAIL lines
+     5. the targets of issues 18 and 30 as PASS/FAIL lines
+     6. (--instr) instructions per element of sections 1 and 2's methods
 
    Method: CLOCK_MONOTONIC; warm-up calls, then repetitions INTERLEAVED
    across the variants of one table (rep r times every variant once, in a
    rotated order), and the median per variant: a slow spell of this shared
-   machine hits all variants alike. Single-threaded. Synthetic N(0,1) data
+   machine hits all variants alike. Each timed call runs cold (after a read
+   of 4x the last-level cache) and at once again warm: time_interleaved. Single-threaded. Synthetic N(0,1) data
    from a fixed-seed RNG of our own, so every run times the same work.    */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, popen, read under -std=c99 */
 #define KVQ_IMPLEMENTATION
@@ -749,10 +756,23 @@ static void target(int ok, const char *skip, const char *fmt, ...)
                 this binary with --instr-region: the same count (instructions
                 executed inside instr_region) about 1000x faster.
 
-   Both subtract an empty region's count (the framing itself); both count
-   user-space instructions only, a rep-prefixed instruction once per
-   iteration.                                                               */
+     qemu       an AArch64 build of this file (--instr-target) run by
+                qemu-aarch64 with the plugin bench/qemu_insn.c, which counts
+                every guest instruction; a run with --instr-dry 1 (the same
+                process without the counted call; both runs parse the same
+                arguments) is subtracted. For NEON on
+                a machine without an AArch64 CPU.
+
+   Each subtracts an empty region's count (the framing itself); each counts
+   user-space instructions only.                                            */
 enum { R_EMPTY, R_LOOP, R_ATTEND, R_QUANT };
+enum { BY_PTRACE, BY_CALLGRIND, BY_QEMU };
+typedef struct {
+    int by;                  /* BY_*                                        */
+    const char *plugin;      /* BY_QEMU: the plugin's .so                    */
+    const char *target;      /* BY_QEMU: the AArch64 build of this file     */
+} instr_how;
+static int instr_dry;        /* --instr-dry 1: skip the counted call        */
 typedef struct {
     int kind;              /* R_*                                           */
     int cache;             /* R_ATTEND: index into cache_name               */
@@ -866,9 +886,9 @@ static void instr_child(const instr_desc *r, FILE *report)
     }
     f(ctx);
     raise(SIGUSR1);
-    instr_region(f, ctx);
+    if (!instr_dry) instr_region(f, ctx);
     raise(SIGUSR2);
-    fprintf(report, "%zu %zu\n", elements, bytes);
+    fprintf(report, "%zu %zu\nisa %s\n", elements, bytes, build_isa());
     fflush(report);
 }
 
@@ -932,14 +952,43 @@ static long long instr_by_callgrind(const char *self, int i, size_t T, size_t *e
     return ir;
 }
 
+/* The count by qemu-aarch64 and the plugin: the region's process less the
+   same process with --instr-dry; -1 on failure. `isa` gets the target's
+   build_isa().                                                             */
+static long long instr_by_qemu(const instr_how *how, int i, size_t T, size_t *elements,
+                               size_t *bytes, char *isa, size_t n_isa)
+{
+    long long insns[2] = { -1, -1 };
+    int dry;
+    for (dry = 0; dry < 2; dry++) {
+        char cmd[1400], line[512], *at;
+        FILE *p;
+        int got = 0;
+        snprintf(cmd, sizeof cmd, "qemu-aarch64 -plugin '%s' -d plugin '%s' --instr-region %d "
+                 "--instr-T %zu --instr-dry %d 2>&1", how->plugin, how->target, i, T, dry);
+        fflush(stdout);
+        if (!(p = popen(cmd, "r"))) return -1;
+        while (fgets(line, sizeof line, p)) {
+            if ((at = strstr(line, "insns: "))) insns[dry] = atoll(at + 7);
+            if (!strncmp(line, "isa ", 4)) snprintf(isa, n_isa, "%.*s",
+                                                    (int)strcspn(line + 4, "\n"), line + 4);
+            else if (sscanf(line, "%zu %zu", elements, bytes) == 2) got = 1;
+        }
+        if (pclose(p) != 0 || !got) return -1;
+    }
+    return insns[0] < 0 || insns[1] < 0 ? -1 : insns[0] - insns[1];
+}
+
 /* --instr: the table. `only` (or NULL) keeps the methods whose name
    contains it.                                                             */
-static int instr_main(size_t T, int use_callgrind, const char *only)
+static int instr_main(size_t T, const instr_how *how, const char *only)
 {
+    static const char *const by_name[3] = { "ptrace single-step", "callgrind",
+                                            "qemu-aarch64 and bench/qemu_insn.c" };
     static instr_desc r[MAX_REGIONS];
     static long long ir[MAX_REGIONS];
     static size_t el[MAX_REGIONS], by[MAX_REGIONS];
-    char self[1024], name[96];
+    char self[1024], name[96], isa[128] = "";
     int nr = instr_regions(T, r), i;
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) { fprintf(stderr, "bench_cpu: readlink /proc/self/exe failed\n"); return 1; }
@@ -947,17 +996,20 @@ static int instr_main(size_t T, int use_callgrind, const char *only)
     for (i = 0; i < nr; i++) {
         instr_name(&r[i], name, sizeof name);
         if (i > 0 && only && !strstr(name, only)) { ir[i] = -3; continue; }
-        ir[i] = use_callgrind ? instr_by_callgrind(self, i, T, &el[i], &by[i])
-                              : instr_by_ptrace(&r[i], &el[i], &by[i]);
+        ir[i] = how->by == BY_CALLGRIND ? instr_by_callgrind(self, i, T, &el[i], &by[i])
+              : how->by == BY_QEMU ? instr_by_qemu(how, i, T, &el[i], &by[i], isa, sizeof isa)
+              : instr_by_ptrace(&r[i], &el[i], &by[i]);
         if (ir[i] < 0) {
             fprintf(stderr, "bench_cpu: counting %s (T = %zu) by %s failed\n", name, r[i].T,
-                    use_callgrind ? "callgrind" : "ptrace");
+                    by_name[how->by]);
             return 1;
         }
         fprintf(stderr, "   (%s, n_q = %zu, T = %zu: %lld)\n", name, r[i].n_q, r[i].T, ir[i]);
     }
     printf("#### 6. Instructions per element (%s, D = %d, T = %zu and %zu)\n\n",
-           use_callgrind ? "callgrind" : "ptrace single-step", INSTR_D, T, 2 * T);
+           by_name[how->by], INSTR_D, T, 2 * T);
+    if (how->by == BY_QEMU)
+        printf("Counted on %s, whose kvq.h vector ISA is %s.\n\n", how->target, isa);
     printf("Instructions retired by one call, less the empty region's %lld. per el. = at 2T / "
            "elements at 2T; marginal = (at 2T - at T) / elements added: one stored K or V value "
            "(attend), one input value (quantize). B/el. = marginal bytes read per element "
@@ -991,13 +1043,13 @@ static int instr_one(size_t T, int i)
     return 0;
 }
 #else
-static int instr_main(size_t T, int use_callgrind, const char *only)
+static int instr_main(size_t T, const instr_how *how, const char *only)
 {
-    (void)T; (void)use_callgrind; (void)only;
+    (void)T; (void)how; (void)only;
     fprintf(stderr, "bench_cpu: --instr needs Linux (ptrace, /proc/self/exe)\n");
     return 1;
 }
-static int instr_one(size_t T, int i) { return instr_main(T, 0, NULL) + 0 * (int)T * i; }
+static int instr_one(size_t T, int i) { return instr_main(T, NULL, NULL) + 0 * (int)T * i; }
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -1025,7 +1077,8 @@ int main(int argc, char **argv)
     char model[256], head[64], dirty[256], compiler[128], date[64];
     time_t now = time(NULL);
     /* --instr and its options (section 6)                                  */
-    int instr = 0, instr_region_i = -1, by_callgrind = 0;
+    int instr = 0, instr_region_i = -1;
+    instr_how how = { BY_PTRACE, NULL, NULL };
     size_t instr_T = 1024;
     const char *instr_only = NULL;
 
@@ -1035,7 +1088,13 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--llm") == 0) llm_only = 1;
         else if (strcmp(argv[i], "--instr") == 0) instr = 1;
-        else if (strcmp(argv[i], "--callgrind") == 0) by_callgrind = 1;
+        else if (strcmp(argv[i], "--callgrind") == 0) how.by = BY_CALLGRIND;
+        else if (strcmp(argv[i], "--instr-dry") == 0 && more) instr_dry = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--qemu-aarch64") == 0 && i + 2 < argc) {
+            how.by = BY_QEMU;
+            how.plugin = argv[++i];
+            how.target = argv[++i];
+        }
         else if (strcmp(argv[i], "--instr-T") == 0 && more) {
             instr_T = (size_t)strtoul(argv[++i], NULL, 10);
             if (instr_T < 256 || instr_T > 65536 || instr_T % 128) {
@@ -1048,7 +1107,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--instr-region") == 0 && more) instr_region_i = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--record] [--quick] [--llm]\n"
-                    "       %s --instr [--callgrind] [--instr-T T] [--instr-only NAME]\n",
+                    "       %s --instr [--callgrind | --qemu-aarch64 PLUGIN.so AARCH64_BUILD]\n"
+                    "                  [--instr-T T] [--instr-only NAME]\n",
                     argv[0], argv[0]);
             return 2;
         }
@@ -1090,7 +1150,7 @@ int main(int argc, char **argv)
     printf("kvq.h vector ISA of this build: %s\n", build_isa());
     if (instr) {
         printf("\n");
-        return instr_main(instr_T, by_callgrind, instr_only);
+        return instr_main(instr_T, &how, instr_only);
     }
     printf("one thread; medians of interleaved repetitions%s\n\n",
            quick ? "; --quick sizes" : "");
