@@ -28,7 +28,7 @@
        6. Host: a kvq_cache exported to pages (for tests, benches, engines)
        7. Tensor-core fragment order: maps, permutation, decode, weight split
        8. Decode attention on the tensor cores (v5: sealed pages, merged
-          with Sec. 4's kernel for the rest; not yet run on a GPU)
+          with Sec. 4's kernel for the rest)
 
    0. ERRORS. Every launcher returns a cudaError_t.
      - Bad arguments (NULL, unsupported D/B/G, groups that do not divide, a
@@ -330,11 +330,9 @@ __global__ void kvq_quantize_check_kernel(const __half *__restrict__ X, kvq_dev_
    FB, FG: 0, 0 for any shape; or B and G fixed at compile time, which turns
    every loop below into straight-line code (no branch per element on the
    group's end or the word's), with the same operations in the same order,
-   hence the same bits (test_gpu checks it on a GPU). kvq_cuda_quantize
-   runs the fixed kernel at G = 32 with B = 2 or 4, where it measured
-   12-32% faster on an H100; at G = 128 the result was mixed (one shape
-   faster, three 6-26% slower), so every other shape runs <0, 0>
-   (bench/RESULTS.md has the runs).                                       */
+   hence the same bits (test_gpu checks it). kvq_cuda_quantize runs the
+   fixed kernel at G = 32 with B = 2 or 4, where it is the faster one, and
+   <0, 0> for every other shape (bench/RESULTS.md has the timings).      */
 template <int FB, int FG>
 __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
                                     const int32_t *__restrict__ unit_dst,
@@ -604,8 +602,7 @@ static __host__ __device__ __forceinline__ uint32_t kvq_cuda_sealed_pages(const 
    A tile of a G = 64/128 page is staged into the layout of a G = 32 page:
    the same arithmetic on the same codes, a quarter of a page's shared
    memory per stage, and the page's key scales re-read from L2 by each
-   tile. (Whole pages as items, version 2 of the bench, were slower in 46
-   of its 60 G = 128 rows on the H100: bench/RESULTS.md.)
+   tile (whole pages as items were slower: bench/RESULTS.md).
 
        page (G = 128)   k_words ch d: [w0 w1 | w2 w3 | w4 w5 | w6 w7]   B = 2
                         tile:            t0     t1      t2      t3
@@ -642,8 +639,8 @@ static __host__ __device__ __forceinline__ uint32_t kvq_cuda_sealed_pages(const 
      pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
 #define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
 /* CTAs per SM the compiler must fit for the 1-head and the 4-head kernels
-   (a register cap: 65536 / (128 n) registers per thread; an H100 sweep
-   found no better pair: bench/RESULTS.md), and the largest two-stage buffer
+   (a register cap: 65536 / (128 n) registers per thread; the pair is the
+   fastest of bench/RESULTS.md's sweep), and the largest two-stage buffer
    per CTA, in KB, above which one stage.                                 */
 #define KVQ_CUDA_NH1_MIN_CTAS 3
 #define KVQ_CUDA_NH4_MIN_CTAS 1
@@ -707,9 +704,8 @@ static __device__ __forceinline__ float kvq_dev_rescale(float a, float b)
    PTX rule: the operation applied to 0xF0, 0xCC, 0xAA). Written in C, the
    compiler emits two, as a SASS LOP3 takes only one immediate; passing
    1.0f's bits as a register operand lets ptxas keep them in a register
-   for the whole loop. sm_90 SASS of the inner step per 32-bit word
-   (CUDA 13.0, bench/RESULTS.md): 83 -> 68 instructions at B = 2 with
-   one head, 138 -> 123 with four: 4 -> 3 (and 7 -> 6) per code.        */
+   for the whole loop: one instruction fewer per code (bench/RESULTS.md
+   has the SASS counts).                                                 */
 template <int B, int I>
 static __device__ __forceinline__ float kvq_dev_code_f(uint32_t x)
 {
@@ -770,6 +766,17 @@ struct kvq_dev_warp_state {
     float acc_f[NH][D / 32];         /* slow path: channels lane*D/32 + c    */
     float acc_q[NH][B ? 32 / (B ? B : 1) : 1];   /* fast path: channels j*32/B + i */
     float acc_b[NH];                 /* fast path: constant part, per group */
+    __device__ __forceinline__ void init()
+    {
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+            m[h] = -INFINITY; l[h] = 0.0f; acc_b[h] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) acc_f[h][c] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < (B ? 32 / (B ? B : 1) : 1); i++) acc_q[h][i] = 0.0f;
+        }
+    }
 };
 
 /* Fold one batch of scores into the state: new max, rescale everything,
@@ -1042,36 +1049,32 @@ static __device__ __forceinline__ void kvq_dev_stage_tile(const kvq_cuda_pool &p
     kvq_dev_warp_copy(buf + PT::KWB + PT::KSB + PT::VWB, pool.v_sz + at.value_sz(page, tile), vsb, lane);
 }
 
-/* G here is the item's token count, KVQ_CUDA_TILE (a tile's staged
-   layout is a page of that many tokens); slot0 = the stream slot of its
-   first token.                                                            */
-template <int D, int B, int G, int NH>
-static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged page or tile */,
-                                         const kvq_cuda_pool &pool, const kvq_cuda_stream *s,
-                                         uint32_t slot0, const float *qs /* (NH, D) smem */,
-                                         kvq_dev_warp_state<D, B, NH> &st,
-                                         float *pbuf /* (NH, G) */, int lane)
-{
-    typedef kvq_dev_page<D, B, G> PG;
-    constexpr int P = 32 / B;                 /* codes per word            */
-    constexpr int WPG = G * B / 32;           /* key words per channel     */
-    constexpr int KW = D * WPG / 32;          /* key words per lane        */
-    constexpr int L = 32 / WPG;               /* lanes sharing a word column */
-    constexpr int LOGL = (L >= 32) ? 5 : (L >= 16) ? 4 : (L >= 8) ? 3 : (L >= 4) ? 2 : (L >= 2) ? 1 : 0;
-    constexpr int SPL = P >> LOGL;            /* scores per lane = G / 32   */
-    constexpr int WPT = D * B / 32;           /* value words per token     */
-    constexpr int VW = G * WPT / 32;          /* value words per lane      */
+/* The fast path's geometry for a page (or tile) of G tokens.            */
+template <int D, int B, int G>
+struct kvq_dev_fast_shape {
+    static constexpr int P = 32 / B;                 /* codes per word            */
+    static constexpr int WPG = G * B / 32;           /* key words per channel     */
+    static constexpr int KW = D * WPG / 32;          /* key words per lane        */
+    static constexpr int L = 32 / WPG;               /* lanes sharing a word column */
+    static constexpr int LOGL = (L >= 32) ? 5 : (L >= 16) ? 4 : (L >= 8) ? 3 : (L >= 4) ? 2 : (L >= 2) ? 1 : 0;
+    static constexpr int SPL = P >> LOGL;            /* scores per lane = G / 32   */
+    static constexpr int WPT = D * B / 32;           /* value words per token     */
+    static constexpr int VW = G * WPT / 32;          /* value words per lane      */
     static_assert(SPL * 32 == G, "fast-path geometry");
     static_assert(32 % WPG == 0 && 32 % WPT == 0, "a word column must fit a warp");
+};
 
-    const uint32_t *kw = (const uint32_t *)buf;
-    const kvq_sz *ks = (const kvq_sz *)(buf + PG::KWB);
-    const uint32_t *vw = (const uint32_t *)(buf + PG::KWB + PG::KSB);
-    const kvq_sz *vs = (const kvq_sz *)(buf + PG::KWB + PG::KSB + PG::VWB);
-    const int gpt = D / pool.value_group;     /* value groups per token     */
-    const kvq_zero_mode mode = pool.zero_mode;
-
-    /* ---- keys: partial scores for the P slots of this lane's word ------ */
+/* Keys: partial scores for the P slots of this lane's word, completed
+   across the L lanes of each word column: score[h][i] is slot
+   w P + tau + i's (-inf if dead).                                        */
+template <int D, int B, int G, int NH>
+static __device__ __forceinline__ void kvq_dev_fast_scores(const uint32_t *kw, const kvq_sz *ks,
+                                                           kvq_zero_mode mode, const kvq_cuda_stream *s,
+                                                           uint32_t slot0, const float *qs, int lane,
+                                                           float (&score)[NH][kvq_dev_fast_shape<D, B, G>::SPL])
+{
+    typedef kvq_dev_fast_shape<D, B, G> F;
+    constexpr int P = F::P, WPG = F::WPG, KW = F::KW, LOGL = F::LOGL, SPL = F::SPL;
     float part[NH][P], cst[NH];
 #pragma unroll
     for (int h = 0; h < NH; h++) {
@@ -1098,10 +1101,8 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
             kvq_dev_word_fma<B, NH>(x[c], z[c], mode, q, part, cst);
         }
     }
-    /* complete the sums across the L lanes of each word column            */
     const int w = lane % WPG;
     const int tau = kvq_dev_transpose_tau<P, LOGL, WPG>(lane);
-    float score[NH][SPL];
 #pragma unroll
     for (int h = 0; h < NH; h++) {
         kvq_dev_transpose<P, LOGL, WPG>::run(part[h], lane);
@@ -1114,7 +1115,18 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
             score[h][i] = dead ? -INFINITY : part[h][i] + cst[h];
         }
     }
-    /* ---- softmax: weights of this page's slots into pbuf ---------------- */
+}
+
+/* Softmax: fold the scores into the state, their weights into pbuf.     */
+template <int D, int B, int G, int NH>
+static __device__ __forceinline__ void kvq_dev_fast_softmax(const float (&score)[NH][kvq_dev_fast_shape<D, B, G>::SPL],
+                                                            kvq_dev_warp_state<D, B, NH> &st,
+                                                            float *pbuf /* (NH, G) */, int lane)
+{
+    typedef kvq_dev_fast_shape<D, B, G> F;
+    constexpr int P = F::P, WPG = F::WPG, LOGL = F::LOGL, SPL = F::SPL;
+    const int w = lane % WPG;
+    const int tau = kvq_dev_transpose_tau<P, LOGL, WPG>(lane);
 #pragma unroll
     for (int h = 0; h < NH; h++) {
         float mx = -INFINITY, m_new;
@@ -1128,10 +1140,21 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
             pbuf[h * G + w * P + tau + i] = p;
         }
     }
-    __syncwarp();
-    /* ---- values: word j of slot t, for every 32/WPT-th slot ------------- */
+}
+
+/* Values: word j = lane % WPT of every 32/WPT-th slot's value, times the
+   slot's weights from pbuf, into acc_q and acc_b.                       */
+template <int D, int B, int G, int NH>
+static __device__ __forceinline__ void kvq_dev_fast_values(const uint32_t *vw, const kvq_sz *vs,
+                                                           int value_group, kvq_zero_mode mode,
+                                                           const float *pbuf /* (NH, G) */,
+                                                           kvq_dev_warp_state<D, B, NH> &st, int lane)
+{
+    typedef kvq_dev_fast_shape<D, B, G> F;
+    constexpr int P = F::P, WPT = F::WPT, VW = F::VW;
+    const int gpt = D / value_group;          /* value groups per token     */
     const int j = lane % WPT;
-    const int g = (j * P) / pool.value_group;   /* this lane's value group */
+    const int g = (j * P) / value_group;      /* this lane's value group */
     constexpr int CHV = (VW < 8) ? VW : 8;
 #pragma unroll
     for (int c0 = 0; c0 < VW; c0 += CHV) {
@@ -1152,6 +1175,28 @@ static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged pa
             kvq_dev_word_fma<B, NH>(x[c], z[c], mode, p, st.acc_q, st.acc_b);
         }
     }
+}
+
+/* One staged page or tile of G tokens (KVQ_CUDA_TILE: a tile's staged
+   layout is a page of that many tokens); slot0 = the stream slot of its
+   first token.                                                            */
+template <int D, int B, int G, int NH>
+static __device__ void kvq_dev_fast_item(const unsigned char *buf /* a staged page or tile */,
+                                         const kvq_cuda_pool &pool, const kvq_cuda_stream *s,
+                                         uint32_t slot0, const float *qs /* (NH, D) smem */,
+                                         kvq_dev_warp_state<D, B, NH> &st,
+                                         float *pbuf /* (NH, G) */, int lane)
+{
+    typedef kvq_dev_page<D, B, G> PG;
+    const uint32_t *kw = (const uint32_t *)buf;
+    const kvq_sz *ks = (const kvq_sz *)(buf + PG::KWB);
+    const uint32_t *vw = (const uint32_t *)(buf + PG::KWB + PG::KSB);
+    const kvq_sz *vs = (const kvq_sz *)(buf + PG::KWB + PG::KSB + PG::VWB);
+    float score[NH][kvq_dev_fast_shape<D, B, G>::SPL];
+    kvq_dev_fast_scores<D, B, G, NH>(kw, ks, pool.zero_mode, s, slot0, qs, lane, score);
+    kvq_dev_fast_softmax<D, B, G, NH>(score, st, pbuf, lane);
+    __syncwarp();
+    kvq_dev_fast_values<D, B, G, NH>(vw, vs, pool.value_group, pool.zero_mode, pbuf, st, lane);
     __syncwarp();
 }
 
@@ -1192,6 +1237,96 @@ static __device__ __forceinline__ void kvq_dev_write_split(const float (&red_acc
     }
 }
 
+/* The warp's fast items item, item + KVQ_CUDA_WARPS, ... below
+   fast_end = min(n_fast, last):
+   with two stages the next item's copy is in flight while this one is
+   computed; one stage when two do not fit (stage_smem: the dynamic
+   shared memory, n_stages item buffers per warp). item ends past them.  */
+template <int D, int B, int NH>
+static __device__ __forceinline__ void kvq_dev_fast_items(const kvq_cuda_pool &pool,
+                                                              const kvq_cuda_stream *s, uint32_t &item,
+                                                              uint32_t n_fast, uint32_t last,
+                                                              int n_stages,
+                                                              unsigned char *stage_smem, int warp,
+                                                              const float *qs,
+                                                              kvq_dev_warp_state<D, B, NH> &st,
+                                                              float *pbuf, int lane)
+{
+    constexpr int TG = KVQ_CUDA_TILE;
+    typedef kvq_dev_page<D, B, TG> PT;
+    const uint32_t TPP = (uint32_t)pool.group / TG;   /* tiles per page */
+    const int vsb = TG * (D / pool.value_group) * 4;
+    const int pb = PT::KWB + PT::KSB + PT::VWB + vsb;      /* item bytes */
+    unsigned char *mine = stage_smem + (size_t)warp * n_stages * pb;
+    const uint32_t fast_end = n_fast < last ? n_fast : last;
+    auto stage_item = [&](uint32_t i, unsigned char *buf) {
+        kvq_dev_stage_tile<D, B>(pool, (size_t)s->pages[i / TPP], (int)(i % TPP), buf, lane);
+    };
+    if (n_stages == 2) {
+        int stage = 0;
+        if (item < fast_end) stage_item(item, mine);
+        kvq_dev_cp_commit();
+        for (; item < fast_end; item += KVQ_CUDA_WARPS) {
+            const uint32_t next = item + KVQ_CUDA_WARPS;
+            if (next < fast_end) stage_item(next, mine + (stage ^ 1) * pb);
+            kvq_dev_cp_commit();
+            kvq_dev_cp_wait<1>();          /* this item has landed      */
+            __syncwarp();
+            kvq_dev_fast_item<D, B, TG, NH>(mine + stage * pb, pool, s, item * TG, qs, st, pbuf, lane);
+            stage ^= 1;                    /* fast_item ends in __syncwarp */
+        }
+        kvq_dev_cp_wait<0>();
+    } else {
+        for (; item < fast_end; item += KVQ_CUDA_WARPS) {
+            stage_item(item, mine);
+            kvq_dev_cp_commit();
+            kvq_dev_cp_wait<0>();
+            __syncwarp();
+            kvq_dev_fast_item<D, B, TG, NH>(mine, pool, s, item * TG, qs, st, pbuf, lane);
+        }
+    }
+}
+
+/* A warp's state into shared memory for kvq_dev_write_split: the two
+   accumulator layouts merged (lanes with the same value word j hold
+   disjoint slots: summed first), l summed over the warp, (m, l) from
+   lane 0.                                                               */
+template <int D, int B, int NH>
+static __device__ __forceinline__ void kvq_dev_state_out(kvq_dev_warp_state<D, B, NH> &st,
+                                                         float *red_acc /* (NH, D) */,
+                                                         float *red_ml /* (NH, 2) */, int lane)
+{
+    constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        st.l[h] = kvq_dev_warp_sum(st.l[h]);
+#pragma unroll
+        for (int c = 0; c < CPL; c++) red_acc[h * D + lane * CPL + c] = st.acc_f[h][c];
+    }
+    if constexpr (B > 0) {
+        constexpr int WPT = D * B / 32;
+#pragma unroll
+        for (int m = WPT; m < 32; m <<= 1)
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                st.acc_b[h] += __shfl_xor_sync(0xffffffffu, st.acc_b[h], m);
+#pragma unroll
+                for (int i = 0; i < P; i++)
+                    st.acc_q[h][i] += __shfl_xor_sync(0xffffffffu, st.acc_q[h][i], m);
+            }
+        __syncwarp();
+        if (lane < WPT)
+#pragma unroll
+            for (int h = 0; h < NH; h++)
+#pragma unroll
+                for (int i = 0; i < P; i++)
+                    red_acc[h * D + lane * P + i] += st.acc_q[h][i] + st.acc_b[h];
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int h = 0; h < NH; h++) { red_ml[2 * h] = st.m[h]; red_ml[2 * h + 1] = st.l[h]; }
+}
+
 /* -- the kernel ------------------------------------------------------------- */
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).
    B = 0: the fp16 baseline (no pages). Its splits are work's splits
@@ -1204,7 +1339,7 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages,
                   int split0, int n_splits, int skip_sealed)
 {
-    constexpr int CPL = D / 32, P = B ? 32 / (B ? B : 1) : 1;
+    constexpr int CPL = D / 32;
     constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
     KVQ_CUDA_SHARED(float, qs, [NH * D]);
     KVQ_CUDA_SHARED(float, pbuf, [KVQ_CUDA_WARPS][NH * PB]);
@@ -1225,15 +1360,8 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
         for (int c = 0; c < CPL; c++) qf[h][c] = qs[h * D + lane * CPL + c];
 
     kvq_dev_warp_state<D, B, NH> st;
-#pragma unroll
-    for (int h = 0; h < NH; h++) {
-        st.m[h] = -INFINITY; st.l[h] = 0.0f; st.acc_b[h] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < CPL; c++) st.acc_f[h][c] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < P; i++) st.acc_q[h][i] = 0.0f;
-    }
-
+    st.init();
+    /* this split's items: fast ones (whole tiles) first, then the slow    */
     const kvq_cuda_items it = kvq_cuda_count_items(*s, TG, B > 0);
     const uint32_t skip = (B > 0 && skip_sealed) ? kvq_cuda_sealed_pages(*s, pool.group) *
                                                    ((uint32_t)pool.group / TG) : 0;
@@ -1248,81 +1376,16 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
     src.n_total = it.n_slow_tokens;
     uint32_t item = first + warp;
     if constexpr (B > 0) {
-        /* fast items: with two stages, the next item's copy is in flight
-           while this one is computed; one stage when two do not fit      */
-        typedef kvq_dev_page<D, (B ? B : 2), TG> PT;
-        const uint32_t TPP = (uint32_t)pool.group / TG;   /* tiles per page */
         KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_dev_stage);
-        const int vsb = TG * (D / pool.value_group) * 4;
-        const int pb = PT::KWB + PT::KSB + PT::VWB + vsb;      /* item bytes */
-        unsigned char *mine = kvq_dev_stage + (size_t)warp * n_stages * pb;
-        const uint32_t fast_end = it.n_fast < last ? it.n_fast : last;
-        auto stage_item = [&](uint32_t i, unsigned char *buf) {
-            kvq_dev_stage_tile<D, B>(pool, (size_t)s->pages[i / TPP], (int)(i % TPP), buf, lane);
-        };
-        if (n_stages == 2) {
-            int stage = 0;
-            if (item < fast_end) stage_item(item, mine);
-            kvq_dev_cp_commit();
-            for (; item < fast_end; item += KVQ_CUDA_WARPS) {
-                const uint32_t next = item + KVQ_CUDA_WARPS;
-                if (next < fast_end) stage_item(next, mine + (stage ^ 1) * pb);
-                kvq_dev_cp_commit();
-                kvq_dev_cp_wait<1>();          /* this item has landed      */
-                __syncwarp();
-                kvq_dev_fast_item<D, B, TG, NH>(mine + stage * pb, pool, s, item * TG, qs, st,
-                                                pbuf[warp], lane);
-                stage ^= 1;                    /* fast_item ends in __syncwarp */
-            }
-            kvq_dev_cp_wait<0>();
-        } else {
-            for (; item < fast_end; item += KVQ_CUDA_WARPS) {
-                stage_item(item, mine);
-                kvq_dev_cp_commit();
-                kvq_dev_cp_wait<0>();
-                __syncwarp();
-                kvq_dev_fast_item<D, B, TG, NH>(mine, pool, s, item * TG, qs, st, pbuf[warp],
-                                                lane);
-            }
-        }
+        kvq_dev_fast_items<D, B, NH>(pool, s, item, it.n_fast, last, n_stages, kvq_dev_stage, warp,
+                                     qs, st, pbuf[warp], lane);
     }
     for (; item < last; item += KVQ_CUDA_WARPS)
         kvq_dev_slow_item<D, B, NH>(src, (item - it.n_fast) * KVQ_CUDA_CHUNK, qf, st,
                                     pbuf[warp], lane);
 
-    /* ---- merge this warp's two accumulator layouts into red_acc ------- */
-#pragma unroll
-    for (int h = 0; h < NH; h++) {
-        st.l[h] = kvq_dev_warp_sum(st.l[h]);
-#pragma unroll
-        for (int c = 0; c < CPL; c++) red_acc[warp][h * D + lane * CPL + c] = st.acc_f[h][c];
-    }
-    if constexpr (B > 0) {
-        constexpr int WPT = D * B / 32;
-        /* lanes with the same word j hold disjoint slots: sum them         */
-#pragma unroll
-        for (int m = WPT; m < 32; m <<= 1)
-#pragma unroll
-            for (int h = 0; h < NH; h++) {
-                st.acc_b[h] += __shfl_xor_sync(0xffffffffu, st.acc_b[h], m);
-#pragma unroll
-                for (int i = 0; i < P; i++)
-                    st.acc_q[h][i] += __shfl_xor_sync(0xffffffffu, st.acc_q[h][i], m);
-            }
-        __syncwarp();
-        if (lane < WPT)
-#pragma unroll
-            for (int h = 0; h < NH; h++)
-#pragma unroll
-                for (int i = 0; i < P; i++)
-                    red_acc[warp][h * D + lane * P + i] += st.acc_q[h][i] + st.acc_b[h];
-    }
-    if (lane == 0)
-#pragma unroll
-        for (int h = 0; h < NH; h++) { red_ml[warp][2 * h] = st.m[h]; red_ml[warp][2 * h + 1] = st.l[h]; }
+    kvq_dev_state_out<D, B, NH>(st, red_acc[warp], red_ml[warp], lane);
     __syncthreads();
-
-    /* ---- merge the warps; write this split's (m, l, acc) ---------------- */
     kvq_dev_write_split<D, NH, KVQ_CUDA_WARPS>(red_acc, red_ml, work, stream_id, n_rep, h0,
                                                split0 + split, n_splits);
 }
@@ -1713,76 +1776,37 @@ rows_only:
 /* ======================================================================== */
 /* 7. tensor-core fragment order                                            */
 /* ======================================================================== */
-/* Sec. 4's fast path multiplies codes on the CUDA cores: about 5
-   instructions per code per query head (bench/RESULTS.md, SASS counts),
-   which caps it near 62% of copy bandwidth with one head and near 1x fp16
-   SDPA with four. Sec. 8's kernel puts the codes on the TENSOR CORES.
-   This section holds what that kernel and its tests share: the fragment
-   maps, the in-page permutation, the code decode and the weight split.
-   Everything here is host+device and checked on the CPU against kvq.h
-   (test_gpu --host, "fragment replay"); bench/mma_probe.cu times the
-   decode + MMA step on a GPU.
+/* What Sec. 8's kernel (v5) and its tests share: the fragment maps, the
+   in-page permutation, the code decode and the weight split. Everything
+   here is host+device and checked on the CPU against kvq.h (test_gpu
+   --host, "fragment replay"). bench/mma_design.md derives it in full
+   (the algebra, why hi + lo is exact to fp32, the decodes); walkthrough
+   9.9 teaches it.
 
-   THE ALGEBRA. mma.sync.m16n8k16 (f16 x f16 -> f32) computes
-   C(16x8) += A(16x16) B(16x8) in one instruction. Codes (0..15) are exact
-   in fp16, so A is the codes themselves and every float of kvq.h Sec. 8's
-   algebra goes into B, which is small:
-     keys, per-channel:  s_ht = sum_d c_td (q_hd a_d)  + sum_d q_hd b_d
-        A = codes        rows: 16 tokens,    cols: 16 channels
-        B = q_hd a_d     rows: 16 channels,  cols: 4 heads x (hi, lo)
-     values, per-token:  o_hd = sum_t c_td (p_ht a_tg) + sum_t p_ht b_tg
-        A = codes^T      rows: 16 channels,  cols: 16 tokens     (g = d / Gv)
-        B = p_ht a_tg    rows: 16 tokens,    cols: 4 heads x (hi, lo)
-   (a, b: a group's affine map, kvq_dev_affine.) The zero terms are small
-   dot products beside the MMAs.
+   THE ALGEBRA. mma.sync.m16n8k16 computes C(16x8) += A(16x16) B(16x8),
+   f16 in, f32 out. Codes (0..15) are exact in fp16, so A is the codes and
+   every float goes into B:
+     keys    A = codes   (16 tokens x 16 channels), B = q_hd a_d
+     values  A = codes^T (16 channels x 16 tokens), B = p_ht a_tg
+   B's column 2j is head j's weight w 2^e (e: a power of two that puts the
+   largest |w| in [2^14, 2^15)) rounded to fp16 (hi), column 2j + 1 the
+   rest (lo): (c0 + c1) 2^-e is head j's result to 2^-23 of the largest
+   weight. One MMA serves 4 query heads.
 
-   EXACT TO FP32. One fp16 keeps 11 significant bits. Each weight w of a
-   page and head is scaled by 2^e (a power of two: exact) so the largest
-   |w| lands in [2^14, 2^15), then split: hi = fp16(w 2^e), lo = fp16(w 2^e
-   - hi). hi + lo is w 2^e to within half an ulp of lo: |lo| <= 8, so at
-   most 2^-9, or 2^-23 of the page's largest weight (kvq_mma_split).
-   Column 2j of B holds head j's hi and column 2j + 1 its lo, so C's
-   columns 2j and 2j + 1 land in the same lane (c0, c1 below): their sum
-   times 2^-e (exact) is head j's result, in fp32. One MMA thus serves 4
-   query heads of a KV head; 8 heads take two MMAs on the same A (decoded
-   once), 16 take four: the decode no longer grows with the GQA ratio.
-
-   FRAGMENTS (PTX ISA, mma.m16n8k16, .row A, .col B, f16 in, f32 out).
-   Lane l, gid = l / 4, tig = l % 4:
+   FRAGMENTS (PTX ISA, mma.m16n8k16, .row A, .col B). Lane l, gid = l / 4,
+   tig = l % 4:
      A, halves a0..a7:   row gid + 8 ((i/2) % 2),  col 2 tig + i % 2 + 8 (i/4)
      B, halves b0..b3:   row 2 tig + i % 2 + 8 (i/2),  col gid
      C, floats c0..c3:   row gid + 8 (i/2),  col 2 tig + i % 2
 
-              A: cols 0..7      cols 8..15        (each cell: lane 4 r + c/2
-       rows 0..7   a0 a1           a4 a5           holds the pair starting
-       rows 8..15  a2 a3           a6 a7           at column c of row r)
-
-   DECODE (the magic number 1024, as Marlin and BitDecoding do it). The
-   fp16 1024.0 is 0x6400, and its 10 mantissa bits count units: so
-   (x & (m << k)) | 0x6400 is the fp16 1024 + c 2^k for the B-bit code c
-   at bit k of x, exactly. One LOP3 on a 32-bit word makes two of them
-   (bits k.. and 16+k..) as an f16x2, and one HFMA2 (x 2^-k, - 1024 2^-k)
-   makes the pair (c, c'), exactly. A word has R = 16/B such registers:
-     register r:  x = w >> 8 (r / (8/B)),  k = B (r % (8/B))
-     its halves:  field r (low) and field r + R (high) of w (field j =
-                  bits jB .. jB+B-1, kvq.h's packing order)
-   so a B = 4 word is 4 registers (one A fragment, 8 codes: 1 SHF, 4
-   LOP3, 4 HFMA2) and a B = 2 word 8 registers (two A fragments).
-
-   FRAGMENT ORDER. For that decode to hand each lane its own fragment, a
-   page's words are stored permuted: the same codes (and the same scales
-   and zeros, which stay in kvq.h's order), each word holding exactly the
-   codes one lane feeds one or two MMAs. Register r of a word is A
-   register r % 4 (halves a_{2(r%4)}, a_{2(r%4)+1}) of the word's k-tile
-   r / 4 (B = 2: two consecutive k-tiles per word, TPW = 4/B).
-     key page   (D*G*B/32 words): [G/16 row tiles: 16 tokens]
-                                  [32 lanes][D*B/64 words: k-tiles of 16 channels]
-     value page (D*G*B/32 words): [G*B/64 token blocks: 16 TPW tokens]
-                                  [32 lanes][D/16 words: row tiles of 16 channels]
-   so a lane's words for one step are contiguous (one 16-byte load at
-   D = 128, B = 2), and the warp's load is one contiguous 512 bytes.
+   FRAGMENT ORDER. A sealed page's words are permuted so that each holds
+   exactly the codes one lane feeds one MMA (B = 4) or two (B = 2); scales
+   and zeros keep kvq.h's order. Register r of a word is A register r % 4
+   of the word's k-tile r / 4 (TPW = 4/B k-tiles per word):
+     key page   (D*G*B/32 words): [G/16 row tiles][32 lanes][D*B/64 words]
+     value page (D*G*B/32 words): [G*B/64 token blocks][32 lanes][D/16 words]
    kvq_mma_key_source / kvq_mma_value_source say where field j of word w
-   comes from; kvq_cuda_fragment_page applies them; the tests replay it. */
+   comes from; kvq_cuda_fragment_page applies them.                      */
 #define KVQ_MMA_MAGIC 0x64006400u     /* fp16 1024.0 in both halves          */
 /* inline, not static: a translation unit that uses none of them (a test
    that includes the declarations only) compiles without unused-function
@@ -1941,11 +1965,12 @@ KVQ_MMA_FN void kvq_mma_b_regs(int lane, const float *w, size_t stride, int e, u
     b[1] = (uint32_t)h[2] | ((uint32_t)h[3] << 16);
 }
 
-/* The device side of a step: a fragment word's A registers, one LOP3
-   ((x & mask) | 1024, both constants in registers: C++'s & then | would
-   take two LOP3s, as each may carry one immediate) and one HFMA2 per
-   register (k is a compile-time constant once the loop unrolls, so the
-   scale and offset fold).                                               */
+/* A fragment word's A registers, the magic-number decode: fp16 1024 is
+   0x6400, so (x & (m << k)) | 0x6400 is the fp16 1024 + c 2^k for the code
+   c at bit k of x, two per 32-bit register; one HFMA2 (x 2^-k, - 1024 2^-k)
+   leaves (c, c'), exactly. One LOP3 (both constants in registers: C's &
+   then | would take two) and one HFMA2 per register; k folds once the
+   loop unrolls.                                                          */
 template <int B>
 __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B])
 {
@@ -1965,16 +1990,13 @@ __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B]
         a[r] = *reinterpret_cast<const uint32_t *>(&c);
     }
 }
-/* THE SUBNORMAL DECODE (a variant for bench/mma_probe.cu to measure, not
-   used by any kernel): without the 1024 and the HFMA2, (x & (m << k)) is
-   itself an fp16 number, the subnormal c 2^(k-24), exact. Register j of a
-   tile then carries the factor 2^(k-24), k = kvq_mma_shift(B, j) =
-   kvq_mma_sub_shift(B, j % 2, j / 2): it splits into a row part (A's rows 0-7 or 8-15, i.e. C's c0 c1
-   or c2 c3) and a column part (A's columns 0-7 or 8-15, i.e. B's rows
-   0-7 or 8-15). So B's rows 8-15 are pre-scaled by 2^-k_col, and C's two
-   row halves are post-scaled by 2^(24 - k_row): all powers of two, exact.
-   One LOP3 per two codes, no HFMA2, if the tensor cores keep fp16
-   subnormal inputs exact, which the probe's validation will show.       */
+/* The subnormal decode (variant KVQ_CUDA_MMA_SUBNORMAL): without the 1024
+   and the HFMA2, (x & (m << k)) is itself the fp16 subnormal c 2^(k-24).
+   Register j's factor splits into a row part (A's rows 0-7 or 8-15: C's
+   c0 c1 or c2 c3) and a column part (A's columns 0-7 or 8-15: B's rows
+   0-7 or 8-15), so B's rows 8-15 are pre-scaled by 2^-k_col and C's row
+   halves post-scaled by 2^(24 - k_row), all exact. Exact only where the
+   tensor cores keep subnormal inputs (kvq_cuda_mma_keeps_subnormals).  */
 KVQ_MMA_FN int kvq_mma_sub_shift(int bits, int row_half, int col_half)
 {
     return kvq_mma_shift(bits, row_half + 2 * col_half);   /* register j = row + 2 col */
@@ -2190,6 +2212,16 @@ template <int D, int B, int NQ>
 struct kvq_mma_state {
     float m[NQ], l[NQ];
     float acc[NQ][kvq_mma_shape<D, B, NQ>::MT][2];
+    __device__ __forceinline__ void init()
+    {
+#pragma unroll
+        for (int qd = 0; qd < NQ; qd++) {
+            m[qd] = -INFINITY;
+            l[qd] = 0.0f;
+#pragma unroll
+            for (int mt = 0; mt < kvq_mma_shape<D, B, NQ>::MT; mt++) acc[qd][mt][0] = acc[qd][mt][1] = 0.0f;
+        }
+    }
 };
 
 /* Where a chunk's three parts start in a page, contiguous in fragment
@@ -2210,25 +2242,26 @@ struct kvq_mma_chunk_src {
     }
 };
 
-/* One 32-token chunk of a sealed page: keys, softmax, values. kwc, vwc,
-   vszc: the chunk's parts (kvq_mma_chunk_src), in global memory or
-   staged into shared memory.                                             */
-template <int D, int B, int NQ, int HILO, int SUB>
-static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
-                                                     const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
-                                                     const kvq_cuda_stream *s,
-                                                     uint32_t slot0 /* the chunk's first slot */,
-                                                     const kvq_mma_keyb<D, B, NQ> &kb,
-                                                     kvq_mma_state<D, B, NQ> &st, int lane)
+/* The subnormal decode's factors (Sec. 7): C's row halves times
+   2^(24 - k_row); B's rows 8-15 times 2^-k_col are folded into B.       */
+template <int B, int SUB>
+static __device__ __forceinline__ float kvq_mma_post(int half)
+{
+    return SUB ? ldexpf(1.0f, 24 - kvq_mma_sub_shift(B, half, 0)) : 1.0f;
+}
+
+/* Keys of one chunk: two 16-token row tiles of codes times the page's B.
+   sc[q][rt][half]: head 4 q + tig's score of token 16 rt + gid + 8 half,
+   -inf for a dead slot.                                                  */
+template <int D, int B, int NQ, int SUB>
+static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
+                                                            const kvq_cuda_stream *s, uint32_t slot0,
+                                                            const kvq_mma_keyb<D, B, NQ> &kb, int lane,
+                                                            float (&sc)[NQ][2][2])
 {
     typedef kvq_mma_shape<D, B, NQ> S;
-    const int gid = lane >> 2, n_groups = D / Gv;
-    /* the subnormal decode's factors (Sec. 7): C's row halves times
-       2^(24 - k_row), B's rows 8-15 times 2^-k_col (folded into B)       */
-    const float post[2] = { SUB ? ldexpf(1.0f, 24 - kvq_mma_sub_shift(B, 0, 0)) : 1.0f,
-                            SUB ? ldexpf(1.0f, 24 - kvq_mma_sub_shift(B, 1, 0)) : 1.0f };
-    /* ---- keys: two 16-token row tiles --------------------------------- */
-    float sc[NQ][2][2];                       /* [quad][row tile][half]      */
+    const int gid = lane >> 2;
+    const float post[2] = { kvq_mma_post<B, SUB>(0), kvq_mma_post<B, SUB>(1) };
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
         const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
@@ -2258,8 +2291,16 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                                              kb.z[q];
         }
     }
-    /* ---- softmax: the chunk's max per head, one rescale ---------------- */
-    float p[NQ][2][2];
+}
+
+/* Softmax of one chunk: the chunk's max per head (over gid), one rescale
+   of the state, p = 2^(s - m) <= 1 in the scores' layout.                */
+template <int D, int B, int NQ>
+static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[NQ][2][2],
+                                                             kvq_mma_state<D, B, NQ> &st,
+                                                             float (&p)[NQ][2][2])
+{
+    typedef kvq_mma_shape<D, B, NQ> S;
 #pragma unroll
     for (int q = 0; q < NQ; q++) {
         float mx = fmaxf(fmaxf(sc[q][0][0], sc[q][0][1]), fmaxf(sc[q][1][0], sc[q][1][1]));
@@ -2280,13 +2321,116 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                 st.l[q] += p[q][rt][half];
             }
     }
-    /* ---- values: one value group at a time ------------------------------
-       A 16-channel tile lies in one group g (Gv % 16 == 0). For each new
-       g: its exponent (lane l reads token l's scale: the chunk's max), the
-       B registers of both token tiles, and the zero term of the chunk,
-       sum_t p_t b_tg for head tig, reduced over gid and added to every
-       channel of the group.                                              */
-    const kvq_sz *vsz = vszc;
+}
+
+/* Value group g of one chunk: its exponent (lane l reads token l's scale:
+   the chunk's max; returned as 2^-e), the B registers of both token tiles
+   (element i of lane l: token kvq_mma_b_row(l, i) of the tile, head
+   gid / 2 of the quad, the score handed over by kvq_mma_score_source),
+   and the chunk's zero term sum_t p_t b_tg for head tig, reduced over gid.
+   vsz: the chunk's value (s, z), (32 tokens, n_groups).                  */
+template <int D, int B, int NQ, int HILO, int SUB>
+static __device__ __forceinline__ float kvq_mma_value_group(const kvq_sz *vsz, int n_groups, int g,
+                                                            kvq_zero_mode mode,
+                                                            const float (&p)[NQ][2][2], int lane,
+                                                            uint32_t (&bv)[NQ][2][2],
+                                                            float (&zterm)[NQ])
+{
+    const int gid = lane >> 2;
+    float a, b;
+    kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
+#pragma unroll
+    for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
+    const int e = kvq_mma_exponent(a);
+    const float inv = ldexpf(1.0f, -e);
+#pragma unroll
+    for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
+#pragma unroll
+    for (int rt = 0; rt < 2; rt++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {      /* zero terms      */
+            float at, bt;
+            kvq_dev_affine(vsz[(16 * rt + gid + 8 * half) * n_groups + g], mode, &at, &bt);
+#pragma unroll
+            for (int q = 0; q < NQ; q++) zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
+        }
+        float pv[NQ][4], av[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int src, half;
+            kvq_mma_score_source(lane, i, &src, &half);
+#pragma unroll
+            for (int q = 0; q < NQ; q++) pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);
+            float bt;
+            kvq_dev_affine(vsz[(16 * rt + kvq_mma_b_row(lane, i)) * n_groups + g], mode, &av[i], &bt);
+        }
+#pragma unroll
+        for (int q = 0; q < NQ; q++) {
+            kvq_f16 h16[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                kvq_f16 hi, lo;
+                const float x = pv[q][i] * av[i];
+                kvq_mma_split(SUB && kvq_mma_b_row(lane, i) >= 8
+                                  ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
+                              e, &hi, &lo);
+                h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
+            }
+            bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
+            bv[q][rt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < NQ; q++)
+#pragma unroll
+        for (int k = 4; k < 32; k <<= 1) zterm[q] += __shfl_xor_sync(0xffffffffu, zterm[q], k);
+    return inv;
+}
+
+/* Values of one 16-channel row tile mt: codes^T times B, a fresh C, then
+   into fp32 times 2^-e_g (inv) with the zero term.                      */
+template <int D, int B, int NQ, int SUB>
+static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, int mt,
+                                                          const uint32_t (&bv)[NQ][2][2],
+                                                          const float (&zterm)[NQ], float inv,
+                                                          kvq_mma_state<D, B, NQ> &st, int lane)
+{
+    typedef kvq_mma_shape<D, B, NQ> S;
+    const float post[2] = { kvq_mma_post<B, SUB>(0), kvq_mma_post<B, SUB>(1) };
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+        for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
+            uint32_t a[16 / B];
+            const uint32_t word = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+            if (SUB) kvq_mma_decode_subnormal<B>(word, a);
+            else kvq_mma_decode<B>(word, a);
+#pragma unroll
+            for (int u = 0; u < S::TPW; u++)
+                kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
+        }
+        st.acc[q][mt][0] += (c[0] + c[1]) * post[0] * inv + zterm[q];
+        st.acc[q][mt][1] += (c[2] + c[3]) * post[1] * inv + zterm[q];
+    }
+}
+
+/* One 32-token chunk of a sealed page: keys, softmax, values. kwc, vwc,
+   vszc: the chunk's parts (kvq_mma_chunk_src), in global memory or
+   staged into shared memory. A 16-channel value tile lies in one group
+   (Gv % 16 == 0): the group's B and zero term are built when g changes. */
+template <int D, int B, int NQ, int HILO, int SUB>
+static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
+                                                     const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
+                                                     const kvq_cuda_stream *s,
+                                                     uint32_t slot0 /* the chunk's first slot */,
+                                                     const kvq_mma_keyb<D, B, NQ> &kb,
+                                                     kvq_mma_state<D, B, NQ> &st, int lane)
+{
+    typedef kvq_mma_shape<D, B, NQ> S;
+    float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
+    kvq_mma_chunk_scores<D, B, NQ, SUB>(kwc, s, slot0, kb, lane, sc);
+    kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
     int cur = -1;
     float inv = 1.0f, zterm[NQ] = {};
     uint32_t bv[NQ][2][2] = {};
@@ -2295,82 +2439,88 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
         const int g = 16 * mt / Gv;               /* warp-uniform            */
         if (g != cur) {
             cur = g;
-            float a, b;
-            kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
-#pragma unroll
-            for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
-            const int e = kvq_mma_exponent(a);
-            inv = ldexpf(1.0f, -e);
-#pragma unroll
-            for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
-#pragma unroll
-            for (int rt = 0; rt < 2; rt++) {
-#pragma unroll
-                for (int half = 0; half < 2; half++) {      /* zero terms      */
-                    float at, bt;
-                    kvq_dev_affine(vsz[(16 * rt + gid + 8 * half) * n_groups + g], mode, &at, &bt);
-#pragma unroll
-                    for (int q = 0; q < NQ; q++) zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
-                }
-                /* B: element i of lane l is token kvq_mma_b_row(l, i) of
-                   the tile, head gid / 2 of the quad                      */
-                float pv[NQ][4], av[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int src, half;
-                    kvq_mma_score_source(lane, i, &src, &half);
-#pragma unroll
-                    for (int q = 0; q < NQ; q++) pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);
-                    float bt;
-                    kvq_dev_affine(vsz[(16 * rt + kvq_mma_b_row(lane, i)) * n_groups + g], mode, &av[i], &bt);
-                }
-#pragma unroll
-                for (int q = 0; q < NQ; q++) {
-                    kvq_f16 h16[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        kvq_f16 hi, lo;
-                        const float x = pv[q][i] * av[i];
-                        kvq_mma_split(SUB && kvq_mma_b_row(lane, i) >= 8
-                                          ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
-                                      e, &hi, &lo);
-                        h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
-                    }
-                    bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
-                    bv[q][rt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < NQ; q++)
-#pragma unroll
-                for (int k = 4; k < 32; k <<= 1) zterm[q] += __shfl_xor_sync(0xffffffffu, zterm[q], k);
+            inv = kvq_mma_value_group<D, B, NQ, HILO, SUB>(vszc, D / Gv, g, mode, p, lane, bv, zterm);
         }
-        /* codes^T times B: a fresh C, then into fp32 with the zero term   */
-#pragma unroll
-        for (int q = 0; q < NQ; q++) {
-            float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-#pragma unroll
-            for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
-                uint32_t a[16 / B];
-                const uint32_t word = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
-                if (SUB) kvq_mma_decode_subnormal<B>(word, a);
-                else kvq_mma_decode<B>(word, a);
-#pragma unroll
-                for (int u = 0; u < S::TPW; u++)
-                    kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
-            }
-            st.acc[q][mt][0] += (c[0] + c[1]) * post[0] * inv + zterm[q];
-            st.acc[q][mt][1] += (c[2] + c[3]) * post[1] * inv + zterm[q];
-        }
+        kvq_mma_value_tile<D, B, NQ, SUB>(vwc, mt, bv, zterm, inv, st, lane);
     }
 }
 
+/* This warp's share of the CTA's pages: pages first + warp, first + warp
+   + KVQ_MMA_WARPS, ... below last, as n_items chunks j (page j / cpp,
+   chunk j % cpp of it).                                                  */
+struct kvq_mma_work {
+    uint32_t first, cpp, n_items;
+    __device__ __forceinline__ uint32_t page_index(uint32_t j, int warp) const
+    { return first + warp + (j / cpp) * KVQ_MMA_WARPS; }
+};
+static __device__ __forceinline__ kvq_mma_work kvq_mma_my_work(const kvq_cuda_stream &s, uint32_t G,
+                                                               int warp)
+{
+    const uint32_t n_pages = kvq_cuda_sealed_pages(s, (int)G);
+    const uint32_t per = (n_pages + gridDim.y - 1) / gridDim.y;
+    const uint32_t first = blockIdx.y * per;
+    const uint32_t last = first + per < n_pages ? first + per : n_pages;
+    const uint32_t cpp = G / KVQ_MMA_CHUNK, my_pages = first + warp < last ?
+                         (last - first - warp + KVQ_MMA_WARPS - 1) / KVQ_MMA_WARPS : 0;
+    return kvq_mma_work{ first, cpp, my_pages * cpp };
+}
+
+/* STAGES >= 2: the warp stages its next STAGES - 1 chunks into its part
+   of the dynamic shared memory (STAGES x stage_bytes per warp) with
+   cp.async while it computes one.                                        */
+template <int D, int B, int NQ, int HILO, int STAGES, int SUB>
+static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool &pool,
+                                                             const kvq_cuda_stream *s,
+                                                             const kvq_mma_work &wk,
+                                                             const float *qs /* (NH, D) smem */,
+                                                             unsigned char *stage_smem, int stage_bytes,
+                                                             kvq_mma_state<D, B, NQ> &st, int warp,
+                                                             int lane)
+{
+    typedef kvq_mma_chunk_src<D, B, NQ> C;
+    const uint32_t G = (uint32_t)pool.group;
+    const int vsz_bytes = KVQ_MMA_CHUNK * (D / pool.value_group) * (int)sizeof(kvq_sz);
+    kvq_mma_keyb<D, B, NQ> kb;
+    unsigned char *mine = stage_smem + (size_t)warp * STAGES * stage_bytes;
+    auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
+        if (j < wk.n_items) {
+            const uint32_t pi = wk.page_index(j, warp);
+            const int chunk = (int)(j % wk.cpp);
+            const size_t page = (size_t)s->pages[pi];
+            unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
+            kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
+            kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
+            kvq_dev_warp_copy(buf + (C::KWORDS + C::VWORDS) * 4, C::scales(pool, page, chunk),
+                              vsz_bytes, lane);
+        }
+        kvq_dev_cp_commit();              /* one group per j, even empty */
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) issue((uint32_t)j);
+    for (uint32_t j = 0; j < wk.n_items; j++) {
+        issue(j + STAGES - 1);
+        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
+        __syncwarp();
+        const uint32_t pi = wk.page_index(j, warp);
+        const int chunk = (int)(j % wk.cpp);
+        if (chunk == 0)
+            kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
+                                                   pool.zero_mode, lane, kb);
+        const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
+        kvq_mma_chunk<D, B, NQ, HILO, SUB>((const uint32_t *)buf,
+                                      (const uint32_t *)(buf + C::KWORDS * 4),
+                                      (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
+                                      pool.value_group, pool.zero_mode, s,
+                                      pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
+        __syncwarp();                      /* its stage may now refill    */
+    }
+    kvq_dev_cp_wait<0>();
+}
+
 /* Partial results of the stream's sealed pages, splits split0 .. of
-   n_splits in work (the same layout as Sec. 4's kernel). STAGES = 1: the
-   chunks are read from global memory where they lie; STAGES >= 2: each
-   warp stages its next STAGES - 1 chunks into shared memory with
-   cp.async while it computes one (stage_bytes per chunk, dynamic shared
-   memory of KVQ_MMA_WARPS * STAGES * stage_bytes).                        */
+   n_splits in work (the same layout as Sec. 4's kernel). One warp owns a
+   page at a time; STAGES = 1 reads chunks in place, STAGES >= 2 stages
+   them (dynamic shared memory of KVQ_MMA_WARPS * STAGES * stage_bytes). */
 template <int D, int B, int NQ, int HILO, int STAGES, int SUB>
 __global__ void __launch_bounds__(KVQ_MMA_WARPS * 32)
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
@@ -2390,28 +2540,15 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     __syncthreads();
 
     kvq_mma_state<D, B, NQ> st;
-#pragma unroll
-    for (int qd = 0; qd < NQ; qd++) {
-        st.m[qd] = -INFINITY;
-        st.l[qd] = 0.0f;
-#pragma unroll
-        for (int mt = 0; mt < S::MT; mt++) st.acc[qd][mt][0] = st.acc[qd][mt][1] = 0.0f;
-    }
-    const uint32_t G = (uint32_t)pool.group, n_pages = kvq_cuda_sealed_pages(*s, pool.group);
-    const uint32_t per = (n_pages + gridDim.y - 1) / gridDim.y;
-    const uint32_t first = blockIdx.y * per;
-    const uint32_t last = first + per < n_pages ? first + per : n_pages;
-    /* this warp's chunks: j = 0 .. n_items - 1 over its pages in order    */
-    const uint32_t cpp = G / KVQ_MMA_CHUNK, my_pages = first + warp < last ?
-                         (last - first - warp + KVQ_MMA_WARPS - 1) / KVQ_MMA_WARPS : 0;
-    const uint32_t n_items = my_pages * cpp;
-    typedef kvq_mma_chunk_src<D, B, NQ> C;
-    const int vsz_bytes = KVQ_MMA_CHUNK * (D / pool.value_group) * (int)sizeof(kvq_sz);
-    kvq_mma_keyb<D, B, NQ> kb;
-    if constexpr (STAGES == 1) {
-        for (uint32_t j = 0; j < n_items; j++) {
-            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
-            const int chunk = (int)(j % cpp);
+    st.init();
+    const kvq_mma_work wk = kvq_mma_my_work(*s, (uint32_t)pool.group, warp);
+    if constexpr (STAGES == 1) {              /* chunks read where they lie */
+        typedef kvq_mma_chunk_src<D, B, NQ> C;
+        const uint32_t G = (uint32_t)pool.group;
+        kvq_mma_keyb<D, B, NQ> kb;
+        for (uint32_t j = 0; j < wk.n_items; j++) {
+            const uint32_t pi = wk.page_index(j, warp);
+            const int chunk = (int)(j % wk.cpp);
             const size_t page = (size_t)s->pages[pi];
             if (chunk == 0)
                 kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
@@ -2422,46 +2559,14 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
         }
     } else {
         KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_mma_stage);
-        unsigned char *mine = kvq_mma_stage + (size_t)warp * STAGES * stage_bytes;
-        auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
-            if (j < n_items) {
-                const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
-                const int chunk = (int)(j % cpp);
-                const size_t page = (size_t)s->pages[pi];
-                unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-                kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
-                kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
-                kvq_dev_warp_copy(buf + (C::KWORDS + C::VWORDS) * 4, C::scales(pool, page, chunk),
-                                  vsz_bytes, lane);
-            }
-            kvq_dev_cp_commit();              /* one group per j, even empty */
-        };
-#pragma unroll
-        for (int j = 0; j < STAGES - 1; j++) issue((uint32_t)j);
-        for (uint32_t j = 0; j < n_items; j++) {
-            issue(j + STAGES - 1);
-            kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
-            __syncwarp();
-            const uint32_t pi = first + warp + (j / cpp) * KVQ_MMA_WARPS;
-            const int chunk = (int)(j % cpp);
-            if (chunk == 0)
-                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
-                                                       pool.zero_mode, lane, kb);
-            const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-            kvq_mma_chunk<D, B, NQ, HILO, SUB>((const uint32_t *)buf,
-                                          (const uint32_t *)(buf + C::KWORDS * 4),
-                                          (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
-                                          pool.value_group, pool.zero_mode, s,
-                                          pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
-            __syncwarp();                      /* its stage may now refill    */
-        }
-        kvq_dev_cp_wait<0>();
+        kvq_mma_chunks_staged<D, B, NQ, HILO, STAGES, SUB>(pool, s, wk, qs, kvq_mma_stage, stage_bytes,
+                                                           st, warp, lane);
     }
-    /* ---- this warp's sums over its lanes, then the CTA's ---------------- */
+    /* this warp's sums over its lanes (l over gid: head tig), then the CTA's */
 #pragma unroll
     for (int qd = 0; qd < NQ; qd++) {
 #pragma unroll
-        for (int k = 4; k < 32; k <<= 1)              /* over gid: head tig  */
+        for (int k = 4; k < 32; k <<= 1)
             st.l[qd] += __shfl_xor_sync(0xffffffffu, st.l[qd], k);
         const int h = 4 * qd + tig;
 #pragma unroll

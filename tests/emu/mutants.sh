@@ -73,7 +73,7 @@ mutant no-syncthreads race 'no thread of the block has written|race on shared' \
     '    float qf[NH][CPL];'
 # 3. the staged tile read before its cp.async has landed
 mutant no-cp-async-wait race 'still in flight' \
-    '                kvq_dev_cp_wait<1>();          /* this item has landed      */' \
+    '            kvq_dev_cp_wait<1>();          /* this item has landed      */' \
     ''
 # 4. a shuffle that reads the wrong lane in the warp sum
 mutant wrong-shuffle-lane plain 'rows over tolerance' \
@@ -107,7 +107,7 @@ mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
     'pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src ^ 4);'
 # 11. the staged chunk read before its cp.async group has landed
 mutant mma-no-cp-async-wait race 'still in flight' \
-    '            kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
+    '        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
     ''
 
 wait
