@@ -22,8 +22,8 @@
 #   make eval       every cache on the real model (needs make model): the
 #                   table and the papers' claims, a claim that does not
 #                   reproduce printed as a FINDING; fails only when a method
-#                   fails to run (STRICT=1: also on a finding); 8.7
-#                   CPU-minutes (14 min on 2 cores shared with other jobs)
+#                   fails to run (STRICT=1: also on a finding); 8.5-8.7
+#                   CPU-minutes (14-16 min on 2 cores shared with other jobs)
 #   make llm-test   the model runner's own tests (examples/llm/)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host
