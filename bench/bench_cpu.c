@@ -1147,7 +1147,8 @@ int main(int argc, char **argv)
 
     printf("kvq bench_cpu: %s, %s, %s, commit %s%s\n", un.machine, model, compiler,
            head, dirty[0] ? " (+ uncommitted changes)" : "");
-    printf("kvq.h vector ISA of this build: %s\n", build_isa());
+    printf("kvq.h vector ISA of this build: %s%s\n", build_isa(),
+           instr && how.by == BY_QEMU ? " (the driver's; the counted build's is below)" : "");
     if (instr) {
         printf("\n");
         return instr_main(instr_T, &how, instr_only);
