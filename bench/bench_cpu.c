@@ -741,8 +741,8 @@ static void target(int ok, const char *skip, const char *fmt, ...)
    only on the binary and its input, so they carry from machine to machine
    and from run to run (issue 30). --instr counts them for one call of each
    method: the plain loop and kvq_attend over each cache kind (n_q = 1 and
-   4), kvq_quantize_matrix (B = 2 and 4, both axes), each at T and at 2T
-   tokens. The difference over the elements added is the marginal cost of
+   4), kvq_quantize_matrix (B = 2 and 4, both axes) and, when linked, ggml's
+   quantize_row_q4_1_ref, each at T and at 2T tokens. The difference over the elements added is the marginal cost of
    one element (one stored K or V value; one input value for the
    quantizer), free of what a call costs once (validation, the full-
    precision windows, the final division). Two counters of the same region:
@@ -765,7 +765,7 @@ static void target(int ok, const char *skip, const char *fmt, ...)
 
    Each subtracts an empty region's count (the framing itself); each counts
    user-space instructions only.                                            */
-enum { R_EMPTY, R_LOOP, R_ATTEND, R_QUANT };
+enum { R_EMPTY, R_LOOP, R_ATTEND, R_QUANT, R_GGML };   /* R_GGML: q4_1_ref */
 enum { BY_PTRACE, BY_CALLGRIND, BY_QEMU };
 typedef struct {
     int by;                  /* BY_*                                        */
@@ -804,6 +804,9 @@ static int instr_regions(size_t T, instr_desc *r)
                 r[n].kind = R_QUANT; r[n].bits = b; r[n].T = x * T;
                 r[n].axis = a ? KVQ_PER_CHANNEL : KVQ_PER_TOKEN;
             }
+#ifdef KVQ_BENCH_GGML
+    for (x = 1; x <= 2; x++, n++) { r[n].kind = R_GGML; r[n].bits = 4; r[n].T = x * T; }
+#endif
     return n;
 }
 
@@ -812,8 +815,10 @@ static void instr_name(const instr_desc *r, char *buf, size_t n)
     if (r->kind == R_EMPTY) snprintf(buf, n, "(empty)");
     else if (r->kind == R_LOOP) snprintf(buf, n, "attend, plain fp32 loop");
     else if (r->kind == R_ATTEND) snprintf(buf, n, "attend, %s", cache_name[r->cache]);
-    else snprintf(buf, n, "quantize B = %d, %s", r->bits,
-                  r->axis == KVQ_PER_TOKEN ? "per-token" : "per-channel");
+    else if (r->kind == R_QUANT)
+        snprintf(buf, n, "quantize B = %d, %s", r->bits,
+                 r->axis == KVQ_PER_TOKEN ? "per-token" : "per-channel");
+    else snprintf(buf, n, "quantize, ggml q4_1_ref (B = 4, per-token)");
 }
 
 static void instr_nothing(void *ctx) { (void)ctx; }
@@ -884,6 +889,15 @@ static void instr_child(const instr_desc *r, FILE *report)
         f = run_quantize; ctx = &qc;
         elements = n; bytes = n * sizeof(float);
     }
+#ifdef KVQ_BENCH_GGML
+    else if (r->kind == R_GGML) {
+        static ggml_ctx gc;
+        gc.X = K; gc.n = n; gc.type = GGML_Q4_1;
+        gc.y = xmalloc(ggml_bytes(GGML_Q4_1, n));
+        f = run_ggml; ctx = &gc;
+        elements = n; bytes = n * sizeof(float);
+    }
+#endif
     f(ctx);
     raise(SIGUSR1);
     if (!instr_dry) instr_region(f, ctx);
@@ -1021,7 +1035,7 @@ static int instr_main(size_t T, const instr_how *how, const char *only)
         char nq[16] = "-";
         if (ir[i] == -3) continue;
         instr_name(&r[i], name, sizeof name);
-        if (r[i].kind != R_QUANT) snprintf(nq, sizeof nq, "%zu", r[i].n_q);
+        if (r[i].kind == R_LOOP || r[i].kind == R_ATTEND) snprintf(nq, sizeof nq, "%zu", r[i].n_q);
         d_el = (double)(el[i + 1] - el[i]);
         d_ir = (double)(ir[i + 1] - ir[i]);
         d_by = (double)by[i + 1] - (double)by[i];

@@ -33,7 +33,12 @@
 # 0.04% (KIVI-2, n_q = 1, T = 1024: 3856271 against 3854927 instructions;
 # glibc picks other memset/memcpy variants under each).
 #
-# Environment: CC (gcc), T_CALLGRIND (1024), T_PTRACE (256), T_QEMU (1024),
+# ggml's quantize_row_q4_1_ref, the anchor of the quantize targets, is
+# counted beside kvq's quantizer in every build when its source is here
+# (build/ggml_src, from bench/ggml_anchor/fetch.sh; GGML=1 fetches it: 77 MB
+# from PyPI), compiled with the build's flags as bench/ggml_anchor.sh does.
+#
+# Environment: CC (gcc), GGML (0), T_CALLGRIND (1024), T_PTRACE (256), T_QEMU (1024),
 # XCC (aarch64-linux-gnu-gcc), ONLY (count only
 # the methods whose name contains it, e.g. ONLY=KIVI-2), KVQ_DIR (the folder
 # whose kvq.h is measured, default the repository root; e.g. a copy of
@@ -54,6 +59,22 @@ has_flags() {                        # has_flags avx2 fma ... : CPU has all
     done
 }
 
+# ggml_objs CC NAME FLAGS...: compile ggml-quants.c and the shim with the
+# build's flags; prints the arguments that link them, or nothing
+GGML_SRC=""
+if [ -d build/ggml_src ] || [ "${GGML:-0}" = 1 ]; then
+    GGML_SRC=$(sh bench/ggml_anchor/fetch.sh)/ggml
+fi
+ggml_objs() {
+    [ -n "$GGML_SRC" ] || return 0
+    gcc_=$1; name_=$2; shift 2
+    "$gcc_" -std=c11 -O3 -DNDEBUG -w "$@" -I"$GGML_SRC/include" -I"$GGML_SRC/src" \
+        -I"$GGML_SRC/src/ggml-cpu" -c "$GGML_SRC/src/ggml-quants.c" -o "$B/ggml-quants_$name_.o" &&
+        "$gcc_" -std=c11 -O3 -Wall -Wextra "$@" -c bench/ggml_anchor/ggml_shim.c \
+            -o "$B/ggml_shim_$name_.o" &&
+        echo "-DKVQ_BENCH_GGML $B/ggml-quants_$name_.o $B/ggml_shim_$name_.o"
+}
+
 # count NAME COUNTER "CFLAGS" CPU_FLAGS...: build, run --instr with COUNTER
 # (callgrind falls back to ptrace without valgrind), keep the table
 BUILT=""
@@ -65,8 +86,10 @@ count() {
         return 0
     fi
     bin="$B/bench_cpu_$name"
-    # shellcheck disable=SC2086   # cflags is a list of flags
-    $CC $FLAGS $cflags -o "$bin" bench/bench_cpu.c -lm
+    # shellcheck disable=SC2086   # cflags and ggml are lists of arguments
+    ggml=$(ggml_objs "$CC" "$name" $cflags)
+    # shellcheck disable=SC2086
+    $CC $FLAGS $cflags -o "$bin" bench/bench_cpu.c $ggml -lm
     via="--instr-T $T_PTRACE"
     if [ "$counter" = callgrind ] && command -v valgrind >/dev/null 2>&1; then
         via="--callgrind --instr-T $T_CALLGRIND"
@@ -90,8 +113,9 @@ x86_64|amd64)
         echo "## NEON: skipped, needs $XCC and qemu-aarch64 (or run this script on AArch64)"
         echo
     elif [ -x "$B/bench_cpu_plain" ]; then
-        # shellcheck disable=SC2086   # FLAGS is a list of flags
-        $XCC $FLAGS -static -o "$B/bench_cpu_NEON" bench/bench_cpu.c -lm
+        ggml=$(ggml_objs "$XCC" NEON)
+        # shellcheck disable=SC2086   # FLAGS and ggml are lists of arguments
+        $XCC $FLAGS -static -o "$B/bench_cpu_NEON" bench/bench_cpu.c $ggml -lm
         $CC -std=c99 -Wall -Wextra -Wpedantic -shared -fPIC -O2 -o "$B/qemu_insn.so" \
             bench/qemu_insn.c
         echo "## NEON: $XCC -static (default -march: NEON), counted under qemu-aarch64"
