@@ -1549,6 +1549,7 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
 
    KIVI's and HF's rules are written above their code (below), OTT's in
    Sec. 7.1, LogQuant's in Sec. 7.2.                                       */
+
 /* The row and unit buffers (growth, pushing, copying, removing rows) are
    defined after the algorithms that use them (Sec. 10).                   */
 static void *kvq__grow(void *p, size_t cap, size_t need, size_t el, int exact, size_t *new_cap);
@@ -1574,6 +1575,10 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r, int (*drop)(size_
      values per-token, SLIDE with chunk 1: exactly R values in full precision.
      prefill (Algorithm 1): keys quantize T - T % R tokens, values all but
             the last R.
+   In the paper's names: X_Kg and X_Vg are the quantized units, X_Kr and
+   X_Vr rows[KVQ_ROWS_WINDOW]; l = n_pos, r = rows[KVQ_ROWS_WINDOW].n.
+   The step (kvq__side_step) and the prefill (kvq__side_prefill) below
+   serve HF's schedule and CUSTOM too.
 */
 
 static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark); /* 7.1 */
