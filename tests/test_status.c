@@ -5,6 +5,10 @@
    and every failure produced here must be a pair it lists. So the table
    cannot drift from the code in either direction.
 
+   Every failing call must set kvq_why() (emptied before each call) and
+   every succeeding one leave it as it was; a whole successful life of each
+   policy and of a page pool must leave it byte for byte.
+
    Every failing call runs against poisoned outputs (0xA5 bytes) that must
    come back untouched, and every failing call on a cache, a page pool or a
    sequence must leave it observably unchanged: positions, census, payload
