@@ -30,25 +30,32 @@
        8. Decode attention on the tensor cores (v5: sealed pages, merged
           with Sec. 4's kernel for the rest)
 
-   0. ERRORS. Every launcher returns a cudaError_t.
+   0. ERRORS, kvq.h's rule: every host function that can fail returns a
+   kvq_status (the codes of kvq.h; this file adds none) and, on failure,
+   kvq_cuda_why() gives the reason in one readable line: the reason of
+   the calling thread's most recent failing kvq_cuda call, "" before any.
      - Bad arguments (NULL, unsupported D/B/G, groups that do not divide, a
-       workspace too small, size overflow) are caught on the host before any
-       launch: the launcher returns cudaErrorInvalidValue, writes nothing,
-       and kvq_cuda_why() gives the reason in one readable line.
-     - CUDA failures are returned as they come (each call is checked).
-     - Bad DATA lives on the device, and reading it back would cost a
-       host-device synchronization per call. The launchers therefore take
-       `int *d_status` (device memory, one int): kernels record there the
-       kvq_status of the first problem (the smallest code wins, so the result
-       does not depend on thread timing), and the caller reads it whenever it
-       synchronizes anyway.
+       workspace too small, size overflow) are caught on the host before
+       any launch, with kvq.h's status for each (KVQ_ERR_NULL, _SIZE,
+       _BITS, _GROUP, _CONFIG, _CAPACITY, _OVERFLOW); nothing is written.
+     - A failing CUDA call returns KVQ_ERR_NOMEM (out of device memory) or
+       KVQ_ERR_STATE (any other CUDA error), its name and CUDA's message
+       in kvq_cuda_why().
+     - Bad DATA is found on the device, and reading it back costs a
+       host-device synchronization, so the launchers take `int *d_status`
+       (device memory, one int, zeroed by the launcher): kernels record
+       the kvq_status of the first problem (the smallest code wins, so the
+       result does not depend on thread timing). kvq_cuda_status() reads
+       it once the caller synchronizes anyway, as a status and a reason.
          quantize: NaN/Inf -> KVQ_ERR_NONFINITE, fp16 overflow of a scale or
            zero -> KVQ_ERR_RANGE (kvq.h's policy). A separate validation pass
            runs first and the quantize pass writes NOTHING if it found a
            problem, exactly like kvq_quantize_matrix.
          attention: a non-finite q or a stream with no live token ->
-           KVQ_ERR_NONFINITE / KVQ_ERR_STATE, and that (stream, head) output
-           row is written as quiet NaN so it cannot pass for a result.     */
+           KVQ_ERR_NONFINITE / KVQ_ERR_STATE. The launch still writes every
+           other (stream, head) row; the rows it could not compute are
+           quiet NaN, so that one bad stream in a batch of many is found
+           (and cannot pass for a result) without a status per row.     */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <stddef.h>
@@ -81,31 +88,58 @@ static_assert(sizeof(uint32_t) == 4, "packed words are 32 bits");
 /* ======================================================================== */
 /* 0. errors                                                                */
 /* ======================================================================== */
-#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
-static thread_local char kvq_cuda__why[200];
+/* One buffer per host thread for every translation unit (an inline
+   variable), so the inline host functions of Sec. 7 set it too.          */
+inline thread_local char kvq_cuda__why[200];
 
-/* The reason of the last launcher failure on this host thread ("" if none). */
-extern "C" const char *kvq_cuda_why(void) { return kvq_cuda__why; }
+/* The reason of the calling thread's most recent failure ("" if none).   */
+inline const char *kvq_cuda_why(void) { return kvq_cuda__why; }
 
-static cudaError_t kvq_cuda__bad(const char *fmt, ...)
+/* Record why a call failed; returns st.                                   */
+inline kvq_status kvq_cuda__fail(kvq_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(kvq_cuda__why, sizeof kvq_cuda__why, fmt, ap);
     va_end(ap);
-    return cudaErrorInvalidValue;
+    return st;
 }
 
-/* Check a CUDA call in host code; on failure record where and return it.  */
+#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
+/* Check a CUDA call in host code; on failure record where and return
+   KVQ_ERR_NOMEM (device memory) or KVQ_ERR_STATE.                        */
 #define KVQ_CUDA_CHECK(call)                                                  \
     do {                                                                      \
         cudaError_t kvq_err_ = (call);                                        \
-        if (kvq_err_ != cudaSuccess) {                                        \
-            snprintf(kvq_cuda__why, sizeof kvq_cuda__why, "%s:%d: %s: %s",    \
-                     __FILE__, __LINE__, #call, cudaGetErrorString(kvq_err_));\
-            return kvq_err_;                                                  \
-        }                                                                     \
+        if (kvq_err_ != cudaSuccess)                                          \
+            return kvq_cuda__fail(kvq_err_ == cudaErrorMemoryAllocation       \
+                                      ? KVQ_ERR_NOMEM : KVQ_ERR_STATE,        \
+                                  "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                                  cudaGetErrorString(kvq_err_));              \
     } while (0)
+
+/* The one reader of a launch's device status word: waits for `stream`,
+   reads *d_status and returns it as a status, with a reason naming the
+   problem in kvq_cuda_why() when it is not KVQ_OK. KVQ_ERR_NULL for a
+   NULL d_status; a CUDA failure as KVQ_CUDA_CHECK returns it.            */
+extern "C" kvq_status kvq_cuda_status(const int *d_status, cudaStream_t stream)
+{
+    if (!d_status) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_status: d_status is NULL");
+    int h = 0;
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(&h, d_status, sizeof h, cudaMemcpyDeviceToHost, stream));
+    KVQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (h == KVQ_OK) return KVQ_OK;
+    if (h < 0 || h >= KVQ_STATUS_COUNT)
+        return kvq_cuda__fail(KVQ_ERR_STATE, "kvq_cuda_status: the status word holds %d, not a "
+                              "kvq_status (not written by a kvq_cuda launch?)", h);
+    const kvq_status st = (kvq_status)h;
+    return kvq_cuda__fail(st, "kvq_cuda_status: a kernel found %s: %s", kvq_status_str(st),
+                          st == KVQ_ERR_NONFINITE ? "a NaN or Inf input (attention: that "
+                          "(stream, head) row is NaN)"
+                          : st == KVQ_ERR_RANGE ? "a group whose fp16 scale or zero overflows"
+                          : st == KVQ_ERR_STATE ? "a stream with no live token (its rows are NaN)"
+                          : "see the launcher's documentation");
+}
 
 /* Record a data problem: the smallest kvq_status code wins, so which thread
    gets there first does not matter (NONFINITE < RANGE < STATE, as on the
@@ -385,36 +419,36 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
 }
 
 /* Argument checks shared by the quantize launchers; fills the shape.      */
-static cudaError_t kvq_cuda__qshape(const void *X, const void *words, const void *sz,
+static kvq_status kvq_cuda__qshape(const void *X, const void *words, const void *sz,
                                     size_t T, size_t D, int bits, size_t G,
                                     kvq_axis axis, kvq_zero_mode mode, kvq_dev_qshape *q)
 {
     kvq_layout L;
     kvq_status st;
-    if (!X || !words || !sz) return kvq_cuda__bad("kvq_cuda_quantize: NULL pointer");
+    if (!X || !words || !sz) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize: NULL pointer");
     if (mode != KVQ_ZERO_FLOAT && mode != KVQ_ZERO_INT)
-        return kvq_cuda__bad("kvq_cuda_quantize: zero mode %d unknown", (int)mode);
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize: zero mode %d unknown", (int)mode);
     /* kvq_layout_init is kvq.h's own check (bits, sizes, G | D or G | T,
        overflow); it is a pure function of its arguments, safe to share.  */
     if (bits != 1 && bits != 2 && bits != 4 && bits != 8)
-        return kvq_cuda__bad("kvq_cuda_quantize: bits=%d (use 1, 2, 4 or 8)", bits);
+        return kvq_cuda__fail(KVQ_ERR_BITS, "kvq_cuda_quantize: bits=%d (use 1, 2, 4 or 8)", bits);
     if (T == 0 || D == 0 || G == 0)
-        return kvq_cuda__bad("kvq_cuda_quantize: T=%zu D=%zu G=%zu must be > 0", T, D, G);
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_quantize: T=%zu D=%zu G=%zu must be > 0", T, D, G);
     if (axis == KVQ_PER_TOKEN && D % G)
-        return kvq_cuda__bad("kvq_cuda_quantize: G=%zu does not divide D=%zu", G, D);
+        return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_quantize: G=%zu does not divide D=%zu", G, D);
     if (axis == KVQ_PER_CHANNEL && T % G)
-        return kvq_cuda__bad("kvq_cuda_quantize: G=%zu does not divide T=%zu", G, T);
+        return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_quantize: G=%zu does not divide T=%zu", G, T);
     if (axis != KVQ_PER_TOKEN && axis != KVQ_PER_CHANNEL)
-        return kvq_cuda__bad("kvq_cuda_quantize: axis %d unknown", (int)axis);
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize: axis %d unknown", (int)axis);
     if (T > SIZE_MAX / D / sizeof(__half))
-        return kvq_cuda__bad("kvq_cuda_quantize: T*D overflows size_t");
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_quantize: T*D overflows size_t");
     st = kvq_layout_init(&L, T, D, bits, G, axis);
-    if (st != KVQ_OK) return kvq_cuda__bad("kvq_cuda_quantize: %s", kvq_status_str(st));
+    if (st != KVQ_OK) return kvq_cuda__fail(st, "kvq_cuda_quantize: %s", kvq_why());
     q->T = T; q->D = D; q->G = G; q->bits = bits; q->axis = axis; q->mode = mode;
     q->geom = L.geom;
     q->units = L.units;
     q->n_groups = L.total_groups;
-    return cudaSuccess;
+    return KVQ_OK;
 }
 
 /* SMs of the current device (an H100's 132 if the query fails: it only
@@ -444,16 +478,16 @@ static unsigned kvq_cuda__grid(size_t work, unsigned threads)
    zeroes it first. unit_dst: NULL, or (units) destination unit slots.
    `validate` = 0 skips pass 1 for inputs the caller knows are finite and in
    range (then a bad group writes garbage codes instead of an error).     */
-extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, int bits,
+extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, int bits,
                                          size_t G, kvq_axis axis, kvq_zero_mode mode,
                                          const int32_t *d_unit_dst, uint32_t *d_words,
                                          kvq_sz *d_sz, int *d_status, int validate,
                                          cudaStream_t stream)
 {
     kvq_dev_qshape q;
-    cudaError_t e = kvq_cuda__qshape(d_X, d_words, d_sz, T, D, bits, G, axis, mode, &q);
-    if (e != cudaSuccess) return e;
-    if (!d_status) return kvq_cuda__bad("kvq_cuda_quantize: d_status is NULL");
+    const kvq_status e = kvq_cuda__qshape(d_X, d_words, d_sz, T, D, bits, G, axis, mode, &q);
+    if (e != KVQ_OK) return e;
+    if (!d_status) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize: d_status is NULL");
     const unsigned threads = 128, blocks = kvq_cuda__grid(q.n_groups, threads);
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     if (validate) {
@@ -467,7 +501,7 @@ extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, 
                                                 : kvq_quantize_kernel<0, 0>;
     KVQ_CUDA_LAUNCH(fn, blocks, threads, 0, stream)(d_X, q, d_unit_dst, d_words, d_sz, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    return cudaSuccess;
+    return KVQ_OK;
 }
 
 #endif /* KVQ_CUDA_DECLARE_ONLY */
@@ -1475,7 +1509,7 @@ static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
    (n_streams) descriptors in device memory. d_q: (n_streams, n_rep, D)
    fp32; d_out the same shape. d_work: kvq_cuda_attend_workspace floats.
    head_dim: D of the streams (must equal pool->head_dim when pool != NULL). */
-extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
+extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        const kvq_cuda_stream *d_streams, size_t n_streams,
                                        int n_rep, size_t max_tokens, const float *d_q,
                                        float *d_out, float *d_work, size_t work_floats,
@@ -1483,15 +1517,15 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
 {
     const int D = head_dim;
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
-        return kvq_cuda__bad("kvq_cuda_attend: NULL pointer");
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend: NULL pointer");
     if (D != 64 && D != 128)
-        return kvq_cuda__bad("kvq_cuda_attend: head_dim=%d (the kernels are built for 64 and 128)", D);
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend: head_dim=%d (the kernels are built for 64 and 128)", D);
     if (n_streams == 0 || n_rep <= 0)
-        return kvq_cuda__bad("kvq_cuda_attend: n_streams=%zu n_rep=%d must be > 0", n_streams, n_rep);
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend: n_streams=%zu n_rep=%d must be > 0", n_streams, n_rep);
     const int nh = kvq_cuda__nh(n_rep);
     const size_t n_hchunks = (size_t)((n_rep + nh - 1) / nh);
     if (n_streams > (size_t)0x7fffffff / n_hchunks || n_streams * (size_t)n_rep > 0x7fffffffu)
-        return kvq_cuda__bad("kvq_cuda_attend: %zu streams x %d heads is too many for one launch",
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_attend: %zu streams x %d heads is too many for one launch",
                              n_streams, n_rep);
     int B = 0, G = 0;
     kvq_cuda_pool pl;
@@ -1500,28 +1534,28 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
         pl = *pool;
         B = pl.bits; G = pl.group;
         if (pl.head_dim != D)
-            return kvq_cuda__bad("kvq_cuda_attend: pool D=%d but head_dim=%d", pl.head_dim, D);
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: pool D=%d but head_dim=%d", pl.head_dim, D);
         if (!pl.k_words || !pl.k_sz || !pl.v_words || !pl.v_sz)
-            return kvq_cuda__bad("kvq_cuda_attend: pool has a NULL array");
+            return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend: pool has a NULL array");
         if (B != 2 && B != 4)
-            return kvq_cuda__bad("kvq_cuda_attend: bits=%d (the fused kernel is built for 2 and 4)", B);
+            return kvq_cuda__fail(KVQ_ERR_BITS, "kvq_cuda_attend: bits=%d (the fused kernel is built for 2 and 4)", B);
         if (G != 32 && G != 64 && G != 128)
-            return kvq_cuda__bad("kvq_cuda_attend: G=%d (the fused kernel takes 32, 64 or 128)", G);
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_attend: G=%d (the fused kernel takes 32, 64 or 128)", G);
         if (pl.value_group <= 0 || D % pl.value_group || (pl.value_group * B) % 32)
-            return kvq_cuda__bad("kvq_cuda_attend: value group %d must divide D=%d and fill "
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_attend: value group %d must divide D=%d and fill "
                                  "whole words (Gv*B multiple of 32)", pl.value_group, D);
         if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
-            return kvq_cuda__bad("kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
     }
     int n_splits;
     const size_t need = kvq_cuda_attend_workspace(n_streams, n_rep, D, pool ? G : 0,
                                                   max_tokens, &n_splits);
     if (work_floats < need)
-        return kvq_cuda__bad("kvq_cuda_attend: workspace of %zu floats, %zu needed",
+        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "kvq_cuda_attend: workspace of %zu floats, %zu needed",
                              work_floats, need);
     const int TG = KVQ_CUDA_TILE;                      /* tokens per fast item */
     kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, nh) : kvq_cuda__pick_b<64>(B, nh);
-    if (!fn) return kvq_cuda__bad("kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
+    if (!fn) return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
     /* staged tiles (Sec. 4, fast path): two per warp while a CTA's stages
        stay within 48 KB, else one (a tile is 1.4-6.5 KB: two stages,
        except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set
@@ -1548,7 +1582,7 @@ extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, n_splits, d_q,
                                                                            d_out, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    return cudaSuccess;
+    return KVQ_OK;
 }
 
 /* ======================================================================== */
@@ -1584,21 +1618,21 @@ __global__ void kvq_scatter_kernel(uint32_t *__restrict__ pool, size_t slot_word
    d_src, d_dst: (n_moves) slot indices in [0, n_slots). d_temp: n_moves *
    slot_bytes bytes. The indices are trusted to be in range: the host
    planned them (validate them there if they come from elsewhere).        */
-extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
+extern "C" kvq_status kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,
                                            size_t n_moves, void *d_temp, cudaStream_t stream)
 {
     if (!d_pool || !d_src || !d_dst || !d_temp)
-        return n_moves == 0 && d_pool ? cudaSuccess
-                                      : kvq_cuda__bad("kvq_cuda_move_slots: NULL pointer");
+        return n_moves == 0 && d_pool ? KVQ_OK
+                                      : kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_move_slots: NULL pointer");
     if (slot_bytes == 0 || slot_bytes % 4 || n_slots == 0)
-        return kvq_cuda__bad("kvq_cuda_move_slots: slot_bytes=%zu (a positive multiple of 4), "
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_move_slots: slot_bytes=%zu (a positive multiple of 4), "
                              "n_slots=%zu", slot_bytes, n_slots);
     if (n_moves > n_slots)
-        return kvq_cuda__bad("kvq_cuda_move_slots: %zu moves into %zu slots", n_moves, n_slots);
+        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "kvq_cuda_move_slots: %zu moves into %zu slots", n_moves, n_slots);
     if (n_slots > SIZE_MAX / slot_bytes)
-        return kvq_cuda__bad("kvq_cuda_move_slots: pool size overflows size_t");
-    if (n_moves == 0) return cudaSuccess;
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_move_slots: pool size overflows size_t");
+    if (n_moves == 0) return KVQ_OK;
     const size_t words = slot_bytes / 4;
     const unsigned threads = 256, blocks = kvq_cuda__grid(n_moves * words, threads);
     KVQ_CUDA_LAUNCH(kvq_gather_kernel, blocks, threads, 0, stream)((const uint32_t *)d_pool, words,
@@ -1609,7 +1643,7 @@ extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t 
                                                                     d_dst, n_moves,
                                                                     (const uint32_t *)d_temp);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    return cudaSuccess;
+    return KVQ_OK;
 }
 
 #endif /* KVQ_CUDA_DECLARE_ONLY */
@@ -1667,18 +1701,17 @@ static kvq_status kvq_cuda__row16(const kvq_cache *c, int side, size_t p, kvq_f1
     return KVQ_OK;
 }
 
-extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e, char *why,
-                                      size_t why_len)
+extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
 {
-#define KVQ_CUDA__NO(...) do { if (why) snprintf(why, why_len, __VA_ARGS__);      \
-                              kvq_cuda_export_free(&x); free(tmp); free(covered); \
+#define KVQ_CUDA__NO(...) do { kvq_cuda__fail(st_fail, "kvq_cuda_export: " __VA_ARGS__); \
+                              kvq_cuda_export_free(&x); free(tmp); free(covered);     \
                               return st_fail; } while (0)
     kvq_cuda_export_t x;
     float *tmp = NULL;
     uint8_t *covered = NULL;
     kvq_status st_fail = KVQ_ERR_CONFIG;
     memset(&x, 0, sizeof x);
-    if (!c || !e) { if (why) snprintf(why, why_len, "NULL argument"); return KVQ_ERR_NULL; }
+    if (!c || !e) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_export: NULL argument");
     const size_t D = c->cfg.head_dim;
     const kvq_side *K = &c->k, *V = &c->v;
     if (D != 64 && D != 128) KVQ_CUDA__NO("head_dim %zu: the GPU kernels take 64 or 128", D);
@@ -2039,10 +2072,13 @@ inline kvq_status kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t 
                                          int D, int G, int bits, uint32_t *k_out,
                                          uint32_t *v_out)
 {
-    if (!k_page || !v_page || !k_out || !v_out) return KVQ_ERR_NULL;
-    if (!kvq_mma_shape_ok(D, G, bits) || k_out == k_page || k_out == v_page ||
-        v_out == k_page || v_out == v_page || k_out == v_out)
-        return KVQ_ERR_CONFIG;
+    if (!k_page || !v_page || !k_out || !v_out)
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_fragment_page: NULL pointer");
+    if (!kvq_mma_shape_ok(D, G, bits))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_fragment_page: D=%d G=%d B=%d is not a "
+                              "tensor-core shape", D, G, bits);
+    if (k_out == k_page || k_out == v_page || v_out == k_page || v_out == v_page || k_out == v_out)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_fragment_page: an output is an input");
     const size_t n_words = (size_t)D * G * bits / 32;
     const int per = 32 / bits;
     for (size_t w = 0; w < n_words; w++) {
@@ -2069,13 +2105,20 @@ inline kvq_status kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t 
    KVQ_ERR_NOMEM. Nothing is changed on failure.                          */
 inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
 {
-    if (!e) return KVQ_ERR_NULL;
+    if (!e) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_export_fragment: NULL export");
     const int D = e->head_dim, G = e->group, B = e->bits;
-    if (!kvq_mma_shape_ok(D, G, B)) return KVQ_ERR_CONFIG;
-    if (e->n_pages && (!e->k_words || !e->v_words)) return KVQ_ERR_NULL;
+    if (!kvq_mma_shape_ok(D, G, B))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_export_fragment: D=%d G=%d B=%d is not a "
+                              "tensor-core shape", D, G, B);
+    if (e->n_pages && (!e->k_words || !e->v_words))
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_export_fragment: pages without their arrays");
     const size_t n = (size_t)D * G * B / 32;
     uint32_t *k = (uint32_t *)malloc(n * 4), *v = (uint32_t *)malloc(n * 4);
-    if (!k || !v) { free(k); free(v); return KVQ_ERR_NOMEM; }
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return kvq_cuda__fail(KVQ_ERR_NOMEM, "kvq_cuda_export_fragment: out of host memory");
+    }
     const size_t sealed = (e->n_kq < e->n_vq ? e->n_kq : e->n_vq) / (size_t)G;
     for (size_t p = 0; p < sealed && p < e->n_pages; p++) {
         kvq_cuda_fragment_page(e->k_words + p * n, e->v_words + p * n, D, G, B, k, v);
@@ -2621,16 +2664,16 @@ __global__ void kvq_seal_kernel(uint32_t *__restrict__ k_words, uint32_t *__rest
 /* Seal (or unseal) the listed pool pages in place. d_pages: (n) pool page
    ids, distinct. Codes must be B = 2 or 4, D 64 or 128, G a multiple of
    32 up to 1024 (kvq_mma_shape_ok).                                       */
-extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
+extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
                                            size_t n, int seal, cudaStream_t stream)
 {
-    if (!pool || (n && !d_pages)) return kvq_cuda__bad("kvq_cuda_seal_pages: NULL pointer");
-    if (!pool->k_words || !pool->v_words) return kvq_cuda__bad("kvq_cuda_seal_pages: pool has a NULL array");
+    if (!pool || (n && !d_pages)) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_seal_pages: NULL pointer");
+    if (!pool->k_words || !pool->v_words) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_seal_pages: pool has a NULL array");
     if (!kvq_mma_shape_ok(pool->head_dim, pool->group, pool->bits))
-        return kvq_cuda__bad("kvq_cuda_seal_pages: D=%d G=%d B=%d is not a tensor-core shape",
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_seal_pages: D=%d G=%d B=%d is not a tensor-core shape",
                              pool->head_dim, pool->group, pool->bits);
-    if (n > 0x7fffffffu) return kvq_cuda__bad("kvq_cuda_seal_pages: %zu pages in one call", n);
-    if (n == 0) return cudaSuccess;
+    if (n > 0x7fffffffu) return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_seal_pages: %zu pages in one call", n);
+    if (n == 0) return KVQ_OK;
     const size_t bytes = 2 * (size_t)pool->head_dim * pool->group * pool->bits / 8;
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)kvq_seal_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -2639,7 +2682,7 @@ extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int3
                                                                       pool->group, pool->bits,
                                                                       seal ? 1 : 0);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    return cudaSuccess;
+    return KVQ_OK;
 }
 
 /* -- does this GPU keep fp16 subnormal MMA inputs? ------------------------ */
@@ -2652,27 +2695,36 @@ __global__ void kvq_mma_subnormal_probe_kernel(float *out /* (32) */)
     kvq_mma_16816(c, a, 0x3C003C00u, 0x3C003C00u);
     out[threadIdx.x] = c[0] + c[1] + c[2] + c[3];
 }
-/* 1: kept (the subnormal decode is exact), 0: flushed, -1: the probe could
-   not run. Asked once per process (the first call launches and
-   synchronizes), for the current device.                                */
-extern "C" int kvq_cuda_mma_keeps_subnormals(void)
+/* *kept = 1: the tensor cores keep fp16 subnormal inputs (the subnormal
+   decode is exact), 0: they flush them. Asked once per process (the first
+   successful call launches and synchronizes), for the current device.
+   KVQ_OK; KVQ_ERR_NULL; a CUDA failure (the probe could not run).       */
+static kvq_status kvq_cuda__probe_subnormals(float *d, int *kept)
 {
-    static int known = -2;
-    if (known != -2) return known;
-    float *d = nullptr, h[32];
-    int r = -1;
-    if (cudaMalloc((void **)&d, sizeof h) == cudaSuccess) {
-        KVQ_CUDA_LAUNCH(kvq_mma_subnormal_probe_kernel, 1, 32, 0, 0)(d);
-        if (cudaGetLastError() == cudaSuccess &&
-            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess) {
-            r = 1;
-            for (int i = 0; i < 32 && r == 1; i++)
-                if (h[i] != 4.0f * 0x1p-20f) r = 0;
-        }
+    float h[32];
+    KVQ_CUDA_LAUNCH(kvq_mma_subnormal_probe_kernel, 1, 32, 0, 0)(d);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    KVQ_CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    *kept = 1;
+    for (int i = 0; i < 32; i++)
+        if (h[i] != 4.0f * 0x1p-20f) *kept = 0;
+    return KVQ_OK;
+}
+extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept)
+{
+    static int known = -1;
+    if (!kept) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_mma_keeps_subnormals: kept is NULL");
+    if (known < 0) {
+        float *d = nullptr;
+        KVQ_CUDA_CHECK(cudaMalloc((void **)&d, 32 * sizeof(float)));
+        int k = 0;
+        const kvq_status st = kvq_cuda__probe_subnormals(d, &k);
         cudaFree(d);
+        if (st != KVQ_OK) return st;
+        known = k;
     }
-    known = r;
-    return r;
+    *kept = known;
+    return KVQ_OK;
 }
 
 /* -- the launcher ------------------------------------------------------------ */
@@ -2772,43 +2824,48 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
      KVQ_CUDA_MMA_SUBNORMAL  the subnormal decode (Sec. 7: no HFMA2 per
                            two codes); refused on a GPU whose tensor cores
                            flush fp16 subnormal inputs                     */
-extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
+extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
                                            float *d_out, float *d_work, size_t work_floats,
                                            int *d_status, int variant, cudaStream_t stream)
 {
     const int D = head_dim;
-    if (!pool) return kvq_cuda__bad("kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
+    if (!pool) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: NULL pointer");
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL))
-        return kvq_cuda__bad("kvq_cuda_attend_mma: variant %d unknown", variant);
-    if ((variant & KVQ_CUDA_MMA_SUBNORMAL) && kvq_cuda_mma_keeps_subnormals() != 1)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: this GPU's tensor cores do not keep fp16 "
-                             "subnormal inputs, so the subnormal decode would be wrong");
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d unknown", variant);
+    if (variant & KVQ_CUDA_MMA_SUBNORMAL) {
+        int kept = 0;
+        const kvq_status st = kvq_cuda_mma_keeps_subnormals(&kept);
+        if (st != KVQ_OK) return st;
+        if (!kept)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: this GPU's tensor cores do "
+                                  "not keep fp16 subnormal inputs, so the subnormal decode would be wrong");
+    }
     if (n_streams == 0 || n_rep <= 0 || n_rep > 64)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);
     if (!kvq_mma_shape_ok(D, pool->group, pool->bits) || pool->group > 128 || pool->head_dim != D)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: D=%d G=%d B=%d (D 64/128, B 2/4, G 32/64/128)",
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: D=%d G=%d B=%d (D 64/128, B 2/4, G 32/64/128)",
                              D, pool->group, pool->bits);
     if (pool->value_group <= 0 || pool->value_group % 16 || D % pool->value_group)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: value group %d must divide D=%d and be a "
+        return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_attend_mma: value group %d must divide D=%d and be a "
                              "multiple of 16 (a channel tile in one group)", pool->value_group, D);
     if (!pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: pool has a NULL array");
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: pool has a NULL array");
     if (pool->zero_mode != KVQ_ZERO_FLOAT && pool->zero_mode != KVQ_ZERO_INT)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: zero mode %d unknown", (int)pool->zero_mode);
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: zero mode %d unknown", (int)pool->zero_mode);
     kvq_cuda__mma_plan plan;             /* the shape was checked above */
     kvq_cuda__plan_mma(D, pool->bits, pool->value_group, n_rep, variant, n_streams, pool->group,
                        max_tokens, &plan);
     if (work_floats < plan.work_floats)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: workspace of %zu floats, %zu needed", work_floats,
+        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "kvq_cuda_attend_mma: workspace of %zu floats, %zu needed", work_floats,
                              plan.work_floats);
     const int s5 = plan.splits, s3 = plan.splits_rest;
     const size_t n_hchunks = (size_t)plan.n_hchunks;
     if (n_streams > (size_t)0x7fffffff / n_hchunks)
-        return kvq_cuda__bad("kvq_cuda_attend_mma: %zu streams is too many for one launch", n_streams);
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_attend_mma: %zu streams is too many for one launch", n_streams);
     kvq_cuda__mma_fn f5 = plan.fn;
     const size_t smem5 = plan.smem;
     const int chunk_bytes = plan.chunk_bytes;
@@ -2841,7 +2898,7 @@ extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_d
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, s5 + s3, d_q,
                                                                            d_out, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    return cudaSuccess;
+    return KVQ_OK;
 }
 #endif /* KVQ_CUDA_DECLARE_ONLY */
 
@@ -2852,25 +2909,24 @@ extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_d
 /* and inline helpers above, and these functions, documented at their       */
 /* definitions in Sec. 0-6.                                                  */
 /* ======================================================================== */
-extern "C" const char *kvq_cuda_why(void);
-extern "C" cudaError_t kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, int bits,
+extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, int bits,
                                          size_t G, kvq_axis axis, kvq_zero_mode mode,
                                          const int32_t *d_unit_dst, uint32_t *d_words,
                                          kvq_sz *d_sz, int *d_status, int validate,
                                          cudaStream_t stream);
 extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int head_dim,
                                             int group, size_t max_tokens, int *n_splits);
-extern "C" cudaError_t kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
+extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        const kvq_cuda_stream *d_streams, size_t n_streams,
                                        int n_rep, size_t max_tokens, const float *d_q,
                                        float *d_out, float *d_work, size_t work_floats,
                                        int *d_status, cudaStream_t stream);
-extern "C" cudaError_t kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
+extern "C" kvq_status kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,
                                            size_t n_moves, void *d_temp, cudaStream_t stream);
-extern "C" cudaError_t kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
+extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
                                            size_t n, int seal, cudaStream_t stream);
-extern "C" int kvq_cuda_mma_keeps_subnormals(void);
+extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept);
 extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
                                                 int group, int bits, int value_group, int variant,
                                                 size_t max_tokens, int *n_splits_mma,
@@ -2879,12 +2935,12 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 #define KVQ_CUDA_MMA_HI_ONLY 1
 #define KVQ_CUDA_MMA_DIRECT  2
 #define KVQ_CUDA_MMA_SUBNORMAL 4
-extern "C" cudaError_t kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
+extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
                                            float *d_out, float *d_work, size_t work_floats,
                                            int *d_status, int variant, cudaStream_t stream);
 extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e);
-extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e, char *why,
-                                      size_t why_len);
+extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e);
+extern "C" kvq_status kvq_cuda_status(const int *d_status, cudaStream_t stream);
 #endif

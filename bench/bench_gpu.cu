@@ -57,8 +57,18 @@
     do {                                                                      \
         cudaError_t e_ = (call);                                              \
         if (e_ != cudaSuccess) {                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,    \
+                    cudaGetErrorString(e_));                                  \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+/* ... and a kvq_cuda call: a kvq_status, the reason in kvq_cuda_why()    */
+#define KQ(call)                                                              \
+    do {                                                                      \
+        kvq_status s_ = (call);                                               \
+        if (s_ != KVQ_OK) {                                                   \
             fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,\
-                    cudaGetErrorString(e_), kvq_cuda_why());                  \
+                    kvq_status_str(s_), kvq_cuda_why());                      \
             exit(1);                                                          \
         }                                                                     \
     } while (0)
@@ -310,7 +320,7 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, float *ms_out, doub
     CU(cudaMemset(d_out, 0xFF, S * n_rep * D * 4));
     const kvq_cuda_pool *pool = fp16 ? nullptr : &P.pool;
     auto call = [&](int) {
-        CU(kvq_cuda_attend(pool, D, P.d_streams, S, n_rep, plan_tokens, d_q, d_out, d_work, wf,
+        KQ(kvq_cuda_attend(pool, D, P.d_streams, S, n_rep, plan_tokens, d_q, d_out, d_work, wf,
                            d_status, 0));
     };
     call(0);
@@ -318,8 +328,7 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, float *ms_out, doub
     /* validate stream 0 and the last stream against float64               */
     std::vector<float> got(S * n_rep * D);
     CU(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
-    int status;
-    CU(cudaMemcpy(&status, d_status, 4, cudaMemcpyDeviceToHost));
+    const kvq_status status = kvq_cuda_status(d_status, 0);
     double worst = 0;
     for (size_t s : { (size_t)0, S - 1 }) {
         std::vector<double> ref;
@@ -329,7 +338,7 @@ static bool run_attn(attn_problem &P, bool fp16, bool split, float *ms_out, doub
         if (!(e <= 1e-4)) worst = e > worst ? e : (e == e ? worst : 1e9);
     }
     *err_out = worst;
-    bool ok = status == 0 && worst <= 1e-4;
+    bool ok = status == KVQ_OK && worst <= 1e-4;
     if (ok) *ms_out = median_ms(call, 1);
     CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
     return ok;
@@ -408,8 +417,8 @@ static bool seal_copy(attn_problem &P, std::string &why)
         for (uint32_t p = 0; p < kvq_cuda_sealed_pages(P.hs[s], P.G); p++) ids.push_back(P.table[s * pages_per + p]);
     int32_t *d_ids = (int32_t *)P.alloc(ids.size() * 4);
     CU(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-    if (kvq_cuda_seal_pages(&P.sealed, d_ids, ids.size(), 1, 0) != cudaSuccess) {
-        why = std::string("kvq_cuda_seal_pages: ") + kvq_cuda_why();
+    if (kvq_cuda_seal_pages(&P.sealed, d_ids, ids.size(), 1, 0) != KVQ_OK) {
+        why = kvq_cuda_why();
         (void)cudaGetLastError();
         return false;
     }
@@ -444,7 +453,7 @@ static int run_kernel(attn_problem &P, const kernel_sel &k, float *ms_out, doubl
     bool refused = false;
     auto call = [&](int) {
         if (kvq_cuda_attend_mma(&P.sealed, D, P.d_streams, S, n_rep, P.T, d_q, d_out, d_work, wf, d_status,
-                                k.variant, 0) != cudaSuccess && !refused) {
+                                k.variant, 0) != KVQ_OK && !refused) {
             refused = true;
             why = kvq_cuda_why();
             (void)cudaGetLastError();
@@ -456,8 +465,7 @@ static int run_kernel(attn_problem &P, const kernel_sel &k, float *ms_out, doubl
         CU(cudaDeviceSynchronize());
         std::vector<float> got(S * n_rep * D);
         CU(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
-        int status;
-        CU(cudaMemcpy(&status, d_status, 4, cudaMemcpyDeviceToHost));
+        const kvq_status status = kvq_cuda_status(d_status, 0);
         const double tol = (k.variant & KVQ_CUDA_MMA_HI_ONLY) ? 4e-3 : 1e-4;   /* test_gpu's */
         double worst = 0;
         for (size_t s : { (size_t)0, S - 1 }) {
@@ -467,7 +475,7 @@ static int run_kernel(attn_problem &P, const kernel_sel &k, float *ms_out, doubl
             worst = (e == e) ? std::max(worst, e) : 1e9;
         }
         *err_out = worst;
-        rc = (status == 0 && worst <= tol) ? 0 : 1;
+        rc = (status == KVQ_OK && worst <= tol) ? 0 : 1;
         if (rc == 0) *ms_out = median_ms(call, 1);
     }
     CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
@@ -603,9 +611,9 @@ static void bench_quantize(bool quick, double copy)
                 kvq_quantize_matrix(fx.data(), Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, cw.data(), cs.data());
                 bool same = true;
                 for (int v = 0; v < 2; v++) {
-                    CU(kvq_cuda_quantize(d_x, Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, nullptr, d_w, d_s,
+                    KQ(kvq_cuda_quantize(d_x, Tcheck, D, B, G, ax, KVQ_ZERO_FLOAT, nullptr, d_w, d_s,
                                          d_st, v == 0, 0));
-                    CU(cudaDeviceSynchronize());
+                    same = same && kvq_cuda_status(d_st, 0) == KVQ_OK;
                     CU(cudaMemcpy(gw.data(), d_w, gw.size() * 4, cudaMemcpyDeviceToHost));
                     CU(cudaMemcpy(gs.data(), d_s, gs.size() * 4, cudaMemcpyDeviceToHost));
                     same = same && gw == std::vector<uint32_t>(cw) &&
@@ -614,7 +622,7 @@ static void bench_quantize(bool quick, double copy)
                 float ms[2];
                 for (int v = 0; v < 2; v++) {
                     ms[v] = median_ms([&](int c) {
-                        CU(kvq_cuda_quantize(d_x + (size_t)c * T * D, T, D, B, G, ax, KVQ_ZERO_FLOAT,
+                        KQ(kvq_cuda_quantize(d_x + (size_t)c * T * D, T, D, B, G, ax, KVQ_ZERO_FLOAT,
                                              nullptr, d_w, d_s, d_st, v == 0, 0));
                     }, (int)copies);
                 }

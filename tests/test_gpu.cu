@@ -47,6 +47,21 @@ static bool quick_mode;
             exit(1);                                                          \
         }                                                                     \
     } while (0)
+/* ... and a kvq_cuda call (kvq_status, reason in kvq_cuda_why())         */
+#define KQ(call)                                                              \
+    do {                                                                      \
+        kvq_status s_ = (call);                                               \
+        if (s_ != KVQ_OK) {                                                   \
+            printf("FAIL %s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,    \
+                   kvq_status_str(s_), kvq_cuda_why());                       \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+/* a refusal: the expected status, a reason, nothing launched              */
+static bool refused_with(kvq_status got, kvq_status want)
+{
+    return got == want && kvq_cuda_why()[0];
+}
 
 /* ---- RNG (splitmix64), Gaussian by Box-Muller ----------------------------- */
 static uint64_t rng_state = 0x6b7671ull;
@@ -135,11 +150,9 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
     dx.up(reinterpret_cast<const __half *>(hx.data()));
     dp.up(perm.data());
     dw.poison(); ds.poison();
-    CU(kvq_cuda_quantize(dx.p, T, D, bits, G, axis, mode, scatter ? dp.p : nullptr,
+    KQ(kvq_cuda_quantize(dx.p, T, D, bits, G, axis, mode, scatter ? dp.p : nullptr,
                          dw.p, ds.p, dst.p, 1, 0));
-    int got;
-    CU(cudaDeviceSynchronize());
-    dst.down(&got);
+    const int got = (int)kvq_cuda_status(dst.p, 0);
     std::vector<uint32_t> gw(n_out * wpu);
     std::vector<kvq_sz> gs(n_out * L.geom.groups_per_unit);
     dw.down(gw.data()); ds.down(gs.data());
@@ -199,23 +212,30 @@ static void test_quantize(void)
     dbuf<kvq_sz> ds(256 * 128);
     dbuf<int> dst(1);
     dw.poison();
-    struct { size_t T, D; int b; size_t G; kvq_axis ax; const char *what; } bad[] = {
-        { 256, 128, 3, 32, KVQ_PER_TOKEN, "bits=3" },
-        { 256, 128, 2, 48, KVQ_PER_TOKEN, "G=48 does not divide D=128" },
-        { 100, 128, 2, 32, KVQ_PER_CHANNEL, "G=32 does not divide T=100" },
-        { 0, 128, 2, 32, KVQ_PER_TOKEN, "T=0" },
-        { 256, 0, 2, 32, KVQ_PER_TOKEN, "D=0" },
-        { (size_t)1 << 62, 128, 2, 32, KVQ_PER_TOKEN, "T*D overflows" },
+    /* each refusal with kvq.h's status for the fault (kvq_layout_init's) */
+    struct { size_t T, D; int b; size_t G; kvq_axis ax; kvq_status want; const char *what; } bad[] = {
+        { 256, 128, 3, 32, KVQ_PER_TOKEN, KVQ_ERR_BITS, "bits=3" },
+        { 256, 128, 2, 48, KVQ_PER_TOKEN, KVQ_ERR_GROUP, "G=48 does not divide D=128" },
+        { 100, 128, 2, 32, KVQ_PER_CHANNEL, KVQ_ERR_GROUP, "G=32 does not divide T=100" },
+        { 0, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ERR_SIZE, "T=0" },
+        { 256, 0, 2, 32, KVQ_PER_TOKEN, KVQ_ERR_SIZE, "D=0" },
+        { (size_t)1 << 62, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ERR_OVERFLOW, "T*D overflows" },
     };
     for (auto &c : bad) {
-        cudaError_t e = kvq_cuda_quantize(dx.p, c.T, c.D, c.b, c.G, c.ax, KVQ_ZERO_FLOAT,
-                                          nullptr, dw.p, ds.p, dst.p, 1, 0);
-        CHECK(e == cudaErrorInvalidValue && kvq_cuda_why()[0], "quantize accepted %s", c.what);
+        kvq_layout L;
+        CHECK(kvq_layout_init(&L, c.T, c.D, c.b, c.G, c.ax) == c.want, "kvq.h disagrees on %s", c.what);
+        const kvq_status e = kvq_cuda_quantize(dx.p, c.T, c.D, c.b, c.G, c.ax, KVQ_ZERO_FLOAT,
+                                               nullptr, dw.p, ds.p, dst.p, 1, 0);
+        CHECK(refused_with(e, c.want), "quantize: %s gave %s (%s)", c.what, kvq_status_str(e),
+              kvq_cuda_why());
     }
-    CHECK(kvq_cuda_quantize(nullptr, 32, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, nullptr,
-                            dw.p, ds.p, dst.p, 1, 0) == cudaErrorInvalidValue, "NULL X accepted");
-    CHECK(kvq_cuda_quantize(dx.p, 32, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, nullptr,
-                            dw.p, ds.p, nullptr, 1, 0) == cudaErrorInvalidValue, "NULL status accepted");
+    CHECK(refused_with(kvq_cuda_quantize(nullptr, 32, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT,
+                                         nullptr, dw.p, ds.p, dst.p, 1, 0), KVQ_ERR_NULL),
+          "NULL X accepted");
+    CHECK(refused_with(kvq_cuda_quantize(dx.p, 32, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT,
+                                         nullptr, dw.p, ds.p, nullptr, 1, 0), KVQ_ERR_NULL),
+          "NULL status accepted");
+    CHECK(refused_with(kvq_cuda_status(nullptr, 0), KVQ_ERR_NULL), "kvq_cuda_status(NULL) accepted");
     std::vector<uint32_t> hw(dw.n);
     CU(cudaDeviceSynchronize());
     dw.down(hw.data());
@@ -389,15 +409,16 @@ static size_t tiled_streams = 0;
 
 /* One stream: a cache of the policy with a random length in [1, max_len]
    (prefill half, append the rest; KIVI+evict then evicts a random quarter),
-   exported. On failure *why says what failed and the cache is freed.     */
+   exported. On failure *why is the failing call's reason (kvq_why() or
+   kvq_cuda_why()) and the cache is freed.                                */
 static bool make_stream(int pol, size_t D, int bits, size_t G, size_t max_len, kvq_cache *c,
-                        kvq_cuda_export_t *e, char *why, size_t why_len)
+                        kvq_cuda_export_t *e, const char **why)
 {
     kvq_config cfg = make_config(pol, D, bits, G);
     const size_t T = 1 + rng_below(max_len), pre = T / 2;
     std::vector<float> K, V;
     make_kv(T, D, K, V);
-    if (kvq_cache_init(c, &cfg) != KVQ_OK) { snprintf(why, why_len, "init: %s", c->why); return false; }
+    if (kvq_cache_init(c, &cfg) != KVQ_OK) { *why = kvq_why(); return false; }
     bool ok = pre == 0 || kvq_cache_prefill(c, K.data(), V.data(), pre) == KVQ_OK;
     for (size_t t = pre; t < T && ok; t++)
         ok = kvq_cache_append(c, &K[t * D], &V[t * D]) == KVQ_OK;
@@ -406,8 +427,8 @@ static bool make_stream(int pol, size_t D, int bits, size_t G, size_t max_len, k
         for (auto &k : keep) k = rng_below(4) != 0;
         ok = kvq_cache_evict(c, keep.data(), keep.size(), NULL) == KVQ_OK;
     }
-    if (!ok) snprintf(why, why_len, "building the cache: %s", c->why);
-    if (ok && kvq_cuda_export(c, e, why, why_len) != KVQ_OK) ok = false;
+    if (!ok) *why = kvq_why();
+    if (ok && kvq_cuda_export(c, e) != KVQ_OK) { *why = kvq_cuda_why(); ok = false; }
     if (!ok) kvq_cache_free(c);
     return ok;
 }
@@ -417,12 +438,12 @@ static bool make_stream(int pol, size_t D, int bits, size_t G, size_t max_len, k
 static bool build_batch(int pol, size_t D, int bits, size_t G, size_t n_streams, size_t max_len,
                         std::vector<kvq_cache> &caches, gpu_batch &b)
 {
-    char why[200] = "";
+    const char *why = "";
     bool ok = true;
     caches.resize(n_streams);
     for (size_t i = 0; i < n_streams && ok; i++) {
         kvq_cuda_export_t e;
-        ok = make_stream(pol, D, bits, G, max_len, &caches[i], &e, why, sizeof why);
+        ok = make_stream(pol, D, bits, G, max_len, &caches[i], &e, &why);
         if (ok) b.ex.push_back(e);
         if (ok && G > 32 && std::min(e.n_kq, e.n_vq) >= 64) tiled_streams++;
         if (!ok) caches.resize(i);          /* make_stream freed the failed one */
@@ -512,7 +533,7 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
         dbuf<int32_t> dids(ids.size());
         if (mma) {
             dids.up(ids.data());
-            CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 1, 0));
+            KQ(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 1, 0));
             const size_t differ = pages_differing(b, ids, where, n, [&](size_t i, size_t p, uint32_t *k, uint32_t *v) {
                 kvq_cuda_fragment_page(b.ex[i].k_words + p * n, b.ex[i].v_words + p * n, (int)D,
                                        (int)G, bits, k, v);
@@ -532,23 +553,21 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
         dq.up(hq.data());
         CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));    /* NaN poison */
         if (mma)
-            CU(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens,
+            KQ(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens,
                                    dq.p, dout.p, dwork.p, wf, dst.p, variant, 0));
         else
-            CU(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams,
+            KQ(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams,
                                n_rep, b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
-        CU(cudaDeviceSynchronize());
+        const kvq_status status = kvq_cuda_status(dst.p, 0);
         std::vector<float> got(hq.size());
-        int status;
         dout.down(got.data());
-        dst.down(&status);
         double worst;
         const double tol = mma && (variant & KVQ_CUDA_MMA_HI_ONLY) ? ATTN_TOL_HI_ONLY : ATTN_TOL;
         const size_t bad = check_rows(caches, hq, got, n_rep, D, tol, &worst);
         const char *kind = !mma ? "attend" : (variant & KVQ_CUDA_MMA_HI_ONLY) ? "mma-hi"
                          : (variant & KVQ_CUDA_MMA_SUBNORMAL) ? "mma-sn"
                          : (variant & KVQ_CUDA_MMA_DIRECT) ? "mma-di" : "mma";
-        CHECK(status == 0, "%s %s: status %d", kind, pol_name[pol], status);
+        CHECK(status == KVQ_OK, "%s %s: %s", kind, pol_name[pol], kvq_cuda_why());
         CHECK(bad == 0, "%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
               "%zu rows over tolerance %.0e, worst rel err %.3g", kind, pol_name[pol], D, bits, G,
               n_rep, n_streams, max_len, s_a, s_b, bad, tol, worst);
@@ -556,7 +575,7 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
                "worst rel err %.2e\n", kind, pol_name[pol], D, bits, G, n_rep, n_streams, max_len,
                s_a, s_b, mma ? " (sealed pages on the tensor cores)" : "", worst);
         if (mma) {                            /* unsealing restores kvq.h's order */
-            CU(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 0, 0));
+            KQ(kvq_cuda_seal_pages(&b.pool, dids.p, ids.size(), 0, 0));
             const size_t differ = pages_differing(b, ids, where, n, [&](size_t i, size_t p, uint32_t *k, uint32_t *v) {
                 memcpy(k, b.ex[i].k_words + p * n, n * 4);
                 memcpy(v, b.ex[i].v_words + p * n, n * 4);
@@ -600,8 +619,11 @@ static void test_attend_mma(void)
     mma(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_HI_ONLY);
     /* the subnormal decode: exact where the tensor cores keep fp16
        subnormal inputs, refused with a reason where they flush them      */
-    const int keeps = kvq_cuda_mma_keeps_subnormals();
-    CHECK(keeps == 0 || keeps == 1, "kvq_cuda_mma_keeps_subnormals: the probe did not run (%d)", keeps);
+    int keeps = -1;
+    CHECK(kvq_cuda_mma_keeps_subnormals(&keeps) == KVQ_OK && (keeps == 0 || keeps == 1),
+          "kvq_cuda_mma_keeps_subnormals: the probe did not run (%s)", kvq_cuda_why());
+    CHECK(refused_with(kvq_cuda_mma_keeps_subnormals(nullptr), KVQ_ERR_NULL),
+          "kvq_cuda_mma_keeps_subnormals(NULL) accepted");
     printf("  mma: this device %s fp16 subnormal MMA inputs\n", keeps == 1 ? "keeps" : "flushes");
     if (keeps == 1) {
         mma(POL_KIVI, 128, 2, 64, 4, 4, 1200, KVQ_CUDA_MMA_SUBNORMAL);
@@ -624,28 +646,27 @@ static void test_attend_mma(void)
     dbuf<float> dq(64), dout(64), dwork(wf + 1);
     dbuf<int> dst(1);
     kvq_cuda_pool bad = b.pool;
-    auto refused = [&](const kvq_cuda_pool *p, int D, size_t work, int variant) {
-        const cudaError_t e = kvq_cuda_attend_mma(p, D, b.d_streams, 1, 1, b.max_tokens, dq.p, dout.p,
-                                                  dwork.p, work, dst.p, variant, 0);
-        return e == cudaErrorInvalidValue && kvq_cuda_why()[0];
+    auto refused = [&](const kvq_cuda_pool *p, int D, size_t work, int variant, kvq_status want) {
+        return refused_with(kvq_cuda_attend_mma(p, D, b.d_streams, 1, 1, b.max_tokens, dq.p, dout.p,
+                                                dwork.p, work, dst.p, variant, 0), want);
     };
-    CHECK(refused(nullptr, 64, wf, 0), "mma: a NULL pool was accepted");
-    CHECK(refused(&b.pool, 64, wf - 1, 0), "mma: a small workspace was accepted");
-    CHECK(refused(&b.pool, 64, wf, 8), "mma: variant 8 was accepted");
-    if (kvq_cuda_mma_keeps_subnormals() == 0)
-        CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_SUBNORMAL),
+    CHECK(refused(nullptr, 64, wf, 0, KVQ_ERR_NULL), "mma: a NULL pool was accepted");
+    CHECK(refused(&b.pool, 64, wf - 1, 0, KVQ_ERR_CAPACITY), "mma: a small workspace was accepted");
+    CHECK(refused(&b.pool, 64, wf, 8, KVQ_ERR_CONFIG), "mma: variant 8 was accepted");
+    if (keeps == 0)
+        CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_SUBNORMAL, KVQ_ERR_CONFIG),
               "mma: the subnormal decode was accepted on a device that flushes subnormals");
-    CHECK(refused(&b.pool, 96, wf, 0), "mma: D = 96 was accepted");
+    CHECK(refused(&b.pool, 96, wf, 0, KVQ_ERR_CONFIG), "mma: D = 96 was accepted");
     bad.value_group = 8;
-    CHECK(refused(&bad, 64, wf, 0), "mma: value group 8 (not a channel tile) was accepted");
+    CHECK(refused(&bad, 64, wf, 0, KVQ_ERR_GROUP), "mma: value group 8 (not a channel tile) was accepted");
     bad = b.pool; bad.bits = 8;
-    CHECK(refused(&bad, 64, wf, 0), "mma: B = 8 was accepted");
+    CHECK(refused(&bad, 64, wf, 0, KVQ_ERR_CONFIG), "mma: B = 8 was accepted");
     CHECK(kvq_cuda_attend_mma_workspace(1, 1, 96, 32, 2, 32, 0, 100, &s5, &s3) == 0,
           "mma workspace: D = 96 gave a size");
     bad = b.pool; bad.group = 48;
-    CHECK(kvq_cuda_seal_pages(&bad, dst.p, 1, 1, 0) == cudaErrorInvalidValue,
+    CHECK(refused_with(kvq_cuda_seal_pages(&bad, dst.p, 1, 1, 0), KVQ_ERR_CONFIG),
           "seal: G = 48 was accepted");
-    CHECK(kvq_cuda_seal_pages(nullptr, dst.p, 1, 1, 0) == cudaErrorInvalidValue,
+    CHECK(refused_with(kvq_cuda_seal_pages(nullptr, dst.p, 1, 1, 0), KVQ_ERR_NULL),
           "seal: a NULL pool was accepted");
     for (auto &c : caches) kvq_cache_free(&c);
 }
@@ -700,12 +721,11 @@ static void test_attend_status(void)
     kvq_cache_init(&c, &cfg);
     kvq_cache_prefill(&c, K.data(), V.data(), 300);
     kvq_cuda_export_t e;
-    char why[200];
-    CHECK(kvq_cuda_export(&c, &e, why, sizeof why) == KVQ_OK, "export: %s", why);
+    CHECK(kvq_cuda_export(&c, &e) == KVQ_OK, "export: %s", kvq_cuda_why());
     b.ex.push_back(e);
     /* second stream: everything dead and nothing in full precision       */
     kvq_cuda_export_t e2;
-    kvq_cuda_export(&c, &e2, why, sizeof why);
+    kvq_cuda_export(&c, &e2);
     memset(e2.dead, 0xFF, ((std::max(e2.n_kq, e2.n_vq)) / 32 + 1) * 4);
     e2.n_fp = 0;
     e2.n_vq = e2.n_kq;            /* no value tail either                  */
@@ -718,56 +738,52 @@ static void test_attend_status(void)
     std::vector<float> hq(2 * D);
     for (auto &x : hq) x = rng_gauss();
     dq.up(hq.data());
-    CU(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+    KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
                        wf, dst.p, 0));
-    CU(cudaDeviceSynchronize());
-    int status;
+    kvq_status status = kvq_cuda_status(dst.p, 0);
     std::vector<float> got(2 * D);
-    dst.down(&status);
     dout.down(got.data());
-    CHECK(status == KVQ_ERR_STATE, "empty stream: status %d, want KVQ_ERR_STATE", status);
+    CHECK(refused_with(status, KVQ_ERR_STATE), "empty stream: %s, want KVQ_ERR_STATE",
+          kvq_status_str(status));
     CHECK(isnan(got[D]) && isnan(got[2 * D - 1]) && isfinite(got[0]),
           "empty stream's row must be NaN, the other finite");
     hq[7] = NAN;                  /* a NaN query -> NONFINITE beats STATE   */
     dq.up(hq.data());
-    CU(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+    KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
                        wf, dst.p, 0));
-    CU(cudaDeviceSynchronize());
-    dst.down(&status);
+    status = kvq_cuda_status(dst.p, 0);
     dout.down(got.data());
-    CHECK(status == KVQ_ERR_NONFINITE, "NaN q: status %d", status);
+    CHECK(refused_with(status, KVQ_ERR_NONFINITE), "NaN q: %s", kvq_status_str(status));
     CHECK(isnan(got[0]), "NaN q: row must be NaN");
     /* bad arguments                                                        */
     kvq_cuda_pool bad = b.pool;
     bad.bits = 3;
-    CHECK(kvq_cuda_attend(&bad, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
-                          wf, dst.p, 0) == cudaErrorInvalidValue, "bits=3 accepted");
+    CHECK(refused_with(kvq_cuda_attend(&bad, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0), KVQ_ERR_BITS), "bits=3 accepted");
     bad = b.pool; bad.value_group = 48;
-    CHECK(kvq_cuda_attend(&bad, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
-                          wf, dst.p, 0) == cudaErrorInvalidValue, "Gv=48 accepted");
-    CHECK(kvq_cuda_attend(&b.pool, 96, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
-                          wf, dst.p, 0) == cudaErrorInvalidValue, "D=96 accepted");
-    CHECK(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
-                          wf - 1, dst.p, 0) == cudaErrorInvalidValue, "small workspace accepted");
-    CHECK(kvq_cuda_attend(&b.pool, (int)D, nullptr, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
-                          wf, dst.p, 0) == cudaErrorInvalidValue, "NULL streams accepted");
-    CHECK(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 0, 1, b.max_tokens, dq.p, dout.p, dwork.p,
-                          wf, dst.p, 0) == cudaErrorInvalidValue, "0 streams accepted");
+    CHECK(refused_with(kvq_cuda_attend(&bad, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0), KVQ_ERR_GROUP), "Gv=48 accepted");
+    CHECK(refused_with(kvq_cuda_attend(&b.pool, 96, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0), KVQ_ERR_SIZE), "D=96 accepted");
+    CHECK(refused_with(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf - 1, dst.p, 0), KVQ_ERR_CAPACITY), "small workspace accepted");
+    CHECK(refused_with(kvq_cuda_attend(&b.pool, (int)D, nullptr, 2, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0), KVQ_ERR_NULL), "NULL streams accepted");
+    CHECK(refused_with(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 0, 1, b.max_tokens, dq.p, dout.p, dwork.p,
+                          wf, dst.p, 0), KVQ_ERR_SIZE), "0 streams accepted");
     /* export refuses what the kernel cannot read                           */
     kvq_cache hf;
     kvq_config hcfg = kvq_config_hf(D, kvq_hf_defaults(2));
     kvq_cache_init(&hf, &hcfg);
     kvq_cache_prefill(&hf, K.data(), V.data(), 300);
     kvq_cuda_export_t e3;
-    why[0] = 0;
-    CHECK(kvq_cuda_export(&hf, &e3, why, sizeof why) == KVQ_ERR_CONFIG && why[0],
+    CHECK(refused_with(kvq_cuda_export(&hf, &e3), KVQ_ERR_CONFIG),
           "export of a per-token-key cache must be refused with a reason");
     kvq_cache k8;                 /* B = 8 is quantized on the GPU, not attended */
     kvq_config c8 = kvq_config_kivi(D, 8);
     kvq_cache_init(&k8, &c8);
     kvq_cache_prefill(&k8, K.data(), V.data(), 300);
-    why[0] = 0;
-    CHECK(kvq_cuda_export(&k8, &e3, why, sizeof why) == KVQ_ERR_CONFIG && why[0],
+    CHECK(refused_with(kvq_cuda_export(&k8, &e3), KVQ_ERR_CONFIG),
           "export of an 8-bit cache must be refused with a reason");
     kvq_cache_free(&k8);
     kvq_cache_free(&hf);
@@ -787,7 +803,7 @@ static void test_attend_splits(void)
         kvq_cache_init(&caches[i], &cfg);
         kvq_cache_prefill(&caches[i], K.data(), V.data(), 5000 + 37 * i);
         kvq_cuda_export_t e;
-        kvq_cuda_export(&caches[i], &e, NULL, 0);
+        KQ(kvq_cuda_export(&caches[i], &e));
         b.ex.push_back(e);
     }
     upload(b, true);
@@ -803,7 +819,7 @@ static void test_attend_splits(void)
         const size_t wf = kvq_cuda_attend_workspace(n, 4, (int)D, 32, mt, &sp);
         dbuf<float> dwork(wf);
         CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));    /* NaN poison */
-        CU(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n, 4, mt, dq.p, dout.p, dwork.p, wf,
+        KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n, 4, mt, dq.p, dout.p, dwork.p, wf,
                            dst.p, 0));
         CU(cudaDeviceSynchronize());
         dout.down(pass == 0 ? o1.data() : o2.data());
@@ -876,7 +892,7 @@ static void test_compaction_round(bool holefill)
     dbuf<int64_t> dsrc(src.size()), ddst(dst.size());
     dbuf<unsigned char> dtemp(src.size() * slot_bytes);
     dsrc.up(src.data()); ddst.up(dst.data());
-    CU(kvq_cuda_move_slots(dpool.p, n_blocks * bt, slot_bytes, dsrc.p, ddst.p, src.size(),
+    KQ(kvq_cuda_move_slots(dpool.p, n_blocks * bt, slot_bytes, dsrc.p, ddst.p, src.size(),
                            dtemp.p, 0));
     CU(cudaDeviceSynchronize());
     std::vector<unsigned char> got(dpool.n);
@@ -913,14 +929,14 @@ static void test_move_overlap(void)
     dbuf<int64_t> ds(src.size()), dd(dst.size());
     dbuf<unsigned char> dt(src.size() * sb);
     dp.up(pool.data()); ds.up(src.data()); dd.up(dst.data());
-    CU(kvq_cuda_move_slots(dp.p, n_slots, sb, ds.p, dd.p, src.size(), dt.p, 0));
+    KQ(kvq_cuda_move_slots(dp.p, n_slots, sb, ds.p, dd.p, src.size(), dt.p, 0));
     CU(cudaDeviceSynchronize());
     std::vector<uint32_t> got(pool.size());
     dp.down(got.data());
     CHECK(got == want, "overlapping moves differ from gather-then-scatter");
-    CHECK(kvq_cuda_move_slots(dp.p, n_slots, 10, ds.p, dd.p, 3, dt.p, 0) == cudaErrorInvalidValue,
+    CHECK(refused_with(kvq_cuda_move_slots(dp.p, n_slots, 10, ds.p, dd.p, 3, dt.p, 0), KVQ_ERR_SIZE),
           "slot_bytes=10 accepted");
-    CHECK(kvq_cuda_move_slots(dp.p, 2, 12, ds.p, dd.p, 3, dt.p, 0) == cudaErrorInvalidValue,
+    CHECK(refused_with(kvq_cuda_move_slots(dp.p, 2, 12, ds.p, dd.p, 3, dt.p, 0), KVQ_ERR_CAPACITY),
           "more moves than slots accepted");
 }
 
@@ -1016,8 +1032,8 @@ static void test_host_walk(void)
                     for (int i = 0; i < 3 && ok; i++) {
                         kvq_cache c;
                         kvq_cuda_export_t e;
-                        char why[200] = "";
-                        ok = make_stream(pol, D, bits, G, 1500, &c, &e, why, sizeof why);
+                        const char *why = "";
+                        ok = make_stream(pol, D, bits, G, 1500, &c, &e, &why);
                         CHECK(ok, "host walk %s D=%zu B=%d G=%zu: %s", pol_name[pol], D, bits, G, why);
                         if (!ok) break;
                         n_streams++;
@@ -1435,8 +1451,8 @@ static void test_fragment_replay(void)
                     for (int tries = 0; tries < 8 && pages < 2; tries++) {   /* >= 2 full pages */
                         kvq_cache c;
                         kvq_cuda_export_t e;
-                        char why[200] = "";
-                        const bool ok = make_stream(pol, D, bits, G, 1200, &c, &e, why, sizeof why);
+                        const char *why = "";
+                        const bool ok = make_stream(pol, D, bits, G, 1200, &c, &e, &why);
                         CHECK(ok, "fragment replay %s D=%zu B=%d G=%zu: %s", pol_name[pol], D, bits, G, why);
                         if (!ok) break;
                         if (e.value_group % 16 == 0) {       /* the MMA tiles' shapes */

@@ -19,7 +19,8 @@
 
 #include <vector>
 
-#define CU(call) do { if ((call) != cudaSuccess) { printf("%s failed: %s\n", #call, kvq_cuda_why()); return 1; } } while (0)
+#define CU(call) do { if ((call) != cudaSuccess) { printf("%s failed\n", #call); return 1; } } while (0)
+#define KQ(call) do { if ((call) != KVQ_OK) { printf("%s failed: %s\n", #call, kvq_cuda_why()); return 1; } } while (0)
 
 template <class T> static T *to_device(const T *h, size_t n)
 {
@@ -36,26 +37,25 @@ int main(void)
     cfg.group = 32;
     cfg.residual = 32;
     kvq_cache c;
-    if (kvq_cache_init(&c, &cfg) != KVQ_OK) { printf("init: %s\n", c.why); return 1; }
+    if (kvq_cache_init(&c, &cfg) != KVQ_OK) { printf("init: %s\n", kvq_why()); return 1; }
     std::vector<float> k(D), v(D), q(D);
     uint64_t s = 42;
     auto unit = [&] { s = s * 6364136223846793005ull + 1442695040888963407ull; return (float)(s >> 40) / 16777216.0f - 0.5f; };
     for (size_t t = 0; t < T; t++) {
         for (size_t d = 0; d < D; d++) { k[d] = 2 * unit() + (d == 5 ? 4.0f : 0.0f); v[d] = unit(); }
-        if (kvq_cache_append(&c, k.data(), v.data()) != KVQ_OK) { printf("append: %s\n", c.why); return 1; }
+        if (kvq_cache_append(&c, k.data(), v.data()) != KVQ_OK) { printf("append: %s\n", kvq_why()); return 1; }
     }
     for (auto &x : q) x = unit();
     std::vector<float> want(D), got(D);
     std::vector<float> scratch(kvq_attend_scratch_floats(&c, KVQ_ATTN_ONLINE));
     if (kvq_attend(&c, q.data(), 1, want.data(), NULL, KVQ_ATTN_ONLINE, scratch.data(), scratch.size()) != KVQ_OK) {
-        printf("attend: %s\n", c.why);
+        printf("attend: %s\n", kvq_why());
         return 1;
     }
 
     /* the cache as the GPU reads it: its pages, tails and fp rows         */
     kvq_cuda_export_t e;
-    char why[200];
-    if (kvq_cuda_export(&c, &e, why, sizeof why) != KVQ_OK) { printf("export: %s\n", why); return 1; }
+    KQ(kvq_cuda_export(&c, &e));
     printf("cache: %u tokens with quantized keys, %u with quantized values, %u full-precision rows\n",
            e.n_kq, e.n_vq, e.n_fp);
     std::vector<int32_t> pages(e.n_pages);
@@ -85,10 +85,9 @@ int main(void)
     float *d_q = to_device(q.data(), D), *d_out = to_device(got.data(), D);
     float *d_work = to_device(std::vector<float>(wf).data(), wf);
     int *d_status = to_device(std::vector<int>(1).data(), 1);
-    CU(kvq_cuda_attend(&pool, (int)D, d_st, 1, 1, n_slots + e.n_fp, d_q, d_out, d_work, wf,
+    KQ(kvq_cuda_attend(&pool, (int)D, d_st, 1, 1, n_slots + e.n_fp, d_q, d_out, d_work, wf,
                        d_status, 0));
-    int status = -1;
-    CU(cudaMemcpy(&status, d_status, sizeof status, cudaMemcpyDeviceToHost));
+    const int status = (int)kvq_cuda_status(d_status, 0);
     CU(cudaMemcpy(got.data(), d_out, D * sizeof(float), cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
     for (size_t d = 0; d < D; d++) { num += (got[d] - want[d]) * (got[d] - want[d]); den += want[d] * want[d]; }
