@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.6.0 - MIT license, see end of file.
+   v0.7.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
    GPU kernels that must reproduce its codes bit for bit.
@@ -40,6 +40,8 @@
           post)
        5. Bit packing (layout diagram)
        6. Group quantization of a [T x D] matrix, per-token or per-channel
+          6.1 Rotation before quantizing: the Walsh-Hadamard transform
+              (QuaRot, SpinQuant, RotateKV), any policy, either side
        7. The streaming cache: regions and positions; KIVI's schedule (KIVI
           Sec. 3.3, Algorithm 1); the HF QuantizedCache schedule
           7.1 OTT: outlier token tracing, the outlier and auxiliary pools
@@ -91,6 +93,10 @@
                                   cfg.ott_aux
        group tokens + recent      rows[KVQ_ROWS_WINDOW] (R + up to G rows)
        magnitude criterion        kvq__l1, the key's L1 norm
+     QuaRot (arXiv:2404.00456), RotateKV (arXiv:2501.16383)
+       H, R = H / sqrt(D)         kvq__rotate_row (Sec. 6.1); per side:
+                                  cfg.key_rotation, cfg.value_rotation
+       random +-1 diagonal        c->rot_sign, drawn from cfg.rotation_seed
      LogQuant (arXiv:2503.19950, Sec. 2.5, Algorithm 1)
        W               cfg.lq_window
        A (the kept list)          rows[KVQ_ROWS_WINDOW]
@@ -139,6 +145,11 @@
               (KVQ_ERR_STATE), and kvq_cache_check also K and V agreeing
               on presence. The file in two parts: the reference in paper
               order, then the fast paths. Codes and outputs unchanged
+       0.7.0  rotation before quantizing (Sec. 6.1): kvq_config's
+              key_rotation / value_rotation (none, Hadamard, Hadamard with
+              a seeded sign vector) on every policy; kvq_rotate. The
+              cache's and the pool's deprecated why fields are gone: read
+              kvq_why(). With no rotation, codes and outputs unchanged
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -161,7 +172,7 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 6
+#define KVQ_VERSION_MINOR 7
 #define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */
@@ -319,6 +330,25 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
                                          float *Xout);
 
 /* ======================================================================== */
+/* 6.1 ROTATION BEFORE QUANTIZING                                           */
+/* ======================================================================== */
+/* An orthonormal rotation of each row before it is stored (QuaRot, SpinQuant,
+   RotateKV); the definition, the rounding order and the choices are above
+   the implementation of Sec. 6.1. A cache with a rotation stores rotated
+   rows and gives back the caller's basis (Sec. 7, Sec. 8).                */
+typedef enum kvq_rotation {
+    KVQ_ROT_NONE     = 0,  /* rows stored as given (default)                */
+    KVQ_ROT_HADAMARD = 1,  /* y = H x / sqrt(D)                              */
+    KVQ_ROT_HADAMARD_SIGNS = 2  /* y = H (s * x) / sqrt(D), s a +-1 vector
+                                   drawn from the config's rotation_seed     */
+} kvq_rotation;
+
+/* X (T, D) in place: each row rotated (inverse = 0) or rotated back
+   (inverse = 1). D must be a power of two for every kind but NONE.         */
+KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
+                              int inverse, float *X, size_t T);
+
+/* ======================================================================== */
 /* 7. THE STREAMING CACHE                                                   */
 /* ======================================================================== */
 /* One kvq_cache holds ONE (layer, KV head): K and V, each divided into a
@@ -378,6 +408,11 @@ typedef struct kvq_config {
     /* LogQuant (Sec. 7.2)                                                   */
     size_t        lq_window;       /* W: 2W..3W tokens kept in full precision */
     size_t        lq_sinks;        /* first tokens always kept (0 = none)    */
+    /* Rotation before quantizing (Sec. 6.1), any policy                     */
+    kvq_rotation  key_rotation;    /* NONE (default), HADAMARD, _SIGNS       */
+    kvq_rotation  value_rotation;
+    uint64_t      rotation_seed;   /* the sign vector's seed (_SIGNS only);
+                                      both sides share one sign vector      */
 } kvq_config;
 
 /* Paper defaults: KIVI B=bits, G=32, R=128, keys per-channel, values
@@ -472,8 +507,11 @@ typedef struct kvq_cache {
     size_t     ott_stopped_at; /* n_pos when tracing stopped (0 = never)     */
     size_t     ott_rounds;     /* competitions held                          */
     size_t     n_evicted;      /* positions removed by kvq_cache_evict       */
-    char       why[160];   /* deprecated: a copy of kvq_why() after a failing
-                              call that changes this cache; read kvq_why() */
+    /* rotation (Sec. 6.1); NULL when neither side rotates                   */
+    float     *rot_sign;       /* (D) +-1 of rotation_seed; NULL unless a
+                                  side uses KVQ_ROT_HADAMARD_SIGNS         */
+    float     *rot_rows;       /* (2, rot_cap, D) K then V rows, rotated    */
+    size_t     rot_cap;        /* tokens rot_rows holds per side            */
 } kvq_cache;
 
 KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg);
@@ -646,8 +684,6 @@ typedef struct kvq_pages {
     uint32_t      *refcount;   /* (n_blocks) 0 = free                        */
     uint32_t      *free_list;  /* (n_blocks) stack of free block ids         */
     size_t         n_free;     /* the free-block gauge                       */
-    char           why[160];   /* deprecated: a copy of kvq_why() after a
-                                  failing call on this pool; read kvq_why()  */
 } kvq_pages;
 
 typedef struct kvq_pseq {
@@ -723,7 +759,7 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_evict_snapkv kvq_cache_present kvq_cache_evict
                        kvq_cache_compact kvq_pages_init kvq_pseq_append
                        kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
-                       kvq_pseq_holefill
+                       kvq_pseq_holefill kvq_rotate
        a required pointer is NULL (streaming's present mask and every
        stats/evicted output may be NULL)
    KVQ_ERR_SIZE        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
@@ -735,10 +771,11 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
                        kvq_cache_present kvq_cache_evict kvq_cache_compact
                        kvq_pages_init kvq_pseq_append kvq_pseq_evict
-                       kvq_pseq_repack kvq_pseq_holefill
+                       kvq_pseq_repack kvq_pseq_holefill kvq_rotate
        a count is zero or out of its range (D, G, R, W in 1..65536; side
        not 0/1; even SnapKV kernel), a mask's length differs from the
-       cache's, a scratch buffer is too small
+       cache's, a scratch buffer is too small, a rotation's D is not a
+       power of two
    KVQ_ERR_BITS        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
                        kvq_quantize_matrix kvq_dequantize_matrix
                        kvq_config_validate kvq_cache_init
@@ -751,18 +788,19 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_dequantize_matrix kvq_cache_prefill kvq_cache_append
                        kvq_attend kvq_attend_dense kvq_h2o_accumulate
                        kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
+                       kvq_rotate
        NaN or Inf in K, V, Q or a score; a stored fp16 scale or zero that
        is Inf/NaN (dequantize); a probability that is not finite and >= 0
    KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
                        kvq_cache_prefill kvq_cache_append kvq_attend
-       |x| > KVQ_MAX_ABS_INPUT in K, V (cache) or Q; a scale or zero that
+       |x| > KVQ_MAX_ABS_INPUT in K, V (cache; also after rotating) or Q; a scale or zero that
        overflows fp16 (quantizers); a code wider than B bits (pack)
    KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate(32-bit)
                        kvq_cache_init(32-bit) kvq_cache_prefill
                        kvq_attend kvq_attend_dense
                        kvq_h2o_accumulate
-                       kvq_snapkv_scores kvq_pages_init
+                       kvq_snapkv_scores kvq_pages_init kvq_rotate
        a size computation would overflow size_t
    KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
                        kvq_cache_append kvq_attend_dense
@@ -774,9 +812,9 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
        more than KVQ_MAX_POSITIONS positions in one cache; a full page pool
    KVQ_ERR_CONFIG      kvq_quantize_group kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate kvq_cache_init
-                       kvq_attend kvq_snapkv_scores kvq_cache_evict
+                       kvq_attend kvq_snapkv_scores kvq_cache_evict kvq_rotate
        an unknown enum value (policy, schedule, axis, zero mode, attention
-       mode, pooling), an inconsistent configuration, probs with ONLINE
+       mode, pooling, rotation), an inconsistent configuration, probs with ONLINE
        attention, eviction on an OTT or LogQuant cache
    KVQ_ERR_STATE       kvq_cache_reserve kvq_cache_prefill kvq_cache_append
                        kvq_cache_read kvq_attend kvq_cache_check
@@ -1515,6 +1553,133 @@ KVQ_API kvq_status kvq_dequantize_matrix(const uint32_t *words, const kvq_sz *sz
 }
 
 /* ------------------------------------------------------------------------ */
+/* 6.1 rotation before quantizing                                           */
+/* ------------------------------------------------------------------------ */
+
+/* QuaRot ("QuaRot: Outlier-Free 4-Bit Inference in Rotated LLMs",
+   arXiv:2404.00456, Sec. 4), SpinQuant ("SpinQuant: LLM Quantization with
+   Learned Rotations", arXiv:2405.16406) and RotateKV ("RotateKV: Accurate
+   and Robust 2-Bit KV Cache Quantization for LLMs via Outlier-Aware Adaptive
+   Rotations", arXiv:2501.16383) rotate each head's keys (and the query the
+   same way) before quantizing. A few channels of a key carry most of its
+   magnitude (outlier channels); a min-max group that spans channels (per-
+   token keys) spends its range on them. An orthonormal R mixes every
+   channel into every other, so the rotated row's mass is spread evenly and
+   the group's range shrinks; per-channel groups already give each outlier
+   channel its own range, so they gain far less.
+
+   THE TRANSFORM. H_1 = [1], H_2n = [[H_n, H_n], [H_n, -H_n]] (Sylvester).
+   H_D is symmetric and H_D H_D = D I, so R = H_D / sqrt(D) is orthonormal
+   and its own inverse. With a sign vector s (s_i = +-1, S = diag(s)):
+       rotate:       y = H_D (S x) / sqrt(D)
+       rotate back:  x = S (H_D y) / sqrt(D)      (R^T = S H_D / sqrt(D))
+   Keys: (R q) . (R k) = q^T R^T R k = q . k, so kvq_attend rotates the query
+   and the scores are unchanged. Values: out = sum_p w_p (R v_p) = R (sum_p
+   w_p v_p), so the output is rotated back once per query head.
+
+   ROUNDING ORDER (the definition kvq_cuda.cu must reproduce bit for bit):
+     1. the sign flip x_i * s_i (exact);
+     2. the fast Walsh-Hadamard transform in log2(D) stages h = 1, 2, 4, ...,
+        D/2; each stage replaces every pair (x_j, x_{j+h}), j mod 2h < h, by
+        (x_j + x_{j+h}, x_j - x_{j+h}), one fp32 rounding each;
+     3. one fp32 multiply of every element by (float)(1 / sqrt((double)D))
+        (exact when D is a power of 4).
+   Rotating back applies 2, 3, then 1. The butterflies are exact adds in a
+   fixed order, so vector and scalar builds agree bit for bit.
+
+   THE SIGN VECTOR. s_i = -1 where bit 63 of splitmix64's i-th output is
+   set, +1 otherwise: z = seed + (i + 1) * 0x9E3779B97F4A7C15,
+   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9, z = (z ^ (z >> 27)) *
+   0x94D049BB133111EB, z ^= z >> 31 (all mod 2^64). Each s_i is computed
+   from i alone, so a GPU thread can form its own. Keys and values share it.
+
+   CHOICES LEFT OPEN, AND WHY
+     D must be a power of two (every model kvq targets has D = 64 or 128);
+     any other D is refused (KVQ_ERR_SIZE) rather than given a block-
+     diagonal rule no peer uses. The rotation is fixed, not learned
+     (SpinQuant's learned R needs training data). It is applied after RoPE,
+     to what the cache is given (QuaRot rotates keys after RoPE as well).
+     A rotated row is refused if some |y_i| > KVQ_MAX_ABS_INPUT (it can
+     reach sqrt(D) max|x|), so the input bound still keeps fp16 finite.
+     OTT's magnitude criterion (the key's L1 norm) is taken on the stored,
+     rotated key: L1 is not rotation-invariant, so a rotated OTT cache can
+     pick other outliers than an unrotated one. H2O's and SnapKV's scores
+     are attention probabilities, unchanged by the rotation up to rounding. */
+
+/* s_i of the sign vector drawn from seed (splitmix64, above).              */
+static float kvq__rot_sign(uint64_t seed, size_t i)
+{
+    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (z >> 63) ? -1.0f : 1.0f;
+}
+
+static int kvq__pow2(size_t D) { return D != 0 && (D & (D - 1)) == 0; }
+
+/* x (D) <- R x or R^T x in the rounding order above; sign (D) or NULL.     */
+static void kvq__rotate_row(const float *sign, size_t D, int inverse, float *x)
+{
+    float scale = (float)(1.0 / sqrt((double)D));
+    size_t h, i, j;
+    if (sign && !inverse) for (j = 0; j < D; j++) x[j] *= sign[j];
+    for (h = 1; h < D; h *= 2)                  /* the butterflies, stage h */
+        for (i = 0; i < D; i += 2 * h)
+            for (j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    for (j = 0; j < D; j++) x[j] *= scale;
+    if (sign && inverse) for (j = 0; j < D; j++) x[j] *= sign[j];
+}
+
+/* KVQ_OK if rotation `kind` can serve D; else the status, and the reason
+   (naming `who`) in kvq_why().                                            */
+static kvq_status kvq__rotation_check(kvq_rotation kind, size_t D, const char *who)
+{
+    if ((int)kind < 0 || kind > KVQ_ROT_HADAMARD_SIGNS) {
+        kvq__say("%s: unknown rotation %d (0 none, 1 Hadamard, 2 Hadamard "
+                 "with signs)", who, (int)kind);
+        return KVQ_ERR_CONFIG;
+    }
+    if (kind != KVQ_ROT_NONE && !kvq__pow2(D)) {
+        kvq__say("%s: the Hadamard rotation needs D a power of two (D=%zu)", who, D);
+        return KVQ_ERR_SIZE;
+    }
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
+                              int inverse, float *X, size_t T)
+{
+    size_t t, j, n;
+    kvq_status st;
+    if (!X) return KVQ__NO(KVQ_ERR_NULL);
+    if (D == 0 || T == 0) {
+        kvq__say("kvq_rotate: D=%zu and T=%zu must be positive", D, T);
+        return KVQ_ERR_SIZE;
+    }
+    if ((st = kvq__rotation_check(kind, D, "kvq_rotate")) != KVQ_OK) return st;
+    if (inverse != 0 && inverse != 1) {
+        kvq__say("kvq_rotate: inverse must be 0 or 1 (got %d)", inverse);
+        return KVQ_ERR_CONFIG;
+    }
+    if (!kvq__mul(T, D, &n)) return KVQ__NO(KVQ_ERR_OVERFLOW);
+    if (kvq__check_finite(X, n) != KVQ_OK) return KVQ__NO(KVQ_ERR_NONFINITE);
+    if (kind == KVQ_ROT_NONE) return KVQ_OK;
+    for (t = 0; t < T; t++) {
+        float *x = X + t * D;
+        int sg = kind == KVQ_ROT_HADAMARD_SIGNS;
+        if (sg && !inverse) for (j = 0; j < D; j++) x[j] *= kvq__rot_sign(seed, j);
+        kvq__rotate_row(NULL, D, inverse, x);
+        if (sg && inverse) for (j = 0; j < D; j++) x[j] *= kvq__rot_sign(seed, j);
+    }
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
 /* 7. the cache                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -2132,6 +2297,8 @@ static kvq_config kvq__config_used(const kvq_config *c)
     if (c->policy != KVQ_POLICY_OTT) { u.ott_k = 0; u.ott_mean = KVQ_OTT_MEAN_REST; }
     if (u.ott_k == 0) u.ott_aux = 0;
     if (c->policy != KVQ_POLICY_LOGQUANT) u.lq_window = u.lq_sinks = 0;
+    if (c->key_rotation != KVQ_ROT_HADAMARD_SIGNS && c->value_rotation != KVQ_ROT_HADAMARD_SIGNS)
+        u.rotation_seed = 0;
     return u;
 }
 
@@ -2150,6 +2317,9 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *c)
         kvq__say("head_dim D=%zu must be in 1..65536", c->head_dim);
         return KVQ_ERR_SIZE;
     }
+    if ((st = kvq__rotation_check(c->key_rotation, c->head_dim, "key_rotation")) != KVQ_OK ||
+        (st = kvq__rotation_check(c->value_rotation, c->head_dim, "value_rotation")) != KVQ_OK)
+        return st;
     if (c->fp_bits != 16 && c->fp_bits != 32) {
         kvq__say("fp_bits=%d must be 16 or 32", c->fp_bits);
         return KVQ_ERR_CONFIG;
@@ -2208,12 +2378,41 @@ static void kvq__side_init(kvq_side *s, const kvq_config *c, int bits,
 static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
                                     size_t more, int exact);
 
-/* kvq_why() into the cache's deprecated why field, for a failure whose
-   reason was set without the cache at hand.                               */
-static kvq_status kvq__why_copy(kvq_cache *c, kvq_status st)
+static int kvq__rotates(const kvq_cache *c)
 {
-    snprintf(c->why, sizeof c->why, "%s", kvq__why_buf);
-    return st;
+    return c->cfg.key_rotation != KVQ_ROT_NONE || c->cfg.value_rotation != KVQ_ROT_NONE;
+}
+
+/* The rotation's buffers (Sec. 6.1): the sign vector, and two rows per side
+   so that an append never allocates; then *c = *t. Frees *t on failure.   */
+static kvq_status kvq__rotation_init(kvq_cache *c, kvq_cache *t)
+{
+    size_t D = t->cfg.head_dim, j;
+    if (kvq__rotates(t)) {
+        t->rot_cap = 1;
+        t->rot_rows = (float *)KVQ_MALLOC(2 * D * sizeof(float));
+        if (t->cfg.key_rotation == KVQ_ROT_HADAMARD_SIGNS ||
+            t->cfg.value_rotation == KVQ_ROT_HADAMARD_SIGNS) {
+            t->rot_sign = (float *)KVQ_MALLOC(D * sizeof(float));
+            if (t->rot_sign)
+                for (j = 0; j < D; j++) t->rot_sign[j] = kvq__rot_sign(t->cfg.rotation_seed, j);
+            else { KVQ_FREE(t->rot_rows); t->rot_rows = NULL; }
+        }
+        if (!t->rot_rows) {
+            kvq_cache_free(t);
+            kvq__say("kvq_cache_init: cannot allocate the rotation's rows");
+            return KVQ_ERR_NOMEM;
+        }
+    }
+    *c = *t;
+    return KVQ_OK;
+}
+
+/* The sign vector side s (0 = K, 1 = V) rotates with, or NULL.             */
+static const float *kvq__side_sign(const kvq_cache *c, int s)
+{
+    return (s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_HADAMARD_SIGNS
+           ? c->rot_sign : NULL;
 }
 
 KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
@@ -2224,7 +2423,7 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
     if (!c || !cfg) return KVQ__NO(KVQ_ERR_NULL);
     memset(&t, 0, sizeof t);
     st = kvq_config_validate(cfg);
-    if (st != KVQ_OK) return kvq__why_copy(c, st);
+    if (st != KVQ_OK) return st;
     t.cfg = kvq__config_used(cfg);      /* from here on, only t.cfg is read */
     cfg = &t.cfg;
     ks = cfg->key_schedule;
@@ -2253,14 +2452,13 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
                 kvq__rows_reserve(&t, sd, KVQ_ROWS_STAGE, lq ? sd->group + cfg->lq_window : 0, 1) ||
                 kvq__rows_reserve(&t, sd, KVQ_ROWS_SINK, lq ? cfg->lq_sinks : 0, 1))
                 break;
-            if (i == 1) { *c = t; return KVQ_OK; }
+            if (i == 1) return kvq__rotation_init(c, &t);
         }
         kvq_cache_free(&t);
         kvq__say("kvq_cache_init: cannot allocate the cache's fixed buffers");
-        return kvq__why_copy(c, KVQ_ERR_NOMEM);
+        return KVQ_ERR_NOMEM;
     }
-    *c = t;
-    return KVQ_OK;
+    return kvq__rotation_init(c, &t);
 }
 
 static void kvq__side_free(kvq_side *s)
@@ -2282,25 +2480,26 @@ KVQ_API void kvq_cache_free(kvq_cache *c)
     if (!c) return;
     kvq__side_free(&c->k);
     kvq__side_free(&c->v);
+    KVQ_FREE(c->rot_sign);
+    KVQ_FREE(c->rot_rows);
     KVQ_FREE(c->stage);
     KVQ_FREE(c->mark);
     KVQ_FREE(c->score);
     memset(c, 0, sizeof *c);
 }
 
-/* The reason of a failing call on a cache or a pool, into kvq_why() and
-   (deprecated) a copy in the cache's or the pool's why field.             */
-#define KVQ__FAIL_BODY(why_copy)                                             \
+/* The reason of a failing call on a cache or a pool, into kvq_why().      */
+#define KVQ__FAIL_BODY                                                       \
     va_list ap;                                                              \
     va_start(ap, fmt);                                                       \
     kvq__vsay(fmt, ap);                                                      \
     va_end(ap);                                                              \
-    snprintf(why_copy, sizeof why_copy, "%s", kvq__why_buf);                 \
     return st
 
 static kvq_status kvq__fail(kvq_cache *c, kvq_status st, const char *fmt, ...)
 {
-    KVQ__FAIL_BODY(c->why);
+    (void)c;
+    KVQ__FAIL_BODY;
 }
 
 /* A cache that kvq_cache_init never set up, or that kvq_cache_free zeroed,
@@ -2338,6 +2537,42 @@ KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
     return kvq__reserve_append(c, n_tokens, 1);
 }
 
+/* Rotates the caller's K, V (T, D) into rot_rows (grown to T tokens per
+   side) and points *K, *V there, for each side that rotates. A rotated
+   value beyond KVQ_MAX_ABS_INPUT is refused; nothing stored changes.      */
+static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float **V,
+                                     size_t T)
+{
+    size_t D = c->cfg.head_dim, t, j;
+    int s;
+    if (!kvq__rotates(c)) return KVQ_OK;
+    if (T > c->rot_cap) {
+        size_t n;
+        float *grown;
+        if (!kvq__mul(2 * T, D * sizeof(float), &n))
+            return kvq__fail(c, KVQ_ERR_OVERFLOW, "rotation rows: 2 T D floats overflow");
+        grown = (float *)KVQ_REALLOC(c->rot_rows, n);
+        if (!grown) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the rotation's rows "
+                                     "to %zu tokens", T);
+        c->rot_rows = grown;
+        c->rot_cap = T;
+    }
+    for (s = 0; s < 2; s++) {
+        const float **X = s ? V : K;
+        float *Y = c->rot_rows + (size_t)s * T * D;
+        if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) continue;
+        memcpy(Y, *X, T * D * sizeof(float));
+        for (t = 0; t < T; t++) kvq__rotate_row(kvq__side_sign(c, s), D, 0, Y + t * D);
+        for (j = 0; j < T * D; j++)
+            if (fabsf(Y[j]) > KVQ_MAX_ABS_INPUT)
+                return kvq__fail(c, KVQ_ERR_RANGE, "rotated %s row %zu: element %zu = %g "
+                                 "exceeds KVQ_MAX_ABS_INPUT (%g)", s ? "V" : "K", j / D,
+                                 j % D, (double)Y[j], (double)KVQ_MAX_ABS_INPUT);
+        *X = Y;
+    }
+    return KVQ_OK;
+}
+
 KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
                                      const float *V, size_t T)
 {
@@ -2354,6 +2589,7 @@ KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
                          "exceed KVQ_MAX_POSITIONS", c->n_pos, T);
     if ((st = kvq__check_rows_input(c, K, n, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, V, n, "V")) != KVQ_OK) return st;
+    if ((st = kvq__rotate_inputs(c, &K, &V, T)) != KVQ_OK) return st;
     if ((st = kvq__reserve_append(c, T, 0)) != KVQ_OK) return st;
     if (c->cfg.policy == KVQ_POLICY_OTT || c->cfg.policy == KVQ_POLICY_LOGQUANT) {
         /* both are defined token by token: prefill is T steps               */
@@ -2377,6 +2613,7 @@ KVQ_API kvq_status kvq_cache_append(kvq_cache *c, const float *k, const float *v
     D = c->cfg.head_dim;
     if ((st = kvq__check_rows_input(c, k, D, "k")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, v, D, "v")) != KVQ_OK) return st;
+    if ((st = kvq__rotate_inputs(c, &k, &v, 1)) != KVQ_OK) return st;
     if ((st = kvq__reserve_append(c, 1, 0)) != KVQ_OK) return st;
     kvq__step(c, k, v, c->n_pos);
     c->n_pos++;
@@ -2411,6 +2648,8 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
     s = side ? &c->v : &c->k;
     if (KVQ_LOC_TAG(s->loc[pos]) == KVQ_LOC_ABSENT) return KVQ__NO(KVQ_ERR_STATE);
     kvq__side_read(c, s, pos, out);
+    if ((side ? c->cfg.value_rotation : c->cfg.key_rotation) != KVQ_ROT_NONE)
+        kvq__rotate_row(kvq__side_sign(c, side), c->cfg.head_dim, 1, out);  /* caller's basis */
     return KVQ_OK;
 }
 
@@ -2567,7 +2806,9 @@ KVQ_API size_t kvq_attend_scratch_floats(const kvq_cache *c, kvq_attn_mode mode)
        ONLINE, per head: q*a or q sums (D) + a tile's scores (KVQ_TILE) +
        m, l, q.b (3); and one shared row (D). Passing n_q times this lets
        one walk of the cache serve all n_q heads.                          */
-    return mode == KVQ_ATTN_EAGER ? 3 * D + c->n_pos : 2 * D + KVQ_TILE + 3;
+    /* A cache whose keys rotate also holds each head's rotated query (D). */
+    return (mode == KVQ_ATTN_EAGER ? 3 * D + c->n_pos : 2 * D + KVQ_TILE + 3) +
+           (c->cfg.key_rotation != KVQ_ROT_NONE ? D : 0);
 }
 
 static void kvq__qctx_init(const kvq_cache *c, kvq__qctx *x, const float *q,
@@ -2646,12 +2887,15 @@ static kvq_status kvq__attend_maps(const kvq_cache *c)
 static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
                                float *scratch, size_t scratch_floats, float inv_sqrt_d);
 
+static void kvq__attend_stored(const kvq_cache *c, const float *q, size_t n_q,
+                               float *out, float *probs, kvq_attn_mode mode,
+                               float *scratch, size_t scratch_floats);
+
 KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
                               float *out, float *probs, kvq_attn_mode mode,
                               float *scratch, size_t scratch_floats)
 {
     size_t D, h, p, n_present = 0, d;
-    float inv_sqrt_d;
     if (!c || !q || !out || !scratch) return KVQ__NO(KVQ_ERR_NULL);
     if (n_q == 0) return KVQ__NO(KVQ_ERR_SIZE);
     if (mode != KVQ_ATTN_EAGER && mode != KVQ_ATTN_ONLINE) return KVQ__NO(KVQ_ERR_CONFIG);
@@ -2674,11 +2918,36 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
     if (kvq__attend_maps(c) != KVQ_OK) return KVQ_ERR_STATE;
     for (p = 0; p < c->n_pos; p++) n_present += kvq__present(c, p);
     if (n_present == 0) return KVQ__NO(KVQ_ERR_STATE);
-    inv_sqrt_d = 1.0f / sqrtf((float)D);
+    if (c->cfg.key_rotation != KVQ_ROT_NONE) {
+        /* keys stored rotated: R q . R k = q . k (Sec. 6.1). As many heads
+           at a time as the scratch holds rotated queries and a walk for   */
+        size_t per = kvq_attend_scratch_floats(c, mode), m = scratch_floats / per, i;
+        const float *sign = kvq__side_sign(c, 0);
+        for (h = 0; h < n_q; h += m) {
+            size_t nh = n_q - h < m ? n_q - h : m;
+            memcpy(scratch, q + h * D, nh * D * sizeof(float));
+            for (i = 0; i < nh; i++) kvq__rotate_row(sign, D, 0, scratch + i * D);
+            kvq__attend_stored(c, scratch, nh, out + h * D, probs ? probs + h * c->n_pos : NULL,
+                               mode, scratch + nh * D, scratch_floats - nh * D);
+        }
+    } else {
+        kvq__attend_stored(c, q, n_q, out, probs, mode, scratch, scratch_floats);
+    }
+    if (c->cfg.value_rotation != KVQ_ROT_NONE)   /* out = R (sum w v): back */
+        for (h = 0; h < n_q; h++) kvq__rotate_row(kvq__side_sign(c, 1), D, 1, out + h * D);
+    return KVQ_OK;
+}
 
+/* kvq_attend after its checks, on queries in the stored keys' basis.      */
+static void kvq__attend_stored(const kvq_cache *c, const float *q, size_t n_q,
+                               float *out, float *probs, kvq_attn_mode mode,
+                               float *scratch, size_t scratch_floats)
+{
+    size_t D = c->cfg.head_dim, h, p, d;
+    float inv_sqrt_d = 1.0f / sqrtf((float)D);
     if (mode == KVQ_ATTN_ONLINE) {      /* Part II: the walk (II.3)       */
         kvq__attend_online(c, q, n_q, out, scratch, scratch_floats, inv_sqrt_d);
-        return KVQ_OK;
+        return;
     }
     for (h = 0; h < n_q; h++) {
         kvq__qctx x;
@@ -2702,7 +2971,6 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
             }
         }
     }
-    return KVQ_OK;
 }
 
 KVQ_API kvq_status kvq_attend_dense(const float *K, const float *V, size_t T,
@@ -2774,6 +3042,8 @@ KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out)
             b.allocated += s->rows[r].cap * (rowb + sizeof(int32_t));
         b.payload += b.codes[i] + b.scale_zero[i] + b.full_precision[i];
     }
+    if (c->rot_rows) b.allocated += 2 * c->rot_cap * D * sizeof(float);
+    if (c->rot_sign) b.allocated += D * sizeof(float);
     if (c->stage)
         b.allocated += c->stage_rows * D * sizeof(float) +
                        kvq__mark_bytes(c->stage_rows) + kvq__score_bytes(c->stage_rows);
@@ -2872,7 +3142,7 @@ KVQ_API kvq_status kvq_cache_check(kvq_cache *c)
     size_t R, nk, nv;
     if (!c) return KVQ__NO(KVQ_ERR_NULL);
     if ((st = kvq__live(c, "kvq_cache_check")) != KVQ_OK) return st;
-    if ((st = kvq__check_maps(c)) != KVQ_OK) return kvq__why_copy(c, st);
+    if ((st = kvq__check_maps(c)) != KVQ_OK) return st;
     R = c->cfg.residual;
     nk = c->k.rows[0].n;
     nv = c->v.rows[0].n;
@@ -3271,7 +3541,8 @@ KVQ_API kvq_status kvq_cache_compact(kvq_cache *c, size_t block_tokens,
 
 static kvq_status kvq__pfail(kvq_pages *P, kvq_status st, const char *fmt, ...)
 {
-    KVQ__FAIL_BODY(P->why);
+    (void)P;
+    KVQ__FAIL_BODY;
 }
 
 /* A pool that kvq_pages_init never set up, or that kvq_pages_free zeroed,

@@ -236,7 +236,7 @@ static void test_logquant_eviction_set(void)
     int A[3 * LQ_W + 1], t, same = 1, max_n = 0;
     size_t n_a = 0, i;
     float k[D], v[D];
-    if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "LogQuant cache init: %s", c.why); return; }
+    if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "LogQuant cache init: %s", kvq_why()); return; }
     for (t = 0; t < N && same; t++) {
         const kvq_rows *w = &c.k.rows[KVQ_ROWS_WINDOW];
         for (i = 0; i < D; i++) { k[i] = (float)((t * 7 + (int)i) % 13); v[i] = -k[i]; }

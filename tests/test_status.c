@@ -310,9 +310,9 @@ static void test_primitives(void)
 /* ------------------------------------------------------------------------ */
 static void test_configs(void)
 {
-    kvq_config bad[6];
-    kvq_status want[6] = { KVQ_ERR_CONFIG, KVQ_ERR_SIZE, KVQ_ERR_BITS, KVQ_ERR_GROUP,
-                           KVQ_ERR_CONFIG, KVQ_ERR_CONFIG };
+    kvq_config bad[8];
+    kvq_status want[8] = { KVQ_ERR_CONFIG, KVQ_ERR_SIZE, KVQ_ERR_BITS, KVQ_ERR_GROUP,
+                           KVQ_ERR_CONFIG, KVQ_ERR_CONFIG, KVQ_ERR_SIZE, KVQ_ERR_CONFIG };
     kvq_cache c;
     int i;
     bad[0] = kvq_config_kivi(16, 2); bad[0].policy = (kvq_policy)42;
@@ -323,17 +323,17 @@ static void test_configs(void)
     bad[4].policy = KVQ_POLICY_CUSTOM; bad[4].key_schedule = KVQ_SCHED_POLICY;
     bad[5] = kvq_config_ott(16, 2, 5); bad[5].ott_k = 16;       /* k >= G?  */
     bad[5].group = 16; bad[5].residual = 16;
+    bad[6] = kvq_config_kivi(48, 2); bad[6].key_rotation = KVQ_ROT_HADAMARD;  /* D not 2^n */
+    bad[7] = kvq_config_kivi(16, 2); bad[7].value_rotation = (kvq_rotation)7;
     EXPECT("kvq_config_validate", kvq_config_validate(NULL), KVQ_ERR_NULL);
     EXPECT("kvq_cache_init", kvq_cache_init(NULL, &bad[0]), KVQ_ERR_NULL);
     EXPECT("kvq_cache_init", kvq_cache_init(&c, NULL), KVQ_ERR_NULL);
-    for (i = 0; i < 6; i++) {
+    for (i = 0; i < 8; i++) {
         EXPECT("kvq_config_validate", kvq_config_validate(&bad[i]), want[i]);
-        /* init writes nothing to the cache but its deprecated copy of the
-           reason, c.why                                                     */
+        /* a refused init writes nothing to the cache                       */
         poison(&c, sizeof c);
         EXPECT("kvq_cache_init", kvq_cache_init(&c, &bad[i]), want[i]);
-        memset(c.why, 0xA5, sizeof c.why);
-        CHECK(poisoned(&c, sizeof c), "config %d: init wrote beyond why", i);
+        CHECK(poisoned(&c, sizeof c), "config %d: a refused init wrote to the cache", i);
     }
     /* Fields a policy does not read are ignored and never size anything
        (issue 16): a CUSTOM config whose unused value_group and W would wrap
@@ -710,6 +710,20 @@ static void test_dense_and_policies(void)
     pr[15] = NAN;
     EXPECT("kvq_h2o_accumulate", kvq_h2o_accumulate(score, pr, 2, 8), KVQ_ERR_NONFINITE);
     CHECK(poisoned(score, sizeof score), "h2o_accumulate changed the scores on failure");
+    {   /* kvq_rotate refuses and leaves X as it was                       */
+        float X[2 * 8], X0[2 * 8];
+        size_t j;
+        for (j = 0; j < 16; j++) X[j] = X0[j] = (float)j - 7.5f;
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 0, NULL, 2), KVQ_ERR_NULL);
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 12, 0, X, 1), KVQ_ERR_SIZE);
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 0, X, 0), KVQ_ERR_SIZE);
+        EXPECT("kvq_rotate", kvq_rotate((kvq_rotation)3, 0, 8, 0, X, 2), KVQ_ERR_CONFIG);
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 2, X, 2), KVQ_ERR_CONFIG);
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 0, X, (size_t)-1 / 4), KVQ_ERR_OVERFLOW);
+        X[13] = NAN;  X0[13] = NAN;
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD_SIGNS, 5, 8, 0, X, 2), KVQ_ERR_NONFINITE);
+        CHECK(memcmp(X, X0, sizeof X) == 0, "a refused kvq_rotate changed X");
+    }
     EXPECT("kvq_snapkv_scores", kvq_snapkv_scores(NULL, 2, 8, 3, KVQ_POOL_AVG, score), KVQ_ERR_NULL);
     EXPECT("kvq_snapkv_scores", kvq_snapkv_scores(pr, 2, 8, 4, KVQ_POOL_AVG, score), KVQ_ERR_SIZE);
     EXPECT("kvq_snapkv_scores", kvq_snapkv_scores(pr, 9, 8, 3, KVQ_POOL_AVG, score), KVQ_ERR_SIZE);

@@ -680,6 +680,8 @@ typedef struct llm_q8 { float d, s; int8_t qs[32]; } llm_q8;
 static struct llm__pool *llm__pool_new(int n);
 static void llm__pool_free(struct llm__pool *p);
 static int llm__cores(void);
+#define LLM__WHY_LEN 160   /* one head's reason, as long as kvq_why() */
+
 typedef struct llm_state {
     /* decode activations, one token                                         */
     float *x;         /* (dim) the residual stream                           */
@@ -707,6 +709,9 @@ typedef struct llm_state {
     size_t scratch_floats; /* 3 head_dim + seq_len: enough for EAGER         */
     float *probs;     /* (n_kv_heads, n_heads / n_kv_heads, seq_len)         */
     kvq_status *head_status; /* (n_kv_heads) results from the parallel loop  */
+    char  *head_why;  /* (n_kv_heads, LLM__WHY_LEN) each failing head's
+                         kvq_why(), copied on the worker that failed (the
+                         reason is thread-local)                             */
     /* prefill activations, up to max_prefill tokens (NULL if 0)             */
     int    max_prefill;
     float *px;        /* (max_prefill, dim)                                  */
@@ -761,7 +766,7 @@ LLM_API void llm_state_free(llm_state *s)
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
     free(s->att); free(s->hb); free(s->hb2); free(s->logits);
     free(s->rope_cos); free(s->rope_sin);
-    free(s->scratch); free(s->probs); free(s->head_status);
+    free(s->scratch); free(s->probs); free(s->head_status); free(s->head_why);
     free(s->px); free(s->pxb); free(s->pxb2); free(s->pq); free(s->pk); free(s->pv);
     free(s->patt); free(s->phb); free(s->phb2); free(s->pkh); free(s->pvh);
     free(s->xq);
@@ -848,6 +853,7 @@ LLM_API kvq_status llm_state_init(llm_state *s, const llm_model *m, const llm_op
     s->scratch = llm__alloc((size_t)c->n_kv_heads, s->scratch_floats, 1);
     s->probs = llm__alloc((size_t)c->n_kv_heads, G, (size_t)c->seq_len);
     s->head_status = (kvq_status *)calloc((size_t)c->n_kv_heads, sizeof(kvq_status));
+    s->head_why = (char *)calloc((size_t)c->n_kv_heads, LLM__WHY_LEN);
     s->cache = (kvq_cache *)calloc(n_caches, sizeof(kvq_cache));
     s->cache_cfg = (kvq_config *)calloc(n_caches, sizeof(kvq_config));
     s->xq = (llm_q8 *)calloc((P > 0 ? P : 1) * (size_t)(s->max_in / 32 + 1), sizeof(llm_q8));
@@ -866,7 +872,7 @@ LLM_API kvq_status llm_state_init(llm_state *s, const llm_model *m, const llm_op
     }
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att ||
         !s->hb || !s->hb2 || !s->logits || !s->rope_cos || !s->rope_sin ||
-        !s->scratch || !s->probs || !s->head_status || !s->cache || !s->cache_cfg ||
+        !s->scratch || !s->probs || !s->head_status || !s->head_why || !s->cache || !s->cache_cfg ||
         !s->xq || (P > 0 && (!s->px || !s->pxb || !s->pxb2 || !s->pq || !s->pk || !s->pv ||
                    !s->patt || !s->phb || !s->phb2 || !s->pkh || !s->pvh))) {
         llm_state_free(s);
@@ -1937,6 +1943,8 @@ static void llm__heads_job_fn(void *arg, int ith, int nth)
             j->step == LLM__PREFILL ? llm__prefill_head(s, j->l, kv, j->T)
           : j->step == LLM__MANY    ? llm__many_head(s, j->l, kv, j->pos, j->T)
           : llm__decode_head(s, j->l, kv, j->pos, s->q + qo, s->k + ko, s->v + ko, s->att + qo);
+        if (s->head_status[kv] != KVQ_OK)   /* kvq_why() is this thread's */
+            snprintf(s->head_why + (size_t)kv * LLM__WHY_LEN, LLM__WHY_LEN, "%s", kvq_why());
     }
 }
 
@@ -1952,7 +1960,7 @@ static kvq_status llm__heads(llm_state *s, int l, llm__step step, int pos, int T
             kvq_status st = s->head_status[kv];
             llm__fail(s, st, "layer %d kv head %d: %s (%s)", l, kv, kvq_status_str(st),
                       st == KVQ_ERR_STATE && s->opts.hook ? "the hook returned non-zero"
-                                                          : llm_cache(s, l, kv)->why);
+                                                          : s->head_why + (size_t)kv * LLM__WHY_LEN);
             return st;
         }
     return KVQ_OK;
