@@ -189,7 +189,8 @@ fuzz: $(FUZZERS)
 
 # Every "$ ./build/examples/NAME" (or build/emu/NAME) block in
 # walkthrough/*.md must still be what NAME prints (a few seconds: each
-# example runs once).
+# example runs once), and every ```c block opening "// FILE" (kvq.h,
+# kvq_cuda.cu, ...) must still be FILE's text, line for line.
 check-docs: $(EXAMPLES) $(B)/emu/watch_warp
 	@sh tests/check_walkthrough.sh
 
