@@ -270,6 +270,8 @@ static const claim_row HOLDS[] = {
     { "logquant2", 20.5, 20.5 },
     { "kivi-evict", 40.0, 40.0 },     { "logquant-evict", 30.0, 30.0 },
     { "streaming", 21.0, 21.0 },      { "h2o", 21.0, 21.0 },         { "snapkv", 21.0, 21.0 },
+    { "kivi2-rot", 20.4, 20.4 },      { "hf2-rot", 90.0, 90.0 },   /* < kivi2; <= half */
+    { "kivi4-rot", 20.2, 20.2 },      { "hf4-rot", HF_OWN_INT4, 20.0 },  /* equal       */
 };
 
 /* Findings of check_claims on HOLDS with `name` set to ppl (ran = 0 when
@@ -316,6 +318,10 @@ static void test_claims_and_status(void)
         { "kivi2-KcVc-R1", 23.0, "K-C/V-C below K-T/V-T" },
         { "ott2", 23.5, "OTT-2 above its KIVI baseline" },
         { "logquant2", 20.7, "LogQuant-2 above KIVI-2" },
+        { "kivi2-rot", 20.6, "KIVI-2 rotated not below KIVI-2" },
+        { "hf2-rot", 20.0 + 0.51 * (HF_OWN_INT2 - 20.0), "HF-2 rotated loses 51% of HF-2's loss" },
+        { "kivi4-rot", 20.2 * 1.006, "KIVI-4 rotated 0.6% worse" },
+        { "hf4-rot", HF_OWN_INT4 * 1.006, "HF-4 rotated 0.6% worse" },
     };
     size_t i;
     int csv_n, n;

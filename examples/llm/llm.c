@@ -528,9 +528,25 @@ static int axes_method(const char *name)
 /* Builds method `name` for this model. budget: tokens for eviction methods. */
 static int method_make(method *M, const char *name, const llm_config *c, size_t budget)
 {
-    size_t D = (size_t)c->head_dim;
+    size_t D = (size_t)c->head_dim, n = strlen(name);
     int l, n_caches = c->n_layers * c->n_kv_heads;
     kvq_config base;
+    if (n > 4 && !strcmp(name + n - 4, "-rot")) {
+        /* <method>-rot: the same cache with keys and values rotated by the
+           Walsh-Hadamard transform before quantizing (kvq.h Sec. 6.1;
+           QuaRot, arXiv:2404.00456; RotateKV, arXiv:2501.16383), after
+           RoPE; the queries are rotated alike inside kvq_attend           */
+        char unrotated[32];
+        if (n - 4 >= sizeof unrotated) { fprintf(stderr, "unknown cache method %s\n", name); return 0; }
+        memcpy(unrotated, name, n - 4);
+        unrotated[n - 4] = '\0';
+        if (!method_make(M, unrotated, c, budget)) return 0;
+        M->name = name;
+        M->paper = "QuaRot/RotateKV: rotate K, V";
+        for (l = 0; l < c->n_layers; l++)
+            M->per_layer[l].key_rotation = M->per_layer[l].value_rotation = KVQ_ROT_HADAMARD;
+        return 1;
+    }
     memset(M, 0, sizeof *M);
     M->name = name;
     M->per_layer = (kvq_config *)calloc((size_t)c->n_layers, sizeof(kvq_config));
@@ -799,9 +815,10 @@ static char *read_file(const char *path, size_t *len)
 /* The table's rows in order; the last N_DIAG run only when --only names
    them (diagnostics, not claims of the papers).                           */
 static const char *ALL_METHODS[] = {
-    "fp32", "kivi4", "kivi2", "kivi-K2V4", "kivi-K4V2", "kivi2-KtVt", "kivi2-KcVc",
+    "fp32", "kivi4", "kivi4-rot", "kivi2", "kivi2-rot", "kivi-K2V4", "kivi-K4V2", "kivi2-KtVt",
+    "kivi2-KtVt-rot", "kivi2-KcVc",
     "kivi2-KtVc", "kivi2-KcVt-R1", "kivi2-KtVt-R1", "kivi2-KcVc-R1", "kivi2-KtVc-R1",
-    "hf4", "hf4-int", "hf2", "hf2-int", "kivi2-g128", "ott2", "logquant2", "kivi-evict", "logquant-evict", "streaming", "h2o",
+    "hf4", "hf4-rot", "hf4-int", "hf2", "hf2-rot", "hf2-int", "kivi2-g128", "ott2", "logquant2", "kivi-evict", "logquant-evict", "streaming", "h2o",
     "snapkv", "sink-evict", "fp16"
 };
 #define N_METHODS (sizeof ALL_METHODS / sizeof ALL_METHODS[0])
@@ -870,7 +887,9 @@ static int check_claims(const row *rows, FILE *out, FILE *csv)
               *ott = find_row(rows, "ott2"),
               *lq = find_row(rows, "logquant2"), *st = find_row(rows, "streaming"),
               *h2o = find_row(rows, "h2o"), *snap = find_row(rows, "snapkv"),
-              *k2e = find_row(rows, "kivi-evict"), *lqe = find_row(rows, "logquant-evict");
+              *k2e = find_row(rows, "kivi-evict"), *lqe = find_row(rows, "logquant-evict"),
+              *k2r = find_row(rows, "kivi2-rot"), *h2r = find_row(rows, "hf2-rot"),
+              *k4r = find_row(rows, "kivi4-rot"), *h4r = find_row(rows, "hf4-rot");
     char m[160];
     int fails = 0, have;
     if (out) fprintf(out, "\npapers' claims (ordering / rough size) vs this run:\n");
@@ -966,6 +985,21 @@ static int check_claims(const row *rows, FILE *out, FILE *csv)
     fails += claim(out, csv, "ours, after LogQuant 2.3", "eviction worse than 2-bit at equal bytes",
                    have, have && k2->ppl_late < st->ppl_late && k2->ppl_late < h2o->ppl_late &&
                    k2->ppl_late < snap->ppl_late, m);
+    /* rotation before quantizing (kvq.h Sec. 6.1): the -rot rows rotate
+       keys and values by the Walsh-Hadamard transform                      */
+    have = k2 && k2r;
+    if (have) snprintf(m, sizeof m, "kivi2-rot %+.1f%% vs kivi2 %+.1f%%", pct(k2r, fp), pct(k2, fp));
+    fails += claim(out, csv, "QuaRot Sec. 4, RotateKV", "rotation lowers KIVI-2's loss", have,
+                   have && k2r->ppl < k2->ppl, m);
+    have = h2 && h2r;
+    if (have) snprintf(m, sizeof m, "hf2-rot %+.1f%% vs hf2 %+.1f%%", pct(h2r, fp), pct(h2, fp));
+    fails += claim(out, csv, "RotateKV; ours", "per-token keys gain most: HF-2 loss halved",
+                   have, have && pct(h2r, fp) <= 0.5 * pct(h2, fp), m);
+    have = k4 && h4 && k4r && h4r;
+    if (have) snprintf(m, sizeof m, "kivi4 %.3f -> %.3f, hf4 %.3f -> %.3f", k4->ppl, k4r->ppl,
+                       h4->ppl, h4r->ppl);
+    fails += claim(out, csv, "QuaRot Sec. 4", "4-bit no worse rotated (ppl within 0.5%)", have,
+                   have && k4r->ppl <= 1.005 * k4->ppl && h4r->ppl <= 1.005 * h4->ppl, m);
     return fails;
 }
 
