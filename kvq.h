@@ -2561,13 +2561,16 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
         const float **X = s ? V : K;
         float *Y = c->rot_rows + (size_t)s * T * D;
         if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) continue;
+        float big = 0.0f;
         memcpy(Y, *X, T * D * sizeof(float));
         for (t = 0; t < T; t++) kvq__rotate_row(kvq__side_sign(c, s), D, 0, Y + t * D);
-        for (j = 0; j < T * D; j++)
-            if (fabsf(Y[j]) > KVQ_MAX_ABS_INPUT)
-                return kvq__fail(c, KVQ_ERR_RANGE, "rotated %s row %zu: element %zu = %g "
-                                 "exceeds KVQ_MAX_ABS_INPUT (%g)", s ? "V" : "K", j / D,
-                                 j % D, (double)Y[j], (double)KVQ_MAX_ABS_INPUT);
+        for (j = 0; j < T * D; j++) big = fabsf(Y[j]) > big ? fabsf(Y[j]) : big;
+        if (big > KVQ_MAX_ABS_INPUT)      /* rare: find it, then say where   */
+            for (j = 0; j < T * D; j++)
+                if (fabsf(Y[j]) > KVQ_MAX_ABS_INPUT)
+                    return kvq__fail(c, KVQ_ERR_RANGE, "rotated %s row %zu: element %zu = %g "
+                                     "exceeds KVQ_MAX_ABS_INPUT (%g)", s ? "V" : "K", j / D,
+                                     j % D, (double)Y[j], (double)KVQ_MAX_ABS_INPUT);
         *X = Y;
     }
     return KVQ_OK;
