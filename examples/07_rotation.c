@@ -99,14 +99,16 @@ static void show_per_token_gains_most(const rot_head *r)
     double key[2][2], score[2][2], gain[2];     /* [axis][rotated]; gain of
                                                    the key error            */
     int ax, rot;
-    printf("\n3-4. 2-bit keys, errors in %%      key ||K-K'||/||K||      score ||A-A'||/||A||\n");
-    printf("                               plain  rotated   gain   plain  rotated   gain\n");
+    printf("\n3-4. 2-bit keys, errors in %%       key ||K-K'||/||K||      score ||A-A'||/||A||\n");
+    printf("                                plain  rotated   gain   plain  rotated   gain\n");
     for (ax = 0; ax < 2; ax++) {
+        char label[32];
         for (rot = 0; rot < 2; rot++) key_errors(r, (kvq_axis)ax, rot, &key[ax][rot], &score[ax][rot]);
         gain[ax] = key[ax][0] / key[ax][1];
-        printf("   %-11s (G=%3zu %-8s) %6.2f %8.2f %5.2fx  %6.2f %8.2f %5.2fx\n",
-               ax == KVQ_PER_TOKEN ? "per-token" : "per-channel", ax == KVQ_PER_TOKEN ? r->Gt : r->Gc,
-               ax == KVQ_PER_TOKEN ? "channels" : "tokens", key[ax][0], key[ax][1],
+        snprintf(label, sizeof label, "(G=%zu %s)", ax == KVQ_PER_TOKEN ? r->Gt : r->Gc,
+                 ax == KVQ_PER_TOKEN ? "channels" : "tokens");
+        printf("   %-11s %-16s %6.2f %8.2f %5.2fx  %6.2f %8.2f %5.2fx\n",
+               ax == KVQ_PER_TOKEN ? "per-token" : "per-channel", label, key[ax][0], key[ax][1],
                gain[ax], score[ax][0], score[ax][1], score[ax][0] / score[ax][1]);
     }
     if (!r->outliers) {
