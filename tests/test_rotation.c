@@ -37,14 +37,13 @@
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 
-/* s_j of the documented sign vector: bit 63 of splitmix64's j-th output.   */
-static double sign_of(uint64_t seed, size_t j)
+/* s (D): the documented sign vector, s_j = -1 where bit 63 of splitmix64's
+   j-th output (state seed) is set.                                        */
+static void signs_of(uint64_t seed, size_t D, double *s)
 {
     rng r = { seed };
-    uint64_t z = 0;
-    size_t i;
-    for (i = 0; i <= j; i++) z = rnext(&r);
-    return (z >> 63) ? -1.0 : 1.0;
+    size_t j;
+    for (j = 0; j < D; j++) s[j] = (rnext(&r) >> 63) ? -1.0 : 1.0;
 }
 
 /* H (D, D) by the Sylvester recursion H_2n = [[H, H], [H, -H]].           */
@@ -67,8 +66,8 @@ static void test_dense(void)
 {
     size_t D, i, j;
     rng r = { 7 };
-    for (D = 1; D <= 512; D *= 2) {
-        double *H = (double *)malloc(D * D * sizeof(double));
+    for (D = 1; D <= (size_t)COUNT(512, 128); D *= 2) {
+        double *H = (double *)malloc(D * D * sizeof(double)), *sg = (double *)malloc(D * sizeof(double));
         float *x = (float *)malloc(D * sizeof(float)), *y = (float *)malloc(D * sizeof(float));
         int kind, inv;
         sylvester(D, H);
@@ -76,6 +75,7 @@ static void test_dense(void)
             for (inv = 0; inv < 2; inv++) {
                 uint64_t seed = 0x1234u + D;
                 double worst = 0.0, l1 = 0.0, tol;
+                signs_of(seed, D, sg);
                 for (j = 0; j < D; j++) { x[j] = rnorm(&r) * 3.0f; l1 += fabs(x[j]); }
                 memcpy(y, x, D * sizeof(float));
                 CHECK(kvq_rotate((kvq_rotation)kind, seed, D, inv, y, 1) == KVQ_OK,
@@ -83,8 +83,8 @@ static void test_dense(void)
                 for (i = 0; i < D; i++) {
                     double want = 0.0;
                     for (j = 0; j < D; j++) {
-                        double sj = kind == KVQ_ROT_HADAMARD_SIGNS ? sign_of(seed, j) : 1.0,
-                               si = kind == KVQ_ROT_HADAMARD_SIGNS ? sign_of(seed, i) : 1.0;
+                        double sj = kind == KVQ_ROT_HADAMARD_SIGNS ? sg[j] : 1.0,
+                               si = kind == KVQ_ROT_HADAMARD_SIGNS ? sg[i] : 1.0;
                         /* R = H S / sqrt(D);  R^T = S H / sqrt(D)          */
                         want += inv ? si * H[i * D + j] * x[j] : H[i * D + j] * sj * x[j];
                     }
@@ -97,7 +97,7 @@ static void test_dense(void)
                 CHECK(worst <= tol, "D=%zu kind %d inverse %d: max error %g > %g",
                       D, kind, inv, worst, tol);
             }
-        free(H); free(x); free(y);
+        free(H); free(sg); free(x); free(y);
     }
 }
 
