@@ -22,6 +22,8 @@
         attention and rows in the caller's basis within float rounding
      6. OTT's magnitude ranking is taken in the rotated basis: keys built so
         that the smallest L1 (OTT's outlier) differs between the two bases
+     6b. kvq_cache_bytes' allocated counts the rotation's buffers; reserved
+        appends allocate nothing
      7. bad inputs: a rotated row beyond KVQ_MAX_ABS_INPUT is refused with a
         reason and the cache is unchanged; allocator failure in init        */
 #include <stdio.h>
@@ -390,6 +392,37 @@ static void test_ott_basis(void)
     }
 }
 
+/* 6b. kvq_cache_bytes' `allocated` is every heap byte the cache owns, the
+   rotation's rows and signs included (the counting allocator's ledger);
+   appends after a reserve allocate nothing                               */
+static void test_allocated(void)
+{
+    const size_t D = 32, T = 80;
+    kvq_config cf = kvq_config_kivi(D, 2);
+    kvq_cache c;
+    kvq_bytes b;
+    rng r = { 13 };
+    float K[80 * 32], V[80 * 32];
+    size_t i, before;
+    for (i = 0; i < T * D; i++) { K[i] = rnorm(&r); V[i] = rnorm(&r); }
+    cf.group = 16; cf.residual = 32;
+    cf.key_rotation = KVQ_ROT_HADAMARD_SIGNS; cf.value_rotation = KVQ_ROT_HADAMARD;
+    if (kvq_cache_init(&c, &cf) != KVQ_OK) { CHECK(0, "init: %s", kvq_why()); return; }
+    kvq_cache_bytes(&c, &b);
+    CHECK(b.allocated == ta_bytes, "after init: allocated %zu, allocator holds %zu",
+          b.allocated, ta_bytes);
+    kvq_cache_reserve(&c, T);
+    kvq_cache_prefill(&c, K, V, 40);            /* grows the rotation's rows */
+    kvq_cache_bytes(&c, &b);
+    CHECK(b.allocated == ta_bytes, "after prefill: allocated %zu, allocator holds %zu",
+          b.allocated, ta_bytes);
+    before = (size_t)ta_calls;
+    for (i = 40; i < T; i++) kvq_cache_append(&c, K + i * D, V + i * D);
+    CHECK((size_t)ta_calls == before, "rotated appends allocated %zu times",
+          (size_t)ta_calls - before);
+    kvq_cache_free(&c);
+}
+
 /* 7. refusals                                                             */
 static void test_refusals(void)
 {
@@ -439,6 +472,7 @@ int main(void)
     test_kivi_codes();
     test_full_basis();
     test_ott_basis();
+    test_allocated();
     test_refusals();
     return TEST_END("test_rotation");
 }
