@@ -22,6 +22,7 @@
        0. Errors: how a launcher reports bad arguments and bad data
        1. Device mirrors of kvq.h Sec. 3-5 (fp16, group parameters, codes)
        2. Quantize + pack of an fp16 [T x D] matrix (kvq.h Sec. 6)
+       2.1 Rotation before quantizing (kvq.h Sec. 6.1)
        3. The paged store: pages, streams, and what a stream may hold
        4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding)
        5. Compaction: gather-clone-scatter of slots (kvq.h Sec. 11)
@@ -502,6 +503,149 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
     KVQ_CUDA_LAUNCH(fn, blocks, threads, 0, stream)(d_X, q, d_unit_dst, d_words, d_sz, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return KVQ_OK;
+}
+
+#endif /* KVQ_CUDA_DECLARE_ONLY */
+
+/* ======================================================================== */
+/* 2.1 rotation before quantizing (kvq.h Sec. 6.1, kvq__rotate_row)          */
+/* ======================================================================== */
+/* Y (T, D) <- every row of X (T, D) rotated, y = H_D (s * x) / sqrt(D), or
+   rotated back (inverse), x = s * (H_D y) / sqrt(D): the orthonormal
+   Walsh-Hadamard rotation of QuaRot ("QuaRot: Outlier-Free 4-Bit Inference
+   in Rotated LLMs", arXiv:2404.00456), SpinQuant (arXiv:2405.16406) and
+   RotateKV (arXiv:2501.16383), as kvq.h Sec. 6.1 defines it. Bit-identical
+   to kvq_rotate and to a rotating kvq_cache's stored rows, because it does
+   the same fp32 operations in the same order:
+     1. the sign flip x_i * s_i (exact); s_i is kvq__rot_sign's splitmix64
+        bit of (seed, i), formed by each thread from i alone;
+     2. stages h = 1, 2, ..., D/2: each pair (x_j, x_{j+h}), j mod 2h < h,
+        becomes (x_j + x_{j+h}, x_j - x_{j+h}). Every value of a stage is
+        one rounding of two values of the stage before, so which thread
+        takes which pair cannot change a bit; __syncthreads between stages;
+     3. one multiply by kvq.h's scale (float)(1 / sqrt((double)D)), formed
+        on the host as kvq.h forms it.
+   Rotating back is 2, 3, 1. __fadd_rn / __fsub_rn / __fmul_rn keep nvcc
+   from fusing anything (kvq.h has no mul feeding an add here, and compiles
+   Part I with FP_CONTRACT OFF). One block per row (grid-stride), the row in
+   shared memory. Where it sits in a GPU pipeline:
+     keys, values  kvq_cuda_rotate_f16 -> kvq_cuda_quantize: the fp16 rows of
+                   a rotating cache (fp_bits 16), so the codes are the
+                   cache's codes (test_gpu checks both);
+     queries       kvq_cuda_rotate (key side's kind) -> kvq_cuda_attend over
+                   a rotating cache's export -> kvq_cuda_rotate(inverse = 1)
+                   of the output (value side's kind): kvq_attend's result.
+   Data: a row with a NaN/Inf input (KVQ_ERR_NONFINITE) or, for fp16 rows,
+   a rotated element beyond KVQ_MAX_ABS_INPUT (KVQ_ERR_RANGE, the cache's
+   refusal) is reported in *status and that row of Y is not written.     */
+#ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
+#define KVQ_CUDA_ROT_THREADS 128   /* at most; the pairs loop over them      */
+#define KVQ_CUDA_ROT_MAX_D   4096  /* a row of floats in 16 KB of shared memory */
+
+/* kvq__rot_sign: s_i = -1 where bit 63 of splitmix64's i-th output is set. */
+static __device__ __forceinline__ float kvq_dev_rot_sign(uint64_t seed, size_t i)
+{
+    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (z >> 63) ? -1.0f : 1.0f;
+}
+static __device__ __forceinline__ void kvq_dev_put(float *p, float x) { *p = x; }
+static __device__ __forceinline__ void kvq_dev_put(__half *p, float x) { *p = __float2half_rn(x); }
+
+template <class OUT>    /* float, or __half: kvq.h's fp16 row (round to even) */
+__global__ void kvq_rotate_kernel(const float *X /* (T, D) */, OUT *Y /* (T, D), may be X */,
+                                  size_t T, unsigned D, int kind, uint64_t seed, int inverse,
+                                  float scale, int *status)
+{
+    KVQ_CUDA_SHARED_DYNAMIC(float, x);                        /* (D) the row */
+    KVQ_CUDA_SHARED(int, bad, [KVQ_CUDA_ROT_THREADS]);        /* per thread  */
+    const bool hadamard = kind != KVQ_ROT_NONE, signs = kind == KVQ_ROT_HADAMARD_SIGNS;
+    const bool f16 = sizeof(OUT) == 2;
+    const unsigned tid = threadIdx.x;
+    for (size_t t = blockIdx.x; t < T; t += gridDim.x) {
+        int mine = 0;
+        for (unsigned j = tid; j < D; j += blockDim.x) {
+            const float v = X[t * D + j];
+            if (!kvq_dev_finite(v)) mine = KVQ_ERR_NONFINITE;
+            x[j] = signs && !inverse ? __fmul_rn(v, kvq_dev_rot_sign(seed, j)) : v;
+        }
+        for (unsigned h = 1; hadamard && h < D; h *= 2) {     /* stage h     */
+            __syncthreads();
+            for (unsigned p = tid; p < D / 2; p += blockDim.x) {
+                const unsigned j = p / h * 2 * h + p % h;
+                const float a = x[j], b = x[j + h];
+                x[j] = __fadd_rn(a, b);
+                x[j + h] = __fsub_rn(a, b);
+            }
+        }
+        __syncthreads();
+        for (unsigned j = tid; j < D; j += blockDim.x) {
+            float y = hadamard ? __fmul_rn(x[j], scale) : x[j];
+            if (signs && inverse) y = __fmul_rn(y, kvq_dev_rot_sign(seed, j));
+            if (f16 && !mine && !(fabsf(y) <= KVQ_MAX_ABS_INPUT)) mine = KVQ_ERR_RANGE;
+            x[j] = y;
+        }
+        bad[tid] = mine;
+        __syncthreads();
+        int row_bad = 0;                        /* the smallest code wins */
+        for (unsigned i = 0; i < blockDim.x; i++)
+            if (bad[i] && (!row_bad || bad[i] < row_bad)) row_bad = bad[i];
+        if (row_bad && tid == 0) kvq_dev_report(status, row_bad);
+        if (!row_bad)
+            for (unsigned j = tid; j < D; j += blockDim.x) kvq_dev_put(&Y[t * D + j], x[j]);
+        __syncthreads();                        /* x, bad reused by the next row */
+    }
+}
+
+/* The launchers' shared checks and launch; `out` is float or __half.     */
+template <class OUT>
+static kvq_status kvq_cuda__rotate(const char *who, kvq_rotation kind, uint64_t seed, size_t D,
+                                   int inverse, const float *d_X, OUT *d_Y, size_t T,
+                                   int *d_status, cudaStream_t stream)
+{
+    if (!d_X || !d_Y || !d_status) return kvq_cuda__fail(KVQ_ERR_NULL, "%s: NULL pointer", who);
+    if ((int)kind < 0 || kind > KVQ_ROT_HADAMARD_SIGNS)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: unknown rotation %d (0 none, 1 Hadamard, "
+                              "2 Hadamard with signs)", who, (int)kind);
+    if (inverse != 0 && inverse != 1)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: inverse must be 0 or 1 (got %d)", who, inverse);
+    if (D == 0 || T == 0) return kvq_cuda__fail(KVQ_ERR_SIZE, "%s: D=%zu and T=%zu must be positive", who, D, T);
+    if (kind != KVQ_ROT_NONE && (D & (D - 1)))
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "%s: the Hadamard rotation needs D a power of two (D=%zu)", who, D);
+    if (D > KVQ_CUDA_ROT_MAX_D)
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "%s: D=%zu exceeds %d (a row lives in shared memory)",
+                              who, D, KVQ_CUDA_ROT_MAX_D);
+    if (T > SIZE_MAX / D / sizeof(float))
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "%s: T*D overflows size_t", who);
+    const float scale = (float)(1.0 / sqrt((double)D));       /* kvq.h's scale */
+    const unsigned threads = D / 2 >= KVQ_CUDA_ROT_THREADS ? KVQ_CUDA_ROT_THREADS : 32;
+    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    KVQ_CUDA_LAUNCH(kvq_rotate_kernel<OUT>, kvq_cuda__grid(T, 1), threads, D * sizeof(float), stream)
+        (d_X, d_Y, T, (unsigned)D, (int)kind, seed, inverse, scale, d_status);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return KVQ_OK;
+}
+
+/* d_Y (T, D) <- the rows of d_X (T, D) rotated (inverse = 0) or rotated
+   back (inverse = 1) exactly as kvq_rotate(kind, seed, D, inverse, ...);
+   d_Y may be d_X. d_status: device int, zeroed here; the data status as
+   above (kvq_cuda_status reads it). D a power of two up to 4096.        */
+extern "C" kvq_status kvq_cuda_rotate(kvq_rotation kind, uint64_t seed, size_t D, int inverse,
+                                       const float *d_X, float *d_Y, size_t T, int *d_status,
+                                       cudaStream_t stream)
+{
+    return kvq_cuda__rotate("kvq_cuda_rotate", kind, seed, D, inverse, d_X, d_Y, T, d_status, stream);
+}
+
+/* d_Y16 (T, D) fp16 <- the rows of d_X rotated and rounded to fp16: the rows
+   a rotating kvq_cache (fp_bits 16) stores, ready for kvq_cuda_quantize.  */
+extern "C" kvq_status kvq_cuda_rotate_f16(kvq_rotation kind, uint64_t seed, size_t D,
+                                           const float *d_X, __half *d_Y16, size_t T,
+                                           int *d_status, cudaStream_t stream)
+{
+    return kvq_cuda__rotate("kvq_cuda_rotate_f16", kind, seed, D, 0, d_X, d_Y16, T, d_status, stream);
 }
 
 #endif /* KVQ_CUDA_DECLARE_ONLY */
@@ -1686,28 +1830,30 @@ extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e)
     memset(e, 0, sizeof *e);
 }
 
-/* The stored row of position p on one side, as fp16 bits (exact: fp16 rows
-   hold fp16 values, and a dequantized value is only read here for
-   positions that are not quantized).                                      */
-static kvq_status kvq_cuda__row16(const kvq_cache *c, int side, size_t p, kvq_f16 *out,
-                                  float *tmp)
+/* The stored row of position p on one side, as fp16 bits: the cache's own
+   bytes from its full-precision region (only positions held there come
+   here), in the basis the cache stores. For a rotating cache that is the
+   rotated basis, the basis of its quantized pages too (kvq_cache_read
+   would rotate the row back): queries and outputs go through
+   kvq_cuda_rotate (Sec. 2.1) instead.                                    */
+static kvq_status kvq_cuda__row16(const kvq_cache *c, int side, size_t p, kvq_f16 *out)
 {
-    kvq_status st = kvq_cache_read(c, side, p, tmp);
-    if (st != KVQ_OK) return st;
-    for (size_t d = 0; d < c->cfg.head_dim; d++) {
-        const __half h = __float2half_rn(tmp[d]);
-        out[d] = __half_as_ushort(h);
-    }
+    const kvq_side *s = side ? &c->v : &c->k;
+    const size_t D = c->cfg.head_dim;
+    if (p >= c->n_pos) return KVQ_ERR_STATE;
+    const uint32_t tag = KVQ_LOC_TAG(s->loc[p]);
+    if (tag < KVQ_LOC_ROWS0 || tag - KVQ_LOC_ROWS0 >= KVQ_ROW_REGIONS) return KVQ_ERR_STATE;
+    const kvq_f16 *row = (const kvq_f16 *)s->rows[tag - KVQ_LOC_ROWS0].data + KVQ_LOC_INDEX(s->loc[p]) * D;
+    memcpy(out, row, D * sizeof(kvq_f16));
     return KVQ_OK;
 }
 
 extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
 {
 #define KVQ_CUDA__NO(...) do { kvq_cuda__fail(st_fail, "kvq_cuda_export: " __VA_ARGS__); \
-                              kvq_cuda_export_free(&x); free(tmp); free(covered);     \
+                              kvq_cuda_export_free(&x); free(covered);                \
                               return st_fail; } while (0)
     kvq_cuda_export_t x;
-    float *tmp = NULL;
     uint8_t *covered = NULL;
     kvq_status st_fail = KVQ_ERR_CONFIG;
     memset(&x, 0, sizeof x);
@@ -1739,7 +1885,6 @@ rows_only:
     const size_t both = x.n_kq < x.n_vq ? x.n_kq : x.n_vq;
     x.n_pages = (n_slots + G - 1) / G;
     st_fail = KVQ_ERR_NOMEM;
-    tmp = (float *)malloc(D * sizeof(float));
     covered = (uint8_t *)calloc(c->n_pos + 1, 1);
     const size_t kw = kvq_cuda__kw_stride((int)D, (int)G, (int)B);
     const size_t vw = kvq_cuda__vw_stride((int)D, (int)G, (int)B);
@@ -1754,7 +1899,7 @@ rows_only:
     x.v_tail = (kvq_f16 *)calloc((n_slots - x.n_vq) * D + 1, 2);
     x.k_fp = (kvq_f16 *)calloc(c->n_pos * D + 1, 2);
     x.v_fp = (kvq_f16 *)calloc(c->n_pos * D + 1, 2);
-    if (!tmp || !covered || !x.k_words || !x.k_sz || !x.v_words || !x.v_sz || !x.dead ||
+    if (!covered || !x.k_words || !x.k_sz || !x.v_words || !x.v_sz || !x.dead ||
         !x.k_tail || !x.v_tail || !x.k_fp || !x.v_fp)
         KVQ_CUDA__NO("out of host memory");
     st_fail = KVQ_ERR_STATE;
@@ -1779,10 +1924,10 @@ rows_only:
         if (covered[p]) KVQ_CUDA__NO("position %d is quantized twice", (int)p);
         covered[p] = 1;
         if (slot >= x.n_kq &&
-            kvq_cuda__row16(c, 0, (size_t)p, x.k_tail + (slot - x.n_kq) * D, tmp) != KVQ_OK)
+            kvq_cuda__row16(c, 0, (size_t)p, x.k_tail + (slot - x.n_kq) * D) != KVQ_OK)
             KVQ_CUDA__NO("position %d: no key", (int)p);
         if (slot >= x.n_vq &&
-            kvq_cuda__row16(c, 1, (size_t)p, x.v_tail + (slot - x.n_vq) * D, tmp) != KVQ_OK)
+            kvq_cuda__row16(c, 1, (size_t)p, x.v_tail + (slot - x.n_vq) * D) != KVQ_OK)
             KVQ_CUDA__NO("position %d: no value", (int)p);
     }
     /* every other present position must be full precision on both sides    */
@@ -1793,12 +1938,11 @@ rows_only:
         if (lk == KVQ_LOC_QUANT || lv == KVQ_LOC_QUANT || lk == KVQ_LOC_ABSENT ||
             lv == KVQ_LOC_ABSENT)
             KVQ_CUDA__NO("position %zu is quantized on one side outside the aligned slots", p);
-        if (kvq_cuda__row16(c, 0, p, x.k_fp + (size_t)x.n_fp * D, tmp) != KVQ_OK ||
-            kvq_cuda__row16(c, 1, p, x.v_fp + (size_t)x.n_fp * D, tmp) != KVQ_OK)
+        if (kvq_cuda__row16(c, 0, p, x.k_fp + (size_t)x.n_fp * D) != KVQ_OK ||
+            kvq_cuda__row16(c, 1, p, x.v_fp + (size_t)x.n_fp * D) != KVQ_OK)
             KVQ_CUDA__NO("position %zu cannot be read", p);
         x.n_fp++;
     }
-    free(tmp);
     free(covered);
     *e = x;
     return KVQ_OK;
@@ -2943,4 +3087,10 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
 extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_status(const int *d_status, cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_rotate(kvq_rotation kind, uint64_t seed, size_t D, int inverse,
+                                       const float *d_X, float *d_Y, size_t T, int *d_status,
+                                       cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_rotate_f16(kvq_rotation kind, uint64_t seed, size_t D,
+                                           const float *d_X, __half *d_Y16, size_t T,
+                                           int *d_status, cudaStream_t stream);
 #endif

@@ -17,6 +17,10 @@
                 (kvq_cache_read), <= ATTN_TOL; outputs poisoned before.
      compaction the CPU's kvq_pseq_repack/holefill on a real pool vs the GPU
                 applying the same moves (planned on a shadow pool) in place.
+     rotation   rows bit-identical to kvq_rotate (every kind, D 1..4096, fp32
+                and fp16); rotated-then-quantized codes byte-identical to a
+                rotating cache's; rotate q, attend, rotate the output back
+                within ATTN_TOL of the oracle and of kvq_attend; refusals.
    Fixed seed, fresh random inputs for every case, adversarial cases.     */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
@@ -388,6 +392,10 @@ static void make_kv(size_t T, size_t D, std::vector<float> &K, std::vector<float
 enum { POL_KIVI, POL_OTT, POL_LOGQUANT, POL_EVICT, POL_FULL, POL_KIVI_INT };
 static const char *pol_name[] = { "KIVI", "OTT", "LogQuant", "KIVI+evict", "fp16", "KIVI-intzp" };
 
+/* The rotation make_config gives every cache (test_rotate_attend sets it). */
+static kvq_rotation rot_key = KVQ_ROT_NONE, rot_value = KVQ_ROT_NONE;
+static uint64_t rot_seed = 0;
+
 static kvq_config make_config(int pol, size_t D, int bits, size_t G)
 {
     kvq_config cfg;
@@ -400,6 +408,9 @@ static kvq_config make_config(int pol, size_t D, int bits, size_t G)
     if (pol == POL_OTT) { cfg.group = G; cfg.value_group = G < D ? G : D; }
     if (pol == POL_KIVI_INT) cfg.zero_mode = KVQ_ZERO_INT;   /* HF's integer zero point */
     if (pol != POL_FULL && (cfg.value_group ? cfg.value_group : cfg.group) > D) cfg.value_group = D;
+    cfg.key_rotation = rot_key;
+    cfg.value_rotation = rot_value;
+    cfg.rotation_seed = rot_seed;
     return cfg;
 }
 
@@ -1510,6 +1521,255 @@ static void test_fragment_replay(void)
     }
 }
 
+/* ======================================================================== */
+/* rotation (kvq_cuda.cu Sec. 2.1 against kvq.h Sec. 6.1)                   */
+/* ======================================================================== */
+/* Rows with outlier channels, a tiny and a large element: bits, not values. */
+static void rot_rows(std::vector<float> &X, size_t T, size_t D)
+{
+    X.resize(T * D);
+    for (size_t i = 0; i < T * D; i++) X[i] = rng_gauss() * (i % D % 17 == 3 ? 40.0f : 1.0f);
+    X[rng_below(T * D)] = 3e-30f;
+    X[rng_below(T * D)] = -900.0f;
+}
+
+/* Rows of the GPU that differ in any bit from want (bits of n floats/halves). */
+template <class T>
+static size_t rows_differing(const T *got, const T *want, size_t rows, size_t D)
+{
+    size_t bad = 0;
+    for (size_t t = 0; t < rows; t++) bad += memcmp(got + t * D, want + t * D, D * sizeof(T)) != 0;
+    return bad;
+}
+
+/* Every kind, both directions, in place and not, fp32 and fp16 rows, every
+   power of two D up to the launcher's limit: bit-identical to kvq_rotate. */
+static void test_rotate_rows(void)
+{
+    size_t cases = 0;
+    for (size_t D : { 1, 2, 8, 32, 64, 128, 256, 4096 })
+        for (int kind = KVQ_ROT_NONE; kind <= KVQ_ROT_HADAMARD_SIGNS; kind++)
+            for (uint64_t seed : { 0ull, 0x9d2c5680ull, ~0ull }) {
+                if (kind != KVQ_ROT_HADAMARD_SIGNS && seed) continue;   /* seed unused */
+                const size_t T = D >= 1024 ? 2 : 7;
+                std::vector<float> X, want, got(T * D);
+                rot_rows(X, T, D);
+                dbuf<float> dx(T * D), dy(T * D);
+                dbuf<int> dst(1);
+                for (int inverse = 0; inverse <= 1; inverse++) {
+                    want = X;
+                    CHECK(kvq_rotate((kvq_rotation)kind, seed, D, inverse, want.data(), T) == KVQ_OK,
+                          "kvq_rotate: %s", kvq_why());
+                    dx.up(X.data());
+                    dy.poison();
+                    KQ(kvq_cuda_rotate((kvq_rotation)kind, seed, D, inverse, dx.p, dy.p, T, dst.p, 0));
+                    CHECK(kvq_cuda_status(dst.p, 0) == KVQ_OK, "rotate: %s", kvq_cuda_why());
+                    dy.down(got.data());
+                    size_t bad = rows_differing(got.data(), want.data(), T, D);
+                    KQ(kvq_cuda_rotate((kvq_rotation)kind, seed, D, inverse, dx.p, dx.p, T, dst.p, 0));
+                    dx.down(got.data());
+                    bad += rows_differing(got.data(), want.data(), T, D);
+                    CHECK(bad == 0, "rotate D=%zu kind=%d seed=%llx inverse=%d: %zu rows differ "
+                          "from kvq_rotate (out of place, then in place)", D, kind,
+                          (unsigned long long)seed, inverse, bad);
+                    cases++;
+                }
+                /* fp16 rows, as a rotating cache stores them                */
+                std::vector<kvq_f16> want16(T * D), got16(T * D);
+                want = X;
+                kvq_rotate((kvq_rotation)kind, seed, D, 0, want.data(), T);
+                for (size_t i = 0; i < T * D; i++) want16[i] = kvq_f32_to_f16(want[i]);
+                dbuf<__half> dy16(T * D);
+                dx.up(X.data());
+                dy16.poison();
+                KQ(kvq_cuda_rotate_f16((kvq_rotation)kind, seed, D, dx.p, dy16.p, T, dst.p, 0));
+                CHECK(kvq_cuda_status(dst.p, 0) == KVQ_OK, "rotate_f16: %s", kvq_cuda_why());
+                CU(cudaMemcpy(got16.data(), dy16.p, T * D * 2, cudaMemcpyDeviceToHost));
+                const size_t bad = rows_differing(got16.data(), want16.data(), T, D);
+                CHECK(bad == 0, "rotate_f16 D=%zu kind=%d seed=%llx: %zu rows differ from "
+                      "kvq_f32_to_f16(kvq_rotate)", D, kind, (unsigned long long)seed, bad);
+                cases++;
+            }
+    printf("  rotate: %zu cases bit-identical to kvq_rotate (D 1..4096, 3 kinds, fp32 and fp16)\n", cases);
+}
+
+/* Codes: kvq_cuda_rotate_f16 then kvq_cuda_quantize on the caller's rows
+   give the words and fp16 scales/zeros a rotating KIVI cache stores.      */
+static void test_rotate_codes(void)
+{
+    size_t units = 0;
+    for (size_t D : { 64, 128 })
+        for (int bits : { 2, 4 })
+            for (int k = KVQ_ROT_NONE; k <= KVQ_ROT_HADAMARD_SIGNS; k++) {
+                const int v = (k + 1 + bits / 2) % 3;      /* every pairing over the loop */
+                if (k == KVQ_ROT_NONE && v == KVQ_ROT_NONE) continue;
+                kvq_config cfg = kvq_config_kivi(D, bits);
+                cfg.key_rotation = (kvq_rotation)k;
+                cfg.value_rotation = (kvq_rotation)v;
+                cfg.rotation_seed = rng_u64();
+                const size_t T = 300;
+                std::vector<float> K, V;
+                make_kv(T, D, K, V);
+                kvq_cache c;
+                if (kvq_cache_init(&c, &cfg) != KVQ_OK || kvq_cache_prefill(&c, K.data(), V.data(), T) != KVQ_OK) {
+                    CHECK(0, "rotating cache D=%zu: %s", D, kvq_why());
+                    continue;
+                }
+                for (int side = 0; side < 2; side++) {
+                    const kvq_side *s = side ? &c.v : &c.k;
+                    const size_t rows = s->n_units * s->geom.tokens_per_unit;
+                    const size_t n_words = s->n_units * s->geom.groups_per_unit * s->geom.words_per_group,
+                                 n_sz = s->n_units * s->geom.groups_per_unit;
+                    dbuf<float> dx(T * D);
+                    dbuf<__half> d16(T * D);
+                    dbuf<uint32_t> dw(n_words);
+                    dbuf<kvq_sz> dsz(n_sz);
+                    dbuf<int> dst(1);
+                    dx.up(side ? V.data() : K.data());
+                    KQ(kvq_cuda_rotate_f16(side ? cfg.value_rotation : cfg.key_rotation,
+                                           cfg.rotation_seed, D, dx.p, d16.p, T, dst.p, 0));
+                    KQ(kvq_cuda_status(dst.p, 0));
+                    KQ(kvq_cuda_quantize(d16.p, rows, D, s->bits, s->group, s->axis, cfg.zero_mode,
+                                         nullptr, dw.p, dsz.p, dst.p, 1, 0));
+                    KQ(kvq_cuda_status(dst.p, 0));
+                    std::vector<uint32_t> w(n_words);
+                    std::vector<kvq_sz> z(n_sz);
+                    dw.down(w.data());
+                    dsz.down(z.data());
+                    CHECK(rows > 0 && !memcmp(w.data(), s->words, n_words * 4) &&
+                          !memcmp(z.data(), s->sz, n_sz * sizeof(kvq_sz)),
+                          "rotated codes D=%zu B=%d rotation K=%d V=%d side %d: GPU words or "
+                          "scales differ from the cache's (%zu rows)", D, bits, k, v, side, rows);
+                    units += s->n_units;
+                }
+                kvq_cache_free(&c);
+            }
+    printf("  rotate + quantize: %zu units byte-identical to rotating KIVI caches\n", units);
+}
+
+/* Attention: q rotated (key side's kind), the existing kernel over rotating
+   caches' exports, the output rotated back (value side's kind), against
+   the float64 oracle over the caches' rows in the caller's basis.        */
+static void test_rotate_attend(void)
+{
+    const struct { size_t D; int bits; size_t G; int n_rep; kvq_rotation k, v; } cs[] = {
+        { 128, 2, 32, 4, KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_HADAMARD_SIGNS },
+        { 64, 2, 64, 1, KVQ_ROT_HADAMARD, KVQ_ROT_NONE },
+        { 128, 4, 128, 3, KVQ_ROT_NONE, KVQ_ROT_HADAMARD_SIGNS },
+    };
+    for (const auto &r : cs) {
+        rot_key = r.k; rot_value = r.v; rot_seed = rng_u64();
+        const size_t n_streams = 3, D = r.D, nq = n_streams * r.n_rep * D;
+        std::vector<kvq_cache> caches;
+        gpu_batch b;
+        const bool ok = build_batch(POL_KIVI, D, r.bits, r.G, n_streams, quick_mode ? 400 : 900, caches, b);
+        if (ok) {
+            std::vector<float> hq(nq), got(nq), want(nq);
+            for (auto &x : hq) x = rng_gauss();
+            upload(b, true);
+            int splits;
+            const size_t wf = kvq_cuda_attend_workspace(n_streams, r.n_rep, (int)D, (int)r.G, b.max_tokens, &splits);
+            dbuf<float> dq(nq), dqr(nq), dout(nq), dwork(wf);
+            dbuf<int> dst(1);
+            dq.up(hq.data());
+            CU(cudaMemset(dout.p, 0xFF, nq * sizeof(float)));
+            KQ(kvq_cuda_rotate(r.k, rot_seed, D, 0, dq.p, dqr.p, nq / D, dst.p, 0));
+            KQ(kvq_cuda_status(dst.p, 0));
+            KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n_streams, r.n_rep, b.max_tokens,
+                               dqr.p, dout.p, dwork.p, wf, dst.p, 0));
+            const kvq_status st_attend = kvq_cuda_status(dst.p, 0);
+            KQ(kvq_cuda_rotate(r.v, rot_seed, D, 1, dout.p, dout.p, nq / D, dst.p, 0));
+            const kvq_status st_back = kvq_cuda_status(dst.p, 0);   /* a NaN row stays NaN */
+            CHECK(st_attend == KVQ_OK && st_back == KVQ_OK, "rotated attend: %s, rotating back: %s",
+                  kvq_status_str(st_attend), kvq_status_str(st_back));
+            dout.down(got.data());
+            double worst, worst_cpu = 0.0;
+            const size_t bad = check_rows(caches, hq, got, r.n_rep, D, ATTN_TOL, &worst);
+            for (size_t i = 0; i < n_streams; i++) {        /* and kvq_attend itself */
+                std::vector<float> scratch(kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_EAGER));
+                KQ(kvq_attend(&caches[i], &hq[i * r.n_rep * D], r.n_rep, &want[i * r.n_rep * D],
+                              NULL, KVQ_ATTN_EAGER, scratch.data(), scratch.size()));
+                for (int h = 0; h < r.n_rep; h++) {
+                    const size_t o = (i * r.n_rep + h) * D;
+                    const double e = rel_l2(&got[o], &want[o], D);
+                    if (!(e <= worst_cpu)) worst_cpu = e;
+                }
+            }
+            CHECK(bad == 0 && worst_cpu <= ATTN_TOL, "rotated attend D=%zu B=%d G=%zu K=%d V=%d: %zu rows "
+                  "over tolerance %.0e against the oracle (worst %.3g), %.3g against kvq_attend", D, r.bits,
+                  r.G, (int)r.k, (int)r.v, bad, ATTN_TOL, worst, worst_cpu);
+            printf("  rotated attend D=%3zu B=%d G=%3zu K=%d V=%d: worst rel err %.2e (oracle), "
+                   "%.2e (kvq_attend)\n", D, r.bits, r.G, (int)r.k, (int)r.v, worst, worst_cpu);
+        }
+        for (auto &c : caches) kvq_cache_free(&c);
+    }
+    rot_key = rot_value = KVQ_ROT_NONE;
+}
+
+/* Bad arguments are refused with a reason and launch nothing; bad data is
+   reported and its row left unwritten, the other rows written.            */
+static void test_rotate_refusals(void)
+{
+    const size_t D = 64, T = 4;
+    dbuf<float> dx(T * D), dy(T * D);
+    dbuf<__half> d16(T * D);
+    dbuf<int> dst(1);
+    std::vector<float> X(T * D, 1.0f), got(T * D);
+    dx.up(X.data());
+    dy.poison();
+    const kvq_rotation H = KVQ_ROT_HADAMARD;
+    const struct { kvq_status got, want; const char *what; } cs[] = {
+        { kvq_cuda_rotate(H, 0, D, 0, nullptr, dy.p, T, dst.p, 0), KVQ_ERR_NULL, "NULL X" },
+        { kvq_cuda_rotate(H, 0, D, 0, dx.p, nullptr, T, dst.p, 0), KVQ_ERR_NULL, "NULL Y" },
+        { kvq_cuda_rotate(H, 0, D, 0, dx.p, dy.p, T, nullptr, 0), KVQ_ERR_NULL, "NULL status" },
+        { kvq_cuda_rotate_f16(H, 0, D, dx.p, nullptr, T, dst.p, 0), KVQ_ERR_NULL, "NULL fp16 Y" },
+        { kvq_cuda_rotate((kvq_rotation)3, 0, D, 0, dx.p, dy.p, T, dst.p, 0), KVQ_ERR_CONFIG, "kind 3" },
+        { kvq_cuda_rotate((kvq_rotation)-1, 0, D, 0, dx.p, dy.p, T, dst.p, 0), KVQ_ERR_CONFIG, "kind -1" },
+        { kvq_cuda_rotate(H, 0, D, 2, dx.p, dy.p, T, dst.p, 0), KVQ_ERR_CONFIG, "inverse 2" },
+        { kvq_cuda_rotate(H, 0, 0, 0, dx.p, dy.p, T, dst.p, 0), KVQ_ERR_SIZE, "D = 0" },
+        { kvq_cuda_rotate(H, 0, D, 0, dx.p, dy.p, 0, dst.p, 0), KVQ_ERR_SIZE, "T = 0" },
+        { kvq_cuda_rotate(H, 0, 96, 0, dx.p, dy.p, 2, dst.p, 0), KVQ_ERR_SIZE, "D = 96 (not a power of two)" },
+        { kvq_cuda_rotate_f16(KVQ_ROT_HADAMARD_SIGNS, 7, 48, dx.p, d16.p, 2, dst.p, 0), KVQ_ERR_SIZE, "fp16 D = 48" },
+        { kvq_cuda_rotate(H, 0, 8192, 0, dx.p, dy.p, 1, dst.p, 0), KVQ_ERR_SIZE, "D = 8192 (over the limit)" },
+        { kvq_cuda_rotate(H, 0, D, 0, dx.p, dy.p, SIZE_MAX / 8, dst.p, 0), KVQ_ERR_OVERFLOW, "T*D overflow" },
+    };
+    for (const auto &c : cs)
+        CHECK(refused_with(c.got, c.want), "rotate: %s gave %s (%s), want %s", c.what,
+              kvq_status_str(c.got), kvq_cuda_why(), kvq_status_str(c.want));
+    std::vector<uint32_t> raw(T * D);
+    CU(cudaMemcpy(raw.data(), dy.p, T * D * 4, cudaMemcpyDeviceToHost));
+    size_t touched = 0;
+    for (uint32_t u : raw) touched += u != 0xABABABABu;
+    CHECK(touched == 0, "refused rotate calls wrote %zu floats", touched);
+    /* kvq.h takes any D without a rotation: so does the GPU (a copy)       */
+    KQ(kvq_cuda_rotate(KVQ_ROT_NONE, 0, 96, 0, dx.p, dy.p, 2, dst.p, 0));
+    CHECK(kvq_cuda_status(dst.p, 0) == KVQ_OK, "D = 96 without rotation: %s", kvq_cuda_why());
+    /* bad data: a NaN in row 1; row 2 rotates past KVQ_MAX_ABS_INPUT (fp16) */
+    for (size_t d = 0; d < D; d++) X[2 * D + d] = 30000.0f;   /* y_0 = 30000 * 8 */
+    X[1 * D + 5] = NAN;
+    dx.up(X.data());
+    dy.poison();
+    KQ(kvq_cuda_rotate(H, 0, D, 0, dx.p, dy.p, T, dst.p, 0));
+    kvq_status st = kvq_cuda_status(dst.p, 0);
+    CU(cudaMemcpy(raw.data(), dy.p, T * D * 4, cudaMemcpyDeviceToHost));
+    size_t row1 = 0, others = 0;
+    for (size_t i = 0; i < T * D; i++) (i / D == 1 ? row1 : others) += raw[i] != 0xABABABABu;
+    CHECK(refused_with(st, KVQ_ERR_NONFINITE) && row1 == 0 && others == (T - 1) * D,
+          "rotate with a NaN: %s, %zu of the NaN row's floats written, %zu of the others' %zu",
+          kvq_status_str(st), row1, others, (T - 1) * D);
+    X[1 * D + 5] = 0.5f;
+    dx.up(X.data());
+    d16.poison();
+    KQ(kvq_cuda_rotate_f16(H, 0, D, dx.p, d16.p, T, dst.p, 0));
+    st = kvq_cuda_status(dst.p, 0);
+    std::vector<kvq_f16> h16(T * D);
+    CU(cudaMemcpy(h16.data(), d16.p, T * D * 2, cudaMemcpyDeviceToHost));
+    size_t row2 = 0;
+    for (size_t d = 0; d < D; d++) row2 += h16[2 * D + d] != 0xABABu;
+    CHECK(refused_with(st, KVQ_ERR_RANGE) && row2 == 0 && h16[0] != 0xABABu,
+          "rotate_f16 past KVQ_MAX_ABS_INPUT: %s, %zu floats of the row written", kvq_status_str(st), row2);
+}
+
 int main(int argc, char **argv)
 {
     const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
@@ -1537,6 +1797,10 @@ int main(int argc, char **argv)
     printf("test_gpu%s on %s (sm_%d%d)\n", quick_mode ? " (quick)" : "", prop.name, prop.major, prop.minor);
     test_quantize();        /* G = 32 at B = 2/4 runs the fixed-shape kernel */
     printf("  quantize: %d checks so far\n", test__pass + test__fail);
+    test_rotate_rows();
+    test_rotate_codes();
+    test_rotate_attend();
+    test_rotate_refusals();
     test_attend();
     test_attend_status();
     test_attend_splits();

@@ -200,6 +200,11 @@ static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c)
     return r;
 }
 
+/* ---- fp32 arithmetic rounded once, never fused (one IEEE op each on the host) */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+
 /* ---- bit casts, loads, atomics ---------------------------------------------- */
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }

@@ -109,6 +109,20 @@ mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
 mutant mma-no-cp-async-wait race 'still in flight' \
     '        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
     ''
+# the rotation (Sec. 2.1):
+# 12. the butterfly stages in the other order (the same H, other roundings)
+mutant rotate-stage-order plain 'differ from kvq_rotate' \
+    'for (unsigned h = 1; hadamard && h < D; h *= 2) {' \
+    'for (unsigned h = D / 2; hadamard && h >= 1; h /= 2) {'
+# 13. the sign vector drawn from splitmix64's outputs one index early
+mutant rotate-sign-index plain 'differ from kvq_rotate' \
+    'uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;' \
+    'uint64_t z = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;'
+# 14. no barrier between two butterfly stages
+mutant rotate-no-stage-sync race 'no thread of the block has written|race on shared' \
+    '            __syncthreads();
+            for (unsigned p = tid; p < D / 2; p += blockDim.x) {' \
+    '            for (unsigned p = tid; p < D / 2; p += blockDim.x) {'
 
 wait
 pass=0; fail=0
