@@ -136,8 +136,9 @@ extern "C" kvq_status kvq_cuda_status(const int *d_status, cudaStream_t stream)
     const kvq_status st = (kvq_status)h;
     return kvq_cuda__fail(st, "kvq_cuda_status: a kernel found %s: %s", kvq_status_str(st),
                           st == KVQ_ERR_NONFINITE ? "a NaN or Inf input (attention: that "
-                          "(stream, head) row is NaN)"
-                          : st == KVQ_ERR_RANGE ? "a group whose fp16 scale or zero overflows"
+                          "(stream, head) row is NaN; rotation: that row is not written)"
+                          : st == KVQ_ERR_RANGE ? "a group whose fp16 scale or zero overflows, or "
+                          "(kvq_cuda_rotate_f16) a rotated element beyond KVQ_MAX_ABS_INPUT"
                           : st == KVQ_ERR_STATE ? "a stream with no live token (its rows are NaN)"
                           : "see the launcher's documentation");
 }
