@@ -1,9 +1,13 @@
 /* fuzz/fuzz_cache.c - random sequences of cache operations against a
    full-precision shadow.
 
-   The first 8 bytes choose a configuration (any policy, D in {4, 8, 16},
-   bits, G, R, axes, zero mode, fp16/fp32 rows, OTT k and auxiliary pool,
-   LogQuant W and sinks, HF re-quantization; with b[7] bit 7 any size
+   The first 8 bytes choose a configuration (any policy, D in {4, 8, 16}
+   or {1, 2, 16} or the non-powers of two {3, 6, 12}, bits, G, R, axes,
+   zero mode, fp16/fp32 rows, OTT k and auxiliary pool, LogQuant W and
+   sinks, HF re-quantization, a rotation per side (none, Hadamard,
+   Hadamard with signs; then 8 more bytes are the sign seed; a rotation
+   with D not a power of two must be refused with KVQ_ERR_SIZE and a
+   reason, allocating nothing); with b[7] bit 7 any size
    field or enum may take a hostile value instead; an invalid config must
    be refused with a reason, and then the input ends; fields the policy
    does not read are ignored and never size an allocation). Every later byte starts an op:
@@ -31,7 +35,17 @@
    attention (double) over the cache's OWN rows (kvq_cache_read) within an
    fp32 rounding bound; after read: each live row is within the
    quantization bound of the shadow's row (float zero; the integer form's
-   clamped zero point can reach |x|, so it gets |x|-scale slack).          */
+   clamped zero point can reach |x|, so it gets |x|-scale slack).
+   A rotating side (kvq.h Sec. 6.1) is checked against this file's own
+   rotation: the explicit matrix H_ij = (-1)^popcount(i & j) / sqrt(D) in
+   double, signs from fz_mix (splitmix64), not kvq.h's butterflies. Reads
+   must come back in the caller's basis: R (read row) must lie within the
+   quantization bound of R (shadow row), the basis where the bound holds,
+   with the range taken over the rotated rows; attention is compared with
+   exact attention over the read-back rows, the bound widened by the fp32
+   rounding of the rotations (rot_err). A row whose rotation exceeds
+   KVQ_MAX_ABS_INPUT must be refused with RANGE (within 1e-5 of the limit
+   either answer is accepted: fp32 and double may round across it).        */
 #include <stdio.h>
 #include <stdlib.h>
 /* An allocator that fails on request: an append, prefill or reserve op
@@ -105,17 +119,72 @@ static float value_of(uint8_t v, float scale)
     }
 }
 
+/* ---- the oracle's rotation ---------------------------------------------- */
+static size_t rot_D;
+static int rot_on[2];                            /* side rotates            */
+static double rot_sign[2][MAXD];                 /* +-1 (all +1: HADAMARD)  */
+static double amax_st[2];                        /* max |stored value|      */
+
+/* |fl32 rotation - exact| per element for a row of L1 norm l1: log2(D)
+   butterfly stages, each error at most doubling, then the scale: below
+   (D + 2) u l1 / sqrt(D); twice that for slack.                           */
+static double rot_err(double l1)
+{
+    return 2.0 * ((double)rot_D + 2.0) * ldexp(1.0, -24) * l1 / sqrt((double)rot_D);
+}
+static double l1_of(const double *x) { double s = 0.0; size_t i; for (i = 0; i < rot_D; i++) s += fabs(x[i]); return s; }
+
+/* y = R x of side s in double (x untouched when the side does not rotate). */
+static void rot_ref(int s, const float *x, double *y)
+{
+    size_t i, j, D = rot_D;
+    for (i = 0; i < D; i++) {
+        double acc = 0.0;
+        if (!rot_on[s]) { y[i] = x[i]; continue; }
+        for (j = 0; j < D; j++) {
+            unsigned m = (unsigned)(i & j), odd = 0;
+            while (m) { odd ^= m & 1u; m >>= 1; }
+            acc += (odd ? -1.0 : 1.0) * rot_sign[s][j] * x[j];
+        }
+        y[i] = acc / sqrt((double)D);
+    }
+}
+
+static void rot_setup(const kvq_config *cfg)
+{
+    int s;
+    size_t j;
+    rot_D = cfg->head_dim;
+    for (s = 0; s < 2; s++) {
+        kvq_rotation kind = s ? cfg->value_rotation : cfg->key_rotation;
+        uint64_t state = cfg->rotation_seed;
+        rot_on[s] = kind != KVQ_ROT_NONE;
+        for (j = 0; j < rot_D; j++)   /* s_j: bit 63 of splitmix64's j-th output */
+            rot_sign[s][j] = kind == KVQ_ROT_HADAMARD_SIGNS && (fz_mix(&state) >> 63) ? -1.0 : 1.0;
+    }
+}
+
 /* The status kvq.h's input policy gives K then V (n values each): the
-   first bad element in that order decides (Sec. 2).                       */
+   first bad element in that order decides (Sec. 2).
+   A valid input whose rotated rows exceed the limit is RANGE; EITHER when
+   a rotated element lies within 1e-5 of it (then RANGE or OK is right).   */
+#define EITHER (-100)
 static int expected_status(const float *K, const float *V, size_t n)
 {
     size_t i;
+    double y[MAXD], big = 0.0;
     for (i = 0; i < 2 * n; i++) {
         float x = i < n ? K[i] : V[i - n];
         if (!isfinite(x)) return KVQ_ERR_NONFINITE;
         if (fabsf(x) > KVQ_MAX_ABS_INPUT) return KVQ_ERR_RANGE;
     }
-    return KVQ_OK;
+    for (i = 0; i < 2 * n; i += rot_D) {
+        size_t j, s = i >= n;
+        rot_ref((int)s, (s ? V : K) + i % n, y);
+        for (j = 0; j < rot_D; j++) if (fabs(y[j]) > big) big = fabs(y[j]);
+    }
+    if (big > KVQ_MAX_ABS_INPUT * (1.0 + 1e-5)) return KVQ_ERR_RANGE;
+    return big >= KVQ_MAX_ABS_INPUT * (1.0 - 1e-5) ? EITHER : KVQ_OK;
 }
 
 static void check_invariants(kvq_cache *c)
@@ -138,47 +207,66 @@ static void check_invariants(kvq_cache *c)
                   c->k.rows[KVQ_ROWS_AUX].n <= c->cfg.ott_aux, "OTT pools over capacity");
 }
 
-/* Exact attention in double over the cache's own rows vs kvq_attend.       */
+/* Exact attention in double over the cache's own rows (kvq_cache_read, the
+   caller's basis) vs kvq_attend. kvq_attend's algebra runs on the stored
+   rows, so the score bound is taken in the stored basis: ks = R k, qs = R q
+   (qs . ks = q . k exactly in real arithmetic).                            */
 static void check_attention(kvq_cache *c, const float *q, size_t nq, const float *out,
                             const float *probs)
 {
     size_t D = c->cfg.head_dim, h, p, d;
     static float kr[MAXP * MAXD], vr[MAXP * MAXD];
-    static double w[MAXP];
-    double kmax = 0.0, vmax = 0.0;
+    static double ks[MAXP * MAXD], w[MAXP];
+    double kmax = 0.0, vmax = 0.0, vmax_st = 0.0, amax_all = amax, rot_v = 0.0, vs[MAXD];
     size_t n_live = 0;
+    if (amax_st[0] > amax_all) amax_all = amax_st[0];
+    if (amax_st[1] > amax_all) amax_all = amax_st[1];
     for (p = 0; p < c->n_pos; p++) {
         if (!alive[p]) continue;
         n_live++;
         FZ_ASSERT(kvq_cache_read(c, 0, p, kr + p * D) == KVQ_OK &&
                   kvq_cache_read(c, 1, p, vr + p * D) == KVQ_OK, "live position %zu unreadable", p);
+        rot_ref(0, kr + p * D, ks + p * D);
+        rot_ref(1, vr + p * D, vs);
         for (d = 0; d < D; d++) {
-            if (fabs(kr[p * D + d]) > kmax) kmax = fabs(kr[p * D + d]);
+            if (fabs(ks[p * D + d]) > kmax) kmax = fabs(ks[p * D + d]);
             if (fabs(vr[p * D + d]) > vmax) vmax = fabs(vr[p * D + d]);
+            if (fabs(vs[d]) > vmax_st) vmax_st = fabs(vs[d]);
         }
     }
+    /* rotated values: each read-back row and the output rotate back once  */
+    if (rot_on[1]) rot_v = 2.0 * rot_err((double)D * vmax_st * 1.0001);
     for (h = 0; h < nq; h++) {
         const float *qh = q + h * D;
-        double mx = -INFINITY, sum = 0.0, t = 0.0, bound, psum = 0.0;
+        double mx = -INFINITY, sum = 0.0, t = 0.0, bound, psum = 0.0, qs[MAXD], q1 = 0.0;
+        rot_ref(0, qh, qs);
+        for (d = 0; d < D; d++) q1 += fabs(qh[d]);
         for (p = 0; p < c->n_pos; p++) {
-            double s = 0.0, tp = 0.0;
+            double s = 0.0, tp = 0.0, k1 = 0.0;
             if (!alive[p]) continue;
             for (d = 0; d < D; d++) {
-                s += (double)qh[d] * kr[p * D + d];
+                s += qs[d] * ks[p * D + d];
                 /* the algebra sums q.(a c) and q.b separately: b (a group's
                    zero) and a c can be as large as any value the group ever
                    held, evicted or replaced ones included (amax), and cancel */
-                tp += fabs(qh[d]) * (fabs(kr[p * D + d]) + 2.0 * kmax + 3.0 * amax);
+                tp += fabs(qs[d]) * (fabs(ks[p * D + d]) + 2.0 * kmax + 3.0 * amax_all);
+                k1 += fabs(ks[p * D + d]);
             }
             w[p] = s / sqrt((double)D);
             if (w[p] > mx) mx = w[p];
-            tp *= (double)(D + 4) * ldexp(1.0, -24) / sqrt((double)D);
+            tp *= (double)(D + 4) * ldexp(1.0, -24);
+            /* rotated keys: kvq_attend's fl(R q) and the read's fl(R^T k)  */
+            if (rot_on[0]) tp += rot_err(q1) * k1 + q1 * rot_err(k1 * 1.0001);
+            tp /= sqrt((double)D);
             if (tp > t) t = tp;
         }
         for (p = 0; p < c->n_pos; p++) if (alive[p]) { w[p] = exp(w[p] - mx); sum += w[p]; }
         /* scores off by <= t each move the weights by a factor e^(2t) at
-           most; the value sums add n fp32 roundings                        */
-        bound = (exp(2.0 * t) - 1.0) * vmax + (double)(n_live + D + 16) * ldexp(1.0, -21) * vmax + 1e-30;
+           most; the value sums add n fp32 roundings in the stored basis
+           (a rotated value's error vector grows by up to sqrt(D) per
+           element coming back)                                             */
+        bound = (exp(2.0 * t) - 1.0) * vmax + rot_v + 1e-30 +
+                (double)(n_live + D + 16) * ldexp(1.0, -21) * vmax_st * (rot_on[1] ? sqrt((double)D) : 1.0);
         for (d = 0; d < D; d++) {
             double o = 0.0;
             for (p = 0; p < c->n_pos; p++) if (alive[p]) o += w[p] * vr[p * D + d];
@@ -198,48 +286,62 @@ static void check_attention(kvq_cache *c, const float *q, size_t nq, const float
     }
 }
 
+/* Each live row read back against the shadow, in the stored basis: R r vs
+   R x (identity for a side that does not rotate), where the quantizer's
+   bound holds over the stored (rotated) range amax_st.                     */
 static void check_reads(kvq_cache *c)
 {
     size_t D = c->cfg.head_dim, p, d;
     int side;
     float row[MAXD];
+    double rs[MAXD], xs[MAXD];
     for (side = 0; side < 2; side++) {
         const kvq_side *s = side ? &c->v : &c->k;
-        double N = (double)((1 << s->bits) - 1), step = 2.0 * amax / N, lim;
+        double am = rot_on[side] ? amax_st[side] : amax;
+        double N = (double)((1 << s->bits) - 1), step = 2.0 * am / N, lim;
         /* Sec. 4: float zero s/2 + fp16 rounding of s and z; fp16 rows
            2^-11 relative; the integer zero point can be clamped (|x| far
            from 0 relative to the range) and then costs up to |x|          */
-        lim = step / 2 + (N + 2.0) * step * ldexp(1.0, -10) + amax * ldexp(1.0, -10) + ldexp(1.0, -24);
-        if (c->cfg.zero_mode == KVQ_ZERO_INT) lim += step + amax;
+        lim = step / 2 + (N + 2.0) * step * ldexp(1.0, -10) + am * ldexp(1.0, -10) + ldexp(1.0, -24);
+        if (c->cfg.zero_mode == KVQ_ZERO_INT) lim += step + am;
         /* HF re-quantization moves a group until it settles: up to ~2.5
            steps (tests/test_soak.c, bench/RESULTS.md)                      */
         if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize) lim += 2.5 * step;
         for (p = 0; p < c->n_pos; p++) {
             kvq_status st = kvq_cache_read(c, side, p, row);
             const float *x = (side ? SV : SK) + p * MAXD;
+            double extra = 0.0;
             if (!alive[p]) { FZ_ASSERT(st == KVQ_ERR_STATE, "read of an evicted position"); continue; }
             FZ_ASSERT(st == KVQ_OK, "read of live position %zu", p);
+            rot_ref(side, row, rs);
+            rot_ref(side, x, xs);
+            /* the read's fl(R^T) seen through exact R, and the append's fl(R) */
+            if (rot_on[side]) extra = sqrt((double)D) * rot_err(l1_of(rs) * 1.0001) + rot_err(l1_of(xs));
             for (d = 0; d < D; d++)
-                FZ_ASSERT(fabs((double)row[d] - x[d]) <= lim, "side %d position %zu channel %zu: "
-                          "%.9g stored for %.9g (bound %.3g)", side, p, d, (double)row[d],
-                          (double)x[d], lim);
+                FZ_ASSERT(fabs(rs[d] - xs[d]) <= lim + extra, "side %d position %zu channel %zu: "
+                          "%.9g stored for %.9g (bound %.3g, %s basis)", side, p, d, rs[d], xs[d],
+                          lim + extra, rot_on[side] ? "rotated" : "caller's");
         }
     }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const size_t dims[3] = { 4, 8, 16 }, gs[4] = { 1, 2, 4, 8 }, rs[5] = { 2, 4, 8, 12, 16 };
+    /* b[7] bits 4-5 pick a row of dims: powers of two, then the non-powers
+       a rotation must refuse                                               */
+    static const size_t dims[12] = { 4, 8, 16, 4, 8, 16, 1, 2, 16, 3, 6, 12 },
+                        gs[4] = { 1, 2, 4, 8 }, rs[5] = { 2, 4, 8, 12, 16 };
     static const int bits_of[4] = { 1, 2, 4, 8 };
     fz f = { data, size, 0 };
     kvq_config cfg;
     kvq_cache c;
+    kvq_status st;
     uint8_t b[8];
     size_t D, i, nw;
     float scale;
-    static float work[8 * MAXD + MAXP + 64], q[3 * MAXD], out[3 * MAXD], probs[3 * MAXP];
+    static float work[3 * (8 * MAXD + MAXP + 64)], q[3 * MAXD], out[3 * MAXD], probs[3 * MAXP];
     for (i = 0; i < 8; i++) b[i] = fz_u8(&f);
-    D = dims[b[0] % 3];
+    D = dims[((b[7] >> 4) & 3) * 3 + b[0] % 3];
     switch ((b[0] / 3) % 6) {
     case 0:  cfg = kvq_config_kivi(D, bits_of[b[1] & 3]); break;
     case 1: { kvq_hf_params hp = kvq_hf_defaults(bits_of[b[1] & 3]);
@@ -263,6 +365,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.ott_aux = 1 + ((b[4] >> 3) & 7);
     cfg.ott_mean = (kvq_ott_mean)((b[4] >> 6) & 1);
     cfg.lq_sinks = b[5] % 4;
+    cfg.key_rotation = (kvq_rotation)((b[7] & 3) % 3);
+    cfg.value_rotation = (kvq_rotation)(((b[7] >> 2) & 3) % 3);
+    if (cfg.key_rotation == KVQ_ROT_HADAMARD_SIGNS || cfg.value_rotation == KVQ_ROT_HADAMARD_SIGNS) {
+        cfg.rotation_seed = fz_u32(&f);
+        cfg.rotation_seed |= (uint64_t)fz_u32(&f) << 32;
+    }
     if (b[7] & 0x80) {
         /* wild mode: some size fields and enums take hostile values, from
            a table of edges or straight from the input. Fields the policy
@@ -286,7 +394,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (b[7] & 0x40) {
             uint8_t e = fz_u8(&f);
-            switch (e % 8) {
+            switch (e % 10) {
             case 0: cfg.policy = (kvq_policy)(int8_t)fz_u8(&f); break;
             case 1: cfg.key_schedule = (kvq_schedule)(int8_t)fz_u8(&f); break;
             case 2: cfg.value_schedule = (kvq_schedule)(int8_t)fz_u8(&f); break;
@@ -294,15 +402,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             case 4: cfg.zero_mode = (kvq_zero_mode)(int8_t)fz_u8(&f); break;
             case 5: cfg.fp_bits = (int8_t)fz_u8(&f); break;
             case 6: cfg.ott_mean = (kvq_ott_mean)(int8_t)fz_u8(&f); break;
-            default: cfg.key_bits = (int8_t)fz_u8(&f); break;
+            case 7: cfg.key_bits = (int8_t)fz_u8(&f); break;
+            case 8: cfg.key_rotation = (kvq_rotation)(int8_t)fz_u8(&f); break;
+            default: cfg.value_rotation = (kvq_rotation)(int8_t)fz_u8(&f); break;
             }
         }
     }
     scale = ldexpf(1.0f, (int)(b[6] % 16) - 12);
     kvq__why_buf[0] = '\0';             /* kvq.h's private reason buffer */
-    if (kvq_config_validate(&cfg) != KVQ_OK) {
+    if ((st = kvq_config_validate(&cfg)) != KVQ_OK) {
+        long calls = fa_calls;
+        int known = (unsigned)cfg.key_rotation <= KVQ_ROT_HADAMARD_SIGNS &&
+                    (unsigned)cfg.value_rotation <= KVQ_ROT_HADAMARD_SIGNS &&
+                    (unsigned)cfg.policy <= KVQ_POLICY_CUSTOM;
         FZ_ASSERT(kvq_why()[0] != '\0', "invalid config without a reason");
+        if (known && (cfg.key_rotation || cfg.value_rotation) && (D & (D - 1))) {
+            /* a rotation with D not a power of two: Sec. 6.1's refusal,
+               and kvq_rotate's, writing nothing                            */
+            float x[MAXD];
+            FZ_ASSERT(st == KVQ_ERR_SIZE && strstr(kvq_why(), "power of two"),
+                      "D=%zu with a rotation: status %d (%s)", D, (int)st, kvq_why());
+            for (i = 0; i < D; i++) x[i] = (float)i;
+            FZ_ASSERT(kvq_rotate(cfg.key_rotation ? cfg.key_rotation : cfg.value_rotation,
+                                 cfg.rotation_seed, D, 0, x, 1) == KVQ_ERR_SIZE, "kvq_rotate D=%zu", D);
+            for (i = 0; i < D; i++) FZ_ASSERT(x[i] == (float)i, "a refused kvq_rotate wrote");
+        }
         FZ_ASSERT(kvq_cache_init(&c, &cfg) != KVQ_OK, "init accepted what validate refused");
+        FZ_ASSERT(fa_calls == calls, "a refused init allocated");
         return 0;
     }
     FZ_ASSERT(kvq_cache_init(&c, &cfg) == KVQ_OK, "init: %s", kvq_why());
@@ -311,7 +437,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     n_shadow = 0;
-    amax = 0.0;
+    amax = amax_st[0] = amax_st[1] = 0.0;
+    rot_setup(&c.cfg);
     memset(alive, 0, sizeof alive);
 
     while (fz_left(&f)) {
@@ -321,7 +448,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t T = op % 7 == 0 ? 1 : 1 + fz_u8(&f) % 24, t, d;
             uint64_t seed = fz_u8(&f);
             int bad, inject = op % 7 == 1 && (op >> 3) == 31;
-            kvq_status st;
             static float K[24 * MAXD], V[24 * MAXD];
             if (n_shadow + T > MAXP) goto done;
             for (t = 0; t < T; t++)
@@ -337,6 +463,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (op & 0x40) fa_fail_at = fa_calls + (long)(seed % 4);
             st = T == 1 ? kvq_cache_append(&c, K, V) : kvq_cache_prefill(&c, K, V, T);
             fa_fail_at = -1;
+            if (bad == EITHER) bad = st == KVQ_ERR_RANGE ? KVQ_ERR_RANGE : KVQ_OK;
             if (st == KVQ_ERR_NOMEM && !bad) {      /* the injected failure */
                 FZ_ASSERT(op & 0x40, "NOMEM without an injected failure");
                 snap_take(&after, &c);
@@ -348,11 +475,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             } else {
                 FZ_ASSERT(st == KVQ_OK, "append/prefill of %zu: %s", T, kvq_why());
                 for (t = 0; t < T; t++) {
+                    int s;
                     memcpy(SK + n_shadow * MAXD, K + t * D, D * sizeof(float));
                     memcpy(SV + n_shadow * MAXD, V + t * D, D * sizeof(float));
                     for (d = 0; d < D; d++) {
                         if (fabs(K[t * D + d]) > amax) amax = fabs(K[t * D + d]);
                         if (fabs(V[t * D + d]) > amax) amax = fabs(V[t * D + d]);
+                    }
+                    for (s = 0; s < 2; s++) {   /* the range the quantizer saw */
+                        double y[MAXD], slack;
+                        rot_ref(s, (s ? V : K) + t * D, y);
+                        slack = rot_on[s] ? rot_err(l1_of(y)) : 0.0;
+                        for (d = 0; d < D; d++)
+                            if (fabs(y[d]) + slack > amax_st[s]) amax_st[s] = fabs(y[d]) + slack;
                     }
                     alive[n_shadow++] = 1;
                 }
@@ -360,13 +495,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         case 2: {                                            /* attend          */
-            size_t nq = 1 + fz_u8(&f) % 3, d, live = 0, p;
+            uint8_t heads = fz_u8(&f);
+            size_t nq = 1 + heads % 3, d, live = 0, p;
+            size_t at_once = 1 + (heads >> 2) % nq;   /* heads one scratch serves */
             kvq_attn_mode mode = (kvq_attn_mode)(op >> 7);
             int want_probs = mode == KVQ_ATTN_EAGER && ((op >> 6) & 1);
-            kvq_status st;
             for (d = 0; d < nq * D; d++) q[d] = value_of(fz_u8(&f) % 248, 0.25f);
             for (p = 0; p < n_shadow; p++) live += alive[p];
-            nw = kvq_attend_scratch_floats(&c, mode);
+            nw = kvq_attend_scratch_floats(&c, mode) * at_once;
             FZ_ASSERT(nw <= sizeof work / sizeof work[0], "scratch %zu", nw);
             st = kvq_attend(&c, q, nq, out, want_probs ? probs : NULL, mode, work, nw);
             if (live == 0) { FZ_ASSERT(st == KVQ_ERR_STATE, "attend on nothing: %d", (int)st); break; }
@@ -379,7 +515,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             static float score[MAXP];
             size_t p, n_ev = 0, want = 0;
             uint64_t seed = fz_u8(&f);
-            kvq_status st;
             if (n_shadow == 0) break;
             FZ_ASSERT(kvq_cache_present(&c, present, n_shadow) == KVQ_OK, "present");
             for (p = 0; p < n_shadow; p++) FZ_ASSERT(present[p] == alive[p], "present mask");
@@ -415,7 +550,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         case 5: {                                            /* reserve         */
-            kvq_status st;
             snap_take(&before, &c);
             if (op & 0x40) fa_fail_at = fa_calls + (long)(op >> 7);
             st = kvq_cache_reserve(&c, 1 + fz_u8(&f) % 64);

@@ -207,35 +207,57 @@ int main(void)
             put("fuzz_quant", name, b, 68);
         }
     }
-    /* cache: 8 config bytes, then ops for every policy                     */
-    for (pol = 0; pol < 6; pol++) {
+    /* cache: 8 config bytes, then ops for every policy; each policy once
+       as given and once rotated (b[7] = 0x06: keys Hadamard with signs,
+       values Hadamard; 8 seed bytes follow), the rotated run also with
+       a row whose rotation exceeds KVQ_MAX_ABS_INPUT (refused, RANGE) and
+       attention for 3 heads, 2 per scratch                                */
+    for (pol = 0; pol < 12; pol++) {
         char name[32];
         uint8_t *p = b;
-        *p++ = (uint8_t)(pol * 3 + 1);     /* D = 8, policy pol              */
+        int rot = pol >= 6;
+        size_t nq = rot ? 3 : 2;
+        *p++ = (uint8_t)(pol % 6 * 3 + 1); /* D = 8, policy pol % 6         */
         *p++ = 0x05;                       /* 2-bit keys, 4-bit values       */
         *p++ = 0x42;                       /* G 4, R 8                       */
         *p++ = 0x01;                       /* per-channel keys, per-token values */
         *p++ = 0x1A;                       /* OTT k 2, aux 4                 */
         *p++ = 0x01;                       /* one LogQuant sink              */
         *p++ = 0x0A;                       /* value scale 2^-2               */
-        *p++ = 0x00;
-        *p++ = 1; *p++ = 24; *p++ = 7;     /* prefill 25 tokens, seed 7      */
+        *p++ = rot ? 0x06 : 0x00;          /* rotations                      */
+        if (rot) for (i = 0; i < 8; i++) *p++ = (uint8_t)(0x5A + 17 * i);   /* sign seed */
+        *p++ = 1; *p++ = 23; *p++ = 7;     /* prefill 24 tokens, seed 7      */
         for (i = 0; i < 12; i++) {         /* 12 appends: op, seed, K, V     */
             size_t d;
             *p++ = i == 5 ? 70 : 0;        /* 70: with an allocation failed  */
             *p++ = 0;
-            for (d = 0; d < 16; d++) *p++ = (uint8_t)(100 + (i * 13 + d * 7) % 50);
+            for (d = 0; d < 16; d++)       /* 254: KVQ_MAX_ABS_INPUT         */
+                *p++ = rot && i == 7 && d < 8 ? 254 : (uint8_t)(100 + (i * 13 + d * 7) % 50);
         }
         *p++ = 5 + 7 * 9; *p++ = 40;       /* 68: reserve 41, one allocation failed */
-        *p++ = 2; *p++ = 1;                /* attend, 2 heads, EAGER         */
-        for (i = 0; i < 16; i++) *p++ = (uint8_t)(110 + i);
+        *p++ = 2; *p++ = rot ? 5 : 1;      /* attend EAGER, 2 heads (3, 2 at once) */
+        for (i = 0; i < nq * 8; i++) *p++ = (uint8_t)(110 + i);
         *p++ = 6;                          /* read all                       */
         *p++ = 3 + 7 * 36; *p++ = 9;       /* evict: random mask (op >> 6 = 3) */
         *p++ = 4; *p++ = 8;                /* compact, blocks of 9           */
         *p++ = 2 + 7 * 18; *p++ = 0;       /* 128: attend ONLINE, 1 head     */
         for (i = 0; i < 8; i++) *p++ = (uint8_t)(130 - i);
         *p++ = 6;
-        snprintf(name, sizeof name, "policy_%zu", pol);
+        snprintf(name, sizeof name, rot ? "policy_%zu_rotated" : "policy_%zu", pol % 6);
+        put("fuzz_cache", name, b, (size_t)(p - b));
+    }
+    /* cache: D = 6 (b[7] bits 4-5 = 3), G 2; without a rotation a valid
+       cache, with one (keys Hadamard) refused at init with KVQ_ERR_SIZE    */
+    for (pol = 0; pol < 2; pol++) {
+        char name[32];
+        uint8_t *p = b;
+        *p++ = 1; *p++ = 0x05; *p++ = 0x41; *p++ = 0x01; *p++ = 0; *p++ = 0; *p++ = 0x0A;
+        *p++ = (uint8_t)(0x30 | pol);
+        *p++ = 1; *p++ = 20; *p++ = 3;     /* prefill 21 tokens, seed 3      */
+        *p++ = 2; *p++ = 0;                /* attend, 1 head                 */
+        for (i = 0; i < 6; i++) *p++ = (uint8_t)(120 + i);
+        *p++ = 6;
+        snprintf(name, sizeof name, pol ? "d6_rotation_refused" : "d6_unrotated");
         put("fuzz_cache", name, b, (size_t)(p - b));
     }
     /* cache, wild mode (b[7] bit 7): the three configs of issue 16 whose
