@@ -60,6 +60,8 @@
       II.2 The fast quantizer: kvq__quantize_unit, 16 per-token groups side
            by side (= kvq_quantize_group, bit for bit)
       II.3 The ONLINE walk (= EAGER within 1e-5 max|out| + 1e-6)
+      II.4 The rotation: kvq__rotate_row_fast (= kvq__rotate_row, bit for
+           bit)
    The declarations below are short: signature, shapes, effect, failures.
    Each mechanism's definition (the paper's section and equations, the math,
    the choices the paper leaves open, the layout diagrams) sits directly
@@ -1635,6 +1637,25 @@ static void kvq__rotate_row(const float *sign, size_t D, int inverse, float *x)
     if (sign && inverse) for (j = 0; j < D; j++) x[j] *= sign[j];
 }
 
+/* The same floats 16 lanes at a time (Part II, II.4), from in to out (in
+   == out allowed); returns max |out|.                                     */
+static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
+                                  const float *in, float *out);
+
+/* X (T, D) <- X S: each s_i drawn once per call, for a chunk of columns
+   at a time over all T rows (no table of D signs to allocate).            */
+static void kvq__flip_signs(uint64_t seed, size_t D, float *X, size_t T)
+{
+    float s[256];
+    size_t j0, j, t, n;
+    for (j0 = 0; j0 < D; j0 += n) {
+        n = D - j0 < 256 ? D - j0 : 256;
+        for (j = 0; j < n; j++) s[j] = kvq__rot_sign(seed, j0 + j);
+        for (t = 0; t < T; t++)
+            for (j = 0; j < n; j++) X[t * D + j0 + j] *= s[j];
+    }
+}
+
 /* KVQ_OK if rotation `kind` can serve D; else the status, and the reason
    (naming `who`) in kvq_why().                                            */
 static kvq_status kvq__rotation_check(kvq_rotation kind, size_t D, const char *who)
@@ -1654,7 +1675,8 @@ static kvq_status kvq__rotation_check(kvq_rotation kind, size_t D, const char *w
 KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
                               int inverse, float *X, size_t T)
 {
-    size_t t, j, n;
+    size_t t, n;
+    int sg = kind == KVQ_ROT_HADAMARD_SIGNS;
     kvq_status st;
     if (!X) return KVQ__NO(KVQ_ERR_NULL);
     if (D == 0 || T == 0) {
@@ -1669,13 +1691,11 @@ KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
     if (!kvq__mul(T, D, &n)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     if (kvq__check_finite(X, n) != KVQ_OK) return KVQ__NO(KVQ_ERR_NONFINITE);
     if (kind == KVQ_ROT_NONE) return KVQ_OK;
-    for (t = 0; t < T; t++) {
-        float *x = X + t * D;
-        int sg = kind == KVQ_ROT_HADAMARD_SIGNS;
-        if (sg && !inverse) for (j = 0; j < D; j++) x[j] *= kvq__rot_sign(seed, j);
-        kvq__rotate_row(NULL, D, inverse, x);
-        if (sg && inverse) for (j = 0; j < D; j++) x[j] *= kvq__rot_sign(seed, j);
-    }
+    /* kvq__rotate_row's order: signs, transform, scale (rotating back: the
+       transform and scale, then the signs)                                */
+    if (sg && !inverse) kvq__flip_signs(seed, D, X, T);
+    for (t = 0; t < T; t++) kvq__rotate_row_fast(NULL, D, inverse, X + t * D, X + t * D);
+    if (sg && inverse) kvq__flip_signs(seed, D, X, T);
     return KVQ_OK;
 }
 
@@ -2562,9 +2582,10 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
         float *Y = c->rot_rows + (size_t)s * T * D;
         if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) continue;
         float big = 0.0f;
-        memcpy(Y, *X, T * D * sizeof(float));
-        for (t = 0; t < T; t++) kvq__rotate_row(kvq__side_sign(c, s), D, 0, Y + t * D);
-        for (j = 0; j < T * D; j++) big = fabsf(Y[j]) > big ? fabsf(Y[j]) : big;
+        for (t = 0; t < T; t++) {
+            float m = kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, *X + t * D, Y + t * D);
+            big = m > big ? m : big;
+        }
         if (big > KVQ_MAX_ABS_INPUT)      /* rare: find it, then say where   */
             for (j = 0; j < T * D; j++)
                 if (fabsf(Y[j]) > KVQ_MAX_ABS_INPUT)
@@ -2652,7 +2673,7 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
     if (KVQ_LOC_TAG(s->loc[pos]) == KVQ_LOC_ABSENT) return KVQ__NO(KVQ_ERR_STATE);
     kvq__side_read(c, s, pos, out);
     if ((side ? c->cfg.value_rotation : c->cfg.key_rotation) != KVQ_ROT_NONE)
-        kvq__rotate_row(kvq__side_sign(c, side), c->cfg.head_dim, 1, out);  /* caller's basis */
+        kvq__rotate_row_fast(kvq__side_sign(c, side), c->cfg.head_dim, 1, out, out);  /* caller's basis */
     return KVQ_OK;
 }
 
@@ -2928,8 +2949,8 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
         const float *sign = kvq__side_sign(c, 0);
         for (h = 0; h < n_q; h += m) {
             size_t nh = n_q - h < m ? n_q - h : m;
-            memcpy(scratch, q + h * D, nh * D * sizeof(float));
-            for (i = 0; i < nh; i++) kvq__rotate_row(sign, D, 0, scratch + i * D);
+            for (i = 0; i < nh; i++)
+                kvq__rotate_row_fast(sign, D, 0, q + (h + i) * D, scratch + i * D);
             kvq__attend_stored(c, scratch, nh, out + h * D, probs ? probs + h * c->n_pos : NULL,
                                mode, scratch + nh * D, scratch_floats - nh * D);
         }
@@ -2937,7 +2958,8 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
         kvq__attend_stored(c, q, n_q, out, probs, mode, scratch, scratch_floats);
     }
     if (c->cfg.value_rotation != KVQ_ROT_NONE)   /* out = R (sum w v): back */
-        for (h = 0; h < n_q; h++) kvq__rotate_row(kvq__side_sign(c, 1), D, 1, out + h * D);
+        for (h = 0; h < n_q; h++)
+            kvq__rotate_row_fast(kvq__side_sign(c, 1), D, 1, out + h * D, out + h * D);
     return KVQ_OK;
 }
 
@@ -4070,7 +4092,7 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
 /* ======================================================================== */
 /* PART II. THE FAST PATHS                                                  */
 /* ======================================================================== */
-/* Three paths, each held to a Part I function:
+/* Four paths, each held to a Part I function:
      II.1 the vector layer: 16 lanes at a time as native vectors; the same
           floats at every width (tests/simd_check.c, bit for bit)
      II.2 the fast quantizer: kvq__quantize_unit and 16 per-token groups
@@ -4079,6 +4101,9 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
      II.3 the ONLINE walk: kvq_attend's ONLINE mode, within 1e-5 max|out|
           + 1e-6 of EAGER, Sec. 8 (tests/test_cache.c; simd_check.c for
           the widths)
+     II.4 the rotation: kvq__rotate_row_fast, the cache's appends, kvq_attend's
+          query and output and kvq_rotate; the floats of kvq__rotate_row,
+          Sec. 6.1, bit for bit (tests/simd_check.c, D = 1 .. 4096)
    None of it defines anything: each path is held to the Part I function
    it names, and a change here that moves a code is a bug.                */
 
@@ -4145,10 +4170,20 @@ typedef float    kvq__vf_unaligned __attribute__((vector_size(4 * KVQ__W), align
 #define kvq__vf_of_vi(x)     __builtin_convertvector(x, kvq__vf)        /* value */
 #define kvq__vi_of_vf(x)     __builtin_convertvector(x, kvq__vi)        /* value */
 #define kvq__vf_bits(x)      ((kvq__vf)(x))                             /* bits  */
-/* a > b ? a : b and a < b ? a : b lane by lane, by masks (no NaN reaches
-   them)                                                                   */
+/* a > b ? a : b and a < b ? a : b lane by lane. x86's maxps / minps are
+   defined as exactly that (the second operand when the compare is false:
+   equal zeros, NaN), so one instruction; elsewhere by masks (NEON's fmax
+   orders -0 < +0 and would differ).                                       */
+#if KVQ__W == 16
+#define kvq__vmax(a, b)      ((kvq__vf)_mm512_max_ps((__m512)(a), (__m512)(b)))
+#define kvq__vmin(a, b)      ((kvq__vf)_mm512_min_ps((__m512)(a), (__m512)(b)))
+#elif KVQ__W == 8
+#define kvq__vmax(a, b)      ((kvq__vf)_mm256_max_ps((__m256)(a), (__m256)(b)))
+#define kvq__vmin(a, b)      ((kvq__vf)_mm256_min_ps((__m256)(a), (__m256)(b)))
+#else
 #define kvq__vmax(a, b)      kvq__vselect((a) > (b), a, b)
 #define kvq__vmin(a, b)      kvq__vselect((a) < (b), a, b)
+#endif
 #define kvq__vselect(m, a, b) \
     ((kvq__vf)(((kvq__vi)(a) & (m)) | ((kvq__vi)(b) & ~(m))))
 #else
@@ -4244,6 +4279,17 @@ static KVQ__VINLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
     int k;
     KVQ__EACH(k) a.part[k] = kvq__vmin(a.part[k], b.part[k]);
     return a;
+}
+/* |x| lane by lane: the sign bit cleared                                 */
+static KVQ__VINLINE kvq__v16 kvq__abs16(kvq__v16 x)
+{
+    int k;
+#if KVQ__W > 1
+    KVQ__EACH(k) x.part[k] = kvq__vf_bits((kvq__vu)x.part[k] & kvq__vu_splat(0x7FFFFFFFu));
+#else
+    KVQ__EACH(k) x.part[k] = fabsf(x.part[k]);
+#endif
+    return x;
 }
 /* round half to even, for |x| < 2^22: (x + 1.5 2^23) - 1.5 2^23           */
 static KVQ__VINLINE kvq__v16 kvq__round16(kvq__v16 x)
@@ -5287,6 +5333,157 @@ static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, f
         H.inv_sqrt_d = inv_sqrt_d;
         kvq__online_walk(c, &H);
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* II.4 the rotation                                                        */
+/* ------------------------------------------------------------------------ */
+/* ---- the Walsh-Hadamard transform, 16 lanes at a time ------------------
+   kvq__rotate_row_fast(sign, D, inverse, in, out) is kvq__rotate_row
+   (Sec. 6.1) bit for bit: every output is the same chain of a + b and a - b
+   on the same pairs, stage after stage in the same order, then the same
+   multiply by (float)(1/sqrt(D)), with the sign flip (exact) before the
+   butterflies (rotate) or after the scale (rotate back). tests/simd_check.c
+   holds it to kvq__rotate_row for D = 1 .. 4096, both directions, with and
+   without signs, on data up to +-65504 and down to subnormals, in every
+   vector width; tests/test_rotation.c holds the cache's use of it.
+
+   Why it is exact. A stage replaces (x_j, x_{j+h}) by (x_j + x_{j+h},
+   x_j - x_{j+h}); IEEE addition is commutative and a - b is a + (-b), so
+   the pair can be formed in any lane arrangement as long as each output
+   is that one rounded sum. The row is cut in blocks of 16 floats:
+
+     h = 1, 2, 4, 8   pairs inside one block, held in registers. Where h
+                      spans native vectors (h >= W) it is a whole-vector
+                      add and subtract of two parts; inside a native vector
+                      (h < W) each lane needs its partner: p = the vector
+                      with lanes j and j ^ h swapped (one permute), then
+                      y = p + x * s_h with s_h = +1 on lanes whose bit h is
+                      clear, -1 where set: x_j + x_{j+h} low, x_j - x_{j+h}
+                      high (x * (+-1) is exact, so a fused multiply-add
+                      rounds once, the same sum).
+     h = 16 .. D/2    pairs of whole blocks, a row pass per stage.
+
+   All four inner stages of a block are done before the next block: they
+   touch only that block, so the order across blocks changes nothing. The
+   last pass scales (and flips, rotating back) and returns max |out|, which
+   the cache's range check needs anyway. D < 16 takes kvq__rotate_row.    */
+
+/* x with lanes j and j ^ h swapped inside each native vector (h < W)     */
+static KVQ__VINLINE kvq__vf kvq__vswap(kvq__vf x, int h)
+{
+#if KVQ__W == 16
+    __m512 v = (__m512)x;
+    return (kvq__vf)(h == 1 ? _mm512_permute_ps(v, 0xB1)          /* 1 0 3 2 */
+                   : h == 2 ? _mm512_permute_ps(v, 0x4E)          /* 2 3 0 1 */
+                   : h == 4 ? _mm512_shuffle_f32x4(v, v, 0xB1)    /* 128-bit quarters */
+                   :          _mm512_shuffle_f32x4(v, v, 0x4E));  /* 256-bit halves */
+#elif KVQ__W == 8
+    __m256 v = (__m256)x;
+    return (kvq__vf)(h == 1 ? _mm256_permute_ps(v, 0xB1)
+                   : h == 2 ? _mm256_permute_ps(v, 0x4E)
+                   :          _mm256_permute2f128_ps(v, v, 0x01));
+#elif KVQ__W == 4
+    float32x4_t v = (float32x4_t)x;
+    return (kvq__vf)(h == 1 ? vrev64q_f32(v) : vextq_f32(v, v, 2));
+#else
+    (void)h;
+    return x;                                     /* W = 1: never called */
+#endif
+}
+
+/* s_h of the comment above, lane j of row log2(h): +1, or -1 if j & h     */
+static const float kvq__bfly_sign[4][16] = {
+    { 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1 },
+    { 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1 },
+    { 1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1 },
+    { 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1 },
+};
+
+/* stages h = 1, 2, 4, 8 of one 16-float block                             */
+static KVQ__VINLINE kvq__v16 kvq__hadamard16(kvq__v16 v)
+{
+    int lg, k;
+    for (lg = 0; lg < 4; lg++) {
+        int h = 1 << lg;
+        if (h < KVQ__W) {                              /* inside each part */
+            const kvq__vf s = KVQ__VLOAD(kvq__bfly_sign[lg]);
+            KVQ__EACH(k) v.part[k] = KVQ__VFMA(kvq__vswap(v.part[k], h), v.part[k], s);
+        } else {                                       /* part with part */
+            int ph = h / KVQ__W;
+            KVQ__EACH(k) if (!(k & ph)) {
+                kvq__vf a = v.part[k], b = v.part[k + ph];
+                v.part[k] = a + b;
+                v.part[k + ph] = a - b;
+            }
+        }
+    }
+    return v;
+}
+
+/* out[j..j+16) <- v. On the last pass (last != 0) v is first scaled and,
+   rotating back, flipped by sign (D) when non-NULL; returns big, or max(big,
+   |v|) on the last pass. Values in and out, so the running max stays in
+   registers.                                                              */
+static KVQ__VINLINE kvq__v16 kvq__rot_put(float *out, size_t j, kvq__v16 v, int last,
+                                          kvq__v16 scale, const float *sign, kvq__v16 big)
+{
+    if (last) {
+        v = kvq__mul16(v, scale);
+        if (sign) v = kvq__mul16(v, kvq__load16(sign + j));
+        big = kvq__max16(big, kvq__abs16(v));
+    }
+    kvq__store16(out + j, v);
+    return big;
+}
+
+/* out (D) <- R in or R^T in, kvq__rotate_row's floats; in == out allowed.
+   Returns max |out|. Passes over the row, for D = 128: the blocks (stages
+   1 .. 8), stages 16 and 32 together, stage 64 with the scale.            */
+static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
+                                  const float *in, float *out)
+{
+    const float *flip = inverse ? sign : NULL;    /* signs after the scale */
+    kvq__v16 scale, big = kvq__splat16(0.0f);
+    size_t h, i, j;
+    if (D < 16) {
+        float m = 0.0f;
+        if (out != in) memmove(out, in, D * sizeof(float));
+        kvq__rotate_row(sign, D, inverse, out);
+        for (j = 0; j < D; j++) m = fabsf(out[j]) > m ? fabsf(out[j]) : m;
+        return m;
+    }
+    scale = kvq__splat16((float)(1.0 / sqrt((double)D)));
+    /* 1. signs (rotating), stages 1 .. 8 in each block                    */
+    for (i = 0; i < D; i += 16) {
+        kvq__v16 v = kvq__load16(in + i);
+        if (sign && !inverse) v = kvq__mul16(v, kvq__load16(sign + i));
+        big = kvq__rot_put(out, i, kvq__hadamard16(v), D == 16, scale, flip, big);
+    }
+    /* 2. stages h and 2h together on blocks j, j + h, j + 2h, j + 3h:
+          (a, b, c, d) -> stage h (a+b, a-b, c+d, c-d) -> stage 2h         */
+    for (h = 16; 4 * h <= D; h *= 4) {
+        int last = 4 * h == D;
+        for (i = 0; i < D; i += 4 * h)
+            for (j = i; j < i + h; j += 16) {
+                kvq__v16 a = kvq__load16(out + j), b = kvq__load16(out + j + h);
+                kvq__v16 c = kvq__load16(out + j + 2 * h), d = kvq__load16(out + j + 3 * h);
+                kvq__v16 s0 = kvq__add16(a, b), s1 = kvq__sub16(a, b);
+                kvq__v16 s2 = kvq__add16(c, d), s3 = kvq__sub16(c, d);
+                big = kvq__rot_put(out, j, kvq__add16(s0, s2), last, scale, flip, big);
+                big = kvq__rot_put(out, j + h, kvq__add16(s1, s3), last, scale, flip, big);
+                big = kvq__rot_put(out, j + 2 * h, kvq__sub16(s0, s2), last, scale, flip, big);
+                big = kvq__rot_put(out, j + 3 * h, kvq__sub16(s1, s3), last, scale, flip, big);
+            }
+    }
+    /* 3. one stage left (D / 16 an odd power of two): h = D/2, the last   */
+    if (h < D)
+        for (j = 0; j < h; j += 16) {
+            kvq__v16 a = kvq__load16(out + j), b = kvq__load16(out + j + h);
+            big = kvq__rot_put(out, j, kvq__add16(a, b), 1, scale, flip, big);
+            big = kvq__rot_put(out, j + h, kvq__sub16(a, b), 1, scale, flip, big);
+        }
+    return kvq__hmax16(&big);
 }
 
 #ifdef __cplusplus

@@ -6,13 +6,14 @@
    targets at the end print PASS/FAIL and never change the exit status.
 
        make bench                       (builds and runs this, see bench/README.md)
-       build/bench/bench_cpu [--record] [--quick] [--llm]
+       build/bench/bench_cpu [--record] [--quick] [--llm | --rotation]
          --record  also append a dated block (machine, commit, every table
                    below exactly as printed) to bench/RESULTS.md; run it from
                    the repository root
          --quick   smaller sizes, fewer repetitions, no LLM runs: a smoke run
                    that cannot be recorded
          --llm     section 4 and its targets only (build/llm and llama-bench)
+         --rotation  sections 0 and 3b and 3b's target only (issue 29)
        build/bench/bench_cpu --instr [--callgrind | --qemu-aarch64 PLUGIN BUILD]
                              [--instr-T T] [--instr-only NAME]
          section 6 alone: instructions retired per element by each method,
@@ -42,9 +43,11 @@
         LogQuant-2) vs the plain fp32 loop, T in {4K, 32K, 128K}; every
         output checked first
      3. OTT's outlier competition on the host
+     3b. what the rotation costs: KIVI-2 append and attend with and without
+        kvq_config's Hadamard rotation, T = 32K (issue 29)
      4. LLM decode: build/llm (fp32, fp16, kivi2 caches) vs llama-bench (f16 with
         flash attention off and on, q4_0 caches) at depth 8 and 1024
-     5. the targets of issues 18 and 30 as PASS/FAIL lines
+     5. the targets of issues 18, 29 and 30 as PASS/FAIL lines
      6. (--instr) instructions per element of sections 1 and 2's methods
 
    Method: CLOCK_MONOTONIC; warm-up calls, then repetitions INTERLEAVED
@@ -531,6 +534,114 @@ static double ott_round_ns(size_t D, size_t k, const float *K, const float *V,
 }
 
 /* ------------------------------------------------------------------------ */
+/* 3b. what the rotation costs (issue 29)                                   */
+/* ------------------------------------------------------------------------ */
+/* KIVI-2 with and without kvq_config's rotation (Hadamard with signs, keys
+   and values: kvq.h Sec. 6.1), the same T tokens, timed in the same
+   interleaved rounds: kvq_cache_append of ROT_APPENDS tokens a call into a
+   cache that holds T, and kvq_attend at T, n_q = 1 and 4. An append of a
+   rotating cache rotates its k and v rows; an attend rotates each query and
+   each output row back. Ratio = rotating time / plain time (issue 29's
+   target: at most 1.10 at T = 32K).                                        */
+#define ROT_APPENDS 64
+typedef struct {
+    kvq_cache *c; const float *K, *V; size_t n_src, next;   /* K, V (n_src, D) */
+    size_t n;                                  /* appends per call          */
+} append_ctx;
+
+static void run_append(void *p)
+{
+    append_ctx *a = (append_ctx *)p;
+    size_t i, D = a->c->cfg.head_dim;
+    for (i = 0; i < a->n; i++, a->next = (a->next + 1) % a->n_src)
+        ok_or_die(kvq_cache_append(a->c, a->K + a->next * D, a->V + a->next * D),
+                  "kvq_cache_append", a->c);
+}
+
+static kvq_config rot_config(int rotate, size_t D)
+{
+    kvq_config cfg = kvq_config_kivi(D, 2);
+    if (rotate) {
+        cfg.key_rotation = cfg.value_rotation = KVQ_ROT_HADAMARD_SIGNS;
+        cfg.rotation_seed = 29;
+    }
+    return cfg;
+}
+
+/* rot_cost[what][state]: rotating / plain time; what = 0 append, 1 attend
+   n_q = 1, 2 attend n_q = 4                                                */
+static double rot_cost[3][2];
+
+static void rotation_cost(size_t T, size_t D, int warmup, int reps)
+{
+    static const char *const what[3] = { "append (per token)", "attend, n_q = 1",
+                                         "attend, n_q = 4" };
+    kvq_cache c[2];
+    append_ctx ap[2];
+    attn_ctx ac[2][2];
+    variant v[6];
+    size_t extra = (size_t)(warmup + 2 * reps) * ROT_APPENDS, nrows;
+    float *K = (float *)xmalloc(T * D * sizeof(float)), *V = (float *)xmalloc(T * D * sizeof(float));
+    float *Kc = (float *)xmalloc(T * D * sizeof(float)), *Vc = (float *)xmalloc(T * D * sizeof(float));
+    float *q = (float *)xmalloc(4 * D * sizeof(float)), *out = (float *)xmalloc(4 * D * sizeof(float));
+    float *ref = (float *)xmalloc(4 * D * sizeof(float));
+    int r, h, s;
+    fill_normal(K, T * D);
+    fill_normal(V, T * D);
+    fill_normal(q, 4 * D);
+    for (r = 0; r < 2; r++) {
+        kvq_config cfg = rot_config(r, D);
+        ok_or_die(kvq_cache_init(&c[r], &cfg), "kvq_cache_init", &c[r]);
+        ok_or_die(kvq_cache_reserve(&c[r], T + extra), "kvq_cache_reserve", &c[r]);
+        ok_or_die(kvq_cache_prefill(&c[r], K, V, T), "kvq_cache_prefill", &c[r]);
+        /* the attention checked on the cache's own rows (kvq_cache_read
+           returns them in the caller's basis)                              */
+        for (h = 0; h < 2; h++) {
+            attn_ctx *a = &ac[r][h];
+            a->c = &c[r]; a->q = q; a->n_q = h ? 4 : 1; a->out = out;
+            a->n_scratch = kvq_attend_scratch_floats(&c[r], KVQ_ATTN_ONLINE) * a->n_q;
+            a->scratch = (float *)xmalloc(a->n_scratch * sizeof(float));
+            run_attend(a);
+            nrows = cache_rows(&c[r], Kc, Vc);
+            ok_or_die(kvq_attend_dense(Kc, Vc, nrows, D, q, a->n_q, ref, NULL),
+                      "kvq_attend_dense", NULL);
+            if (!(rel_l2(out, ref, a->n_q * D) <= ATTN_TOL)) {
+                fprintf(stderr, "bench_cpu: KIVI-2%s attention off its oracle\n",
+                        r ? " rotated" : "");
+                exit(1);
+            }
+            v[2 + 2 * h + r].f = run_attend; v[2 + 2 * h + r].ctx = a;
+        }
+        ap[r].c = &c[r]; ap[r].K = K; ap[r].V = V; ap[r].n_src = T; ap[r].next = 0;
+        ap[r].n = ROT_APPENDS;
+        v[r].f = run_append; v[r].ctx = &ap[r];
+    }
+    time_interleaved(v, 6, warmup, reps);
+    say("#### 3b. What the rotation costs\n\n");
+    say("KIVI-2 (kvq_config_kivi(128, 2)) without and with key_rotation = value_rotation = "
+        "KVQ_ROT_HADAMARD_SIGNS, T = %zu, medians of %d interleaved reps. append: "
+        "kvq_cache_append, %d tokens a call into the cache holding T, time per token; "
+        "attend: kvq_attend ONLINE at T. ratio = rotated / plain (issue 29: <= 1.10).\n\n",
+        T, reps, ROT_APPENDS);
+    say("| call | plain cold | rotated cold | ratio cold | plain warm | rotated warm | "
+        "ratio warm |\n|---|---|---|---|---|---|---|\n");
+    for (h = 0; h < 3; h++) {
+        double unit = h ? 1e3 : 1e6 / ROT_APPENDS;        /* ms, or us per token */
+        const char *u = h ? "ms" : "us";
+        for (s = COLD; s <= WARM; s++) rot_cost[h][s] = v[2 * h + 1].med[s] / v[2 * h].med[s];
+        say("| %s | %.3f %s | %.3f %s | %.3f | %.3f %s | %.3f %s | %.3f |\n", what[h],
+            v[2 * h].med[COLD] * unit, u, v[2 * h + 1].med[COLD] * unit, u, rot_cost[h][COLD],
+            v[2 * h].med[WARM] * unit, u, v[2 * h + 1].med[WARM] * unit, u, rot_cost[h][WARM]);
+    }
+    say("\n");
+    for (r = 0; r < 2; r++) {
+        for (h = 0; h < 2; h++) free(ac[r][h].scratch);
+        kvq_cache_free(&c[r]);
+    }
+    free(K); free(V); free(Kc); free(Vc); free(q); free(out); free(ref);
+}
+
+/* ------------------------------------------------------------------------ */
 /* 4. LLM decode, timed from outside the process                            */
 /* ------------------------------------------------------------------------ */
 /* build/llm generate prefills its prompt one token at a time, then prints
@@ -735,6 +846,18 @@ static void target(int ok, const char *skip, const char *fmt, ...)
     else { say("   %s  %s\n", ok ? "PASS" : "FAIL", what); if (ok) n_pass++; else n_fail++; }
 }
 
+/* issue 29: the rotation adds at most 10% at T = 32K (section 3b)         */
+static void rotation_targets(int quick)
+{
+    static const char *const what[3] = { "append", "attend (n_q = 1)", "attend (n_q = 4)" };
+    int i, s;
+    for (s = COLD; s <= WARM; s++)
+        for (i = 0; i < 3; i++)
+            target(rot_cost[i][s] <= 1.10, quick ? "--quick: T = 4K" : NULL,
+                   "rotation adds <= 10%% to KIVI-2 %s at T = 32K, %s: %.3fx", what[i],
+                   s == COLD ? "cold" : "warm", rot_cost[i][s]);
+}
+
 /* ------------------------------------------------------------------------ */
 /* 6. instructions per element (--instr)                                    */
 /* ------------------------------------------------------------------------ */
@@ -766,7 +889,8 @@ static void target(int ok, const char *skip, const char *fmt, ...)
 
    Each subtracts an empty region's count (the framing itself); each counts
    user-space instructions only.                                            */
-enum { R_EMPTY, R_LOOP, R_ATTEND, R_QUANT, R_GGML };   /* R_GGML: q4_1_ref */
+enum { R_EMPTY, R_LOOP, R_ATTEND, R_QUANT, R_GGML,   /* R_GGML: q4_1_ref */
+       R_APPEND };                                   /* T kvq_cache_append */
 enum { BY_PTRACE, BY_CALLGRIND, BY_QEMU };
 typedef struct {
     int by;                  /* BY_*                                        */
@@ -777,6 +901,7 @@ static int instr_dry;        /* --instr-dry 1: skip the counted call        */
 typedef struct {
     int kind;              /* R_*                                           */
     int cache;             /* R_ATTEND: index into cache_name               */
+    int rot;               /* R_ATTEND, R_APPEND: 1 = rot_config(1) (KIVI-2) */
     size_t n_q, T;         /* R_LOOP, R_ATTEND: heads; every kind: tokens   */
     int bits;              /* R_QUANT                                       */
     kvq_axis axis;         /* R_QUANT                                       */
@@ -808,6 +933,13 @@ static int instr_regions(size_t T, instr_desc *r)
 #ifdef KVQ_BENCH_GGML
     for (x = 1; x <= 2; x++, n++) { r[n].kind = R_GGML; r[n].bits = 4; r[n].T = x * T; }
 #endif
+    /* issue 29: KIVI-2 rotated (attend), and appends plain and rotated     */
+    for (h = 0; h < 2; h++)
+        for (x = 1; x <= 2; x++, n++) {
+            r[n].kind = R_ATTEND; r[n].cache = 2; r[n].rot = 1; r[n].n_q = nq[h]; r[n].T = x * T;
+        }
+    for (i = 0; i < 2; i++)
+        for (x = 1; x <= 2; x++, n++) { r[n].kind = R_APPEND; r[n].rot = i; r[n].T = x * T; }
     return n;
 }
 
@@ -815,7 +947,9 @@ static void instr_name(const instr_desc *r, char *buf, size_t n)
 {
     if (r->kind == R_EMPTY) snprintf(buf, n, "(empty)");
     else if (r->kind == R_LOOP) snprintf(buf, n, "attend, plain fp32 loop");
-    else if (r->kind == R_ATTEND) snprintf(buf, n, "attend, %s", cache_name[r->cache]);
+    else if (r->kind == R_ATTEND)
+        snprintf(buf, n, "attend, %s%s", cache_name[r->cache], r->rot ? " rotated" : "");
+    else if (r->kind == R_APPEND) snprintf(buf, n, "append, KIVI-2%s", r->rot ? " rotated" : "");
     else if (r->kind == R_QUANT)
         snprintf(buf, n, "quantize B = %d, %s", r->bits,
                  r->axis == KVQ_PER_TOKEN ? "per-token" : "per-channel");
@@ -869,7 +1003,7 @@ static void instr_child(const instr_desc *r, FILE *report)
         f = run_plain; ctx = &pc;
         elements = 2 * n; bytes = 2 * n * sizeof(float);
     } else if (r->kind == R_ATTEND) {
-        kvq_config cfg = cache_config(r->cache, D);
+        kvq_config cfg = r->rot ? rot_config(1, D) : cache_config(r->cache, D);
         kvq_bytes b;
         ok_or_die(kvq_cache_init(&c, &cfg), "kvq_cache_init", &c);
         ok_or_die(kvq_cache_reserve(&c, r->T), "kvq_cache_reserve", &c);
@@ -881,6 +1015,15 @@ static void instr_child(const instr_desc *r, FILE *report)
         ac.scratch = (float *)xmalloc(ac.n_scratch * sizeof(float));
         f = run_attend; ctx = &ac;
         elements = 2 * n; bytes = b.payload;
+    } else if (r->kind == R_APPEND) {
+        static append_ctx apc;
+        kvq_config cfg = rot_config(r->rot, D);
+        ok_or_die(kvq_cache_init(&c, &cfg), "kvq_cache_init", &c);
+        ok_or_die(kvq_cache_reserve(&c, 2 * r->T + 1), "kvq_cache_reserve", &c);  /* 2 calls */
+        ok_or_die(kvq_cache_append(&c, K, V), "kvq_cache_append", &c);  /* not counted */
+        apc.c = &c; apc.K = K; apc.V = V; apc.n_src = r->T; apc.next = 0; apc.n = r->T;
+        f = run_append; ctx = &apc;
+        elements = 2 * n; bytes = 2 * n * sizeof(float);
     } else if (r->kind == R_QUANT) {
         kvq_layout L;
         ok_or_die(kvq_layout_init(&L, r->T, D, r->bits, 32, r->axis), "kvq_layout_init", NULL);
@@ -1081,7 +1224,7 @@ int main(int argc, char **argv)
     attn_row arows[2][3];
     double stream_gbs = 0.0, copy_gbs = 0.0;
     double q4_1_gbs[2] = { 0 }, kvq_gbs[2][2][2] = { { { 0 } } };   /* [state]; [B][axis][state] */
-    int have_ggml = 0, have_llm = 0, have_llama[2] = { 0, 0 }, llm_only = 0;
+    int have_ggml = 0, have_llm = 0, have_llama[2] = { 0, 0 }, llm_only = 0, rot_only = 0;
     static const int depth[2] = { 8, 1024 };
     const int n_gen = 32;
     double llm_ts[2][3];                  /* [depth][fp32|fp16|kivi2]            */
@@ -1102,6 +1245,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--record") == 0) record = 1;
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--llm") == 0) llm_only = 1;
+        else if (strcmp(argv[i], "--rotation") == 0) rot_only = 1;
         else if (strcmp(argv[i], "--instr") == 0) instr = 1;
         else if (strcmp(argv[i], "--callgrind") == 0) how.by = BY_CALLGRIND;
         else if (strcmp(argv[i], "--instr-dry") == 0 && more) instr_dry = atoi(argv[++i]);
@@ -1121,7 +1265,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--instr-only") == 0 && more) instr_only = argv[++i];
         else if (strcmp(argv[i], "--instr-region") == 0 && more) instr_region_i = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--record] [--quick] [--llm]\n"
+            fprintf(stderr, "usage: %s [--record] [--quick] [--llm | --rotation]\n"
                     "       %s --instr [--callgrind | --qemu-aarch64 PLUGIN.so AARCH64_BUILD]\n"
                     "                  [--instr-T T] [--instr-only NAME]\n",
                     argv[0], argv[0]);
@@ -1131,6 +1275,10 @@ int main(int argc, char **argv)
     if (instr_region_i >= 0) return instr_one(instr_T, instr_region_i);
     if (record && quick) {
         fprintf(stderr, "bench_cpu: --quick results are not recorded\n");
+        return 2;
+    }
+    if (rot_only && (record || llm_only)) {
+        fprintf(stderr, "bench_cpu: --rotation runs one section: not with --record or --llm\n");
         return 2;
     }
     if (llm_only && quick) {
@@ -1203,6 +1351,14 @@ int main(int argc, char **argv)
                 "(evicts every cache level); warm = the same call repeated at once\n\n",
                 sbytes / 1e6);
             free(C);
+        }
+        if (rot_only) {                       /* --rotation: 3b and its target */
+            rotation_cost(TA[1], D, aw[1], quick ? 5 : 15);
+            free(S);
+            say("```\n");
+            rotation_targets(quick);
+            say("```\n");
+            return 0;
         }
 
         /* ---- 1. quantize ---------------------------------------------------- */
@@ -1427,7 +1583,10 @@ int main(int argc, char **argv)
             say("- competition + mean replacement: %.0f ns per round = %.1f ns per token\n\n",
                 on - off, (on - off) / 128.0);
         }
-        free(K); free(V); free(Kc); free(Vc); free(q); free(out); free(ref); free(S);
+        free(K); free(V); free(Kc); free(Vc); free(q); free(out); free(ref);
+        /* ---- 3b. the rotation's cost, T = 32K (--quick: 4K) ----------------- */
+        rotation_cost(TA[1], D, aw[1], quick ? 5 : 15);
+        free(S);
     }
 
     /* ---- 4. LLM decode ----------------------------------------------------- */
@@ -1566,6 +1725,7 @@ int main(int argc, char **argv)
                         }
                     }
             if (quick) target(0, "--quick has no T >= 32K", "attention targets at T >= 32K");
+            rotation_targets(quick);
             /* issues 18 and 30: both quantizer axes, B = 2 and 4            */
             for (i = 0; i < 2; i++)
                 for (j = 0; j < 2; j++)

@@ -65,6 +65,10 @@ kvq_status PART(quantize)(const float *X, size_t T, size_t D, int bits, size_t G
 {
     return kvq_quantize_matrix(X, T, D, bits, G, axis, mode, words, sz);
 }
+float PART(rotate_row)(const float *sign, size_t D, int inverse, const float *in, float *out)
+{
+    return kvq__rotate_row_fast(sign, D, inverse, in, out);
+}
 kvq_status PART(cache_init)(kvq_cache *c, const kvq_config *cfg) { return kvq_cache_init(c, cfg); }
 kvq_status PART(cache_prefill)(kvq_cache *c, const float *K, const float *V, size_t T)
 {
@@ -94,6 +98,8 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
     kvq_f16 p##_f16_store(float f);                                                 \
     kvq_status p##_quantize(const float *X, size_t T, size_t D, int bits, size_t G,  \
                             kvq_axis axis, kvq_zero_mode mode, uint32_t *w, kvq_sz *sz); \
+    float p##_rotate_row(const float *sign, size_t D, int inverse, const float *in, \
+                         float *out);                                               \
     kvq_status p##_cache_init(kvq_cache *c, const kvq_config *cfg);                 \
     kvq_status p##_cache_prefill(kvq_cache *c, const float *K, const float *V, size_t T); \
     void p##_cache_free(kvq_cache *c);                                              \
@@ -119,8 +125,10 @@ typedef struct copy {
     kvq_f16 (*f16_store)(float);
     quantize_fn quantize;
     attend_fn attend;
+    float (*rotate_row)(const float *, size_t, int, const float *, float *);
 } copy;
-#define COPY(p) { #p, p##_fused, p##_f16_stored, p##_f16_store, p##_quantize, p##_attend }
+#define COPY(p) { #p, p##_fused, p##_f16_stored, p##_f16_store, p##_quantize, p##_attend, \
+                  p##_rotate_row }
 static const copy scalar_copies[2] = { COPY(scalar), COPY(scalar_fma) };
 static const copy vector_copies[3] = { COPY(simd), COPY(simd_fma), COPY(native) };
 #define N_VECTOR 3
@@ -315,6 +323,52 @@ static void check_attend(void)
     printf("simd_check: %zu of %zu attention outputs identical bytes\n", same, runs);
 }
 
+/* The rotation's fast path (kvq.h Part II, II.4) against its definition,
+   kvq__rotate_row (Sec. 6.1, this file's own scalar copy): every copy's
+   outputs the same bytes, D = 1 .. 4096 (powers of two), both directions,
+   with and without a sign vector, in place and out of place, on rows of
+   N(0,1), of +-65504-scale values, of subnormals, and of a mix with exact
+   ties and signed zeros; the returned max |out| must be the row's.        */
+static void check_rotation(void)
+{
+    rng r = { 0x2900D1CEull };
+    size_t D, i, same = 0, runs = 0;
+    int kind, inv, sg, k;
+    for (D = 1; D <= 4096; D *= 2)
+        for (kind = 0; kind < 4; kind++)
+            for (inv = 0; inv < 2; inv++)
+                for (sg = 0; sg < 2; sg++) {
+                    float *x = (float *)malloc(D * sizeof(float)), *sign = (float *)malloc(D * sizeof(float));
+                    float *ref = (float *)malloc(D * sizeof(float)), *o = (float *)malloc(D * sizeof(float));
+                    float big = 0.0f;
+                    for (i = 0; i < D; i++) {
+                        sign[i] = rbelow(&r, 2) ? -1.0f : 1.0f;
+                        x[i] = kind == 0 ? rnorm(&r)
+                             : kind == 1 ? 65504.0f * (2.0f * runif(&r) - 1.0f)
+                             : kind == 2 ? 1e-40f * rnorm(&r)                /* subnormals */
+                             : (float)((int)rbelow(&r, 7) - 3) * (rbelow(&r, 2) ? 0.5f : -0.0f);
+                    }
+                    memcpy(ref, x, D * sizeof(float));
+                    kvq__rotate_row(sg ? sign : NULL, D, inv, ref);
+                    for (i = 0; i < D; i++) big = fabsf(ref[i]) > big ? fabsf(ref[i]) : big;
+                    for (k = 0; k < N_VECTOR + 2; k++) {
+                        const copy *v = k < 2 ? &scalar_copies[k] : &vector_copies[k - 2];
+                        float m;
+                        int in_place = (int)(runs & 1);
+                        if (in_place) memcpy(o, x, D * sizeof(float));
+                        m = v->rotate_row(sg ? sign : NULL, D, inv, in_place ? o : x, o);
+                        runs++;
+                        if (memcmp(o, ref, D * sizeof(float)) == 0 && m == big) same++;
+                        else CHECK(0, "rotation D=%zu data %d inverse %d signs %d, %s copy: "
+                                   "out[0] %.9g vs %.9g, max %.9g vs %.9g", D, kind, inv, sg,
+                                   v->name, (double)o[0], (double)ref[0], (double)m, (double)big);
+                    }
+                    free(x); free(sign); free(ref); free(o);
+                }
+    CHECK(runs == 13 * 16 * 5, "rotation: %zu runs", runs);
+    printf("simd_check: %zu of %zu rotated rows identical bytes to kvq__rotate_row\n", same, runs);
+}
+
 int main(void)
 {
     if (!simd_vector_path()) {
@@ -332,6 +386,7 @@ int main(void)
         check_quantize(&r);
     }
     check_attend();
+    check_rotation();
     return TEST_END("simd_check");
 }
 #endif
