@@ -15,9 +15,11 @@
              8-bit activations; f32: every matrix expanded, the reference)
 
    eval   teacher-forced perplexity of every cache method over the text's
-          first --tokens tokens, the bits per element each stored, greedy
-          agreement with fp32, tokens/s; kvq's HF caches (both zero rules)
-          beside HF's own run of this model; then the papers' claims
+          first --tokens tokens, each change vs fp32 with its 95% interval
+          (paired per-token differences, batch means: Sec. 3), the bits
+          per element each stored, greedy agreement with fp32, tokens/s;
+          each -rot row against its unrotated twin; kvq's HF caches (both
+          zero rules) beside HF's own run of this model; then the papers' claims
           (ordering and rough size), each PASS or FINDING (measured, not
           reproduced on this model). Exit 0: every method ran, findings or
           not (--strict: 3 when there is a finding); 1: a run failed. The
@@ -910,39 +912,46 @@ static double t975(int nu)
    independent-token sd / sqrt(n) (1 when the tokens are independent).    */
 typedef struct { double mean, lo, hi, inflation; int ok; } interval;
 
-/* The mean over t < n of z_t = sum_i w[i] x[i][t] (m series), with its
-   batch-means interval.                                                    */
+/* The number of batches n tokens are split into: BM_BATCHES, or n / 8 for
+   short texts (below BM_MIN, no interval).                                 */
+static int bm_batches(int n) { return n / 8 < BM_BATCHES ? n / 8 : BM_BATCHES; }
+
+/* z_t = sum_i w[i] x[i][t]: token t of the combined series.               */
+static double bm_z(const double *const *x, const double *w, int m, int t)
+{
+    double z = 0.0;
+    int i;
+    for (i = 0; i < m; i++) z += w[i] * x[i][t];
+    return z;
+}
+
+/* The mean over t < n of z_t (m series, weights w), with its batch-means
+   interval.                                                                */
 static interval batch_means(const double *const *x, const double *w, int m, int n)
 {
     interval r = { 0.0, 0.0, 0.0, 1.0, 0 };
-    double S[BM_BATCHES], sum = 0.0, ss = 0.0, sd2 = 0.0, se;
-    int K = n / 8 < BM_BATCHES ? n / 8 : BM_BATCHES, k, i, t;
+    double S[BM_BATCHES], sum = 0.0, ss = 0.0, iid = 0.0, se;
+    int K = bm_batches(n), k, t;
     if (n <= 0) return r;
     if (K < 1) K = 1;
     for (k = 0; k < K; k++) {                 /* batch k: [k n / K, (k+1) n / K) */
         int t0 = (int)((long long)k * n / K), t1 = (int)((long long)(k + 1) * n / K);
-        S[k] = 0.0;
-        for (t = t0; t < t1; t++) {
-            double z = 0.0;
-            for (i = 0; i < m; i++) z += w[i] * x[i][t];
-            S[k] += z;
-        }
+        for (S[k] = 0.0, t = t0; t < t1; t++) S[k] += bm_z(x, w, m, t);
         sum += S[k];
     }
     r.mean = r.lo = r.hi = sum / n;
     if (K < BM_MIN) return r;
-    for (k = 0; k < K; k++) {
+    for (k = 0; k < K; k++) {                 /* S_k - n_k mean              */
         double nk = (double)((long long)(k + 1) * n / K - (long long)k * n / K);
         ss += (S[k] - nk * r.mean) * (S[k] - nk * r.mean);
     }
-    for (t = 0; t < n; t++) {                 /* the independent-token sd    */
-        double z = 0.0;
-        for (i = 0; i < m; i++) z += w[i] * x[i][t];
-        sd2 += (z - r.mean) * (z - r.mean);
-    }
     se = sqrt((double)K / (K - 1) * ss) / n;
-    sd2 = sd2 / (n - 1) / n;
-    r.inflation = sd2 > 0.0 ? se / sqrt(sd2) : 1.0;
+    for (t = 0; t < n; t++) {                 /* se as if tokens were independent */
+        double z = bm_z(x, w, m, t) - r.mean;
+        iid += z * z;
+    }
+    iid = sqrt(iid / (n - 1) / n);
+    r.inflation = iid > 0.0 ? se / iid : 1.0;
     r.lo = r.mean - t975(K - 1) * se;
     r.hi = r.mean + t975(K - 1) * se;
     r.ok = 1;
@@ -976,7 +985,8 @@ static interval pct_change(const row *a, const row *b)
 static interval pct_gap(const row *a, const row *b, const row *ref, double frac)
 {
     const double *x[3];
-    double w[3], ea = 1.0 + pct_change(a, ref).mean / 100.0, eb = 1.0 + pct_change(b, ref).mean / 100.0;
+    double w[3], ea = 1.0 + pct_change(a, ref).mean / 100.0,     /* e^ma */
+                 eb = 1.0 + pct_change(b, ref).mean / 100.0;     /* e^mb */
     double g = 100.0 * ((ea - 1.0) - frac * (eb - 1.0));
     interval z;
     x[0] = a->tok_nll; x[1] = b->tok_nll; x[2] = ref->tok_nll;
@@ -1290,11 +1300,13 @@ static void print_rotated(const row *rows)
         memcpy(name, r->name, n - 4);
         name[n - 4] = '\0';
         if (!(twin = find_row(rows, name)) || !paired_ok(r, twin) || !paired_ok(r, fp)) continue;
-        if (!header++)
-            printf("\nrotated vs unrotated, token by token (95%% intervals, %d batches of ~%d "
+        if (!header++) {
+            int K = bm_batches(r->n_tok);
+            printf("\nrotated vs unrotated, token by token (95%% intervals, %d batches of %d-%d "
                    "tokens; infl: the batch-means se / the independent-token se):\n  %-15s "
-                   "%-28s %-28s %-30s %s\n", BM_BATCHES, r->n_tok / BM_BATCHES, "twin",
-                   "twin vs fp32", "rotated vs fp32", "rotated vs twin", "infl");
+                   "%-28s %-28s %-30s %s\n", K, r->n_tok / (K ? K : 1), (r->n_tok + K - 1) / (K ? K : 1),
+                   "twin", "twin vs fp32", "rotated vs fp32", "rotated vs twin", "infl");
+        }
         fmt_interval(a, sizeof a, pct_change(twin, fp), 1);
         fmt_interval(b, sizeof b, pct_change(r, fp), 1);
         d = pct_change(r, twin);
