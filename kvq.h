@@ -4927,12 +4927,107 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
             H->sc[h * KVQ_TILE + j] = (H->sc[h * KVQ_TILE + j] + H->qb[h]) * H->inv_sqrt_d;
 }
 
-/* Scores of per-token key slots s0 .. s0+n-1 (kvq__token_key_dot).        */
+/* 16 words as 16 lanes, lane j from base[idx[j]]: one gather instruction
+   on AVX2 and AVX-512, 16 loads elsewhere (integers: the same bits).      */
+typedef struct kvq__u16 { kvq__vu part[KVQ__PARTS]; } kvq__u16;
+static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *idx /* (16) */)
+{
+    kvq__u16 x;
+#if KVQ__W == 16
+    x.part[0] = (kvq__vu)_mm512_i32gather_epi32(_mm512_loadu_si512((const void *)idx),
+                                                (const void *)base, 4);
+#elif KVQ__W == 8
+    int k;
+    KVQ__EACH(k) x.part[k] = (kvq__vu)_mm256_i32gather_epi32(
+        (const int *)(const void *)base, _mm256_loadu_si256((const __m256i *)(const void *)(idx + 8 * k)), 4);
+#else
+    uint32_t t[16];
+    int j;
+    for (j = 0; j < 16; j++) t[j] = base[idx[j]];
+    memcpy(x.part, t, sizeof t);
+#endif
+    return x;
+}
+
+/* Scores of 16 per-token keys for NH (1, 2 or 4) heads, the TOKENS IN THE
+   LANES: lane j is the slot whose words start at words + idx[j] (gpu
+   groups of wpg words). For every channel d one word per lane (a gather
+   each 32/B channels), the code shifted out, and one multiply-add per
+   head: no per-token horizontal sum. Per lane, in this order:
+       part_g = sum_{d in g} q_d c_d       (channels in order, from 0)
+       total  = sum_g a_g part_g, then + sum_g b_g qsum_g (groups in order)
+       score  = total / sqrt(D)
+   ab (gpu, 2, 16) holds each group's a then b by lane; qsum (NH, D) the
+   per-group sums of q (H->qa); sc (NH, KVQ_TILE) receives 16 scores.     */
+static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *idx,
+                                         size_t G, size_t gpu, size_t wpg,
+                                         const float *ab, const float *q, const float *qsum,
+                                         size_t D, float scale, float *sc, int NH, int bits)
+{
+    const size_t per = 32 / (size_t)bits;               /* codes per word    */
+    const uint32_t mask = (uint32_t)((1u << bits) - 1u);
+    kvq__v16 total[4];
+    size_t g, k, e;
+    int h, p;
+    for (h = 0; h < NH; h++) total[h] = kvq__splat16(0.0f);
+    for (g = 0; g < gpu; g++) {
+        kvq__v16 part[4];
+        for (h = 0; h < NH; h++) part[h] = kvq__splat16(0.0f);
+        for (k = 0; k < wpg; k++) {
+            const kvq__u16 x = kvq__gather16(words + g * wpg + k, idx);
+            for (e = 0; e < per && k * per + e < G; e++) {      /* channel d  */
+                const size_t d = g * G + k * per + e;
+                kvq__v16 cv;
+                KVQ__EACH(p) cv.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(e * (size_t)bits)) & mask));
+                for (h = 0; h < NH; h++)
+                    part[h] = kvq__madd16(part[h], kvq__splat16(q[(size_t)h * D + d]), cv);
+            }
+        }
+        for (h = 0; h < NH; h++) total[h] = kvq__madd16(total[h], kvq__load16(ab + g * 32), part[h]);
+    }
+    for (g = 0; g < gpu; g++)
+        for (h = 0; h < NH; h++)
+            total[h] = kvq__madd16(total[h], kvq__load16(ab + g * 32 + 16),
+                                   kvq__splat16(qsum[(size_t)h * D + g]));
+    for (h = 0; h < NH; h++)
+        kvq__store16(sc + (size_t)h * KVQ_TILE, kvq__mul16(total[h], kvq__splat16(scale)));
+}
+
+/* Scores of per-token key slots s0 .. s0+n-1. With 16 | G and at most
+   KVQ__TOKEN_GROUPS groups a token, 16 tokens at a time in the lanes
+   (kvq__token_block; a lane not attended reads an attended slot of its
+   block, and its score is masked by kvq__tile_update); else one token at
+   a time (kvq__token_key_dot).                                            */
+#define KVQ__TOKEN_GROUPS 16
 static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
 {
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, h, g, j;
+           wpg = s->geom.words_per_group, h, g, j, b0;
+    if (G % 16 == 0 && gpu <= KVQ__TOKEN_GROUPS) {
+        float ab[KVQ__TOKEN_GROUPS * 32];               /* (gpu, 2, 16)      */
+        int32_t idx[16];
+        for (b0 = 0; b0 < n; b0 += 16) {
+            size_t first = b0;                          /* an attended slot  */
+            while (first < n && first < b0 + 16 && H->pos[first] < 0) first++;
+            if (first == n || first == b0 + 16) continue;
+            for (j = 0; j < 16; j++) {
+                size_t jj = b0 + j < n && H->pos[b0 + j] >= 0 ? b0 + j : first;
+                const kvq_sz *sz = s->sz + (s0 + jj) * gpu;
+                idx[j] = (int32_t)((jj - b0) * gpu * wpg);
+                for (g = 0; g < gpu; g++)
+                    kvq__affine(sz[g], c->cfg.zero_mode, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
+            }
+            for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
+#define KVQ__TB(NH, BITS) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, G, gpu, wpg, ab, \
+                                           H->q + h * D, H->qa + h * D, D, H->inv_sqrt_d,      \
+                                           H->sc + h * KVQ_TILE + b0, NH, BITS)
+                KVQ__WITH_NH_BITS(KVQ__TB, kvq__head_batch(H->n - h), s->bits);
+#undef KVQ__TB
+            }
+        }
+        return;
+    }
     for (j = 0; j < n; j++) {
         const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
         const kvq_sz *sz = s->sz + (s0 + j) * gpu;
