@@ -4215,6 +4215,7 @@ typedef uint32_t kvq__vu;
 #endif
 
 typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
+typedef struct kvq__u16 { kvq__vu part[KVQ__PARTS]; } kvq__u16;   /* 16 uint32 */
 
 #define KVQ__EACH(k) for ((k) = 0; (k) < KVQ__PARTS; (k)++)
 static KVQ__VINLINE kvq__v16 kvq__load16(const float *p)
@@ -4597,7 +4598,8 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
         return KVQ_OK;
     }
     for (g = 0; g < D; g += 16) {               /* per-channel, 16 at a time */
-        float s[16], z[16], lo[16], hi[16];
+        float s[16], z[16], lo[16], hi[16], s_lane[16], z_lane[16];
+        kvq__v16 sv, zv, nv = kvq__splat16(n_levels);
         int bad[16];
         size_t t, k;
         kvq__minmax16_rows(X + g, G, D, lo, hi, bad);
@@ -4607,24 +4609,28 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
             s[j] = kvq__f16_stored(sz[g + j].scale);
             z[j] = kvq__f16_stored(sz[g + j].zero);
         }
+        /* the 16 channels' (s, z) as lanes. Where s = 0 (a constant
+           float-zero group, or a scale that underflowed) the code is 0:
+           there s = +inf, z = 0 give v = +-0 (x is finite), code 0 in
+           either zero mode.                                               */
+        for (j = 0; j < 16; j++) {
+            s_lane[j] = s[j] == 0.0f ? INFINITY : s[j];
+            z_lane[j] = s[j] == 0.0f ? 0.0f : z[j];
+        }
+        sv = kvq__load16(s_lane);
+        zv = kvq__load16(z_lane);
         for (k = 0; k < wpg; k++) {             /* word k: tokens k*per ..  */
-            uint32_t acc[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
-            for (t = k * per; t < (k + 1) * per && t < G; t++) {
-                const float *x = X + t * D + g;
-                float v[16];
-                if (mode == KVQ_ZERO_FLOAT) {
-                    for (j = 0; j < 16; j++) v[j] = (x[j] - z[j]) / s[j];
-                    for (j = 0; j < 16; j++)    /* a constant float-zero group (s = 0): 0 */
-                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round(v[j], n_levels))
-                                  << (t % per * (size_t)bits);
-                } else {                        /* rne(x / s), then + zp (Sec. 4) */
-                    for (j = 0; j < 16; j++) v[j] = x[j] / s[j];
-                    for (j = 0; j < 16; j++)    /* a scale that underflowed (s = 0): 0 */
-                        acc[j] |= (s[j] == 0.0f ? 0u : kvq__clamp_round_int(v[j], z[j], n_levels))
-                                  << (t % per * (size_t)bits);
-                }
+            kvq__u16 acc;
+            uint32_t word[16];
+            int p;
+            KVQ__EACH(p) acc.part[p] = kvq__vu_splat(0);
+            for (t = k * per; t < (k + 1) * per && t < G; t++) {   /* token t  */
+                const uint32_t shift = (uint32_t)(t % per * (size_t)bits);
+                kvq__v16 code = kvq__encode16(kvq__load16(X + t * D + g), sv, zv, nv, mode);
+                KVQ__EACH(p) acc.part[p] |= (kvq__vu)kvq__vi_of_vf(code.part[p]) << shift;
             }
-            for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = acc[j];
+            memcpy(word, acc.part, sizeof word);
+            for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = word[j];
         }
     }
     return KVQ_OK;
@@ -4929,7 +4935,6 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
 
 /* 16 words as 16 lanes, lane j from base[idx[j]]: one gather instruction
    on AVX2 and AVX-512, 16 loads elsewhere (integers: the same bits).      */
-typedef struct kvq__u16 { kvq__vu part[KVQ__PARTS]; } kvq__u16;
 static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *idx /* (16) */)
 {
     kvq__u16 x;
@@ -5259,6 +5264,8 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
     size_t at_q[KVQ_TILE], at_r[KVQ_TILE], at_1[KVQ_TILE];   /* tile entries of
                                               each kind (1: one at a time)   */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
+    int in_place = 1;                      /* every at_q[j] == j so far      */
+    int consecutive = 1;                   /* slot j == slot 0 + j so far    */
     for (j = 0; j < n; j++) {
         uint32_t loc, tag;
         if (H->pos[j] < 0) continue;
@@ -5272,6 +5279,8 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
             size_t slot = KVQ_LOC_INDEX(loc);
             w[m] = s->words + slot * gpu * wpg;
             sz[m] = s->sz + slot * gpu;
+            consecutive &= m == 0 || sz[m] == sz[0] + m * gpu;
+            in_place &= m == j;
             at_q[m++] = j;
         } else {
             at_1[m_1++] = j;
@@ -5279,7 +5288,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
     }
     if (m_rows) kvq__tile_rows(c, H, rows, at_r, m_rows);
     for (j = 0; j < m_1; j++) kvq__add_value(c, H, (size_t)H->pos[at_1[j]], at_1[j]);
-    for (j = 0; j < m; j++)                             /* pack the weights: */
+    for (j = 0; j < m && !in_place; j++)                /* pack the weights: */
         for (h = 0; h < H->n; h++)                      /* j <= at_q[j]      */
             H->sc[h * KVQ_TILE + j] = H->sc[h * KVQ_TILE + at_q[j]];
     if (m == 0) return;
@@ -5289,17 +5298,24 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
            (the usual tile) hold theirs in one run: one conversion.        */
         size_t ng = gpu - g0 < 16 ? gpu - g0 : 16;
         float sf[2 * KVQ_TILE * 16], a[KVQ_TILE], b[KVQ_TILE], wa[4 * KVQ_TILE], wb[4];
-        int run = ng == gpu;
-        for (j = 1; j < m && run; j++) run = sz[j] == sz[0] + j * gpu;
-        if (run)
+        int32_t sf_at[KVQ_TILE] = { 0 };    /* slot j's pairs: sf + sf_at[j]  */
+        if (ng == gpu && consecutive)
             kvq__f16_row(&sz[0]->scale, 2 * m * gpu, sf);
         else
             for (j = 0; j < m; j++) kvq__f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
+        for (j = 0; j < m; j++) sf_at[j] = (int32_t)(2 * j * ng);
         for (g = g0; g < g0 + ng; g++) {
-            for (j = 0; j < m; j++) {                   /* group g's (a, b)  */
-                const float *sz_j = sf + 2 * (j * ng + g - g0);
-                a[j] = sz_j[0];
-                b[j] = kvq__zero_term(sz_j[0], sz_j[1], c->cfg.zero_mode);
+            /* group g's (a, b) of every slot, 16 slots a gather          */
+            for (j = 0; j < m; j += 16) {
+                const float *sf_g = sf + 2 * (g - g0);
+                kvq__v16 s_j, z_j;
+                kvq__u16 x = kvq__gather16((const uint32_t *)(const void *)sf_g, sf_at + j);
+                memcpy(&s_j, &x, sizeof x);                     /* the bits  */
+                x = kvq__gather16((const uint32_t *)(const void *)(sf_g + 1), sf_at + j);
+                memcpy(&z_j, &x, sizeof x);
+                kvq__store16(a + j, s_j);
+                kvq__store16(b + j, c->cfg.zero_mode == KVQ_ZERO_INT   /* (-z) s */
+                                    ? kvq__mul16(kvq__mul16(z_j, kvq__splat16(-1.0f)), s_j) : z_j);
             }
             for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
                 int nh = (int)kvq__head_batch(H->n - h0), k;
