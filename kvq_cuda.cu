@@ -532,10 +532,18 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
    shared memory. Where it sits in a GPU pipeline:
      keys, values  kvq_cuda_rotate_f16 -> kvq_cuda_quantize: the fp16 rows of
                    a rotating cache (fp_bits 16), so the codes are the
-                   cache's codes (test_gpu checks both);
-     queries       kvq_cuda_rotate (key side's kind) -> kvq_cuda_attend over
-                   a rotating cache's export -> kvq_cuda_rotate(inverse = 1)
-                   of the output (value side's kind): kvq_attend's result.
+                   cache's codes (test_gpu checks both). Its own pass, not a
+                   step of the quantize kernel: that kernel gives a thread
+                   one group, a per-channel key group spans G rows, and
+                   each row's rotation needs all D channels of it; the pass
+                   costs one more write and read of the fp16 rows (4 D
+                   bytes a row), walkthrough 9 has the arithmetic;
+     queries       the pool's rotation fields (Sec. 3, from the export):
+                   kvq_cuda_attend / _attend_mma rotate q (key side's kind)
+                   before the kernels and the output back (value side's)
+                   after the combine: kvq_attend's result in the caller's
+                   basis. Without a pool (the fp16 baseline), the same by
+                   hand: kvq_cuda_rotate, attend, kvq_cuda_rotate(inverse).
    Data: a row with a NaN/Inf input (KVQ_ERR_NONFINITE) or, for fp16 rows,
    a rotated element beyond KVQ_MAX_ABS_INPUT (KVQ_ERR_RANGE, the cache's
    refusal) is reported in *status and that row of Y is not written.     */
@@ -593,11 +601,28 @@ __global__ void kvq_rotate_kernel(const float *X /* (T, D) */, OUT *Y /* (T, D),
         int row_bad = 0;                        /* the smallest code wins */
         for (unsigned i = 0; i < blockDim.x; i++)
             if (bad[i] && (!row_bad || bad[i] < row_bad)) row_bad = bad[i];
-        if (row_bad && tid == 0) kvq_dev_report(status, row_bad);
+        if (row_bad && tid == 0 && status) kvq_dev_report(status, row_bad);
         if (!row_bad)
             for (unsigned j = tid; j < D; j += blockDim.x) kvq_dev_put(&Y[t * D + j], x[j]);
         __syncthreads();                        /* x, bad reused by the next row */
     }
+}
+
+/* One launch of kvq_rotate_kernel over T rows whose arguments the caller
+   checked. status NULL: nothing is reported (a row the kernel refuses
+   keeps its old contents), which is how attention rotates its output
+   back (Sec. 4) without reporting the NaN rows that mark its failures. */
+template <class OUT>
+static kvq_status kvq_cuda__rotate_launch(kvq_rotation kind, uint64_t seed, size_t D, int inverse,
+                                          const float *d_X, OUT *d_Y, size_t T, int *d_status,
+                                          cudaStream_t stream)
+{
+    const float scale = (float)(1.0 / sqrt((double)D));       /* kvq.h's scale */
+    const unsigned threads = D / 2 >= KVQ_CUDA_ROT_THREADS ? KVQ_CUDA_ROT_THREADS : 32;
+    KVQ_CUDA_LAUNCH(kvq_rotate_kernel<OUT>, kvq_cuda__grid(T, 1), threads, D * sizeof(float), stream)
+        (d_X, d_Y, T, (unsigned)D, (int)kind, seed, inverse, scale, d_status);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return KVQ_OK;
 }
 
 /* The launchers' shared checks and launch; `out` is float or __half.     */
@@ -620,13 +645,8 @@ static kvq_status kvq_cuda__rotate(const char *who, kvq_rotation kind, uint64_t 
                               who, D, KVQ_CUDA_ROT_MAX_D);
     if (T > SIZE_MAX / D / sizeof(float))
         return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "%s: T*D overflows size_t", who);
-    const float scale = (float)(1.0 / sqrt((double)D));       /* kvq.h's scale */
-    const unsigned threads = D / 2 >= KVQ_CUDA_ROT_THREADS ? KVQ_CUDA_ROT_THREADS : 32;
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
-    KVQ_CUDA_LAUNCH(kvq_rotate_kernel<OUT>, kvq_cuda__grid(T, 1), threads, D * sizeof(float), stream)
-        (d_X, d_Y, T, (unsigned)D, (int)kind, seed, inverse, scale, d_status);
-    KVQ_CUDA_CHECK(cudaGetLastError());
-    return KVQ_OK;
+    return kvq_cuda__rotate_launch(kind, seed, D, inverse, d_X, d_Y, T, d_status, stream);
 }
 
 /* d_Y (T, D) <- the rows of d_X (T, D) rotated (inverse = 0) or rotated
@@ -699,6 +719,13 @@ typedef struct kvq_cuda_pool {
     int       value_group; /* Gv: per-token value group, Gv*B % 32 == 0      */
     int       bits;        /* B for keys and values: 2 or 4                  */
     kvq_zero_mode zero_mode;
+    /* The basis the pages are in (kvq.h Sec. 6.1; copy kvq_cuda_export_t's
+       three fields): kvq_cuda_attend and kvq_cuda_attend_mma rotate q by
+       key_rotation before their kernels and the output back by
+       value_rotation after them, as kvq_attend does. All zero (a memset
+       pool): no rotation.                                               */
+    kvq_rotation key_rotation, value_rotation;
+    uint64_t  rotation_seed;
 } kvq_cuda_pool;
 
 typedef struct kvq_cuda_stream {
@@ -1649,11 +1676,55 @@ static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
          : B == 4 ? kvq_cuda__pick_nh<D, 4>(nh) : nullptr;
 }
 
+/* The pool's basis around an attention launch, in kvq_attend's order (q
+   rotated by the key side, the output rotated back by the value side), so
+   a caller passes q and reads the output in its own basis. The rotation
+   is its own pass (Sec. 2.1's kernel: D log2 D adds per row, n_rep rows
+   per stream, next to the stream's whole cache), not a step inside the
+   attention kernels, whose registers are spent on the pages.           */
+static kvq_status kvq_cuda__pool_rotation_ok(const kvq_cuda_pool *pool, const char *who)
+{
+    for (int side = 0; side < 2; side++) {
+        const int r = (int)(side ? pool->value_rotation : pool->key_rotation);
+        if (r < KVQ_ROT_NONE || r > KVQ_ROT_HADAMARD_SIGNS)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: pool %s_rotation %d unknown (0 none, 1 "
+                                  "Hadamard, 2 Hadamard with signs)", who, side ? "value" : "key", r);
+    }
+    return KVQ_OK;       /* D is 64 or 128: a power of two, as H_D needs   */
+}
+/* q (rows, D) into the pages' basis: *q_read is d_q itself, or d_q_rot
+   (the launch's d_out, which only the combine writes, after the kernels
+   have read it) holding q rotated. A NaN row is reported and left
+   unwritten there; the combine checks the caller's q and makes its
+   output NaN.                                                            */
+static kvq_status kvq_cuda__query_in(const kvq_cuda_pool *pool, int D, const float *d_q,
+                                     float *d_q_rot, size_t rows, int *d_status,
+                                     cudaStream_t stream, const float **q_read)
+{
+    *q_read = d_q;
+    if (!pool || pool->key_rotation == KVQ_ROT_NONE) return KVQ_OK;
+    *q_read = d_q_rot;
+    return kvq_cuda__rotate_launch(pool->key_rotation, pool->rotation_seed, (size_t)D, 0, d_q,
+                                   d_q_rot, rows, d_status, stream);
+}
+/* The output (rows, D) back into the caller's basis, in place. Reports
+   nothing: a NaN row is the combine's marker of a failed row and stays. */
+static kvq_status kvq_cuda__output_back(const kvq_cuda_pool *pool, int D, float *d_out,
+                                        size_t rows, cudaStream_t stream)
+{
+    if (!pool || pool->value_rotation == KVQ_ROT_NONE) return KVQ_OK;
+    return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 1, d_out,
+                                   d_out, rows, (int *)nullptr, stream);
+}
+
 /* Decode attention. pool: NULL for the fp16 baseline (every stream has only
    k_fp/v_fp rows), else a host struct holding device pointers. d_streams:
    (n_streams) descriptors in device memory. d_q: (n_streams, n_rep, D)
    fp32; d_out the same shape. d_work: kvq_cuda_attend_workspace floats.
-   head_dim: D of the streams (must equal pool->head_dim when pool != NULL). */
+   head_dim: D of the streams (must equal pool->head_dim when pool != NULL).
+   A rotating cache's pool (its rotation fields set) takes q and gives the
+   output in the caller's basis; the baseline (no pool) over a rotating
+   cache's rows takes q rotated by kvq_cuda_rotate and rotates back.     */
 extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        const kvq_cuda_stream *d_streams, size_t n_streams,
                                        int n_rep, size_t max_tokens, const float *d_q,
@@ -1691,6 +1762,8 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                  "whole words (Gv*B multiple of 32)", pl.value_group, D);
         if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
             return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
+        const kvq_status st = kvq_cuda__pool_rotation_ok(pool, "kvq_cuda_attend");
+        if (st != KVQ_OK) return st;
     }
     int n_splits;
     const size_t need = kvq_cuda_attend_workspace(n_streams, n_rep, D, pool ? G : 0,
@@ -1713,13 +1786,16 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)stage_bytes));
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
+    const float *q;
+    kvq_status st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, d_status, stream, &q);
+    if (st != KVQ_OK) return st;
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
     KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
-                                                                        (int)n_hchunks, d_q,
+                                                                        (int)n_hchunks, q,
                                                                         d_work, n_stages, 0,
                                                                         n_splits, 0);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, n_splits, d_q,
                                                                              d_out, d_status);
@@ -1727,7 +1803,7 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, n_splits, d_q,
                                                                            d_out, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    return KVQ_OK;
+    return kvq_cuda__output_back(pool, D, d_out, rows, stream);
 }
 
 /* ======================================================================== */
@@ -1820,6 +1896,10 @@ typedef struct kvq_cuda_export_t {
     uint32_t  n_kq, n_vq, n_fp;
     int       head_dim, group, value_group, bits;
     kvq_zero_mode zero_mode;
+    /* the basis of every row and page above: the cache's kvq_config fields
+       (kvq.h Sec. 6.1), for kvq_cuda_pool's fields of the same names     */
+    kvq_rotation key_rotation, value_rotation;
+    uint64_t  rotation_seed;
 } kvq_cuda_export_t;
 
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
@@ -1835,8 +1915,9 @@ extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e)
    bytes from its full-precision region (only positions held there come
    here), in the basis the cache stores. For a rotating cache that is the
    rotated basis, the basis of its quantized pages too (kvq_cache_read
-   would rotate the row back): queries and outputs go through
-   kvq_cuda_rotate (Sec. 2.1) instead.                                    */
+   would rotate the row back). The export records that basis
+   (key_rotation, value_rotation, rotation_seed) for the pool, whose
+   attention rotates queries and outputs (Sec. 4).                       */
 static kvq_status kvq_cuda__row16(const kvq_cache *c, int side, size_t p, kvq_f16 *out)
 {
     const kvq_side *s = side ? &c->v : &c->k;
@@ -1880,6 +1961,9 @@ rows_only:
                  B = never_q ? 2 : (size_t)K->bits;
     x.head_dim = (int)D; x.group = (int)G; x.value_group = (int)Gv; x.bits = (int)B;
     x.zero_mode = c->cfg.zero_mode;
+    x.key_rotation = c->cfg.key_rotation;
+    x.value_rotation = c->cfg.value_rotation;
+    x.rotation_seed = c->cfg.rotation_seed;
     x.n_kq = never_q ? 0 : (uint32_t)(K->n_units * G);
     x.n_vq = never_q ? 0 : (uint32_t)V->n_units;
     const size_t n_slots = x.n_kq > x.n_vq ? x.n_kq : x.n_vq;
@@ -3001,6 +3085,8 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: pool has a NULL array");
     if (pool->zero_mode != KVQ_ZERO_FLOAT && pool->zero_mode != KVQ_ZERO_INT)
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: zero mode %d unknown", (int)pool->zero_mode);
+    kvq_status st = kvq_cuda__pool_rotation_ok(pool, "kvq_cuda_attend_mma");
+    if (st != KVQ_OK) return st;
     kvq_cuda__mma_plan plan;             /* the shape was checked above */
     kvq_cuda__plan_mma(D, pool->bits, pool->value_group, n_rep, variant, n_streams, pool->group,
                        max_tokens, &plan);
@@ -3016,8 +3102,11 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     const int chunk_bytes = plan.chunk_bytes;
     KVQ_CUDA_CHECK(plan.smem_set);
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
+    const float *q;
+    if ((st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, d_status, stream, &q)) != KVQ_OK) return st;
     KVQ_CUDA_LAUNCH(f5, dim3((unsigned)(n_streams * n_hchunks), (unsigned)s5), KVQ_MMA_WARPS * 32,
-                    smem5, stream)(*pool, d_streams, n_rep, (int)n_hchunks, d_q, d_work, 0, s5 + s3,
+                    smem5, stream)(*pool, d_streams, n_rep, (int)n_hchunks, q, d_work, 0, s5 + s3,
                                    chunk_bytes);
     KVQ_CUDA_CHECK(cudaGetLastError());
     /* the rest: Sec. 4's kernel, without the sealed pages                 */
@@ -3032,10 +3121,9 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)f3, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)stage_bytes));
     KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
-                    stage_bytes, stream)(*pool, d_streams, n_rep, (int)hc3, d_q, d_work, n_stages,
+                    stage_bytes, stream)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
                                          s5, s5 + s3, 1);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, s5 + s3, d_q,
                                                                              d_out, d_status);
@@ -3043,7 +3131,7 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, s5 + s3, d_q,
                                                                            d_out, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
-    return KVQ_OK;
+    return kvq_cuda__output_back(pool, D, d_out, rows, stream);
 }
 #endif /* KVQ_CUDA_DECLARE_ONLY */
 

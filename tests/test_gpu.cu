@@ -255,7 +255,7 @@ static void test_quantize(void)
    shuffled order, which is what a block table is for.                     */
 struct gpu_batch {
     std::vector<kvq_cuda_export_t> ex;
-    kvq_cuda_pool pool;
+    kvq_cuda_pool pool = {};
     std::vector<void *> allocs;
     kvq_cuda_stream *d_streams = nullptr;
     size_t max_tokens = 0;
@@ -326,6 +326,9 @@ static bool upload(gpu_batch &b, bool quantized)
     b.pool.n_pages = n_pages;
     b.pool.head_dim = D; b.pool.group = G; b.pool.value_group = Gv; b.pool.bits = B;
     b.pool.zero_mode = e0.zero_mode;
+    b.pool.key_rotation = e0.key_rotation;      /* the pages' basis          */
+    b.pool.value_rotation = e0.value_rotation;
+    b.pool.rotation_seed = e0.rotation_seed;
     b.d_streams = b.put(hs.data(), hs.size());
     return true;
 }
@@ -617,6 +620,13 @@ static void test_attend_mma(void)
         mma(POL_EVICT, 128, 4, 32, rr, 6, 1500);
         mma(POL_KIVI_INT, 64, 2, 32, rr, 6, 900);
     }
+    /* rotating caches: the pool's basis around the tensor-core launch    */
+    rot_seed = rng_u64();
+    rot_key = KVQ_ROT_HADAMARD_SIGNS; rot_value = KVQ_ROT_HADAMARD;
+    mma(POL_KIVI, 128, 2, 128, 4, 4, 900);
+    rot_key = KVQ_ROT_NONE; rot_value = KVQ_ROT_HADAMARD_SIGNS;
+    mma(POL_OTT, 64, 4, 32, 8, 4, 900);
+    rot_key = rot_value = KVQ_ROT_NONE;
     kv_extreme = true;                    /* +-32752, subnormal scales      */
     mma(POL_KIVI, 128, 2, 32, 4, 4, 1200);
     mma(POL_KIVI, 64, 4, 128, 1, 4, 1200);
@@ -1647,15 +1657,21 @@ static void test_rotate_codes(void)
     printf("  rotate + quantize: %zu units byte-identical to rotating KIVI caches\n", units);
 }
 
-/* Attention: q rotated (key side's kind), the existing kernel over rotating
-   caches' exports, the output rotated back (value side's kind), against
-   the float64 oracle over the caches' rows in the caller's basis.        */
+/* Attention over rotating caches' exports, two ways, against the float64
+   oracle over the caches' rows in the caller's basis and kvq_attend:
+   (1) the pool carries the export's basis: kvq_cuda_attend takes q and
+       gives the output in the caller's basis; (2) by hand, the pool's
+       rotation fields zero: q rotated (key side's kind), attend, the output
+       rotated back (value side's kind). The export must carry the cache's
+       rotation fields. The tensor-core kernel's rotating cases are in
+       test_attend_mma.                                                  */
 static void test_rotate_attend(void)
 {
     const struct { size_t D; int bits; size_t G; int n_rep; kvq_rotation k, v; } cs[] = {
         { 128, 2, 32, 4, KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_HADAMARD_SIGNS },
         { 64, 2, 64, 1, KVQ_ROT_HADAMARD, KVQ_ROT_NONE },
         { 128, 4, 128, 3, KVQ_ROT_NONE, KVQ_ROT_HADAMARD_SIGNS },
+        { 64, 4, 32, 8, KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_HADAMARD },
     };
     for (const auto &r : cs) {
         rot_key = r.k; rot_value = r.v; rot_seed = rng_u64();
@@ -1663,6 +1679,13 @@ static void test_rotate_attend(void)
         std::vector<kvq_cache> caches;
         gpu_batch b;
         const bool ok = build_batch(POL_KIVI, D, r.bits, r.G, n_streams, quick_mode ? 400 : 900, caches, b);
+        for (size_t i = 0; ok && i < b.ex.size(); i++)
+            CHECK(b.ex[i].key_rotation == r.k && b.ex[i].value_rotation == r.v &&
+                  b.ex[i].rotation_seed == caches[i].cfg.rotation_seed,
+                  "export %zu: rotation K=%d V=%d seed %llx, the cache's K=%d V=%d seed %llx", i,
+                  (int)b.ex[i].key_rotation, (int)b.ex[i].value_rotation,
+                  (unsigned long long)b.ex[i].rotation_seed, (int)r.k, (int)r.v,
+                  (unsigned long long)caches[i].cfg.rotation_seed);
         if (ok) {
             std::vector<float> hq(nq), got(nq), want(nq);
             for (auto &x : hq) x = rng_gauss();
@@ -1672,34 +1695,80 @@ static void test_rotate_attend(void)
             dbuf<float> dq(nq), dqr(nq), dout(nq), dwork(wf);
             dbuf<int> dst(1);
             dq.up(hq.data());
-            CU(cudaMemset(dout.p, 0xFF, nq * sizeof(float)));
-            KQ(kvq_cuda_rotate(r.k, rot_seed, D, 0, dq.p, dqr.p, nq / D, dst.p, 0));
-            KQ(kvq_cuda_status(dst.p, 0));
-            KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n_streams, r.n_rep, b.max_tokens,
-                               dqr.p, dout.p, dwork.p, wf, dst.p, 0));
-            const kvq_status st_attend = kvq_cuda_status(dst.p, 0);
-            KQ(kvq_cuda_rotate(r.v, rot_seed, D, 1, dout.p, dout.p, nq / D, dst.p, 0));
-            const kvq_status st_back = kvq_cuda_status(dst.p, 0);   /* a NaN row stays NaN */
-            CHECK(st_attend == KVQ_OK && st_back == KVQ_OK, "rotated attend: %s, rotating back: %s",
-                  kvq_status_str(st_attend), kvq_status_str(st_back));
-            dout.down(got.data());
-            double worst, worst_cpu = 0.0;
-            const size_t bad = check_rows(caches, hq, got, r.n_rep, D, ATTN_TOL, &worst);
-            for (size_t i = 0; i < n_streams; i++) {        /* and kvq_attend itself */
-                std::vector<float> scratch(kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_EAGER));
-                KQ(kvq_attend(&caches[i], &hq[i * r.n_rep * D], r.n_rep, &want[i * r.n_rep * D],
-                              NULL, KVQ_ATTN_EAGER, scratch.data(), scratch.size()));
-                for (int h = 0; h < r.n_rep; h++) {
-                    const size_t o = (i * r.n_rep + h) * D;
-                    const double e = rel_l2(&got[o], &want[o], D);
-                    if (!(e <= worst_cpu)) worst_cpu = e;
+            for (const char *how : { "pool", "by hand" }) {
+                const bool by_hand = how[0] == 'b';
+                kvq_cuda_pool pool = b.pool;
+                if (by_hand) { pool.key_rotation = pool.value_rotation = KVQ_ROT_NONE; pool.rotation_seed = 0; }
+                CU(cudaMemset(dout.p, 0xFF, nq * sizeof(float)));
+                if (by_hand) {
+                    KQ(kvq_cuda_rotate(b.ex[0].key_rotation, b.ex[0].rotation_seed, D, 0, dq.p, dqr.p,
+                                       nq / D, dst.p, 0));
+                    KQ(kvq_cuda_status(dst.p, 0));
                 }
+                KQ(kvq_cuda_attend(&pool, (int)D, b.d_streams, n_streams, r.n_rep, b.max_tokens,
+                                   by_hand ? dqr.p : dq.p, dout.p, dwork.p, wf, dst.p, 0));
+                const kvq_status st_attend = kvq_cuda_status(dst.p, 0);
+                kvq_status st_back = KVQ_OK;
+                if (by_hand) {
+                    KQ(kvq_cuda_rotate(b.ex[0].value_rotation, b.ex[0].rotation_seed, D, 1, dout.p,
+                                       dout.p, nq / D, dst.p, 0));
+                    st_back = kvq_cuda_status(dst.p, 0);
+                }
+                CHECK(st_attend == KVQ_OK && st_back == KVQ_OK, "rotated attend (%s): %s, rotating back: %s",
+                      how, kvq_status_str(st_attend), kvq_status_str(st_back));
+                dout.down(got.data());
+                double worst, worst_cpu = 0.0;
+                const size_t bad = check_rows(caches, hq, got, r.n_rep, D, ATTN_TOL, &worst);
+                for (size_t i = 0; i < n_streams; i++) {        /* and kvq_attend itself */
+                    std::vector<float> scratch(kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_EAGER));
+                    KQ(kvq_attend(&caches[i], &hq[i * r.n_rep * D], r.n_rep, &want[i * r.n_rep * D],
+                                  NULL, KVQ_ATTN_EAGER, scratch.data(), scratch.size()));
+                    for (int h = 0; h < r.n_rep; h++) {
+                        const size_t o = (i * r.n_rep + h) * D;
+                        const double e = rel_l2(&got[o], &want[o], D);
+                        if (!(e <= worst_cpu)) worst_cpu = e;
+                    }
+                }
+                CHECK(bad == 0 && worst_cpu <= ATTN_TOL, "rotated attend (%s) D=%zu B=%d G=%zu K=%d V=%d: "
+                      "%zu rows over tolerance %.0e against the oracle (worst %.3g), %.3g against kvq_attend",
+                      how, D, r.bits, r.G, (int)r.k, (int)r.v, bad, ATTN_TOL, worst, worst_cpu);
+                printf("  rotated attend (%-7s) D=%3zu B=%d G=%3zu n_rep=%d K=%d V=%d: worst rel err %.2e "
+                       "(oracle), %.2e (kvq_attend)\n", how, D, r.bits, r.G, r.n_rep, (int)r.k, (int)r.v,
+                       worst, worst_cpu);
             }
-            CHECK(bad == 0 && worst_cpu <= ATTN_TOL, "rotated attend D=%zu B=%d G=%zu K=%d V=%d: %zu rows "
-                  "over tolerance %.0e against the oracle (worst %.3g), %.3g against kvq_attend", D, r.bits,
-                  r.G, (int)r.k, (int)r.v, bad, ATTN_TOL, worst, worst_cpu);
-            printf("  rotated attend D=%3zu B=%d G=%3zu K=%d V=%d: worst rel err %.2e (oracle), "
-                   "%.2e (kvq_attend)\n", D, r.bits, r.G, (int)r.k, (int)r.v, worst, worst_cpu);
+            /* a NaN query through the pool's rotation: NONFINITE, that row
+               NaN, the others still in the caller's basis and finite     */
+            hq[D + 3] = NAN;
+            dq.up(hq.data());
+            KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n_streams, r.n_rep, b.max_tokens, dq.p,
+                               dout.p, dwork.p, wf, dst.p, 0));
+            const kvq_status st_nan = kvq_cuda_status(dst.p, 0);
+            dout.down(got.data());
+            size_t nan_rows = 0, finite_rows = 0;
+            for (size_t row = 0; row < nq / D; row++) {
+                bool all_nan = true, all_finite = true;
+                for (size_t d = 0; d < D; d++) {
+                    all_nan = all_nan && isnan(got[row * D + d]);
+                    all_finite = all_finite && isfinite(got[row * D + d]);
+                }
+                nan_rows += row == 1 && all_nan;
+                finite_rows += row != 1 && all_finite;
+            }
+            CHECK(refused_with(st_nan, KVQ_ERR_NONFINITE) && nan_rows == 1 && finite_rows == nq / D - 1,
+                  "rotated attend with a NaN q: %s, NaN row %s, %zu of %zu other rows finite",
+                  kvq_status_str(st_nan), nan_rows ? "NaN" : "not NaN", finite_rows, nq / D - 1);
+            /* an unknown rotation in the pool is refused with a reason      */
+            kvq_cuda_pool bad_pool = b.pool;
+            bad_pool.value_rotation = (kvq_rotation)3;
+            CHECK(refused_with(kvq_cuda_attend(&bad_pool, (int)D, b.d_streams, n_streams, r.n_rep,
+                                               b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0),
+                               KVQ_ERR_CONFIG), "a pool with value_rotation 3 was accepted");
+            bad_pool = b.pool;
+            bad_pool.key_rotation = (kvq_rotation)3;   /* the enum's range is 0..3 */
+            if (b.pool.value_group % 16 == 0)   /* else refused for the group first */
+            CHECK(refused_with(kvq_cuda_attend_mma(&bad_pool, (int)D, b.d_streams, n_streams, r.n_rep,
+                                                   b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0, 0),
+                               KVQ_ERR_CONFIG), "attend_mma: a pool with key_rotation 3 was accepted");
         }
         for (auto &c : caches) kvq_cache_free(&c);
     }

@@ -123,6 +123,15 @@ mutant rotate-no-stage-sync race 'no thread of the block has written|race on sha
     '            __syncthreads();
             for (unsigned p = tid; p < D / 2; p += blockDim.x) {' \
     '            for (unsigned p = tid; p < D / 2; p += blockDim.x) {'
+# the pool's basis around attention (Sec. 4, kvq.h Sec. 6.1's kvq_attend):
+# 15. the output rotated forward again instead of back
+mutant rotate-output-forward plain 'rotated attend \(pool\).*over tolerance|mma.*rows over tolerance' \
+    'return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 1, d_out,' \
+    'return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 0, d_out,'
+# 16. q rotated by the value side's kind instead of the key side's
+mutant rotate-query-side plain 'rotated attend \(pool\).*over tolerance|mma.*rows over tolerance' \
+    'return kvq_cuda__rotate_launch(pool->key_rotation, pool->rotation_seed, (size_t)D, 0, d_q,' \
+    'return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 0, d_q,'
 
 wait
 pass=0; fail=0
