@@ -4316,6 +4316,15 @@ static KVQ__VINLINE void kvq__to_u32_16(kvq__v16 v, uint32_t *out)
     }
 }
 
+#if KVQ__W == 4
+/* 4 stored halves -> 4 floats by AArch64's fcvtl (exact, as every fp16 ->
+   fp32 conversion is)                                                     */
+static KVQ__INLINE float32x4_t kvq__f16x4(const kvq_f16 *h)
+{
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)h)));
+}
+#endif
+
 /* The sum of a vector's 16 lanes in one fixed order: lane j += lane j + 8,
    then + 4, + 2, + 1; lane 0 is the sum.                                   */
 static float kvq__hsum16(const kvq__v16 *v)
@@ -4415,13 +4424,16 @@ static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz
 }
 
 /* D stored halves -> floats: 8 at a time with vcvtph2ps where the target
-   has F16C, else the exact integer conversion (identical: simd_check).    */
+   has F16C, 4 at a time with AArch64's fcvtl, else the exact integer
+   conversion (identical: fp16 -> fp32 is exact; simd_check).              */
 static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
 {
     size_t d = 0;
 #if !defined(KVQ_NO_SIMD) && defined(__F16C__)
     for (; d + 8 <= D; d += 8)
         _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
+#elif KVQ__W == 4
+    for (; d + 4 <= D; d += 4) vst1q_f32(out + d, kvq__f16x4(h + d));
 #endif
     for (; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
 }
@@ -5057,6 +5069,11 @@ static KVQ__VINLINE kvq__v16 kvq__load16_f16(const kvq_f16 *h)
     kvq__v16 v;
     v.part[0] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
     v.part[1] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + 8)));
+    return v;
+#elif KVQ__W == 4
+    kvq__v16 v;
+    int k;
+    KVQ__EACH(k) v.part[k] = (kvq__vf)kvq__f16x4(h + 4 * k);
     return v;
 #else
     float t[16];
