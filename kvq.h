@@ -4105,7 +4105,35 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
           query and output and kvq_rotate; the floats of kvq__rotate_row,
           Sec. 6.1, bit for bit (tests/simd_check.c, D = 1 .. 4096)
    None of it defines anything: each path is held to the Part I function
-   it names, and a change here that moves a code is a bug.                */
+   it names, and a change here that moves a code is a bug.
+
+   THE INSTRUCTION BUDGET. What a path costs is counted, not timed: the
+   marginal instructions retired per stored K or V element by kvq_attend
+   ONLINE (per input value by the quantizer), D = 128, bench_cpu's caches,
+   counted by `sh bench/instr_count.sh` (callgrind, ptrace single-step, or
+   qemu-aarch64). The count depends only on the binary and its input, so it
+   carries from machine to machine. The code meets these bounds, n_q = 1 / 4
+   query heads per KV head (GQA):
+
+                               AVX-512      AVX2         NEON
+     2-bit caches (KIVI-2,     1.05 / 1.7   1.5 / 2.7    3.1 / 6.3
+       OTT-2, LogQuant-2)
+     KIVI-4                    1.4  / 2.1   1.55 / 2.7   3.1 / 6.3
+     HF-2 (per-token keys)     1.05 / 1.65  1.45 / 2.5   3.2 / 6.5
+     fp32 and fp16 rows        no more than the plain fp32 loop's count
+     quantize, either axis     7.7          9.4          23
+                               (ggml's quantize_row_q4_1_ref: 10.1, 10.3,
+                               12.0); per-channel no more than per-token
+
+   (The plain build, -DKVQ_NO_SIMD or no vector ISA, runs the 16 lanes as
+   floats through out-of-line helpers: 12-16 / 29-32 per element; it is the
+   reference for the widths, not a fast path.) The bound once proposed for
+   the 2-bit caches on AVX-512, 0.5 / 0.6 (40% of the read bandwidth), is
+   not met: a code costs a quarter of an instruction to unpack (broadcast,
+   shift, mask, convert per 16) and a sixteenth per head to use, about 0.3
+   per element for keys and values alike, and a value tile's bookkeeping
+   (each slot's scale and zero per group, the weights per head) about as
+   much again; below that needs a different value layout.                 */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
@@ -4445,11 +4473,12 @@ static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
    kvq_quantize_group is the definition (Sec. 4): per group min and max,
    (s, z) stored in fp16, code = round-half-even(clamp(v, 0, N)) with
    v = (x - z) / s (float zero) or x / s + z (integer zero). The loops below
-   compute exactly that, 16 values at a time so the compiler can vectorize
-   them: min and max are exact in any order; v uses the same division; the
-   rounding is (v + 2^23) - 2^23, which for 0 <= v <= 255 rounds half to even
-   exactly as rintf does; codes go straight into words. tests/test_quant.c
-   checks every code and (s, z) against kvq_quantize_group.               */
+   compute exactly that, 16 values at a time on the vector layer (II.1),
+   both axes through kvq__encode16: min and max are exact in any order; v
+   uses the same division; the rounding is (v + 1.5 2^23) - 1.5 2^23, which
+   for |v| < 2^22 rounds half to even exactly as rintf does; codes go
+   straight into words. tests/test_quant.c checks every code and (s, z)
+   against kvq_quantize_group.                                             */
 
 /* The largest |x| of n values in 16 lanes, or -1 if one is not finite.
    Inside KVQ_MAX_ABS_INPUT every group's (s, z) fits fp16 (Sec. 2), so a
@@ -4491,25 +4520,6 @@ static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, fl
             bad[j] |= (v - v) != 0.0f;
         }
     for (j = 0; j < 16; j++) { lo[j] += 0.0f; hi[j] += 0.0f; }   /* -0 -> +0 */
-}
-
-/* v clamped to [0, N], then rounded half to even: (v + 2^23) - 2^23 is
-   rintf for every v in [0, 255], and vectorizes where rintf may not.     */
-static KVQ__INLINE uint32_t kvq__clamp_round(float v, float n_levels)
-{
-    v = v < 0.0f ? 0.0f : v;
-    v = v > n_levels ? n_levels : v;
-    return (uint32_t)(int32_t)((v + 8388608.0f) - 8388608.0f);
-}
-
-/* The integer zero's code from v = x / s: v clamped to [-zp, N - zp],
-   rounded half to even ((v + 1.5 2^23) - 1.5 2^23 is rintf for |v| < 2^22;
-   here |v| <= 2048 + 255), then zp added: an integer in [0, N].          */
-static KVQ__INLINE uint32_t kvq__clamp_round_int(float v, float zp, float n_levels)
-{
-    v = v < -zp ? -zp : v;
-    v = v > n_levels - zp ? n_levels - zp : v;
-    return (uint32_t)(int32_t)(((v + 12582912.0f) - 12582912.0f) + zp);
 }
 
 /* Sec. 4's code of 16 values lane by lane, as floats: float zero, v =

@@ -1,6 +1,7 @@
 #!/bin/sh
-# bench/instr_count.sh - instructions per element of kvq.h's decode attention
-# and quantizer, for each ISA build this machine can run (issue 30).
+# bench/instr_count.sh - instructions per element of kvq.h's decode attention,
+# quantizer and appends (plain and rotated, issue 29), for each ISA build this
+# machine can run (issue 30).
 #
 #     sh bench/instr_count.sh [BUILD_DIR]     (from the repository root;
 #                                              default build/instr)
@@ -40,7 +41,8 @@
 #
 # Environment: CC (gcc), GGML (0), T_CALLGRIND (1024), T_PTRACE (256), T_QEMU (1024),
 # XCC (aarch64-linux-gnu-gcc), ONLY (count only
-# the methods whose name contains it, e.g. ONLY=KIVI-2), KVQ_DIR (the folder
+# the methods whose name contains it, e.g. ONLY=KIVI-2, ONLY=attend; the
+# appends alone take ~7 minutes of ptrace in the AVX-512 build), KVQ_DIR (the folder
 # whose kvq.h is measured, default the repository root; e.g. a copy of
 # another commit's: git show COMMIT:kvq.h > DIR/kvq.h).
 set -eu
@@ -145,7 +147,7 @@ echo
 awk -v names="$*" '
     BEGIN { nb = split(names, build, " ") }
     FNR == 1 { b++ }
-    /^\| (attend|quantize)/ {
+    /^\| (attend|quantize|append)/ {
         split($0, c, "|")                       # c[2] method, c[3] n_q, c[7] marginal
         key = c[2] "|" c[3]
         if (!(key in seen)) { seen[key] = 1; order[++n] = key }
