@@ -4355,14 +4355,33 @@ static KVQ__INLINE float32x4_t kvq__f16x4(const kvq_f16 *h)
 
 /* The sum of a vector's 16 lanes in one fixed order: lane j += lane j + 8,
    then + 4, + 2, + 1; lane 0 is the sum.                                   */
-static float kvq__hsum16(const kvq__v16 *v)
+static KVQ__VINLINE float kvq__hsum16(const kvq__v16 *v)
 {
+#if KVQ__W == 16 || KVQ__W == 8             /* the same adds, by shuffles */
+    __m256 s8;
+    __m128 s4, s2;
+#if KVQ__W == 16
+    s8 = _mm256_add_ps(_mm512_castps512_ps256((__m512)v->part[0]),            /* + 8 */
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)v->part[0]), 1)));
+#else
+    s8 = _mm256_add_ps((__m256)v->part[0], (__m256)v->part[1]);                /* + 8 */
+#endif
+    s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)); /* + 4 */
+    s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                               /* + 2 */
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));          /* + 1 */
+#elif KVQ__W == 4
+    float32x4_t s4 = vaddq_f32(vaddq_f32((float32x4_t)v->part[0], (float32x4_t)v->part[2]),
+                               vaddq_f32((float32x4_t)v->part[1], (float32x4_t)v->part[3]));
+    float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));          /* + 2 */
+    return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);                        /* + 1 */
+#else
     float lane[16];
     size_t i, j;
     kvq__store16(lane, *v);
     for (j = 8; j > 0; j /= 2)
         for (i = 0; i < j; i++) lane[i] += lane[i + j];
     return lane[0];
+#endif
 }
 
 /* The largest of a vector's 16 lanes (exact in any order).               */
