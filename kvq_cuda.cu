@@ -2195,13 +2195,15 @@ KVQ_MMA_FN uint32_t kvq_mma_code_at(const uint32_t *page, int D, int bits, int s
 
 /* kvq_mma_split: w 2^e as hi + lo, two fp16 (as raw bits), for the page
    scale e of kvq_mma_exponent. Round to nearest even both times.          */
-KVQ_MMA_FN void kvq_mma_split(float w, int e, kvq_f16 *hi,
-                                                              kvq_f16 *lo)
+KVQ_MMA_FN void kvq_mma_split_scaled(float x /* w 2^e */, kvq_f16 *hi, kvq_f16 *lo)
 {
-    const float x = ldexpf(w, e);
     const __half h = __float2half_rn(x);
     *hi = __half_as_ushort(h);
     *lo = __half_as_ushort(__float2half_rn(x - __half2float(h)));
+}
+KVQ_MMA_FN void kvq_mma_split(float w, int e, kvq_f16 *hi, kvq_f16 *lo)
+{
+    kvq_mma_split_scaled(ldexpf(w, e), hi, lo);
 }
 /* The e that puts max |w| (finite) in [2^14, 2^15); 0 for max = 0.        */
 KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
@@ -2210,6 +2212,28 @@ KVQ_MMA_FN int kvq_mma_exponent(float max_abs)
     int ex;
     frexpf(max_abs, &ex);                            /* max = m 2^ex, m in [0.5, 1) */
     return 15 - ex;
+}
+
+/* 2^k from its bits, k in -126 .. 127 (a normal float): no ldexpf.     */
+KVQ_MMA_FN float kvq_mma_pow2i(int k)
+{
+    const uint32_t bits = (uint32_t)(127 + k) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+/* The value side's exponent (kvq_mma_exponent of max_a) as the two powers
+   the kernel multiplies by, 2^e and 2^-e, read off max_a's exponent bits:
+   max_a is an fp16 scale (0, or 2^-24 .. 65504: a normal float), so e is
+   in -1 .. 38. One FMUL per value weight instead of ldexpf's three
+   (test_gpu --host checks every fp16 value against ldexpf).            */
+KVQ_MMA_FN void kvq_mma_value_pow2(float max_a, float *pow_e, float *pow_minus_e)
+{
+    uint32_t bits;
+    memcpy(&bits, &max_a, sizeof bits);
+    const int e = max_a > 0.0f ? 141 - (int)(bits >> 23) : 0;   /* 15 - (biased - 126) */
+    *pow_e = kvq_mma_pow2i(e);
+    *pow_minus_e = kvq_mma_pow2i(-e);
 }
 
 /* A lane's two B registers for one k-tile: column kvq_mma_b_col(lane) is
@@ -2402,6 +2426,10 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
    since each MMA sums 16 products of an integer code (exact in fp16) and
    an fp16 weight into fp32, and the running sums are outside the MMA.  */
 #define KVQ_MMA_WARPS 4               /* warps per CTA                      */
+/* CTAs per SM every instantiation is built for (its __launch_bounds__:
+   at most 168 registers a thread, so ptxas plans for them rather than
+   for 255; make cuda-gates reads this and gates the same limit).        */
+#define KVQ_MMA_MIN_CTAS 3
 /* kvq_cuda_attend_mma's variant flags (or-ed; 0 is the default)         */
 #define KVQ_CUDA_MMA_HILO    0        /* weights split hi + lo: fp32-accurate */
 #define KVQ_CUDA_MMA_HI_ONLY 1        /* weights in fp16 only, no lo half    */
@@ -2450,7 +2478,7 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
                 kvq_dev_affine(ksz[d], mode, &a, &b);
                 w[kt][i] = qs[h * D + d] * a;
                 if (SUB && kvq_mma_b_row(lane, i) >= 8)   /* the A column half's factor */
-                    w[kt][i] = ldexpf(w[kt][i], -kvq_mma_sub_shift(B, 0, 1));
+                    w[kt][i] *= 1.0f / (float)(1 << kvq_mma_sub_shift(B, 0, 1));
                 mx = fmaxf(mx, fabsf(w[kt][i]));
                 z = fmaf(qs[h * D + d], b, z);
             }
@@ -2460,13 +2488,17 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
         z += __shfl_xor_sync(0xffffffffu, z, 1);
         z += __shfl_xor_sync(0xffffffffu, z, 2);
         const int e = kvq_mma_exponent(mx);
+        /* 2^e as two normal floats (e is in -113 .. 164: a max from 2^-149
+           to FLT_MAX): w 2^a 2^b is ldexpf(w, e) wherever the result can
+           reach fp16, two FMULs instead of ldexpf's three               */
+        const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2);
 #pragma unroll
         for (int kt = 0; kt < S::KT; kt++) {
             kvq_f16 h16[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 kvq_f16 hi, lo;
-                kvq_mma_split(w[kt][i], e, &hi, &lo);
+                kvq_mma_split_scaled(w[kt][i] * pow_a * pow_b, &hi, &lo);
                 h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
             }
             kb.b[q][kt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
@@ -2534,6 +2566,8 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
     typedef kvq_mma_shape<D, B, NQ> S;
     const int gid = lane >> 2;
     const float post[2] = { kvq_mma_post<B, SUB>(0), kvq_mma_post<B, SUB>(1) };
+    /* the chunk's 32 slots share one word of dead bits (slot0 % 32 == 0) */
+    const uint32_t dead_bits = s->dead ? s->dead[slot0 >> 5] : 0u;
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
         const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
@@ -2554,8 +2588,7 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
         }
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const uint32_t slot = slot0 + 16 * rt + gid + 8 * half;
-            const bool dead = s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u);
+            const bool dead = (dead_bits >> (16 * rt + gid + 8 * half)) & 1u;
 #pragma unroll
             for (int q = 0; q < NQ; q++)
                 sc[q][rt][half] = dead ? -INFINITY
@@ -2563,6 +2596,34 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
                                              kb.z[q];
         }
     }
+}
+
+/* 2^x for the tensor-core kernel's softmax: one MUFU.EX2 (PTX
+   ex2.approx.ftz.f32, an error of about 2^-22 relative, a result below
+   2^-126 flushed to 0, -inf to 0) instead of exp2f's range handling. A
+   weight p <= 1 that moves by 2^-22 of itself, or drops below 2^-126,
+   moves an output by as much relative to it: far inside ATTN_TOL. The
+   emulator computes exp2f, perturbs it by 2^-22 (its sign from x's
+   bits) and flushes as the hardware does.                               */
+static __device__ __forceinline__ float kvq_mma_exp2(float x)
+{
+#ifdef KVQ_EMU
+    float y = exp2f(x);
+    if (y < 0x1p-126f) return 0.0f;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return y * ((u & 1u) ? 1.0f + 0x1p-22f : 1.0f - 0x1p-22f);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+/* p = 2^(s - m) for a score s (-inf: a dead slot) and a finite or -inf
+   running max m (kvq_dev_rescale's cases, on MUFU.EX2).                  */
+static __device__ __forceinline__ float kvq_mma_rescale(float s, float m)
+{
+    return s == -INFINITY ? 0.0f : kvq_mma_exp2(s - m);
 }
 
 /* Softmax of one chunk: the chunk's max per head (over gid), one rescale
@@ -2580,41 +2641,51 @@ static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[N
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         const float m_new = fmaxf(st.m[q], mx);
-        const float alpha = (m_new == -INFINITY) ? 1.0f : kvq_dev_rescale(st.m[q], m_new);
-        st.m[q] = m_new;
-        st.l[q] *= alpha;
+        /* Once a stream is under way its running max seldom moves: rescale
+           only when it moved for some head of the warp. Where it did not,
+           alpha is exactly 1, so skipping changes no bit.               */
+        if (__any_sync(0xffffffffu, m_new != st.m[q])) {
+            const float alpha = (m_new == -INFINITY) ? 1.0f : kvq_mma_rescale(st.m[q], m_new);
+            st.l[q] *= alpha;
 #pragma unroll
-        for (int mt = 0; mt < S::MT; mt++) { st.acc[q][mt][0] *= alpha; st.acc[q][mt][1] *= alpha; }
+            for (int mt = 0; mt < S::MT; mt++) { st.acc[q][mt][0] *= alpha; st.acc[q][mt][1] *= alpha; }
+        }
+        st.m[q] = m_new;
 #pragma unroll
         for (int rt = 0; rt < 2; rt++)
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                p[q][rt][half] = kvq_dev_rescale(sc[q][rt][half], m_new);
+                p[q][rt][half] = kvq_mma_rescale(sc[q][rt][half], m_new);
                 st.l[q] += p[q][rt][half];
             }
     }
 }
 
-/* Value group g of one chunk: its exponent (lane l reads token l's scale:
-   the chunk's max; returned as 2^-e), the B registers of both token tiles
-   (element i of lane l: token kvq_mma_b_row(l, i) of the tile, head
-   gid / 2 of the quad, the score handed over by kvq_mma_score_source),
-   and the chunk's zero term sum_t p_t b_tg for head tig, reduced over gid.
+/* Value group g of one chunk: its exponent e (lane l reads token l's
+   scale: the chunk's max), the B registers of both token tiles (element i
+   of lane l: token kvq_mma_b_row(l, i) of the tile, head gid / 2 of the
+   quad, the score handed over by kvq_mma_score_source), and the chunk's
+   zero term sum_t p_t b_tg for head tig, reduced over gid, and C's
+   factor per row half, scale = post * 2^-e (exact powers of two).
    vsz: the chunk's value (s, z), (32 tokens, n_groups).                  */
 template <int D, int B, int NQ, int HILO, int SUB>
-static __device__ __forceinline__ float kvq_mma_value_group(const kvq_sz *vsz, int n_groups, int g,
-                                                            kvq_zero_mode mode,
-                                                            const float (&p)[NQ][2][2], int lane,
-                                                            uint32_t (&bv)[NQ][2][2],
-                                                            float (&zterm)[NQ])
+static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, int n_groups, int g,
+                                                           kvq_zero_mode mode,
+                                                           const float (&p)[NQ][2][2], int lane,
+                                                           uint32_t (&bv)[NQ][2][2],
+                                                           float (&zterm)[NQ], float (&scale)[2])
 {
     const int gid = lane >> 2;
     float a, b;
     kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
 #pragma unroll
     for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
-    const int e = kvq_mma_exponent(a);
-    const float inv = ldexpf(1.0f, -e);
+    float pow_e, inv;                             /* 2^e, 2^-e               */
+    kvq_mma_value_pow2(a, &pow_e, &inv);
+    /* B's rows 8-15 (element i >= 2: kvq_mma_b_row >= 8) carry the
+       subnormal decode's 2^-k_col too; both factors are folded into the
+       token's scale, exactly (powers of two on an fp16 value)           */
+    const float pow_hi_rows = SUB ? pow_e / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : pow_e;
 #pragma unroll
     for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
 #pragma unroll
@@ -2635,6 +2706,7 @@ static __device__ __forceinline__ float kvq_mma_value_group(const kvq_sz *vsz, i
             for (int q = 0; q < NQ; q++) pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);
             float bt;
             kvq_dev_affine(vsz[(16 * rt + kvq_mma_b_row(lane, i)) * n_groups + g], mode, &av[i], &bt);
+            av[i] *= i >= 2 ? pow_hi_rows : pow_e;
         }
 #pragma unroll
         for (int q = 0; q < NQ; q++) {
@@ -2642,10 +2714,7 @@ static __device__ __forceinline__ float kvq_mma_value_group(const kvq_sz *vsz, i
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 kvq_f16 hi, lo;
-                const float x = pv[q][i] * av[i];
-                kvq_mma_split(SUB && kvq_mma_b_row(lane, i) >= 8
-                                  ? ldexpf(x, -kvq_mma_sub_shift(B, 0, 1)) : x,
-                              e, &hi, &lo);
+                kvq_mma_split_scaled(pv[q][i] * av[i], &hi, &lo);
                 h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
             }
             bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
@@ -2656,19 +2725,20 @@ static __device__ __forceinline__ float kvq_mma_value_group(const kvq_sz *vsz, i
     for (int q = 0; q < NQ; q++)
 #pragma unroll
         for (int k = 4; k < 32; k <<= 1) zterm[q] += __shfl_xor_sync(0xffffffffu, zterm[q], k);
-    return inv;
+#pragma unroll
+    for (int half = 0; half < 2; half++) scale[half] = kvq_mma_post<B, SUB>(half) * inv;
 }
 
 /* Values of one 16-channel row tile mt: codes^T times B, a fresh C, then
-   into fp32 times 2^-e_g (inv) with the zero term.                      */
-template <int D, int B, int NQ, int SUB>
+   into fp32 (one FMA by the group's scale) with the zero term.          */
+template <int D, int B, int NQ, int HILO, int SUB>
 static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, int mt,
                                                           const uint32_t (&bv)[NQ][2][2],
-                                                          const float (&zterm)[NQ], float inv,
+                                                          const float (&zterm)[NQ],
+                                                          const float (&scale)[2],
                                                           kvq_mma_state<D, B, NQ> &st, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
-    const float post[2] = { kvq_mma_post<B, SUB>(0), kvq_mma_post<B, SUB>(1) };
 #pragma unroll
     for (int q = 0; q < NQ; q++) {
         float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
@@ -2682,15 +2752,17 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, i
             for (int u = 0; u < S::TPW; u++)
                 kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
         }
-        st.acc[q][mt][0] += (c[0] + c[1]) * post[0] * inv + zterm[q];
-        st.acc[q][mt][1] += (c[2] + c[3]) * post[1] * inv + zterm[q];
+        st.acc[q][mt][0] = fmaf(HILO ? c[0] + c[1] : c[0], scale[0], st.acc[q][mt][0] + zterm[q]);
+        st.acc[q][mt][1] = fmaf(HILO ? c[2] + c[3] : c[2], scale[1], st.acc[q][mt][1] + zterm[q]);
     }
 }
 
 /* One 32-token chunk of a sealed page: keys, softmax, values. kwc, vwc,
    vszc: the chunk's parts (kvq_mma_chunk_src), in global memory or
    staged into shared memory. A 16-channel value tile lies in one group
-   (Gv % 16 == 0): the group's B and zero term are built when g changes. */
+   (Gv % 16 == 0, and Gv divides D = 64 or 128: a power of two): the
+   group's B and zero term are built at its first tile, counted down, with
+   shifts for D / Gv and Gv / 16 (no division per tile or chunk).        */
 template <int D, int B, int NQ, int HILO, int SUB>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
@@ -2703,27 +2775,30 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
     kvq_mma_chunk_scores<D, B, NQ, SUB>(kwc, s, slot0, kb, lane, sc);
     kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
-    int cur = -1;
-    float inv = 1.0f, zterm[NQ] = {};
+    const int log2_gv = __ffs(Gv) - 1, n_groups = D >> log2_gv, tiles_per_group = Gv >> 4;
+    int g = -1, left = 0;                         /* warp-uniform            */
+    float zterm[NQ] = {}, scale[2] = {};
     uint32_t bv[NQ][2][2] = {};
 #pragma unroll
     for (int mt = 0; mt < S::MT; mt++) {
-        const int g = 16 * mt / Gv;               /* warp-uniform            */
-        if (g != cur) {
-            cur = g;
-            inv = kvq_mma_value_group<D, B, NQ, HILO, SUB>(vszc, D / Gv, g, mode, p, lane, bv, zterm);
+        if (left == 0) {                          /* tile mt opens group g + 1 */
+            left = tiles_per_group;
+            kvq_mma_value_group<D, B, NQ, HILO, SUB>(vszc, n_groups, ++g, mode, p, lane, bv, zterm, scale);
         }
-        kvq_mma_value_tile<D, B, NQ, SUB>(vwc, mt, bv, zterm, inv, st, lane);
+        left--;
+        kvq_mma_value_tile<D, B, NQ, HILO, SUB>(vwc, mt, bv, zterm, scale, st, lane);
     }
 }
 
 /* This warp's share of the CTA's pages: pages first + warp, first + warp
-   + KVQ_MMA_WARPS, ... below last, as n_items chunks j (page j / cpp,
-   chunk j % cpp of it).                                                  */
+   + KVQ_MMA_WARPS, ... below last, as n_items chunks, cpp per page.      */
 struct kvq_mma_work {
-    uint32_t first, cpp, n_items;
+    uint32_t first, log2_cpp, n_items;      /* cpp = G / 32: 1, 2 or 4      */
+    /* chunk j: page index (into the stream's page table), chunk of it.
+       Shifts, not j / cpp and j % cpp: G is a run-time power of two.    */
     __device__ __forceinline__ uint32_t page_index(uint32_t j, int warp) const
-    { return first + warp + (j / cpp) * KVQ_MMA_WARPS; }
+    { return first + warp + (j >> log2_cpp) * KVQ_MMA_WARPS; }
+    __device__ __forceinline__ int chunk(uint32_t j) const { return (int)(j & ((1u << log2_cpp) - 1u)); }
 };
 static __device__ __forceinline__ kvq_mma_work kvq_mma_my_work(const kvq_cuda_stream &s, uint32_t G,
                                                                int warp)
@@ -2732,9 +2807,10 @@ static __device__ __forceinline__ kvq_mma_work kvq_mma_my_work(const kvq_cuda_st
     const uint32_t per = (n_pages + gridDim.y - 1) / gridDim.y;
     const uint32_t first = blockIdx.y * per;
     const uint32_t last = first + per < n_pages ? first + per : n_pages;
-    const uint32_t cpp = G / KVQ_MMA_CHUNK, my_pages = first + warp < last ?
-                         (last - first - warp + KVQ_MMA_WARPS - 1) / KVQ_MMA_WARPS : 0;
-    return kvq_mma_work{ first, cpp, my_pages * cpp };
+    const uint32_t log2_cpp = (uint32_t)(__ffs((int)(G / KVQ_MMA_CHUNK)) - 1),
+                   my_pages = first + warp < last ?
+                              (last - first - warp + KVQ_MMA_WARPS - 1) / KVQ_MMA_WARPS : 0;
+    return kvq_mma_work{ first, log2_cpp, my_pages << log2_cpp };
 }
 
 /* STAGES >= 2: the warp stages its next STAGES - 1 chunks into its part
@@ -2756,9 +2832,8 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
     unsigned char *mine = stage_smem + (size_t)warp * STAGES * stage_bytes;
     auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
         if (j < wk.n_items) {
-            const uint32_t pi = wk.page_index(j, warp);
-            const int chunk = (int)(j % wk.cpp);
-            const size_t page = (size_t)s->pages[pi];
+            const size_t page = (size_t)s->pages[wk.page_index(j, warp)];
+            const int chunk = wk.chunk(j);
             unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
             kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
             kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
@@ -2774,7 +2849,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
         kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
         __syncwarp();
         const uint32_t pi = wk.page_index(j, warp);
-        const int chunk = (int)(j % wk.cpp);
+        const int chunk = wk.chunk(j);
         if (chunk == 0)
             kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
                                                    pool.zero_mode, lane, kb);
@@ -2794,7 +2869,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
    page at a time; STAGES = 1 reads chunks in place, STAGES >= 2 stages
    them (dynamic shared memory of KVQ_MMA_WARPS * STAGES * stage_bytes). */
 template <int D, int B, int NQ, int HILO, int STAGES, int SUB>
-__global__ void __launch_bounds__(KVQ_MMA_WARPS * 32)
+__global__ void __launch_bounds__(KVQ_MMA_WARPS * 32, KVQ_MMA_MIN_CTAS)
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                       int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                       float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int split0,
@@ -2820,8 +2895,8 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
         kvq_mma_keyb<D, B, NQ> kb;
         for (uint32_t j = 0; j < wk.n_items; j++) {
             const uint32_t pi = wk.page_index(j, warp);
-            const int chunk = (int)(j % wk.cpp);
             const size_t page = (size_t)s->pages[pi];
+            const int chunk = wk.chunk(j);
             if (chunk == 0)
                 kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
             kvq_mma_chunk<D, B, NQ, HILO, SUB>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
@@ -3075,7 +3150,8 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     }
     if (n_streams == 0 || n_rep <= 0 || n_rep > 64)
         return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);
-    if (!kvq_mma_shape_ok(D, pool->group, pool->bits) || pool->group > 128 || pool->head_dim != D)
+    if (!kvq_mma_shape_ok(D, pool->group, pool->bits) || pool->group > 128 || pool->group == 96 ||
+        pool->head_dim != D)
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: D=%d G=%d B=%d (D 64/128, B 2/4, G 32/64/128)",
                              D, pool->group, pool->bits);
     if (pool->value_group <= 0 || pool->value_group % 16 || D % pool->value_group)

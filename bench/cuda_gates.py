@@ -40,11 +40,13 @@
      chunk   the shortest such path that skips the page work and passes
              a staging copy of the next chunk (LDGSTS) where there are any
              (every optional branch skipped: no dead slot, one value group,
-             Gv = D; a copy loop of run-time length, the value scales', may
-             be skipped: ~15 instructions), plus (D/Gv - 1) value-group
-             setups: the chunk body's D/16 - 1 optional regions of one
-             size (checked to be that many; else G = 32 is printed as a
-             range)
+             Gv = D, the running max unchanged so the softmax's rescale is
+             skipped (the kernel rescales only when a head's max moves);
+             a copy loop of run-time length, the value scales', may be
+             skipped: ~15 instructions), plus (D/Gv - 1) value-group
+             setups: the chunk body's D/16 - 1 largest optional regions,
+             of about one size (checked: within 15%, and 1.5x the next
+             region; else G = 32 is printed as a range)
      page    the work done once per page: the page loop's own instructions
              when a page loop encloses the chunk loop; else the extra cost
              of the path through the blocks that hold kvq_mma_page_keys'
@@ -611,7 +613,10 @@ def count_mma_kernel(code, D, page_fn):
     for k in range(0, len(regions) - want + 1):
         top = regions[k:k + want]
         rest = regions[k + want] if k + want < len(regions) else 0
-        if want > 0 and max(top) <= 1.1 * min(top) and min(top) >= 2 * rest:
+        # alike within 15% (the last tile's setup is leaner: the compiler
+        # drops what no later tile needs), and well above the next region
+        # (the softmax's conditional rescale, about half a setup)
+        if want > 0 and max(top) <= 1.15 * min(top) and min(top) >= 1.5 * rest:
             group = sum(top) / len(top)
             break
     if group is None:

@@ -682,6 +682,8 @@ static void test_attend_mma(void)
     CHECK(refused(&bad, 64, wf, 0, KVQ_ERR_GROUP), "mma: value group 8 (not a channel tile) was accepted");
     bad = b.pool; bad.bits = 8;
     CHECK(refused(&bad, 64, wf, 0, KVQ_ERR_CONFIG), "mma: B = 8 was accepted");
+    bad = b.pool; bad.group = 96;          /* a multiple of 32, not a power of two */
+    CHECK(refused(&bad, 64, wf, 0, KVQ_ERR_CONFIG), "mma: G = 96 was accepted");
     CHECK(kvq_cuda_attend_mma_workspace(1, 1, 96, 32, 2, 32, 0, 100, &s5, &s3) == 0,
           "mma workspace: D = 96 gave a size");
     bad = b.pool; bad.group = 48;
@@ -1415,6 +1417,25 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
 /* The inverse maps (kvq_mma_key_dest, kvq_mma_value_dest) against the
    forward ones: every (token, channel) of a page sent to a (word, field)
    that the forward map sends back to it, each field used once.          */
+/* kvq_mma_value_pow2 (the value weights' powers, built from bits) against
+   ldexpf(1, +-kvq_mma_exponent) for every value a value scale can take:
+   0 and each finite positive fp16.                                        */
+static void test_value_pow2(void)
+{
+    size_t bad = 0, n = 0;
+    for (uint32_t h = 0; h < 0x7C00u; h++) {
+        const float a = kvq_f16_to_f32((kvq_f16)h);
+        float up, down;
+        kvq_mma_value_pow2(a, &up, &down);
+        const int e = kvq_mma_exponent(a);
+        bad += up != ldexpf(1.0f, e) || down != ldexpf(1.0f, -e);
+        n++;
+    }
+    CHECK(bad == 0, "kvq_mma_value_pow2: %zu of %zu fp16 scales differ from ldexpf(1, +-kvq_mma_exponent)",
+          bad, n);
+    printf("  value pow2: %zu fp16 scales, 2^e and 2^-e from bits equal ldexpf's\n", n);
+}
+
 static void test_fragment_inverse(void)
 {
     long bad = 0, n = 0;
@@ -1853,6 +1874,7 @@ int main(int argc, char **argv)
         test_host_walk();
         test_fragment_replay();
         test_fragment_inverse();
+        test_value_pow2();
     }
     if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;

@@ -11,8 +11,8 @@
      - A launch runs at once, on the calling thread: blocks one after
        another, and the threads of a block as fibers (each on its own 64 KB
        stack with a guard page) that switch only at synchronization points.
-     - __syncthreads, __syncwarp, __shfl_sync, __shfl_xor_sync and
-       mma.sync are exchanges: every lane the mask names must arrive at the
+     - __syncthreads, __syncwarp, __shfl_sync, __shfl_xor_sync, __any_sync
+       and mma.sync are exchanges: every lane the mask names must arrive at the
        SAME call site (file:line) before any of them goes on. A lane that
        waits at another site, a lane that has exited, or a block in which
        no thread can run is reported with the site where each thread waits,
@@ -210,6 +210,7 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline int __ffs(int x) { return x ? __builtin_ctz((unsigned)x) + 1 : 0; }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 template <class T> static inline T __ldcs(const T *p) { return *p; }
 template <class T> static inline T __ldcg(const T *p) { return *p; }
@@ -258,6 +259,14 @@ struct site : site_t {                  /* __syncthreads() -> site(...).syncthre
     { return exchange(mask, v, src, width, 0); }
     template <class T> T shfl_xor(unsigned mask, T v, int lane_mask, int width = 32) const
     { return exchange(mask, v, lane_mask, width, 1); }
+    /* __any_sync: whether any lane of the mask has pred set, as the
+       butterfly of five xor exchanges (every lane learns the OR)         */
+    int any_sync(unsigned mask, int pred) const
+    {
+        uint32_t v = pred != 0;
+        for (int m = 1; m < 32; m <<= 1) v |= exchange(mask, v, m, 32, 1);
+        return v != 0;
+    }
     template <class T> T exchange(unsigned mask, T v, int arg, int width, int xor_mode) const
     {
         static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
@@ -328,6 +337,7 @@ bool race_checking(void);
 #define __syncwarp KVQ_EMU_SITE.syncwarp
 #define __shfl_sync KVQ_EMU_SITE.shfl
 #define __shfl_xor_sync KVQ_EMU_SITE.shfl_xor
+#define __any_sync KVQ_EMU_SITE.any_sync
 
 /* The hooks kvq_cuda.cu leaves for an emulator (each is the plain CUDA form
    when not defined): a launch, a static and a dynamic shared array.       */

@@ -132,6 +132,15 @@ mutant rotate-output-forward plain 'rotated attend \(pool\).*over tolerance|mma.
 mutant rotate-query-side plain 'rotated attend \(pool\).*over tolerance|mma.*rows over tolerance' \
     'return kvq_cuda__rotate_launch(pool->key_rotation, pool->rotation_seed, (size_t)D, 0, d_q,' \
     'return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 0, d_q,'
+# the tensor-core kernel's value weights and softmax:
+# 17. 2^-e of a value group off by one (2^e from bits, 2^-e not its inverse)
+mutant mma-value-pow2 plain 'mma.*rows over tolerance' \
+    '*pow_minus_e = kvq_mma_pow2i(-e);' \
+    '*pow_minus_e = kvq_mma_pow2i(1 - e);'
+# 18. the running max's rescale skipped when the max moved by less than 1
+mutant mma-rescale-skipped plain 'mma.*rows over tolerance' \
+    'if (__any_sync(0xffffffffu, m_new != st.m[q])) {' \
+    'if (__any_sync(0xffffffffu, m_new > st.m[q] + 1.0f)) {'
 
 wait
 pass=0; fail=0
