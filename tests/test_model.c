@@ -365,67 +365,83 @@ static void test_batch_means(void)
    count and in the claims CSV; a method that did not run makes its claims
    n/a, never a finding. eval_status: 0 with findings, 3 only under
    --strict, 1 when a method failed.                                       */
-typedef struct { const char *name; double ppl, late; } claim_row;
+typedef struct { const char *name; double ppl; } claim_row;
 static const claim_row HOLDS[] = {
-    { "fp32", 20.0, 20.0 },           { "kivi4", 20.2, 20.2 },       /* +1%   */
-    { "kivi2", 20.6, 20.6 },                                          /* +3%   */
-    { "kivi2-KcVt-R1", 21.0, 21.0 },  { "kivi2-KtVt-R1", 24.0, 24.0 }, /* 20% > 2 x 5% */
-    { "kivi2-KcVc-R1", 26.0, 26.0 },  { "kivi2-KtVc-R1", 30.0, 30.0 }, /* both > KtVt */
-    { "hf4", HF_OWN_INT4, 20.0 },     { "hf2", HF_OWN_INT2, 200.0 },
-    { "hf4-int", 20.2, 20.2 },        { "hf2-int", 30.0, 30.0 },     /* +50%, > int4 */
-    { "kivi2-g128", 23.0, 23.0 },     { "ott2", 22.0, 22.0 },
-    { "logquant2", 20.5, 20.5 },
-    { "kivi-evict", 40.0, 40.0 },     { "logquant-evict", 30.0, 30.0 },
-    { "streaming", 21.0, 21.0 },      { "h2o", 21.0, 21.0 },         { "snapkv", 21.0, 21.0 },
-    { "kivi2-rot", 20.4, 20.4 },      { "hf2-rot", 90.0, 90.0 },   /* < kivi2; <= half */
-    { "kivi4-rot", 20.2, 20.2 },      { "hf4-rot", HF_OWN_INT4, 20.0 },  /* equal       */
+    { "fp32", 20.0 },            { "kivi4", 20.2 },          /* +1%                  */
+    { "kivi2", 20.6 },                                       /* +3%                  */
+    { "kivi2-KcVt-R1", 21.0 },   { "kivi2-KtVt-R1", 24.0 },  /* 20% > 2 x 5%         */
+    { "kivi2-KcVc-R1", 26.0 },   { "kivi2-KtVc-R1", 30.0 },  /* both > KtVt          */
+    { "hf4", HF_OWN_INT4 },      { "hf2", HF_OWN_INT2 },
+    { "hf4-int", 20.2 },         { "hf2-int", 30.0 },        /* +50%, > int4         */
+    { "kivi2-g128", 23.0 },      { "ott2", 22.0 },
+    { "logquant2", 20.5 },
+    { "kivi-evict", 40.0 },      { "logquant-evict", 30.0 },
+    { "streaming", 22.0 },       { "h2o", 22.0 },            { "snapkv", 22.0 },
+    { "kivi2-rot", 20.4 },       { "hf2-rot", 90.0 },        /* < kivi2; <= half     */
+    { "kivi4-rot", 20.2 },       { "hf4-rot", HF_OWN_INT4 }, /* equal                */
 };
 
-/* Findings of check_claims on HOLDS with `name` set to ppl (ran = 0 when
-   ppl < 0); *csv_findings: FINDING lines in the claims CSV. Each row's
-   per-token NLL is log(ppl) + e_t, e_t one noise shared by every row (so
-   the differences between rows are the constants log(ppl_a / ppl_b) and
-   the intervals have zero width), plus, for `name`, its own noise of sd
-   `noise` per token (0: none).                                            */
+/* Findings of check_claims on HOLDS with `name`'s perplexity set to
+   `early` over the first half of the tokens and `late` over the second
+   (ran = 0 when late < 0); *csv_findings: FINDING lines in the claims CSV,
+   whose text is left in last_csv. Each row's per-token NLL is log(ppl) +
+   e_t, e_t one noise shared by every row (so the differences between rows
+   are the constants log(ppl_a / ppl_b) and the intervals have zero width),
+   plus, for `name`, its own noise of sd `noise` per token (0: none).     */
 #define N_TOK 256
-static int findings_with(const char *name, double ppl, double noise, int *csv_findings)
+static char last_csv[8192];
+static int findings_split(const char *name, double early, double late, double noise,
+                          int *csv_findings)
 {
     static double nll[N_METHODS][N_TOK], shared[N_TOK];
     row rows[N_METHODS];
     FILE *csv = tmpfile();
-    char line[512];
-    size_t i, k;
+    char line[1024];
+    size_t i, k, used = 0;
     int n, t;
     rng g = { 7 };
     for (t = 0; t < N_TOK; t++) shared[t] = 2.0 * rnorm(&g);
     memset(rows, 0, sizeof rows);
     for (i = 0; i < N_METHODS; i++) {
+        int named = name && !strcmp(name, ALL_METHODS[i]);
         rows[i].name = ALL_METHODS[i];
         for (k = 0; k < sizeof HOLDS / sizeof HOLDS[0]; k++)
             if (!strcmp(HOLDS[k].name, ALL_METHODS[i])) {
                 rows[i].ran = 1;
-                rows[i].ppl = HOLDS[k].ppl;
-                rows[i].ppl_late = HOLDS[k].late;
+                rows[i].ppl = rows[i].ppl_late = HOLDS[k].ppl;
             }
-        if (name && !strcmp(name, ALL_METHODS[i])) {
-            rows[i].ran = ppl >= 0.0;
-            rows[i].ppl = ppl;
+        if (named) {
+            rows[i].ran = late >= 0.0;
+            rows[i].ppl = sqrt(early * late);             /* halves of N_TOK */
+            rows[i].ppl_late = late;
         }
         for (t = 0; t < N_TOK; t++)
-            nll[i][t] = log(rows[i].ppl) + shared[t] +
-                        (name && !strcmp(name, ALL_METHODS[i]) ? noise * rnorm(&g) : 0.0);
+            nll[i][t] = (named ? log(t < N_TOK / 2 ? early : late) : log(rows[i].ppl)) +
+                        shared[t] + (named ? noise * rnorm(&g) : 0.0);
         rows[i].tok_nll = rows[i].ran ? nll[i] : NULL;
         rows[i].n_tok = N_TOK;
     }
     n = check_claims(rows, NULL, csv);
     *csv_findings = 0;
+    last_csv[0] = '\0';
     if (csv) {
         rewind(csv);
-        while (fgets(line, sizeof line, csv))
+        while (fgets(line, sizeof line, csv)) {
             *csv_findings += strstr(line, ",FINDING\n") != NULL;
+            if (used + strlen(line) < sizeof last_csv) {
+                strcpy(last_csv + used, line);
+                used += strlen(line);
+            }
+        }
         fclose(csv);
     }
     return n;
+}
+
+/* ... with `name` at one perplexity over every token                       */
+static int findings_with(const char *name, double ppl, double noise, int *csv_findings)
+{
+    return findings_split(name, ppl, ppl, noise, csv_findings);
 }
 
 static void test_claims_and_status(void)
@@ -471,6 +487,34 @@ static void test_claims_and_status(void)
     n = findings_with("kivi2-rot", 20.6 * 0.97, 1.0, &csv_n);
     CHECK(n == 1 && csv_n == 1, "KIVI-2 rotated -3%% within noise: %d findings, want 1 "
           "(lowers: not shown)", n);
+    /* orderings (A beats B) on the paired interval: under per-token noise
+       of sd 1 (half-width ~13% at 256 tokens), OTT-2 3% below its KIVI-2
+       is unresolved (a FINDING: not shown), 40% below is shown, 50% above
+       is reversed; the CSV says which                                      */
+    n = findings_with("ott2", 23.0 * 0.97, 1.0, &csv_n);
+    CHECK(n == 1 && csv_n == 1 && strstr(last_csv, "unresolved"), "OTT-2 3%% below KIVI-2 "
+          "within noise: %d findings (csv %d), want 1, 'unresolved'", n, csv_n);
+    n = findings_with("ott2", 23.0 * 0.6, 1.0, &csv_n);
+    CHECK(n == 0 && csv_n == 0 && strstr(last_csv, "shown"), "OTT-2 40%% below KIVI-2 beyond "
+          "noise: %d findings (csv %d), want 0, 'shown'", n, csv_n);
+    n = findings_with("ott2", 23.0 * 1.5, 1.0, &csv_n);
+    CHECK(n == 1 && csv_n == 1 && strstr(last_csv, "reversed"), "OTT-2 50%% above KIVI-2: %d "
+          "findings (csv %d), want 1, 'reversed'", n, csv_n);
+    /* a claim over several pairs needs every pair shown: one of three
+       eviction rows within noise of KIVI-2 breaks it                        */
+    n = findings_with("snapkv", 20.6 * 1.03, 1.0, &csv_n);
+    CHECK(n == 1 && csv_n == 1, "SnapKV 3%% above KIVI-2 within noise: %d findings, want 1", n);
+    /* a loss claimed (above 10%): +12% under the same noise is not shown   */
+    n = findings_with("hf2-int", 20.0 * 1.12, 1.0, &csv_n);
+    CHECK(n == 1 && csv_n == 1, "int2 +12%% within noise: %d findings, want 1", n);
+    /* the eviction claims read the late half alone: kivi-evict far better
+       than KIVI-2 early but worse late holds both; far worse early (whole
+       text 2x KIVI-2's) but better late breaks both                         */
+    n = findings_split("kivi-evict", 10.0, 40.0, 0.0, &csv_n);
+    CHECK(n == 0 && csv_n == 0, "kivi-evict better early, worse late: %d findings, want 0", n);
+    n = findings_split("kivi-evict", 100.0, 20.0, 0.0, &csv_n);
+    CHECK(n == 2 && csv_n == 2, "kivi-evict worse early, better late: %d findings, want 2 "
+          "(evicting the rest worse; log-spaced beats recent)", n);
     n = findings_with("ott2", -1.0, 0.0, &csv_n);
     CHECK(n == 0 && csv_n == 0, "a method that did not run made %d findings", n);
     n = findings_with("fp32", -1.0, 0.0, &csv_n);
