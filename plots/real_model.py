@@ -2,7 +2,9 @@
 (SmolLM2-135M-Instruct run by examples/llm/llm.c; `make eval`, `make plots-real`).
 
   real_model_ppl.png   perplexity rise over fp32 of every cache on 2048 tokens
-                       of GPL-3, against the bits per element it stored
+                       of GPL-3, against the bits per element it stored, with
+                       its 95% interval (the CSV's dppl_pct_lo / dppl_pct_hi:
+                       paired per-token differences, batch means)
                        (plots/csv/real_model_eval.csv, from `llm eval --csv`)
   real_kv_heatmap.png  |K| and |V| per channel x token of two real heads,
                        post-RoPE (KIVI Fig. 2 on real data); from the .npy
@@ -53,11 +55,14 @@ FAMILY = {  # method -> (family label, colour)
     "kivi-evict": ("eviction of the rest (LogQuant T2)", "#7f7f7f"),
     "logquant-evict": ("eviction of the rest (LogQuant T2)", "#7f7f7f"),
 }
+for _m in ("kivi4", "kivi2", "kivi2-KtVt", "hf4", "hf2"):   # the -rot twins
+    FAMILY[_m + "-rot"] = ("rotated before quantizing (Hadamard)", "#e377c2")
 
 
 # where a point's label goes (points): neighbours that would collide
 LABEL_OFFSET = {"kivi2-KcVc": (5, -10), "kivi2-KtVt": (-62, 3), "h2o": (5, 4),
-                "streaming": (5, -9), "hf4-int": (5, -10), "hf2-int": (5, -10)}
+                "streaming": (5, -9), "hf4": (5, 6), "hf4-rot": (5, -3), "hf4-int": (5, -12),
+                "hf2-int": (5, -10), "kivi2-KtVt-rot": (-78, 2), "ott2": (-28, -9)}
 
 
 def read_csv(path):
@@ -86,6 +91,27 @@ def read_npy(path):
     return a, tuple(h["shape"])
 
 
+def interval(r):
+    """(lo, hi) of a row's 95% interval on its rise over fp32, in percent,
+    or None where the CSV has none (a text too short: eval writes 0, 0)."""
+    try:
+        y, lo, hi = float(r["dppl_pct"]), float(r["dppl_pct_lo"]), float(r["dppl_pct_hi"])
+    except (KeyError, ValueError):
+        return None
+    return (lo, hi) if lo <= y <= hi and lo < hi else None
+
+
+def errs(rows, key):
+    """matplotlib's asymmetric error array [below, above] for rows, each
+    value key(row) on the interval's scale (0 where a row has none)."""
+    below, above = [], []
+    for r in rows:
+        iv, y = interval(r), key(r, float(r["dppl_pct"]))
+        below.append(y - key(r, iv[0]) if iv else 0.0)
+        above.append(key(r, iv[1]) - y if iv else 0.0)
+    return [below, above]
+
+
 def ppl_chart(rows, out):
     """Perplexity rise (symmetric log scale) vs bits, one labelled point per method."""
     fp = [r for r in rows if r["method"] == "fp32"]
@@ -98,7 +124,8 @@ def ppl_chart(rows, out):
         return "%s %+.1f%%" % (m, float(by[m]["dppl_pct"])) if m in by else "%s (not run)" % m
     fig, (ax, bx) = figure(
         "Every kvq cache on a real model: perplexity rise vs bits stored",
-        "What to see: the rise each cache costs at the bits it really stores: %s, %s, %s, %s "
+        "What to see: the rise each cache costs at the bits it really stores (bars: 95%% "
+        "intervals, paired per token against fp32): %s, %s, %s, %s "
         "(HF's float32 rows), %s;\n"
         "%s vs %s; %s; eviction at KIVI-2's bytes: %s, %s, %s;\n"
         "only the full-precision set kept (LogQuant Table 2): %s, %s. fp32 perplexity %.2f. %s."
@@ -113,7 +140,8 @@ def ppl_chart(rows, out):
             continue
         fam, c = FAMILY.get(r["method"], ("other", "k"))
         x, y = float(r["bits"]), float(r["dppl_pct"])
-        ax.plot(x, y, "o", color=c, ms=7, label=fam if fam not in seen else None)
+        ax.errorbar([x], [y], yerr=errs([r], lambda r, v: v), fmt="o", color=c, ms=7,
+                    elinewidth=1.2, capsize=3, label=fam if fam not in seen else None)
         seen.add(fam)
         ax.annotate(r["method"], (x, y), textcoords="offset points",
                     xytext=LABEL_OFFSET.get(r["method"], (5, 3)), fontsize=7.5)
@@ -130,23 +158,29 @@ def ppl_chart(rows, out):
     rs = sorted((r for r in rows if r["method"] != "fp32"), key=lambda r: float(r["ppl"]))
     names = [r["method"] for r in rs]
     vals = [float(r["ppl"]) for r in rs]
-    bx.barh(range(len(rs)), vals, color=[FAMILY.get(n, ("", "k"))[1] for n in names])
+    fp_ppl = float(fp[0]["ppl"])
+    # the interval on the ratio to fp32, drawn on the perplexity scale
+    bx.barh(range(len(rs)), vals, color=[FAMILY.get(n, ("", "k"))[1] for n in names],
+            xerr=errs(rs, lambda r, v: fp_ppl * (1.0 + v / 100.0)), error_kw={"lw": 1, "capsize": 2})
     bx.axvline(float(fp[0]["ppl"]), color=COLOR["fp16"], ls="--", lw=1, label="fp32")
     for i, r in enumerate(rs):
-        bx.text(vals[i], i, " %.2f (%+.1f%%, %.2f b)" % (vals[i], float(r["dppl_pct"]),
-                                                        float(r["bits"])), va="center", fontsize=7)
+        iv = interval(r)
+        bx.text(fp_ppl * (1.0 + iv[1] / 100.0) if iv else vals[i], i,
+                " %.2f (%+.1f%%%s, %.2f b)" % (vals[i], float(r["dppl_pct"]),
+                                               " [%+.1f, %+.1f]" % iv if iv else "",
+                                               float(r["bits"])), va="center", fontsize=6.5)
     bx.set_yticks(range(len(rs)))
     bx.set_yticklabels(names, fontsize=8)
     bx.invert_yaxis()
     bx.set_xscale("log")
-    bx.set_xlim(0.8 * float(fp[0]["ppl"]), 6 * max(vals))
+    bx.set_xlim(0.8 * fp_ppl, 12 * max(vals))
     bx.xaxis.set_major_locator(FixedLocator([t for t in (10, 20, 50, 100, 200, 500)
                                              if bx.get_xlim()[0] <= t <= bx.get_xlim()[1]]))
     bx.xaxis.set_major_formatter(ScalarFormatter())
     bx.xaxis.set_minor_formatter(NullFormatter())
     bx.set_xlabel("perplexity on 2047 scored tokens (log scale)")
-    bx.set_title("(b) perplexity, best first", fontsize=10)
-    bx.legend(fontsize=8, loc="lower right")
+    bx.set_title("(b) perplexity, best first, with the 95% interval", fontsize=10)
+    bx.legend(fontsize=8, loc="upper right")
     bx.grid(alpha=0.3, axis="x", which="both")
     save(fig, os.path.join(out, "real_model_ppl.png"), bottom=0.22, wspace=0.32)
 
@@ -169,21 +203,25 @@ def axes_chart(rows, out):
         "What to see: per-token keys cost far more than per-channel values, with or without "
         "the full-precision window; K per-channel + V per-channel stays\nsecond (KIVI's "
         "Llama-2 and Mistral-7B put it third, its Falcon-7B second); the window lowers every "
-        "pair's loss. " + REAL + ".", size=(10, 5))
+        "pair's loss. Whiskers: 95% intervals (paired per token against fp32). " + REAL + ".",
+        size=(10, 5))
     top = 1.0
     width = 0.38
     for k, (label, suffix, color) in enumerate((
             ("every token quantized (Table 1's setting; -R1 rows)", "-R1", "#8c564b"),
             ("KIVI's cache: last 128 tokens in full precision", "", COLOR["KIVI"]))):
-        xs, ys = [], []
+        xs, ys, rs = [], [], []
         for i, (a, _) in enumerate(AXES):
             m = "kivi2-%s%s" % (a, suffix) if suffix or a != "KcVt" else "kivi2"
             xs.append(i + (k - 0.5) * width)
             ys.append(float(by[m]["dppl_pct"]))
-        ax.bar(xs, ys, width, color=color, label=label)
+            rs.append(by[m])
+        ax.bar(xs, ys, width, color=color, label=label, yerr=errs(rs, lambda r, v: v),
+               error_kw={"lw": 1, "capsize": 3})
         top = max(top, max(ys))
-        for x, y in zip(xs, ys):
-            ax.text(x, y, "%+.0f%%" % y, ha="center", va="bottom", fontsize=8)
+        for x, y, r in zip(xs, ys, rs):      # above the whisker
+            ax.text(x, (interval(r) or (y, y))[1], "%+.0f%%" % y, ha="center", va="bottom",
+                    fontsize=8)
     ax.set_yscale("log")
     ax.set_ylim(top=8 * top)          # room for the legend above the bars
     ax.set_xticks(range(len(AXES)))
