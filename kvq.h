@@ -4116,10 +4116,10 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    query heads per KV head (GQA):
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     1.05 / 1.7   1.5 / 2.7    3.1 / 6.3
+     2-bit caches (KIVI-2,     1.0  / 1.5   1.45 / 2.55  3.0 / 6.1
        OTT-2, LogQuant-2)
-     KIVI-4                    1.4  / 2.1   1.55 / 2.7   3.1 / 6.3
-     HF-2 (per-token keys)     1.05 / 1.65  1.45 / 2.5   3.2 / 6.5
+     KIVI-4                    1.35 / 1.95  1.5  / 2.55  3.0 / 6.1
+     HF-2 (per-token keys)     1.0  / 1.55  1.4  / 2.4   3.1 / 6.4
      fp32 and fp16 rows        no more than the plain fp32 loop's count
      quantize, either axis     7.7          9.4          23
                                (ggml's quantize_row_q4_1_ref: 10.1, 10.3,
@@ -5594,15 +5594,42 @@ static KVQ__VINLINE kvq__v16 kvq__rot_put(float *out, size_t j, kvq__v16 v, int 
     return big;
 }
 
+/* R stages h, 2h, .. (R/2) h in one pass over the row: blocks j + r h,
+   r = 0 .. R-1, in registers, for every j; stage h pairs r with r + 1,
+   2h r with r + 2, 4h r with r + 4 (r's bit clear). Returns big as
+   kvq__rot_put does (last: the final pass).                              */
+static KVQ__VINLINE kvq__v16 kvq__rot_pass(float *out, size_t D, size_t h, int R, int last,
+                                           kvq__v16 scale, const float *flip, kvq__v16 big)
+{
+    size_t i, j;
+    int r, st;
+    for (i = 0; i < D; i += (size_t)R * h)
+        for (j = i; j < i + h; j += 16) {
+            kvq__v16 x[8];
+            for (r = 0; r < R; r++) x[r] = kvq__load16(out + j + (size_t)r * h);
+            for (st = 1; st < R; st *= 2)
+                for (r = 0; r < R; r++)
+                    if (!(r & st)) {
+                        kvq__v16 a = x[r], b = x[r + st];
+                        x[r] = kvq__add16(a, b);
+                        x[r + st] = kvq__sub16(a, b);
+                    }
+            for (r = 0; r < R; r++)
+                big = kvq__rot_put(out, j + (size_t)r * h, x[r], last, scale, flip, big);
+        }
+    return big;
+}
+
 /* out (D) <- R in or R^T in, kvq__rotate_row's floats; in == out allowed.
    Returns max |out|. Passes over the row, for D = 128: the blocks (stages
-   1 .. 8), stages 16 and 32 together, stage 64 with the scale.            */
+   1 .. 8), then stages 16, 32 and 64 with the scale.                      */
 static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
                                   const float *in, float *out)
 {
     const float *flip = inverse ? sign : NULL;    /* signs after the scale */
     kvq__v16 scale, big = kvq__splat16(0.0f);
     size_t h, i, j;
+    int R;
     if (D < 16) {
         float m = 0.0f;
         if (out != in) memmove(out, in, D * sizeof(float));
@@ -5617,29 +5644,18 @@ static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
         if (sign && !inverse) v = kvq__mul16(v, kvq__load16(sign + i));
         big = kvq__rot_put(out, i, kvq__hadamard16(v), D == 16, scale, flip, big);
     }
-    /* 2. stages h and 2h together on blocks j, j + h, j + 2h, j + 3h:
-          (a, b, c, d) -> stage h (a+b, a-b, c+d, c-d) -> stage 2h         */
-    for (h = 16; 4 * h <= D; h *= 4) {
-        int last = 4 * h == D;
-        for (i = 0; i < D; i += 4 * h)
-            for (j = i; j < i + h; j += 16) {
-                kvq__v16 a = kvq__load16(out + j), b = kvq__load16(out + j + h);
-                kvq__v16 c = kvq__load16(out + j + 2 * h), d = kvq__load16(out + j + 3 * h);
-                kvq__v16 s0 = kvq__add16(a, b), s1 = kvq__sub16(a, b);
-                kvq__v16 s2 = kvq__add16(c, d), s3 = kvq__sub16(c, d);
-                big = kvq__rot_put(out, j, kvq__add16(s0, s2), last, scale, flip, big);
-                big = kvq__rot_put(out, j + h, kvq__add16(s1, s3), last, scale, flip, big);
-                big = kvq__rot_put(out, j + 2 * h, kvq__sub16(s0, s2), last, scale, flip, big);
-                big = kvq__rot_put(out, j + 3 * h, kvq__sub16(s1, s3), last, scale, flip, big);
-            }
+    /* 2. stages 16 .. D/2, R = 2, 4 or 8 of them a pass (8 where exactly
+          three are left and 8 blocks fit the registers, AVX-512; else 4
+          while two or more are; 2 for the last one), the last pass with
+          the scale                                                       */
+    for (h = 16; h < D; h *= (size_t)R) {
+        size_t left = 0;                                /* stages h .. D/2   */
+        for (i = h; i < D; i *= 2) left++;
+        R = left == 3 && KVQ__W == 16 ? 8 : left >= 2 ? 4 : 2;   /* 8 blocks: zmm only */
+        big = R == 8 ? kvq__rot_pass(out, D, h, 8, h * 8 == D, scale, flip, big)
+            : R == 4 ? kvq__rot_pass(out, D, h, 4, h * 4 == D, scale, flip, big)
+            :          kvq__rot_pass(out, D, h, 2, 1, scale, flip, big);
     }
-    /* 3. one stage left (D / 16 an odd power of two): h = D/2, the last   */
-    if (h < D)
-        for (j = 0; j < h; j += 16) {
-            kvq__v16 a = kvq__load16(out + j), b = kvq__load16(out + j + h);
-            big = kvq__rot_put(out, j, kvq__add16(a, b), 1, scale, flip, big);
-            big = kvq__rot_put(out, j + h, kvq__sub16(a, b), 1, scale, flip, big);
-        }
     return kvq__hmax16(&big);
 }
 
