@@ -3116,6 +3116,28 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
     return p.work_floats;
 }
 
+/* Which kernel the instruction count favours for a shape: 1 for v5 (seal
+   the stream's full pages, kvq_cuda_seal_pages, and call
+   kvq_cuda_attend_mma), 0 for Sec. 4's kernel (leave the pages in kvq.h's
+   order and call kvq_cuda_attend), -1 for a shape v5 is not built for.
+   The rule is make cuda-gates' count of SASS instructions per KB of codes
+   (walkthrough 9.9): one query head per KV head with G = 32 pages is the
+   one shape where the CUDA-core step costs fewer (2-bit 544 against v5's
+   826 with its page work; 4-bit 360 against 423); with 2 or more heads
+   the tensor cores serve them in one MMA (2-bit G = 32: 826 against 984
+   at GQA 4), and G = 64 or 128 spreads v5's page work over more tokens.
+   A static count, not a timing: kvq_cuda_attend stays what kvq.h's users
+   get until v5 is measured on a GPU (bench/gpu_campaign.sh).          */
+static bool kvq_cuda__mma_pages_ok(int D, int G, int bits)   /* G 32, 64 or 128 */
+{
+    return kvq_mma_shape_ok(D, G, bits) && (G == 32 || G == 64 || G == 128);
+}
+extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
+{
+    if (!kvq_cuda__mma_pages_ok(head_dim, group, bits) || n_rep <= 0 || n_rep > 64) return -1;
+    return n_rep == 1 && group == 32 ? 0 : 1;
+}
+
 /* Decode attention with the sealed pages on the tensor cores (v5) and the
    rest through Sec. 4's kernel, merged. The same arguments and results as
    kvq_cuda_attend, plus: every stream's sealed pages must be in fragment
@@ -3150,8 +3172,7 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     }
     if (n_streams == 0 || n_rep <= 0 || n_rep > 64)
         return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);
-    if (!kvq_mma_shape_ok(D, pool->group, pool->bits) || pool->group > 128 || pool->group == 96 ||
-        pool->head_dim != D)
+    if (!kvq_cuda__mma_pages_ok(D, pool->group, pool->bits) || pool->head_dim != D)
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: D=%d G=%d B=%d (D 64/128, B 2/4, G 32/64/128)",
                              D, pool->group, pool->bits);
     if (pool->value_group <= 0 || pool->value_group % 16 || D % pool->value_group)
@@ -3249,6 +3270,7 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
                                            int n_rep, size_t max_tokens, const float *d_q,
                                            float *d_out, float *d_work, size_t work_floats,
                                            int *d_status, int variant, cudaStream_t stream);
+extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep);
 extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_status(const int *d_status, cudaStream_t stream);
