@@ -2412,7 +2412,8 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
              (gid, tig), head tig's scores of tokens gid and gid + 8:
              s = (c0 + c1) 2^-e + z  (or c2 + c3), -inf for a dead slot
      softmax the chunk's max per head (xor 4, 8, 16), the running max m,
-             l and acc rescaled once, p = 2^(s - m) <= 1
+             l and acc rescaled only when some head's m moved (else the
+             factor is exactly 1), p = 2^(s - m) <= 1 on MUFU.EX2
      values  B = p_t a_tg 2^(e_g) per 16-token tile and value group g:
              each element one __shfl_sync from the lane holding the score
              (kvq_mma_score_source), times the token's value scale, split
