@@ -4353,47 +4353,56 @@ static KVQ__INLINE float32x4_t kvq__f16x4(const kvq_f16 *h)
 }
 #endif
 
-/* The sum of a vector's 16 lanes in one fixed order: lane j += lane j + 8,
-   then + 4, + 2, + 1; lane 0 is the sum.                                   */
-static KVQ__VINLINE float kvq__hsum16(const kvq__v16 *v)
+/* A vector's 16 lanes folded by + (max = 0) or by max (max = 1) in one
+   fixed order: lane j (+) lane j + 8, then + 4, + 2, + 1; lane 0 is the
+   result. The sum's order is what makes it reproducible; the max is exact
+   in any order, and exact here for the finite values it is given. Always
+   inlined, so that max is a constant.                                   */
+static KVQ__INLINE float kvq__hfold16(const kvq__v16 *v, int max)
 {
-#if KVQ__W == 16 || KVQ__W == 8             /* the same adds, by shuffles */
-    __m256 s8;
+#if KVQ__W == 16 || KVQ__W == 8             /* by shuffles */
+    __m256 a8, b8;
     __m128 s4, s2;
 #if KVQ__W == 16
-    s8 = _mm256_add_ps(_mm512_castps512_ps256((__m512)v->part[0]),            /* + 8 */
-                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)v->part[0]), 1)));
+    a8 = _mm512_castps512_ps256((__m512)v->part[0]);
+    b8 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)v->part[0]), 1));
 #else
-    s8 = _mm256_add_ps((__m256)v->part[0], (__m256)v->part[1]);                /* + 8 */
+    a8 = (__m256)v->part[0];
+    b8 = (__m256)v->part[1];
 #endif
-    s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)); /* + 4 */
-    s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                               /* + 2 */
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));          /* + 1 */
+    a8 = max ? _mm256_max_ps(a8, b8) : _mm256_add_ps(a8, b8);                 /* + 8 */
+    s4 = _mm256_castps256_ps128(a8);
+    s4 = max ? _mm_max_ps(s4, _mm256_extractf128_ps(a8, 1))
+             : _mm_add_ps(s4, _mm256_extractf128_ps(a8, 1));                   /* + 4 */
+    s2 = max ? _mm_max_ps(s4, _mm_movehl_ps(s4, s4)) : _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s2 = max ? _mm_max_ss(s2, _mm_shuffle_ps(s2, s2, 1))                       /* + 1 */
+             : _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s2);
 #elif KVQ__W == 4
-    float32x4_t s4 = vaddq_f32(vaddq_f32((float32x4_t)v->part[0], (float32x4_t)v->part[2]),
-                               vaddq_f32((float32x4_t)v->part[1], (float32x4_t)v->part[3]));
-    float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));          /* + 2 */
-    return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);                        /* + 1 */
+    float32x4_t p0 = (float32x4_t)v->part[0], p1 = (float32x4_t)v->part[1];
+    float32x4_t p2 = (float32x4_t)v->part[2], p3 = (float32x4_t)v->part[3];
+    float32x4_t s4 = max ? vmaxq_f32(vmaxq_f32(p0, p2), vmaxq_f32(p1, p3))
+                         : vaddq_f32(vaddq_f32(p0, p2), vaddq_f32(p1, p3));
+    float32x2_t s2 = max ? vmax_f32(vget_low_f32(s4), vget_high_f32(s4))       /* + 2 */
+                         : vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
+    float a = vget_lane_f32(s2, 0), b = vget_lane_f32(s2, 1);
+    return max ? (b > a ? b : a) : a + b;                                      /* + 1 */
 #else
     float lane[16];
     size_t i, j;
     kvq__store16(lane, *v);
     for (j = 8; j > 0; j /= 2)
-        for (i = 0; i < j; i++) lane[i] += lane[i + j];
+        for (i = 0; i < j; i++)
+            lane[i] = max ? (lane[i + j] > lane[i] ? lane[i + j] : lane[i]) : lane[i] + lane[i + j];
     return lane[0];
 #endif
 }
 
-/* The largest of a vector's 16 lanes (exact in any order).               */
-static float kvq__hmax16(const kvq__v16 *v)
-{
-    float lane[16], mx;
-    size_t i;
-    kvq__store16(lane, *v);
-    mx = lane[0];
-    for (i = 1; i < 16; i++) mx = lane[i] > mx ? lane[i] : mx;
-    return mx;
-}
+/* The sum of a vector's 16 lanes in kvq__hfold16's order.                 */
+static KVQ__VINLINE float kvq__hsum16(const kvq__v16 *v) { return kvq__hfold16(v, 0); }
+
+/* The largest of a vector's 16 lanes.                                     */
+static KVQ__VINLINE float kvq__hmax16(const kvq__v16 *v) { return kvq__hfold16(v, 1); }
 
 /* e^x lane by lane for x <= 0, within 2 ulp of e^x on [-87, 0] and +0
    below about -87.7 (where e^x < 2^-126; -inf included). Cody-Waite: x =
@@ -5622,14 +5631,14 @@ static KVQ__VINLINE kvq__v16 kvq__rot_pass(float *out, size_t D, size_t h, int R
 
 /* out (D) <- R in or R^T in, kvq__rotate_row's floats; in == out allowed.
    Returns max |out|. Passes over the row, for D = 128: the blocks (stages
-   1 .. 8), then stages 16, 32 and 64 with the scale.                      */
-static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
-                                  const float *in, float *out)
+   1 .. 8), then stages 16, 32 and 64 with the scale. With vector lanes
+   it is inlined into kvq__rotate_row_fast once per common D.             */
+static KVQ__VINLINE float kvq__rotate_row_d(const float *sign, size_t D, int inverse,
+                                            const float *in, float *out)
 {
     const float *flip = inverse ? sign : NULL;    /* signs after the scale */
     kvq__v16 scale, big = kvq__splat16(0.0f);
     size_t h, i, j;
-    int R;
     if (D < 16) {
         float m = 0.0f;
         if (out != in) memmove(out, in, D * sizeof(float));
@@ -5644,19 +5653,34 @@ static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
         if (sign && !inverse) v = kvq__mul16(v, kvq__load16(sign + i));
         big = kvq__rot_put(out, i, kvq__hadamard16(v), D == 16, scale, flip, big);
     }
-    /* 2. stages 16 .. D/2, R = 2, 4 or 8 of them a pass (8 where exactly
-          three are left and 8 blocks fit the registers, AVX-512; else 4
-          while two or more are; 2 for the last one), the last pass with
-          the scale                                                       */
-    for (h = 16; h < D; h *= (size_t)R) {
-        size_t left = 0;                                /* stages h .. D/2   */
-        for (i = h; i < D; i *= 2) left++;
-        R = left == 3 && KVQ__W == 16 ? 8 : left >= 2 ? 4 : 2;   /* 8 blocks: zmm only */
-        big = R == 8 ? kvq__rot_pass(out, D, h, 8, h * 8 == D, scale, flip, big)
-            : R == 4 ? kvq__rot_pass(out, D, h, 4, h * 4 == D, scale, flip, big)
-            :          kvq__rot_pass(out, D, h, 2, 1, scale, flip, big);
-    }
+    /* 2. stages 16 .. D/2: 4 of them a pass while more than 3 are left,
+          then the last 3 (all 8 blocks in registers where they fit:
+          AVX-512; else 2 + 1), 2 or 1, that pass with the scale. Written
+          so that h is a plain geometric loop: with D a constant, it and
+          every pass unroll completely.                                   */
+    for (h = 16; h * 8 < D; h *= 4) big = kvq__rot_pass(out, D, h, 4, 0, scale, flip, big);
+    if (h * 8 == D && KVQ__W == 16) big = kvq__rot_pass(out, D, h, 8, 1, scale, flip, big);
+    else if (h * 8 == D) {
+        big = kvq__rot_pass(out, D, h, 4, 0, scale, flip, big);
+        big = kvq__rot_pass(out, D, 4 * h, 2, 1, scale, flip, big);
+    } else if (h * 4 == D) big = kvq__rot_pass(out, D, h, 4, 1, scale, flip, big);
+    else if (h * 2 == D) big = kvq__rot_pass(out, D, h, 2, 1, scale, flip, big);
     return kvq__hmax16(&big);
+}
+
+/* kvq__rotate_row_d with D a constant where it is a common head size: its
+   loops then unroll completely and 1/sqrt(D) is folded (AVX2, D = 128:
+   372 instructions a row, the loads, butterflies and stores and little
+   else).                                                                 */
+static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
+                                  const float *in, float *out)
+{
+    switch (D) {
+    case 64:  return kvq__rotate_row_d(sign, 64, inverse, in, out);
+    case 128: return kvq__rotate_row_d(sign, 128, inverse, in, out);
+    case 256: return kvq__rotate_row_d(sign, 256, inverse, in, out);
+    default:  return kvq__rotate_row_d(sign, D, inverse, in, out);
+    }
 }
 
 #ifdef __cplusplus
