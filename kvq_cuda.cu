@@ -2438,6 +2438,7 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
 #define KVQ_CUDA_MMA_SUBNORMAL 4      /* codes decoded as fp16 subnormals:
                                          exact only where the tensor cores
                                          keep them (kvq_cuda_mma_keeps_subnormals) */
+#define KVQ_CUDA_MMA_STAGES3 8        /* three cp.async stages, not two      */
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
 template <int D, int B, int NQ>
@@ -2846,6 +2847,9 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
 #pragma unroll
     for (int j = 0; j < STAGES - 1; j++) issue((uint32_t)j);
     for (uint32_t j = 0; j < wk.n_items; j++) {
+        /* group i holds chunk i (empty past the last), so with groups
+           0 .. j + STAGES - 1 committed, STAGES - 1 still pending means
+           0 .. j are in, at page starts, tails and the last chunks alike */
         issue(j + STAGES - 1);
         kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
         __syncwarp();
@@ -3039,7 +3043,8 @@ template <int D, int B, int NQ, int SUB>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages)
 {
     return stages == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 1, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 1, SUB>)
-                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 2, SUB>);
+         : stages == 2 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 2, SUB>)
+                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 3, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 3, SUB>);
 }
 template <int D, int B>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages, int sub)
@@ -3069,7 +3074,8 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
         return false;
     p->nq = n_rep > 4 ? 2 : 1;
     p->n_hchunks = (n_rep + 4 * p->nq - 1) / (4 * p->nq);
-    const int hilo = !(variant & KVQ_CUDA_MMA_HI_ONLY), stages = (variant & KVQ_CUDA_MMA_DIRECT) ? 1 : 2;
+    const int hilo = !(variant & KVQ_CUDA_MMA_HI_ONLY), stages = (variant & KVQ_CUDA_MMA_DIRECT) ? 1
+                                                         : (variant & KVQ_CUDA_MMA_STAGES3) ? 3 : 2;
     const int sub = (variant & KVQ_CUDA_MMA_SUBNORMAL) != 0;
     p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, sub)
                                   : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, sub))
@@ -3148,6 +3154,9 @@ extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
      KVQ_CUDA_MMA_HI_ONLY  weights in fp16 only, no lo half (about 2^-12
                            relative per weight; what the peers do)
      KVQ_CUDA_MMA_DIRECT   no staging: each chunk read where it lies
+     KVQ_CUDA_MMA_STAGES3  three stages, not two: two chunks in flight per
+                           warp while it computes one (1.5x the staging
+                           shared memory); not with KVQ_CUDA_MMA_DIRECT
      KVQ_CUDA_MMA_SUBNORMAL  the subnormal decode (Sec. 7: no HFMA2 per
                            two codes); refused on a GPU whose tensor cores
                            flush fp16 subnormal inputs                     */
@@ -3161,8 +3170,12 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     if (!pool) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
-    if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL))
+    if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |
+                    KVQ_CUDA_MMA_STAGES3))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d unknown", variant);
+    if ((variant & KVQ_CUDA_MMA_DIRECT) && (variant & KVQ_CUDA_MMA_STAGES3))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d asks for no staging "
+                              "(DIRECT) and three stages (STAGES3)", variant);
     if (variant & KVQ_CUDA_MMA_SUBNORMAL) {
         int kept = 0;
         const kvq_status st = kvq_cuda_mma_keeps_subnormals(&kept);
@@ -3266,6 +3279,7 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 #define KVQ_CUDA_MMA_HI_ONLY 1
 #define KVQ_CUDA_MMA_DIRECT  2
 #define KVQ_CUDA_MMA_SUBNORMAL 4
+#define KVQ_CUDA_MMA_STAGES3 8
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,

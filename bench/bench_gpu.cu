@@ -37,11 +37,14 @@
      fp16       our fp16 kernel over the same T
      v5[:FLAGS] kvq_cuda_attend_mma (the tensor-core kernel, sealed pages
                 in fragment order), FLAGS '+'-separated: hi (fp16 weights
-                only), direct (no cp.async staging), sub (the subnormal
-                decode; refused where the tensor cores flush subnormals)
+                only), direct (no cp.async staging), s3 (three cp.async
+                stages, not two), sub (the subnormal decode; refused
+                where the tensor cores flush subnormals)
    (bench/gpu_campaign.sh's comparisons). --long-csv FILE appends one row
    per (shape, kernel) to FILE as each is measured (a header when the file
-   is new): what a run cut off part-way still leaves behind.
+   is new): what a run cut off part-way still leaves behind. Each shape is
+   labelled with the kernel kvq_cuda_mma_route picks for it (v5 or fused;
+   the csv's route column), so a timing can confirm or refute the route.
    --copy prints the device and its copy bandwidth, and stops. --dry-run
    checks the arguments and prints what would run, without a GPU.        */
 #define KVQ_IMPLEMENTATION
@@ -376,9 +379,12 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #ifdef KVQ_CUDA_MMA_SUBNORMAL
                 else if (flag == "sub") variant |= KVQ_CUDA_MMA_SUBNORMAL;
 #endif
+#ifdef KVQ_CUDA_MMA_STAGES3
+                else if (flag == "s3") variant |= KVQ_CUDA_MMA_STAGES3;
+#endif
                 else {
                     fprintf(stderr, "bench_gpu: --kernels: unknown v5 flag '%s' in '%s' "
-                            "(hi, direct, sub)\n", flag.c_str(), k.c_str());
+                            "(hi, direct, sub, s3)\n", flag.c_str(), k.c_str());
                     return false;
                 }
                 f = e + 1;
@@ -391,7 +397,7 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #endif
         } else {
             fprintf(stderr, "bench_gpu: --kernels: unknown kernel '%s' "
-                    "(fused, onesplit, fp16, v5[:hi+direct+sub])\n", k.c_str());
+                    "(fused, onesplit, fp16, v5[:hi+direct+sub+s3])\n", k.c_str());
             return false;
         }
     }
@@ -489,8 +495,17 @@ static int run_kernel(attn_problem &P, const kernel_sel &k, float *ms_out, doubl
 /* One attention shape, or (shape = NULL) the issue's grid.               */
 struct attn_shape { int B, G, gqa; size_t S, T; };
 
-/* --kernels: per shape, each kernel named, validated then timed; one line
-   (and one --long-csv row) each.                                          */
+/* The kernel kvq_cuda_mma_route picks for a shape (D = 128): "v5" (seal
+   the pages, kvq_cuda_attend_mma), "fused" (kvq_cuda_attend), or "none"
+   where v5 is not built. A label from static counts, not a timing.      */
+static const char *route_label(int B, int G, int gqa)
+{
+    const int r = kvq_cuda_mma_route(128, B, G, gqa);
+    return r == 1 ? "v5" : r == 0 ? "fused" : "none";
+}
+
+/* --kernels: per shape, the route's label, then each kernel named,
+   validated then timed; one line (and one --long-csv row) each.          */
 static FILE *csv_long = nullptr;
 static void bench_kernels(const std::vector<attn_shape> &shapes, const std::vector<kernel_sel> &ks,
                           double copy)
@@ -505,6 +520,9 @@ static void bench_kernels(const std::vector<attn_shape> &shapes, const std::vect
         if (need_q) build_problem(P, 128, sh.B, sh.G, sh.gqa, sh.S, sh.T, false, 7 + sh.T + sh.S + sh.B + sh.G);
         if (need_f) build_problem(F, 128, 2, 32, sh.gqa, sh.S, sh.T, true, 99);
         float fused_ms = 0;
+        const char *route = route_label(sh.B, sh.G, sh.gqa);
+        printf("%2d %4d %3d %7zu %4zu | route: %s (kvq_cuda_mma_route)\n", sh.B, sh.G, sh.gqa, sh.T, sh.S,
+               route);
         for (const kernel_sel &k : ks) {
             float ms = 0;
             double err = 0;
@@ -526,9 +544,10 @@ static void bench_kernels(const std::vector<attn_shape> &shapes, const std::vect
                        k.name.c_str(), why.c_str());
             fflush(stdout);
             if (csv_long) {
-                fprintf(csv_long, "%d,%d,%d,%zu,%zu,%s,%s,%.3f,%.1f,%.1f,%.3g,%.3f\n", sh.B, sh.G, sh.gqa, sh.T,
+                fprintf(csv_long, "%d,%d,%d,%zu,%zu,%s,%s,%.3f,%.1f,%.1f,%.3g,%.3f,%s\n", sh.B, sh.G, sh.gqa, sh.T,
                         sh.S, k.name.c_str(), rc == 0 ? "ok" : rc == 1 ? "invalid" : "refused",
-                        rc == 0 ? ms * 1e3 : 0.0, gbps, copy, err, fused_ms > 0 && rc == 0 ? fused_ms / ms : 0.0);
+                        rc == 0 ? ms * 1e3 : 0.0, gbps, copy, err, fused_ms > 0 && rc == 0 ? fused_ms / ms : 0.0,
+                        route);
                 fflush(csv_long);
             }
         }
@@ -667,7 +686,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]... "
                     "[--kernels LIST] [--long-csv FILE] [--copy] [--dry-run]\n"
-                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub])\n");
+                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3])\n");
             return 2;
         }
     }
@@ -681,7 +700,8 @@ int main(int argc, char **argv)
                shapes.size(), shapes.empty() ? " (the full grid)" : "");
         for (const kernel_sel &k : kernels) printf("  kernel %s\n", k.name.c_str());
         for (const attn_shape &sh : shapes)
-            printf("  shape B=%d G=%d GQA=%d S=%zu T=%zu\n", sh.B, sh.G, sh.gqa, sh.S, sh.T);
+            printf("  shape B=%d G=%d GQA=%d S=%zu T=%zu  route: %s\n", sh.B, sh.G, sh.gqa, sh.S, sh.T,
+                   route_label(sh.B, sh.G, sh.gqa));
         return 0;
     }
     if (long_csv) {
@@ -690,7 +710,7 @@ int main(int argc, char **argv)
         if (t) fclose(t);
         csv_long = fopen(long_csv, "a");
         if (!csv_long) { fprintf(stderr, "bench_gpu: cannot open %s\n", long_csv); return 2; }
-        if (fresh) fprintf(csv_long, "B,G,gqa,T,S,kernel,result,us,gbps,copy_gbps,err,x_fused\n");
+        if (fresh) fprintf(csv_long, "B,G,gqa,T,S,kernel,result,us,gbps,copy_gbps,err,x_fused,route\n");
     }
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));

@@ -201,7 +201,7 @@ def resource_gates(ptxas_args, defs, known):
           f"<= {reg_limit(nh1, 32 * warps_attend)} registers; NH=4 {nh4} (KVQ_CUDA_NH4_MIN_CTAS) -> "
           f"<= {reg_limit(nh4, 32 * warps_attend)}; kvq_attend_mma_kernel {mma_ctas} ({mma_src}) -> "
           f"<= {reg_limit(mma_ctas, 32 * warps_mma)}; no spill, no stack frame")
-    failures, seen, allowed, fixed = [], {}, [], []
+    failures, seen, allowed, fixed, mma_static = [], {}, [], [], {}
     for spec in ptxas_args:
         if "=" not in spec:
             die(f"--ptxas {spec}: use ARCH=LOG (e.g. sm_90=build/gates/ptxas.sm_90.log)")
@@ -247,6 +247,10 @@ def resource_gates(ptxas_args, defs, known):
             print(f"{name:44s} {r['regs']:4d} {'' if limit is None else limit:>5} {ctas:>7} "
                   f"{r['smem']:6d} {r['spill_st']:>5d}/{r['spill_ld']:<5d} {stack:5d}  {gate}")
             seen.setdefault(arch, set()).add(name)
+            a = template_args(name, "kvq_attend_mma_kernel")
+            if a and a[0] == 128 and len(a) >= 5:
+                key = (arch, a[2], a[4])       # <D, B, NQ, HILO, STAGES, ...>
+                mma_static[key] = max(mma_static.get(key, 0), r["smem"])
     archs = list(seen)
     for arch in archs:
         if not any(n.startswith("kvq_attend_kernel<") for n in seen[arch]):
@@ -262,7 +266,34 @@ def resource_gates(ptxas_args, defs, known):
         print(f"  fixed: {f} passes now; remove its line from bench/cuda_gates_known.txt")
     for (arch, name) in known:
         print(f"  note: bench/cuda_gates_known.txt lists {arch} {name}, which was not compiled")
+    staging_table(defs, mma_static)
     return failures
+
+
+DEFAULT_STAGES = 2                      # kvq_cuda_attend_mma's variant 0
+
+
+def staging_table(defs, mma_static):
+    """Shared memory per CTA of kvq_attend_mma_kernel by heads (4 NQ) and
+    stage count: the static part (ptxas, the most over its instantiations
+    of that NQ, count and architecture) plus the dynamic staging kvq_cuda__plan_mma asks for,
+    KVQ_MMA_WARPS x STAGES x chunk bytes, a chunk being 32 tokens' key and
+    value words and value (s, z) pairs (4 bytes each)."""
+    if not mma_static:
+        return
+    warps, chunk = defs.get("KVQ_MMA_WARPS", 4), defs.get("KVQ_MMA_CHUNK", 32)
+    print(f"\nkvq_attend_mma_kernel shared memory per CTA, D = 128: static (ptxas) + staging "
+          f"({warps} warps x STAGES x chunk bytes); KB")
+    cases = [(b, gv) for b in (2, 4) for gv in (128, 32)]
+    print(f"{'arch':6s} {'heads':>5s} {'stages':>6s} {'static':>7s} " +
+          " ".join(f"{f'B={b} Gv={gv}':>12s}" for b, gv in cases))
+    for (arch, nq, stages), static in sorted(mma_static.items()):
+        row = []
+        for b, gv in cases:
+            chunk_bytes = (2 * 32 * (128 * b // 64) * 4 + 32 * (128 // 16) * (2 if b == 4 else 1) * 4
+                           + chunk * (128 // gv) * 4)
+            row.append((static + (0 if stages == 1 else warps * stages * chunk_bytes)) / 1024)
+        print(f"{arch:6s} {4 * nq:>5} {stages:>6} {static / 1024:7.1f} " + " ".join(f"{x:12.1f}" for x in row))
 
 
 # --------------------------------------------------------------------- SASS
@@ -692,13 +723,18 @@ def sass_counts(sass_path, probe_path, core_path, source):
                     rows[a] = e
     results = []                          # (B, G, gqa, per_kb) of the default variant
     if rows:
-        # the library's default variant: hi + lo, the most stages, the magic
-        # decode; any other parameter at its smallest value
+        # the library's default variant: hi + lo, 2 stages (3 is opt-in:
+        # KVQ_CUDA_MMA_STAGES3), the magic decode; any other parameter at
+        # its smallest value
         var = {a: variant_of(a, params) for a in rows}
         lowest = collections.defaultdict(lambda: None)
         for v in var.values():
             for k, x in v.items():
-                best = max if k == "STAGES" else (max if k == "HILO" else min)
+                if k == "STAGES":
+                    rank = lambda y: (y == DEFAULT_STAGES, y)   # noqa: E731
+                    lowest[k] = x if lowest[k] is None else max(lowest[k], x, key=rank)
+                    continue
+                best = max if k == "HILO" else min
                 lowest[k] = x if lowest[k] is None else best(lowest[k], x)
         is_default = lambda a: all(x == lowest[k] for k, x in var[a].items())   # noqa: E731
         width = max(len(variant_name(v)) for v in var.values()) + 2

@@ -18,9 +18,11 @@
 #                  fragment maps, subnormal inputs, accumulation rounding
 #                  (bench/mma_selftest.cu)
 #   test      120  test_gpu: every kernel against kvq.h, today's and v5
-#   bench     120  v5 variants against today's kernel (fused) and copy:
+#   bench     120  v5 variants (hi + lo, hi only, direct, 3 stages,
+#                  subnormal) against today's kernel (fused) and copy:
 #                  T = 32K, G 32/128, GQA 1/4/8, S 64/256, B 2/4
-#                  (bench_gpu --kernels; CAMPAIGN_KERNELS), then the clocks
+#                  (bench_gpu --kernels; CAMPAIGN_KERNELS), each shape
+#                  labelled with kvq_cuda_mma_route's pick, then the clocks
 #   sdpa       50  PyTorch fp16 SDPA at the same T, S, GQA (skipped, not
 #                  failed, where python3 has no torch)
 #   memcheck   90  compute-sanitizer memcheck, test_gpu quick (KVQ_TEST_QUICK=1)
@@ -35,7 +37,8 @@
 #   campaign.md        per step: date, device, commit, budget, time, exit
 #                      status, and its result lines
 #   campaign_full.log  every step's whole output
-#   bench_kernels.csv  bench_gpu's rows (--long-csv), one per shape and kernel
+#   bench_kernels.csv  bench_gpu's rows (--long-csv), one per shape and
+#                      kernel, with the route's pick (v5 or fused)
 #   sdpa.csv           the SDPA rows
 # (four files: the device tool returns at most eight.)
 #
@@ -56,7 +59,7 @@ declare -A BUDGET=([info]=15 [copy]=20 [selftest]=20 [test]=120 [bench]=120 [sdp
                    [memcheck]=90 [racecheck]=110)
 LIMIT=${CAMPAIGN_LIMIT:-550}
 BUILD_BUDGET=240
-KERNELS=${CAMPAIGN_KERNELS:-fused,v5,v5:hi,v5:direct,v5:sub}
+KERNELS=${CAMPAIGN_KERNELS:-fused,v5,v5:hi,v5:direct,v5:s3,v5:sub}
 T_LIST=32768 S_LIST="64 256" GQA_LIST="1 4 8" B_LIST="2 4" G_LIST="32 128"
 
 usage() {
@@ -144,8 +147,10 @@ if [ "$dry" = 1 ]; then
     bg=$bin/bench_gpu; [ -x "$bg" ] || bg=build/bench_gpu
     case " $steps " in *" bench "*)
         if [ -x "$bg" ]; then
-            if "$bg" --dry-run --kernels "$KERNELS" "${shapes[@]}" > /dev/null 2>&1; then
-                echo "  $bg accepts --kernels $KERNELS and the $n_shapes shapes"
+            if plan=$("$bg" --dry-run --kernels "$KERNELS" "${shapes[@]}" 2>&1); then
+                echo "  $bg accepts --kernels $KERNELS and the $n_shapes shapes; kvq_cuda_mma_route picks:"
+                printf '%s\n' "$plan" | grep -o 'route: [a-z0-9]*' | sort | uniq -c |
+                    sed 's/^ */    /; s/route: //; s/$/ shape(s)/'
             else
                 echo "  $bg REFUSES the benchmark's arguments (built from older sources? make gpu-campaign-build):"
                 "$bg" --dry-run --kernels "$KERNELS" "${shapes[@]}" 2>&1 | sed 's/^/    /'

@@ -580,7 +580,8 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
         const size_t bad = check_rows(caches, hq, got, n_rep, D, tol, &worst);
         const char *kind = !mma ? "attend" : (variant & KVQ_CUDA_MMA_HI_ONLY) ? "mma-hi"
                          : (variant & KVQ_CUDA_MMA_SUBNORMAL) ? "mma-sn"
-                         : (variant & KVQ_CUDA_MMA_DIRECT) ? "mma-di" : "mma";
+                         : (variant & KVQ_CUDA_MMA_DIRECT) ? "mma-di"
+                         : (variant & KVQ_CUDA_MMA_STAGES3) ? "mma-s3" : "mma";
         CHECK(status == KVQ_OK, "%s %s: %s", kind, pol_name[pol], kvq_cuda_why());
         CHECK(bad == 0, "%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
               "%zu rows over tolerance %.0e, worst rel err %.3g", kind, pol_name[pol], D, bits, G,
@@ -638,6 +639,11 @@ static void test_attend_mma(void)
     mma(POL_KIVI, 128, 2, 64, 8, 4, 1500, KVQ_CUDA_MMA_DIRECT);
     mma(POL_LOGQUANT, 64, 4, 32, 3, 4, 900, KVQ_CUDA_MMA_DIRECT);
     mma(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_HI_ONLY);
+    /* three cp.async stages: one chunk a page (G = 32) and four (G = 128),
+       chunk counts that leave the ring part-filled at the end            */
+    mma(POL_KIVI, 128, 2, 128, 4, 6, 3000, KVQ_CUDA_MMA_STAGES3);
+    mma(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_STAGES3);
+    mma(POL_LOGQUANT, 128, 2, 64, 1, 4, 1100, KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_HI_ONLY);
     /* the subnormal decode: exact where the tensor cores keep fp16
        subnormal inputs, refused with a reason where they flush them      */
     int keeps = -1;
@@ -650,6 +656,7 @@ static void test_attend_mma(void)
         mma(POL_KIVI, 128, 2, 64, 4, 4, 1200, KVQ_CUDA_MMA_SUBNORMAL);
         mma(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
         mma(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_SUBNORMAL | KVQ_CUDA_MMA_DIRECT);
+        mma(POL_KIVI, 128, 2, 64, 2, 4, 900, KVQ_CUDA_MMA_SUBNORMAL | KVQ_CUDA_MMA_STAGES3);
         kv_extreme = true;
         mma(POL_KIVI, 128, 2, 32, 2, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
         kv_extreme = false;
@@ -673,7 +680,9 @@ static void test_attend_mma(void)
     };
     CHECK(refused(nullptr, 64, wf, 0, KVQ_ERR_NULL), "mma: a NULL pool was accepted");
     CHECK(refused(&b.pool, 64, wf - 1, 0, KVQ_ERR_CAPACITY), "mma: a small workspace was accepted");
-    CHECK(refused(&b.pool, 64, wf, 8, KVQ_ERR_CONFIG), "mma: variant 8 was accepted");
+    CHECK(refused(&b.pool, 64, wf, 16, KVQ_ERR_CONFIG), "mma: variant 16 was accepted");
+    CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3, KVQ_ERR_CONFIG),
+          "mma: no staging and three stages at once was accepted");
     if (keeps == 0)
         CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_SUBNORMAL, KVQ_ERR_CONFIG),
               "mma: the subnormal decode was accepted on a device that flushes subnormals");

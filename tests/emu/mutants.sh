@@ -109,6 +109,11 @@ mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
 mutant mma-no-cp-async-wait race 'still in flight' \
     '        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
     ''
+# 11b. three stages wait for one group too few: chunk j + 1's group, not
+#     chunk j's, is the one left pending (only the 3-stage kernel differs)
+mutant mma-stages3-wait-off-by-one race 'still in flight' \
+    '        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
+    '        kvq_dev_cp_wait<STAGES == 3 ? STAGES : STAGES - 1>();'
 # the rotation (Sec. 2.1):
 # 12. the butterfly stages in the other order (the same H, other roundings)
 mutant rotate-stage-order plain 'differ from kvq_rotate' \
