@@ -192,7 +192,7 @@ fuzz: $(FUZZERS)
 # example runs once), and every ```c block opening "// FILE" (kvq.h,
 # kvq_cuda.cu, ...) must still be FILE's text, line for line.
 check-docs: $(EXAMPLES) $(B)/emu/watch_warp
-	@sh tests/check_walkthrough.sh
+	@KVQ_BUILD=$(B) sh tests/check_walkthrough.sh
 
 # Figures: each example writes its tables into plots/csv/ (git-ignored), then
 # the scripts below draw their PNGs into plots/ from them. The real-model

@@ -29,7 +29,11 @@
 #        (default walkthrough/*.md; --code checks the code excerpts only,
 #        which needs nothing built)
 # The output check needs the examples built (make check-docs builds them).
+# Quotes always say ./build/...; with KVQ_BUILD=DIR (make check-docs B=DIR
+# sets it) the binaries are run from DIR instead, output compared the same.
 set -u
+build_dir=${KVQ_BUILD:-build}
+case $build_dir in /*) ;; *) build_dir=./$build_dir ;; esac
 cd "$(dirname "$0")/.." || exit 2
 code_only=0
 if [ "${1:-}" = "--code" ]; then code_only=1; shift; fi
@@ -145,13 +149,14 @@ cut -f3 "$tmp/quotes" | sort -u > "$tmp/cmds"
 n=0
 while IFS= read -r cmd; do
     n=$((n + 1))
-    exe=$(printf '%s\n' "$cmd" | tr ' ' '\n' | grep -v = | head -n 1)   # past VAR=value
+    run=$(printf '%s\n' "$cmd" | sed "s|\./build/|$build_dir/|")       # the B= build
+    exe=$(printf '%s\n' "$run" | tr ' ' '\n' | grep -v = | head -n 1)   # past VAR=value
     if [ ! -x "$exe" ]; then
         echo "check-docs: $exe is not built (run make check-docs)"; exit 2
     fi
-    # word splitting of $cmd is intended: the example's arguments
+    # word splitting of $run is intended: the example's arguments
     # shellcheck disable=SC2086
-    env $cmd > "$tmp/out.$n" 2>&1
+    env $run > "$tmp/out.$n" 2>&1
     sed 's/[ \t\r]*$//' "$tmp/out.$n" > "$tmp/out.$n.s"
     printf '%s\t%s\n' "$cmd" "$tmp/out.$n.s" >> "$tmp/map"
 done < "$tmp/cmds"
