@@ -361,14 +361,58 @@ __global__ void kvq_quantize_check_kernel(const __half *__restrict__ X, kvq_dev_
     }
 }
 
-/* Pass 2: parameters, codes, packing. Does nothing if pass 1 (or an earlier
-   call on the same status word) found a problem.
+/* One group's step of kvq_quantize_matrix: the G values x[0], x[stride],
+   ... -> its stored (s, z), returned, and its codes packed into w (a
+   group's words: global memory here, shared in Sec. 7's sealing quantize).
    FB, FG: 0, 0 for any shape; or B and G fixed at compile time, which turns
    every loop below into straight-line code (no branch per element on the
    group's end or the word's), with the same operations in the same order,
-   hence the same bits (test_gpu checks it). kvq_cuda_quantize runs the
-   fixed kernel at G = 32 with B = 2 or 4, where it is the faster one, and
-   <0, 0> for every other shape (bench/RESULTS.md has the timings).      */
+   hence the same bits (test_gpu checks it). The group must be valid (pass
+   1 below found no problem).                                             */
+template <int FB, int FG>
+static __device__ __forceinline__ kvq_sz kvq_dev_quantize_group(const __half *x, size_t stride,
+                                                                size_t G_run, int bits_run,
+                                                                kvq_zero_mode mode, uint32_t *w)
+{
+    const int bits = FB ? FB : bits_run;
+    const size_t G = FG ? (size_t)FG : G_run;
+    const float n_levels = (float)((1u << bits) - 1u);
+    const unsigned per = 32u / (unsigned)bits;             /* codes per word */
+    float mn, mx;
+    bool finite;
+    kvq_sz p;
+    kvq_dev_minmax<FG>(x, G, stride, &mn, &mx, &finite);
+    kvq_dev_group_params(mn, mx, bits, mode, &p);          /* checked in pass 1 */
+    const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero);
+    /* codes, packed B bits at a time, least significant first            */
+    uint32_t word = 0;
+    unsigned at = 0;                         /* code index inside `word`  */
+    size_t wi = 0;
+    const bool vec = kvq_dev_vec8(x, G, stride);
+#pragma unroll (FG ? FG / 8 : 1)
+    for (size_t e0 = 0; e0 < G; e0 += 8) {
+        float f[8];
+        if (vec) kvq_dev_load8(x + e0, f);
+        else
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                f[k] = (e0 + k < G) ? __half2float(x[(e0 + k) * stride]) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (e0 + k >= G) break;
+            word |= kvq_dev_code(f[k], s, z, n_levels, mode) << (at * (unsigned)bits);
+            if (++at == per) { w[wi++] = word; word = 0; at = 0; }
+        }
+    }
+    if (at) w[wi] = word;                    /* ragged tail: high bits zero */
+    return p;
+}
+
+/* Pass 2: parameters, codes, packing. Does nothing if pass 1 (or an earlier
+   call on the same status word) found a problem. kvq_cuda_quantize runs
+   the fixed kernel (kvq_dev_quantize_group's FB, FG) at G = 32 with B = 2
+   or 4, where it is the faster one, and <0, 0> for every other shape
+   (bench/RESULTS.md has the timings).                                    */
 template <int FB, int FG>
 __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
                                     const int32_t *__restrict__ unit_dst,
@@ -376,10 +420,6 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
                                     const int *status)
 {
     if (status && *(volatile const int *)status != 0) return;
-    const int bits = FB ? FB : q.bits;
-    const size_t G = FG ? (size_t)FG : q.G;
-    const float n_levels = (float)((1u << bits) - 1u);
-    const unsigned per = 32u / (unsigned)bits;             /* codes per word */
     const size_t stride_all = (size_t)gridDim.x * blockDim.x;
     for (size_t gi = (size_t)blockIdx.x * blockDim.x + threadIdx.x; gi < q.n_groups;
          gi += stride_all) {
@@ -388,35 +428,8 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
         const size_t u = gi / q.geom.groups_per_unit, g = gi % q.geom.groups_per_unit;
         const size_t out_unit = unit_dst ? (size_t)unit_dst[u] : u;
         const size_t og = out_unit * q.geom.groups_per_unit + g;
-        float mn, mx;
-        bool finite;
-        kvq_sz p;
-        kvq_dev_minmax<FG>(x, G, stride, &mn, &mx, &finite);
-        kvq_dev_group_params(mn, mx, bits, q.mode, &p);    /* checked in pass 1 */
-        const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero);
-        uint32_t *w = words + og * q.geom.words_per_group;
-        /* codes, packed B bits at a time, least significant first        */
-        uint32_t word = 0;
-        unsigned at = 0;                     /* code index inside `word`  */
-        size_t wi = 0;
-        const bool vec = kvq_dev_vec8(x, G, stride);
-#pragma unroll (FG ? FG / 8 : 1)
-        for (size_t e0 = 0; e0 < G; e0 += 8) {
-            float f[8];
-            if (vec) kvq_dev_load8(x + e0, f);
-            else
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    f[k] = (e0 + k < G) ? __half2float(x[(e0 + k) * stride]) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (e0 + k >= G) break;
-                word |= kvq_dev_code(f[k], s, z, n_levels, q.mode) << (at * (unsigned)bits);
-                if (++at == per) { w[wi++] = word; word = 0; at = 0; }
-            }
-        }
-        if (at) w[wi] = word;                /* ragged tail: high bits zero */
-        sz[og] = p;
+        sz[og] = kvq_dev_quantize_group<FB, FG>(x, stride, q.G, q.bits, q.mode,
+                                                words + og * q.geom.words_per_group);
     }
 }
 
@@ -2316,6 +2329,26 @@ KVQ_MMA_FN bool kvq_mma_shape_ok(int D, int G, int bits)
            G <= 1024;
 }
 
+/* Word w of a page in fragment order, both sides, gathered field by field
+   from the page in kvq.h's order (k_page: (D, G*B/32) words, v_page:
+   (G, D*B/32)): the one permutation, shared by kvq_cuda_fragment_page on
+   the host, the device's sealing (Sec. 8) and its sealing quantize.     */
+KVQ_MMA_FN void kvq_mma_fragment_word(const uint32_t *k_page, const uint32_t *v_page, int D,
+                                      int G, int bits, size_t w, uint32_t *k_out,
+                                      uint32_t *v_out)
+{
+    uint32_t kw = 0, vw = 0;
+    for (int j = 0; j < 32 / bits; j++) {
+        int t, d;
+        kvq_mma_key_source(D, bits, w, j, &t, &d);
+        kw |= kvq_dev_get_code(k_page + (size_t)d * (G * bits / 32), (uint32_t)t, bits) << (j * bits);
+        kvq_mma_value_source(D, bits, w, j, &t, &d);
+        vw |= kvq_dev_get_code(v_page + (size_t)t * (D * bits / 32), (uint32_t)d, bits) << (j * bits);
+    }
+    *k_out = kw;
+    *v_out = vw;
+}
+
 /* One page (kvq.h's order, Sec. 3) -> fragment order. k_page: (D, G*B/32)
    words, v_page: (G, D*B/32) words; each output has D*G*B/32 words and
    must not overlap the inputs. KVQ_OK; KVQ_ERR_NULL; KVQ_ERR_CONFIG for a
@@ -2333,19 +2366,8 @@ inline kvq_status kvq_cuda_fragment_page(const uint32_t *k_page, const uint32_t 
     if (k_out == k_page || k_out == v_page || v_out == k_page || v_out == v_page || k_out == v_out)
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_fragment_page: an output is an input");
     const size_t n_words = (size_t)D * G * bits / 32;
-    const int per = 32 / bits;
-    for (size_t w = 0; w < n_words; w++) {
-        uint32_t kw = 0, vw = 0;
-        for (int j = 0; j < per; j++) {
-            int t, d;
-            kvq_mma_key_source(D, bits, w, j, &t, &d);
-            kw |= kvq_dev_get_code(k_page + (size_t)d * (G * bits / 32), (uint32_t)t, bits) << (j * bits);
-            kvq_mma_value_source(D, bits, w, j, &t, &d);
-            vw |= kvq_dev_get_code(v_page + (size_t)t * (D * bits / 32), (uint32_t)d, bits) << (j * bits);
-        }
-        k_out[w] = kw;
-        v_out[w] = vw;
-    }
+    for (size_t w = 0; w < n_words; w++)
+        kvq_mma_fragment_word(k_page, v_page, D, G, bits, w, &k_out[w], &v_out[w]);
     return KVQ_OK;
 }
 
@@ -2950,13 +2972,7 @@ __global__ void kvq_seal_kernel(uint32_t *__restrict__ k_words, uint32_t *__rest
     for (size_t w = threadIdx.x; w < n; w += blockDim.x) {
         uint32_t kw = 0, vw = 0;
         if (seal) {                                     /* gather each field */
-            for (int j = 0; j < per; j++) {
-                int t, d;
-                kvq_mma_key_source(D, bits, w, j, &t, &d);
-                kw |= kvq_dev_get_code(buf + (size_t)d * (G * bits / 32), (uint32_t)t, bits) << (j * bits);
-                kvq_mma_value_source(D, bits, w, j, &t, &d);
-                vw |= kvq_dev_get_code(buf + n + (size_t)t * (D * bits / 32), (uint32_t)d, bits) << (j * bits);
-            }
+            kvq_mma_fragment_word(buf, buf + n, D, G, bits, w, &kw, &vw);
         } else {                  /* kvq.h's word w: channel / token and first code */
             const size_t kd = w / (G * bits / 32), kt0 = (w % (G * bits / 32)) * per;
             const size_t vt = w / (D * bits / 32), vd0 = (w % (D * bits / 32)) * per;
@@ -2990,6 +3006,114 @@ extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32
                                                                       d_pages, pool->head_dim,
                                                                       pool->group, pool->bits,
                                                                       seal ? 1 : 0);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return KVQ_OK;
+}
+
+/* -- quantizing straight into fragment order ------------------------------- */
+/* Full pages of fp16 rows -> sealed pool pages, in one pass: kvq_cuda_quantize
+   then kvq_cuda_seal_pages, without writing the codes in kvq.h's order and
+   reading them back. One CTA per page:
+     1. its D key groups (per channel, G tokens each) and G * D/Gv value
+        groups (per token) through kvq_dev_quantize_group, Sec. 2's own
+        step: the scales and zeros go straight to the pool (they keep
+        kvq.h's order), the codes into shared memory in kvq.h's order,
+                buf  [ key page: (D, G*B/32) | value page: (G, D*B/32) ]
+     2. every word of the page gathered from buf into fragment order
+        (kvq_mma_fragment_word, the seal's gather) and written once.
+   So the bytes are kvq_cuda_quantize's codes and scales, permuted exactly
+   as kvq_cuda_fragment_page permutes them.                              */
+__global__ void kvq_quantize_sealed_kernel(const __half *__restrict__ K, const __half *__restrict__ V,
+                                           kvq_dev_qshape qk, kvq_dev_qshape qv,
+                                           const int32_t *__restrict__ pages,
+                                           kvq_cuda_pool pool, const int *status)
+{
+    if (*(volatile const int *)status != 0) return;    /* pass 1 found a problem */
+    KVQ_CUDA_SHARED_DYNAMIC(uint32_t, buf);            /* (2, n) kvq.h order  */
+    const int D = (int)qk.D, G = (int)qk.G, B = qk.bits;
+    const size_t n = (size_t)D * G * B / 32, i = blockIdx.x;
+    const size_t page = pages ? (size_t)pages[i] : i;
+    const size_t n_vg = (size_t)G * qv.geom.groups_per_unit;   /* value groups */
+    /* 1. keys: group i D + d of the per-channel matrix is channel d of page i */
+    for (size_t d = threadIdx.x; d < (size_t)D; d += blockDim.x) {
+        size_t stride;
+        const __half *x = kvq_dev_group_start(K, qk, i * D + d, &stride);
+        pool.k_sz[page * D + d] = kvq_dev_quantize_group<0, 0>(x, stride, qk.G, B, qk.mode,
+                                                               buf + d * qk.geom.words_per_group);
+    }
+    /*    values: group i G D/Gv + g is group g of the page, token g / (D/Gv) */
+    for (size_t g = threadIdx.x; g < n_vg; g += blockDim.x) {
+        size_t stride;
+        const __half *x = kvq_dev_group_start(V, qv, i * n_vg + g, &stride);
+        pool.v_sz[page * n_vg + g] = kvq_dev_quantize_group<0, 0>(x, stride, qv.G, B, qv.mode,
+                                                                  buf + n + g * qv.geom.words_per_group);
+    }
+    __syncthreads();
+    /* 2. into fragment order on the way out                                */
+    for (size_t w = threadIdx.x; w < n; w += blockDim.x)
+        kvq_mma_fragment_word(buf, buf + n, D, G, B, w, &pool.k_words[page * n + w],
+                              &pool.v_words[page * n + w]);
+}
+
+/* Quantize n full pages of rows into sealed pool pages. d_K, d_V: (n G, D)
+   fp16, the keys and values of slots 0 .. G-1 of page i at rows i G ..;
+   page i goes to pool page d_pages[i] (d_pages: (n) distinct pool page
+   ids, trusted to be in range as kvq_cuda_move_slots's are; NULL: pages
+   0 .. n-1, which must exist). Keys per channel (group G), values per
+   token (group Gv), the pool's B and zero mode: every byte of a page as
+   kvq_cuda_quantize would write it, then kvq_cuda_seal_pages. A page
+   still filling is not sealed: its values go through kvq_cuda_quantize
+   (unit_dst: the page's token slots) as they come, its keys when it is
+   full. A rotating pool's rows are rotated first, as for
+   kvq_cuda_quantize (Sec. 2.1). d_status: bad data as kvq_cuda_quantize
+   reports it (NaN/Inf, a scale or zero beyond fp16), and then NOTHING is
+   written; validate = 0 skips that pass for rows known to be good.
+   KVQ_OK; KVQ_ERR_NULL; KVQ_ERR_CONFIG (not a tensor-core shape, or the
+   value group); KVQ_ERR_CAPACITY (n > n_pages without d_pages);
+   KVQ_ERR_OVERFLOW; a CUDA failure.                                     */
+extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const __half *d_K,
+                                                const __half *d_V, size_t n,
+                                                const int32_t *d_pages, int *d_status,
+                                                int validate, cudaStream_t stream)
+{
+    if (!pool || !d_K || !d_V || !d_status)
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_sealed: NULL pointer");
+    if (!pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_sealed: pool has a NULL array");
+    const int D = pool->head_dim, G = pool->group, Gv = pool->value_group, B = pool->bits;
+    if (!kvq_mma_shape_ok(D, G, B))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize_sealed: D=%d G=%d B=%d is not a "
+                              "tensor-core shape", D, G, B);
+    if (Gv <= 0 || D % Gv || (Gv * B) % 32)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize_sealed: value group %d must divide "
+                              "D=%d and fill whole words", Gv, D);
+    if (n > 0x7fffffffu / (size_t)G)
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_quantize_sealed: %zu pages in one call", n);
+    if (!d_pages && n > pool->n_pages)
+        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "kvq_cuda_quantize_sealed: %zu pages into a pool of %zu",
+                              n, pool->n_pages);
+    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    if (n == 0) return KVQ_OK;
+    kvq_dev_qshape qk, qv;
+    kvq_status e = kvq_cuda__qshape(d_K, pool->k_words, pool->k_sz, n * G, D, B, G,
+                                    KVQ_PER_CHANNEL, pool->zero_mode, &qk);
+    if (e == KVQ_OK)
+        e = kvq_cuda__qshape(d_V, pool->v_words, pool->v_sz, n * G, D, B, Gv, KVQ_PER_TOKEN,
+                             pool->zero_mode, &qv);
+    if (e != KVQ_OK) return e;
+    if (validate)                      /* both sides checked before any write */
+        for (int side = 0; side < 2; side++) {
+            const kvq_dev_qshape &q = side ? qv : qk;
+            KVQ_CUDA_LAUNCH(kvq_quantize_check_kernel, kvq_cuda__grid(q.n_groups, 128), 128, 0,
+                            stream)(side ? d_V : d_K, q, d_status);
+            KVQ_CUDA_CHECK(cudaGetLastError());
+        }
+    const size_t bytes = 2 * (size_t)D * G * B / 8;
+    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)kvq_quantize_sealed_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    KVQ_CUDA_LAUNCH(kvq_quantize_sealed_kernel, (unsigned)n, 128, bytes, stream)(d_K, d_V, qk, qv,
+                                                                               d_pages, *pool,
+                                                                               d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return KVQ_OK;
 }
@@ -3270,6 +3394,10 @@ extern "C" kvq_status kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t s
                                            size_t n_moves, void *d_temp, cudaStream_t stream);
 extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
                                            size_t n, int seal, cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const __half *d_K,
+                                                const __half *d_V, size_t n,
+                                                const int32_t *d_pages, int *d_status,
+                                                int validate, cudaStream_t stream);
 extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept);
 extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int head_dim,
                                                 int group, int bits, int value_group, int variant,

@@ -30,6 +30,7 @@
 
 #include <vector>
 #include <algorithm>
+#include <string>
 
 /* Attention tolerance: fp32 accumulation over <= 64K tokens, the score
    scaled by log2(e) for exp2, and the 1 + c/2^B code trick (a constant
@@ -987,6 +988,267 @@ static void test_move_overlap(void)
 }
 
 /* ======================================================================== */
+/* quantizing straight into fragment order (kvq_cuda_quantize_sealed)       */
+/* ======================================================================== */
+/* A pool of n_pool pages of one shape on the device, every byte poisoned,
+   and its arrays read back.                                              */
+struct frag_pool {
+    kvq_cuda_pool pool = {};
+    size_t kw, vw, vs;                         /* page strides (words, sz)  */
+    dbuf<uint32_t> k_words, v_words;
+    dbuf<kvq_sz> k_sz, v_sz;
+    std::vector<uint32_t> hkw, hvw;
+    std::vector<kvq_sz> hks, hvs;
+    frag_pool(int D, int G, int Gv, int B, kvq_zero_mode mode, size_t n_pool)
+        : kw(kvq_cuda__kw_stride(D, G, B)), vw(kvq_cuda__vw_stride(D, G, B)),
+          vs(kvq_cuda__vs_stride(D, G, Gv)), k_words(n_pool * kw), v_words(n_pool * vw),
+          k_sz(n_pool * D), v_sz(n_pool * vs)
+    {
+        k_words.poison(); v_words.poison(); k_sz.poison(); v_sz.poison();
+        pool.k_words = k_words.p; pool.v_words = v_words.p;
+        pool.k_sz = k_sz.p; pool.v_sz = v_sz.p;
+        pool.n_pages = n_pool;
+        pool.head_dim = D; pool.group = G; pool.value_group = Gv; pool.bits = B;
+        pool.zero_mode = mode;
+    }
+    void down(void)
+    {
+        CU(cudaDeviceSynchronize());
+        hkw.resize(k_words.n); hvw.resize(v_words.n); hks.resize(k_sz.n); hvs.resize(v_sz.n);
+        k_words.down(hkw.data()); v_words.down(hvw.data());
+        k_sz.down(hks.data()); v_sz.down(hvs.data());
+    }
+    /* bytes of pool page p still poisoned, every array                   */
+    size_t untouched(size_t p) const
+    {
+        const int D = pool.head_dim;
+        size_t n = 0;
+        for (size_t i = 0; i < kw; i++) n += hkw[p * kw + i] == 0xABABABABu;
+        for (size_t i = 0; i < vw; i++) n += hvw[p * vw + i] == 0xABABABABu;
+        for (size_t i = 0; i < (size_t)D; i++) n += hks[p * D + i].scale == 0xABABu;
+        for (size_t i = 0; i < vs; i++) n += hvs[p * vs + i].scale == 0xABABu;
+        return n;
+    }
+    size_t page_items(void) const { return kw + vw + pool.head_dim + vs; }
+};
+
+/* n distinct pool page ids out of n_pool, shuffled.                       */
+static std::vector<int32_t> shuffled_ids(size_t n, size_t n_pool)
+{
+    std::vector<int32_t> all(n_pool);
+    for (size_t i = 0; i < n_pool; i++) all[i] = (int32_t)i;
+    for (size_t i = n_pool; i > 1; i--) std::swap(all[i - 1], all[rng_below(i)]);
+    all.resize(n);
+    return all;
+}
+
+/* n full pages of fp16 rows of one input family through
+   kvq_cuda_quantize_sealed into shuffled pages of a larger pool, against
+   kvq.h: kvq_quantize_matrix on each side (keys per channel, values per
+   token), permuted by kvq_cuda_fragment_page, byte for byte; each code
+   also read back through the inverse map (kvq_mma_code_at: not the
+   gather the kernel runs). Bad data: kvq.h's status, nothing written.   */
+static void test_sealed_case(int D, int B, int G, int Gv, kvq_zero_mode mode, int kind, size_t n)
+{
+    const size_t T = n * G, n_pool = n + 2, nw = (size_t)D * G * B / 32;
+    std::vector<kvq_f16> hk(T * D), hv(T * D);
+    fill_input(hk, T, D, kind);
+    fill_input(hv, T, D, kind == IN_NAN || kind == IN_INF ? IN_GAUSS : kind);   /* one bad side */
+    std::vector<float> fk(T * D), fv(T * D);
+    for (size_t i = 0; i < T * D; i++) { fk[i] = kvq_f16_to_f32(hk[i]); fv[i] = kvq_f16_to_f32(hv[i]); }
+    frag_pool P(D, G, Gv, B, mode, n_pool);
+    std::vector<uint32_t> ck(n * P.kw), cv(n * P.vw);
+    std::vector<kvq_sz> cks(n * D), cvs(n * P.vs);
+    const kvq_status sk = kvq_quantize_matrix(fk.data(), T, D, B, G, KVQ_PER_CHANNEL, mode, ck.data(), cks.data());
+    const kvq_status sv = kvq_quantize_matrix(fv.data(), T, D, B, Gv, KVQ_PER_TOKEN, mode, cv.data(), cvs.data());
+    const kvq_status want = sk != KVQ_OK && (sv == KVQ_OK || sk < sv) ? sk : sv;
+    const std::vector<int32_t> ids = shuffled_ids(n, n_pool);
+    dbuf<__half> dk(T * D), dv(T * D);
+    dbuf<int32_t> dids(n);
+    dbuf<int> dst(1);
+    dk.up(reinterpret_cast<const __half *>(hk.data()));
+    dv.up(reinterpret_cast<const __half *>(hv.data()));
+    dids.up(ids.data());
+    KQ(kvq_cuda_quantize_sealed(&P.pool, dk.p, dv.p, n, dids.p, dst.p, 1, 0));
+    const kvq_status got = kvq_cuda_status(dst.p, 0);
+    P.down();
+    CHECK(got == want, "sealed quantize D=%d B=%d G=%d Gv=%d mode=%d kind=%d: status %s, kvq.h %s",
+          D, B, G, Gv, (int)mode, kind, kvq_status_str(got), kvq_status_str(want));
+    size_t poisoned = 0;
+    for (size_t p = 0; p < n_pool; p++) poisoned += P.untouched(p);
+    if (want != KVQ_OK) {
+        CHECK(poisoned == n_pool * P.page_items(), "sealed quantize wrote %zu words and scales on "
+              "failure", n_pool * P.page_items() - poisoned);
+        return;
+    }
+    CHECK(poisoned == 2 * P.page_items(), "sealed quantize: the two pages no input maps to hold "
+          "%zu poisoned items of %zu", poisoned, 2 * P.page_items());
+    std::vector<uint32_t> fk_ref(nw), fv_ref(nw);
+    size_t bad_words = 0, bad_sz = 0, bad_codes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t o = (size_t)ids[i];
+        const uint32_t *gk = &P.hkw[o * P.kw], *gv = &P.hvw[o * P.vw];
+        kvq_cuda_fragment_page(&ck[i * nw], &cv[i * nw], D, G, B, fk_ref.data(), fv_ref.data());
+        bad_words += memcmp(gk, fk_ref.data(), nw * 4) != 0 || memcmp(gv, fv_ref.data(), nw * 4) != 0;
+        bad_sz += memcmp(&P.hks[o * D], &cks[i * D], D * sizeof(kvq_sz)) != 0 ||
+                  memcmp(&P.hvs[o * P.vs], &cvs[i * P.vs], P.vs * sizeof(kvq_sz)) != 0;
+        for (int t = 0; t < G; t++)
+            for (int d = 0; d < D; d++)
+                bad_codes += kvq_mma_code_at(gk, D, B, 0, t, d) !=
+                                 kvq_dev_get_code(&ck[i * nw + (size_t)d * (G * B / 32)], (uint32_t)t, B) ||
+                             kvq_mma_code_at(gv, D, B, 1, t, d) !=
+                                 kvq_dev_get_code(&cv[i * nw + (size_t)t * (D * B / 32)], (uint32_t)d, B);
+    }
+    CHECK(bad_words == 0 && bad_sz == 0 && bad_codes == 0,
+          "sealed quantize D=%d B=%d G=%d Gv=%d mode=%d kind=%d: of %zu pages %zu differ from "
+          "kvq_cuda_fragment_page, %zu in scales/zeros; %zu codes misplaced", D, B, G, Gv, (int)mode,
+          kind, n, bad_words, bad_sz, bad_codes);
+}
+
+/* A KIVI cache of random length built on the CPU from fp16 rows, exported
+   and sealed on the host (kvq_cuda_export_fragment), against the same
+   rows quantized on the device the way a decode loop would: the sealed
+   pages by kvq_cuda_quantize_sealed, the page still filling by
+   kvq_cuda_quantize (its key unit if quantized, its values token by
+   token into the page's slots). Every quantized byte must be the
+   export's.                                                              */
+static size_t sealed_seen = 0, partial_seen = 0;   /* pages test_sealed_export compared */
+static void test_sealed_export(int pol, int D, int B, int G, int Gv, size_t max_len)
+{
+    kvq_config cfg = make_config(pol, D, B, G);
+    if (Gv) cfg.value_group = Gv;
+    const size_t T = 1 + rng_below(max_len), pre = T / 2;
+    std::vector<float> K, V;
+    make_kv(T, D, K, V);
+    for (auto &x : K) x = kvq_f16_to_f32(kvq_f32_to_f16(x));   /* rows the cache keeps as fp16 */
+    for (auto &x : V) x = kvq_f16_to_f32(kvq_f32_to_f16(x));
+    kvq_cache c;
+    kvq_cuda_export_t e;
+    bool ok = kvq_cache_init(&c, &cfg) == KVQ_OK;
+    ok = ok && (pre == 0 || kvq_cache_prefill(&c, K.data(), V.data(), pre) == KVQ_OK);
+    for (size_t t = pre; t < T && ok; t++) ok = kvq_cache_append(&c, &K[t * D], &V[t * D]) == KVQ_OK;
+    CHECK(ok, "sealed export: building the cache failed: %s", kvq_why());
+    if (!ok) return;
+    KQ(kvq_cuda_export(&c, &e));
+    KQ(kvq_cuda_export_fragment(&e));
+    Gv = e.value_group;
+    const size_t n_kq = e.n_kq, n_vq = e.n_vq, sealed = std::min(n_kq, n_vq) / G;
+    const size_t nw = (size_t)D * G * B / 32, wpt = (size_t)D * B / 32, gpt = (size_t)D / Gv;
+    /* the rows in slot order, as a decode loop holds them                  */
+    std::vector<kvq_f16> hk(std::max<size_t>(n_kq, 1) * D), hv(std::max<size_t>(n_vq, 1) * D);
+    for (size_t s = 0; s < n_kq; s++)
+        for (int d = 0; d < D; d++) hk[s * D + d] = kvq_f32_to_f16(K[(size_t)c.k.qpos[s] * D + d]);
+    for (size_t s = 0; s < n_vq; s++)
+        for (int d = 0; d < D; d++) hv[s * D + d] = kvq_f32_to_f16(V[(size_t)c.v.qpos[s] * D + d]);
+    frag_pool P(D, G, Gv, B, e.zero_mode, e.n_pages + 3);
+    const std::vector<int32_t> ids = shuffled_ids(e.n_pages, P.pool.n_pages);
+    dbuf<__half> dk(hk.size()), dv(hv.size());
+    dbuf<int32_t> dids(ids.size());
+    dbuf<int> dst(1);
+    dk.up(reinterpret_cast<const __half *>(hk.data()));
+    dv.up(reinterpret_cast<const __half *>(hv.data()));
+    dids.up(ids.data());
+    kvq_status st = KVQ_OK;
+    KQ(kvq_cuda_quantize_sealed(&P.pool, dk.p, dv.p, sealed, dids.p, dst.p, 1, 0));
+    if (st == KVQ_OK) st = kvq_cuda_status(dst.p, 0);
+    const size_t k_units = n_kq / G - sealed;            /* key units of unsealed pages */
+    if (k_units) {
+        KQ(kvq_cuda_quantize(dk.p + sealed * G * D, k_units * G, D, B, G, KVQ_PER_CHANNEL, e.zero_mode,
+                             dids.p + sealed, P.pool.k_words, P.pool.k_sz, dst.p, 1, 0));
+        if (st == KVQ_OK) st = kvq_cuda_status(dst.p, 0);
+    }
+    if (n_vq > sealed * G) {                             /* values: token slots of their pages */
+        std::vector<int32_t> slot_of(n_vq - sealed * G);
+        for (size_t s = sealed * G; s < n_vq; s++) slot_of[s - sealed * G] = ids[s / G] * G + (int32_t)(s % G);
+        dbuf<int32_t> dslot(slot_of.size());
+        dslot.up(slot_of.data());
+        KQ(kvq_cuda_quantize(dv.p + sealed * G * D, n_vq - sealed * G, D, B, Gv, KVQ_PER_TOKEN,
+                             e.zero_mode, dslot.p, P.pool.v_words, P.pool.v_sz, dst.p, 1, 0));
+        if (st == KVQ_OK) st = kvq_cuda_status(dst.p, 0);
+    }
+    P.down();
+    size_t bad = 0;
+    for (size_t p = 0; p < e.n_pages; p++) {
+        const size_t o = (size_t)ids[p];
+        if (p < n_kq / G)                                /* the key unit, sealed or not */
+            bad += memcmp(&P.hkw[o * nw], e.k_words + p * nw, nw * 4) != 0 ||
+                   memcmp(&P.hks[o * D], e.k_sz + p * D, D * sizeof(kvq_sz)) != 0;
+        if (p < sealed)                                  /* the whole value page */
+            bad += memcmp(&P.hvw[o * nw], e.v_words + p * nw, nw * 4) != 0;
+        else                                             /* each quantized token */
+            for (size_t t = 0; t < (size_t)G && p * G + t < n_vq; t++)
+                bad += memcmp(&P.hvw[o * nw + t * wpt], e.v_words + p * nw + t * wpt, wpt * 4) != 0;
+        const size_t vq_here = std::min<size_t>(G, n_vq > p * G ? n_vq - p * G : 0);
+        bad += memcmp(&P.hvs[o * P.vs], e.v_sz + p * P.vs, vq_here * gpt * sizeof(kvq_sz)) != 0;
+    }
+    sealed_seen += sealed;
+    partial_seen += e.n_pages - sealed;
+    CHECK(st == KVQ_OK && bad == 0, "sealed export %s D=%d B=%d G=%d Gv=%d T=%zu (%zu sealed pages "
+          "of %zu, n_kq %zu, n_vq %zu): %s, %zu parts differ from kvq_cuda_export_fragment",
+          pol_name[pol], D, B, G, Gv, T, sealed, e.n_pages, n_kq, n_vq, kvq_status_str(st), bad);
+    kvq_cuda_export_free(&e);
+    kvq_cache_free(&c);
+}
+
+static void test_quantize_sealed(void)
+{
+    /* every shape the exporter and the tensor cores share, value groups
+       from the smallest whole-word group to D, both zero modes            */
+    size_t n_cases = 0;
+    for (int D : { 64, 128 })
+        for (int B : { 2, 4 })
+            for (int G : { 32, 64, 128 }) {
+                const int Gv = (int)(32 / B) << rng_below(B == 2 ? 3 : 4);   /* 16..64 or 8..64 */
+                test_sealed_case(D, B, G, Gv, n_cases % 2 ? KVQ_ZERO_INT : KVQ_ZERO_FLOAT, IN_GAUSS,
+                                 1 + rng_below(3));
+                /* KIVI's window holds R = 128 tokens: longer streams seal more pages */
+                test_sealed_export(n_cases % 2 ? POL_KIVI_INT : POL_KIVI, D, B, G, 0,
+                                   quick_mode ? 128 + 3 * G : 128 + 6 * G + 40);
+                test_sealed_export(POL_KIVI, D, B, G, Gv, 128 + 3 * G);
+                n_cases++;
+            }
+    /* adversarial rows: constant groups, +-65504 and subnormals (scales
+       at both ends of fp16), ties, a NaN or an Inf (refused, nothing
+       written), a range whose 1-bit scale would overflow (fine at B >= 2) */
+    for (int kind = IN_GAUSS; kind <= IN_HUGE; kind++)
+        for (kvq_zero_mode m : { KVQ_ZERO_FLOAT, KVQ_ZERO_INT }) {
+            test_sealed_case(128, 2, 128, 32, m, kind, 2);
+            test_sealed_case(64, 4, 32, 16, m, kind, 3);
+        }
+    CHECK(sealed_seen >= n_cases && partial_seen >= n_cases / 2,
+          "sealed export: only %zu sealed and %zu partial pages compared", sealed_seen, partial_seen);
+    printf("  sealed quantize: %zu shapes; %zu sealed pages and %zu pages still filling equal to "
+           "kvq_cuda_export_fragment's\n", n_cases, sealed_seen, partial_seen);
+    /* refusals: a reason, nothing launched or written                      */
+    frag_pool P(64, 32, 32, 2, KVQ_ZERO_FLOAT, 2);
+    dbuf<__half> dx(64 * 64);
+    dbuf<int> dst(1);
+    kvq_cuda_pool bad = P.pool;
+    CHECK(refused_with(kvq_cuda_quantize_sealed(nullptr, dx.p, dx.p, 1, nullptr, dst.p, 1, 0), KVQ_ERR_NULL) &&
+          refused_with(kvq_cuda_quantize_sealed(&P.pool, dx.p, nullptr, 1, nullptr, dst.p, 1, 0), KVQ_ERR_NULL) &&
+          refused_with(kvq_cuda_quantize_sealed(&P.pool, dx.p, dx.p, 1, nullptr, nullptr, 1, 0), KVQ_ERR_NULL),
+          "sealed quantize: a NULL argument was accepted");
+    bad.v_sz = nullptr;
+    CHECK(refused_with(kvq_cuda_quantize_sealed(&bad, dx.p, dx.p, 1, nullptr, dst.p, 1, 0), KVQ_ERR_NULL),
+          "sealed quantize: a pool without v_sz was accepted");
+    bad = P.pool; bad.group = 48;
+    CHECK(refused_with(kvq_cuda_quantize_sealed(&bad, dx.p, dx.p, 1, nullptr, dst.p, 1, 0), KVQ_ERR_CONFIG),
+          "sealed quantize: G = 48 was accepted");
+    bad = P.pool; bad.bits = 8;
+    CHECK(refused_with(kvq_cuda_quantize_sealed(&bad, dx.p, dx.p, 1, nullptr, dst.p, 1, 0), KVQ_ERR_CONFIG),
+          "sealed quantize: B = 8 was accepted");
+    bad = P.pool; bad.value_group = 8;                   /* 16 bits: not a word */
+    CHECK(refused_with(kvq_cuda_quantize_sealed(&bad, dx.p, dx.p, 1, nullptr, dst.p, 1, 0), KVQ_ERR_CONFIG),
+          "sealed quantize: Gv = 8 at B = 2 was accepted");
+    CHECK(refused_with(kvq_cuda_quantize_sealed(&P.pool, dx.p, dx.p, 3, nullptr, dst.p, 1, 0), KVQ_ERR_CAPACITY),
+          "sealed quantize: 3 pages into a pool of 2 were accepted");
+    CHECK(refused_with(kvq_cuda_quantize_sealed(&P.pool, dx.p, dx.p, (size_t)1 << 40, nullptr, dst.p, 1, 0), KVQ_ERR_OVERFLOW),
+          "sealed quantize: 2^40 pages were accepted");
+    P.down();
+    CHECK(P.untouched(0) + P.untouched(1) == 2 * P.page_items(), "refused sealed quantize calls wrote to the pool");
+}
+
+/* ======================================================================== */
 /* host: the kernel's walk of an exported stream, on the CPU                */
 /* ======================================================================== */
 /* Runs without a GPU (`test_gpu --host`; CI runs it). For every policy and
@@ -1909,20 +2171,27 @@ int main(int argc, char **argv)
     quick_mode = getenv("KVQ_TEST_QUICK") != NULL;
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("test_gpu%s on %s (sm_%d%d)\n", quick_mode ? " (quick)" : "", prop.name, prop.major, prop.minor);
-    test_quantize();        /* G = 32 at B = 2/4 runs the fixed-shape kernel */
-    printf("  quantize: %d checks so far\n", test__pass + test__fail);
-    test_rotate_rows();
-    test_rotate_codes();
-    test_rotate_attend();
-    test_rotate_refusals();
-    test_attend();
-    test_attend_status();
-    test_attend_splits();
-    test_attend_mma();
-    CHECK(tiled_streams > 0, "no stream reached a second tile of a G > 32 page");
-    printf("  tiles: %zu streams reached a page's second tile\n", tiled_streams);
-    test_compaction_round(false);
-    test_compaction_round(true);
-    test_move_overlap();
+    /* KVQ_TEST_ONLY=name[,name...]: only those groups (while developing) */
+    const char *only = getenv("KVQ_TEST_ONLY");
+    auto chosen = [&](const char *name) {
+        if (!only) return true;
+        const std::string list = std::string(",") + only + ",";
+        return list.find(std::string(",") + name + ",") != std::string::npos;
+    };
+    auto run = [&](const char *name, void (*fn)(void)) {
+        if (!chosen(name)) return;
+        fn();
+        printf("  %s: %d checks so far\n", name, test__pass + test__fail);
+    };
+    run("quantize", test_quantize);   /* G = 32 at B = 2/4 runs the fixed-shape kernel */
+    run("quantize-sealed", test_quantize_sealed);
+    run("rotate", [] { test_rotate_rows(); test_rotate_codes(); test_rotate_attend(); test_rotate_refusals(); });
+    run("attend", [] { test_attend(); test_attend_status(); test_attend_splits(); });
+    run("mma", test_attend_mma);
+    if (chosen("attend")) {
+        CHECK(tiled_streams > 0, "no stream reached a second tile of a G > 32 page");
+        printf("  tiles: %zu streams reached a page's second tile\n", tiled_streams);
+    }
+    run("compaction", [] { test_compaction_round(false); test_compaction_round(true); test_move_overlap(); });
     return TEST_END("test_gpu");
 }

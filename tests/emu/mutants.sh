@@ -146,6 +146,16 @@ mutant mma-value-pow2 plain 'mma.*rows over tolerance' \
 mutant mma-rescale-skipped plain 'mma.*rows over tolerance' \
     'if (__any_sync(0xffffffffu, m_new != st.m[q])) {' \
     'if (__any_sync(0xffffffffu, m_new > st.m[q] + 1.0f)) {'
+# quantizing straight into fragment order (Sec. 8, kvq_cuda_quantize_sealed):
+# 19. every page written to its input index instead of its pool page
+mutant sealed-quantize-page plain 'sealed (quantize|export).*differ' \
+    'const size_t page = pages ? (size_t)pages[i] : i;' \
+    'const size_t page = i;'
+# 20. the value groups' codes staged one word apart (kvq.h's order broken
+#     before the permutation: the scales stay right, the codes do not)
+mutant sealed-quantize-value-words plain 'sealed (quantize|export).*differ' \
+    'buf + n + g * qv.geom.words_per_group);' \
+    'buf + n + (g ^ 1) * qv.geom.words_per_group);'
 
 wait
 pass=0; fail=0
