@@ -512,7 +512,9 @@ typedef struct kvq_cache {
     /* rotation (Sec. 6.1); NULL when neither side rotates                   */
     float     *rot_sign;       /* (D) +-1 of rotation_seed; NULL unless a
                                   side uses KVQ_ROT_HADAMARD_SIGNS         */
-    float     *rot_rows;       /* (2, rot_cap, D) K then V rows, rotated    */
+    float     *rot_rows;       /* (2, rot_cap, D) K then V rows, rotated,
+                                  from its first 64-byte boundary (the
+                                  allocation has KVQ__ROT_SLACK floats more) */
     size_t     rot_cap;        /* tokens rot_rows holds per side            */
 } kvq_cache;
 
@@ -1016,11 +1018,17 @@ static kvq_status kvq__check_finite(const float *x, size_t n)
 static uint32_t kvq__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-/* Forced inlining where a constant B must reach the loops (GCC, clang).    */
+/* Forced inlining where a constant B must reach the loops (GCC, clang), and
+   a loop unrolled completely before the compiler decides what lives in
+   registers (KVQ__UNROLL(n) on the line before it; GCC's -O2 unrolls too
+   little and too late for that otherwise).                                */
 #if defined(__GNUC__) || defined(__clang__)
 #define KVQ__INLINE inline __attribute__((always_inline))
+#define KVQ__UNROLL(n) _Pragma(KVQ__PRAGMA_STR(GCC unroll n))
+#define KVQ__PRAGMA_STR(x) #x
 #else
 #define KVQ__INLINE inline
+#define KVQ__UNROLL(n)
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -2403,6 +2411,16 @@ static int kvq__rotates(const kvq_cache *c)
     return c->cfg.key_rotation != KVQ_ROT_NONE || c->cfg.value_rotation != KVQ_ROT_NONE;
 }
 
+/* The rotated rows start on a 64-byte boundary: a row's 16-float blocks
+   are then whole cache lines, and a 512-bit store or load never splits in
+   two (unaligned, the rotated append cost ~10% more on Zen 4). KVQ_MALLOC
+   promises less, so the buffer has this many floats more.                 */
+#define KVQ__ROT_SLACK 16
+static float *kvq__rot_rows(const kvq_cache *c)
+{
+    return c->rot_rows + (16 - ((uintptr_t)c->rot_rows / sizeof(float)) % 16) % 16;
+}
+
 /* The rotation's buffers (Sec. 6.1): the sign vector, and two rows per side
    so that an append never allocates; then *c = *t. Frees *t on failure.   */
 static kvq_status kvq__rotation_init(kvq_cache *c, kvq_cache *t)
@@ -2410,7 +2428,7 @@ static kvq_status kvq__rotation_init(kvq_cache *c, kvq_cache *t)
     size_t D = t->cfg.head_dim, j;
     if (kvq__rotates(t)) {
         t->rot_cap = 1;
-        t->rot_rows = (float *)KVQ_MALLOC(2 * D * sizeof(float));
+        t->rot_rows = (float *)KVQ_MALLOC((2 * D + KVQ__ROT_SLACK) * sizeof(float));
         if (t->cfg.key_rotation == KVQ_ROT_HADAMARD_SIGNS ||
             t->cfg.value_rotation == KVQ_ROT_HADAMARD_SIGNS) {
             t->rot_sign = (float *)KVQ_MALLOC(D * sizeof(float));
@@ -2569,8 +2587,9 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
     if (T > c->rot_cap) {
         size_t n;
         float *grown;
-        if (!kvq__mul(2 * T, D * sizeof(float), &n))
+        if (!kvq__mul(2 * T, D, &n) || n > SIZE_MAX / sizeof(float) - KVQ__ROT_SLACK)
             return kvq__fail(c, KVQ_ERR_OVERFLOW, "rotation rows: 2 T D floats overflow");
+        n = (n + KVQ__ROT_SLACK) * sizeof(float);
         grown = (float *)KVQ_REALLOC(c->rot_rows, n);
         if (!grown) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the rotation's rows "
                                      "to %zu tokens", T);
@@ -2579,7 +2598,7 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
     }
     for (s = 0; s < 2; s++) {
         const float **X = s ? V : K;
-        float *Y = c->rot_rows + (size_t)s * T * D;
+        float *Y = kvq__rot_rows(c) + (size_t)s * T * D;
         if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) continue;
         float big = 0.0f;
         for (t = 0; t < T; t++) {
@@ -3067,7 +3086,7 @@ KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out)
             b.allocated += s->rows[r].cap * (rowb + sizeof(int32_t));
         b.payload += b.codes[i] + b.scale_zero[i] + b.full_precision[i];
     }
-    if (c->rot_rows) b.allocated += 2 * c->rot_cap * D * sizeof(float);
+    if (c->rot_rows) b.allocated += (2 * c->rot_cap * D + KVQ__ROT_SLACK) * sizeof(float);
     if (c->rot_sign) b.allocated += D * sizeof(float);
     if (c->stage)
         b.allocated += c->stage_rows * D * sizeof(float) +
@@ -5530,10 +5549,12 @@ static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, f
                       rounds once, the same sum).
      h = 16 .. D/2    pairs of whole blocks, a row pass per stage.
 
-   All four inner stages of a block are done before the next block: they
-   touch only that block, so the order across blocks changes nothing. The
-   last pass scales (and flips, rotating back) and returns max |out|, which
-   the cache's range check needs anyway. D < 16 takes kvq__rotate_row.    */
+   The four inner stages touch only their block, so they may run block
+   after block or stage after stage across blocks: the order across blocks
+   changes nothing. The last pass scales (and flips, rotating back) and
+   returns max |out|, which the cache's range check needs anyway. With
+   AVX-512 and D <= 128 the whole row stays in registers from load to
+   store (KVQ__ROT_REG_BLOCKS). D < 16 takes kvq__rotate_row.             */
 
 /* x with lanes j and j ^ h swapped inside each native vector (h < W)     */
 static KVQ__VINLINE kvq__vf kvq__vswap(kvq__vf x, int h)
@@ -5566,25 +5587,31 @@ static const float kvq__bfly_sign[4][16] = {
     { 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1 },
 };
 
-/* stages h = 1, 2, 4, 8 of one 16-float block                             */
-static KVQ__VINLINE kvq__v16 kvq__hadamard16(kvq__v16 v)
+/* stages h = 1, 2, 4, 8 of each of the n 16-float blocks x[0 .. n-1], a
+   stage at a time (the blocks are independent)                           */
+static KVQ__VINLINE void kvq__hadamard16(kvq__v16 *x, size_t n)
 {
+    size_t i;
     int lg, k;
+    KVQ__UNROLL(4)
     for (lg = 0; lg < 4; lg++) {
         int h = 1 << lg;
         if (h < KVQ__W) {                              /* inside each part */
             const kvq__vf s = KVQ__VLOAD(kvq__bfly_sign[lg]);
-            KVQ__EACH(k) v.part[k] = KVQ__VFMA(kvq__vswap(v.part[k], h), v.part[k], s);
+            KVQ__UNROLL(8)
+            for (i = 0; i < n; i++)
+                KVQ__EACH(k) x[i].part[k] = KVQ__VFMA(kvq__vswap(x[i].part[k], h), x[i].part[k], s);
         } else {                                       /* part with part */
             int ph = h / KVQ__W;
-            KVQ__EACH(k) if (!(k & ph)) {
-                kvq__vf a = v.part[k], b = v.part[k + ph];
-                v.part[k] = a + b;
-                v.part[k + ph] = a - b;
-            }
+            KVQ__UNROLL(8)
+            for (i = 0; i < n; i++)
+                KVQ__EACH(k) if (!(k & ph)) {
+                    kvq__vf a = x[i].part[k], b = x[i].part[k + ph];
+                    x[i].part[k] = a + b;
+                    x[i].part[k + ph] = a - b;
+                }
         }
     }
-    return v;
 }
 
 /* out[j..j+16) <- v. On the last pass (last != 0) v is first scaled and,
@@ -5597,42 +5624,68 @@ static KVQ__VINLINE kvq__v16 kvq__rot_put(float *out, size_t j, kvq__v16 v, int 
     if (last) {
         v = kvq__mul16(v, scale);
         if (sign) v = kvq__mul16(v, kvq__load16(sign + j));
+#if KVQ__W == 16 && defined(__AVX512DQ__)
+        /* max(|big|, |v|) with the sign cleared: one vrangeps, not an and
+           and a max (the same floats: both are >= 0 and exact)            */
+        big.part[0] = (kvq__vf)_mm512_range_ps((__m512)big.part[0], (__m512)v.part[0], 0x0B);
+#else
         big = kvq__max16(big, kvq__abs16(v));
+#endif
     }
     kvq__store16(out + j, v);
     return big;
 }
 
+/* The stages between R blocks x[0 .. R-1] (R a power of two) that lie h,
+   2h, .. (R/2) h floats apart: the first pairs block r with r + 1, the
+   next r with r + 2, then r + 4 .. (r's bit clear).                      */
+static KVQ__VINLINE void kvq__rot_blocks(kvq__v16 *x, int R)
+{
+    int r, st;
+    KVQ__UNROLL(4)
+    for (st = 1; st < R; st *= 2)
+        KVQ__UNROLL(8)
+        for (r = 0; r < R; r++)
+            if (!(r & st)) {
+                kvq__v16 a = x[r], b = x[r + st];
+                x[r] = kvq__add16(a, b);
+                x[r + st] = kvq__sub16(a, b);
+            }
+}
+
 /* R stages h, 2h, .. (R/2) h in one pass over the row: blocks j + r h,
-   r = 0 .. R-1, in registers, for every j; stage h pairs r with r + 1,
-   2h r with r + 2, 4h r with r + 4 (r's bit clear). Returns big as
-   kvq__rot_put does (last: the final pass).                              */
+   r = 0 .. R-1, in registers, for every j (kvq__rot_blocks). Returns big
+   as kvq__rot_put does (last: the final pass).                           */
 static KVQ__VINLINE kvq__v16 kvq__rot_pass(float *out, size_t D, size_t h, int R, int last,
                                            kvq__v16 scale, const float *flip, kvq__v16 big)
 {
     size_t i, j;
-    int r, st;
+    int r;
     for (i = 0; i < D; i += (size_t)R * h)
         for (j = i; j < i + h; j += 16) {
             kvq__v16 x[8];
             for (r = 0; r < R; r++) x[r] = kvq__load16(out + j + (size_t)r * h);
-            for (st = 1; st < R; st *= 2)
-                for (r = 0; r < R; r++)
-                    if (!(r & st)) {
-                        kvq__v16 a = x[r], b = x[r + st];
-                        x[r] = kvq__add16(a, b);
-                        x[r + st] = kvq__sub16(a, b);
-                    }
+            kvq__rot_blocks(x, R);
             for (r = 0; r < R; r++)
                 big = kvq__rot_put(out, j + (size_t)r * h, x[r], last, scale, flip, big);
         }
     return big;
 }
 
+/* AVX-512 rotates rows of up to this many 16-float blocks (D <= 128)
+   with every block in a register from its load to its store: the passes
+   below would store the row after the blocks' stages and load it back
+   (with 16 registers, AVX2 would spill a D = 128 row instead). The GCC
+   unroll pragma lets the registers replace the array x: unrolled later,
+   GCC keeps x in memory.                                                  */
+#if KVQ__W == 16
+#define KVQ__ROT_REG_BLOCKS 8
+#endif
+
 /* out (D) <- R in or R^T in, kvq__rotate_row's floats; in == out allowed.
-   Returns max |out|. Passes over the row, for D = 128: the blocks (stages
-   1 .. 8), then stages 16, 32 and 64 with the scale. With vector lanes
-   it is inlined into kvq__rotate_row_fast once per common D.             */
+   Returns max |out|. Passes over the row, for D = 128 (AVX2): the blocks
+   (stages 1 .. 8), then stages 16, 32 and 64 with the scale. With vector
+   lanes it is inlined into kvq__rotate_row_fast once per common D.       */
 static KVQ__VINLINE float kvq__rotate_row_d(const float *sign, size_t D, int inverse,
                                             const float *in, float *out)
 {
@@ -5647,11 +5700,30 @@ static KVQ__VINLINE float kvq__rotate_row_d(const float *sign, size_t D, int inv
         return m;
     }
     scale = kvq__splat16((float)(1.0 / sqrt((double)D)));
+#ifdef KVQ__ROT_REG_BLOCKS
+    if (D <= 16 * KVQ__ROT_REG_BLOCKS) {
+        /* the same stages in the same order, the row in registers: signs
+           and stages 1 .. 8 of every block, the stages between blocks,
+           the scale (and signs), one store a block                       */
+        kvq__v16 x[KVQ__ROT_REG_BLOCKS];
+        KVQ__UNROLL(8)
+        for (i = 0; i < D / 16; i++) {
+            x[i] = kvq__load16(in + 16 * i);
+            if (sign && !inverse) x[i] = kvq__mul16(x[i], kvq__load16(sign + 16 * i));
+        }
+        kvq__hadamard16(x, D / 16);
+        kvq__rot_blocks(x, (int)(D / 16));
+        KVQ__UNROLL(8)
+        for (i = 0; i < D / 16; i++) big = kvq__rot_put(out, 16 * i, x[i], 1, scale, flip, big);
+        return kvq__hmax16(&big);
+    }
+#endif
     /* 1. signs (rotating), stages 1 .. 8 in each block                    */
     for (i = 0; i < D; i += 16) {
         kvq__v16 v = kvq__load16(in + i);
         if (sign && !inverse) v = kvq__mul16(v, kvq__load16(sign + i));
-        big = kvq__rot_put(out, i, kvq__hadamard16(v), D == 16, scale, flip, big);
+        kvq__hadamard16(&v, 1);
+        big = kvq__rot_put(out, i, v, D == 16, scale, flip, big);
     }
     /* 2. stages 16 .. D/2: 4 of them a pass while more than 3 are left,
           then the last 3 (all 8 blocks in registers where they fit:
