@@ -1880,6 +1880,35 @@ extern "C" kvq_status kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t s
     return KVQ_OK;
 }
 
+/* Whole pool pages moved, gather-clone-scatter as above: each page's four
+   parts (key words and (s, z), value words and (s, z)) go together, so a
+   page in fragment order stays in it (Sec. 7: compaction moves pages,
+   never tokens). d_src, d_dst: (n) pool page ids, destinations distinct,
+   trusted to be in range as kvq_cuda_move_slots's are. d_temp: n * D * G
+   * B / 8 bytes (one page's codes of one side, the largest part).       */
+extern "C" kvq_status kvq_cuda_move_pages(const kvq_cuda_pool *pool, const int64_t *d_src,
+                                           const int64_t *d_dst, size_t n, void *d_temp,
+                                           cudaStream_t stream)
+{
+    if (!pool || !pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_move_pages: NULL pool or pool array");
+    const int D = pool->head_dim, G = pool->group, Gv = pool->value_group, B = pool->bits;
+    if ((D != 64 && D != 128) || (B != 2 && B != 4) || G <= 0 || G % 32 || Gv <= 0 || D % Gv ||
+        (Gv * B) % 32)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_move_pages: D=%d G=%d Gv=%d B=%d is not a "
+                              "pool shape", D, G, Gv, B);
+    void *const part[4] = { pool->k_words, pool->k_sz, pool->v_words, pool->v_sz };
+    const size_t bytes[4] = { kvq_cuda__kw_stride(D, G, B) * 4, (size_t)D * sizeof(kvq_sz),
+                              kvq_cuda__vw_stride(D, G, B) * 4,
+                              kvq_cuda__vs_stride(D, G, Gv) * sizeof(kvq_sz) };
+    for (int i = 0; i < 4; i++) {          /* one stream: temp is reused in order */
+        const kvq_status st = kvq_cuda_move_slots(part[i], pool->n_pages, bytes[i], d_src, d_dst,
+                                                  n, d_temp, stream);
+        if (st != KVQ_OK) return st;
+    }
+    return KVQ_OK;
+}
+
 #endif /* KVQ_CUDA_DECLARE_ONLY */
 
 /* ======================================================================== */
@@ -2405,6 +2434,59 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
     return KVQ_OK;
 }
 
+/* COMPACTION OF SEALED PAGES. kvq.h Sec. 11 compacts per-channel key units
+   whole: a key code cannot leave its page without its channel's (s, z), so
+   a page goes only when all G of its slots are dead, and a partly dead
+   page stays with its dead slots pinned. In the pool a page's slots align
+   on both sides, so the rule covers the page, values included. Fragment
+   order is a permutation INSIDE a page: a page moved whole (sealed or
+   not) stays valid bit for bit, and no move ever splits one, so the only
+   device work is kvq_cuda_move_pages (Sec. 5) relocating pages, e.g.
+   into a denser run of the pool. Only sealed pages are dropped: the page
+   still filling has its tails and rows beside it.
+
+   One stream's plan, on the host: the sealed pages whose G slots are all
+   dead are dropped; kept[0 .. *n_kept) receives the old index of each page
+   kept, in order (the stream's new page i is its old page kept[i]); dead
+   (ceil(n_slots / 32) words, NULL: no dead slot) is rewritten for the
+   slots that remain, bits past them cleared; *n_kq and *n_vq drop by G
+   per page dropped. KVQ_OK; KVQ_ERR_NULL; KVQ_ERR_GROUP (G not a multiple
+   of 32 up to 1024). Writes nothing on failure.                         */
+inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t *n_vq, int G,
+                                        int32_t *kept, size_t *n_kept)
+{
+    if (!n_kq || !n_vq || !kept || !n_kept)
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_compact_plan: NULL pointer");
+    if (G <= 0 || G % 32 || G > 1024)
+        return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_compact_plan: G=%d (a multiple of 32 up to 1024)", G);
+    const uint32_t n_slots = *n_kq > *n_vq ? *n_kq : *n_vq;
+    const size_t n_pages = (n_slots + (uint32_t)G - 1) / (uint32_t)G;
+    const size_t sealed = (*n_kq < *n_vq ? *n_kq : *n_vq) / (uint32_t)G;
+    size_t k = 0;
+    uint32_t out = 0;                            /* next slot of the result */
+    for (size_t p = 0; p < n_pages; p++) {
+        bool all_dead = dead != NULL && p < sealed;
+        for (uint32_t t = 0; t < (uint32_t)G && all_dead; t++) {
+            const uint32_t s = (uint32_t)p * G + t;
+            all_dead = (dead[s / 32] >> (s % 32)) & 1u;
+        }
+        if (all_dead) continue;
+        kept[k++] = (int32_t)p;
+        /* slide this page's bits down: out <= s, and every bit below s
+           was read before it could be overwritten                          */
+        for (uint32_t t = 0; t < (uint32_t)G && dead && (uint32_t)p * G + t < n_slots; t++, out++) {
+            const uint32_t s = (uint32_t)p * G + t, bit = (dead[s / 32] >> (s % 32)) & 1u;
+            dead[out / 32] = (dead[out / 32] & ~(1u << (out % 32))) | (bit << (out % 32));
+        }
+    }
+    const uint32_t dropped = (uint32_t)(n_pages - k) * (uint32_t)G;
+    for (uint32_t s = n_slots - dropped; dead && s < n_slots; s++) dead[s / 32] &= ~(1u << (s % 32));
+    *n_kq -= dropped;
+    *n_vq -= dropped;
+    *n_kept = k;
+    return KVQ_OK;
+}
+
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
 /* ======================================================================== */
 /* 8. decode attention on the tensor cores (v5)                             */
@@ -2442,7 +2524,10 @@ inline kvq_status kvq_cuda_export_fragment(kvq_cuda_export_t *e)
              hi / lo. e_g puts the chunk's max_t a_tg in [2^14, 2^15):
              p <= 1, so every B entry is below 2^15. A fresh C per chunk
              and channel tile, added into fp32 times 2^-e_g; the zero
-             term sum_t p_t b_tg is kept per lane and group.
+             term sum_t p_t b_tg is kept per lane and group. (Per chunk,
+             not per page: the MMA's unspecified rounding acts on 32
+             tokens, no C is rescaled when m moves, and no C lives across
+             chunks in registers; walkthrough 9.9 weighs it.)
    The exponents are powers of two (exact); hi + lo carries each weight to
    2^-9 of 2^15, i.e. 2^-23 of the page's (keys) or chunk's (values)
    largest weight: fp32 accuracy, whatever the tensor cores' rounding,
@@ -3392,6 +3477,9 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
 extern "C" kvq_status kvq_cuda_move_slots(void *d_pool, size_t n_slots, size_t slot_bytes,
                                            const int64_t *d_src, const int64_t *d_dst,
                                            size_t n_moves, void *d_temp, cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_move_pages(const kvq_cuda_pool *pool, const int64_t *d_src,
+                                           const int64_t *d_dst, size_t n, void *d_temp,
+                                           cudaStream_t stream);
 extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32_t *d_pages,
                                            size_t n, int seal, cudaStream_t stream);
 extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const __half *d_K,

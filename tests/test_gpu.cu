@@ -1249,6 +1249,191 @@ static void test_quantize_sealed(void)
 }
 
 /* ======================================================================== */
+/* compaction of sealed pages (kvq_cuda_compact_plan, kvq_cuda_move_pages)  */
+/* ======================================================================== */
+/* A KIVI cache loses whole sealed pages (and, if `scattered`, a sixth of
+   its other tokens), is exported in fragment order into a shuffled pool,
+   and compacted twice: on the host by kvq_cache_compact (kvq.h Sec. 11),
+   and on the device by kvq_cuda_compact_plan + kvq_cuda_move_pages, the
+   surviving pages repacked into pool pages 0.. (moves that overlap). Then:
+     every live position: its key slot is kvq.h's, its key and value codes
+       (read through the inverse fragment map on sealed pages) and scales
+       are the host's compacted cache's, its dead bit clear; no dead slot
+       comes back to life;
+     whole pages only: the compacted cache re-exported and sealed on the
+       host is byte for byte the device's pool, dead bits and counts too;
+     attention over the compacted pool (tensor cores + Sec. 4's kernel)
+       within ATTN_TOL of the float64 oracle over the compacted cache.    */
+static void test_compact_case(size_t D, int B, size_t G, bool scattered, int n_rep)
+{
+    kvq_config cfg = make_config(POL_KIVI, D, B, G);
+    const size_t T = 128 + (quick_mode ? 4 : 7) * G + rng_below(G);
+    std::vector<float> K, V;
+    make_kv(T, D, K, V);
+    kvq_cache c;
+    bool ok = kvq_cache_init(&c, &cfg) == KVQ_OK && kvq_cache_prefill(&c, K.data(), V.data(), T / 2) == KVQ_OK;
+    for (size_t t = T / 2; t < T && ok; t++) ok = kvq_cache_append(&c, &K[t * D], &V[t * D]) == KVQ_OK;
+    CHECK(ok, "compact: building the cache failed: %s", kvq_why());
+    if (!ok) return;
+    /* evict: every third sealed page whole (at least one), and scattered  */
+    const size_t sealed0 = std::min(c.k.n_units * G, c.v.n_units) / G;
+    std::vector<uint8_t> keep(c.n_pos, 1);
+    size_t pages_killed = 0;
+    for (size_t p = 0; p < sealed0; p++)
+        if (rng_below(3) == 0 || (p == sealed0 / 2 && pages_killed == 0)) {
+            for (size_t t = 0; t < G; t++) keep[(size_t)c.k.qpos[p * G + t]] = 0;
+            pages_killed++;
+        }
+    if (scattered)
+        for (auto &k : keep) k = k && rng_below(6) != 0;
+    KQ((kvq_status)(kvq_cache_evict(&c, keep.data(), keep.size(), NULL) == KVQ_OK ? KVQ_OK : KVQ_ERR_STATE));
+    std::vector<uint32_t> old_kslot(c.n_pos, UINT32_MAX);       /* before compaction */
+    for (size_t p = 0; p < c.n_pos; p++)
+        if (KVQ_LOC_TAG(c.k.loc[p]) == KVQ_LOC_QUANT) old_kslot[p] = (uint32_t)KVQ_LOC_INDEX(c.k.loc[p]);
+    gpu_batch b;
+    kvq_cuda_export_t e;
+    KQ(kvq_cuda_export(&c, &e));
+    KQ(kvq_cuda_export_fragment(&e));
+    b.ex.push_back(e);
+    upload(b, true);
+    /* the device: plan on the host, then repack into pool pages 0 ..      */
+    const size_t n_slots0 = std::max(e.n_kq, e.n_vq);
+    std::vector<uint32_t> dead(e.dead, e.dead + n_slots0 / 32 + 1);
+    uint32_t n_kq = e.n_kq, n_vq = e.n_vq;
+    std::vector<int32_t> kept(e.n_pages + 1);
+    size_t n_kept = 0;
+    KQ(kvq_cuda_compact_plan(dead.data(), &n_kq, &n_vq, (int)G, kept.data(), &n_kept));
+    std::vector<int64_t> src, dst;
+    for (size_t i = 0; i < n_kept; i++)
+        if (b.tables[0][(size_t)kept[i]] != (int32_t)i) { src.push_back(b.tables[0][(size_t)kept[i]]); dst.push_back((int64_t)i); }
+    dbuf<int64_t> dsrc(src.size()), ddst(dst.size());
+    dbuf<unsigned char> dtemp(std::max<size_t>(src.size(), 1) * D * G * B / 8);
+    dsrc.up(src.data()); ddst.up(dst.data());
+    KQ(kvq_cuda_move_pages(&b.pool, dsrc.p, ddst.p, src.size(), dtemp.p, 0));
+    /* the host                                                            */
+    kvq_compact_stats cst;
+    KQ((kvq_status)(kvq_cache_compact(&c, G, &cst) == KVQ_OK ? KVQ_OK : KVQ_ERR_STATE));
+    const size_t nw = D * G * B / 32, vs = kvq_cuda__vs_stride((int)D, (int)G, e.value_group);
+    const size_t gpt = D / e.value_group, wpk = G * B / 32, wpv = D * B / 32;
+    std::vector<uint32_t> kw(b.pool.n_pages * nw), vw(b.pool.n_pages * nw);
+    std::vector<kvq_sz> ks(b.pool.n_pages * D), vsz(b.pool.n_pages * vs);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(kw.data(), b.pool.k_words, kw.size() * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(vw.data(), b.pool.v_words, vw.size() * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(ks.data(), b.pool.k_sz, ks.size() * sizeof(kvq_sz), cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(vsz.data(), b.pool.v_sz, vsz.size() * sizeof(kvq_sz), cudaMemcpyDeviceToHost));
+    const size_t sealed = std::min(n_kq, n_vq) / G;
+    size_t bad = 0, live = 0, live_slots = 0;
+    for (size_t p = 0; p < c.n_pos; p++) {
+        if (old_kslot[p] == UINT32_MAX) continue;               /* not a quantized key */
+        const size_t i = std::find(kept.begin(), kept.begin() + n_kept, (int32_t)(old_kslot[p] / G)) - kept.begin();
+        const size_t slot = i * G + old_kslot[p] % G, t = slot % G;
+        live++;
+        bad += i == n_kept || KVQ_LOC_INDEX(c.k.loc[p]) != slot || ((dead[slot / 32] >> (slot % 32)) & 1u);
+        if (i == n_kept) continue;
+        const uint32_t *kp = &kw[i * nw], *vp = &vw[i * nw];
+        const size_t hu = slot / G;                             /* host key unit */
+        for (size_t d = 0; d < D; d++)
+            bad += (i < sealed ? kvq_mma_code_at(kp, (int)D, B, 0, (int)t, (int)d)
+                               : kvq_dev_get_code(kp + d * wpk, (uint32_t)t, B)) !=
+                   kvq_dev_get_code(c.k.words + (hu * D + d) * wpk, (uint32_t)t, B);
+        bad += memcmp(&ks[i * D], c.k.sz + hu * D, D * sizeof(kvq_sz)) != 0;
+        if (slot >= n_vq) continue;                             /* its value in full precision */
+        const size_t hv = KVQ_LOC_INDEX(c.v.loc[p]);            /* host value unit (a token) */
+        bad += KVQ_LOC_TAG(c.v.loc[p]) != KVQ_LOC_QUANT;
+        for (size_t d = 0; d < D; d++)
+            bad += (i < sealed ? kvq_mma_code_at(vp, (int)D, B, 1, (int)t, (int)d)
+                               : kvq_dev_get_code(vp + t * wpv, (uint32_t)d, B)) !=
+                   kvq_dev_get_code(c.v.words + hv * wpv, (uint32_t)d, B);
+        bad += memcmp(&vsz[i * vs + t * gpt], c.v.sz + hv * gpt, gpt * sizeof(kvq_sz)) != 0;
+    }
+    for (size_t s2 = 0; s2 < n_kq; s2++) live_slots += !((dead[s2 / 32] >> (s2 % 32)) & 1u);
+    CHECK(bad == 0 && live_slots == live && n_kept + pages_killed == e.n_pages,
+          "compact D=%zu B=%d G=%zu%s: %zu of %zu live positions differ from kvq_cache_compact's, "
+          "%zu live key slots, %zu of %zu pages kept (%zu killed)", D, B, G, scattered ? " scattered" : "",
+          bad, live, live_slots, n_kept, e.n_pages, pages_killed);
+    if (!scattered) {                /* the compacted cache, exported and sealed */
+        kvq_cuda_export_t e2;
+        KQ(kvq_cuda_export(&c, &e2));
+        KQ(kvq_cuda_export_fragment(&e2));
+        size_t differ = e2.n_pages != n_kept || e2.n_kq != n_kq || e2.n_vq != n_vq;
+        for (size_t s2 = 0; s2 < std::max(n_kq, n_vq) && !differ; s2++)
+            differ += ((e2.dead[s2 / 32] ^ dead[s2 / 32]) >> (s2 % 32)) & 1u;
+        for (size_t i = 0; i < n_kept && !differ; i++) {
+            differ += i < n_kq / G && (memcmp(&kw[i * nw], e2.k_words + i * nw, nw * 4) ||
+                                       memcmp(&ks[i * D], e2.k_sz + i * D, D * sizeof(kvq_sz)));
+            const size_t vq_here = std::min<size_t>(G, n_vq > i * G ? n_vq - i * G : 0);
+            differ += memcmp(&vw[i * nw], e2.v_words + i * nw, (i < sealed ? nw : vq_here * wpv) * 4) != 0 ||
+                      memcmp(&vsz[i * vs], e2.v_sz + i * vs, vq_here * gpt * sizeof(kvq_sz)) != 0;
+        }
+        CHECK(differ == 0, "compact D=%zu B=%d G=%zu: the pool differs from kvq_cache_compact's cache "
+              "re-exported (pages %zu vs %zu, n_kq %u vs %u, n_vq %u vs %u)", D, B, G, n_kept,
+              e2.n_pages, n_kq, e2.n_kq, n_vq, e2.n_vq);
+        kvq_cuda_export_free(&e2);
+    }
+    /* attention over the compacted stream: pages 0 .., the planned bits    */
+    std::vector<int32_t> table(n_kept);
+    for (size_t i = 0; i < n_kept; i++) table[i] = (int32_t)i;
+    dbuf<kvq_cuda_stream> ds(1);
+    kvq_cuda_stream hs;
+    CU(cudaMemcpy(&hs, b.d_streams, sizeof hs, cudaMemcpyDeviceToHost));
+    hs.pages = b.put(table.data(), table.size());
+    hs.dead = b.put(dead.data(), dead.size());
+    hs.n_kq = n_kq; hs.n_vq = n_vq;
+    ds.up(&hs);
+    std::vector<float> hq((size_t)n_rep * D), got(hq.size());
+    for (auto &x : hq) x = rng_gauss();
+    const size_t max_tokens = std::max(n_kq, n_vq) + e.n_fp;
+    int s_a, s_b;
+    const size_t wf = kvq_cuda_attend_mma_workspace(1, n_rep, (int)D, (int)G, B, e.value_group, 0,
+                                                    max_tokens, &s_a, &s_b);
+    dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
+    dbuf<int> dstat(1);
+    dq.up(hq.data());
+    KQ(kvq_cuda_attend_mma(&b.pool, (int)D, ds.p, 1, n_rep, max_tokens, dq.p, dout.p, dwork.p, wf,
+                           dstat.p, 0, 0));
+    const kvq_status st = kvq_cuda_status(dstat.p, 0);
+    dout.down(got.data());
+    std::vector<kvq_cache> one(1, c);
+    double worst;
+    const size_t rows_bad = check_rows(one, hq, got, n_rep, D, ATTN_TOL, &worst);
+    CHECK(st == KVQ_OK && rows_bad == 0, "compact D=%zu B=%d G=%zu: attention over the compacted pool: "
+          "%s, %zu rows over tolerance, worst %.3g", D, B, G, kvq_status_str(st), rows_bad, worst);
+    printf("  compact    D=%3zu B=%d G=%3zu %-9s %zu of %zu pages kept, %zu moves, %zu live slots; "
+           "attention worst rel err %.2e\n", D, B, G, scattered ? "scattered" : "pages", n_kept,
+           e.n_pages, src.size(), live, worst);
+    kvq_cache_free(&c);
+}
+
+static void test_compact_pages(void)
+{
+    for (size_t D : { 64, 128 })
+        for (int B : { 2, 4 })
+            for (size_t G : { 32, 128 }) {
+                test_compact_case(D, B, G, false, 4);
+                test_compact_case(D, B, G, true, (int)(1 + rng_below(8)));
+            }
+    /* the planner: refusals write nothing, NULL dead bits drop nothing    */
+    uint32_t dead[3] = { 0xFFFFFFFFu, 0xFFFFFFFFu, 5u }, nk = 96, nv = 70;
+    int32_t kept[4] = { -7, -7, -7, -7 };
+    size_t n_kept = 99;
+    CHECK(refused_with(kvq_cuda_compact_plan(dead, &nk, &nv, 48, kept, &n_kept), KVQ_ERR_GROUP) &&
+          refused_with(kvq_cuda_compact_plan(dead, &nk, nullptr, 32, kept, &n_kept), KVQ_ERR_NULL) &&
+          dead[0] == 0xFFFFFFFFu && nk == 96 && nv == 70 && kept[0] == -7 && n_kept == 99,
+          "kvq_cuda_compact_plan: a bad argument was accepted or something was written");
+    CHECK(kvq_cuda_compact_plan(nullptr, &nk, &nv, 32, kept, &n_kept) == KVQ_OK && n_kept == 3 &&
+          nk == 96 && nv == 70, "kvq_cuda_compact_plan: without dead bits every page stays");
+    /* two sealed pages all dead (slots 0..63), the third unsealed: kept    */
+    CHECK(kvq_cuda_compact_plan(dead, &nk, &nv, 32, kept, &n_kept) == KVQ_OK && n_kept == 1 &&
+          kept[0] == 2 && nk == 32 && nv == 6 && dead[0] == 5u && dead[1] == 0 && dead[2] == 0,
+          "kvq_cuda_compact_plan: two dead sealed pages: kept %zu, n_kq %u, n_vq %u, dead %08x",
+          n_kept, nk, nv, dead[0]);
+    kvq_cuda_pool bad = {};
+    CHECK(refused_with(kvq_cuda_move_pages(&bad, nullptr, nullptr, 0, nullptr, 0), KVQ_ERR_NULL),
+          "kvq_cuda_move_pages: a pool without arrays was accepted");
+}
+
+/* ======================================================================== */
 /* host: the kernel's walk of an exported stream, on the CPU                */
 /* ======================================================================== */
 /* Runs without a GPU (`test_gpu --host`; CI runs it). For every policy and
@@ -2193,5 +2378,6 @@ int main(int argc, char **argv)
         printf("  tiles: %zu streams reached a page's second tile\n", tiled_streams);
     }
     run("compaction", [] { test_compaction_round(false); test_compaction_round(true); test_move_overlap(); });
+    run("compact-pages", test_compact_pages);
     return TEST_END("test_gpu");
 }

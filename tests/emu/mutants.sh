@@ -156,6 +156,11 @@ mutant sealed-quantize-page plain 'sealed (quantize|export).*differ' \
 mutant sealed-quantize-value-words plain 'sealed (quantize|export).*differ' \
     'buf + n + g * qv.geom.words_per_group);' \
     'buf + n + (g ^ 1) * qv.geom.words_per_group);'
+# compaction of sealed pages (Sec. 5, kvq_cuda_move_pages):
+# 21. a page moved without its value scales and zeros
+mutant move-pages-part plain 'compact.*(differ|over tolerance)' \
+    '    for (int i = 0; i < 4; i++) {          /* one stream: temp is reused in order */' \
+    '    for (int i = 0; i < 3; i++) {'
 
 wait
 pass=0; fail=0
