@@ -2507,9 +2507,11 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
      w_hd = q_hd a_d for the page's key scales a_d; e_h puts max_d |w_hd|
      in [2^14, 2^15) (kvq_mma_exponent); B's column 2j holds head j's hi,
      2j + 1 its lo (HILO = 0: hi only, lo columns zero). The zero term
-     z_h = sum_d q_hd b_d. Lane l builds the B registers of head
+     z_h = sum_d q_hd b_d. Lane l holds the B registers of head
      4 NQ' + gid / 2 for its rows (kvq_mma_b_row) of every 16-channel
-     k-tile, and the max and z by a sum over tig (xor 1, 2).
+     k-tile; it makes half of them (register 0 or 1, by gid's parity)
+     and trades the other half with its pair (xor 4), and the max and z
+     are sums over tig and the pair (xor 1, 2, 4).
    PER 32-TOKEN CHUNK:
      keys    for each 16-token row tile, the lane's fragment-order words
              (kvq_mma_decode) times the page's B: C holds, in lane
@@ -2519,9 +2521,9 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
              l and acc rescaled only when some head's m moved (else the
              factor is exactly 1), p = 2^(s - m) <= 1 on MUFU.EX2
      values  B = p_t a_tg 2^(e_g) per 16-token tile and value group g:
-             each element one __shfl_sync from the lane holding the score
-             (kvq_mma_score_source), times the token's value scale, split
-             hi / lo. e_g puts the chunk's max_t a_tg in [2^14, 2^15):
+             made and split hi / lo by the lane holding the score, then
+             each element one __shfl_sync from it (kvq_mma_score_source)
+             and half a PRMT. e_g puts the chunk's max_t a_tg in [2^14, 2^15):
              p <= 1, so every B entry is below 2^15. A fresh C per chunk
              and channel tile, added into fp32 times 2^-e_g; the zero
              term sum_t p_t b_tg is kept per lane and group. (Per chunk,
@@ -2566,6 +2568,14 @@ struct kvq_mma_keyb {
     float z[NQ];                              /* zero term of head 4 q + tig */
 };
 
+/* The B columns 2j (hi) and 2j + 1 (lo) of head j sit in lanes gid = 2j
+   and 2j + 1 (l and l ^ 4): the same weights, a different half. So each
+   of the two makes half of them, once: the even lane B's rows 2 tig,
+   2 tig + 1 (register 0 of every k-tile), the odd lane rows 2 tig + 8,
+   2 tig + 9 (register 1), each weight split and packed as (hi, lo); one
+   PRMT keeps this lane's halves, another gathers the partner's, and one
+   __shfl_xor_sync(4) trades them. (Both lanes making all of them cost
+   about 140 more instructions a page with 4 heads, make cuda-gates.)  */
 template <int D, int B, int NQ, int HILO, int SUB>
 static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH, D) smem */,
                                                          const kvq_sz *ksz /* (D) */,
@@ -2573,29 +2583,33 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
                                                          kvq_mma_keyb<D, B, NQ> &kb)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
-    const int gid = lane >> 2, tig = lane & 3;
+    const int gid = lane >> 2, tig = lane & 3, odd = gid & 1;
+    /* this lane's rows of a k-tile: B elements 2 odd, 2 odd + 1 (kvq_mma_b_row) */
+    const int row0 = kvq_mma_b_row(lane, 2 * odd);
+    /* the subnormal decode's A column half 8-15 factor, on B's rows 8-15  */
+    const float col_f = SUB && odd ? 1.0f / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : 1.0f;
+    const uint32_t mine = odd ? 0x7632u : 0x5410u, theirs = odd ? 0x5410u : 0x7632u;
 #pragma unroll
     for (int q = 0; q < NQ; q++) {
         const int h = 4 * q + gid / 2;            /* this lane's B column's head */
-        float w[S::KT][4], mx = 0.0f, z = 0.0f;
+        float w[S::KT][2], mx = 0.0f, z = 0.0f;
 #pragma unroll
         for (int kt = 0; kt < S::KT; kt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int d = 16 * kt + kvq_mma_b_row(lane, i);
+            for (int r = 0; r < 2; r++) {
+                const int d = 16 * kt + row0 + r;
                 float a, b;
                 kvq_dev_affine(ksz[d], mode, &a, &b);
-                w[kt][i] = qs[h * D + d] * a;
-                if (SUB && kvq_mma_b_row(lane, i) >= 8)   /* the A column half's factor */
-                    w[kt][i] *= 1.0f / (float)(1 << kvq_mma_sub_shift(B, 0, 1));
-                mx = fmaxf(mx, fabsf(w[kt][i]));
+                w[kt][r] = qs[h * D + d] * a * col_f;
+                mx = fmaxf(mx, fabsf(w[kt][r]));
                 z = fmaf(qs[h * D + d], b, z);
             }
-        /* the 4 lanes of a gid hold all 16 rows of every k-tile          */
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        z += __shfl_xor_sync(0xffffffffu, z, 1);
-        z += __shfl_xor_sync(0xffffffffu, z, 2);
+        /* the 8 lanes of a head (tig, and the gid pair) hold all D rows     */
+#pragma unroll
+        for (int k = 1; k <= 4; k <<= 1) {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+            z += __shfl_xor_sync(0xffffffffu, z, k);
+        }
         const int e = kvq_mma_exponent(mx);
         /* 2^e as two normal floats (e is in -113 .. 164: a max from 2^-149
            to FLT_MAX): w 2^a 2^b is ldexpf(w, e) wherever the result can
@@ -2603,15 +2617,17 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
         const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2);
 #pragma unroll
         for (int kt = 0; kt < S::KT; kt++) {
-            kvq_f16 h16[4];
+            uint32_t pair[2];                     /* (hi, lo) of this lane's two rows */
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int r = 0; r < 2; r++) {
                 kvq_f16 hi, lo;
-                kvq_mma_split_scaled(w[kt][i] * pow_a * pow_b, &hi, &lo);
-                h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
+                kvq_mma_split_scaled(w[kt][r] * pow_a * pow_b, &hi, &lo);
+                pair[r] = (uint32_t)hi | (HILO ? (uint32_t)lo << 16 : 0u);
             }
-            kb.b[q][kt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
-            kb.b[q][kt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
+            const uint32_t own = __byte_perm(pair[0], pair[1], mine);
+            const uint32_t got = __shfl_xor_sync(0xffffffffu, __byte_perm(pair[0], pair[1], theirs), 4);
+            kb.b[q][kt][0] = odd ? got : own;
+            kb.b[q][kt][1] = odd ? own : got;
         }
         /* head tig's exponent and zero term live in lane 8 tig (gid 2 tig) */
         kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));
@@ -2771,11 +2787,19 @@ static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[N
 }
 
 /* Value group g of one chunk: its exponent e (lane l reads token l's
-   scale: the chunk's max), the B registers of both token tiles (element i
-   of lane l: token kvq_mma_b_row(l, i) of the tile, head gid / 2 of the
-   quad, the score handed over by kvq_mma_score_source), and the chunk's
-   zero term sum_t p_t b_tg for head tig, reduced over gid, and C's
-   factor per row half, scale = post * 2^-e (exact powers of two).
+   scale: the chunk's max), the B registers of both token tiles, and the
+   chunk's zero term sum_t p_t b_tg for head tig, reduced over gid, and
+   C's factor per row half, scale = post * 2^-e (exact powers of two).
+   Each weight is made ONCE, by the lane that holds its score (the key
+   MMA's C layout: head tig, tokens 16 rt + gid + 8 half), from its own
+   tokens' (s, z), which it reads for the zero term anyway: w = p a 2^e,
+   split, packed as the fp16 pair (hi, lo). The value MMA's B element i
+   of lane l (token kvq_mma_b_row(l, i), head gid / 2; hi for an even
+   gid, lo for an odd one) is then one __shfl_sync of that pair from the
+   lane holding it (kvq_mma_score_source) and half a PRMT. (Made by the
+   receiving lanes instead, each weight would be loaded, scaled and split
+   twice, once for hi and once for lo: about 50 more instructions a chunk
+   and value group with 4 heads, make cuda-gates.)
    vsz: the chunk's value (s, z), (32 tokens, n_groups).                  */
 template <int D, int B, int NQ, int HILO, int SUB>
 static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, int n_groups, int g,
@@ -2791,45 +2815,43 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
     for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
     float pow_e, inv;                             /* 2^e, 2^-e               */
     kvq_mma_value_pow2(a, &pow_e, &inv);
-    /* B's rows 8-15 (element i >= 2: kvq_mma_b_row >= 8) carry the
-       subnormal decode's 2^-k_col too; both factors are folded into the
-       token's scale, exactly (powers of two on an fp16 value)           */
+    /* B's rows 8-15 (a tile's tokens 8-15: half = 1) carry the subnormal
+       decode's 2^-k_col too; both factors are folded into the token's
+       scale, exactly (powers of two on an fp16 value)                   */
     const float pow_hi_rows = SUB ? pow_e / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : pow_e;
+    uint32_t pair[NQ][2][2];                      /* (hi, lo) of this lane's weights */
 #pragma unroll
     for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
 #pragma unroll
-    for (int rt = 0; rt < 2; rt++) {
+    for (int rt = 0; rt < 2; rt++)
 #pragma unroll
-        for (int half = 0; half < 2; half++) {      /* zero terms      */
+        for (int half = 0; half < 2; half++) {
             float at, bt;
             kvq_dev_affine(vsz[(16 * rt + gid + 8 * half) * n_groups + g], mode, &at, &bt);
+            at *= half ? pow_hi_rows : pow_e;
 #pragma unroll
-            for (int q = 0; q < NQ; q++) zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
+            for (int q = 0; q < NQ; q++) {
+                zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
+                kvq_f16 hi, lo;
+                kvq_mma_split_scaled(p[q][rt][half] * at, &hi, &lo);
+                pair[q][rt][half] = (uint32_t)hi | (HILO ? (uint32_t)lo << 16 : 0u);
+            }
         }
-        float pv[NQ][4], av[4];
+    const uint32_t keep = (gid & 1) ? 0x7632u : 0x5410u;  /* PRMT: the pairs' lo or hi halves */
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int src, half;
-            kvq_mma_score_source(lane, i, &src, &half);
-#pragma unroll
-            for (int q = 0; q < NQ; q++) pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);
-            float bt;
-            kvq_dev_affine(vsz[(16 * rt + kvq_mma_b_row(lane, i)) * n_groups + g], mode, &av[i], &bt);
-            av[i] *= i >= 2 ? pow_hi_rows : pow_e;
-        }
+    for (int rt = 0; rt < 2; rt++)
 #pragma unroll
         for (int q = 0; q < NQ; q++) {
-            kvq_f16 h16[4];
+            uint32_t w[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                kvq_f16 hi, lo;
-                kvq_mma_split_scaled(pv[q][i] * av[i], &hi, &lo);
-                h16[i] = (gid & 1) ? (HILO ? lo : (kvq_f16)0) : hi;
+            for (int i = 0; i < 4; i++) {           /* half = i / 2: warp-uniform */
+                int src, half;
+                kvq_mma_score_source(lane, i, &src, &half);
+                w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);
             }
-            bv[q][rt][0] = (uint32_t)h16[0] | ((uint32_t)h16[1] << 16);
-            bv[q][rt][1] = (uint32_t)h16[2] | ((uint32_t)h16[3] << 16);
+            bv[q][rt][0] = __byte_perm(w[0], w[1], keep);
+            bv[q][rt][1] = __byte_perm(w[2], w[3], keep);
         }
-    }
 #pragma unroll
     for (int q = 0; q < NQ; q++)
 #pragma unroll
@@ -3337,11 +3359,12 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
    kvq_cuda_attend_mma), 0 for Sec. 4's kernel (leave the pages in kvq.h's
    order and call kvq_cuda_attend), -1 for a shape v5 is not built for.
    The rule is make cuda-gates' count of SASS instructions per KB of codes
-   (walkthrough 9.9): one query head per KV head with G = 32 pages is the
-   one shape where the CUDA-core step costs fewer (2-bit 544 against v5's
-   826 with its page work; 4-bit 360 against 423); with 2 or more heads
-   the tensor cores serve them in one MMA (2-bit G = 32: 826 against 984
-   at GQA 4), and G = 64 or 128 spreads v5's page work over more tokens.
+   (walkthrough 9.9): one query head per KV head with 2-bit G = 32 pages
+   is the one shape where the CUDA-core step costs fewer (544 against
+   v5's 658 with its page work; at 4 bits v5's 337 is below the CUDA
+   core's 360); with 2 or more heads the tensor cores serve them in one
+   MMA (2-bit G = 32: 658 against 984 at GQA 4), and G = 64 or 128
+   spreads v5's page work over more tokens.
    A static count, not a timing: kvq_cuda_attend stays what kvq.h's users
    get until v5 is measured on a GPU (bench/gpu_campaign.sh).          */
 static bool kvq_cuda__mma_pages_ok(int D, int G, int bits)   /* G 32, 64 or 128 */
@@ -3351,7 +3374,7 @@ static bool kvq_cuda__mma_pages_ok(int D, int G, int bits)   /* G 32, 64 or 128 
 extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
 {
     if (!kvq_cuda__mma_pages_ok(head_dim, group, bits) || n_rep <= 0 || n_rep > 64) return -1;
-    return n_rep == 1 && group == 32 ? 0 : 1;
+    return n_rep == 1 && group == 32 && bits == 2 ? 0 : 1;
 }
 
 /* Decode attention with the sealed pages on the tensor cores (v5) and the

@@ -644,10 +644,12 @@ def count_mma_kernel(code, D, page_fn):
     for k in range(0, len(regions) - want + 1):
         top = regions[k:k + want]
         rest = regions[k + want] if k + want < len(regions) else 0
-        # alike within 15% (the last tile's setup is leaner: the compiler
-        # drops what no later tile needs), and well above the next region
-        # (the softmax's conditional rescale, about half a setup)
-        if want > 0 and max(top) <= 1.15 * min(top) and min(top) >= 1.5 * rest:
+        # alike within 15%, but for the last tile's setup, which is leaner
+        # (the compiler drops what no later tile needs: up to a quarter of
+        # a setup once a weight is made once, by the lane holding it), and
+        # above the next region (the softmax's conditional rescale, 50-65)
+        if (want > 0 and max(top) <= 1.15 * min(top[:-1] or top) and
+                min(top) >= 0.7 * max(top) and min(top) >= 1.2 * rest):
             group = sum(top) / len(top)
             break
     if group is None:

@@ -161,6 +161,15 @@ mutant sealed-quantize-value-words plain 'sealed (quantize|export).*differ' \
 mutant move-pages-part plain 'compact.*(differ|over tolerance)' \
     '    for (int i = 0; i < 4; i++) {          /* one stream: temp is reused in order */' \
     '    for (int i = 0; i < 3; i++) {'
+# each weight made once, by the lane holding its score or half of a page's:
+# 22. a value weight handed over from the other row half's score
+mutant mma-value-pair-half plain 'mma.*rows over tolerance' \
+    'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);' \
+    'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][(i >> 1) ^ 1], src);'
+# 23. the key weights traded with the wrong partner (another tig's rows)
+mutant mma-key-pair-partner plain 'mma.*rows over tolerance' \
+    '__byte_perm(pair[0], pair[1], theirs), 4);' \
+    '__byte_perm(pair[0], pair[1], theirs), 2);'
 
 wait
 pass=0; fail=0

@@ -163,6 +163,20 @@ __global__ void k_cp_async(const int *src /* 8 ints */, int *out /* 24 ints */, 
     for (int i = 0; i < 8; i++) out[16 + i] = st[i];
 }
 
+/* __byte_perm(x, y, s) as CUDA defines it: byte i of the result is byte
+   (s >> 4 i) & 7 of {y, x}, x the low four (a selector's bit 3 is not
+   used). Written out byte by byte, not by the emulator's loop.          */
+static void test_byte_perm(void)
+{
+    const unsigned a = 0x33221100u, b = 0x77665544u;
+    CHECK(__byte_perm(a, b, 0x3210u) == a && __byte_perm(a, b, 0x7654u) == b,
+          "__byte_perm: the identity selectors");
+    CHECK(__byte_perm(a, b, 0x5410u) == 0x55441100u && __byte_perm(a, b, 0x7632u) == 0x77663322u,
+          "__byte_perm: the low and the high halves of a and b");
+    CHECK(__byte_perm(a, b, 0x0123u) == 0x00112233u && __byte_perm(a, b, 0xCDEFu) == 0x44556677u,
+          "__byte_perm: reversed bytes, and a selector's bit 3 ignored");
+}
+
 static void test_exchanges(void)
 {
     int *d;
@@ -442,6 +456,7 @@ int main(void)
     printf("test_emu: the emulator's own semantics%s\n",
            kvq_emu::race_checking() ? " (race build)" : "");
     test_fp16();
+    test_byte_perm();
     test_exchanges();
     test_mma();
     test_reports();
