@@ -4135,9 +4135,9 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    query heads per KV head (GQA):
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     1.0  / 1.5   1.45 / 2.55  3.0 / 6.1
+     2-bit caches (KIVI-2,     1.0  / 1.5   1.45 / 2.6   3.0 / 6.1
        OTT-2, LogQuant-2)
-     KIVI-4                    1.35 / 1.95  1.5  / 2.55  3.0 / 6.1
+     KIVI-4                    1.35 / 1.95  1.5  / 2.6   3.0 / 6.1
      HF-2 (per-token keys)     1.0  / 1.55  1.4  / 2.4   3.1 / 6.4
      fp32 and fp16 rows        no more than the plain fp32 loop's count
      quantize, either axis     7.7          9.4          23
@@ -5274,43 +5274,48 @@ static KVQ__VINLINE kvq__v16 kvq__entry16(const void *p, size_t c, int SRC)
     kvq__codes16(&v, (const uint32_t *)p, c, SRC);
     return v;
 }
-/* channels c0 .. c0 + 16 CB - 1 of kvq__tile_block                       */
-static KVQ__VINLINE void kvq__tile_chunk(float *out, size_t D, size_t c0, const void *const *src,
-                                        size_t off, size_t m, const float *wt, const float *zb,
-                                        int NH, int SRC, int CB, int P)
+#define KVQ__ROW_SUMS (KVQ__W == 16 ? 16 : 4)   /* NH P CB, in kvq__v16s  */
+
+/* channels c_from .. c_to - 1 of kvq__tile_block, CB blocks a walk       */
+static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, size_t c_to,
+                                         const void *const *src, size_t off, size_t m,
+                                         const float *wt, const float *zb, int NH, int SRC,
+                                         int CB, int P)
 {
-    kvq__v16 acc[4][16];                        /* head h: acc[h][b P + k]  */
-    size_t i;
+    size_t c0, i;
     int h, k, b;
-    for (h = 0; h < NH; h++)
-        for (k = 0; k < CB * P; k++) acc[h][k] = kvq__splat16(0.0f);
-    for (i = 0; i + (size_t)P <= m; i += (size_t)P)
-        for (k = 0; k < P; k++)
+    for (c0 = c_from; c0 < c_to; c0 += 16 * (size_t)CB) {
+        kvq__v16 acc[4][KVQ__ROW_SUMS];          /* head h: acc[h][b P + k]  */
+        for (h = 0; h < NH; h++)
+            for (k = 0; k < CB * P; k++) acc[h][k] = kvq__splat16(0.0f);
+        for (i = 0; i + (size_t)P <= m; i += (size_t)P)
+            for (k = 0; k < P; k++)
+                for (b = 0; b < CB; b++) {
+                    const kvq__v16 x = kvq__entry16((const char *)src[i + k] + off,
+                                                    c0 + 16 * (size_t)b, SRC);
+                    for (h = 0; h < NH; h++)
+                        acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
+                                                        kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
+                }
+        for (k = 0; i < m; i++, k++)                /* m % P left over   */
             for (b = 0; b < CB; b++) {
-                const kvq__v16 x = kvq__entry16((const char *)src[i + k] + off,
+                const kvq__v16 x = kvq__entry16((const char *)src[i] + off,
                                                 c0 + 16 * (size_t)b, SRC);
                 for (h = 0; h < NH; h++)
                     acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
-                                                    kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
+                                                    kvq__splat16(wt[h * KVQ_TILE + i]), x);
             }
-    for (k = 0; i < m; i++, k++)                    /* m % P left over   */
-        for (b = 0; b < CB; b++) {
-            const kvq__v16 x = kvq__entry16((const char *)src[i] + off, c0 + 16 * (size_t)b, SRC);
-            for (h = 0; h < NH; h++)
-                acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
-                                                kvq__splat16(wt[h * KVQ_TILE + i]), x);
-        }
-    for (h = 0; h < NH; h++)
-        for (b = 0; b < CB; b++) {
-            float *o = out + (size_t)h * D + c0 + 16 * (size_t)b;
-            kvq__v16 sum = acc[h][b * P];
-            for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][b * P + k]);
-            if (zb) sum = kvq__add16(sum, kvq__splat16(zb[h]));
-            kvq__store16(o, kvq__add16(kvq__load16(o), sum));
-        }
+        for (h = 0; h < NH; h++)
+            for (b = 0; b < CB; b++) {
+                float *o = out + (size_t)h * D + c0 + 16 * (size_t)b;
+                kvq__v16 sum = acc[h][b * P];
+                for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][b * P + k]);
+                if (zb) sum = kvq__add16(sum, kvq__splat16(zb[h]));
+                kvq__store16(o, kvq__add16(kvq__load16(o), sum));
+            }
+    }
 }
 
-#define KVQ__ROW_SUMS (KVQ__W == 16 ? 16 : 4)   /* NH P CB, in kvq__v16s  */
 static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const void *const *src,
                                         size_t off, size_t m, const float *wt, const float *zb,
                                         int NH, int SRC)
@@ -5318,12 +5323,13 @@ static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const v
     const int rows = SRC == KVQ__SRC_F16 || SRC == KVQ__SRC_F32;
     const int P = NH >= 3 ? 1 : 4 / NH;
     const int CB = rows && KVQ__ROW_SUMS >= 2 * NH * P ? KVQ__ROW_SUMS / (NH * P) : 1;
-    size_t c0 = 0;
-    int cb;
-    KVQ__UNROLL(4)                  /* rows: CB blocks, then CB/2 .. 1 left */
-    for (cb = CB; cb >= 1; cb /= 2)
-        for (; c0 + 16 * (size_t)cb <= n; c0 += 16 * (size_t)cb)
-            kvq__tile_chunk(out, D, c0, src, off, m, wt, zb, NH, SRC, cb, P);
+    if (CB == 1) {
+        kvq__tile_chunks(out, D, 0, n, src, off, m, wt, zb, NH, SRC, 1, P);
+    } else {                                  /* rows: n % (16 CB) left over */
+        const size_t n_cb = n - n % (16 * (size_t)CB);
+        kvq__tile_chunks(out, D, 0, n_cb, src, off, m, wt, zb, NH, SRC, CB, P);
+        kvq__tile_chunks(out, D, n_cb, n, src, off, m, wt, zb, NH, SRC, 1, P);
+    }
 }
 
 /* The tile's m full-precision value rows (every region: KIVI's window,
