@@ -2324,7 +2324,9 @@ __device__ __forceinline__ void kvq_mma_decode(uint32_t w, uint32_t (&a)[16 / B]
    c0 c1 or c2 c3) and a column part (A's columns 0-7 or 8-15: B's rows
    0-7 or 8-15), so B's rows 8-15 are pre-scaled by 2^-k_col and C's row
    halves post-scaled by 2^(24 - k_row), all exact. Exact only where the
-   tensor cores keep subnormal inputs (kvq_cuda_mma_keeps_subnormals).  */
+   tensor cores keep subnormal inputs and multiply them as exactly as
+   normal ones: kvq_cuda_mma_keeps_subnormals runs both decodes against
+   each other on the GPU (an H200 keeps them and still fails that).    */
 KVQ_MMA_FN int kvq_mma_sub_shift(int bits, int row_half, int col_half)
 {
     return kvq_mma_shift(bits, row_half + 2 * col_half);   /* register j = row + 2 col */
@@ -2545,8 +2547,8 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
 #define KVQ_CUDA_MMA_HI_ONLY 1        /* weights in fp16 only, no lo half    */
 #define KVQ_CUDA_MMA_DIRECT  2        /* chunks read in place, no cp.async   */
 #define KVQ_CUDA_MMA_SUBNORMAL 4      /* codes decoded as fp16 subnormals:
-                                         exact only where the tensor cores
-                                         keep them (kvq_cuda_mma_keeps_subnormals) */
+                                         refused where not exact
+                                         (kvq_cuda_mma_keeps_subnormals) */
 #define KVQ_CUDA_MMA_STAGES3 8        /* three cp.async stages, not two      */
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
@@ -3225,38 +3227,83 @@ extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const 
     return KVQ_OK;
 }
 
-/* -- does this GPU keep fp16 subnormal MMA inputs? ------------------------ */
-/* A = 2^-24 (the smallest fp16 subnormal) everywhere, B = 1: each D entry
-   is 16 * 2^-24 = 2^-20 if the subnormals are kept, 0 if flushed.        */
-__global__ void kvq_mma_subnormal_probe_kernel(float *out /* (32) */)
+/* -- is the subnormal decode exact on this GPU? ---------------------------- */
+/* Kept: A = 2^-24 (the smallest fp16 subnormal) everywhere, B = 1: each D
+   entry is 16 * 2^-24 = 2^-20 if subnormal inputs are kept, 0 if flushed.
+   Kept is not enough. The decode is exact only if the tensor cores treat
+   a subnormal input's products as a normal input's scaled by a power of
+   two, and an H200 that keeps them does not (the variant missed 1e-4
+   there). So the two decodes are run against each other too, per B:
+   hashed codes of every shift, weights of 11 significant bits and both
+   signs from 2^-8 to 65504 (the kernel's hi and lo), B's rows 8-15
+   pre-scaled as the kernel scales them, four MMAs chained in one C. C of
+   the subnormal decode times its row factor (kvq_mma_post) must be the
+   magic decode's C, bit for bit: returns the entries that differ.       */
+static __device__ __forceinline__ uint32_t kvq_mma_probe_hash(uint32_t x)
+{
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+template <int B>
+static __device__ int kvq_mma_probe_decodes(int lane)
+{
+    const float col = 1.0f / (float)(1 << kvq_mma_sub_shift(B, 0, 1));   /* B's rows 8-15 */
+    float cm[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, cs[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (int step = 0; step < 4; step++) {
+        const uint32_t w = kvq_mma_probe_hash((uint32_t)(lane + 32 * step + 1024 * B));
+        uint32_t am[16 / B], as[16 / B], bm[2] = { 0u, 0u }, bs[2] = { 0u, 0u };
+        kvq_mma_decode<B>(w, am);                /* k-tile 0: registers 0..3 */
+        kvq_mma_decode_subnormal<B>(w, as);
+        for (int r = 0; r < 2; r++)              /* B register r: rows + 8 r  */
+            for (int h = 0; h < 2; h++) {
+                const uint32_t y = kvq_mma_probe_hash(w ^ (uint32_t)(0x9E3779B1u * (2 * r + h + 1)));
+                const float v = ((y >> 31) ? -1.0f : 1.0f) * (1.0f + (float)(y & 1023u) / 1024.0f) *
+                                kvq_mma_pow2i((int)((y >> 10) % 24u) - 8);
+                bm[r] |= (uint32_t)__half_as_ushort(__float2half_rn(v)) << (16 * h);
+                bs[r] |= (uint32_t)__half_as_ushort(__float2half_rn(r ? v * col : v)) << (16 * h);
+            }
+        kvq_mma_16816(cm, am, bm[0], bm[1]);
+        kvq_mma_16816(cs, as, bs[0], bs[1]);
+    }
+    int differ = 0;
+    for (int i = 0; i < 4; i++) differ += cs[i] * kvq_mma_post<B, 1>(i >> 1) != cm[i];
+    return differ;
+}
+__global__ void kvq_mma_subnormal_probe_kernel(float *kept /* (32) */, int *differ /* (32) */)
 {
     const uint32_t a[4] = { 0x00010001u, 0x00010001u, 0x00010001u, 0x00010001u };
     float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     kvq_mma_16816(c, a, 0x3C003C00u, 0x3C003C00u);
-    out[threadIdx.x] = c[0] + c[1] + c[2] + c[3];
+    kept[threadIdx.x] = c[0] + c[1] + c[2] + c[3];
+    differ[threadIdx.x] = kvq_mma_probe_decodes<2>(threadIdx.x) + kvq_mma_probe_decodes<4>(threadIdx.x);
 }
-/* *kept = 1: the tensor cores keep fp16 subnormal inputs (the subnormal
-   decode is exact), 0: they flush them. Asked once per process (the first
-   successful call launches and synchronizes), for the current device.
-   KVQ_OK; KVQ_ERR_NULL; a CUDA failure (the probe could not run).       */
-static kvq_status kvq_cuda__probe_subnormals(float *d, int *kept)
+/* *exact = 1: the subnormal decode is exact on this GPU (subnormal inputs
+   kept, and both decodes agree bit for bit); 0: it is not. Asked once
+   per process (the first successful call launches and synchronizes), for
+   the current device. KVQ_OK; KVQ_ERR_NULL; a CUDA failure.             */
+static kvq_status kvq_cuda__probe_subnormals(float *d, int *exact)
 {
-    float h[32];
-    KVQ_CUDA_LAUNCH(kvq_mma_subnormal_probe_kernel, 1, 32, 0, 0)(d);
+    float h[64];
+    KVQ_CUDA_LAUNCH(kvq_mma_subnormal_probe_kernel, 1, 32, 0, 0)(d, (int *)(d + 32));
     KVQ_CUDA_CHECK(cudaGetLastError());
     KVQ_CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
-    *kept = 1;
-    for (int i = 0; i < 32; i++)
-        if (h[i] != 4.0f * 0x1p-20f) *kept = 0;
+    *exact = 1;
+    for (int i = 0; i < 32; i++) {
+        int differ;
+        memcpy(&differ, &h[32 + i], sizeof differ);
+        if (h[i] != 4.0f * 0x1p-20f || differ != 0) *exact = 0;
+    }
     return KVQ_OK;
 }
+/* The probe's answer, the subnormal decode exact on this device (the
+   name is the first probe's; both must pass).                         */
 extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept)
 {
     static int known = -1;
     if (!kept) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_mma_keeps_subnormals: kept is NULL");
     if (known < 0) {
         float *d = nullptr;
-        KVQ_CUDA_CHECK(cudaMalloc((void **)&d, 32 * sizeof(float)));
+        KVQ_CUDA_CHECK(cudaMalloc((void **)&d, 64 * sizeof(float)));
         int k = 0;
         const kvq_status st = kvq_cuda__probe_subnormals(d, &k);
         cudaFree(d);
@@ -3359,14 +3406,15 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
    kvq_cuda_attend_mma), 0 for Sec. 4's kernel (leave the pages in kvq.h's
    order and call kvq_cuda_attend), -1 for a shape v5 is not built for.
    The rule is make cuda-gates' count of SASS instructions per KB of codes
-   (walkthrough 9.9): one query head per KV head with 2-bit G = 32 pages
-   is the one shape where the CUDA-core step costs fewer (544 against
-   v5's 658 with its page work; at 4 bits v5's 337 is below the CUDA
-   core's 360); with 2 or more heads the tensor cores serve them in one
-   MMA (2-bit G = 32: 658 against 984 at GQA 4), and G = 64 or 128
-   spreads v5's page work over more tokens.
-   A static count, not a timing: kvq_cuda_attend stays what kvq.h's users
-   get until v5 is measured on a GPU (bench/gpu_campaign.sh).          */
+   (walkthrough 9.9) and one timing: one query head per KV head on
+   G = 32 pages goes to the CUDA-core kernel. At 2 bits the count says
+   so (544 against v5's 658 with its page work); at 4 bits it leans the
+   other way (v5 337 against 360), but an H200 campaign run timed the
+   CUDA-core kernel 1.5x faster there (T = 32K), so the timing decides.
+   With 2 or more heads the tensor cores serve them in one MMA (2-bit
+   G = 32: 658 against 984 at GQA 4; timed 1.6-2.0x faster), and G = 64
+   or 128 spreads v5's page work over more tokens. kvq_cuda_attend stays
+   what kvq.h's users get until v5 is the default by measurement.      */
 static bool kvq_cuda__mma_pages_ok(int D, int G, int bits)   /* G 32, 64 or 128 */
 {
     return kvq_mma_shape_ok(D, G, bits) && (G == 32 || G == 64 || G == 128);
@@ -3374,7 +3422,7 @@ static bool kvq_cuda__mma_pages_ok(int D, int G, int bits)   /* G 32, 64 or 128 
 extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
 {
     if (!kvq_cuda__mma_pages_ok(head_dim, group, bits) || n_rep <= 0 || n_rep > 64) return -1;
-    return n_rep == 1 && group == 32 && bits == 2 ? 0 : 1;
+    return n_rep == 1 && group == 32 ? 0 : 1;
 }
 
 /* Decode attention with the sealed pages on the tensor cores (v5) and the
@@ -3413,8 +3461,9 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
         const kvq_status st = kvq_cuda_mma_keeps_subnormals(&kept);
         if (st != KVQ_OK) return st;
         if (!kept)
-            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: this GPU's tensor cores do "
-                                  "not keep fp16 subnormal inputs, so the subnormal decode would be wrong");
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: this GPU's tensor cores "
+                                  "flush fp16 subnormal inputs or do not multiply them exactly, so the "
+                                  "subnormal decode would be wrong");
     }
     if (n_streams == 0 || n_rep <= 0 || n_rep > 64)
         return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend_mma: n_streams=%zu n_rep=%d (1..64 heads)", n_streams, n_rep);

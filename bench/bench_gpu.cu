@@ -21,7 +21,9 @@
    were process-wide settings until the H100 runs decided them; their
    numbers are in bench/RESULTS.md, and bench/mma_probe.cu is the first
    step of the next design (tensor cores).
-   Quantize (kvq_cuda_quantize; G = 32 runs the fixed-shape kernel):
+   Quantize (kvq_cuda_quantize; G = 32 runs the fixed-shape kernel), and
+   quantize + seal (kvq_cuda_quantize_sealed: keys and values of whole
+   pages straight into fragment order):
      validate:  two passes; writes nothing on bad data
      trusted:   validate = 0 (one pass, trusted input)
 
@@ -660,6 +662,74 @@ static void bench_quantize(bool quick, double copy)
     CU(cudaFree(d_x));
 }
 
+/* Quantize + pack + seal (kvq_cuda_quantize_sealed): the keys and values
+   of whole pages (T rows each, D = 128) straight into fragment order,
+   Gv = G. Validated first on Tcheck rows against kvq.h's quantizer and
+   the host's permutation (kvq_cuda_fragment_page), byte for byte.
+   Bytes: both sides' rows read once, codes and scales written once.     */
+static void bench_quantize_sealed(bool quick, double copy)
+{
+    printf("\n== quantize + pack + seal: K and V (fp16, T x 128 each) into fragment-order pages ==\n");
+    const size_t D = 128, T = quick ? 65536 : 262144, Tcheck = 4096, copies = 2;
+    __half *d_x;                          /* copy c: K rows, then V rows */
+    CU(cudaMalloc(&d_x, copies * 2 * T * D * 2));
+    KVQ_CUDA_LAUNCH(fill_half, 1024, 256, 0, 0)(d_x, copies * 2 * T * D, 43, 3.0f);
+    CU(cudaGetLastError());
+    for (int B : { 2, 4 })
+        for (int G : { 32, 128 }) {
+            const size_t n = T / G, kw = kvq_cuda__kw_stride((int)D, G, B),
+                         vs = kvq_cuda__vs_stride((int)D, G, G), nc = Tcheck / G;
+            kvq_cuda_pool pool = {};
+            CU(cudaMalloc(&pool.k_words, n * kw * 4)); CU(cudaMalloc(&pool.v_words, n * kw * 4));
+            CU(cudaMalloc(&pool.k_sz, n * D * 4)); CU(cudaMalloc(&pool.v_sz, n * vs * 4));
+            pool.n_pages = n; pool.head_dim = (int)D; pool.group = G; pool.value_group = G;
+            pool.bits = B; pool.zero_mode = KVQ_ZERO_FLOAT;
+            int *d_st;
+            CU(cudaMalloc(&d_st, 4));
+            /* validate: the first nc pages, bit for bit                    */
+            std::vector<kvq_f16> hx(2 * Tcheck * D);
+            CU(cudaMemcpy(hx.data(), d_x, Tcheck * D * 2, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(hx.data() + Tcheck * D, d_x + T * D, Tcheck * D * 2, cudaMemcpyDeviceToHost));
+            std::vector<float> fx(hx.size());
+            for (size_t i = 0; i < hx.size(); i++) fx[i] = kvq_f16_to_f32(hx[i]);
+            std::vector<uint32_t> ck(nc * kw), cv(nc * kw), fk(nc * kw), fv(nc * kw), gk(nc * kw), gv(nc * kw);
+            std::vector<kvq_sz> cks(nc * D), cvs(nc * vs), gks(nc * D), gvs(nc * vs);
+            kvq_quantize_matrix(fx.data(), Tcheck, D, B, G, KVQ_PER_CHANNEL, KVQ_ZERO_FLOAT, ck.data(), cks.data());
+            kvq_quantize_matrix(fx.data() + Tcheck * D, Tcheck, D, B, G, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, cv.data(),
+                                cvs.data());
+            for (size_t p = 0; p < nc; p++)
+                kvq_cuda_fragment_page(&ck[p * kw], &cv[p * kw], (int)D, G, B, &fk[p * kw], &fv[p * kw]);
+            bool same = true;
+            for (int v = 0; v < 2; v++) {
+                KQ(kvq_cuda_quantize_sealed(&pool, d_x, d_x + T * D, nc, nullptr, d_st, v == 0, 0));
+                same = same && kvq_cuda_status(d_st, 0) == KVQ_OK;
+                CU(cudaMemcpy(gk.data(), pool.k_words, gk.size() * 4, cudaMemcpyDeviceToHost));
+                CU(cudaMemcpy(gv.data(), pool.v_words, gv.size() * 4, cudaMemcpyDeviceToHost));
+                CU(cudaMemcpy(gks.data(), pool.k_sz, gks.size() * 4, cudaMemcpyDeviceToHost));
+                CU(cudaMemcpy(gvs.data(), pool.v_sz, gvs.size() * 4, cudaMemcpyDeviceToHost));
+                same = same && gk == fk && gv == fv && memcmp(gks.data(), cks.data(), gks.size() * 4) == 0 &&
+                       memcmp(gvs.data(), cvs.data(), gvs.size() * 4) == 0;
+            }
+            float ms[2];
+            for (int v = 0; v < 2; v++)
+                ms[v] = median_ms([&](int c) {
+                    const __half *x = d_x + (size_t)c * 2 * T * D;
+                    KQ(kvq_cuda_quantize_sealed(&pool, x, x + T * D, n, nullptr, d_st, v == 0, 0));
+                }, (int)copies);
+            const double bytes = 2.0 * T * D * 2 + 2.0 * n * kw * 4 + n * D * 4.0 + n * vs * 4.0;
+            const double g1 = bytes / (ms[0] * 1e-3) / 1e9, g2 = bytes / (ms[1] * 1e-3) / 1e9;
+            printf("%-11s %2d %4d %8zu | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%% | %s\n", "sealed K+V", B,
+                   G, T, ms[0] * 1e3, g1, 100 * g1 / copy, ms[1] * 1e3, g2, 100 * g2 / copy,
+                   same ? "identical" : "DIFFERENT");
+            if (csv_quant)
+                fprintf(csv_quant, "sealed,%d,%d,%zu,%.3f,%.1f,%.3f,%.1f,%.1f,%d\n", B, G, T, ms[0] * 1e3, g1,
+                        ms[1] * 1e3, g2, copy, (int)same);
+            CU(cudaFree(pool.k_words)); CU(cudaFree(pool.v_words));
+            CU(cudaFree(pool.k_sz)); CU(cudaFree(pool.v_sz)); CU(cudaFree(d_st));
+        }
+    CU(cudaFree(d_x));
+}
+
 int main(int argc, char **argv)
 {
     bool quick = false, copy_only = false, dry_run = false;
@@ -731,6 +801,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (shapes.empty()) bench_quantize(quick, copy);
+    if (shapes.empty()) bench_quantize_sealed(quick, copy);
     if (shapes.empty()) bench_attention(quick, copy, nullptr);
     for (const attn_shape &sh : shapes) bench_attention(quick, copy, &sh);
     if (csv_attn) fclose(csv_attn);

@@ -302,7 +302,9 @@ int main(int argc, char **argv)
            sub_all.empty() ? (sub[0] + " in A, " + sub[1] + " in B").c_str() : sub_all.c_str());
     if (acc.empty() || sub_all.empty())
         printf("  the emulator's models (tests/emu/mma_model.h) do not describe this GPU: revise them\n");
-    if (sub_all == "keep") printf("  subnormals kept: the subnormal decode (kvq_cuda.cu Sec. 7) is exact here\n");
+    if (sub_all == "keep")
+        printf("  subnormals kept: the subnormal decode (kvq_cuda.cu Sec. 7) needs its products exact too\n"
+               "  (kvq_cuda_mma_keeps_subnormals runs both decodes against each other)\n");
     if (sub_all == "flush") printf("  subnormals flushed: the subnormal decode is NOT exact here (keep the magic decode)\n");
     if (expect) {
         check(acc == want_acc, ("--expect: accumulation " + want_acc + ", got " + (acc.empty() ? "neither" : acc)).c_str());

@@ -103,8 +103,8 @@ mutant mma-exponent plain 'mma.*rows over tolerance' \
     'kb.inv[q] = ldexpf(1.0f, 1 - __shfl_sync(0xffffffffu, e, 8 * tig));'
 # 10. the score hand-off takes the wrong lane's score
 mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
-    'pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src);' \
-    'pv[q][i] = __shfl_sync(0xffffffffu, p[q][rt][i >> 1], src ^ 4);'
+    'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);' \
+    'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src ^ 4);'
 # 11. the staged chunk read before its cp.async group has landed
 mutant mma-no-cp-async-wait race 'still in flight' \
     '        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
