@@ -120,7 +120,7 @@ SIMD_FLAGS := $(if $(X86),-mavx2 -mf16c)
 FMA_FLAGS  := $(if $(X86),-mfma)
 SIMD_PARTS := scalar simd scalar_fma simd_fma native
 $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
-	@mkdir -p $(B)/simd
+	@mkdir -p $(B)/simd $(@D)
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD -c $< -o $(B)/simd/scalar.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=simd $(SIMD_FLAGS) -c $< -o $(B)/simd/simd.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar_fma -DKVQ_NO_SIMD $(FMA_FLAGS) -c $< -o $(B)/simd/scalar_fma.o

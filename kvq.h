@@ -4135,12 +4135,12 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    query heads per KV head (GQA):
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     1.0  / 1.5   1.45 / 2.6   3.0 / 6.1
+     2-bit caches (KIVI-2,     1.0  / 1.55  1.45 / 2.6   3.0 / 6.1
        OTT-2, LogQuant-2)
      KIVI-4                    1.35 / 1.95  1.5  / 2.6   3.0 / 6.1
      HF-2 (per-token keys)     1.0  / 1.55  1.4  / 2.4   3.1 / 6.4
      fp32 and fp16 rows        no more than the plain fp32 loop's count
-     quantize, either axis     7.7          9.4          23
+     quantize, either axis     5.7          7.1          16.5
                                (ggml's quantize_row_q4_1_ref: 10.1, 10.3,
                                12.0); per-channel no more than per-token
 
@@ -4554,19 +4554,24 @@ static float kvq__absmax_or_nonfinite(const float *x, size_t n)
 
 /* Per-channel groups, 16 channels at a time: lane j is the min and max of
    channel j over n rows (row stride D); bad[j] != 0 if one is not finite.
-   Vertical, so every step is one vector min, max and check.              */
+   Vertical, so every row is one vector min, max and check, in registers
+   (x - x is 0 for a finite x and NaN otherwise, and a NaN stays in the
+   running sum; lo and hi are only used where every value was finite).   */
 static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad)
 {
+    kvq__v16 vlo = kvq__load16(x), vhi = vlo, check = kvq__splat16(0.0f);
+    float sum[16];
     size_t t, j;
-    for (j = 0; j < 16; j++) { lo[j] = hi[j] = x[j]; bad[j] = 0; }
-    for (t = 0; t < n; t++)
-        for (j = 0; j < 16; j++) {
-            float v = x[t * D + j];
-            lo[j] = v < lo[j] ? v : lo[j];
-            hi[j] = v > hi[j] ? v : hi[j];
-            bad[j] |= (v - v) != 0.0f;
-        }
-    for (j = 0; j < 16; j++) { lo[j] += 0.0f; hi[j] += 0.0f; }   /* -0 -> +0 */
+    for (t = 0; t < n; t++) {
+        kvq__v16 v = kvq__load16(x + t * D);
+        vlo = kvq__min16(v, vlo);                     /* v < lo ? v : lo   */
+        vhi = kvq__max16(v, vhi);                     /* v > hi ? v : hi   */
+        check = kvq__add16(check, kvq__sub16(v, v));
+    }
+    kvq__store16(lo, kvq__add16(vlo, kvq__splat16(0.0f)));   /* -0 -> +0 */
+    kvq__store16(hi, kvq__add16(vhi, kvq__splat16(0.0f)));
+    kvq__store16(sum, check);
+    for (j = 0; j < 16; j++) bad[j] = sum[j] != 0.0f;
 }
 
 /* Sec. 4's code of 16 values lane by lane, as floats: float zero, v =
@@ -4705,6 +4710,81 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
     return KVQ_OK;
 }
 
+/* col[a][r] = x[r * stride + a] for a, r < 16: a 16 x 16 block of floats
+   transposed, rows of x into columns. By shuffles in registers on every
+   vector ISA (log2 of the width stages of pairwise interleaves, as in any
+   SIMD transpose), element by element otherwise. Scalar stores followed
+   by a vector load of the same bytes cannot be forwarded and stall, which
+   made the element-wise copy a third of the per-token quantizer's time.  */
+static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, float (*col)[16])
+{
+#if KVQ__W == 16
+    __m512 r[16], t[16];
+    int a;
+    for (a = 0; a < 16; a++) r[a] = _mm512_loadu_ps(x + (size_t)a * stride);
+    for (a = 0; a < 16; a += 2) {         /* interleave lanes of row pairs */
+        t[a]     = _mm512_unpacklo_ps(r[a], r[a + 1]);
+        t[a + 1] = _mm512_unpackhi_ps(r[a], r[a + 1]);
+    }
+    for (a = 0; a < 16; a += 4) {         /* then pairs of lanes            */
+        __m512d lo = _mm512_castps_pd(t[a]), hi = _mm512_castps_pd(t[a + 1]);
+        __m512d lo2 = _mm512_castps_pd(t[a + 2]), hi2 = _mm512_castps_pd(t[a + 3]);
+        r[a]     = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+        r[a + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+        r[a + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+        r[a + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+    }
+    for (a = 0; a < 8; a++) {             /* then 128-bit blocks, twice     */
+        int src = (a / 4) * 8 + a % 4;
+        t[2 * a]     = _mm512_shuffle_f32x4(r[src], r[src + 4], 0x88);
+        t[2 * a + 1] = _mm512_shuffle_f32x4(r[src], r[src + 4], 0xdd);
+    }
+    for (a = 0; a < 8; a++) {
+        int src = a % 4 * 2 + a / 4;
+        r[a]     = _mm512_shuffle_f32x4(t[src], t[src + 8], 0x88);
+        r[a + 8] = _mm512_shuffle_f32x4(t[src], t[src + 8], 0xdd);
+    }
+    for (a = 0; a < 16; a++) _mm512_storeu_ps(col[a], r[a]);
+#elif KVQ__W == 8
+    int rb, cb, a;                        /* four 8 x 8 blocks              */
+    for (rb = 0; rb < 16; rb += 8)
+        for (cb = 0; cb < 16; cb += 8) {
+            __m256 r[8], t[8], u[8];
+            for (a = 0; a < 8; a++) r[a] = _mm256_loadu_ps(x + (size_t)(rb + a) * stride + cb);
+            for (a = 0; a < 8; a += 2) {
+                t[a]     = _mm256_unpacklo_ps(r[a], r[a + 1]);
+                t[a + 1] = _mm256_unpackhi_ps(r[a], r[a + 1]);
+            }
+            for (a = 0; a < 8; a += 4) {
+                u[a]     = _mm256_shuffle_ps(t[a], t[a + 2], 0x44);
+                u[a + 1] = _mm256_shuffle_ps(t[a], t[a + 2], 0xee);
+                u[a + 2] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0x44);
+                u[a + 3] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0xee);
+            }
+            for (a = 0; a < 4; a++) {
+                _mm256_storeu_ps(col[cb + a] + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x20));
+                _mm256_storeu_ps(col[cb + a + 4] + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x31));
+            }
+        }
+#elif KVQ__W == 4
+    int rb, cb;                           /* sixteen 4 x 4 blocks           */
+    for (rb = 0; rb < 16; rb += 4)
+        for (cb = 0; cb < 16; cb += 4) {
+            const float *p = x + (size_t)rb * stride + cb;
+            float32x4x2_t t0 = vtrnq_f32(vld1q_f32(p), vld1q_f32(p + stride));
+            float32x4x2_t t1 = vtrnq_f32(vld1q_f32(p + 2 * stride), vld1q_f32(p + 3 * stride));
+            vst1q_f32(col[cb] + rb,     vcombine_f32(vget_low_f32(t0.val[0]), vget_low_f32(t1.val[0])));
+            vst1q_f32(col[cb + 1] + rb, vcombine_f32(vget_low_f32(t0.val[1]), vget_low_f32(t1.val[1])));
+            vst1q_f32(col[cb + 2] + rb, vcombine_f32(vget_high_f32(t0.val[0]), vget_high_f32(t1.val[0])));
+            vst1q_f32(col[cb + 3] + rb, vcombine_f32(vget_high_f32(t0.val[1]), vget_high_f32(t1.val[1])));
+        }
+#else
+    size_t a, r;
+    for (r = 0; r < 16; r++)
+        for (a = 0; a < 16; a++) col[a][r] = x[r * stride + a];
+#endif
+}
+
 /* 16 per-token groups side by side: x holds groups g0 .. g0+15 one after
    another (G values each, as a row-major matrix stores them), lane j of
    every vector below is group j. Each group's min and max, (s, z) and
@@ -4723,8 +4803,9 @@ static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int 
     kvq__vu word[KVQ__PARTS], keep[KVQ__PARTS];
     int k;
     if (G == 0 || G > KVQ__COLS_MAX) return;          /* callers never pass */
-    for (j = 0; j < 16; j++)
-        for (i = 0; i < G; i++) col[i][j] = x[j * G + i];
+    for (i = 0; i + 16 <= G; i += 16) kvq__transpose16(x + i, G, col + i);
+    for (; i < G; i++)                                /* G % 16 columns     */
+        for (j = 0; j < 16; j++) col[i][j] = x[j * G + i];
     lo = hi = kvq__load16(col[0]);
     for (i = 1; i < G; i++) {
         kvq__v16 c = kvq__load16(col[i]);

@@ -209,7 +209,7 @@ static void check_quantize(rng *r)
             for (ax = 0; ax < 2; ax++)
                 for (m = 0; m < 2; m++)
                     for (grid = 0; grid < 2; grid++) {
-                        size_t G = Gs[gi], T = ax ? 2 * G : 7, D = ax ? 48 : 2 * G, i, nw, ng;
+                        size_t G = Gs[gi], T = ax ? 2 * G : 37, D = ax ? 48 : 2 * G, i, nw, ng;  /* 74 per-token groups: the 16-at-a-time path and its tail */
                         kvq_layout L;
                         float *X = (float *)malloc(T * D * sizeof(float));
                         uint32_t *w1, *w2;
