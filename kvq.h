@@ -1024,8 +1024,12 @@ static float    kvq__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f
    little and too late for that otherwise).                                */
 #if defined(__GNUC__) || defined(__clang__)
 #define KVQ__INLINE inline __attribute__((always_inline))
+#if defined(__CUDACC__)           /* nvcc's front end warns on GCC's pragma */
+#define KVQ__UNROLL(n)
+#else
 #define KVQ__UNROLL(n) _Pragma(KVQ__PRAGMA_STR(GCC unroll n))
 #define KVQ__PRAGMA_STR(x) #x
+#endif
 #else
 #define KVQ__INLINE inline
 #define KVQ__UNROLL(n)
