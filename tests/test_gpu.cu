@@ -276,6 +276,16 @@ struct gpu_batch {
     }
 };
 
+/* n distinct pool page ids out of n_pool, shuffled.                       */
+static std::vector<int32_t> shuffled_ids(size_t n, size_t n_pool)
+{
+    std::vector<int32_t> all(n_pool);
+    for (size_t i = 0; i < n_pool; i++) all[i] = (int32_t)i;
+    for (size_t i = n_pool; i > 1; i--) std::swap(all[i - 1], all[rng_below(i)]);
+    all.resize(n);
+    return all;
+}
+
 /* Upload; quantized = false builds a baseline batch from the fp rows only. */
 static bool upload(gpu_batch &b, bool quantized)
 {
@@ -283,9 +293,7 @@ static bool upload(gpu_batch &b, bool quantized)
     const int D = e0.head_dim, G = e0.group, Gv = e0.value_group, B = e0.bits;
     size_t n_pages = 0;
     for (auto &e : b.ex) n_pages += e.n_pages;
-    std::vector<int32_t> order(n_pages);
-    for (size_t i = 0; i < n_pages; i++) order[i] = (int32_t)i;
-    for (size_t i = n_pages; i > 1; i--) std::swap(order[i - 1], order[rng_below(i)]);
+    const std::vector<int32_t> order = shuffled_ids(n_pages, n_pages);
     const size_t kw = kvq_cuda__kw_stride(D, G, B), vw = kvq_cuda__vw_stride(D, G, B),
                  vs = kvq_cuda__vs_stride(D, G, Gv);
     std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
@@ -1033,16 +1041,6 @@ struct frag_pool {
     }
     size_t page_items(void) const { return kw + vw + pool.head_dim + vs; }
 };
-
-/* n distinct pool page ids out of n_pool, shuffled.                       */
-static std::vector<int32_t> shuffled_ids(size_t n, size_t n_pool)
-{
-    std::vector<int32_t> all(n_pool);
-    for (size_t i = 0; i < n_pool; i++) all[i] = (int32_t)i;
-    for (size_t i = n_pool; i > 1; i--) std::swap(all[i - 1], all[rng_below(i)]);
-    all.resize(n);
-    return all;
-}
 
 /* n full pages of fp16 rows of one input family through
    kvq_cuda_quantize_sealed into shuffled pages of a larger pool, against
