@@ -1019,7 +1019,8 @@ static interval pct_gap(const row *a, const row *b, const row *ref, double frac)
    would report an order that the noise could have produced. Without an
    interval (ok = 0) every rule reads the point estimate.                  */
 static int at_most(interval r, double b) { return r.lo <= b; }
-static int below_zero(interval r) { return r.hi < 0.0; }
+static int below(interval r, double b) { return r.hi < b; }
+static int below_zero(interval r) { return below(r, 0.0); }
 static int above(interval r, double b) { return r.lo > b; }
 
 /* An ordering's interval in words: "shown" (wholly below 0), "reversed"
@@ -1079,6 +1080,26 @@ static int order_claim(FILE *out, FILE *csv, const char *source, const char *tex
     return claim(out, csv, source, text, have, ok, m);
 }
 
+/* A claim on a's change vs b, judged by rule with bound (at_most, or
+   below with 0: an effect) on the paired interval; the measured text is
+   "a [interval]" against fp32, "a vs b [interval]" otherwise.           */
+static int change_claim(FILE *out, FILE *csv, const char *source, const char *text,
+                        const row *a, const row *b, int (*rule)(interval, double), double bound,
+                        int decimals)
+{
+    char m[240] = "", iv[80];
+    const int have = paired_ok(a, b);
+    interval r;
+    memset(&r, 0, sizeof r);
+    if (have) {
+        r = pct_change(a, b);
+        fmt_interval(iv, sizeof iv, r, decimals);
+        if (!strcmp(b->name, "fp32")) snprintf(m, sizeof m, "%s %s", a->name, iv);
+        else snprintf(m, sizeof m, "%s vs %s %s", a->name, b->name, iv);
+    }
+    return claim(out, csv, source, text, have, have && rule(r, bound), m);
+}
+
 /* HF's own QuantizedCache on this model and text: transformers 5.24 with
    optimum-quanto 0.2.7 at the cache's defaults (quanto backend, nbits 4
    or 2, q_group_size 64, residual_length 128, per-token axes), the same
@@ -1125,11 +1146,8 @@ static int check_claims(const row *rows, FILE *out, FILE *csv)
     /* sizes against fp32, token by token: a tolerance (at_most), or a loss
        claimed (above); HF's own figures are single numbers without
        per-token terms, so those two read the point estimates              */
-    have = paired_ok(k4, fp);
-    if (have) { char iv[80]; fmt_interval(iv, sizeof iv, pct_change(k4, fp), 2);
-                snprintf(m, sizeof m, "kivi4 %s", iv); }
-    fails += claim(out, csv, "KIVI Table 3", "4-bit ~ 16-bit: dppl < 2%", have,
-                   have && at_most(pct_change(k4, fp), 2.0), m);
+    fails += change_claim(out, csv, "KIVI Table 3", "4-bit ~ 16-bit: dppl < 2%", k4, fp,
+                          at_most, 2.0, 2);
     /* HF's own run of today's cache (print_hf_own): perplexity within
        HF_OWN_TOL percent of HF's                                          */
     have = h4 != NULL;
@@ -1143,11 +1161,8 @@ static int check_claims(const row *rows, FILE *out, FILE *csv)
     fails += claim(out, csv, "HF's own run (quanto 0.2.7)", "int2 ppl within 3% of HF's 183.89",
                    have, have && fabs(100.0 * (h2->ppl / HF_OWN_INT2 - 1.0)) <= HF_OWN_TOL, m);
     /* the post's claims, on the post's own rule (integer zero point)       */
-    have = paired_ok(h4i, fp);
-    if (have) { char iv[80]; fmt_interval(iv, sizeof iv, pct_change(h4i, fp), 2);
-                snprintf(m, sizeof m, "hf4-int %s", iv); }
-    fails += claim(out, csv, "HF post (PG-19 plot)", "int4 ~ fp16: dppl < 2%", have,
-                   have && at_most(pct_change(h4i, fp), 2.0), m);
+    fails += change_claim(out, csv, "HF post (PG-19 plot)", "int4 ~ fp16: dppl < 2%", h4i, fp,
+                          at_most, 2.0, 2);
     have = paired_ok(h2i, fp) && paired_ok(h4i, h2i);
     if (have) { char iv[80], jv[80]; fmt_interval(iv, sizeof iv, pct_change(h2i, fp), 1);
                 fmt_interval(jv, sizeof jv, pct_change(h4i, h2i), 1);
@@ -1210,31 +1225,19 @@ static int check_claims(const row *rows, FILE *out, FILE *csv)
     /* rotation before quantizing (kvq.h Sec. 6.1): the -rot rows rotate
        keys and values by the Walsh-Hadamard transform. Each claim compares
        rows token by token, on its 95% interval (at_most, below_zero)      */
-    have = paired_ok(k2r, k2);
-    if (have) { char iv[80]; fmt_interval(iv, sizeof iv, pct_change(k2r, k2), 1);
-                snprintf(m, sizeof m, "kivi2-rot vs kivi2 %s", iv); }
-    fails += claim(out, csv, "QuaRot Sec. 4, RotateKV", "rotation lowers KIVI-2's loss (CI < 0)",
-                   have, have && below_zero(pct_change(k2r, k2)), m);
-    have = paired_ok(k2r, fp);
-    if (have) { char iv[80]; fmt_interval(iv, sizeof iv, pct_change(k2r, fp), 1);
-                snprintf(m, sizeof m, "kivi2-rot %s", iv); }
-    fails += claim(out, csv, "issue target", "KIVI-2 rotated: dppl <= +12% (CI lo <= 12)",
-                   have, have && at_most(pct_change(k2r, fp), 12.0), m);
+    fails += change_claim(out, csv, "QuaRot Sec. 4, RotateKV", "rotation lowers KIVI-2's loss (CI < 0)",
+                          k2r, k2, below, 0.0, 1);
+    fails += change_claim(out, csv, "issue target", "KIVI-2 rotated: dppl <= +12% (CI lo <= 12)",
+                          k2r, fp, at_most, 12.0, 1);
     have = paired_ok(h2r, fp) && paired_ok(h2, fp);
     if (have) { char iv[80]; fmt_interval(iv, sizeof iv, pct_gap(h2r, h2, fp, 0.5), 1);
                 snprintf(m, sizeof m, "hf2-rot - hf2/2: %s", iv); }
     fails += claim(out, csv, "RotateKV; issue target", "HF-2 loss halved: hf2-rot - hf2/2 <= 0",
                    have, have && at_most(pct_gap(h2r, h2, fp, 0.5), 0.0), m);
-    have = paired_ok(k4r, k4);
-    if (have) { char iv[80]; fmt_interval(iv, sizeof iv, pct_change(k4r, k4), 2);
-                snprintf(m, sizeof m, "kivi4-rot vs kivi4 %s", iv); }
-    fails += claim(out, csv, "QuaRot Sec. 4; issue target", "KIVI-4 no worse rotated (CI lo <= 0)",
-                   have, have && at_most(pct_change(k4r, k4), 0.0), m);
-    have = paired_ok(h4r, h4);
-    if (have) { char iv[80]; fmt_interval(iv, sizeof iv, pct_change(h4r, h4), 2);
-                snprintf(m, sizeof m, "hf4-rot vs hf4 %s", iv); }
-    fails += claim(out, csv, "QuaRot Sec. 4; issue target", "HF-4 no worse rotated (CI lo <= 0)",
-                   have, have && at_most(pct_change(h4r, h4), 0.0), m);
+    fails += change_claim(out, csv, "QuaRot Sec. 4; issue target", "KIVI-4 no worse rotated (CI lo <= 0)",
+                          k4r, k4, at_most, 0.0, 2);
+    fails += change_claim(out, csv, "QuaRot Sec. 4; issue target", "HF-4 no worse rotated (CI lo <= 0)",
+                          h4r, h4, at_most, 0.0, 2);
     return fails;
 }
 
