@@ -1431,6 +1431,22 @@ static void test_compact_pages(void)
     kvq_cuda_pool bad = {};
     CHECK(refused_with(kvq_cuda_move_pages(&bad, nullptr, nullptr, 0, nullptr, 0), KVQ_ERR_NULL),
           "kvq_cuda_move_pages: a pool without arrays was accepted");
+    /* arrays present, shapes no pool has: refused before any launch      */
+    uint32_t never_touched[1];
+    bad.k_words = bad.v_words = never_touched;
+    bad.k_sz = bad.v_sz = (kvq_sz *)(void *)never_touched;
+    bad.n_pages = 1; bad.bits = 2; bad.group = 32; bad.value_group = 32;
+    for (int D : { 0, 96, 256 }) {
+        bad.head_dim = D;
+        CHECK(refused_with(kvq_cuda_move_pages(&bad, nullptr, nullptr, 0, nullptr, 0), KVQ_ERR_CONFIG),
+              "kvq_cuda_move_pages: head_dim %d accepted", D);
+    }
+    bad.head_dim = 128; bad.group = 48;
+    CHECK(refused_with(kvq_cuda_move_pages(&bad, nullptr, nullptr, 0, nullptr, 0), KVQ_ERR_CONFIG),
+          "kvq_cuda_move_pages: G = 48 accepted");
+    bad.group = 32; bad.value_group = 8;               /* 8 x 2 bits: no whole word */
+    CHECK(refused_with(kvq_cuda_move_pages(&bad, nullptr, nullptr, 0, nullptr, 0), KVQ_ERR_CONFIG),
+          "kvq_cuda_move_pages: value group 8 at 2 bits accepted");
 }
 
 /* ======================================================================== */
