@@ -2,32 +2,41 @@
    cores match: mma.sync.m16n8k16 (f16 x f16 -> f32), through kvq_cuda.cu's
    own wrapper (kvq_mma_16816) and fragment maps (kvq_mma_a_row ...), on
    inputs built to tell the models apart. The models are the emulator's
-   (tests/emu/mma_model.h, the same code): accumulation EXACT or TRUNC,
-   fp16 subnormal inputs kept or flushed. Each case is one warp's MMA on
-   whole 16 x 16 / 16 x 8 matrices; every element of D is compared bit for
-   bit with each model's D.
+   (tests/emu/mma_model.h, the same code): accumulation "exact" or one of
+   the aligned family align:N:F:R[:sep][:esum] ("trunc" = align:8:0:rz), fp16
+   subnormal inputs kept or flushed. Each case is one warp's MMA on whole
+   16 x 16 / 16 x 8 matrices; every element of D is compared bit for bit
+   with each model's D.
 
      fragment maps   small integers (every model gives the exact sum): D
                      must equal it everywhere, else the maps (or the MMA)
                      are wrong
      subnormals      fp16 subnormals in A only, then in B only, times small
-                     powers of two (sums exact in either accumulation
+                     powers of two (sums exact in every accumulation
                      model): kept or flushed, per operand
-     accumulation    normal inputs of wide exponent range, where EXACT and
-                     TRUNC differ, and the designed case 1 + 8 x 2^-25 (one
-                     block of 8 products below the accumulator's last bit:
-                     EXACT 1 + 2^-22, TRUNC 1)
+     accumulation    normal inputs of wide exponent range and the designed
+                     case 1 + 8 x 2^-25 (below the accumulator's last bit:
+                     exact 1 + 2^-22, trunc 1), against every model of a
+                     grid: exact, and align:N:F:R[:sep][:esum] for N 4, 8,
+                     16, F 0-6, 8, 12, R rz and rn, with and without :sep
+                     and :esum. The inputs are first checked to tell the
+                     grid's models apart (on the host: models that agree
+                     on every element form one class); the verdict is the
+                     set of models that agree with the device on every
+                     element.
 
-   It prints the model the hardware matches, and "N passed, M failed"
+   It prints the models the hardware matches (KVQ_EMU_MMA spells them, to
+   make the emulator compute as this GPU does), and "N passed, M failed"
    (a check fails when the maps are wrong, when an operand or the
-   accumulation matches neither model, or, with --expect, when the verdict
-   is not the one expected). On the emulator (make test-cuda-emu) it must
+   accumulation matches no model, or, with --expect, when the expected
+   model is not among them). On the emulator (make test-cuda-emu) it must
    report the model it was told to use:
      KVQ_EMU_MMA=trunc KVQ_EMU_SUBNORMAL=flush build/emu/mma_selftest --expect trunc,flush
 
-     build/mma_selftest [--expect exact|trunc,keep|flush] [--seed N]
-   Exit status 0 when every check passed, 1 otherwise, 2 for bad
-   arguments. Needs an sm_80+ GPU (or the emulator).                      */
+     build/mma_selftest [--expect MODEL,keep|flush] [--seed N]
+   MODEL: exact, trunc or align:N:F:rz|rn[:sep][:esum]. Exit status 0 when
+   every check passed, 1 otherwise, 2 for bad arguments. Needs an sm_80+
+   GPU (or the emulator).                                                         */
 #include "kvq.h"
 #define KVQ_CUDA_DECLARE_ONLY
 #include "kvq_cuda.cu"
@@ -89,7 +98,7 @@ static uint64_t next_u64(void)
 static int uniform(int lo, int hi) { return lo + (int)(next_u64() % (uint64_t)(hi - lo + 1)); }
 static uint16_t h16(double x) { return kvq_mma_model::f64_to_f16(x); }
 static bool same_bits(float a, float b) { uint32_t x, y; memcpy(&x, &a, 4); memcpy(&y, &b, 4); return x == y; }
-static uint32_t bits(float x);
+static uint32_t bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 
 /* a normal fp16 of random sign, significand and exponent in [e0, e1]     */
 static uint16_t normal16(int e0, int e1)
@@ -148,18 +157,42 @@ static std::vector<mma_case> accumulation_cases(int n)
 }
 
 /* ---- models ------------------------------------------------------------------ */
-struct expected { std::vector<float> d[2][2]; };    /* [model][keep subnormals] */
-static expected model_all(const std::vector<mma_case> &v)
+using kvq_mma_model::model;
+static std::string spelled(const model &m)
 {
-    expected e;
-    for (int mo = 0; mo < 2; mo++)
-        for (int k = 0; k < 2; k++) {
-            e.d[mo][k].resize(v.size() * 128);
-            for (size_t t = 0; t < v.size(); t++)
-                kvq_mma_model::mma(v[t].A, v[t].B, v[t].C, &e.d[mo][k][t * 128],
-                                   mo ? kvq_mma_model::TRUNC : kvq_mma_model::EXACT, k == 1);
-        }
-    return e;
+    char buf[32];
+    return kvq_mma_model::name(m, buf, sizeof buf);
+}
+static bool same_model(const model &a, const model &b) { return spelled(a) == spelled(b); }
+
+/* D for every case under one model                                        */
+static std::vector<float> model_d(const std::vector<mma_case> &v, const model &m, bool keep_subnormals)
+{
+    std::vector<float> d(v.size() * 128);
+    for (size_t t = 0; t < v.size(); t++)
+        kvq_mma_model::mma(v[t].A, v[t].B, v[t].C, &d[t * 128], m, keep_subnormals);
+    return d;
+}
+static const model EXACT_MODEL = kvq_mma_model::of(kvq_mma_model::EXACT);
+static const model TRUNC_MODEL = kvq_mma_model::of(kvq_mma_model::TRUNC);
+
+/* exact, then align:N:F:R[:sep][:esum] over the grid; `also` joins it if
+   absent                                                                 */
+static std::vector<model> model_grid(const model *also)
+{
+    std::vector<model> g{ EXACT_MODEL };
+    const int blocks[] = { 4, 8, 16 }, extra[] = { 0, 1, 2, 3, 4, 5, 6, 8, 12 };
+    for (int n : blocks)
+        for (int f : extra)
+            for (int rn = 0; rn < 2; rn++)
+                for (int sep = 0; sep < 2; sep++)
+                    for (int esum = 0; esum < 2; esum++) g.push_back(model{ n, f, rn == 1, sep == 1, esum == 1 });
+    if (also) {
+        bool in = false;
+        for (const model &m : g) in |= same_model(m, *also);
+        if (!in) g.push_back(*also);
+    }
+    return g;
 }
 
 static std::vector<float> run_device(const std::vector<mma_case> &v)
@@ -186,7 +219,12 @@ static void check(bool ok, const char *what)
     if (ok) passed++;
     else { failed++; printf("FAIL %s\n", what); }
 }
-static uint32_t bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static size_t mismatches(const std::vector<float> &got, const std::vector<float> &want)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < got.size(); i++) n += !same_bits(got[i], want[i]);
+    return n;
+}
 static void show(const char *label, float got, float exact, float trunc)
 {
     printf("    %s: got %.9g (0x%08x); exact %.9g (0x%08x), trunc %.9g (0x%08x)\n", label, got, bits(got),
@@ -217,6 +255,43 @@ static std::string pick(const char *what, const std::vector<float> &got, const s
     return n ? v : "";
 }
 
+/* The accumulation models the device agrees with on every element. The
+   grid's classes (models that agree with each other on every element of
+   these inputs) are counted first: one class in the verdict names the
+   hardware's model as far as these inputs can tell.                      */
+static std::vector<model> classify(const std::vector<mma_case> &v, const std::vector<float> &got,
+                                   const std::vector<model> &grid)
+{
+    std::vector<std::vector<float>> d;
+    for (const model &m : grid) d.push_back(model_d(v, m, true));
+    std::vector<int> cls(grid.size(), -1);
+    int classes = 0;
+    for (size_t a = 0; a < grid.size(); a++) {
+        if (cls[a] >= 0) continue;
+        cls[a] = classes++;
+        for (size_t b = a + 1; b < grid.size(); b++)
+            if (cls[b] < 0 && mismatches(d[a], d[b]) == 0) cls[b] = cls[a];
+    }
+    printf("accumulation grid: %zu models, %d classes on these %zu cases (models of one class agree "
+           "everywhere)\n", grid.size(), classes, v.size());
+    std::vector<model> match;
+    size_t best = got.size() + 1, best_i = 0;
+    for (size_t a = 0; a < grid.size(); a++) {
+        const size_t miss = mismatches(got, d[a]);
+        if (miss == 0) match.push_back(grid[a]);
+        if (miss < best) { best = miss; best_i = a; }
+    }
+    if (match.empty())
+        printf("  no model of the grid matches; the closest, %s, differs at %zu of %zu elements\n",
+               spelled(grid[best_i]).c_str(), best, got.size());
+    else {
+        printf("  agrees on every element with %zu model%s:", match.size(), match.size() > 1 ? "s" : "");
+        for (const model &m : match) printf(" %s", spelled(m).c_str());
+        printf("\n");
+    }
+    return match;
+}
+
 int main(int argc, char **argv)
 {
     const char *expect = nullptr;
@@ -224,16 +299,20 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) rng = strtoull(argv[++i], nullptr, 10);
         else {
-            printf("usage: mma_selftest [--expect exact|trunc,keep|flush] [--seed N]\n");
+            printf("usage: mma_selftest [--expect MODEL,keep|flush] [--seed N]\n"
+                   "  MODEL: exact, trunc or align:N:F:rz|rn[:sep][:esum] (tests/emu/mma_model.h)\n");
             return 2;
         }
     }
-    std::string want_acc, want_sub;
+    std::string want_sub;
+    model want_acc{};
     if (expect) {
         const char *comma = strchr(expect, ',');
-        if (comma) { want_acc.assign(expect, comma - expect); want_sub = comma + 1; }
-        if ((want_acc != "exact" && want_acc != "trunc") || (want_sub != "keep" && want_sub != "flush")) {
-            printf("mma_selftest: --expect %s: use exact|trunc,keep|flush\n", expect);
+        const std::string acc_text = comma ? std::string(expect, comma - expect) : "";
+        if (comma) want_sub = comma + 1;
+        if (!kvq_mma_model::parse(acc_text.c_str(), &want_acc) || (want_sub != "keep" && want_sub != "flush")) {
+            printf("mma_selftest: --expect %s: use MODEL,keep|flush with MODEL exact, trunc or "
+                   "align:N:F:rz|rn[:sep][:esum]\n", expect);
             return 2;
         }
     }
@@ -259,13 +338,13 @@ int main(int argc, char **argv)
     /* 1. fragment maps: every model gives the exact integer sums          */
     {
         const auto v = fragment_cases(64);
-        const expected e = model_all(v);
+        const auto want = model_d(v, EXACT_MODEL, true);
         const auto got = run_device(v);
         size_t bad = 0;
         for (size_t i = 0; i < got.size(); i++)
-            if (!same_bits(got[i], e.d[0][1][i]) && bad++ < 4)
+            if (!same_bits(got[i], want[i]) && bad++ < 4)
                 printf("    case %zu, D[%zu][%zu]: got %.9g, A B + C = %.9g\n", i / 128, i % 128 / 8, i % 8,
-                       got[i], e.d[0][1][i]);
+                       got[i], want[i]);
         printf("fragment maps: %zu cases of small integers (exact in every model): %zu of %zu elements "
                "where kvq_cuda.cu's maps put them\n", v.size(), got.size() - bad, got.size());
         check(bad == 0, "fragment maps: the MMA's D is not A B + C through kvq_mma_a_row/.../c_col");
@@ -274,40 +353,50 @@ int main(int argc, char **argv)
     std::string sub[2];
     for (int side = 0; side < 2; side++) {
         const auto v = subnormal_cases(64, side);
-        const expected e = model_all(v);
-        for (size_t i = 0; i < e.d[0][0].size(); i++)   /* the accumulation must not matter */
-            if (!same_bits(e.d[0][0][i], e.d[1][0][i]) || !same_bits(e.d[0][1][i], e.d[1][1][i])) {
-                printf("mma_selftest: subnormal case %zu is not exact in both models (a bug here)\n", i / 128);
+        const auto keep = model_d(v, EXACT_MODEL, true), flush = model_d(v, EXACT_MODEL, false);
+        for (const model &m : model_grid(nullptr))   /* the accumulation must not matter */
+            if (mismatches(keep, model_d(v, m, true)) || mismatches(flush, model_d(v, m, false))) {
+                printf("mma_selftest: a subnormal case is not exact under %s (a bug here)\n", spelled(m).c_str());
                 return 1;
             }
         const auto got = run_device(v);
         const std::string what = std::string("subnormal inputs in ") + (side ? "B" : "A");
-        sub[side] = pick(what.c_str(), got, e.d[0][1], "keep", e.d[0][0], "flush");
+        sub[side] = pick(what.c_str(), got, keep, "keep", flush, "flush");
         check(!sub[side].empty(), (what + ": neither kept nor flushed").c_str());
     }
     /* 3. accumulation (normal inputs: the subnormal rule does not matter) */
-    std::string acc;
+    std::vector<model> acc;
     {
         const auto v = accumulation_cases(256);
-        const expected e = model_all(v);
         const auto got = run_device(v);
-        acc = pick("accumulation", got, e.d[0][1], "exact", e.d[1][1], "trunc");
+        const auto exact = model_d(v, EXACT_MODEL, true), trunc = model_d(v, TRUNC_MODEL, true);
+        pick("accumulation", got, exact, "exact", trunc, "trunc");
         printf("  designed: C = +-1 plus 8 products of 2^-25 (below the accumulator's last bit):\n");
-        show("+1", got[0], e.d[0][1][0], e.d[1][1][0]);
-        show("-1", got[1], e.d[0][1][1], e.d[1][1][1]);
-        check(!acc.empty(), "accumulation: neither exact nor truncating");
+        show("+1", got[0], exact[0], trunc[0]);
+        show("-1", got[1], exact[1], trunc[1]);
+        acc = classify(v, got, model_grid(expect ? &want_acc : nullptr));
+        check(!acc.empty(), "accumulation: no model of the grid");
     }
+    std::string acc_names;
+    for (const model &m : acc) acc_names += (acc_names.empty() ? "" : " = ") + spelled(m);
     const std::string sub_all = sub[0] == sub[1] ? sub[0] : "";
-    printf("hardware matches: accumulation %s, subnormal inputs %s\n", acc.empty() ? "NEITHER model" : acc.c_str(),
+    printf("hardware matches: accumulation %s, subnormal inputs %s\n",
+           acc.empty() ? "NO model of the grid" : acc_names.c_str(),
            sub_all.empty() ? (sub[0] + " in A, " + sub[1] + " in B").c_str() : sub_all.c_str());
     if (acc.empty() || sub_all.empty())
         printf("  the emulator's models (tests/emu/mma_model.h) do not describe this GPU: revise them\n");
+    else
+        printf("  the emulator computes as this GPU does with KVQ_EMU_MMA=%s KVQ_EMU_SUBNORMAL=%s\n",
+               spelled(acc[0]).c_str(), sub_all.c_str());
     if (sub_all == "keep")
         printf("  subnormals kept: the subnormal decode (kvq_cuda.cu Sec. 7) needs its products exact too\n"
                "  (kvq_cuda_mma_keeps_subnormals runs both decodes against each other)\n");
     if (sub_all == "flush") printf("  subnormals flushed: the subnormal decode is NOT exact here (keep the magic decode)\n");
     if (expect) {
-        check(acc == want_acc, ("--expect: accumulation " + want_acc + ", got " + (acc.empty() ? "neither" : acc)).c_str());
+        bool in = false;
+        for (const model &m : acc) in |= same_model(m, want_acc);
+        check(in, ("--expect: accumulation " + spelled(want_acc) + ", got " +
+                   (acc.empty() ? std::string("no model") : acc_names)).c_str());
         check(sub_all == want_sub, ("--expect: subnormals " + want_sub + ", got " + (sub_all.empty() ? "mixed" : sub_all)).c_str());
     }
     printf("mma_selftest: %d passed, %d failed\n", passed, failed);

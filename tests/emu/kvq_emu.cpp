@@ -166,7 +166,7 @@ static uint64_t g_rng = 0;                  /* KVQ_EMU_SEED: 0 = thread order */
 static int g_sms = 132;
 static int g_trace_block = -1, g_trace_warp = -1;
 static size_t g_block_serial = 0;
-static mma_model g_mma = MMA_EXACT;
+static kvq_mma_model::model g_mma = kvq_mma_model::of(kvq_mma_model::EXACT);
 static bool g_keep_subnormals = true;
 static void race_reset(void);
 
@@ -178,10 +178,8 @@ static void read_options(void)
     const char *e;
     if ((e = getenv("KVQ_EMU_SEED")) && atoll(e) > 0) g_rng = (uint64_t)atoll(e);
     if ((e = getenv("KVQ_EMU_SMS")) && atoi(e) > 0) g_sms = atoi(e);
-    if ((e = getenv("KVQ_EMU_MMA"))) {
-        if (!strcmp(e, "trunc")) g_mma = MMA_TRUNC;
-        else if (strcmp(e, "exact")) fail("KVQ_EMU_MMA=%s: use exact or trunc", e);
-    }
+    if ((e = getenv("KVQ_EMU_MMA")) && !kvq_mma_model::parse(e, &g_mma))
+        fail("KVQ_EMU_MMA=%s: use exact, trunc or align:N:F:rz|rn[:sep][:esum] (tests/emu/mma_model.h)", e);
     if ((e = getenv("KVQ_EMU_SUBNORMAL"))) {
         if (!strcmp(e, "flush")) g_keep_subnormals = false;
         else if (strcmp(e, "keep")) fail("KVQ_EMU_SUBNORMAL=%s: use keep or flush", e);
@@ -192,7 +190,7 @@ static void read_options(void)
 void set_mma_model(mma_model model, bool keep_subnormals)
 {
     read_options();
-    g_mma = model;
+    g_mma = kvq_mma_model::of(model == MMA_TRUNC ? kvq_mma_model::TRUNC : kvq_mma_model::EXACT);
     g_keep_subnormals = keep_subnormals;
 }
 
@@ -423,8 +421,7 @@ static void frag_c(int l, int i, int *r, int *c) { *r = l / 4 + 8 * (i / 2); *c 
 void mma_reference(const unsigned short *A, const unsigned short *B, const float *C, float *D)
 {
     read_options();
-    kvq_mma_model::mma(A, B, C, D, g_mma == MMA_TRUNC ? kvq_mma_model::TRUNC : kvq_mma_model::EXACT,
-                       g_keep_subnormals);
+    kvq_mma_model::mma(A, B, C, D, g_mma, g_keep_subnormals);
 }
 
 /* All lanes of `mask` have arrived at the same exchange: do it.           */
@@ -1060,8 +1057,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
     if (!p || dev != 0) return cudaErrorInvalidValue;
     read_options();
     memset(p, 0, sizeof *p);
+    char model[32];
     snprintf(p->name, sizeof p->name, "kvq CPU emulator (sm_90 model, %s MMA)",
-             g_mma == MMA_EXACT ? "exact" : "truncating");
+             kvq_mma_model::name(g_mma, model, sizeof model));
     p->major = 9;
     p->minor = 0;
     p->multiProcessorCount = g_sms;

@@ -48,7 +48,8 @@
      KVQ_EMU_SEED=n       n > 0: the next thread to run is drawn at random
                           (seeded) instead of in thread order, and blocks
                           run in a random order
-     KVQ_EMU_MMA=exact|trunc        the accumulation model (default exact)
+     KVQ_EMU_MMA=model    the MMA's accumulation: exact (default), trunc or
+                          align:N:F:R[:sep][:esum] (tests/emu/mma_model.h)
      KVQ_EMU_SUBNORMAL=keep|flush   fp16 subnormal MMA inputs
      KVQ_EMU_SMS=n        multiprocessors reported (default 132, an H100's)
      KVQ_EMU_TRACE=b,w    print each exchange warp w of block b makes (the

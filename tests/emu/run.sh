@@ -54,12 +54,21 @@ probe "mma_probe --validate: truncating MMA" "subnormal decode: exact" KVQ_EMU_M
 probe "mma_probe --validate: subnormal inputs flushed" "subnormal decode: NOT exact" KVQ_EMU_SUBNORMAL=flush
 # bench/mma_selftest.cu, the GPU campaign's MMA self-test, must report the
 # model the emulator was told to use, for each accumulation model and
-# subnormal rule (its fragment maps are kvq_cuda.cu's)
-for m in exact trunc; do
+# subnormal rule (its fragment maps are kvq_cuda.cu's). align:16:2:rz:esum
+# is the model whose counts the H200 gave (tests/emu/mma_model.h)
+H200_MMA=align:16:2:rz:esum
+for m in exact trunc $H200_MMA; do
     for s in keep flush; do
         run "mma_selftest: KVQ_EMU_MMA=$m KVQ_EMU_SUBNORMAL=$s reported as such" \
             KVQ_EMU_MMA=$m KVQ_EMU_SUBNORMAL=$s -- "$B/emu/mma_selftest" --expect "$m,$s"
     done
+done
+# a KVQ_EMU_MMA the family cannot spell is refused at the first launch,
+# never run as some other model
+for bad in align:5:0:rz align:8:21:rz align:8:0:rq align:8:0:rz:esum:sep align:8 exactly; do
+    out=$(KVQ_EMU_MMA=$bad "$B/emu/mma_selftest" 2>&1); rc=$?
+    if [ "$rc" -ne 0 ] && printf '%s\n' "$out" | grep -q "KVQ_EMU_MMA=$bad: use"; then pass=$((pass + 1))
+    else echo "KVQ_EMU_MMA=$bad: exit $rc, not refused"; fail=$((fail + 1)); fi
 done
 # the GPU campaign's benchmark path (bench_gpu --kernels: the pages sealed
 # into a copy, kvq_cuda_attend_mma's workspace and call, the float64 check
@@ -73,6 +82,8 @@ else echo "bench_gpu --kernels: exit $rc, or a kernel INVALID or refused"; fail=
 # on fp16 subnormal inputs: the same checks under the other models
 run "test_gpu: truncating MMA accumulation (quick)" \
     KVQ_TEST_QUICK=1 KVQ_EMU_MMA=trunc -- "$B/emu/test_gpu" --kernels
+run "test_gpu: the H200's MMA accumulation, $H200_MMA (quick)" \
+    KVQ_TEST_QUICK=1 KVQ_EMU_MMA=$H200_MMA -- "$B/emu/test_gpu" --kernels
 run "test_gpu: fp16 subnormal MMA inputs flushed (quick)" \
     KVQ_TEST_QUICK=1 KVQ_EMU_SUBNORMAL=flush -- "$B/emu/test_gpu" --kernels
 run "test_gpu: ASan + UBSan (quick)" KVQ_TEST_QUICK=1 -- "$B/emu-asan/test_gpu" --kernels
