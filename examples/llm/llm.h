@@ -1993,6 +1993,20 @@ static int llm__ready(const llm_model *m, llm_state *s)
     return 1;
 }
 
+/* One layer's projections, grouped as llm__matmul takes them: the jobs
+   that read the same input run in one call (q, k, v; gate and up).       */
+typedef struct {
+    const llm_mat *qkv[3], *gate_up[2], *o[1], *down[1];
+} llm__layer_mats;
+static llm__layer_mats llm__layer(const llm_weights *w, int l)
+{
+    llm__layer_mats m;
+    m.qkv[0] = &w->wq[l]; m.qkv[1] = &w->wk[l]; m.qkv[2] = &w->wv[l];
+    m.gate_up[0] = &w->w1[l]; m.gate_up[1] = &w->w3[l];
+    m.o[0] = &w->wo[l]; m.down[0] = &w->w2[l];
+    return m;
+}
+
 /* Runs token at position pos (== the positions already run: the caches are
    append-only) and returns the logits (vocab_size), valid until the next
    call. NULL on error with s->status / s->why; bad arguments change nothing.
@@ -2025,30 +2039,28 @@ LLM_API float *llm_forward(const llm_model *m, llm_state *s, int token, int pos)
 
     for (l = 0; l < c->n_layers; l++) {
         size_t L = (size_t)l;
-        const llm_mat *qkv[3], *gu[3], *o[1], *down[1];
-        float *qkv_out[3], *gu_out[3], *o_out[1], *down_out[1];
-        qkv[0] = &w->wq[l]; qkv[1] = &w->wk[l]; qkv[2] = &w->wv[l]; o[0] = &w->wo[l];
-        gu[0] = &w->w1[l]; gu[1] = &w->w3[l]; down[0] = &w->w2[l];
+        const llm__layer_mats mat = llm__layer(w, l);
+        float *qkv_out[3], *gu_out[2], *o_out[1], *down_out[1];
         qkv_out[0] = s->q; qkv_out[1] = s->k; qkv_out[2] = s->v; o_out[0] = s->xb2;
         gu_out[0] = s->hb; gu_out[1] = s->hb2; down_out[0] = s->xb2;
         /* attention: normalize, project to q, k, v (one input, one job)     */
         llm__rmsnorm(s->xb, s->x, w->rms_att + L * (size_t)dim, dim, c->rms_eps);
-        llm__matmul(s, s->xb, 1, dim, 3, qkv, qkv_out);
+        llm__matmul(s, s->xb, 1, dim, 3, mat.qkv, qkv_out);
         /* rotate q and k by the position (v is not rotated)                 */
         llm_rope(s->q, c->n_heads, hd, c->rope_pairs, s->rope_cos, s->rope_sin);
         llm_rope(s->k, c->n_kv_heads, hd, c->rope_pairs, s->rope_cos, s->rope_sin);
         /* each kv head: append k, v to its cache, attend its query group    */
         if (llm__heads(s, l, LLM__DECODE, pos, 1) != KVQ_OK) { s->n_pos = -1; return NULL; }
         /* output projection, back into the residual stream                  */
-        llm__matmul(s, s->att, 1, (int)QD, 1, o, o_out);
+        llm__matmul(s, s->att, 1, (int)QD, 1, mat.o, o_out);
         llm__add(s->x, s->xb2, (size_t)dim);
 
         /* feed-forward: normalize, gate and up projections                  */
         llm__rmsnorm(s->xb, s->x, w->rms_ffn + L * (size_t)dim, dim, c->rms_eps);
-        llm__matmul(s, s->xb, 1, dim, 2, gu, gu_out);
+        llm__matmul(s, s->xb, 1, dim, 2, mat.gate_up, gu_out);
         /* silu(gate) * up, then the down projection into the residual      */
         llm__swiglu(s->hb, s->hb2, hidden);
-        llm__matmul(s, s->hb, 1, hidden, 1, down, down_out);
+        llm__matmul(s, s->hb, 1, hidden, 1, mat.down, down_out);
         llm__add(s->x, s->xb2, (size_t)dim);
     }
 
@@ -2124,17 +2136,15 @@ static float *llm__many(const llm_model *m, llm_state *s, const int *tokens, int
 
     for (l = 0; l < c->n_layers; l++) {
         size_t L = (size_t)l;
-        const llm_mat *qkv[3], *gu[3], *o[1], *down[1];
-        float *qkv_out[3], *gu_out[3], *o_out[1], *down_out[1];
-        qkv[0] = &w->wq[l]; qkv[1] = &w->wk[l]; qkv[2] = &w->wv[l]; o[0] = &w->wo[l];
-        gu[0] = &w->w1[l]; gu[1] = &w->w3[l]; down[0] = &w->w2[l];
+        const llm__layer_mats mat = llm__layer(w, l);
+        float *qkv_out[3], *gu_out[2], *o_out[1], *down_out[1];
         qkv_out[0] = s->pq; qkv_out[1] = s->pk; qkv_out[2] = s->pv; o_out[0] = s->pxb2;
         gu_out[0] = s->phb; gu_out[1] = s->phb2; down_out[0] = s->pxb2;
         /* attention: normalize every token, project all of them at once     */
         for (t = 0; t < T; t++)
             llm__rmsnorm(s->pxb + (size_t)t * D, s->px + (size_t)t * D,
                          w->rms_att + L * D, dim, c->rms_eps);
-        llm__matmul(s, s->pxb, T, dim, 3, qkv, qkv_out);
+        llm__matmul(s, s->pxb, T, dim, 3, mat.qkv, qkv_out);
         /* RoPE each token at its own position                               */
         for (t = 0; t < T; t++) {
             llm_rope_table((double)c->rope_theta, hd, pos0 + t, s->rope_cos, s->rope_sin);
@@ -2155,16 +2165,16 @@ static float *llm__many(const llm_model *m, llm_state *s, const int *tokens, int
         /* each kv head: its cache takes the T tokens and they attend        */
         if (llm__heads(s, l, step, pos0, T) != KVQ_OK) { s->n_pos = -1; return NULL; }
         /* output projection, back into every token's residual stream        */
-        llm__matmul(s, s->patt, T, (int)QD, 1, o, o_out);
+        llm__matmul(s, s->patt, T, (int)QD, 1, mat.o, o_out);
         llm__add(s->px, s->pxb2, (size_t)T * D);
 
         /* feed-forward, all tokens                                          */
         for (t = 0; t < T; t++)
             llm__rmsnorm(s->pxb + (size_t)t * D, s->px + (size_t)t * D,
                          w->rms_ffn + L * D, dim, c->rms_eps);
-        llm__matmul(s, s->pxb, T, dim, 2, gu, gu_out);
+        llm__matmul(s, s->pxb, T, dim, 2, mat.gate_up, gu_out);
         llm__swiglu(s->phb, s->phb2, T * hidden);
-        llm__matmul(s, s->phb, T, hidden, 1, down, down_out);
+        llm__matmul(s, s->phb, T, hidden, 1, mat.down, down_out);
         llm__add(s->px, s->pxb2, (size_t)T * D);
     }
 
