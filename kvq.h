@@ -5330,40 +5330,47 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
 
 /* A tile's m entries, weighted and summed per head, for NH heads at a time:
        out_h[c .. c+15] += sum_i w_hi x_i[c .. c+15]  (+ zb_h)     c = 0, 16, .. n-16
-   where entry i's lanes x_i come from src[i] + off bytes, as SRC says:
+   where entry i's lanes x_i come from base + i stride (bytes), as SRC says:
        SRC = B > 0   a packed group of B-bit codes, as floats (kvq__codes16):
                      per-token quantized values, with w_hi = w_hj a_jg and
                      zb_h = sum_j w_hj b_jg, the group's zero term
        SRC = -16     an fp16 row, converted in registers (kvq__load16_f16)
        SRC = -32     an fp32 row                     (rows: zb = NULL)
-   CB blocks of 16 channels at a time, the entries inner: each block's NH
-   running sums live in registers for the whole tile, so out is loaded and
-   stored once per tile, not once per entry. P = 4 / NH partial sums per
-   head and block (entries i = k mod P go to sum k), so at least four
-   independent additions are in flight per step. Codes take one block at
-   a time (CB = 1: a tile's codes are a few lines). Rows take CB =
-   KVQ__ROW_SUMS / (NH P) blocks (AVX-512: 4, a 256-byte run of each row;
-   else 1): one block at a time, each pass over the tile's 32 rows would
-   touch one line of each, a stride the hardware prefetcher follows badly
-   (from DRAM, ~3x slower than reading rows in order on Zen 4). CB changes
-   only which blocks run together: every (head, block, k) sum takes the
-   same entries in the same order in every vector width.
+   Entries are addressed by arithmetic, not through a table of pointers:
+   loading each row's address from memory halved the rate at which Zen 4
+   streamed the rows (a standalone test, 16 MB of fp32 rows summed 32 at a
+   time: 25 -> 15 GB/s from DRAM, 57 -> 30 GB/s from L3), the main cause
+   of fp32 rows' slow value pass. A tile whose entries do not follow each
+   other in storage (kvq__run) is summed run by run, each run's sums added
+   to out in turn. Blocks of 16 channels, the entries inner: each block's
+   NH running sums live in registers for the whole run, so out is loaded
+   and stored once per run, not once per entry.
+     codes   one block at a time (a tile's codes are a few lines), P = 4 / NH
+             partial sums per head (entries i = k mod P go to sum k), so at
+             least four independent additions are in flight per step;
+     rows    P = 1 and CB = up to KVQ__ROW_SUMS / NH blocks a walk (AVX-512,
+             one or two heads: 8, a whole 512-byte row), then narrower walks
+             for the channels left: rows read in order, the pattern the
+             hardware prefetcher follows best (the same test: 2 walks of
+             256 bytes a row 16 GB/s, 8 walks of 64 bytes 11, whole rows 25).
+   CB changes only which blocks run together: every (head, block, k) sum
+   takes the same entries in the same order in every vector width.
    wt (NH, KVQ_TILE) holds the weights.                                   */
 #define KVQ__SRC_F16 (-16)
 #define KVQ__SRC_F32 (-32)
-static KVQ__VINLINE kvq__v16 kvq__entry16(const void *p, size_t c, int SRC)
+static KVQ__VINLINE kvq__v16 kvq__entry16(const char *p, size_t c, int SRC)
 {
     kvq__v16 v;
-    if (SRC == KVQ__SRC_F16) return kvq__load16_f16((const kvq_f16 *)p + c);
-    if (SRC == KVQ__SRC_F32) return kvq__load16((const float *)p + c);
-    kvq__codes16(&v, (const uint32_t *)p, c, SRC);
+    if (SRC == KVQ__SRC_F16) return kvq__load16_f16((const kvq_f16 *)(const void *)p + c);
+    if (SRC == KVQ__SRC_F32) return kvq__load16((const float *)(const void *)p + c);
+    kvq__codes16(&v, (const uint32_t *)(const void *)p, c, SRC);
     return v;
 }
 #define KVQ__ROW_SUMS (KVQ__W == 16 ? 16 : 4)   /* NH P CB, in kvq__v16s  */
 
 /* channels c_from .. c_to - 1 of kvq__tile_block, CB blocks a walk       */
 static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, size_t c_to,
-                                         const void *const *src, size_t off, size_t m,
+                                         const char *base, size_t stride, size_t m,
                                          const float *wt, const float *zb, int NH, int SRC,
                                          int CB, int P)
 {
@@ -5376,16 +5383,15 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
         for (i = 0; i + (size_t)P <= m; i += (size_t)P)
             for (k = 0; k < P; k++)
                 for (b = 0; b < CB; b++) {
-                    const kvq__v16 x = kvq__entry16((const char *)src[i + k] + off,
-                                                    c0 + 16 * (size_t)b, SRC);
+                    const kvq__v16 x = kvq__entry16(base + (i + (size_t)k) * stride,
+                                                                 c0 + 16 * (size_t)b, SRC);
                     for (h = 0; h < NH; h++)
                         acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
                                                         kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
                 }
         for (k = 0; i < m; i++, k++)                /* m % P left over   */
             for (b = 0; b < CB; b++) {
-                const kvq__v16 x = kvq__entry16((const char *)src[i] + off,
-                                                c0 + 16 * (size_t)b, SRC);
+                const kvq__v16 x = kvq__entry16(base + i * stride, c0 + 16 * (size_t)b, SRC);
                 for (h = 0; h < NH; h++)
                     acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
                                                     kvq__splat16(wt[h * KVQ_TILE + i]), x);
@@ -5401,29 +5407,49 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
     }
 }
 
-static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const void *const *src,
-                                        size_t off, size_t m, const float *wt, const float *zb,
-                                        int NH, int SRC)
+/* channels c .. c + the largest multiple of 16 CB left, CB blocks a walk;
+   returns where it stopped                                               */
+static KVQ__VINLINE size_t kvq__row_walks(float *out, size_t D, size_t c, size_t n,
+                                         const char *base, size_t stride, size_t m,
+                                         const float *wt, int NH, int SRC, int CB)
 {
-    const int rows = SRC == KVQ__SRC_F16 || SRC == KVQ__SRC_F32;
-    const int P = NH >= 3 ? 1 : 4 / NH;
-    const int CB = rows && KVQ__ROW_SUMS >= 2 * NH * P ? KVQ__ROW_SUMS / (NH * P) : 1;
-    if (CB == 1) {
-        kvq__tile_chunks(out, D, 0, n, src, off, m, wt, zb, NH, SRC, 1, P);
-    } else {                                  /* rows: n % (16 CB) left over */
-        const size_t n_cb = n - n % (16 * (size_t)CB);
-        kvq__tile_chunks(out, D, 0, n_cb, src, off, m, wt, zb, NH, SRC, CB, P);
-        kvq__tile_chunks(out, D, n_cb, n, src, off, m, wt, zb, NH, SRC, 1, P);
+    const size_t to = n - (n - c) % (16 * (size_t)CB);
+    if (to > c) kvq__tile_chunks(out, D, c, to, base, stride, m, wt, NULL, NH, SRC, CB, 1);
+    return to;
+}
+
+static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const char *base,
+                                        size_t stride, size_t m, const float *wt,
+                                        const float *zb, int NH, int SRC)
+{
+    const int CB = KVQ__ROW_SUMS / NH;          /* rows: the widest walk   */
+    size_t c = 0;
+    if (SRC != KVQ__SRC_F16 && SRC != KVQ__SRC_F32) {
+        kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 1, NH >= 3 ? 1 : 4 / NH);
+        return;
     }
+    if (CB >= 8) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 8);
+    if (CB >= 4) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 4);
+    if (CB >= 2) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 2);
+    kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 1);
+}
+
+/* How many of entries j, j+1, .. < m follow entry j in storage, stride
+   bytes apart: one run of kvq__tile_block                                */
+static size_t kvq__run(const void *const *e, size_t j, size_t m, size_t stride)
+{
+    size_t k = j + 1;
+    while (k < m && (const char *)e[k] == (const char *)e[j] + (k - j) * stride) k++;
+    return k - j;
 }
 
 /* The tile's m full-precision value rows (every region: KIVI's window,
-   OTT's pools, LogQuant's kept set and sinks, an uncompressed cache),
-   rows[i] at tile entry at[i], through kvq__tile_block. Needs 16 | D.     */
+   OTT's pools, LogQuant's kept set and sinks, an uncompressed cache), row
+   i at tile entry at[i], through kvq__tile_block. Needs 16 | D.          */
 static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const *rows,
                            const size_t *at, size_t m)
 {
-    size_t D = c->cfg.head_dim, h0, k, i;
+    size_t D = c->cfg.head_dim, h0, k, i, j, run, bytes = D * kvq__fp_bytes(c);
     float wt[4 * KVQ_TILE];
     int f16 = c->cfg.fp_bits == 16;
     for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
@@ -5431,10 +5457,13 @@ static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const 
         float *out = H->out + h0 * D;
         for (k = 0; k < (size_t)nh; k++)
             for (i = 0; i < m; i++) wt[k * KVQ_TILE + i] = H->sc[(h0 + k) * KVQ_TILE + at[i]];
-#define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, rows, 0, m, wt, NULL, NH, \
-                                         F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
-        KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
+        for (j = 0; j < m; j += run) {                  /* usually one run   */
+            run = kvq__run(rows, j, m, bytes);
+#define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, (const char *)rows[j], bytes, run, wt + j, \
+                                         NULL, NH, F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
+            KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
 #undef KVQ__RB
+        }
     }
 }
 
@@ -5450,7 +5479,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     const kvq_side *s = &c->v;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h;
+           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h, run;
     const void *w[KVQ_TILE];               /* the quantized slots' codes     */
     const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
     const void *rows[KVQ_TILE];            /* the full-precision rows        */
@@ -5518,10 +5547,15 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                     for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
                     wb[k] = kvq__dot(wt, b, m);
                 }
-#define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G, w, g * wpg * sizeof(uint32_t), m, \
-                                          wa, wb, NH, BITS)
-                KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
+                for (j = 0; j < m; j += run) {          /* usually one run   */
+                    run = consecutive ? m - j : kvq__run(w, j, m, wpg * gpu * sizeof(uint32_t));
+#define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G,                                     \
+                                          (const char *)w[j] + g * wpg * sizeof(uint32_t),     \
+                                          wpg * gpu * sizeof(uint32_t), run, wa + j,           \
+                                          j ? NULL : wb, NH, BITS)
+                    KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
 #undef KVQ__VB
+                }
             }
         }
     }

@@ -6,7 +6,7 @@
    targets at the end print PASS/FAIL and never change the exit status.
 
        make bench                       (builds and runs this, see bench/README.md)
-       build/bench/bench_cpu [--record] [--quick] [--llm | --rotation]
+       build/bench/bench_cpu [--record] [--quick] [--llm | --rotation | --attend | --quantize]
          --record  also append a dated block (machine, commit, every table
                    below exactly as printed) to bench/RESULTS.md; run it from
                    the repository root
@@ -14,6 +14,8 @@
                    that cannot be recorded
          --llm     section 4 and its targets only (build/llm and llama-bench)
          --rotation  sections 0 and 3b and 3b's target only (issue 29)
+         --attend  sections 0 and 2 only (decode attention), no targets
+         --quantize  sections 0 and 1 only (quantize), no targets
        build/bench/bench_cpu --instr [--callgrind | --qemu-aarch64 PLUGIN BUILD]
                              [--instr-T T] [--instr-only NAME]
          section 6 alone: instructions retired per element by each method,
@@ -1225,6 +1227,7 @@ int main(int argc, char **argv)
     double stream_gbs = 0.0, copy_gbs = 0.0;
     double q4_1_gbs[2] = { 0 }, kvq_gbs[2][2][2] = { { { 0 } } };   /* [state]; [B][axis][state] */
     int have_ggml = 0, have_llm = 0, have_llama[2] = { 0, 0 }, llm_only = 0, rot_only = 0;
+    int attend_only = 0, quant_only = 0;  /* --attend: sections 0, 2; --quantize: 0, 1 */
     static const int depth[2] = { 8, 1024 };
     const int n_gen = 32;
     double llm_ts[2][3];                  /* [depth][fp32|fp16|kivi2]            */
@@ -1246,6 +1249,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--llm") == 0) llm_only = 1;
         else if (strcmp(argv[i], "--rotation") == 0) rot_only = 1;
+        else if (strcmp(argv[i], "--attend") == 0) attend_only = 1;
+        else if (strcmp(argv[i], "--quantize") == 0) quant_only = 1;
         else if (strcmp(argv[i], "--instr") == 0) instr = 1;
         else if (strcmp(argv[i], "--callgrind") == 0) how.by = BY_CALLGRIND;
         else if (strcmp(argv[i], "--instr-dry") == 0 && more) instr_dry = atoi(argv[++i]);
@@ -1265,7 +1270,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--instr-only") == 0 && more) instr_only = argv[++i];
         else if (strcmp(argv[i], "--instr-region") == 0 && more) instr_region_i = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--record] [--quick] [--llm | --rotation]\n"
+            fprintf(stderr, "usage: %s [--record] [--quick] [--llm | --rotation | --attend | --quantize]\n"
                     "       %s --instr [--callgrind | --qemu-aarch64 PLUGIN.so AARCH64_BUILD]\n"
                     "                  [--instr-T T] [--instr-only NAME]\n",
                     argv[0], argv[0]);
@@ -1277,8 +1282,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cpu: --quick results are not recorded\n");
         return 2;
     }
-    if (rot_only && (record || llm_only)) {
-        fprintf(stderr, "bench_cpu: --rotation runs one section: not with --record or --llm\n");
+    if ((rot_only + attend_only + quant_only > 1) ||
+        ((rot_only || attend_only || quant_only) && (record || llm_only))) {
+        fprintf(stderr, "bench_cpu: --rotation, --attend and --quantize each run part of the "
+                "benchmark: one of them, not with --record or --llm\n");
         return 2;
     }
     if (llm_only && quick) {
@@ -1362,7 +1369,7 @@ int main(int argc, char **argv)
         }
 
         /* ---- 1. quantize ---------------------------------------------------- */
-        {
+        if (!attend_only) {
             size_t nx = TQ * D, bytes = nx * sizeof(float);
             float *X = (float *)xmalloc(bytes), *Y = (float *)xmalloc(bytes);
             static const int bits[2] = { 2, 4 };
@@ -1454,6 +1461,7 @@ int main(int argc, char **argv)
             free(X);
             free(Y);
         }
+        if (quant_only) { free(S); return 0; }
 
         /* ---- 2. decode attention -------------------------------------------- */
         K = (float *)xmalloc(Tmax * D * sizeof(float));
@@ -1567,6 +1575,10 @@ int main(int argc, char **argv)
                 }
             }
             say("\n");
+        }
+        if (attend_only) {
+            free(K); free(V); free(Kc); free(Vc); free(q); free(out); free(ref); free(S);
+            return 0;
         }
 
         /* ---- 3. OTT's competition on the host -------------------------------- */
