@@ -4578,6 +4578,35 @@ static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, fl
     for (j = 0; j < 16; j++) bad[j] = sum[j] != 0.0f;
 }
 
+/* The same min and max, of nc channels (16 | nc, nc <= KVQ__RUN_CHANNELS)
+   over n rows, without the check: lane c of block b is channel 16 b + c,
+   the same operations on each lane in the same row order, so the same
+   floats. Each row's run of nc channels is read once, start to end, with
+   the running min and max of every block kept in lo and hi (L1): 16
+   channels at a time, the unit's rows would be walked nc / 16 times, 64
+   bytes of each row a walk, a pattern the prefetchers serve from DRAM at
+   about half the rate of whole rows (bench_cpu --rows).                  */
+#define KVQ__RUN_CHANNELS 256
+static void kvq__minmax_run(const float *x, size_t n, size_t D, size_t nc,
+                            float *lo /* (nc) */, float *hi /* (nc) */)
+{
+    size_t t, c;
+    for (c = 0; c < nc; c += 16) {
+        kvq__store16(lo + c, kvq__load16(x + c));
+        kvq__store16(hi + c, kvq__load16(x + c));
+    }
+    for (t = 0; t < n; t++)
+        for (c = 0; c < nc; c += 16) {
+            const kvq__v16 v = kvq__load16(x + t * D + c);
+            kvq__store16(lo + c, kvq__min16(v, kvq__load16(lo + c)));  /* v < lo ? v : lo */
+            kvq__store16(hi + c, kvq__max16(v, kvq__load16(hi + c)));  /* v > hi ? v : hi */
+        }
+    for (c = 0; c < nc; c += 16) {                            /* -0 -> +0  */
+        kvq__store16(lo + c, kvq__add16(kvq__load16(lo + c), kvq__splat16(0.0f)));
+        kvq__store16(hi + c, kvq__add16(kvq__load16(hi + c), kvq__splat16(0.0f)));
+    }
+}
+
 /* Sec. 4's code of 16 values lane by lane, as floats: float zero, v =
    (x - z) / s clamped to [0, N]; integer zero, v = x / s clamped to
    [-zp, N - zp]; both with max and min (the same codes as the scalar
@@ -4643,7 +4672,7 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
                                      uint32_t *words, kvq_sz *sz)
 {
     size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, g, i, j;
-    float n_levels = (float)((1u << bits) - 1u);
+    float n_levels = (float)((1u << bits) - 1u), lo_run[KVQ__RUN_CHANNELS], hi_run[KVQ__RUN_CHANNELS];
     uint32_t code[16];
     if (axis == KVQ_PER_TOKEN || D % 16 != 0) {
         size_t n_groups = axis == KVQ_PER_TOKEN ? D / G : D, stride = axis == KVQ_PER_TOKEN ? 1 : D;
@@ -4676,11 +4705,13 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
         return KVQ_OK;
     }
     for (g = 0; g < D; g += 16) {               /* per-channel, 16 at a time */
-        float s[16], z[16], lo[16], hi[16], s_lane[16], z_lane[16];
+        float s[16], z[16], s_lane[16], z_lane[16], *lo = lo_run + g % KVQ__RUN_CHANNELS,
+              *hi = hi_run + g % KVQ__RUN_CHANNELS;
         kvq__v16 sv, zv, nv = kvq__splat16(n_levels);
-        int bad[16];
         size_t t, k;
-        kvq__minmax16_rows(X + g, G, D, lo, hi, bad);
+        if (g % KVQ__RUN_CHANNELS == 0)         /* the next run's min, max  */
+            kvq__minmax_run(X + g, G, D, D - g < KVQ__RUN_CHANNELS ? D - g : KVQ__RUN_CHANNELS,
+                            lo_run, hi_run);
         for (j = 0; j < 16; j++) {
             kvq_status st = kvq__group_params(lo[j], hi[j], bits, mode, &sz[g + j]);
             if (st != KVQ_OK) return st;
@@ -5378,20 +5409,26 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
     int h, k, b;
     for (c0 = c_from; c0 < c_to; c0 += 16 * (size_t)CB) {
         kvq__v16 acc[4][KVQ__ROW_SUMS];          /* head h: acc[h][b P + k]  */
+        /* e: entry i at channel c0, where that starts a word (rows; codes
+           of an even B), so the blocks sit at constant offsets from one
+           address a step; codes of an odd B count from the entry's start */
+        const int at_c0 = SRC < 0 || SRC % 2 == 0;
+        const char *e = base + (at_c0 ? c0 * (size_t)(SRC < 0 ? -SRC : SRC) / 8 : 0);
+        const size_t c = at_c0 ? 0 : c0;
         for (h = 0; h < NH; h++)
             for (k = 0; k < CB * P; k++) acc[h][k] = kvq__splat16(0.0f);
-        for (i = 0; i + (size_t)P <= m; i += (size_t)P)
+        for (i = 0; i + (size_t)P <= m; i += (size_t)P, e += (size_t)P * stride)
             for (k = 0; k < P; k++)
                 for (b = 0; b < CB; b++) {
-                    const kvq__v16 x = kvq__entry16(base + (i + (size_t)k) * stride,
-                                                                 c0 + 16 * (size_t)b, SRC);
+                    const kvq__v16 x = kvq__entry16(e + (size_t)k * stride, c + 16 * (size_t)b,
+                                                    SRC);
                     for (h = 0; h < NH; h++)
                         acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
                                                         kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
                 }
-        for (k = 0; i < m; i++, k++)                /* m % P left over   */
+        for (k = 0; i < m; i++, k++, e += stride)   /* m % P left over   */
             for (b = 0; b < CB; b++) {
-                const kvq__v16 x = kvq__entry16(base + i * stride, c0 + 16 * (size_t)b, SRC);
+                const kvq__v16 x = kvq__entry16(e, c + 16 * (size_t)b, SRC);
                 for (h = 0; h < NH; h++)
                     acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
                                                     kvq__splat16(wt[h * KVQ_TILE + i]), x);
@@ -5479,7 +5516,8 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     const kvq_side *s = &c->v;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h, run;
+           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h, run,
+           slot_bytes = gpu * wpg * sizeof(uint32_t);     /* one slot's codes */
     const void *w[KVQ_TILE];               /* the quantized slots' codes     */
     const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
     const void *rows[KVQ_TILE];            /* the full-precision rows        */
@@ -5548,11 +5586,10 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                     wb[k] = kvq__dot(wt, b, m);
                 }
                 for (j = 0; j < m; j += run) {          /* usually one run   */
-                    run = consecutive ? m - j : kvq__run(w, j, m, wpg * gpu * sizeof(uint32_t));
+                    run = consecutive ? m : kvq__run(w, j, m, slot_bytes);
 #define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G,                                     \
                                           (const char *)w[j] + g * wpg * sizeof(uint32_t),     \
-                                          wpg * gpu * sizeof(uint32_t), run, wa + j,           \
-                                          j ? NULL : wb, NH, BITS)
+                                          slot_bytes, run, wa + j, j ? NULL : wb, NH, BITS)
                     KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
 #undef KVQ__VB
                 }

@@ -6,7 +6,8 @@
    targets at the end print PASS/FAIL and never change the exit status.
 
        make bench                       (builds and runs this, see bench/README.md)
-       build/bench/bench_cpu [--record] [--quick] [--llm | --rotation | --attend | --quantize]
+       build/bench/bench_cpu [--record] [--quick]
+                             [--llm | --rotation | --attend | --quantize | --rows]
          --record  also append a dated block (machine, commit, every table
                    below exactly as printed) to bench/RESULTS.md; run it from
                    the repository root
@@ -16,6 +17,8 @@
          --rotation  sections 0 and 3b and 3b's target only (issue 29)
          --attend  sections 0 and 2 only (decode attention), no targets
          --quantize  sections 0 and 1 only (quantize), no targets
+         --rows    sections 0 and 2b: how a tile's value rows are read, alone
+                   (whole, in walks of 256 or 64 bytes, addresses from a table)
        build/bench/bench_cpu --instr [--callgrind | --qemu-aarch64 PLUGIN BUILD]
                              [--instr-T T] [--instr-only NAME]
          section 6 alone: instructions retired per element by each method,
@@ -44,6 +47,8 @@
         over 7 caches (fp32, fp16 rows, KIVI-2, KIVI-4, HF-2, OTT-2,
         LogQuant-2) vs the plain fp32 loop, T in {4K, 32K, 128K}; every
         output checked first
+     2b. (--rows only) a tile's value rows read whole, in walks of 256 or
+        64 bytes, or at addresses loaded from a table: the access alone
      3. OTT's outlier competition on the host
      3b. what the rotation costs: KIVI-2 append and attend with and without
         kvq_config's Hadamard rotation, T = 32K (issue 29)
@@ -497,6 +502,95 @@ typedef struct {
     double err[N_CACHES + 1];     /* rel. L2 vs kvq_attend_dense             */
     double bw;                    /* GB/s of the streaming read, same rounds */
 } attn_row;
+
+/* ------------------------------------------------------------------------ */
+/* 2b. (--rows) how a tile's value rows are read, alone                     */
+/* ------------------------------------------------------------------------ */
+/* The value pass of fp32 rows, stripped to its memory access: T rows of D
+   floats, 32-row tiles, every row times its weight added into D running
+   sums, which stay in registers for the tile (kvq__tile_block's shape).
+   The variants differ only in the order of the loads and in where each
+   row's address comes from:
+     whole   each row whole, in order (D / 16 sums a walk)
+     2 x 256 B  the tile walked twice, 256 bytes of each row a walk
+     8 x 64 B   eight walks, one 64-byte line of each row a walk
+     table   whole rows, each address loaded from a table of row pointers
+             filled before timing (as the value pass once read them)
+   A test that isolates a cause of slow value passes (issue 30).           */
+#define PROBE_SUMS 8                     /* D / 16 for D = 128           */
+typedef struct {
+    const float *V; const float *const *table; size_t T, D;
+    float w[32], out[128];
+} rows_ctx;
+
+/* the walk, CB blocks of 16 a walk, addresses from the table or computed
+   (CB and TABLE constants in each caller below, as in kvq__tile_block)   */
+static KVQ__VINLINE void rows_walk(rows_ctx *r, int CB, int TABLE)
+{
+    size_t t0, c0, t;
+    int b;
+    for (t0 = 0; t0 < r->T; t0 += 32)
+        for (c0 = 0; c0 < r->D; c0 += 16 * (size_t)CB) {
+            kvq__v16 acc[PROBE_SUMS];
+            for (b = 0; b < CB; b++) acc[b] = kvq__splat16(0.0f);
+            for (t = 0; t < 32; t++) {
+                const float *row = TABLE ? r->table[t0 + t] : r->V + (t0 + t) * r->D;
+                const kvq__v16 w = kvq__splat16(r->w[t]);
+                for (b = 0; b < CB; b++)
+                    acc[b] = kvq__madd16(acc[b], w, kvq__load16(row + c0 + 16 * (size_t)b));
+            }
+            for (b = 0; b < CB; b++) {
+                float *o = r->out + c0 + 16 * (size_t)b;
+                kvq__store16(o, kvq__add16(kvq__load16(o), acc[b]));
+            }
+        }
+}
+static void run_rows_whole(void *p) { rows_walk((rows_ctx *)p, PROBE_SUMS, 0); }
+static void run_rows_256(void *p) { rows_walk((rows_ctx *)p, 4, 0); }
+static void run_rows_64(void *p) { rows_walk((rows_ctx *)p, 1, 0); }
+static void run_rows_table(void *p) { rows_walk((rows_ctx *)p, PROBE_SUMS, 1); }
+
+static void rows_probe(size_t T, size_t D, int reps)
+{
+    static const char *const name[4] = { "whole rows, in order", "2 walks of 256 B a row",
+                                         "8 walks of 64 B a row",
+                                         "whole rows, addresses from a table" };
+    static const bench_fn run[4] = { run_rows_whole, run_rows_256, run_rows_64, run_rows_table };
+    float *V = (float *)xmalloc(T * D * sizeof(float));
+    const float **table = (const float **)xmalloc(T * sizeof(float *));
+    rows_ctx rc[4];
+    variant v[4];
+    double mb = T * D * sizeof(float) / 1e6;
+    size_t t;
+    int i, k;
+    fill_normal(V, T * D);
+    for (t = 0; t < T; t++) table[t] = V + t * D;
+    for (i = 0; i < 4; i++) {
+        memset(&rc[i], 0, sizeof rc[i]);
+        rc[i].V = V; rc[i].table = table; rc[i].T = T; rc[i].D = D;
+        for (k = 0; k < 32; k++) rc[i].w[k] = 1.0f / (float)(k + 1);
+        v[i].f = run[i]; v[i].ctx = &rc[i];
+    }
+    time_interleaved(v, 4, 1, reps);
+    for (i = 1; i < 4; i++)                        /* the same sums          */
+        for (k = 0; k < (int)D; k++)
+            if (fabsf(rc[i].out[k] - rc[0].out[k]) > 1e-3f * (1.0f + fabsf(rc[0].out[k]))) {
+                fprintf(stderr, "bench_cpu: --rows variant %d summed something else\n", i);
+                exit(1);
+            }
+    say("#### 2b. How value rows are read\n\n");
+    say("%.1f MB of fp32 rows (T = %zu, D = %zu) in 32-row tiles, each row times its weight "
+        "added into running sums held in registers for the tile (the value pass of fp32 rows, "
+        "nothing else); median of %d interleaved reps, cold and warm.\n\n", mb, T, D, reps);
+    say("| read | GB/s cold | GB/s warm | ms cold | ms warm |\n|---|---|---|---|---|\n");
+    for (i = 0; i < 4; i++)
+        say("| %s | %.1f | %.1f | %.3f | %.3f |\n", name[i], gbs(T * D * sizeof(float),
+            v[i].med[COLD]), gbs(T * D * sizeof(float), v[i].med[WARM]),
+            v[i].med[COLD] * 1e3, v[i].med[WARM] * 1e3);
+    say("\n");
+    free(V);
+    free(table);
+}
 
 /* ------------------------------------------------------------------------ */
 /* 3. OTT's outlier competition: the host step the GPU path relies on       */
@@ -1228,6 +1322,7 @@ int main(int argc, char **argv)
     double q4_1_gbs[2] = { 0 }, kvq_gbs[2][2][2] = { { { 0 } } };   /* [state]; [B][axis][state] */
     int have_ggml = 0, have_llm = 0, have_llama[2] = { 0, 0 }, llm_only = 0, rot_only = 0;
     int attend_only = 0, quant_only = 0;  /* --attend: sections 0, 2; --quantize: 0, 1 */
+    int rows_only = 0;                    /* --rows: 0, 2b                           */
     static const int depth[2] = { 8, 1024 };
     const int n_gen = 32;
     double llm_ts[2][3];                  /* [depth][fp32|fp16|kivi2]            */
@@ -1251,6 +1346,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--rotation") == 0) rot_only = 1;
         else if (strcmp(argv[i], "--attend") == 0) attend_only = 1;
         else if (strcmp(argv[i], "--quantize") == 0) quant_only = 1;
+        else if (strcmp(argv[i], "--rows") == 0) rows_only = 1;
         else if (strcmp(argv[i], "--instr") == 0) instr = 1;
         else if (strcmp(argv[i], "--callgrind") == 0) how.by = BY_CALLGRIND;
         else if (strcmp(argv[i], "--instr-dry") == 0 && more) instr_dry = atoi(argv[++i]);
@@ -1270,7 +1366,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--instr-only") == 0 && more) instr_only = argv[++i];
         else if (strcmp(argv[i], "--instr-region") == 0 && more) instr_region_i = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--record] [--quick] [--llm | --rotation | --attend | --quantize]\n"
+            fprintf(stderr, "usage: %s [--record] [--quick]\n"
+                    "                 [--llm | --rotation | --attend | --quantize | --rows]\n"
                     "       %s --instr [--callgrind | --qemu-aarch64 PLUGIN.so AARCH64_BUILD]\n"
                     "                  [--instr-T T] [--instr-only NAME]\n",
                     argv[0], argv[0]);
@@ -1282,10 +1379,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cpu: --quick results are not recorded\n");
         return 2;
     }
-    if ((rot_only + attend_only + quant_only > 1) ||
-        ((rot_only || attend_only || quant_only) && (record || llm_only))) {
-        fprintf(stderr, "bench_cpu: --rotation, --attend and --quantize each run part of the "
-                "benchmark: one of them, not with --record or --llm\n");
+    if ((rot_only + attend_only + quant_only + rows_only > 1) ||
+        ((rot_only || attend_only || quant_only || rows_only) && (record || llm_only))) {
+        fprintf(stderr, "bench_cpu: --rotation, --attend, --quantize and --rows each run part "
+                "of the benchmark: one of them, not with --record or --llm\n");
         return 2;
     }
     if (llm_only && quick) {
@@ -1358,6 +1455,11 @@ int main(int argc, char **argv)
                 "(evicts every cache level); warm = the same call repeated at once\n\n",
                 sbytes / 1e6);
             free(C);
+        }
+        if (rows_only) {                      /* --rows: 2b                    */
+            rows_probe(quick ? 4096 : 32768, D, quick ? 5 : 11);   /* D = 128: PROBE_SUMS */
+            free(S);
+            return 0;
         }
         if (rot_only) {                       /* --rotation: 3b and its target */
             rotation_cost(TA[1], D, aw[1], quick ? 5 : 15);
