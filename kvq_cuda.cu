@@ -2087,7 +2087,8 @@ rows_only:
    (the algebra, why hi + lo is exact to fp32, the decodes); walkthrough
    9.9 teaches it.
 
-   THE ALGEBRA. mma.sync.m16n8k16 computes C(16x8) += A(16x16) B(16x8),
+   THE ALGEBRA (the f16 form; the integer decode below does the same with
+   bytes). mma.sync.m16n8k16 computes C(16x8) += A(16x16) B(16x8),
    f16 in, f32 out. Codes (0..15) are exact in fp16, so A is the codes and
    every float goes into B:
      keys    A = codes   (16 tokens x 16 channels), B = q_hd a_d
@@ -2269,11 +2270,13 @@ KVQ_MMA_FN float kvq_mma_pow2i(int k)
    max_a is an fp16 scale (0, or 2^-24 .. 65504: a normal float), so e is
    in -1 .. 38. One FMUL per value weight instead of ldexpf's three
    (test_gpu --host checks every fp16 value against ldexpf).            */
-KVQ_MMA_FN void kvq_mma_value_pow2(float max_a, float *pow_e, float *pow_minus_e)
+KVQ_MMA_FN void kvq_mma_value_pow2(float max_a, float *pow_e, float *pow_minus_e, int top = 15)
 {
     uint32_t bits;
     memcpy(&bits, &max_a, sizeof bits);
-    const int e = max_a > 0.0f ? 141 - (int)(bits >> 23) : 0;   /* 15 - (biased - 126) */
+    /* max_a 2^e in [2^(top-1), 2^top): e = top - (biased - 126); top is 15
+       for the f16 weights, 8N - 1 for the integer ones (e up to 46)       */
+    const int e = max_a > 0.0f ? top + 126 - (int)(bits >> 23) : 0;
     *pow_e = kvq_mma_pow2i(e);
     *pow_minus_e = kvq_mma_pow2i(-e);
 }
@@ -2337,6 +2340,67 @@ __device__ __forceinline__ void kvq_mma_decode_subnormal(uint32_t w, uint32_t (&
 #pragma unroll
     for (int r = 0; r < 16 / B; r++) a[r] = kvq_mma_subnormal(w, B, r);
 }
+/* THE INTEGER DECODE (KVQ_MMA_DEC_INT8, v5's default). mma.m16n8k32 with
+   u8 A and u8 or s8 B sums integer products into s32 EXACTLY: the PTX ISA
+   specifies integer MMA to the bit, so no accumulation model and no
+   subnormal rule is involved. The same fragment-order words feed it. Its
+   A fragment (16 rows x 32 k, bytes) puts in register i of lane
+   (gid, tig) row gid + 8 (i % 2), columns 4 tig + b + 16 (i / 2), b the
+   byte; B (32 k x 8 columns) has rows 4 tig + b + 16 h in register h of
+   column gid; C as for f16. Masking a word byte-wise gives four codes a
+   register, at a factor 2^B on rows 8-15:
+     B = 2, one word w (two f16 k-tiles: 32 channels):
+       w & 0x03030303   w & 0x0C0C0C0C   (w >> 4) & 0x03..   (w >> 4) & 0x0C..
+     B = 4, two words x, y (k-tiles 2m, 2m + 1):
+       x & 0x0F0F0F0F   x & 0xF0F0F0F0   y & 0x0F0F0F0F      y & 0xF0F0F0F0
+   rows gid, gid + 8, gid, gid + 8 (times 1, 2^B, 1, 2^B): three or four
+   instructions per 16 codes against the magic decode's 17 (8 LOP3, 8 HFMA2
+   and a shift). The k order is not the f16 one: k index kappa of a
+   32-wide step holds channel (keys) or token (values) kvq_mma_i8_index of
+   that step, the same for every lane and row, so the weights' B rows
+   follow it (a dot product does not care about the order of its terms).
+   Weights are integers: W = round(w 2^e) with e putting max |w| just
+   under 2^(8N - 2) (keys, signed) or 2^(8N - 1) (values, unsigned), cut
+   into N bytes (N = 3: hi + lo's accuracy, 2^-23 of the largest weight;
+   N = 2: hi only, 2^-15); byte n of W is B's digit n, each in its own
+   column, and C's digit columns meet as c0 + 2^8 c1 + 2^16 c2 (exact in
+   int32 for the first two, then in fp32).                              */
+#define KVQ_MMA_DEC_INT8 0            /* integer MMA (default)              */
+#define KVQ_MMA_DEC_MAGIC 1           /* f16 MMA, magic-number decode       */
+#define KVQ_MMA_DEC_SUBNORMAL 2       /* f16 MMA, subnormal decode          */
+/* k index kappa (0..31) of a 32-wide integer step -> its channel (keys) or
+   token (values) within the step: byte b = kappa % 4 of B register
+   h = kappa / 16 of lane tig = kappa % 16 / 4 (the decode above, solved). */
+KVQ_MMA_FN int kvq_mma_i8_index(int bits, int kappa)
+{
+    const int tig = kappa % 16 / 4, b = kappa % 4, h = kappa / 16;
+    return bits == 2 ? 16 * (b & 1) + 2 * tig + (b >> 1) + 8 * h
+                     : 16 * h + 2 * tig + 8 * (b & 1) + (b >> 1);
+}
+/* The integer A fragment of one 32-wide step: word x (B = 2), or words x
+   and y (B = 4, k-tiles 2m and 2m + 1). Rows 8-15 carry 2^B.           */
+template <int B>
+KVQ_MMA_FN void kvq_mma_decode_i8(uint32_t x, uint32_t y, uint32_t (&a)[4])
+{
+    if (B == 2) {
+        const uint32_t t = x >> 4;
+        a[0] = x & 0x03030303u; a[1] = x & 0x0C0C0C0Cu;
+        a[2] = t & 0x03030303u; a[3] = t & 0x0C0C0C0Cu;
+    } else {
+        a[0] = x & 0x0F0F0F0Fu; a[1] = x & 0xF0F0F0F0u;
+        a[2] = y & 0x0F0F0F0Fu; a[3] = y & 0xF0F0F0F0u;
+    }
+}
+/* The e that puts max |w| (finite, > 0) in [2^(top-1), 2^top): the
+   integer weights' scale (top = 8N - 2 for keys, 8N - 1 for values).   */
+KVQ_MMA_FN int kvq_mma_exponent_top(float max_abs, int top)
+{
+    if (!(max_abs > 0.0f)) return 0;
+    int ex;
+    frexpf(max_abs, &ex);
+    return top - ex;
+}
+
 /* C += A B, mma.sync.m16n8k16 f16 x f16 -> f32 (sm_80 and later: the
    library is built for sm_80 and sm_90 only).                            */
 __device__ __forceinline__ void kvq_mma_16816(float (&c)[4], const uint32_t *a, uint32_t b0,
@@ -2349,6 +2413,27 @@ __device__ __forceinline__ void kvq_mma_16816(float (&c)[4], const uint32_t *a, 
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* C += A B, mma.sync.m16n8k32 u8 x (s8 or u8) -> s32: exact.            */
+template <bool B_SIGNED>
+__device__ __forceinline__ void kvq_mma_16832(int32_t (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                              uint32_t b1)
+{
+#ifdef KVQ_EMU
+    kvq_emu::mma_m16n8k32_u8(KVQ_EMU_SITE, c, a, b0, b1, B_SIGNED);
+#else
+    if constexpr (B_SIGNED)
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
 
@@ -2536,7 +2621,16 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
    2^-9 of 2^15, i.e. 2^-23 of the page's (keys) or chunk's (values)
    largest weight: fp32 accuracy, whatever the tensor cores' rounding,
    since each MMA sums 16 products of an integer code (exact in fp16) and
-   an fp16 weight into fp32, and the running sums are outside the MMA.  */
+   an fp16 weight into fp32, and the running sums are outside the MMA.
+   That is the f16 form (DEC = KVQ_MMA_DEC_MAGIC or _SUBNORMAL). The
+   default, DEC = KVQ_MMA_DEC_INT8 (Sec. 7's integer decode), runs the same
+   steps on m16n8k32 u8 MMAs, 32 channels or tokens a step: B's columns
+   (2j, 2j + 1) are head j's integer weight digits (0, 1) in one MMA and
+   (2, 3) in a second (HILO; two digits and one MMA without), made by
+   kvq_mma_page_keys_i8 per page and by the lane holding the score per
+   chunk, with the value exponent taken once per page (its largest value
+   scale); C's digit columns meet exactly in int32 and once in fp32
+   (kvq_mma_digits). Every product and sum inside the MMA is exact.     */
 #define KVQ_MMA_WARPS 4               /* warps per CTA                      */
 /* CTAs per SM every instantiation is built for (its __launch_bounds__:
    at most 168 registers a thread, so ptxas plans for them rather than
@@ -2550,6 +2644,7 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
                                          refused where not exact
                                          (kvq_cuda_mma_keeps_subnormals) */
 #define KVQ_CUDA_MMA_STAGES3 8        /* three cp.async stages, not two      */
+#define KVQ_CUDA_MMA_MAGIC   16       /* f16 MMA, magic-number decode        */
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
 template <int D, int B, int NQ>
@@ -2567,8 +2662,82 @@ template <int D, int B, int NQ>
 struct kvq_mma_keyb {
     uint32_t b[NQ][kvq_mma_shape<D, B, NQ>::KT][2];
     float inv[NQ];                            /* 2^-e of head 4 q + tig      */
+    float v_pow, v_inv;                       /* the integer decode's value
+                                                 weights' 2^e, 2^-e (page)  */
     float z[NQ];                              /* zero term of head 4 q + tig */
 };
+
+/* Head tig's key exponent and zero term (C's head in lane (gid, tig))
+   live in lane 8 tig (gid 2 tig): 2^-e and z from there.               */
+static __device__ __forceinline__ void kvq_mma_key_head(int e, float z, int tig, float &inv, float &zh)
+{
+    inv = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));
+    zh = __shfl_sync(0xffffffffu, z, 8 * tig);
+}
+
+/* The integer decode's key weights (KVQ_MMA_DEC_INT8): lane l's column
+   gid of the first MMA of step ks (kb.b[q][2 ks]) is head 4 q + gid / 2's
+   digit gid % 2; of the second (HILO: kb.b[q][2 ks + 1]) its digit
+   2 + gid % 2. Its B rows of register h are channels
+   32 ks + kvq_mma_i8_index(B, 4 tig + b + 16 h). The pair gid 2j, 2j + 1
+   shares the weights: each makes register h = gid % 2's four, cuts them
+   into signed digits ((W + 0x80..) ^ 0x80.. makes each byte a digit in
+   -128..127), gathers digit n of the four into one register (PRMTs), and
+   one __shfl_xor_sync(4) per register trades what the other column needs. */
+template <int D, int B, int NQ, int HILO>
+static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (NH, D) smem */,
+                                                            const kvq_sz *ksz /* (D) */,
+                                                            kvq_zero_mode mode, int lane,
+                                                            kvq_mma_keyb<D, B, NQ> &kb)
+{
+    constexpr int KS = D / 32, N = HILO ? 4 : 2;          /* steps, digits */
+    constexpr uint32_t BIAS = HILO ? 0x80808080u : 0x8080u;
+    const int gid = lane >> 2, tig = lane & 3, odd = gid & 1;
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        const int h = 4 * q + gid / 2;            /* this lane's B column's head */
+        float w[KS][4], mx = 0.0f, z = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + b + 16 * odd);
+                float a, bz;
+                kvq_dev_affine(ksz[d], mode, &a, &bz);
+                w[ks][b] = qs[h * D + d] * a;
+                mx = fmaxf(mx, fabsf(w[ks][b]));
+                z = fmaf(qs[h * D + d], bz, z);
+            }
+#pragma unroll
+        for (int k = 1; k <= 4; k <<= 1) {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+            z += __shfl_xor_sync(0xffffffffu, z, k);
+        }
+        /* |W| < 2^(8N - 2): the biased digits stay in 0..255 */
+        const int e = kvq_mma_exponent_top(mx, 8 * N - 2);
+        const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2);
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t x[4];                        /* W's digits, bytes 0 .. N-1 */
+#pragma unroll
+            for (int b = 0; b < 4; b++)
+                x[b] = ((uint32_t)__float2int_rn(w[ks][b] * pow_a * pow_b) + BIAS) ^ BIAS;
+            const uint32_t lo01 = __byte_perm(x[0], x[1], 0x5140), lo23 = __byte_perm(x[2], x[3], 0x5140);
+            const uint32_t d0 = __byte_perm(lo01, lo23, 0x5410), d1 = __byte_perm(lo01, lo23, 0x7632);
+            const uint32_t own = odd ? d1 : d0, got = __shfl_xor_sync(0xffffffffu, odd ? d0 : d1, 4);
+            kb.b[q][2 * ks][0] = odd ? got : own;
+            kb.b[q][2 * ks][1] = odd ? own : got;
+            if (HILO) {                           /* digits 2 and 3: the second MMA */
+                const uint32_t hi01 = __byte_perm(x[0], x[1], 0x7362), hi23 = __byte_perm(x[2], x[3], 0x7362);
+                const uint32_t d2 = __byte_perm(hi01, hi23, 0x5410), d3 = __byte_perm(hi01, hi23, 0x7632);
+                const uint32_t own2 = odd ? d3 : d2, got2 = __shfl_xor_sync(0xffffffffu, odd ? d2 : d3, 4);
+                kb.b[q][2 * ks + 1][0] = odd ? got2 : own2;
+                kb.b[q][2 * ks + 1][1] = odd ? own2 : got2;
+            }
+        }
+        kvq_mma_key_head(e, z, tig, kb.inv[q], kb.z[q]);
+    }
+}
 
 /* The B columns 2j (hi) and 2j + 1 (lo) of head j sit in lanes gid = 2j
    and 2j + 1 (l and l ^ 4): the same weights, a different half. So each
@@ -2578,62 +2747,79 @@ struct kvq_mma_keyb {
    PRMT keeps this lane's halves, another gathers the partner's, and one
    __shfl_xor_sync(4) trades them. (Both lanes making all of them cost
    about 140 more instructions a page with 4 heads, make cuda-gates.)  */
-template <int D, int B, int NQ, int HILO, int SUB>
+template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH, D) smem */,
                                                          const kvq_sz *ksz /* (D) */,
+                                                         const kvq_sz *vsz /* (n_vsz) */, int n_vsz,
                                                          kvq_zero_mode mode, int lane,
                                                          kvq_mma_keyb<D, B, NQ> &kb)
 {
-    typedef kvq_mma_shape<D, B, NQ> S;
-    const int gid = lane >> 2, tig = lane & 3, odd = gid & 1;
-    /* this lane's rows of a k-tile: B elements 2 odd, 2 odd + 1 (kvq_mma_b_row) */
-    const int row0 = kvq_mma_b_row(lane, 2 * odd);
-    /* the subnormal decode's A column half 8-15 factor, on B's rows 8-15  */
-    const float col_f = SUB && odd ? 1.0f / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : 1.0f;
-    const uint32_t mine = odd ? 0x7632u : 0x5410u, theirs = odd ? 0x5410u : 0x7632u;
-#pragma unroll
-    for (int q = 0; q < NQ; q++) {
-        const int h = 4 * q + gid / 2;            /* this lane's B column's head */
-        float w[S::KT][2], mx = 0.0f, z = 0.0f;
-#pragma unroll
-        for (int kt = 0; kt < S::KT; kt++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int d = 16 * kt + row0 + r;
-                float a, b;
-                kvq_dev_affine(ksz[d], mode, &a, &b);
-                w[kt][r] = qs[h * D + d] * a * col_f;
-                mx = fmaxf(mx, fabsf(w[kt][r]));
-                z = fmaf(qs[h * D + d], b, z);
-            }
-        /* the 8 lanes of a head (tig, and the gid pair) hold all D rows     */
-#pragma unroll
-        for (int k = 1; k <= 4; k <<= 1) {
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-            z += __shfl_xor_sync(0xffffffffu, z, k);
+    if constexpr (DEC == KVQ_MMA_DEC_INT8) {
+        kvq_mma_page_keys_i8<D, B, NQ, HILO>(qs, ksz, mode, lane, kb);
+        /* the value weights' exponent, once a page: the largest value
+           scale of the page (n_vsz: G D / Gv, a multiple of 32) just under
+           2^(8N - 1), N = 4 digits (2 hi only): each W = p a 2^e keeps
+           2^-32 (2^-16) of the page's largest a                           */
+        float amax = 0.0f;
+#pragma unroll 4
+        for (int i = lane; i < n_vsz; i += 32) {
+            float a, b;
+            kvq_dev_affine(vsz[i], mode, &a, &b);
+            amax = fmaxf(amax, a);
         }
-        const int e = kvq_mma_exponent(mx);
-        /* 2^e as two normal floats (e is in -113 .. 164: a max from 2^-149
-           to FLT_MAX): w 2^a 2^b is ldexpf(w, e) wherever the result can
-           reach fp16, two FMULs instead of ldexpf's three               */
-        const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2);
 #pragma unroll
-        for (int kt = 0; kt < S::KT; kt++) {
-            uint32_t pair[2];                     /* (hi, lo) of this lane's two rows */
+        for (int k = 1; k < 32; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
+        kvq_mma_value_pow2(amax, &kb.v_pow, &kb.v_inv, HILO ? 31 : 15);
+    } else {
+        typedef kvq_mma_shape<D, B, NQ> S;
+        const int gid = lane >> 2, tig = lane & 3, odd = gid & 1;
+        /* this lane's rows of a k-tile: B elements 2 odd, 2 odd + 1 (kvq_mma_b_row) */
+        const int row0 = kvq_mma_b_row(lane, 2 * odd);
+        /* the subnormal decode's A column half 8-15 factor, on B's rows 8-15  */
+        const float col_f = DEC == KVQ_MMA_DEC_SUBNORMAL && odd ? 1.0f / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : 1.0f;
+        const uint32_t mine = odd ? 0x7632u : 0x5410u, theirs = odd ? 0x5410u : 0x7632u;
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                kvq_f16 hi, lo;
-                kvq_mma_split_scaled(w[kt][r] * pow_a * pow_b, &hi, &lo);
-                pair[r] = (uint32_t)hi | (HILO ? (uint32_t)lo << 16 : 0u);
+        for (int q = 0; q < NQ; q++) {
+            const int h = 4 * q + gid / 2;            /* this lane's B column's head */
+            float w[S::KT][2], mx = 0.0f, z = 0.0f;
+#pragma unroll
+            for (int kt = 0; kt < S::KT; kt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int d = 16 * kt + row0 + r;
+                    float a, b;
+                    kvq_dev_affine(ksz[d], mode, &a, &b);
+                    w[kt][r] = qs[h * D + d] * a * col_f;
+                    mx = fmaxf(mx, fabsf(w[kt][r]));
+                    z = fmaf(qs[h * D + d], b, z);
+                }
+            /* the 8 lanes of a head (tig, and the gid pair) hold all D rows     */
+#pragma unroll
+            for (int k = 1; k <= 4; k <<= 1) {
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+                z += __shfl_xor_sync(0xffffffffu, z, k);
             }
-            const uint32_t own = __byte_perm(pair[0], pair[1], mine);
-            const uint32_t got = __shfl_xor_sync(0xffffffffu, __byte_perm(pair[0], pair[1], theirs), 4);
-            kb.b[q][kt][0] = odd ? got : own;
-            kb.b[q][kt][1] = odd ? own : got;
+            const int e = kvq_mma_exponent(mx);
+            /* 2^e as two normal floats (e is in -113 .. 164: a max from 2^-149
+               to FLT_MAX): w 2^a 2^b is ldexpf(w, e) wherever the result can
+               reach fp16, two FMULs instead of ldexpf's three               */
+            const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2);
+#pragma unroll
+            for (int kt = 0; kt < S::KT; kt++) {
+                uint32_t pair[2];                     /* (hi, lo) of this lane's two rows */
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    kvq_f16 hi, lo;
+                    kvq_mma_split_scaled(w[kt][r] * pow_a * pow_b, &hi, &lo);
+                    pair[r] = (uint32_t)hi | (HILO ? (uint32_t)lo << 16 : 0u);
+                }
+                const uint32_t own = __byte_perm(pair[0], pair[1], mine);
+                const uint32_t got = __shfl_xor_sync(0xffffffffu, __byte_perm(pair[0], pair[1], theirs), 4);
+                kb.b[q][kt][0] = odd ? got : own;
+                kb.b[q][kt][1] = odd ? own : got;
+            }
+            kvq_mma_key_head(e, z, tig, kb.inv[q], kb.z[q]);
         }
-        /* head tig's exponent and zero term live in lane 8 tig (gid 2 tig) */
-        kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));
-        kb.z[q] = __shfl_sync(0xffffffffu, z, 8 * tig);
     }
 }
 
@@ -2673,18 +2859,36 @@ struct kvq_mma_chunk_src {
     }
 };
 
-/* The subnormal decode's factors (Sec. 7): C's row halves times
-   2^(24 - k_row); B's rows 8-15 times 2^-k_col are folded into B.       */
-template <int B, int SUB>
+/* C's row half factor of a decode (Sec. 7): the subnormal decode's
+   2^(24 - k_row) (its 2^-k_col is folded into B's rows 8-15), the integer
+   decode's 2^-B on rows 8-15, 1 for the magic decode.                    */
+template <int B, int DEC>
 static __device__ __forceinline__ float kvq_mma_post(int half)
 {
-    return SUB ? ldexpf(1.0f, 24 - kvq_mma_sub_shift(B, half, 0)) : 1.0f;
+    return DEC == KVQ_MMA_DEC_SUBNORMAL ? ldexpf(1.0f, 24 - kvq_mma_sub_shift(B, half, 0))
+         : DEC == KVQ_MMA_DEC_INT8 && half ? 1.0f / (float)(1 << B)   /* rows 8-15: 2^B */
+                                           : 1.0f;
 }
 
 /* Keys of one chunk: two 16-token row tiles of codes times the page's B.
    sc[q][rt][half]: head 4 q + tig's score of token 16 rt + gid + 8 half,
    -inf for a dead slot.                                                  */
-template <int D, int B, int NQ, int SUB>
+/* The integer decode's digit columns of one C row half, in fp32: digits
+   0 and 1 (columns 2 tig, 2 tig + 1 of the first MMA) meet exactly in
+   int32, and so do digits 2 and 3 (the second MMA, HILO): every column's
+   |sum| is below 2^22 (Sec. 7), so sum + 2^8 sum' stays below 2^31. The
+   two halves then meet in fp32, the high one at 2^16: one rounding.    */
+template <int HILO>
+static __device__ __forceinline__ float kvq_mma_digits(const int32_t (&c1)[4], const int32_t (&c2)[4],
+                                                       int half)
+{
+    const int32_t lo = (int32_t)((uint32_t)c1[2 * half] + ((uint32_t)c1[2 * half + 1] << 8));
+    if (!HILO) return (float)lo;
+    const int32_t hi = (int32_t)((uint32_t)c2[2 * half] + ((uint32_t)c2[2 * half + 1] << 8));
+    return fmaf((float)hi, 65536.0f, (float)lo);
+}
+
+template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
                                                             const kvq_cuda_stream *s, uint32_t slot0,
                                                             const kvq_mma_keyb<D, B, NQ> &kb, int lane,
@@ -2692,35 +2896,58 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     const int gid = lane >> 2;
-    const float post[2] = { kvq_mma_post<B, SUB>(0), kvq_mma_post<B, SUB>(1) };
+    const float post[2] = { kvq_mma_post<B, DEC>(0), kvq_mma_post<B, DEC>(1) };
     /* the chunk's 32 slots share one word of dead bits (slot0 % 32 == 0) */
     const uint32_t dead_bits = s->dead ? s->dead[slot0 >> 5] : 0u;
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
         const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
-        float c[NQ][4];
+        if constexpr (DEC == KVQ_MMA_DEC_INT8) {   /* D / 32 steps, exact sums */
+            int32_t c1[NQ][4] = {}, c2[NQ][4] = {};
 #pragma unroll
-        for (int q = 0; q < NQ; q++) c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0.0f;
+            for (int ks = 0; ks < D / 32; ks++) {
+                uint32_t a[4];
+                kvq_mma_decode_i8<B>(w[B == 2 ? ks : 2 * ks], w[B == 2 ? ks : 2 * ks + 1], a);
 #pragma unroll
-        for (int i = 0; i < S::KPL; i++) {
-            uint32_t a[16 / B];
-            if (SUB) kvq_mma_decode_subnormal<B>(w[i], a);
-            else kvq_mma_decode<B>(w[i], a);
+                for (int q = 0; q < NQ; q++) {
+                    kvq_mma_16832<true>(c1[q], a, kb.b[q][2 * ks][0], kb.b[q][2 * ks][1]);
+                    if (HILO) kvq_mma_16832<true>(c2[q], a, kb.b[q][2 * ks + 1][0], kb.b[q][2 * ks + 1][1]);
+                }
+            }
 #pragma unroll
-            for (int u = 0; u < S::TPW; u++)
+            for (int half = 0; half < 2; half++) {
+                const bool dead = (dead_bits >> (16 * rt + gid + 8 * half)) & 1u;
 #pragma unroll
                 for (int q = 0; q < NQ; q++)
-                    kvq_mma_16816(c[q], a + 4 * u, kb.b[q][i * S::TPW + u][0],
-                                  kb.b[q][i * S::TPW + u][1]);
-        }
+                    sc[q][rt][half] = dead ? -INFINITY
+                                           : fmaf(kvq_mma_digits<HILO>(c1[q], c2[q], half),
+                                                  post[half] * kb.inv[q], kb.z[q]);
+            }
+        } else {
+            float c[NQ][4];
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const bool dead = (dead_bits >> (16 * rt + gid + 8 * half)) & 1u;
+            for (int q = 0; q < NQ; q++) c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0.0f;
 #pragma unroll
-            for (int q = 0; q < NQ; q++)
-                sc[q][rt][half] = dead ? -INFINITY
-                                       : (c[q][2 * half] + c[q][2 * half + 1]) * post[half] * kb.inv[q] +
-                                             kb.z[q];
+            for (int i = 0; i < S::KPL; i++) {
+                uint32_t a[16 / B];
+                if (DEC == KVQ_MMA_DEC_SUBNORMAL) kvq_mma_decode_subnormal<B>(w[i], a);
+                else kvq_mma_decode<B>(w[i], a);
+#pragma unroll
+                for (int u = 0; u < S::TPW; u++)
+#pragma unroll
+                    for (int q = 0; q < NQ; q++)
+                        kvq_mma_16816(c[q], a + 4 * u, kb.b[q][i * S::TPW + u][0],
+                                      kb.b[q][i * S::TPW + u][1]);
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const bool dead = (dead_bits >> (16 * rt + gid + 8 * half)) & 1u;
+#pragma unroll
+                for (int q = 0; q < NQ; q++)
+                    sc[q][rt][half] = dead ? -INFINITY
+                                           : (c[q][2 * half] + c[q][2 * half + 1]) * post[half] * kb.inv[q] +
+                                                 kb.z[q];
+            }
         }
     }
 }
@@ -2788,14 +3015,16 @@ static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[N
     }
 }
 
-/* Value group g of one chunk: its exponent e (lane l reads token l's
-   scale: the chunk's max), the B registers of both token tiles, and the
-   chunk's zero term sum_t p_t b_tg for head tig, reduced over gid, and
-   C's factor per row half, scale = post * 2^-e (exact powers of two).
+/* Value group g of one chunk: its exponent e (f16 decodes: lane l reads
+   token l's scale, the chunk's max; the integer decode: the page's,
+   v_pow and v_inv), the B registers, and the chunk's zero term
+   sum_t p_t b_tg for head tig, reduced over gid, and C's factor per row
+   half, scale = post * 2^-e (exact powers of two).
    Each weight is made ONCE, by the lane that holds its score (the key
    MMA's C layout: head tig, tokens 16 rt + gid + 8 half), from its own
    tokens' (s, z), which it reads for the zero term anyway: w = p a 2^e,
-   split, packed as the fp16 pair (hi, lo). The value MMA's B element i
+   rounded to the integer W (its bytes are B's digits, below), or split
+   and packed as the fp16 pair (hi, lo). The f16 value MMA's B element i
    of lane l (token kvq_mma_b_row(l, i), head gid / 2; hi for an even
    gid, lo for an odd one) is then one __shfl_sync of that pair from the
    lane holding it (kvq_mma_score_source) and half a PRMT. (Made by the
@@ -2803,25 +3032,30 @@ static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[N
    twice, once for hi and once for lo: about 50 more instructions a chunk
    and value group with 4 heads, make cuda-gates.)
    vsz: the chunk's value (s, z), (32 tokens, n_groups).                  */
-template <int D, int B, int NQ, int HILO, int SUB>
+template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, int n_groups, int g,
                                                            kvq_zero_mode mode,
                                                            const float (&p)[NQ][2][2], int lane,
                                                            uint32_t (&bv)[NQ][2][2],
-                                                           float (&zterm)[NQ], float (&scale)[2])
+                                                           float (&zterm)[NQ], float (&scale)[2],
+                                                           float v_pow, float v_inv)
 {
     const int gid = lane >> 2;
-    float a, b;
-    kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
+    float pow_e = v_pow, inv = v_inv;             /* 2^e, 2^-e: the integer decode's
+                                                     are the page's (kvq_mma_page_keys) */
+    if constexpr (DEC != KVQ_MMA_DEC_INT8) {      /* f16: the chunk's largest scale */
+        float a, b;
+        kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
 #pragma unroll
-    for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
-    float pow_e, inv;                             /* 2^e, 2^-e               */
-    kvq_mma_value_pow2(a, &pow_e, &inv);
+        for (int k = 1; k < 32; k <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, k));
+        kvq_mma_value_pow2(a, &pow_e, &inv);
+    }
     /* B's rows 8-15 (a tile's tokens 8-15: half = 1) carry the subnormal
        decode's 2^-k_col too; both factors are folded into the token's
        scale, exactly (powers of two on an fp16 value)                   */
-    const float pow_hi_rows = SUB ? pow_e / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : pow_e;
-    uint32_t pair[NQ][2][2];                      /* (hi, lo) of this lane's weights */
+    const float pow_hi_rows = DEC == KVQ_MMA_DEC_SUBNORMAL ? pow_e / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : pow_e;
+    /* this lane's weights: f16 (hi, lo) pairs, or the integers W        */
+    uint32_t pair[NQ][2][2];                      /* [q][row tile][half]     */
 #pragma unroll
     for (int q = 0; q < NQ; q++) zterm[q] = 0.0f;
 #pragma unroll
@@ -2834,37 +3068,68 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
 #pragma unroll
             for (int q = 0; q < NQ; q++) {
                 zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
-                kvq_f16 hi, lo;
-                kvq_mma_split_scaled(p[q][rt][half] * at, &hi, &lo);
-                pair[q][rt][half] = (uint32_t)hi | (HILO ? (uint32_t)lo << 16 : 0u);
+                if (DEC == KVQ_MMA_DEC_INT8) {
+                    pair[q][rt][half] = __float2uint_rn(p[q][rt][half] * at);
+                } else {
+                    kvq_f16 hi, lo;
+                    kvq_mma_split_scaled(p[q][rt][half] * at, &hi, &lo);
+                    pair[q][rt][half] = (uint32_t)hi | (HILO ? (uint32_t)lo << 16 : 0u);
+                }
             }
         }
-    const uint32_t keep = (gid & 1) ? 0x7632u : 0x5410u;  /* PRMT: the pairs' lo or hi halves */
+    if constexpr (DEC == KVQ_MMA_DEC_INT8) {
+        /* W = p a 2^e < 2^(8N - 1) (p <= 1 + 2^-22), N unsigned digits.
+           With u = a token's place in B's byte pair and gg its register
+           (B = 2: u = row tile, gg = half; B = 4: the other way round,
+           kvq_mma_i8_index), the lane holding the score packs x[gg] =
+           (W_u0 digit 0, W_u1 digit 0, W_u0 digit 1, W_u1 digit 1), and
+           y[gg] the same of digits 2 and 3. Column gid of lane l (head
+           gid / 2, digit gid % 2 of x, or of y in the second MMA) takes
+           register gg's four bytes from lanes 8 tig + gid / 2 and that + 4:
+           two __shfl_sync and a PRMT.                                    */
+        const int tig = lane & 3, src0 = 8 * tig + gid / 2, src1 = src0 + 4;
+        const uint32_t pick = (gid & 1) ? 0x7632u : 0x5410u;   /* digit 1 or 0 */
 #pragma unroll
-    for (int rt = 0; rt < 2; rt++)
+        for (int q = 0; q < NQ; q++)
 #pragma unroll
-        for (int q = 0; q < NQ; q++) {
-            uint32_t w[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {           /* half = i / 2: warp-uniform */
-                int src, half;
-                kvq_mma_score_source(lane, i, &src, &half);
-                w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);
+            for (int gg = 0; gg < 2; gg++) {      /* (u = 0, u = 1) of register gg */
+                const uint32_t u0 = B == 2 ? pair[q][0][gg] : pair[q][gg][0],
+                               u1 = B == 2 ? pair[q][1][gg] : pair[q][gg][1];
+                const uint32_t x = __byte_perm(u0, u1, 0x5140), y = __byte_perm(u0, u1, 0x7362);
+                bv[q][0][gg] = __byte_perm(__shfl_sync(0xffffffffu, x, src0),
+                                           __shfl_sync(0xffffffffu, x, src1), pick);
+                if (HILO)
+                    bv[q][1][gg] = __byte_perm(__shfl_sync(0xffffffffu, y, src0),
+                                               __shfl_sync(0xffffffffu, y, src1), pick);
             }
-            bv[q][rt][0] = __byte_perm(w[0], w[1], keep);
-            bv[q][rt][1] = __byte_perm(w[2], w[3], keep);
-        }
+    } else {
+        const uint32_t keep = (gid & 1) ? 0x7632u : 0x5410u;  /* PRMT: the pairs' lo or hi halves */
+#pragma unroll
+        for (int rt = 0; rt < 2; rt++)
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
+                uint32_t w[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {           /* half = i / 2: warp-uniform */
+                    int src, half;
+                    kvq_mma_score_source(lane, i, &src, &half);
+                    w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);
+                }
+                bv[q][rt][0] = __byte_perm(w[0], w[1], keep);
+                bv[q][rt][1] = __byte_perm(w[2], w[3], keep);
+            }
+    }
 #pragma unroll
     for (int q = 0; q < NQ; q++)
 #pragma unroll
         for (int k = 4; k < 32; k <<= 1) zterm[q] += __shfl_xor_sync(0xffffffffu, zterm[q], k);
 #pragma unroll
-    for (int half = 0; half < 2; half++) scale[half] = kvq_mma_post<B, SUB>(half) * inv;
+    for (int half = 0; half < 2; half++) scale[half] = kvq_mma_post<B, DEC>(half) * inv;
 }
 
 /* Values of one 16-channel row tile mt: codes^T times B, a fresh C, then
    into fp32 (one FMA by the group's scale) with the zero term.          */
-template <int D, int B, int NQ, int HILO, int SUB>
+template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, int mt,
                                                           const uint32_t (&bv)[NQ][2][2],
                                                           const float (&zterm)[NQ],
@@ -2872,21 +3137,35 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, i
                                                           kvq_mma_state<D, B, NQ> &st, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
+    if constexpr (DEC == KVQ_MMA_DEC_INT8) {       /* the chunk's 32 tokens: one step */
+        uint32_t a[4];
+        kvq_mma_decode_i8<B>(vwc[(size_t)lane * S::MT + mt],
+                             B == 2 ? 0u : vwc[((size_t)32 + lane) * S::MT + mt], a);
 #pragma unroll
-    for (int q = 0; q < NQ; q++) {
-        float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-#pragma unroll
-        for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
-            uint32_t a[16 / B];
-            const uint32_t word = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
-            if (SUB) kvq_mma_decode_subnormal<B>(word, a);
-            else kvq_mma_decode<B>(word, a);
-#pragma unroll
-            for (int u = 0; u < S::TPW; u++)
-                kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
+        for (int q = 0; q < NQ; q++) {
+            int32_t c1[4] = {}, c2[4] = {};
+            kvq_mma_16832<false>(c1, a, bv[q][0][0], bv[q][0][1]);
+            if (HILO) kvq_mma_16832<false>(c2, a, bv[q][1][0], bv[q][1][1]);
+            st.acc[q][mt][0] = fmaf(kvq_mma_digits<HILO>(c1, c2, 0), scale[0], st.acc[q][mt][0] + zterm[q]);
+            st.acc[q][mt][1] = fmaf(kvq_mma_digits<HILO>(c1, c2, 1), scale[1], st.acc[q][mt][1] + zterm[q]);
         }
-        st.acc[q][mt][0] = fmaf(HILO ? c[0] + c[1] : c[0], scale[0], st.acc[q][mt][0] + zterm[q]);
-        st.acc[q][mt][1] = fmaf(HILO ? c[2] + c[3] : c[2], scale[1], st.acc[q][mt][1] + zterm[q]);
+    } else {
+#pragma unroll
+        for (int q = 0; q < NQ; q++) {
+            float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+            for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
+                uint32_t a[16 / B];
+                const uint32_t word = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+                if (DEC == KVQ_MMA_DEC_SUBNORMAL) kvq_mma_decode_subnormal<B>(word, a);
+                else kvq_mma_decode<B>(word, a);
+#pragma unroll
+                for (int u = 0; u < S::TPW; u++)
+                    kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
+            }
+            st.acc[q][mt][0] = fmaf(HILO ? c[0] + c[1] : c[0], scale[0], st.acc[q][mt][0] + zterm[q]);
+            st.acc[q][mt][1] = fmaf(HILO ? c[2] + c[3] : c[2], scale[1], st.acc[q][mt][1] + zterm[q]);
+        }
     }
 }
 
@@ -2896,7 +3175,7 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, i
    (Gv % 16 == 0, and Gv divides D = 64 or 128: a power of two): the
    group's B and zero term are built at its first tile, counted down, with
    shifts for D / Gv and Gv / 16 (no division per tile or chunk).        */
-template <int D, int B, int NQ, int HILO, int SUB>
+template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
                                                      const kvq_cuda_stream *s,
@@ -2906,7 +3185,7 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
-    kvq_mma_chunk_scores<D, B, NQ, SUB>(kwc, s, slot0, kb, lane, sc);
+    kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, s, slot0, kb, lane, sc);
     kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
     const int log2_gv = __ffs(Gv) - 1, n_groups = D >> log2_gv, tiles_per_group = Gv >> 4;
     int g = -1, left = 0;                         /* warp-uniform            */
@@ -2916,10 +3195,11 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
     for (int mt = 0; mt < S::MT; mt++) {
         if (left == 0) {                          /* tile mt opens group g + 1 */
             left = tiles_per_group;
-            kvq_mma_value_group<D, B, NQ, HILO, SUB>(vszc, n_groups, ++g, mode, p, lane, bv, zterm, scale);
+            kvq_mma_value_group<D, B, NQ, HILO, DEC>(vszc, n_groups, ++g, mode, p, lane, bv, zterm, scale,
+                                                    kb.v_pow, kb.v_inv);
         }
         left--;
-        kvq_mma_value_tile<D, B, NQ, HILO, SUB>(vwc, mt, bv, zterm, scale, st, lane);
+        kvq_mma_value_tile<D, B, NQ, HILO, DEC>(vwc, mt, bv, zterm, scale, st, lane);
     }
 }
 
@@ -2949,7 +3229,7 @@ static __device__ __forceinline__ kvq_mma_work kvq_mma_my_work(const kvq_cuda_st
 /* STAGES >= 2: the warp stages its next STAGES - 1 chunks into its part
    of the dynamic shared memory (STAGES x stage_bytes per warp) with
    cp.async while it computes one.                                        */
-template <int D, int B, int NQ, int HILO, int STAGES, int SUB>
+template <int D, int B, int NQ, int HILO, int STAGES, int DEC>
 static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool &pool,
                                                              const kvq_cuda_stream *s,
                                                              const kvq_mma_work &wk,
@@ -2961,6 +3241,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
     typedef kvq_mma_chunk_src<D, B, NQ> C;
     const uint32_t G = (uint32_t)pool.group;
     const int vsz_bytes = KVQ_MMA_CHUNK * (D / pool.value_group) * (int)sizeof(kvq_sz);
+    const int n_vsz = (int)G * (D / pool.value_group);   /* value (s, z) of a page */
     kvq_mma_keyb<D, B, NQ> kb;
     unsigned char *mine = stage_smem + (size_t)warp * STAGES * stage_bytes;
     auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
@@ -2987,10 +3268,11 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
         const uint32_t pi = wk.page_index(j, warp);
         const int chunk = wk.chunk(j);
         if (chunk == 0)
-            kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
+            kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
+                                                   C::scales(pool, (size_t)s->pages[pi], 0), n_vsz,
                                                    pool.zero_mode, lane, kb);
         const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-        kvq_mma_chunk<D, B, NQ, HILO, SUB>((const uint32_t *)buf,
+        kvq_mma_chunk<D, B, NQ, HILO, DEC>((const uint32_t *)buf,
                                       (const uint32_t *)(buf + C::KWORDS * 4),
                                       (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
                                       pool.value_group, pool.zero_mode, s,
@@ -3004,7 +3286,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
    n_splits in work (the same layout as Sec. 4's kernel). One warp owns a
    page at a time; STAGES = 1 reads chunks in place, STAGES >= 2 stages
    them (dynamic shared memory of KVQ_MMA_WARPS * STAGES * stage_bytes). */
-template <int D, int B, int NQ, int HILO, int STAGES, int SUB>
+template <int D, int B, int NQ, int HILO, int STAGES, int DEC>
 __global__ void __launch_bounds__(KVQ_MMA_WARPS * 32, KVQ_MMA_MIN_CTAS)
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                       int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
@@ -3034,15 +3316,17 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
             const size_t page = (size_t)s->pages[pi];
             const int chunk = wk.chunk(j);
             if (chunk == 0)
-                kvq_mma_page_keys<D, B, NQ, HILO, SUB>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
-            kvq_mma_chunk<D, B, NQ, HILO, SUB>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
+                kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, pool.k_sz + page * D, C::scales(pool, page, 0),
+                                                       (int)G * (D / pool.value_group), pool.zero_mode,
+                                                       lane, kb);
+            kvq_mma_chunk<D, B, NQ, HILO, DEC>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
                                           C::scales(pool, page, chunk), pool.value_group,
                                           pool.zero_mode, s, pi * G + chunk * KVQ_MMA_CHUNK, kb,
                                           st, lane);
         }
     } else {
         KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_mma_stage);
-        kvq_mma_chunks_staged<D, B, NQ, HILO, STAGES, SUB>(pool, s, wk, qs, kvq_mma_stage, stage_bytes,
+        kvq_mma_chunks_staged<D, B, NQ, HILO, STAGES, DEC>(pool, s, wk, qs, kvq_mma_stage, stage_bytes,
                                                            st, warp, lane);
     }
     /* this warp's sums over its lanes (l over gid: head tig), then the CTA's */
@@ -3266,7 +3550,7 @@ static __device__ int kvq_mma_probe_decodes(int lane)
         kvq_mma_16816(cs, as, bs[0], bs[1]);
     }
     int differ = 0;
-    for (int i = 0; i < 4; i++) differ += cs[i] * kvq_mma_post<B, 1>(i >> 1) != cm[i];
+    for (int i = 0; i < 4; i++) differ += cs[i] * kvq_mma_post<B, KVQ_MMA_DEC_SUBNORMAL>(i >> 1) != cm[i];
     return differ;
 }
 __global__ void kvq_mma_subnormal_probe_kernel(float *kept /* (32) */, int *differ /* (32) */)
@@ -3317,18 +3601,25 @@ extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept)
 /* -- the launcher ------------------------------------------------------------ */
 typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
                                  float *, int, int, int);
-template <int D, int B, int NQ, int SUB>
+template <int D, int B, int NQ, int DEC>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages)
 {
-    return stages == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 1, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 1, SUB>)
-         : stages == 2 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 2, SUB>)
-                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 3, SUB> : kvq_attend_mma_kernel<D, B, NQ, 0, 3, SUB>);
+    return stages == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 1, DEC> : kvq_attend_mma_kernel<D, B, NQ, 0, 1, DEC>)
+         : stages == 2 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2, DEC> : kvq_attend_mma_kernel<D, B, NQ, 0, 2, DEC>)
+                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 3, DEC> : kvq_attend_mma_kernel<D, B, NQ, 0, 3, DEC>);
+}
+template <int D, int B, int NQ>
+static kvq_cuda__mma_fn kvq_cuda__pick_mma_d(int hilo, int stages, int dec)
+{
+    return dec == KVQ_MMA_DEC_MAGIC       ? kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_MAGIC>(hilo, stages)
+         : dec == KVQ_MMA_DEC_SUBNORMAL   ? kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_SUBNORMAL>(hilo, stages)
+                                          : kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_INT8>(hilo, stages);
 }
 template <int D, int B>
-static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages, int sub)
+static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages, int dec)
 {
-    return nq == 1 ? (sub ? kvq_cuda__pick_mma_hs<D, B, 1, 1>(hilo, stages) : kvq_cuda__pick_mma_hs<D, B, 1, 0>(hilo, stages))
-                   : (sub ? kvq_cuda__pick_mma_hs<D, B, 2, 1>(hilo, stages) : kvq_cuda__pick_mma_hs<D, B, 2, 0>(hilo, stages));
+    return nq == 1 ? kvq_cuda__pick_mma_d<D, B, 1>(hilo, stages, dec)
+                   : kvq_cuda__pick_mma_d<D, B, 2>(hilo, stages, dec);
 }
 
 /* The v5 launch for a shape and variant: its kernel, dynamic shared
@@ -3354,11 +3645,12 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
     p->n_hchunks = (n_rep + 4 * p->nq - 1) / (4 * p->nq);
     const int hilo = !(variant & KVQ_CUDA_MMA_HI_ONLY), stages = (variant & KVQ_CUDA_MMA_DIRECT) ? 1
                                                          : (variant & KVQ_CUDA_MMA_STAGES3) ? 3 : 2;
-    const int sub = (variant & KVQ_CUDA_MMA_SUBNORMAL) != 0;
-    p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, sub)
-                                  : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, sub))
-                     : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages, sub)
-                                  : kvq_cuda__pick_mma<64, 4>(p->nq, hilo, stages, sub));
+    const int dec = (variant & KVQ_CUDA_MMA_SUBNORMAL) ? KVQ_MMA_DEC_SUBNORMAL
+                  : (variant & KVQ_CUDA_MMA_MAGIC)     ? KVQ_MMA_DEC_MAGIC : KVQ_MMA_DEC_INT8;
+    p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, dec)
+                                  : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, dec))
+                     : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages, dec)
+                                  : kvq_cuda__pick_mma<64, 4>(p->nq, hilo, stages, dec));
     /* a chunk's staged bytes: key and value words, value (s, z)          */
     p->chunk_bytes = 2 * 32 * (D * bits / 64) * 4 + 32 * (D / 16) * (bits == 4 ? 2 : 1) * 4 +
                      KVQ_MMA_CHUNK * (D / value_group) * (int)sizeof(kvq_sz);
@@ -3408,11 +3700,12 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
    The rule is make cuda-gates' count of SASS instructions per KB of codes
    (walkthrough 9.9) and one timing: one query head per KV head on
    G = 32 pages goes to the CUDA-core kernel. At 2 bits the count says
-   so (544 against v5's 658 with its page work); at 4 bits it leans the
-   other way (v5 337 against 360), but an H200 campaign run timed the
-   CUDA-core kernel 1.5x faster there (T = 32K), so the timing decides.
-   With 2 or more heads the tensor cores serve them in one MMA (2-bit
-   G = 32: 658 against 984 at GQA 4; timed 1.6-2.0x faster), and G = 64
+   so (544 against v5's 576 with its page work); at 4 bits it leans the
+   other way (v5 287 against 360), but an H200 campaign run timed the
+   CUDA-core kernel 1.5x faster there (T = 32K, v5 with the f16 decode),
+   so the timing decides until v5 is timed again. With 2 or more heads
+   the tensor cores serve them in one MMA (2-bit G = 32: 576 against 984
+   at GQA 4; the f16 decode was timed 1.6-2.0x faster), and G = 64
    or 128 spreads v5's page work over more tokens. kvq_cuda_attend stays
    what kvq.h's users get until v5 is the default by measurement.      */
 static bool kvq_cuda__mma_pages_ok(int D, int G, int bits)   /* G 32, 64 or 128 */
@@ -3451,8 +3744,11 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |
-                    KVQ_CUDA_MMA_STAGES3))
+                    KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_MAGIC))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d unknown", variant);
+    if ((variant & KVQ_CUDA_MMA_MAGIC) && (variant & KVQ_CUDA_MMA_SUBNORMAL))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d asks for two decodes "
+                              "(MAGIC and SUBNORMAL)", variant);
     if ((variant & KVQ_CUDA_MMA_DIRECT) && (variant & KVQ_CUDA_MMA_STAGES3))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d asks for no staging "
                               "(DIRECT) and three stages (STAGES3)", variant);
@@ -3568,6 +3864,7 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 #define KVQ_CUDA_MMA_DIRECT  2
 #define KVQ_CUDA_MMA_SUBNORMAL 4
 #define KVQ_CUDA_MMA_STAGES3 8
+#define KVQ_CUDA_MMA_MAGIC   16
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,

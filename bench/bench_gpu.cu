@@ -40,8 +40,10 @@
      v5[:FLAGS] kvq_cuda_attend_mma (the tensor-core kernel, sealed pages
                 in fragment order), FLAGS '+'-separated: hi (fp16 weights
                 only), direct (no cp.async staging), s3 (three cp.async
-                stages, not two), sub (the subnormal decode; refused
-                where the tensor cores flush subnormals)
+                stages, not two), magic (the f16 MMA with the magic
+                decode; the default is the integer MMA), sub (the f16
+                MMA with the subnormal decode; refused where it is not
+                exact)
    (bench/gpu_campaign.sh's comparisons). --long-csv FILE appends one row
    per (shape, kernel) to FILE as each is measured (a header when the file
    is new): what a run cut off part-way still leaves behind. Each shape is
@@ -384,9 +386,12 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #ifdef KVQ_CUDA_MMA_STAGES3
                 else if (flag == "s3") variant |= KVQ_CUDA_MMA_STAGES3;
 #endif
+#ifdef KVQ_CUDA_MMA_MAGIC
+                else if (flag == "magic") variant |= KVQ_CUDA_MMA_MAGIC;
+#endif
                 else {
                     fprintf(stderr, "bench_gpu: --kernels: unknown v5 flag '%s' in '%s' "
-                            "(hi, direct, sub, s3)\n", flag.c_str(), k.c_str());
+                            "(hi, direct, sub, s3, magic)\n", flag.c_str(), k.c_str());
                     return false;
                 }
                 f = e + 1;
@@ -399,7 +404,7 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #endif
         } else {
             fprintf(stderr, "bench_gpu: --kernels: unknown kernel '%s' "
-                    "(fused, onesplit, fp16, v5[:hi+direct+sub+s3])\n", k.c_str());
+                    "(fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic])\n", k.c_str());
             return false;
         }
     }
@@ -756,7 +761,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]... "
                     "[--kernels LIST] [--long-csv FILE] [--copy] [--dry-run]\n"
-                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3])\n");
+                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic])\n");
             return 2;
         }
     }

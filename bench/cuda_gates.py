@@ -35,7 +35,7 @@
    kvq_attend_mma_kernel<128, B, NQ, HILO[, STAGES]> is cut into basic
    blocks; loops are the natural loops of its back edges (a branch to a
    block that dominates it). The chunk loop is the innermost loop with
-   HMMAs. Counts are along paths from its header to its back edge, loops
+   MMAs (HMMA, or IMMA for the integer decode). Counts are along paths from its header to its back edge, loops
    inside it (a copy loop) counted as one trip:
      chunk   the shortest such path that skips the page work and passes
              a staging copy of the next chunk (LDGSTS) where there are any
@@ -601,10 +601,10 @@ def count_mma_kernel(code, D, page_fn):
     line, last line) of kvq_mma_page_keys, for a kernel whose page work is
     a branch inside the chunk loop rather than a loop around it."""
     g = CFG(code)
-    with_mma = [L for L in g.loops if any(o.startswith("HMMA") for o in g.ops(L[1]))]
+    with_mma = [L for L in g.loops if any(o.startswith(("HMMA", "IMMA")) for o in g.ops(L[1]))]
     chunk = [L for L in with_mma if not any(M[1] < L[1] for M in with_mma)]
     if len(chunk) != 1:
-        raise ValueError(f"{len(chunk)} innermost loops with HMMA (expected 1: the chunk loop)")
+        raise ValueError(f"{len(chunk)} innermost loops with HMMA or IMMA (expected 1: the chunk loop)")
     chunk = chunk[0]
     h, body, latches = chunk
     notes = []
@@ -694,12 +694,16 @@ def variant_name(v):
     other parameter as NAME=value."""
     out = []
     for k, x in v.items():
-        if k == "HILO":
+        if k == "HILO" and v.get("DEC") == 0:     # the integer decode's digits
+            out.append("4 digits" if x else "2 digits")
+        elif k == "HILO":
             out.append("hi+lo" if x else "hi only")
         elif k == "STAGES":
             out.append("direct" if x == 1 else f"{x} stages")
         elif k == "SUB":
             out.append("subnormal" if x else "magic")
+        elif k == "DEC":                # kvq_cuda.cu's KVQ_MMA_DEC_*
+            out.append({0: "int8", 1: "magic", 2: "subnormal"}.get(x, f"DEC={x}"))
         else:
             out.append(f"{k}={x}")
     return ", ".join(out)

@@ -589,6 +589,7 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
         const size_t bad = check_rows(caches, hq, got, n_rep, D, tol, &worst);
         const char *kind = !mma ? "attend" : (variant & KVQ_CUDA_MMA_HI_ONLY) ? "mma-hi"
                          : (variant & KVQ_CUDA_MMA_SUBNORMAL) ? "mma-sn"
+                         : (variant & KVQ_CUDA_MMA_MAGIC) ? "mma-mg"
                          : (variant & KVQ_CUDA_MMA_DIRECT) ? "mma-di"
                          : (variant & KVQ_CUDA_MMA_STAGES3) ? "mma-s3" : "mma";
         CHECK(status == KVQ_OK, "%s %s: %s", kind, pol_name[pol], kvq_cuda_why());
@@ -641,7 +642,18 @@ static void test_attend_mma(void)
     mma(POL_KIVI, 128, 2, 32, 4, 4, 1200);
     mma(POL_KIVI, 64, 4, 128, 1, 4, 1200);
     kv_extreme = false;
-    /* fp16 weights only: the cost of dropping the lo half                */
+    /* the f16 MMA with the magic-number decode (the default is the integer
+       MMA): its sums are rounded by the tensor cores, whatever model the
+       emulator runs                                                       */
+    mma(POL_KIVI, 128, 2, 128, 4, 4, 1200, KVQ_CUDA_MMA_MAGIC);
+    mma(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_MAGIC);
+    mma(POL_LOGQUANT, 128, 2, 64, 1, 4, 900, KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_HI_ONLY);
+    mma(POL_KIVI, 128, 4, 128, 1, 4, 900, KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_DIRECT);
+    mma(POL_KIVI, 128, 2, 64, 2, 4, 900, KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_STAGES3);
+    kv_extreme = true;
+    mma(POL_KIVI, 128, 2, 32, 4, 4, 1200, KVQ_CUDA_MMA_MAGIC);
+    kv_extreme = false;
+    /* weights without their low half: the cost of dropping it            */
     mma(POL_KIVI, 128, 2, 128, 4, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
     mma(POL_KIVI, 128, 4, 32, 1, 4, 1500, KVQ_CUDA_MMA_HI_ONLY);
     /* chunks read where they lie, without cp.async staging               */
@@ -690,7 +702,9 @@ static void test_attend_mma(void)
     };
     CHECK(refused(nullptr, 64, wf, 0, KVQ_ERR_NULL), "mma: a NULL pool was accepted");
     CHECK(refused(&b.pool, 64, wf - 1, 0, KVQ_ERR_CAPACITY), "mma: a small workspace was accepted");
-    CHECK(refused(&b.pool, 64, wf, 16, KVQ_ERR_CONFIG), "mma: variant 16 was accepted");
+    CHECK(refused(&b.pool, 64, wf, 32, KVQ_ERR_CONFIG), "mma: variant 32 was accepted");
+    CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_SUBNORMAL, KVQ_ERR_CONFIG),
+          "mma: two decodes at once were accepted");
     CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3, KVQ_ERR_CONFIG),
           "mma: no staging and three stages at once was accepted");
     if (keeps == 0)
@@ -1909,17 +1923,79 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
 static void test_value_pow2(void)
 {
     size_t bad = 0, n = 0;
-    for (uint32_t h = 0; h < 0x7C00u; h++) {
-        const float a = kvq_f16_to_f32((kvq_f16)h);
-        float up, down;
-        kvq_mma_value_pow2(a, &up, &down);
-        const int e = kvq_mma_exponent(a);
-        bad += up != ldexpf(1.0f, e) || down != ldexpf(1.0f, -e);
-        n++;
-    }
+    for (int top : { 15, 31 })            /* the f16 weights; 4 integer digits */
+        for (uint32_t h = 0; h < 0x7C00u; h++) {
+            const float a = kvq_f16_to_f32((kvq_f16)h);
+            float up, down;
+            kvq_mma_value_pow2(a, &up, &down, top);
+            const int e = top == 15 ? kvq_mma_exponent(a) : kvq_mma_exponent_top(a, top);
+            bad += up != ldexpf(1.0f, e) || down != ldexpf(1.0f, -e);
+            bad += a > 0.0f && !(a * up >= ldexpf(1.0f, top - 1) && a * up < ldexpf(1.0f, top));
+            n++;
+        }
     CHECK(bad == 0, "kvq_mma_value_pow2: %zu of %zu fp16 scales differ from ldexpf(1, +-kvq_mma_exponent)",
           bad, n);
     printf("  value pow2: %zu fp16 scales, 2^e and 2^-e from bits equal ldexpf's\n", n);
+}
+
+/* The integer decode (Sec. 7): from random fragment-order pages, each
+   lane's u8 A fragments (kvq_mma_decode_i8) must hold, in register i and
+   byte b, the code of row gid + 8 (i % 2) and of the channel (keys) or
+   token (values) kvq_mma_i8_index(B, 4 tig + b + 16 (i / 2)) of the step,
+   times 2^B on rows 8-15, read back through kvq_mma_code_at (the f16
+   fragment maps' inverse). kvq_mma_i8_index must be a permutation.       */
+static void test_fragment_i8(void)
+{
+    const uint64_t saved = rng_state;       /* a stream of its own: later draws stay */
+    rng_state = 0x18dec0deull;
+    long bad = 0, n = 0;
+    for (int B : { 2, 4 }) {
+        uint32_t seen = 0;
+        for (int k = 0; k < 32; k++) seen |= 1u << kvq_mma_i8_index(B, k);
+        CHECK(seen == 0xffffffffu, "kvq_mma_i8_index(%d, .): not a permutation of 0..31", B);
+    }
+    for (int D : { 64, 128 })
+        for (int B : { 2, 4 })
+            for (int G : { 32, 128 }) {
+                const size_t words = (size_t)D * G * B / 32, KPL = (size_t)D * B / 64, MT = D / 16;
+                std::vector<uint32_t> kp(words), vp(words);
+                for (size_t i = 0; i < words; i++) { kp[i] = (uint32_t)rng_u64(); vp[i] = (uint32_t)rng_u64(); }
+                for (int lane = 0; lane < 32; lane++) {
+                    const int gid = lane / 4, tig = lane % 4;
+                    auto check = [&](const uint32_t (&a)[4], int side, int row0, int k0, bool rows_are_tokens) {
+                        for (int i = 0; i < 4; i++)
+                            for (int b = 0; b < 4; b++) {
+                                const int row = row0 + gid + 8 * (i % 2);
+                                const int k = k0 + kvq_mma_i8_index(B, 4 * tig + b + 16 * (i / 2));
+                                const uint32_t want = kvq_mma_code_at(side ? vp.data() : kp.data(), D, B, side,
+                                                                      rows_are_tokens ? row : k,
+                                                                      rows_are_tokens ? k : row)
+                                                      << (i % 2 ? B : 0);
+                                bad += ((a[i] >> (8 * b)) & 0xFFu) != want;
+                                n++;
+                            }
+                    };
+                    for (int rt = 0; rt < G / 16; rt++)         /* keys: row tiles x steps */
+                        for (int ks = 0; ks < D / 32; ks++) {
+                            const uint32_t *w = &kp[((size_t)rt * 32 + lane) * KPL];
+                            uint32_t a[4];
+                            if (B == 2) kvq_mma_decode_i8<2>(w[ks], 0, a);
+                            else kvq_mma_decode_i8<4>(w[2 * ks], w[2 * ks + 1], a);
+                            check(a, 0, 16 * rt, 32 * ks, true);
+                        }
+                    for (int c = 0; c < G / 32; c++)            /* values: chunks x row tiles */
+                        for (int mt = 0; mt < (int)MT; mt++) {
+                            uint32_t a[4];
+                            if (B == 2) kvq_mma_decode_i8<2>(vp[((size_t)c * 32 + lane) * MT + mt], 0, a);
+                            else kvq_mma_decode_i8<4>(vp[((size_t)2 * c * 32 + lane) * MT + mt],
+                                                      vp[((size_t)(2 * c + 1) * 32 + lane) * MT + mt], a);
+                            check(a, 1, 16 * mt, 32 * c, false);
+                        }
+                }
+            }
+    rng_state = saved;
+    CHECK(bad == 0 && n > 0, "integer decode: %ld of %ld A bytes differ from the page's codes", bad, n);
+    printf("  integer decode: %ld A bytes from fragment-order pages, as kvq_mma_i8_index says\n", n);
 }
 
 static void test_fragment_inverse(void)
@@ -2361,6 +2437,7 @@ int main(int argc, char **argv)
         test_fragment_replay();
         test_fragment_inverse();
         test_value_pow2();
+        test_fragment_i8();
     }
     if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;

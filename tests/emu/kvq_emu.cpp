@@ -114,12 +114,13 @@ static size_t stack_bytes(void)
 /* 3. blocks, threads, the scheduler                                        */
 /* ======================================================================== */
 enum { RUNNING, WAITING, DONE };
-enum { EX_BARRIER, EX_SYNCWARP, EX_SHFL, EX_MMA };
-static const char *ex_name[] = { "__syncthreads", "__syncwarp", "__shfl_sync", "mma.sync" };
+enum { EX_BARRIER, EX_SYNCWARP, EX_SHFL, EX_MMA, EX_IMMA };
+static const char *ex_name[] = { "__syncthreads", "__syncwarp", "__shfl_sync", "mma.sync",
+                                 "mma.sync (u8)" };
 
 struct copy_t { void *dst; const void *src; int bytes; unsigned group; const char *file; int line; };
 
-struct mma_lane { float *c; uint32_t a[4], b[2]; };
+struct mma_lane { float *c; int32_t *ci; uint32_t a[4], b[2]; bool b_signed; };
 
 struct thread_t {
     context ctx;
@@ -417,6 +418,14 @@ static bool tracing(const thread_t &t)
 static void frag_a(int l, int i, int *r, int *c) { *r = l / 4 + 8 * ((i / 2) % 2); *c = 2 * (l % 4) + i % 2 + 8 * (i / 4); }
 static void frag_b(int l, int i, int *r, int *c) { *r = 2 * (l % 4) + i % 2 + 8 * (i / 2); *c = l / 4; }
 static void frag_c(int l, int i, int *r, int *c) { *r = l / 4 + 8 * (i / 2); *c = 2 * (l % 4) + i % 2; }
+/* mma.m16n8k32 with .u8 A and .u8/.s8 B (s32 C/D, the C table above):
+     A (16x32 bytes, 4 registers, bytes i = 0..15): row g + 8 ((i / 4) % 2),
+       column 4 t + (i % 4) + 16 (i / 8)
+     B (32x8 bytes, 2 registers, bytes i = 0..7): row 4 t + (i % 4) + 16 (i / 4),
+       column g
+   Integer products and sums are exact; the s32 result wraps (no .satfinite). */
+static void frag_a8(int l, int i, int *r, int *c) { *r = l / 4 + 8 * ((i / 4) % 2); *c = 4 * (l % 4) + i % 4 + 16 * (i / 8); }
+static void frag_b8(int l, int i, int *r, int *c) { *r = 4 * (l % 4) + i % 4 + 16 * (i / 4); *c = l / 4; }
 
 void mma_reference(const unsigned short *A, const unsigned short *B, const float *C, float *D)
 {
@@ -472,6 +481,39 @@ static void complete_warp(thread_t *T, unsigned mask, int kind)
                 int r, c;
                 frag_c(l, i, &r, &c);
                 T[l].mma.c[i] = D[r * 8 + c];
+            }
+    } else if (kind == EX_IMMA) {
+        int A[16 * 32], B[32 * 8];
+        int64_t C[16 * 8];
+        const bool b_signed = T[0].mma.b_signed;
+        for (int l = 0; l < 32; l++) {
+            const mma_lane &m = T[l].mma;
+            if (m.b_signed != b_signed) fail("mma.sync (u8): lanes disagree on B's type");
+            for (int i = 0; i < 16; i++) {
+                int r, c;
+                frag_a8(l, i, &r, &c);
+                A[r * 32 + c] = (int)(m.a[i / 4] >> (8 * (i % 4)) & 0xFFu);
+            }
+            for (int i = 0; i < 8; i++) {
+                int r, c;
+                frag_b8(l, i, &r, &c);
+                const int byte = (int)(m.b[i / 4] >> (8 * (i % 4)) & 0xFFu);
+                B[r * 8 + c] = b_signed && byte >= 128 ? byte - 256 : byte;
+            }
+            for (int i = 0; i < 4; i++) {
+                int r, c;
+                frag_c(l, i, &r, &c);
+                C[r * 8 + c] = m.ci[i];
+            }
+        }
+        for (int r = 0; r < 16; r++)
+            for (int c = 0; c < 8; c++)
+                for (int k = 0; k < 32; k++) C[r * 8 + c] += (int64_t)A[r * 32 + k] * B[k * 8 + c];
+        for (int l = 0; l < 32; l++)
+            for (int i = 0; i < 4; i++) {
+                int r, c;
+                frag_c(l, i, &r, &c);
+                T[l].mma.ci[i] = (int32_t)(uint32_t)(uint64_t)C[r * 8 + c];   /* wraps */
             }
     }
     if (tracing(T[__builtin_ctz(mask)])) {
@@ -609,6 +651,17 @@ void mma_m16n8k16(const site_t &at, float (&c)[4], const uint32_t *a, uint32_t b
     t->mma.b[0] = b0;
     t->mma.b[1] = b1;
     arrive(t, EX_MMA, at, 0xffffffffu);    /* .aligned: the whole warp */
+}
+void mma_m16n8k32_u8(const site_t &at, int32_t (&c)[4], const uint32_t *a, uint32_t b0, uint32_t b1,
+                     bool b_signed)
+{
+    thread_t *t = self("mma.sync (u8)");
+    t->mma.ci = c;
+    for (int i = 0; i < 4; i++) t->mma.a[i] = a[i];
+    t->mma.b[0] = b0;
+    t->mma.b[1] = b1;
+    t->mma.b_signed = b_signed;
+    arrive(t, EX_IMMA, at, 0xffffffffu);
 }
 
 static void thread_finished(thread_t *t)

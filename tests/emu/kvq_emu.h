@@ -37,6 +37,9 @@
                  significands cut to 24 bits toward zero, the sum cut to
                  fp32 toward zero.
        fp16 subnormal inputs are kept (default) or flushed to zero.
+     - mma.sync.m16n8k32 (u8 x u8/s8 -> s32) gathers the fragments by the
+       PTX ISA's integer tables and computes exactly (wrapping at 32 bits):
+       the ISA specifies integer MMA to the bit, so there is no model.
      - fp16 conversions round to nearest even, written here independently
        of kvq.h's (so that codes agreeing with kvq.h is a real check).
      - Device memory is host memory, allocated exactly (ASan sees
@@ -211,6 +214,19 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+/* cvt.rni.s32.f32 / .u32.f32: round to nearest even, saturating, NaN -> 0 */
+static inline int __float2int_rn(float f)
+{
+    if (f != f) return 0;
+    const double r = nearbyint((double)f);
+    return r >= 2147483647.0 ? 2147483647 : r <= -2147483648.0 ? (-2147483647 - 1) : (int)r;
+}
+static inline unsigned __float2uint_rn(float f)
+{
+    if (f != f) return 0u;
+    const double r = nearbyint((double)f);
+    return r >= 4294967295.0 ? 4294967295u : r <= 0.0 ? 0u : (unsigned)r;
+}
 static inline int __ffs(int x) { return x ? __builtin_ctz((unsigned)x) + 1 : 0; }
 /* __byte_perm(x, y, s) (a PRMT): byte i of the result is byte
    (s >> 4 i) & 7 of the eight bytes y:x, x the low four.               */
@@ -255,6 +271,10 @@ void syncwarp(const site_t &at, unsigned mask);
 uint64_t shfl(const site_t &at, unsigned mask, uint64_t value, int lane_arg, int width,
               int xor_mode);
 void mma_m16n8k16(const site_t &at, float (&c)[4], const uint32_t *a, uint32_t b0, uint32_t b1);
+/* mma.sync.m16n8k32.row.col.s32.u8.{u8,s8}.s32: exact integer products and
+   sums, wrapping to 32 bits as the PTX ISA specifies without .satfinite  */
+void mma_m16n8k32_u8(const site_t &at, int32_t (&c)[4], const uint32_t *a, uint32_t b0, uint32_t b1,
+                     bool b_signed);
 void cp_async(const char *file, int line, void *smem, const void *gmem, int bytes);
 void cp_async_commit(void);
 void cp_async_wait(const char *file, int line, int newest_left);

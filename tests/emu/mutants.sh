@@ -99,8 +99,8 @@ mutant mma-fragment-index plain 'mma.*rows over tolerance' \
     'const uint32_t *w = kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL;'
 # 9. the keys' power-of-two exponent off by one
 mutant mma-exponent plain 'mma.*rows over tolerance' \
-    'kb.inv[q] = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
-    'kb.inv[q] = ldexpf(1.0f, 1 - __shfl_sync(0xffffffffu, e, 8 * tig));'
+    'inv = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
+    'inv = ldexpf(1.0f, 1 - __shfl_sync(0xffffffffu, e, 8 * tig));'
 # 10. the score hand-off takes the wrong lane's score
 mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
     'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);' \
@@ -170,6 +170,23 @@ mutant mma-value-pair-half plain 'mma.*rows over tolerance' \
 mutant mma-key-pair-partner plain 'mma.*rows over tolerance' \
     '__byte_perm(pair[0], pair[1], theirs), 4);' \
     '__byte_perm(pair[0], pair[1], theirs), 2);'
+# the integer decode (v5's default, Sec. 7 and 8):
+# 24. a key weight paired with the wrong channel of its 32-wide step
+mutant mma-i8-channel plain 'mma.*rows over tolerance' \
+    'const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + b + 16 * odd);' \
+    'const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + (b ^ 1) + 16 * odd);'
+# 25. the pair trades the digit it keeps instead of the one its partner needs
+mutant mma-i8-digit-trade plain 'mma.*rows over tolerance' \
+    'got = __shfl_xor_sync(0xffffffffu, odd ? d0 : d1, 4);' \
+    'got = __shfl_xor_sync(0xffffffffu, odd ? d1 : d0, 4);'
+# 26. a value weight's bytes taken from the next head's lane
+mutant mma-i8-value-lane plain 'mma.*rows over tolerance' \
+    'src0 = 8 * tig + gid / 2, src1 = src0 + 4;' \
+    'src0 = 8 * tig + (gid / 2 + 1) % 4, src1 = src0 + 4;'
+# 27. rows 8-15's factor 2^B taken back as 2^(B+1)
+mutant mma-i8-row-factor plain 'mma.*rows over tolerance' \
+    ': DEC == KVQ_MMA_DEC_INT8 && half ? 1.0f / (float)(1 << B)' \
+    ': DEC == KVQ_MMA_DEC_INT8 && half ? 1.0f / (float)(2 << B)'
 
 wait
 pass=0; fail=0

@@ -15,7 +15,8 @@
                128-bit brute-force product: exact model within one
                rounding; truncating model below the exact value for
                positive data and within its stated bound; subnormal inputs
-               kept or flushed
+               kept or flushed; m16n8k32 u8 x u8/s8 -> s32 (fragments from
+               the PTX tables written here) equal to int64 sums wrapped
      reports   each misuse in a child process, which must stop with the
                emulator's status (86) and name the problem: divergent
                shuffles and barriers, an exited lane in a shuffle, a
@@ -327,6 +328,64 @@ static void test_mma(void)
     cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dD);
 }
 
+/* mma.sync m16n8k32, u8 A times s8 or u8 B into s32 (kvq_mma_16832), with
+   the fragments laid out here from the PTX ISA's integer tables (a third
+   writing of them), against sums in int64 wrapped to 32 bits            */
+template <bool SIGNED>
+__global__ void k_imma(const uint8_t *A /* (16, 32) */, const uint8_t *B /* (32, 8) */,
+                       const int32_t *C /* (16, 8) */, int32_t *D)
+{
+    const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
+    uint32_t a[4] = { 0, 0, 0, 0 }, b[2] = { 0, 0 };
+    int32_t c[4];
+    for (int i = 0; i < 16; i++)           /* row g + 8 ((i/4) % 2), col 4t + i%4 + 16 (i/8) */
+        a[i / 4] |= (uint32_t)A[(g + 8 * ((i / 4) % 2)) * 32 + 4 * t + i % 4 + 16 * (i / 8)] << (8 * (i % 4));
+    for (int i = 0; i < 8; i++)            /* row 4t + i%4 + 16 (i/4), col g */
+        b[i / 4] |= (uint32_t)B[(4 * t + i % 4 + 16 * (i / 4)) * 8 + g] << (8 * (i % 4));
+    for (int i = 0; i < 4; i++) c[i] = C[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+    kvq_mma_16832<SIGNED>(c, a, b[0], b[1]);
+    for (int i = 0; i < 4; i++) D[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = c[i];
+}
+
+static void test_imma(void)
+{
+    uint8_t *dA, *dB;
+    int32_t *dC, *dD;
+    CU(cudaMalloc(&dA, 16 * 32));
+    CU(cudaMalloc(&dB, 32 * 8));
+    CU(cudaMalloc(&dC, 16 * 8 * 4));
+    CU(cudaMalloc(&dD, 16 * 8 * 4));
+    long bad = 0, cases = 0;
+    for (int rep = 0; rep < 40; rep++)
+        for (int sgn = 0; sgn < 2; sgn++) {
+            uint8_t A[16 * 32], B[32 * 8];
+            int32_t C[16 * 8], D[16 * 8];
+            for (int i = 0; i < 16 * 32; i++) A[i] = (uint8_t)rng_u64();
+            for (int i = 0; i < 32 * 8; i++) B[i] = (uint8_t)rng_u64();
+            /* every fourth case starts near the int32 limits: the sum wraps */
+            for (int i = 0; i < 16 * 8; i++)
+                C[i] = rep % 4 == 3 ? (int32_t)(rng_u64() % 2 ? 0x7fff0000u : 0x80000100u)
+                                    : (int32_t)(rng_u64() % 2000001) - 1000000;
+            CU(cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dC, C, sizeof C, cudaMemcpyHostToDevice));
+            if (sgn) KVQ_CUDA_LAUNCH(k_imma<true>, 1, 32, 0, 0)(dA, dB, dC, dD);
+            else KVQ_CUDA_LAUNCH(k_imma<false>, 1, 32, 0, 0)(dA, dB, dC, dD);
+            CU(cudaMemcpy(D, dD, sizeof D, cudaMemcpyDeviceToHost));
+            for (int r = 0; r < 16; r++)
+                for (int c = 0; c < 8; c++) {
+                    int64_t want = C[r * 8 + c];
+                    for (int k = 0; k < 32; k++)
+                        want += (int64_t)A[r * 32 + k] * (sgn ? (int64_t)(int8_t)B[k * 8 + c] : (int64_t)B[k * 8 + c]);
+                    bad += D[r * 8 + c] != (int32_t)(uint32_t)(uint64_t)want;
+                    cases++;
+                }
+        }
+    CHECK(bad == 0, "mma.m16n8k32 (u8): %ld of %ld results differ from the exact sum (wrapped)", bad, cases);
+    printf("  mma.m16n8k32 u8 x u8/s8: %ld results equal the int64 sums wrapped to 32 bits\n", cases);
+    cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dD);
+}
+
 /* ======================================================================== */
 /* reports: each misuse in a child, which must stop with status 86          */
 /* ======================================================================== */
@@ -459,6 +518,7 @@ int main(void)
     test_byte_perm();
     test_exchanges();
     test_mma();
+    test_imma();
     test_reports();
     return TEST_END("test_emu");
 }
