@@ -5387,9 +5387,10 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
        SRC = -32     an fp32 row                     (rows: zb = NULL)
    Entries are addressed by arithmetic, not through a table of pointers:
    loading each row's address from memory halved the rate at which Zen 4
-   streamed the rows (a standalone test, 16 MB of fp32 rows summed 32 at a
-   time: 25 -> 15 GB/s from DRAM, 57 -> 30 GB/s from L3), the main cause
-   of fp32 rows' slow value pass. A tile whose entries do not follow each
+   streamed the rows (bench_cpu --rows: 16 MB of fp32 rows summed 32 at a
+   time, 20-25 -> 12-15 GB/s from DRAM, 40-57 -> 19-30 from L3), one of
+   the two causes of fp32 rows' slow value pass (the other: rows read in
+   walks, below). A tile whose entries do not follow each
    other in storage (kvq__run) is summed run by run, each run's sums added
    to out in turn. Blocks of 16 channels, the entries inner: each block's
    NH running sums live in registers for the whole run, so out is loaded
@@ -5400,8 +5401,8 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
      rows    P = 1 and CB = up to KVQ__ROW_SUMS / NH blocks a walk (AVX-512,
              one or two heads: 8, a whole 512-byte row), then narrower walks
              for the channels left: rows read in order, the pattern the
-             hardware prefetcher follows best (the same test: 2 walks of
-             256 bytes a row 16 GB/s, 8 walks of 64 bytes 11, whole rows 25).
+             hardware prefetcher follows best (the same test from DRAM: 2
+             walks of 256 bytes a row 12-16 GB/s, 8 walks of 64 bytes 8.5-11).
    CB changes only which blocks run together: every (head, block, k) sum
    takes the same entries in the same order in every vector width.
    wt (NH, KVQ_TILE) holds the weights.                                   */
