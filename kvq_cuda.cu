@@ -2361,10 +2361,10 @@ __device__ __forceinline__ void kvq_mma_decode_subnormal(uint32_t w, uint32_t (&
    follow it (a dot product does not care about the order of its terms).
    Weights are integers: W = round(w 2^e) with e putting max |w| just
    under 2^(8N - 2) (keys, signed) or 2^(8N - 1) (values, unsigned), cut
-   into N bytes (N = 3: hi + lo's accuracy, 2^-23 of the largest weight;
-   N = 2: hi only, 2^-15); byte n of W is B's digit n, each in its own
-   column, and C's digit columns meet as c0 + 2^8 c1 + 2^16 c2 (exact in
-   int32 for the first two, then in fp32).                              */
+   into N bytes (N = 4, in hi + lo's place: W within 2^-30 of the largest
+   weight; N = 2, hi only: 2^-14); byte n of W is B's digit n, each in its
+   own column; C's digit columns meet as (c0 + 2^8 c1) + 2^16 (c2 + 2^8 c3),
+   the pairs exactly in int32, the halves in fp32 (kvq_mma_digits).     */
 #define KVQ_MMA_DEC_INT8 0            /* integer MMA (default)              */
 #define KVQ_MMA_DEC_MAGIC 1           /* f16 MMA, magic-number decode       */
 #define KVQ_MMA_DEC_SUBNORMAL 2       /* f16 MMA, subnormal decode          */
@@ -2667,6 +2667,28 @@ struct kvq_mma_keyb {
     float z[NQ];                              /* zero term of head 4 q + tig */
 };
 
+/* One key weight w = q a (times f), folded into the lane's running max
+   |w| and zero term sum q b.                                             */
+static __device__ __forceinline__ float kvq_mma_key_weight(float q, kvq_sz sz, kvq_zero_mode mode,
+                                                           float f, float &mx, float &z)
+{
+    float a, b;
+    kvq_dev_affine(sz, mode, &a, &b);
+    const float w = q * a * f;
+    mx = fmaxf(mx, fabsf(w));
+    z = fmaf(q, b, z);
+    return w;
+}
+/* The 8 lanes of a head (tig, and the gid pair) hold all D rows: the max
+   and the zero term over them (xor 1, 2, 4).                             */
+static __device__ __forceinline__ void kvq_mma_head_reduce(float &mx, float &z)
+{
+#pragma unroll
+    for (int k = 1; k <= 4; k <<= 1) {
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+        z += __shfl_xor_sync(0xffffffffu, z, k);
+    }
+}
 /* Head tig's key exponent and zero term (C's head in lane (gid, tig))
    live in lane 8 tig (gid 2 tig): 2^-e and z from there.               */
 static __device__ __forceinline__ void kvq_mma_key_head(int e, float z, int tig, float &inv, float &zh)
@@ -2702,17 +2724,9 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
 #pragma unroll
             for (int b = 0; b < 4; b++) {
                 const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + b + 16 * odd);
-                float a, bz;
-                kvq_dev_affine(ksz[d], mode, &a, &bz);
-                w[ks][b] = qs[h * D + d] * a;
-                mx = fmaxf(mx, fabsf(w[ks][b]));
-                z = fmaf(qs[h * D + d], bz, z);
+                w[ks][b] = kvq_mma_key_weight(qs[h * D + d], ksz[d], mode, 1.0f, mx, z);
             }
-#pragma unroll
-        for (int k = 1; k <= 4; k <<= 1) {
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-            z += __shfl_xor_sync(0xffffffffu, z, k);
-        }
+        kvq_mma_head_reduce(mx, z);
         /* |W| < 2^(8N - 2): the biased digits stay in 0..255 */
         const int e = kvq_mma_exponent_top(mx, 8 * N - 2);
         const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2);
@@ -2787,18 +2801,9 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     const int d = 16 * kt + row0 + r;
-                    float a, b;
-                    kvq_dev_affine(ksz[d], mode, &a, &b);
-                    w[kt][r] = qs[h * D + d] * a * col_f;
-                    mx = fmaxf(mx, fabsf(w[kt][r]));
-                    z = fmaf(qs[h * D + d], b, z);
+                    w[kt][r] = kvq_mma_key_weight(qs[h * D + d], ksz[d], mode, col_f, mx, z);
                 }
-            /* the 8 lanes of a head (tig, and the gid pair) hold all D rows     */
-#pragma unroll
-            for (int k = 1; k <= 4; k <<= 1) {
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-                z += __shfl_xor_sync(0xffffffffu, z, k);
-            }
+            kvq_mma_head_reduce(mx, z);
             const int e = kvq_mma_exponent(mx);
             /* 2^e as two normal floats (e is in -113 .. 164: a max from 2^-149
                to FLT_MAX): w 2^a 2^b is ldexpf(w, e) wherever the result can
@@ -2875,8 +2880,9 @@ static __device__ __forceinline__ float kvq_mma_post(int half)
    -inf for a dead slot.                                                  */
 /* The integer decode's digit columns of one C row half, in fp32: digits
    0 and 1 (columns 2 tig, 2 tig + 1 of the first MMA) meet exactly in
-   int32, and so do digits 2 and 3 (the second MMA, HILO): every column's
-   |sum| is below 2^22 (Sec. 7), so sum + 2^8 sum' stays below 2^31. The
+   int32, and so do digits 2 and 3 (the second MMA, HILO): a code times
+   2^B is at most 240, a digit 255 in size, so a column over 128 channels
+   or 32 tokens stays below 2^22 and sum + 2^8 sum' below 2^31. The
    two halves then meet in fp32, the high one at 2^16: one rounding.    */
 template <int HILO>
 static __device__ __forceinline__ float kvq_mma_digits(const int32_t (&c1)[4], const int32_t (&c2)[4],
@@ -3700,11 +3706,11 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
    The rule is make cuda-gates' count of SASS instructions per KB of codes
    (walkthrough 9.9) and one timing: one query head per KV head on
    G = 32 pages goes to the CUDA-core kernel. At 2 bits the count says
-   so (544 against v5's 576 with its page work); at 4 bits it leans the
-   other way (v5 287 against 360), but an H200 campaign run timed the
+   so (544 against v5's 569 with its page work); at 4 bits it leans the
+   other way (v5 284 against 360), but an H200 campaign run timed the
    CUDA-core kernel 1.5x faster there (T = 32K, v5 with the f16 decode),
    so the timing decides until v5 is timed again. With 2 or more heads
-   the tensor cores serve them in one MMA (2-bit G = 32: 576 against 984
+   the tensor cores serve them in one MMA (2-bit G = 32: 569 against 984
    at GQA 4; the f16 decode was timed 1.6-2.0x faster), and G = 64
    or 128 spreads v5's page work over more tokens. kvq_cuda_attend stays
    what kvq.h's users get until v5 is the default by measurement.      */
