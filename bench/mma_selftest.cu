@@ -14,6 +14,11 @@
      subnormals      fp16 subnormals in A only, then in B only, times small
                      powers of two (sums exact in every accumulation
                      model): kept or flushed, per operand
+     integer MMA     mma.sync.m16n8k32 u8 x s8 and u8 x u8 -> s32 (v5's
+                     default decode) through kvq_cuda.cu's kvq_mma_16832:
+                     random bytes, accumulators up to the int32 limits;
+                     every element must equal the int64 sum wrapped to
+                     32 bits (no model: the PTX ISA defines it)
      accumulation    normal inputs of wide exponent range and the designed
                      case 1 + 8 x 2^-25 (below the accumulator's last bit:
                      exact 1 + 2^-22, trunc 1), against every model of a
@@ -83,6 +88,39 @@ __global__ void __launch_bounds__(32) mma_selftest_kernel(const mma_case *cases,
         for (int i = 0; i < 4; i++) c[i] = m.C[kvq_mma_c_row(lane, i) * 8 + kvq_mma_c_col(lane, i)];
         kvq_mma_16816(c, a, b[0], b[1]);
         for (int i = 0; i < 4; i++) D[(size_t)t * 128 + kvq_mma_c_row(lane, i) * 8 + kvq_mma_c_col(lane, i)] = c[i];
+    }
+}
+
+/* The integer MMA of v5's default decode, mma.sync.m16n8k32 u8 x s8/u8 ->
+   s32 through kvq_cuda.cu's kvq_mma_16832, each lane gathering its bytes
+   by the PTX ISA's table (written out here, as kvq_cuda.cu's comment on
+   the integer decode states it): A register r of lane (g, t) holds row
+   g + 8 (r % 2), columns 4 t + b + 16 (r / 2), byte b; B register h holds
+   rows 4 t + b + 16 h of column g; C as for f16.                        */
+struct imma_case {
+    uint8_t A[16 * 32];               /* row-major, u8                       */
+    uint8_t B[32 * 8];                /* row-major, s8 or u8 (bits)          */
+    int32_t C[16 * 8];
+};
+template <bool B_SIGNED>
+__global__ void __launch_bounds__(32) imma_selftest_kernel(const imma_case *cases, int n, int32_t *D)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int k = blockIdx.x; k < n; k += gridDim.x) {
+        const imma_case &m = cases[k];
+        uint32_t a[4], b[2] = { 0, 0 };
+        int32_t c[4];
+        for (int r = 0; r < 4; r++) {
+            a[r] = 0;
+            for (int byte = 0; byte < 4; byte++)
+                a[r] |= (uint32_t)m.A[(g + 8 * (r % 2)) * 32 + 4 * t + byte + 16 * (r / 2)] << (8 * byte);
+        }
+        for (int h = 0; h < 2; h++)
+            for (int byte = 0; byte < 4; byte++)
+                b[h] |= (uint32_t)m.B[(4 * t + byte + 16 * h) * 8 + g] << (8 * byte);
+        for (int i = 0; i < 4; i++) c[i] = m.C[kvq_mma_c_row(lane, i) * 8 + kvq_mma_c_col(lane, i)];
+        kvq_mma_16832<B_SIGNED>(c, a, b[0], b[1]);
+        for (int i = 0; i < 4; i++) D[(size_t)k * 128 + kvq_mma_c_row(lane, i) * 8 + kvq_mma_c_col(lane, i)] = c[i];
     }
 }
 
@@ -156,6 +194,37 @@ static std::vector<mma_case> accumulation_cases(int n)
     return v;
 }
 
+/* random bytes, and accumulators of every size up to the int32 limits (a
+   quarter of them near a limit, so that some sums wrap)                   */
+static std::vector<imma_case> integer_cases(int n)
+{
+    std::vector<imma_case> v(n);
+    for (auto &m : v) {
+        for (auto &x : m.A) x = (uint8_t)next_u64();
+        for (auto &x : m.B) x = (uint8_t)next_u64();
+        for (auto &x : m.C)
+            x = (next_u64() % 4) ? (int32_t)(next_u64() % 2000001) - 1000000
+                                 : (int32_t)(uint32_t)(0x7fff0000u + next_u64() % 0x20000u);
+    }
+    return v;
+}
+/* D = A B + C in int64, wrapped to int32 as the PTX ISA's s32 result is  */
+static std::vector<int32_t> integer_expected(const std::vector<imma_case> &v, bool b_signed)
+{
+    std::vector<int32_t> d(v.size() * 128);
+    for (size_t k = 0; k < v.size(); k++)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 8; j++) {
+                int64_t acc = v[k].C[i * 8 + j];
+                for (int x = 0; x < 32; x++) {
+                    const int b = b_signed ? (int)(int8_t)v[k].B[x * 8 + j] : (int)v[k].B[x * 8 + j];
+                    acc += (int64_t)v[k].A[i * 32 + x] * b;
+                }
+                d[k * 128 + i * 8 + j] = (int32_t)(uint32_t)(uint64_t)acc;
+            }
+    return d;
+}
+
 /* ---- models ------------------------------------------------------------------ */
 using kvq_mma_model::model;
 static std::string spelled(const model &m)
@@ -208,6 +277,25 @@ static std::vector<float> run_device(const std::vector<mma_case> &v)
     CU(cudaDeviceSynchronize());
     std::vector<float> got(v.size() * 128);
     CU(cudaMemcpy(got.data(), d_out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CU(cudaFree(d_cases));
+    CU(cudaFree(d_out));
+    return got;
+}
+
+static std::vector<int32_t> run_device_integer(const std::vector<imma_case> &v, bool b_signed)
+{
+    imma_case *d_cases;
+    int32_t *d_out;
+    CU(cudaMalloc(&d_cases, v.size() * sizeof(imma_case)));
+    CU(cudaMalloc(&d_out, v.size() * 128 * sizeof(int32_t)));
+    CU(cudaMemcpy(d_cases, v.data(), v.size() * sizeof(imma_case), cudaMemcpyHostToDevice));
+    CU(cudaMemset(d_out, 0x5A, v.size() * 128 * sizeof(int32_t)));
+    if (b_signed) KVQ_CUDA_LAUNCH(imma_selftest_kernel<true>, (unsigned)v.size(), 32, 0, 0)(d_cases, (int)v.size(), d_out);
+    else KVQ_CUDA_LAUNCH(imma_selftest_kernel<false>, (unsigned)v.size(), 32, 0, 0)(d_cases, (int)v.size(), d_out);
+    CU(cudaGetLastError());
+    CU(cudaDeviceSynchronize());
+    std::vector<int32_t> got(v.size() * 128);
+    CU(cudaMemcpy(got.data(), d_out, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
     CU(cudaFree(d_cases));
     CU(cudaFree(d_out));
     return got;
@@ -376,6 +464,22 @@ int main(int argc, char **argv)
         show("-1", got[1], exact[1], trunc[1]);
         acc = classify(v, got, model_grid(expect ? &want_acc : nullptr));
         check(!acc.empty(), "accumulation: no model of the grid");
+    }
+    /* 4. the integer MMA (v5's default decode): exact by the PTX ISA, so
+          every element must be the int64 sum wrapped to int32            */
+    for (int b_signed = 1; b_signed >= 0; b_signed--) {
+        const auto v = integer_cases(64);
+        const auto want = integer_expected(v, b_signed);
+        const auto got = run_device_integer(v, b_signed);
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); i++)
+            if (got[i] != want[i] && bad++ < 4)
+                printf("    case %zu, D[%zu][%zu]: got %d, A B + C = %d\n", i / 128, i % 128 / 8, i % 8,
+                       got[i], want[i]);
+        printf("integer MMA, u8 x %s: %zu cases, %zu of %zu elements equal the wrapped int64 sum\n",
+               b_signed ? "s8" : "u8", v.size(), got.size() - bad, got.size());
+        check(bad == 0, b_signed ? "integer MMA u8 x s8: D is not A B + C (fragment table or kvq_mma_16832)"
+                                 : "integer MMA u8 x u8: D is not A B + C (fragment table or kvq_mma_16832)");
     }
     std::string acc_names;
     for (const model &m : acc) acc_names += (acc_names.empty() ? "" : " = ") + spelled(m);
