@@ -264,41 +264,39 @@ static std::vector<model> model_grid(const model *also)
     return g;
 }
 
-static std::vector<float> run_device(const std::vector<mma_case> &v)
+/* One warp's MMA per case on the device: the cases up, `launch(cases, n,
+   out)` run, D (128 a case) back. out starts as `poison` bytes, so an
+   element no lane wrote shows.                                           */
+template <class Case, class Out, class Launch>
+static std::vector<Out> run_cases(const std::vector<Case> &v, int poison, Launch launch)
 {
-    mma_case *d_cases;
-    float *d_out;
-    CU(cudaMalloc(&d_cases, v.size() * sizeof(mma_case)));
-    CU(cudaMalloc(&d_out, v.size() * 128 * sizeof(float)));
-    CU(cudaMemcpy(d_cases, v.data(), v.size() * sizeof(mma_case), cudaMemcpyHostToDevice));
-    CU(cudaMemset(d_out, 0xFF, v.size() * 128 * sizeof(float)));   /* NaN: unwritten */
-    KVQ_CUDA_LAUNCH(mma_selftest_kernel, (unsigned)v.size(), 32, 0, 0)(d_cases, (int)v.size(), d_out);
+    Case *d_cases;
+    Out *d_out;
+    CU(cudaMalloc(&d_cases, v.size() * sizeof(Case)));
+    CU(cudaMalloc(&d_out, v.size() * 128 * sizeof(Out)));
+    CU(cudaMemcpy(d_cases, v.data(), v.size() * sizeof(Case), cudaMemcpyHostToDevice));
+    CU(cudaMemset(d_out, poison, v.size() * 128 * sizeof(Out)));
+    launch(d_cases, (int)v.size(), d_out);
     CU(cudaGetLastError());
     CU(cudaDeviceSynchronize());
-    std::vector<float> got(v.size() * 128);
-    CU(cudaMemcpy(got.data(), d_out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::vector<Out> got(v.size() * 128);
+    CU(cudaMemcpy(got.data(), d_out, got.size() * sizeof(Out), cudaMemcpyDeviceToHost));
     CU(cudaFree(d_cases));
     CU(cudaFree(d_out));
     return got;
 }
-
+static std::vector<float> run_device(const std::vector<mma_case> &v)
+{
+    return run_cases<mma_case, float>(v, 0xFF, [](const mma_case *c, int n, float *d) {   /* NaN */
+        KVQ_CUDA_LAUNCH(mma_selftest_kernel, (unsigned)n, 32, 0, 0)(c, n, d);
+    });
+}
 static std::vector<int32_t> run_device_integer(const std::vector<imma_case> &v, bool b_signed)
 {
-    imma_case *d_cases;
-    int32_t *d_out;
-    CU(cudaMalloc(&d_cases, v.size() * sizeof(imma_case)));
-    CU(cudaMalloc(&d_out, v.size() * 128 * sizeof(int32_t)));
-    CU(cudaMemcpy(d_cases, v.data(), v.size() * sizeof(imma_case), cudaMemcpyHostToDevice));
-    CU(cudaMemset(d_out, 0x5A, v.size() * 128 * sizeof(int32_t)));
-    if (b_signed) KVQ_CUDA_LAUNCH(imma_selftest_kernel<true>, (unsigned)v.size(), 32, 0, 0)(d_cases, (int)v.size(), d_out);
-    else KVQ_CUDA_LAUNCH(imma_selftest_kernel<false>, (unsigned)v.size(), 32, 0, 0)(d_cases, (int)v.size(), d_out);
-    CU(cudaGetLastError());
-    CU(cudaDeviceSynchronize());
-    std::vector<int32_t> got(v.size() * 128);
-    CU(cudaMemcpy(got.data(), d_out, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    CU(cudaFree(d_cases));
-    CU(cudaFree(d_out));
-    return got;
+    return run_cases<imma_case, int32_t>(v, 0x5A, [b_signed](const imma_case *c, int n, int32_t *d) {
+        if (b_signed) KVQ_CUDA_LAUNCH(imma_selftest_kernel<true>, (unsigned)n, 32, 0, 0)(c, n, d);
+        else KVQ_CUDA_LAUNCH(imma_selftest_kernel<false>, (unsigned)n, 32, 0, 0)(c, n, d);
+    });
 }
 
 static int passed = 0, failed = 0;
