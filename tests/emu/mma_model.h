@@ -45,10 +45,11 @@
        q    = 2^(E - 23 - F)                       (the last bit kept)
        s    = cut_q(c) + sum_k cut_q(p_k)          cut_q: toward zero to q
        c'   = R(s)                                 to fp32
-   The H200 (bench/gpu_logs/2026-11-26, mma_selftest) gave the counts of
-   exactly one model of this family on the self-test's inputs:
-   align:16:2:rz:esum (one block of 16, 25 bits below the top exponent,
-   truncation everywhere). keep_subnormals = false: fp16 subnormal inputs
+   The H200's mma_selftest counts fitted exactly one model of this family
+   on the self-test's inputs, align:16:2:rz:esum (one block of 16, 25 bits
+   below the top exponent, truncation everywhere), and an H100's self-test
+   then agreed with that model, and with no other, on every element
+   (bench/gpu_logs/2026-11-26). keep_subnormals = false: fp16 subnormal inputs
    count as zero (of the same sign), before any of this.                   */
 #ifndef KVQ_MMA_MODEL_H
 #define KVQ_MMA_MODEL_H
