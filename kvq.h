@@ -4974,6 +4974,8 @@ typedef struct kvq__heads {
     float *sc;             /* (n, KVQ_TILE) the tile's scores, then weights  */
     float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
     float *row;            /* (D) one row of codes or of values, as floats   */
+    const float *pairs;    /* (n, D/2, 16) 2-bit per-token keys' pair table
+                              (kvq__key_pairs), or NULL                      */
     int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
     float inv_sqrt_d;
 } kvq__heads;
@@ -5198,41 +5200,206 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
     return x;
 }
 
+/* The columns of 16 rows of n 32-bit words, row j at base + j n: out[w]
+   lane j = base[j n + w], w = 0 .. n-1 (integers: the same bits by any
+   route); only the first `rows` rows are read, the lanes past them
+   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16 the 16 n words are read as n
+   whole vectors and transposed in registers, k rounds of two-source
+   permutes (vpermt2d): round i swaps bit i of the register number with
+   bit i of the lane number, and the last round also rotates the lane
+   bits so that lane j ends as row j. Elsewhere, one gather per column
+   (kvq__gather16). Zen 4 retires a 16-lane gather about as slowly as 16
+   loads: the 8 columns of HF-2's 16 keys by gathers took a sixth of its
+   decode, by 8 loads and 24 permutes next to nothing.                    */
+#if KVQ__W == 16
+/* kvq__columns16's transpose for n = 2^k (k a constant: inlined)          */
+static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u16 *out)
+{
+    const int n = 1 << k;
+    const kvq__vu lane = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
+    kvq__vu r[16], t[16];
+    int i, R;
+    KVQ__UNROLL(16)
+    for (R = 0; R < n; R++) memcpy(&r[R], base + 16 * R, sizeof r[R]);
+    KVQ__UNROLL(4)
+    for (i = 0; i < k; i++) {
+        /* output lane L takes the lane whose bit i is the register's bit
+           i, from the register whose bit i is L's bit i; in the last
+           round L stands for its place before the rotation               */
+        const kvq__vu L = i < k - 1 ? lane
+                        : ((lane & (uint32_t)((1 << (4 - k)) - 1)) << k) | (lane >> (4 - k));
+        const kvq__vu from = (L & ~(uint32_t)(1 << i)) | (((L >> i) & 1u) << 4);
+        KVQ__UNROLL(16)
+        for (R = 0; R < n; R++) {
+            const int R0 = R & ~(1 << i), b = (R >> i) & 1;
+            t[R] = (kvq__vu)_mm512_permutex2var_epi32((__m512i)r[R0],
+                                                      (__m512i)(from | (uint32_t)(b << i)),
+                                                      (__m512i)r[R0 | (1 << i)]);
+        }
+        KVQ__UNROLL(16)
+        for (R = 0; R < n; R++) r[R] = t[R];
+    }
+    KVQ__UNROLL(16)
+    for (R = 0; R < n; R++) out[R].part[0] = r[R];
+}
+#endif
+
+static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t rows,
+                                       kvq__u16 *out /* (n) */)
+{
+    int32_t idx[16];
+    size_t w, j;
+#if KVQ__W == 16
+    if (rows == 16)
+        switch (n) {
+        case 1:  kvq__columns16_pow2(base, 0, out); return;
+        case 2:  kvq__columns16_pow2(base, 1, out); return;
+        case 4:  kvq__columns16_pow2(base, 2, out); return;
+        case 8:  kvq__columns16_pow2(base, 3, out); return;
+        case 16: kvq__columns16_pow2(base, 4, out); return;
+        default: break;
+        }
+#endif
+    for (j = 0; j < 16; j++) idx[j] = (int32_t)(j < rows ? j * n : 0);
+    for (w = 0; w < n; w++) out[w] = kvq__gather16(base + w, idx);
+}
+
+#define KVQ__TOKEN_GROUPS 16     /* the most groups a slot in lanes, 16 | G */
+
+/* kvq__zero_term lane by lane: z, or (-z) s for an integer zero          */
+static KVQ__VINLINE kvq__v16 kvq__zero_term16(kvq__v16 s, kvq__v16 z, kvq_zero_mode mode)
+{
+    return mode == KVQ_ZERO_INT ? kvq__mul16(kvq__mul16(z, kvq__splat16(-1.0f)), s) : z;
+}
+
+/* (a, b) of ng groups of up to 16 slots, lane j slot j, from the slots'
+   (s, z) already converted to floats: slot j's group g at sf[2 (j ng + g)]
+   and the next. Group g's a go to a + g stride, its b (kvq__zero_term)
+   to b + g stride: the columns of rows of 2 ng floats (kvq__columns16;
+   lanes past `rows` repeat slot 0).                                      */
+static void kvq__ab_columns(const float *sf /* (rows, ng, 2) */, size_t ng, size_t rows,
+                            kvq_zero_mode mode, float *a, float *b, size_t stride)
+{
+    kvq__u16 col[2 * KVQ__TOKEN_GROUPS];                /* s0 z0 s1 z1 ..    */
+    size_t g;
+    kvq__columns16((const uint32_t *)(const void *)sf, 2 * ng, rows, col);
+    for (g = 0; g < ng; g++) {
+        kvq__v16 s_g, z_g;
+        memcpy(&s_g, &col[2 * g], sizeof s_g);          /* the bits          */
+        memcpy(&z_g, &col[2 * g + 1], sizeof z_g);
+        kvq__store16(a + g * stride, s_g);
+        kvq__store16(b + g * stride, kvq__zero_term16(s_g, z_g, mode));
+    }
+}
+
+#if KVQ__W == 16
+/* kvq__token_block's table of 2-bit channel pairs for n heads: entry
+   (h, p, i) = q_2p (i & 3) + q_2p+1 (i >> 2), the pair (2p, 2p+1) with
+   codes (i & 3, i >> 2), by the expression the block uses without it.    */
+static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
+                           float *pairs /* (n, D/2, 16) */)
+{
+    static const float low[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
+    static const float high[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
+    const kvq__v16 lo = kvq__load16(low), hi = kvq__load16(high);
+    size_t h, d;
+    for (h = 0; h < n; h++)
+        for (d = 0; d + 1 < D; d += 2)
+            kvq__store16(pairs + (h * D + d) * 8,
+                         kvq__madd16(kvq__mul16(kvq__splat16(q[h * D + d]), lo),
+                                     kvq__splat16(q[h * D + d + 1]), hi));
+}
+#endif
+
 /* Scores of 16 per-token keys for NH (1, 2 or 4) heads, the TOKENS IN THE
    LANES: lane j is the slot whose words start at words + idx[j] (gpu
-   groups of wpg words). For every channel d one word per lane (a gather
-   each 32/B channels), the code shifted out, and one multiply-add per
-   head: no per-token horizontal sum. Per lane, in this order:
-       part_g = sum_{d in g} q_d c_d       (channels in order, from 0)
-       total  = sum_g a_g part_g, then + sum_g b_g qsum_g (groups in order)
-       score  = total / sqrt(D)
-   ab (gpu, 2, 16) holds each group's a then b by lane; qsum (NH, D) the
-   per-group sums of q (H->qa); sc (NH, KVQ_TILE) receives 16 scores.     */
+   groups of wpg words). For every channel d one word per lane (a column
+   of cols, kvq__columns16's, or without cols a gather, each 32/B
+   channels), the code shifted out, and one multiply-add per head: no
+   per-token horizontal sum. Per lane, in this order:
+       part_g,r = sum_{d in g, d = r mod P} q_d c_d   (channels in order)
+       part_g   = part_g,0 + part_g,1 + .. + part_g,P-1
+       total    = sum_g a_g part_g, then + sum_g b_g qsum_g (groups in order)
+       score    = total / sqrt(D)
+   with P = 4 / NH partial sums per head (P = 1 for four heads), so that at
+   least four multiply-adds are in flight: one chain of G of them would
+   wait on the latency of each. ab (gpu, 2, 16) holds each group's a then
+   b by lane; qsum (NH, D) the per-group sums of q (H->qa); sc (NH,
+   KVQ_TILE) receives 16 scores.
+   2-bit codes go by channel pairs: part_g,r adds, for the pairs (d, d+1)
+   with d/2 = r mod P,
+       t = q_d c_d + q_{d+1} c_{d+1}   (the product q_d c_d rounded, then
+                                        a multiply-add where KVQ__FMA)
+   which takes only 16 values, one per (c_d, c_{d+1}): with AVX-512 and a
+   table of them (pairs, kvq__key_pairs: the same expression on the 16
+   code pairs, so the same floats) a pair is one shift, one permute
+   (vpermps reads the low 4 bits of each lane: c_d + 4 c_{d+1}) and one
+   addition per head, against two shifts, masks, conversions and
+   multiply-adds.                                                          */
 static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *idx,
+                                         const kvq__u16 *cols /* (gpu wpg) or NULL */,
+                                         const float *pairs /* (NH, D/2, 16) or NULL */,
                                          size_t G, size_t gpu, size_t wpg,
                                          const float *ab, const float *q, const float *qsum,
                                          size_t D, float scale, float *sc, int NH, int bits)
 {
     const size_t per = 32 / (size_t)bits;               /* codes per word    */
     const uint32_t mask = (uint32_t)((1u << bits) - 1u);
+    const int P = NH >= 3 ? 1 : 4 / NH;
     kvq__v16 total[4];
     size_t g, k, e;
-    int h, p;
+    int h, p, r;
+    (void)pairs;                                        /* AVX-512 only      */
     for (h = 0; h < NH; h++) total[h] = kvq__splat16(0.0f);
     for (g = 0; g < gpu; g++) {
-        kvq__v16 part[4];
-        for (h = 0; h < NH; h++) part[h] = kvq__splat16(0.0f);
+        kvq__v16 part[4][4];                            /* head h: part[h][r] */
+        for (h = 0; h < NH; h++)
+            for (r = 0; r < P; r++) part[h][r] = kvq__splat16(0.0f);
         for (k = 0; k < wpg; k++) {
-            const kvq__u16 x = kvq__gather16(words + g * wpg + k, idx);
-            for (e = 0; e < per && k * per + e < G; e++) {      /* channel d  */
+            const kvq__u16 x = cols ? cols[g * wpg + k] : kvq__gather16(words + g * wpg + k, idx);
+            if (bits == 2) {
+                KVQ__UNROLL(8)
+                for (e = 0; e < 16; e += 2) {           /* channels d, d + 1 */
+                    const size_t d = g * G + k * 16 + e;
+                    kvq__v16 t[4];
+#if KVQ__W == 16
+                    if (pairs) {
+                        const __m512i c2 = (__m512i)(x.part[0] >> (uint32_t)(2 * e));
+                        for (h = 0; h < NH; h++)
+                            t[h].part[0] = (kvq__vf)_mm512_permutexvar_ps(
+                                c2, _mm512_loadu_ps(pairs + ((size_t)h * D + d) * 8));
+                    } else
+#endif
+                    {
+                        kvq__v16 c0, c1;
+                        KVQ__EACH(p) {
+                            c0.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(2 * e)) & 3u));
+                            c1.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(2 * e + 2)) & 3u));
+                        }
+                        for (h = 0; h < NH; h++)
+                            t[h] = kvq__madd16(kvq__mul16(kvq__splat16(q[(size_t)h * D + d]), c0),
+                                               kvq__splat16(q[(size_t)h * D + d + 1]), c1);
+                    }
+                    for (h = 0; h < NH; h++)            /* 8 pairs, 0 mod P  */
+                        part[h][e / 2 % (size_t)P] = kvq__add16(part[h][e / 2 % (size_t)P], t[h]);
+                }
+                continue;
+            }
+            KVQ__UNROLL(16)
+            for (e = 0; e < per; e++) {                 /* channel d         */
                 const size_t d = g * G + k * per + e;
                 kvq__v16 cv;
+                if (per > 16 && k * per + e >= G) break;    /* B = 1, half a word */
                 KVQ__EACH(p) cv.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(e * (size_t)bits)) & mask));
-                for (h = 0; h < NH; h++)
-                    part[h] = kvq__madd16(part[h], kvq__splat16(q[(size_t)h * D + d]), cv);
+                for (h = 0; h < NH; h++)                /* per is 0 mod P    */
+                    part[h][e % (size_t)P] = kvq__madd16(part[h][e % (size_t)P],
+                                                         kvq__splat16(q[(size_t)h * D + d]), cv);
             }
         }
-        for (h = 0; h < NH; h++) total[h] = kvq__madd16(total[h], kvq__load16(ab + g * 32), part[h]);
+        for (h = 0; h < NH; h++) {
+            for (r = 1; r < P; r++) part[h][0] = kvq__add16(part[h][0], part[h][r]);
+            total[h] = kvq__madd16(total[h], kvq__load16(ab + g * 32), part[h][0]);
+        }
     }
     for (g = 0; g < gpu; g++)
         for (h = 0; h < NH; h++)
@@ -5242,12 +5409,25 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
         kvq__store16(sc + (size_t)h * KVQ_TILE, kvq__mul16(total[h], kvq__splat16(scale)));
 }
 
+/* (a, b) of the gpu groups of 16 consecutive per-token slots, by lane, as
+   kvq__token_block reads them (ab: group g's a at ab[32 g + j], b at
+   ab[32 g + 16 + j], slot j in lane j): the 16 slots' stored (s, z) are
+   one run of 32 gpu halves, converted at once by kvq__f16_row (F16C where
+   available), then each group's s and z taken as columns of the 16 rows
+   of 2 gpu floats (kvq__columns16). The same floats as kvq__affine.      */
+static void kvq__token_ab16(const kvq_sz *sz /* (16, gpu) */, size_t gpu, kvq_zero_mode mode,
+                            float *ab /* (gpu, 2, 16) */)
+{
+    float sf[KVQ__TOKEN_GROUPS * 32];                   /* (16, gpu, 2)      */
+    kvq__f16_row(&sz[0].scale, 32 * gpu, sf);
+    kvq__ab_columns(sf, gpu, 16, mode, ab, ab + 16, 32);
+}
+
 /* Scores of per-token key slots s0 .. s0+n-1. With 16 | G and at most
    KVQ__TOKEN_GROUPS groups a token, 16 tokens at a time in the lanes
    (kvq__token_block; a lane not attended reads an attended slot of its
    block, and its score is masked by kvq__tile_update); else one token at
    a time (kvq__token_key_dot).                                            */
-#define KVQ__TOKEN_GROUPS 16
 static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
 {
     const kvq_side *s = &c->k;
@@ -5256,19 +5436,32 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
     if (G % 16 == 0 && gpu <= KVQ__TOKEN_GROUPS) {
         float ab[KVQ__TOKEN_GROUPS * 32];               /* (gpu, 2, 16)      */
         int32_t idx[16];
+        kvq__u16 col[16];                    /* a block's words, by column   */
+        const kvq__u16 *cols;                /* col, or NULL: gathers by idx */
         for (b0 = 0; b0 < n; b0 += 16) {
-            size_t first = b0;                          /* an attended slot  */
+            size_t first = b0, live = 0;                /* an attended slot  */
             while (first < n && first < b0 + 16 && H->pos[first] < 0) first++;
             if (first == n || first == b0 + 16) continue;
-            for (j = 0; j < 16; j++) {
-                size_t jj = b0 + j < n && H->pos[b0 + j] >= 0 ? b0 + j : first;
-                const kvq_sz *sz = s->sz + (s0 + jj) * gpu;
-                idx[j] = (int32_t)((jj - b0) * gpu * wpg);
-                for (g = 0; g < gpu; g++)
-                    kvq__affine(sz[g], c->cfg.zero_mode, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
-            }
+            for (j = b0; j < n && j < b0 + 16; j++) live += H->pos[j] >= 0;
+            cols = NULL;
+            if (live == 16) {                           /* the usual block   */
+                if (gpu * wpg <= 16) {
+                    kvq__columns16(s->words + (s0 + b0) * gpu * wpg, gpu * wpg, 16, col);
+                    cols = col;
+                }
+                for (j = 0; j < 16; j++) idx[j] = (int32_t)(j * gpu * wpg);
+                kvq__token_ab16(s->sz + (s0 + b0) * gpu, gpu, c->cfg.zero_mode, ab);
+            } else
+                for (j = 0; j < 16; j++) {
+                    size_t jj = b0 + j < n && H->pos[b0 + j] >= 0 ? b0 + j : first;
+                    const kvq_sz *sz = s->sz + (s0 + jj) * gpu;
+                    idx[j] = (int32_t)((jj - b0) * gpu * wpg);
+                    for (g = 0; g < gpu; g++)
+                        kvq__affine(sz[g], c->cfg.zero_mode, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
+                }
             for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
-#define KVQ__TB(NH, BITS) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, G, gpu, wpg, ab, \
+#define KVQ__TB(NH, BITS) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, cols,           \
+                                           H->pairs ? H->pairs + h * D * 8 : NULL, G, gpu, wpg, ab, \
                                            H->q + h * D, H->qa + h * D, D, H->inv_sqrt_d,      \
                                            H->sc + h * KVQ_TILE + b0, NH, BITS)
                 KVQ__WITH_NH_BITS(KVQ__TB, kvq__head_batch(H->n - h), s->bits);
@@ -5586,7 +5779,19 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
     int in_place = 1;                      /* every at_q[j] == j so far      */
     int consecutive = 1;                   /* slot j == slot 0 + j so far    */
-    for (j = 0; j < n; j++) {
+    /* the usual tile: every entry attended, quantized, in the slots that
+       follow entry 0's (KIVI's and HF's tiles of past tokens): only the
+       first slot's codes and (s, z) are named, as the sort below would    */
+    if (blocks && n > 0 && H->pos[0] >= 0 && KVQ_LOC_TAG(s->loc[H->pos[0]]) == KVQ_LOC_QUANT) {
+        const uint32_t loc0 = s->loc[H->pos[0]];
+        for (j = 1; j < n && H->pos[j] >= 0 && s->loc[H->pos[j]] == loc0 + (uint32_t)j; j++) {}
+        if (j == n) {
+            m = n;
+            w[0] = s->words + KVQ_LOC_INDEX(loc0) * gpu * wpg;
+            for (j = 0; j < m; j++) sz[j] = s->sz + (KVQ_LOC_INDEX(loc0) + j) * gpu;
+        }
+    }
+    for (j = m; j < n; j++) {              /* else sort the entries (from 0) */
         uint32_t loc, tag;
         if (H->pos[j] < 0) continue;
         loc = s->loc[H->pos[j]];
@@ -5617,26 +5822,18 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
            g - g0)] and the next. Slots that follow each other in storage
            (the usual tile) hold theirs in one run: one conversion.        */
         size_t ng = gpu - g0 < 16 ? gpu - g0 : 16;
-        float sf[2 * KVQ_TILE * 16], a[KVQ_TILE], b[KVQ_TILE], wa[4 * KVQ_TILE], wb[4];
-        int32_t sf_at[KVQ_TILE] = { 0 };    /* slot j's pairs: sf + sf_at[j]  */
+        float sf[2 * KVQ_TILE * 16], wa[4 * KVQ_TILE], wb[4];
+        float ab_a[16 * KVQ_TILE], ab_b[16 * KVQ_TILE];   /* group g - g0's a, b
+                                                   of slot j: [(g - g0) TILE + j] */
         if (ng == gpu && consecutive)
             kvq__f16_row(&sz[0]->scale, 2 * m * gpu, sf);
         else
             for (j = 0; j < m; j++) kvq__f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
-        for (j = 0; j < m; j++) sf_at[j] = (int32_t)(2 * j * ng);
+        for (j = 0; j < m; j += 16)          /* 16 slots' (a, b), by column   */
+            kvq__ab_columns(sf + 2 * j * ng, ng, m - j < 16 ? m - j : 16, c->cfg.zero_mode,
+                            ab_a + j, ab_b + j, KVQ_TILE);
         for (g = g0; g < g0 + ng; g++) {
-            /* group g's (a, b) of every slot, 16 slots a gather          */
-            for (j = 0; j < m; j += 16) {
-                const float *sf_g = sf + 2 * (g - g0);
-                kvq__v16 s_j, z_j;
-                kvq__u16 x = kvq__gather16((const uint32_t *)(const void *)sf_g, sf_at + j);
-                memcpy(&s_j, &x, sizeof x);                     /* the bits  */
-                x = kvq__gather16((const uint32_t *)(const void *)(sf_g + 1), sf_at + j);
-                memcpy(&z_j, &x, sizeof x);
-                kvq__store16(a + j, s_j);
-                kvq__store16(b + j, c->cfg.zero_mode == KVQ_ZERO_INT   /* (-z) s */
-                                    ? kvq__mul16(kvq__mul16(z_j, kvq__splat16(-1.0f)), s_j) : z_j);
-            }
+            const float *a = ab_a + (g - g0) * KVQ_TILE, *b = ab_b + (g - g0) * KVQ_TILE;
             for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
                 int nh = (int)kvq__head_batch(H->n - h0), k;
                 float *out = H->out + h0 * D;
@@ -5699,11 +5896,26 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
     kvq__tile_values(c, H, n);
 }
 
-/* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V. */
+/* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V.
+   With AVX-512, 2-bit per-token keys (16 | G) and up to KVQ__PAIR_HEAD_DIMS
+   query values in the batch, the keys' pair table lives here, 32 KB at
+   most (8 floats per query value): built once per walk.                  */
+#define KVQ__PAIR_HEAD_DIMS 1024
 static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
 {
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, h, d, j, u, r;
+#if KVQ__W == 16
+    float pairs[8 * KVQ__PAIR_HEAD_DIMS];               /* (n, D/2, 16)      */
+    H->pairs = NULL;
+    if (s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && s->bits == 2 &&
+        s->group % 16 == 0 && H->n * D <= KVQ__PAIR_HEAD_DIMS) {
+        kvq__key_pairs(H->q, H->n, D, pairs);
+        H->pairs = pairs;
+    }
+#else
+    H->pairs = NULL;
+#endif
     for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
     for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
     if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
