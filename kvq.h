@@ -5109,6 +5109,104 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
 /* How many of the `left` heads one kernel call takes: 4, 2 or 1.          */
 static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
 
+/* kvq__tile_block's 2-bit codes for ONE head, entries two at a time:
+       out[c .. c+15] += sum_p t_p + zb,   t_p = w_i x_i + w_i' x_i'
+   over the pairs p = (i, i' = i + 1) of entries (an odd last entry alone,
+   t = w_i x_i), with w_i x_i rounded and then w_i' x_i' added by a
+   multiply-add where KVQ__FMA. P = 4 / NB running sums a block, at least
+   one (pair p to sum p mod P, added in order at the end). Per lane, t_p
+   takes only 16 values, one per (c_i, c_i'): with AVX-512 they are a
+   table built once per pair for all NB blocks of the walk (the same
+   expression on the 16 code pairs, so the same floats), and a pair costs
+   per block a shift, a rotate and a bit select (lane j's c_i to bits 0-1
+   of its index, c_i' to bits 2-3), one vpermps and one addition, against
+   two shifts, masks, conversions and multiply-adds. e: the entries' words
+   of the walk's first block; NB (1, 2, 4 or 8 blocks) a constant.       */
+#if KVQ__W == 16
+/* One pair of kvq__pairs2_walk with AVX-512: t the pair's table (TWO = 0:
+   a lone entry, its partner's codes read as 0), x0 the first entry's
+   words of the walk, acc (NB) the running sums the pair goes to.          */
+static KVQ__INLINE void kvq__pairs2_step(kvq__v16 *acc, size_t P, const char *x0, size_t stride,
+                                         kvq__v16 t, int NB, int TWO)
+{
+    const __m512i shift = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                            24, 26, 28, 30),
+                  turn = _mm512_setr_epi32(30, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
+                                           22, 24, 26, 28),
+                  three = _mm512_set1_epi32(3);
+    int b;
+    for (b = 0; b < NB; b++) {
+        int32_t w0, w1 = 0;
+        __m512i ix;
+        memcpy(&w0, x0 + 4 * b, 4);
+        if (TWO) memcpy(&w1, x0 + stride + 4 * b, 4);
+        /* lane j: c_i (bits 2j of w0) to bits 0-1, c_i' (bits 2j of w1,
+           rotated right by 2j - 2) to bits 2-3: three ? u : v            */
+        ix = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(_mm512_set1_epi32(w0), shift),
+                                       _mm512_rorv_epi32(_mm512_set1_epi32(w1), turn), three, 0xE4);
+        acc[(size_t)b * P].part[0] = acc[(size_t)b * P].part[0] +
+                                     (kvq__vf)_mm512_permutexvar_ps(ix, (__m512)t.part[0]);
+    }
+}
+#endif
+
+static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t stride, size_t m,
+                                         const float *wt, const float *zb, int NB)
+{
+    const int P = NB >= 4 ? 1 : 4 / NB;
+    kvq__v16 acc[8 * 4];                                /* block b: acc[b P + k] */
+    size_t i, i0;
+    int b, k;
+    for (b = 0; b < NB * P; b++) acc[b] = kvq__splat16(0.0f);
+#if KVQ__W == 16
+    {
+        static const float low[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
+        static const float high[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
+        const kvq__v16 lo = kvq__load16(low), hi = kvq__load16(high);
+        for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P)
+            for (k = 0; k < P; k++) {                   /* pair i0/2 + k     */
+                i = i0 + 2 * (size_t)k;
+                kvq__pairs2_step(acc + k, (size_t)P, e + i * stride, stride,
+                                 kvq__madd16(kvq__mul16(kvq__splat16(wt[i]), lo),
+                                             kvq__splat16(wt[i + 1]), hi), NB, 1);
+            }
+        for (k = 0; k < P; k++) {                       /* the last pairs    */
+            i = i0 + 2 * (size_t)k;
+            if (i + 1 < m)
+                kvq__pairs2_step(acc + k, (size_t)P, e + i * stride, stride,
+                                 kvq__madd16(kvq__mul16(kvq__splat16(wt[i]), lo),
+                                             kvq__splat16(wt[i + 1]), hi), NB, 1);
+            else if (i < m)
+                kvq__pairs2_step(acc + k, (size_t)P, e + i * stride, stride,
+                                 kvq__mul16(kvq__splat16(wt[i]), lo), NB, 0);
+        }
+    }
+#else
+    for (b = 0; b < NB; b++)                            /* the same sums     */
+        for (i0 = 0; i0 < m; i0 += 2 * (size_t)P)
+            for (k = 0; k < P; k++) {
+                kvq__v16 x0, x1, t;
+                i = i0 + 2 * (size_t)k;
+                if (i >= m) break;
+                kvq__codes16(&x0, (const uint32_t *)(const void *)(e + i * stride), 16 * (size_t)b, 2);
+                t = kvq__mul16(kvq__splat16(wt[i]), x0);
+                if (i + 1 < m) {
+                    kvq__codes16(&x1, (const uint32_t *)(const void *)(e + (i + 1) * stride),
+                                 16 * (size_t)b, 2);
+                    t = kvq__madd16(t, kvq__splat16(wt[i + 1]), x1);
+                }
+                acc[b * P + k] = kvq__add16(acc[b * P + k], t);
+            }
+#endif
+    for (b = 0; b < NB; b++) {
+        float *o = out + 16 * b;
+        kvq__v16 sum = acc[b * P];
+        for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[b * P + k]);
+        if (zb) sum = kvq__add16(sum, kvq__splat16(zb[0]));
+        kvq__store16(o, kvq__add16(kvq__load16(o), sum));
+    }
+}
+
 /* The inner step of per-channel keys for a full tile (32 tokens from a
    multiple of 32) and NH (1, 2 or 4) heads: channel d's 32 codes are unpacked
    once, and times q_hd a_d added into each head's 32 scores, which stay in
@@ -5157,7 +5255,13 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
     const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
     for (h = 0; h < H->n; h++)
         for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
-    if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
+    if (n == KVQ_TILE && t0 % KVQ_TILE == 0 && s->bits == 2 && H->n == 1) {
+        /* one head, 2-bit: channel pairs, as a value tile takes its slots
+           (kvq__pairs2_walk: the channels are its entries, q_d a_d their
+           weights, the 32 tokens its two blocks)                          */
+        kvq__pairs2_walk(H->sc, (const char *)(w + t0 / 16), wpg * sizeof(uint32_t), D, H->qa,
+                         NULL, 2);
+    } else if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
         for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {   /* NH, B fixed */
             const float *qa = H->qa + h * D;
             float *sc = H->sc + h * KVQ_TILE;
@@ -5708,12 +5812,27 @@ static KVQ__VINLINE size_t kvq__row_walks(float *out, size_t D, size_t c, size_t
     return to;
 }
 
+/* n channels (16 | n) of kvq__pairs2_walk: walks of 8 blocks, then 4, 2, 1 */
+static void kvq__tile_pairs2(float *out, size_t n, const char *base, size_t stride, size_t m,
+                             const float *wt, const float *zb)
+{
+    size_t c = 0;
+    for (; c + 128 <= n; c += 128) kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 8);
+    if (c + 64 <= n) { kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 4); c += 64; }
+    if (c + 32 <= n) { kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 2); c += 32; }
+    if (c + 16 <= n) kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 1);
+}
+
 static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const char *base,
                                         size_t stride, size_t m, const float *wt,
                                         const float *zb, int NH, int SRC)
 {
     const int CB = KVQ__ROW_SUMS / NH;          /* rows: the widest walk   */
     size_t c = 0;
+    if (SRC == 2 && NH == 1) {
+        kvq__tile_pairs2(out, n, base, stride, m, wt, zb);
+        return;
+    }
     if (SRC != KVQ__SRC_F16 && SRC != KVQ__SRC_F32) {
         kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 1, NH >= 3 ? 1 : 4 / NH);
         return;
