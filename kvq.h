@@ -5148,6 +5148,19 @@ static KVQ__INLINE void kvq__pairs2_step(kvq__v16 *acc, size_t P, const char *x0
                                      (kvq__vf)_mm512_permutexvar_ps(ix, (__m512)t.part[0]);
     }
 }
+#else
+/* One pair's t of kvq__pairs2_walk in block b, computed: w[0] x_i rounded,
+   then + w[1] x_i' (TWO) by a multiply-add where KVQ__FMA               */
+static KVQ__INLINE kvq__v16 kvq__pair_term(const char *x0, size_t stride, int b, const float *w,
+                                           int TWO)
+{
+    kvq__v16 c, t;
+    kvq__codes16(&c, (const uint32_t *)(const void *)x0, 16 * (size_t)b, 2);
+    t = kvq__mul16(kvq__splat16(w[0]), c);
+    if (!TWO) return t;
+    kvq__codes16(&c, (const uint32_t *)(const void *)(x0 + stride), 16 * (size_t)b, 2);
+    return kvq__madd16(t, kvq__splat16(w[1]), c);
+}
 #endif
 
 static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t stride, size_t m,
@@ -5182,21 +5195,25 @@ static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t strid
         }
     }
 #else
-    for (b = 0; b < NB; b++)                            /* the same sums     */
-        for (i0 = 0; i0 < m; i0 += 2 * (size_t)P)
-            for (k = 0; k < P; k++) {
-                kvq__v16 x0, x1, t;
-                i = i0 + 2 * (size_t)k;
-                if (i >= m) break;
-                kvq__codes16(&x0, (const uint32_t *)(const void *)(e + i * stride), 16 * (size_t)b, 2);
-                t = kvq__mul16(kvq__splat16(wt[i]), x0);
-                if (i + 1 < m) {
-                    kvq__codes16(&x1, (const uint32_t *)(const void *)(e + (i + 1) * stride),
-                                 16 * (size_t)b, 2);
-                    t = kvq__madd16(t, kvq__splat16(wt[i + 1]), x1);
-                }
-                acc[b * P + k] = kvq__add16(acc[b * P + k], t);
-            }
+    for (b = 0; b < NB; b++) {                          /* the same sums     */
+        kvq__v16 a[4];
+        KVQ__UNROLL(4)
+        for (k = 0; k < P; k++) a[k] = kvq__splat16(0.0f);
+        for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P) {
+            KVQ__UNROLL(4)
+            for (k = 0; k < P; k++)
+                a[k] = kvq__add16(a[k], kvq__pair_term(e + (i0 + 2 * (size_t)k) * stride, stride, b,
+                                                       wt + i0 + 2 * (size_t)k, 1));
+        }
+        KVQ__UNROLL(4)
+        for (k = 0; k < P; k++) {                       /* the last pairs    */
+            i = i0 + 2 * (size_t)k;
+            if (i + 1 < m) a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, 1));
+            else if (i < m) a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, 0));
+        }
+        KVQ__UNROLL(4)
+        for (k = 0; k < P; k++) acc[b * P + k] = a[k];
+    }
 #endif
     for (b = 0; b < NB; b++) {
         float *o = out + 16 * b;
