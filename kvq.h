@@ -4141,28 +4141,38 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    query heads per KV head (GQA):
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     1.0  / 1.55  1.45 / 2.6   3.0 / 6.1
+     2-bit caches (KIVI-2,     0.77 / 1.52  1.42 / 2.45  2.26 / 6.05
        OTT-2, LogQuant-2)
-     KIVI-4                    1.35 / 1.95  1.5  / 2.6   3.0 / 6.15
-     HF-2 (per-token keys)     1.01 / 1.55  1.4  / 2.4   3.1 / 6.4
+     KIVI-4                    1.24 / 1.84  1.40 / 2.45  2.83 / 5.93
+     HF-2 (per-token keys)     0.56 / 1.04  1.30 / 2.24  2.10 / 6.30
      fp32 and fp16 rows        no more than the plain fp32 loop's count
                                (measured, fp32 / fp16 against the loop:
-                               AVX-512 0.72 / 0.74 against 0.97 and
-                               1.28 / 1.27 against 3.59; AVX2 0.87 / 0.93
-                               against 1.32; NEON 1.27 / 1.54 against 2.14)
+                               AVX-512 0.72 / 0.75 against 0.97 and
+                               1.29 / 1.27 against 3.59; AVX2 0.88 / 0.93
+                               against 1.32; NEON 1.28 / 1.55 against 2.14)
      quantize, either axis     3.9          5.3          16.5
                                (ggml's quantize_row_q4_1_ref: 10.1, 10.3,
                                12.0); per-channel no more than per-token
 
    (The plain build, -DKVQ_NO_SIMD or no vector ISA, runs the 16 lanes as
-   floats through out-of-line helpers: 12-16 / 29-32 per element; it is the
-   reference for the widths, not a fast path.) The bound once proposed for
-   the 2-bit caches on AVX-512, 0.5 / 0.6 (40% of the read bandwidth), is
-   not met: a code costs a quarter of an instruction to unpack (broadcast,
-   shift, mask, convert per 16) and a sixteenth per head to use, about 0.3
-   per element for keys and values alike, and a value tile's bookkeeping
-   (each slot's scale and zero per group, the weights per head) about as
-   much again; below that needs a different value layout.                 */
+   floats through out-of-line helpers: 12-16 / 31-33 per element; it is the
+   reference for the widths, not a fast path.) Where the count goes, for
+   2-bit codes on AVX-512 and one head: two codes share one table lookup
+   (kvq__pairs2_walk, kvq__token_block: vpermps picks one of 16 values of
+   t = w c + w' c' by the four bits of a code pair), so a pair costs a
+   shift, a permute and an addition for keys whose pair lies in one word
+   (about 0.1 per element), and a shift, a rotate, a bit select, a permute
+   and an addition for values and per-channel keys, whose pair spans two
+   words (about 0.16); the rest, 0.3-0.5 per element, is each tile's
+   bookkeeping: every slot's scale and zero per group, the weights per
+   head, the softmax, the check of the position maps. The bound once
+   proposed for the 2-bit caches on AVX-512, 0.5 / 0.6 (40% of the read
+   bandwidth), is not met: HF-2 with one head is nearest (0.56), KIVI-2
+   the farthest (0.77).
+   With several heads a table per head costs more than it saves, and
+   n_q = 4 keeps one code per lane (a shift, mask and convert per 16
+   codes, one multiply-add per head), except HF-2's per-token keys, whose
+   tables are built once per walk.                                        */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
@@ -4961,10 +4971,12 @@ static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int 
    value rows are added first; both kinds go through kvq__tile_block (a
    quantized value's sum split in up to 4 partial sums per head, a row's
    in one; a tile whose entries are not consecutive in storage is added
-   run by run).
-   Scores are the same expressions as EAGER's: a per-channel key's score
-   sums channels 0..D-1 in order, dot products use kvq__dot's lane order,
-   and a quantized value adds (w a) c + w b per channel.                   */
+   run by run); and 2-bit codes with one head (values, per-channel keys)
+   and 2-bit per-token keys are added two codes at a time, each pair's
+   term w c + w' c' first (kvq__pairs2_walk, kvq__token_block).
+   Otherwise scores are the same expressions as EAGER's: a per-channel
+   key's score sums channels 0..D-1 in order, dot products use kvq__dot's
+   lane order, and a quantized value adds (w a) c + w b per channel.      */
 typedef struct kvq__heads {
     size_t n;              /* heads in this batch                            */
     const float *q;        /* (n, D) their queries                           */
@@ -5262,8 +5274,9 @@ static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t
 
 /* Scores of tokens t0 .. t0+n-1 of per-channel key unit u (Sec. 8's
    algebra: q.k_t = sum_d (q_d a_d) c_td + q.b). Each token's sum runs over
-   the channels d = 0..D-1 in order (a lone head's full tile: even and odd
-   channels in two sums, then added).                                      */
+   the channels d = 0..D-1 in order (a lone head's full tile: 2-bit codes
+   by channel pairs, kvq__pairs2_walk; other widths even and odd channels
+   in two sums, then added).                                              */
 static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
                                 size_t t0, size_t n)
 {
@@ -5752,7 +5765,8 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
    and stored once per run, not once per entry.
      codes   one block at a time (a tile's codes are a few lines), P = 4 / NH
              partial sums per head (entries i = k mod P go to sum k), so at
-             least four independent additions are in flight per step;
+             least four independent additions are in flight per step (one
+             head's 2-bit codes: kvq__tile_pairs2, two entries a lookup);
      rows    P = 1 and CB = up to KVQ__ROW_SUMS / NH blocks a walk (AVX-512,
              one or two heads: 8, a whole 512-byte row), then narrower walks
              for the channels left: rows read in order, the pattern the
