@@ -2560,7 +2560,9 @@ static kvq_status kvq__check_rows_input(kvq_cache *c, const float *X, size_t n,
                                         const char *name)
 {
     size_t i;
-    for (i = 0; i < n; i++) {
+    const float amax = kvq__absmax_or_nonfinite(X, n);    /* 16 lanes a step */
+    if (amax >= 0.0f && amax <= KVQ_MAX_ABS_INPUT) return KVQ_OK;
+    for (i = 0; i < n; i++) {                   /* which element, and why */
         float x = X[i];
         if (!kvq__finite(x))
             return kvq__fail(c, KVQ_ERR_NONFINITE, "%s element %zu is %s", name, i,
