@@ -66,6 +66,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <math.h>
+#include <mutex>
 
 #include "kvq.h"   /* types, layouts, status codes */
 
@@ -2645,6 +2646,24 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
                                          (kvq_cuda_mma_keeps_subnormals) */
 #define KVQ_CUDA_MMA_STAGES3 8        /* three cp.async stages, not two      */
 #define KVQ_CUDA_MMA_MAGIC   16       /* f16 MMA, magic-number decode        */
+#define KVQ_CUDA_MMA_NO_PREFETCH 32   /* page parameters loaded at the page
+                                         start, not staged a page ahead     */
+#define KVQ_CUDA_MMA_TWO_WAVES 64     /* splits for about two waves of CTAs,
+                                         not whole waves                    */
+#define KVQ_CUDA_MMA_OCC5   128       /* built for 5 CTAs per SM (at most 96
+                                         registers; GQA <= 4), shared memory
+                                         carveout at its largest            */
+#define KVQ_CUDA_MMA_PRELOAD 256      /* a chunk's value words into registers
+                                         at its start, before the key MMAs  */
+/* The kernel's own options (its template parameter OPT, or-ed): what the
+   flags above select that changes the code, not only the launch.        */
+#define KVQ_MMA_OPT_PF   1            /* page parameters staged a page ahead */
+#define KVQ_MMA_OPT_OCC5 2            /* __launch_bounds__ for KVQ_MMA_OCC_MIN_CTAS
+                                         (NQ = 1: two quads of heads, GQA > 4,
+                                         need 140-165 registers; they spill
+                                         at 96, so NQ = 2 keeps 3 CTAs)     */
+#define KVQ_MMA_OPT_PRE  4            /* a chunk's value words read at its start */
+#define KVQ_MMA_OCC_MIN_CTAS 5
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
 template <int D, int B, int NQ>
@@ -2753,6 +2772,30 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
     }
 }
 
+/* The integer decode's value exponent (kb.v_pow, kb.v_inv): the largest
+   value scale among n (a multiple of 32) just under 2^(8N - 1), N = 4
+   digits (2 hi only): each W = p a 2^e keeps 2^-32 (2^-16) of that
+   largest a. Over a page's value (s, z) from global memory at its start
+   (KVQ_CUDA_MMA_NO_PREFETCH, DIRECT), or over a staged chunk's (the
+   default: no load waits on DRAM, and a chunk's max is at most the
+   page's, so its W keep as many bits or more).                          */
+template <int HILO>
+static __device__ __forceinline__ void kvq_mma_value_exponent(const kvq_sz *vsz /* (n) */, int n,
+                                                              kvq_zero_mode mode, int lane,
+                                                              float &pow_e, float &inv)
+{
+    float amax = 0.0f;
+#pragma unroll 4
+    for (int i = lane; i < n; i += 32) {
+        float a, b;
+        kvq_dev_affine(vsz[i], mode, &a, &b);
+        amax = fmaxf(amax, a);
+    }
+#pragma unroll
+    for (int k = 1; k < 32; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
+    kvq_mma_value_pow2(amax, &pow_e, &inv, HILO ? 31 : 15);
+}
+
 /* The B columns 2j (hi) and 2j + 1 (lo) of head j sit in lanes gid = 2j
    and 2j + 1 (l and l ^ 4): the same weights, a different half. So each
    of the two makes half of them, once: the even lane B's rows 2 tig,
@@ -2764,26 +2807,11 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
 template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH, D) smem */,
                                                          const kvq_sz *ksz /* (D) */,
-                                                         const kvq_sz *vsz /* (n_vsz) */, int n_vsz,
                                                          kvq_zero_mode mode, int lane,
                                                          kvq_mma_keyb<D, B, NQ> &kb)
 {
     if constexpr (DEC == KVQ_MMA_DEC_INT8) {
         kvq_mma_page_keys_i8<D, B, NQ, HILO>(qs, ksz, mode, lane, kb);
-        /* the value weights' exponent, once a page: the largest value
-           scale of the page (n_vsz: G D / Gv, a multiple of 32) just under
-           2^(8N - 1), N = 4 digits (2 hi only): each W = p a 2^e keeps
-           2^-32 (2^-16) of the page's largest a                           */
-        float amax = 0.0f;
-#pragma unroll 4
-        for (int i = lane; i < n_vsz; i += 32) {
-            float a, b;
-            kvq_dev_affine(vsz[i], mode, &a, &b);
-            amax = fmaxf(amax, a);
-        }
-#pragma unroll
-        for (int k = 1; k < 32; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
-        kvq_mma_value_pow2(amax, &kb.v_pow, &kb.v_inv, HILO ? 31 : 15);
     } else {
         typedef kvq_mma_shape<D, B, NQ> S;
         const int gid = lane >> 2, tig = lane & 3, odd = gid & 1;
@@ -2877,7 +2905,8 @@ static __device__ __forceinline__ float kvq_mma_post(int half)
 
 /* Keys of one chunk: two 16-token row tiles of codes times the page's B.
    sc[q][rt][half]: head 4 q + tig's score of token 16 rt + gid + 8 half,
-   -inf for a dead slot.                                                  */
+   -inf for a dead slot (dead_bits: the chunk's word of them,
+   kvq_mma_dead_word).                                                    */
 /* The integer decode's digit columns of one C row half, in fp32: digits
    0 and 1 (columns 2 tig, 2 tig + 1 of the first MMA) meet exactly in
    int32, and so do digits 2 and 3 (the second MMA, HILO): a code times
@@ -2895,16 +2924,13 @@ static __device__ __forceinline__ float kvq_mma_digits(const int32_t (&c1)[4], c
 }
 
 template <int D, int B, int NQ, int HILO, int DEC>
-static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
-                                                            const kvq_cuda_stream *s, uint32_t slot0,
+static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc, uint32_t dead_bits,
                                                             const kvq_mma_keyb<D, B, NQ> &kb, int lane,
                                                             float (&sc)[NQ][2][2])
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     const int gid = lane >> 2;
     const float post[2] = { kvq_mma_post<B, DEC>(0), kvq_mma_post<B, DEC>(1) };
-    /* the chunk's 32 slots share one word of dead bits (slot0 % 32 == 0) */
-    const uint32_t dead_bits = s->dead ? s->dead[slot0 >> 5] : 0u;
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
         const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
@@ -3136,17 +3162,16 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
 /* Values of one 16-channel row tile mt: codes^T times B, a fresh C, then
    into fp32 (one FMA by the group's scale) with the zero term.          */
 template <int D, int B, int NQ, int HILO, int DEC>
-static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, int mt,
+static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B / 2], int mt,
                                                           const uint32_t (&bv)[NQ][2][2],
                                                           const float (&zterm)[NQ],
                                                           const float (&scale)[2],
-                                                          kvq_mma_state<D, B, NQ> &st, int lane)
+                                                          kvq_mma_state<D, B, NQ> &st)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     if constexpr (DEC == KVQ_MMA_DEC_INT8) {       /* the chunk's 32 tokens: one step */
         uint32_t a[4];
-        kvq_mma_decode_i8<B>(vwc[(size_t)lane * S::MT + mt],
-                             B == 2 ? 0u : vwc[((size_t)32 + lane) * S::MT + mt], a);
+        kvq_mma_decode_i8<B>(vw[0], B == 2 ? 0u : vw[B / 2 - 1], a);
 #pragma unroll
         for (int q = 0; q < NQ; q++) {
             int32_t c1[4] = {}, c2[4] = {};
@@ -3162,7 +3187,7 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, i
 #pragma unroll
             for (int blk = 0; blk < 2 / S::TPW; blk++) {     /* B = 4: two blocks */
                 uint32_t a[16 / B];
-                const uint32_t word = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+                const uint32_t word = vw[blk];
                 if (DEC == KVQ_MMA_DEC_SUBNORMAL) kvq_mma_decode_subnormal<B>(word, a);
                 else kvq_mma_decode<B>(word, a);
 #pragma unroll
@@ -3180,18 +3205,30 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t *vwc, i
    staged into shared memory. A 16-channel value tile lies in one group
    (Gv % 16 == 0, and Gv divides D = 64 or 128: a power of two): the
    group's B and zero term are built at its first tile, counted down, with
-   shifts for D / Gv and Gv / 16 (no division per tile or chunk).        */
-template <int D, int B, int NQ, int HILO, int DEC>
+   shifts for D / Gv and Gv / 16 (no division per tile or chunk). A value
+   tile's words (B / 2 a lane: token blocks of 32 at 4 bits) are read
+   from vwc at the tile, or with PRE all D / 16 tiles' at the chunk start,
+   before the key MMAs: their shared-memory latency then hides behind the
+   keys and the softmax (whose shuffles and branch the compiler does not
+   move loads across), for B / 2 x D / 16 more live registers.          */
+template <int D, int B, int NQ, int HILO, int DEC, bool PRE = false>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
-                                                     const kvq_cuda_stream *s,
-                                                     uint32_t slot0 /* the chunk's first slot */,
+                                                     uint32_t dead_bits,
                                                      const kvq_mma_keyb<D, B, NQ> &kb,
                                                      kvq_mma_state<D, B, NQ> &st, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
+    auto value_words = [&](int mt, uint32_t (&vw)[B / 2]) {
+#pragma unroll
+        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+    };
+    uint32_t vpre[PRE ? S::MT : 1][B / 2];    /* PRE: every tile's words   */
+    if (PRE)
+#pragma unroll
+        for (int mt = 0; mt < S::MT; mt++) value_words(mt, vpre[PRE ? mt : 0]);
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
-    kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, s, slot0, kb, lane, sc);
+    kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, dead_bits, kb, lane, sc);
     kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
     const int log2_gv = __ffs(Gv) - 1, n_groups = D >> log2_gv, tiles_per_group = Gv >> 4;
     int g = -1, left = 0;                         /* warp-uniform            */
@@ -3205,7 +3242,14 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                                                     kb.v_pow, kb.v_inv);
         }
         left--;
-        kvq_mma_value_tile<D, B, NQ, HILO, DEC>(vwc, mt, bv, zterm, scale, st, lane);
+        uint32_t vw[B / 2];
+        if (PRE) {
+#pragma unroll
+            for (int blk = 0; blk < B / 2; blk++) vw[blk] = vpre[PRE ? mt : 0][blk];
+        } else {
+            value_words(mt, vw);
+        }
+        kvq_mma_value_tile<D, B, NQ, HILO, DEC>(vw, mt, bv, zterm, scale, st);
     }
 }
 
@@ -3222,20 +3266,35 @@ struct kvq_mma_work {
 static __device__ __forceinline__ kvq_mma_work kvq_mma_my_work(const kvq_cuda_stream &s, uint32_t G,
                                                                int warp)
 {
+    /* split y of n: pages [y n_pages / n, (y + 1) n_pages / n), so the
+       splits differ by at most one page whatever n the launch picked   */
     const uint32_t n_pages = kvq_cuda_sealed_pages(s, (int)G);
-    const uint32_t per = (n_pages + gridDim.y - 1) / gridDim.y;
-    const uint32_t first = blockIdx.y * per;
-    const uint32_t last = first + per < n_pages ? first + per : n_pages;
+    const uint32_t first = (uint32_t)((uint64_t)blockIdx.y * n_pages / gridDim.y);
+    const uint32_t last = (uint32_t)((uint64_t)(blockIdx.y + 1) * n_pages / gridDim.y);
     const uint32_t log2_cpp = (uint32_t)(__ffs((int)(G / KVQ_MMA_CHUNK)) - 1),
                    my_pages = first + warp < last ?
                               (last - first - warp + KVQ_MMA_WARPS - 1) / KVQ_MMA_WARPS : 0;
     return kvq_mma_work{ first, log2_cpp, my_pages << log2_cpp };
 }
+/* The word of dead bits of the chunk at slot0 (a multiple of 32).        */
+static __device__ __forceinline__ uint32_t kvq_mma_dead_word(const uint32_t *dead, uint32_t slot0)
+{
+    return dead ? dead[slot0 >> 5] : 0u;
+}
 
 /* STAGES >= 2: the warp stages its next STAGES - 1 chunks into its part
    of the dynamic shared memory (STAGES x stage_bytes per warp) with
-   cp.async while it computes one.                                        */
-template <int D, int B, int NQ, int HILO, int STAGES, int DEC>
+   cp.async while it computes one. A stage holds the chunk's key words,
+   value words and value (s, z) (kvq_mma_chunk_src), and with
+   KVQ_MMA_OPT_PF, behind them, the page's D key (s, z) when the chunk
+   is its first: the page's parameters arrive with its first chunk, STAGES
+   - 1 chunks ahead, instead of three dependent loads from DRAM (the page
+   table, then the key (s, z), then the value (s, z) for the integer
+   decode's exponent) at the page start that the warp waits on. With it
+   the page number is read a page ahead too, the chunk's dead-bit word a
+   chunk ahead, and the integer decode's value exponent comes from each
+   staged chunk (kvq_mma_value_exponent).                                */
+template <int D, int B, int NQ, int HILO, int STAGES, int DEC, int OPT>
 static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool &pool,
                                                              const kvq_cuda_stream *s,
                                                              const kvq_mma_work &wk,
@@ -3245,44 +3304,74 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
                                                              int lane)
 {
     typedef kvq_mma_chunk_src<D, B, NQ> C;
+    constexpr bool PF = (OPT & KVQ_MMA_OPT_PF) != 0;
     const uint32_t G = (uint32_t)pool.group;
-    const int vsz_bytes = KVQ_MMA_CHUNK * (D / pool.value_group) * (int)sizeof(kvq_sz);
-    const int n_vsz = (int)G * (D / pool.value_group);   /* value (s, z) of a page */
+    const int n_groups = D / pool.value_group;
+    const int vsz_bytes = KVQ_MMA_CHUNK * n_groups * (int)sizeof(kvq_sz);
+    const int n_vsz = (int)G * n_groups;                  /* value (s, z) of a page */
+    const int ksz_at = (C::KWORDS + C::VWORDS) * 4 + vsz_bytes;   /* PF: the page's key (s, z) */
+    const int32_t *pages = s->pages;                      /* read once             */
+    const uint32_t *dead = s->dead;
     kvq_mma_keyb<D, B, NQ> kb;
     unsigned char *mine = stage_smem + (size_t)warp * STAGES * stage_bytes;
+    /* PF: the page being issued, and the next one's number, read a page ahead */
+    int32_t issue_page = 0, next_page = PF && wk.n_items ? pages[wk.page_index(0, warp)] : 0;
     auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
         if (j < wk.n_items) {
-            const size_t page = (size_t)s->pages[wk.page_index(j, warp)];
             const int chunk = wk.chunk(j);
+            if (PF && chunk == 0) {
+                const uint32_t next = j + (1u << wk.log2_cpp);
+                issue_page = next_page;
+                next_page = next < wk.n_items ? pages[wk.page_index(next, warp)] : 0;
+            }
+            const size_t page = (size_t)(PF ? issue_page : pages[wk.page_index(j, warp)]);
             unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
             kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
             kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
             kvq_dev_warp_copy(buf + (C::KWORDS + C::VWORDS) * 4, C::scales(pool, page, chunk),
                               vsz_bytes, lane);
+            if (PF && chunk == 0)
+                kvq_dev_warp_copy(buf + ksz_at, pool.k_sz + page * D, D * (int)sizeof(kvq_sz), lane);
         }
         kvq_dev_cp_commit();              /* one group per j, even empty */
     };
 #pragma unroll
     for (int j = 0; j < STAGES - 1; j++) issue((uint32_t)j);
+    uint32_t dead_now = PF && wk.n_items ? kvq_mma_dead_word(dead, wk.page_index(0, warp) * G) : 0u;
     for (uint32_t j = 0; j < wk.n_items; j++) {
         /* group i holds chunk i (empty past the last), so with groups
            0 .. j + STAGES - 1 committed, STAGES - 1 still pending means
            0 .. j are in, at page starts, tails and the last chunks alike */
         issue(j + STAGES - 1);
-        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
-        __syncwarp();
         const uint32_t pi = wk.page_index(j, warp);
         const int chunk = wk.chunk(j);
-        if (chunk == 0)
-            kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, pool.k_sz + (size_t)s->pages[pi] * D,
-                                                   C::scales(pool, (size_t)s->pages[pi], 0), n_vsz,
-                                                   pool.zero_mode, lane, kb);
+        const uint32_t slot0 = pi * G + chunk * KVQ_MMA_CHUNK;
+        uint32_t dead_bits = dead_now;
+        if (PF) {                          /* the next chunk's, a chunk ahead */
+            const uint32_t jn = j + 1;
+            dead_now = jn < wk.n_items ? kvq_mma_dead_word(dead, wk.page_index(jn, warp) * G +
+                                                                 wk.chunk(jn) * KVQ_MMA_CHUNK) : 0u;
+        } else {
+            dead_bits = kvq_mma_dead_word(dead, slot0);
+        }
+        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
+        __syncwarp();
         const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-        kvq_mma_chunk<D, B, NQ, HILO, DEC>((const uint32_t *)buf,
-                                      (const uint32_t *)(buf + C::KWORDS * 4),
-                                      (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4),
-                                      pool.value_group, pool.zero_mode, s,
-                                      pi * G + chunk * KVQ_MMA_CHUNK, kb, st, lane);
+        const kvq_sz *vszc = (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4);
+        if (chunk == 0) {
+            const size_t page = PF ? 0 : (size_t)pages[pi];
+            kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, PF ? (const kvq_sz *)(buf + ksz_at) : pool.k_sz + page * D,
+                                                   pool.zero_mode, lane, kb);
+            if (DEC == KVQ_MMA_DEC_INT8 && !PF)
+                kvq_mma_value_exponent<HILO>(C::scales(pool, page, 0), n_vsz, pool.zero_mode, lane,
+                                             kb.v_pow, kb.v_inv);
+        }
+        if (DEC == KVQ_MMA_DEC_INT8 && PF)
+            kvq_mma_value_exponent<HILO>(vszc, KVQ_MMA_CHUNK * n_groups, pool.zero_mode, lane, kb.v_pow,
+                                         kb.v_inv);
+        kvq_mma_chunk<D, B, NQ, HILO, DEC, (OPT & KVQ_MMA_OPT_PRE) != 0>((const uint32_t *)buf,
+                                      (const uint32_t *)(buf + C::KWORDS * 4), vszc,
+                                      pool.value_group, pool.zero_mode, dead_bits, kb, st, lane);
         __syncwarp();                      /* its stage may now refill    */
     }
     kvq_dev_cp_wait<0>();
@@ -3291,9 +3380,12 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
 /* Partial results of the stream's sealed pages, splits split0 .. of
    n_splits in work (the same layout as Sec. 4's kernel). One warp owns a
    page at a time; STAGES = 1 reads chunks in place, STAGES >= 2 stages
-   them (dynamic shared memory of KVQ_MMA_WARPS * STAGES * stage_bytes). */
-template <int D, int B, int NQ, int HILO, int STAGES, int DEC>
-__global__ void __launch_bounds__(KVQ_MMA_WARPS * 32, KVQ_MMA_MIN_CTAS)
+   them (dynamic shared memory of KVQ_MMA_WARPS * STAGES * stage_bytes,
+   at least KVQ_MMA_WARPS * NH * D floats: the warps' sums reuse it).
+   OPT: KVQ_MMA_OPT_* (staged kernels only).                              */
+template <int D, int B, int NQ, int HILO, int STAGES, int DEC, int OPT>
+__global__ void __launch_bounds__(KVQ_MMA_WARPS * 32,
+                                  (OPT & KVQ_MMA_OPT_OCC5) && NQ == 1 ? KVQ_MMA_OCC_MIN_CTAS : KVQ_MMA_MIN_CTAS)
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                       int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                       float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int split0,
@@ -3302,8 +3394,13 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     typedef kvq_mma_shape<D, B, NQ> S;
     constexpr int NH = S::NH;
     KVQ_CUDA_SHARED(float, qs, [NH * D]);
-    KVQ_CUDA_SHARED(float, red_acc, [KVQ_MMA_WARPS][NH * D]);
     KVQ_CUDA_SHARED(float, red_ml, [KVQ_MMA_WARPS][2 * NH]);
+    /* the dynamic shared memory: the warps' stages (STAGES >= 2), then,
+       once every warp is done with them, the warps' accumulators for the
+       CTA's sum (KVQ_MMA_WARPS x NH x D floats; kvq_cuda__plan_mma sizes
+       it for both): not 8-16 KB of static memory beside the stages,
+       which at 4 bits left room for 4 CTAs per SM, not 5               */
+    KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_mma_dyn);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
     const int stream_id = blockIdx.x / n_hchunks, h0 = (blockIdx.x % n_hchunks) * NH;
     const kvq_cuda_stream *s = streams + stream_id;
@@ -3321,20 +3418,24 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
             const uint32_t pi = wk.page_index(j, warp);
             const size_t page = (size_t)s->pages[pi];
             const int chunk = wk.chunk(j);
-            if (chunk == 0)
-                kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, pool.k_sz + page * D, C::scales(pool, page, 0),
-                                                       (int)G * (D / pool.value_group), pool.zero_mode,
-                                                       lane, kb);
+            if (chunk == 0) {
+                kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
+                if (DEC == KVQ_MMA_DEC_INT8)
+                    kvq_mma_value_exponent<HILO>(C::scales(pool, page, 0), (int)G * (D / pool.value_group),
+                                                 pool.zero_mode, lane, kb.v_pow, kb.v_inv);
+            }
             kvq_mma_chunk<D, B, NQ, HILO, DEC>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
                                           C::scales(pool, page, chunk), pool.value_group,
-                                          pool.zero_mode, s, pi * G + chunk * KVQ_MMA_CHUNK, kb,
-                                          st, lane);
+                                          pool.zero_mode,
+                                          kvq_mma_dead_word(s->dead, pi * G + chunk * KVQ_MMA_CHUNK),
+                                          kb, st, lane);
         }
     } else {
-        KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_mma_stage);
-        kvq_mma_chunks_staged<D, B, NQ, HILO, STAGES, DEC>(pool, s, wk, qs, kvq_mma_stage, stage_bytes,
-                                                           st, warp, lane);
+        kvq_mma_chunks_staged<D, B, NQ, HILO, STAGES, DEC, OPT>(pool, s, wk, qs, kvq_mma_dyn,
+                                                                stage_bytes, st, warp, lane);
     }
+    __syncthreads();                          /* the stages are free now    */
+    float (&red_acc)[KVQ_MMA_WARPS][NH * D] = *reinterpret_cast<float (*)[KVQ_MMA_WARPS][NH * D]>(kvq_mma_dyn);
     /* this warp's sums over its lanes (l over gid: head tig), then the CTA's */
 #pragma unroll
     for (int qd = 0; qd < NQ; qd++) {
@@ -3607,37 +3708,105 @@ extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept)
 /* -- the launcher ------------------------------------------------------------ */
 typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
                                  float *, int, int, int);
-template <int D, int B, int NQ, int DEC>
-static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages)
+template <int D, int B, int NQ, int STAGES, int DEC, int OPT>
+static kvq_cuda__mma_fn kvq_cuda__mma_fn_h(int hilo)
 {
-    return stages == 1 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 1, DEC> : kvq_attend_mma_kernel<D, B, NQ, 0, 1, DEC>)
-         : stages == 2 ? (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 2, DEC> : kvq_attend_mma_kernel<D, B, NQ, 0, 2, DEC>)
-                       : (hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, 3, DEC> : kvq_attend_mma_kernel<D, B, NQ, 0, 3, DEC>);
+    return hilo ? kvq_attend_mma_kernel<D, B, NQ, 1, STAGES, DEC, OPT>
+                : kvq_attend_mma_kernel<D, B, NQ, 0, STAGES, DEC, OPT>;
+}
+/* The kernels built: in place (STAGES 1, no options); two stages with
+   the page parameters at the page start (opt 0), a page ahead (PF), that
+   built for 5 CTAs per SM (PF | OCC5), and with the value words read at
+   the chunk start (PF | PRE); three stages with PF.                     */
+template <int D, int B, int NQ, int DEC>
+static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages, int opt)
+{
+    constexpr int PF = KVQ_MMA_OPT_PF, OCC = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_OCC5,
+                  PRE = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_PRE;
+    return stages == 1  ? kvq_cuda__mma_fn_h<D, B, NQ, 1, DEC, 0>(hilo)
+         : stages == 3  ? kvq_cuda__mma_fn_h<D, B, NQ, 3, DEC, PF>(hilo)
+         : opt == 0     ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, 0>(hilo)
+         : opt == PF    ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PF>(hilo)
+         : opt == PRE   ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PRE>(hilo)
+                        : kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, OCC>(hilo);
 }
 template <int D, int B, int NQ>
-static kvq_cuda__mma_fn kvq_cuda__pick_mma_d(int hilo, int stages, int dec)
+static kvq_cuda__mma_fn kvq_cuda__pick_mma_d(int hilo, int stages, int opt, int dec)
 {
-    return dec == KVQ_MMA_DEC_MAGIC       ? kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_MAGIC>(hilo, stages)
-         : dec == KVQ_MMA_DEC_SUBNORMAL   ? kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_SUBNORMAL>(hilo, stages)
-                                          : kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_INT8>(hilo, stages);
+    return dec == KVQ_MMA_DEC_MAGIC       ? kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_MAGIC>(hilo, stages, opt)
+         : dec == KVQ_MMA_DEC_SUBNORMAL   ? kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_SUBNORMAL>(hilo, stages, opt)
+                                          : kvq_cuda__pick_mma_hs<D, B, NQ, KVQ_MMA_DEC_INT8>(hilo, stages, opt);
 }
 template <int D, int B>
-static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages, int dec)
+static kvq_cuda__mma_fn kvq_cuda__pick_mma(int nq, int hilo, int stages, int opt, int dec)
 {
-    return nq == 1 ? kvq_cuda__pick_mma_d<D, B, 1>(hilo, stages, dec)
-                   : kvq_cuda__pick_mma_d<D, B, 2>(hilo, stages, dec);
+    return nq == 1 ? kvq_cuda__pick_mma_d<D, B, 1>(hilo, stages, opt, dec)
+                   : kvq_cuda__pick_mma_d<D, B, 2>(hilo, stages, opt, dec);
+}
+
+/* Resident CTAs per SM of a kernel at a dynamic shared memory size, as
+   the runtime reports it (registers, shared memory, threads), asked once
+   per device, kernel and size and kept; 0 where the query fails.       */
+static int kvq_cuda__resident_ctas(kvq_cuda__mma_fn fn, size_t smem)
+{
+    struct seen_t { int dev; kvq_cuda__mma_fn fn; size_t smem; int ctas; };
+    static std::mutex lock;
+    static seen_t seen[64];
+    static int n_seen = 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    std::lock_guard<std::mutex> hold(lock);
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].dev == dev && seen[i].fn == fn && seen[i].smem == smem) return seen[i].ctas;
+    int ctas = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, fn, KVQ_MMA_WARPS * 32, smem) != cudaSuccess ||
+        ctas <= 0)
+        return 0;
+    if (n_seen < 64) seen[n_seen++] = seen_t{ dev, fn, smem, ctas };
+    return ctas;
+}
+
+/* v5's split count for n_ctas CTAs a split, at most max_splits. A wave
+   is what the GPU holds at once, slots = SMs x resident CTAs per SM.
+   With every CTA of a launch doing about the same work (a split's
+   pages), the launch takes about ceil(n_ctas s / slots) CTA lifetimes of
+   1/s of a stream each: the split count s that makes
+   waves(s) / s least fills whole waves (FlashInfer plans split-KV
+   against the kernel's real occupancy likewise). A count with more
+   splits must beat the best so far by 5% (each split adds a CTA's fixed
+   work and a partial result for the combine to read), and s stays at
+   most about four waves' worth. two_waves: the older rule, about two
+   waves whatever the last one holds (KVQ_CUDA_MMA_TWO_WAVES). 0 for
+   n_ctas or slots 0.                                                     */
+extern "C" size_t kvq_cuda_mma_splits(size_t n_ctas, size_t slots, size_t max_splits, int two_waves)
+{
+    if (n_ctas == 0 || slots == 0) return 0;        /* no launch to plan   */
+    if (max_splits > KVQ_CUDA_MAX_SPLITS) max_splits = KVQ_CUDA_MAX_SPLITS;
+    if (max_splits < 1) max_splits = 1;
+    if (two_waves) {
+        const size_t s = (2 * slots + n_ctas - 1) / n_ctas;
+        return s < 1 ? 1 : s > max_splits ? max_splits : s;
+    }
+    const size_t cap = (4 * slots + n_ctas - 1) / n_ctas;
+    size_t best = 1, best_waves = (n_ctas + slots - 1) / slots;
+    for (size_t s = 2; s <= max_splits && s <= cap; s++) {
+        const size_t waves = (n_ctas * s + slots - 1) / slots;
+        /* waves / s < 0.95 best_waves / best, in integers                 */
+        if (100 * waves * best < 95 * best_waves * s) { best = s; best_waves = waves; }
+    }
+    return best;
 }
 
 /* The v5 launch for a shape and variant: its kernel, dynamic shared
-   memory, chunk bytes, and its split count, planned against the kernel's
-   own occupancy (resident CTAs per SM, from the runtime) so that the
-   grid fills the GPU about twice over, each split keeping at least two
-   pages per warp. Returns false for a shape without a kernel.           */
+   memory, chunk bytes, and its split count (kvq_cuda_mma_splits, each
+   split keeping at least two pages per warp). Returns false for a shape
+   without a kernel.                                                     */
 struct kvq_cuda__mma_plan {
     kvq_cuda__mma_fn fn;
     size_t smem;                 /* the kernel's dynamic shared memory      */
     cudaError_t smem_set;        /* setting it as the kernel's limit        */
     int chunk_bytes, nq, n_hchunks;
+    int resident;                /* CTAs per SM the split count assumed     */
     int splits, splits_rest;     /* v5's splits, then Sec. 4's for the rest */
     size_t work_floats;          /* kvq_cuda_attend_mma_workspace's answer  */
 };
@@ -3653,29 +3822,35 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
                                                          : (variant & KVQ_CUDA_MMA_STAGES3) ? 3 : 2;
     const int dec = (variant & KVQ_CUDA_MMA_SUBNORMAL) ? KVQ_MMA_DEC_SUBNORMAL
                   : (variant & KVQ_CUDA_MMA_MAGIC)     ? KVQ_MMA_DEC_MAGIC : KVQ_MMA_DEC_INT8;
-    p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, dec)
-                                  : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, dec))
-                     : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages, dec)
-                                  : kvq_cuda__pick_mma<64, 4>(p->nq, hilo, stages, dec));
-    /* a chunk's staged bytes: key and value words, value (s, z)          */
+    const int opt = stages == 1 ? 0
+                  : (variant & KVQ_CUDA_MMA_NO_PREFETCH) ? 0
+                  : KVQ_MMA_OPT_PF | ((variant & KVQ_CUDA_MMA_OCC5) ? KVQ_MMA_OPT_OCC5 : 0) |
+                                     ((variant & KVQ_CUDA_MMA_PRELOAD) ? KVQ_MMA_OPT_PRE : 0);
+    p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, opt, dec)
+                                  : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, opt, dec))
+                     : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages, opt, dec)
+                                  : kvq_cuda__pick_mma<64, 4>(p->nq, hilo, stages, opt, dec));
+    /* a chunk's staged bytes: key and value words, value (s, z), and
+       with the prefetch the page's key (s, z) (kvq_mma_chunks_staged)    */
     p->chunk_bytes = 2 * 32 * (D * bits / 64) * 4 + 32 * (D / 16) * (bits == 4 ? 2 : 1) * 4 +
-                     KVQ_MMA_CHUNK * (D / value_group) * (int)sizeof(kvq_sz);
+                     KVQ_MMA_CHUNK * (D / value_group) * (int)sizeof(kvq_sz) +
+                     ((opt & KVQ_MMA_OPT_PF) ? D * (int)sizeof(kvq_sz) : 0);
+    /* the stages, and after them the warps' accumulators in the same bytes */
+    const size_t red_bytes = (size_t)KVQ_MMA_WARPS * 4 * p->nq * D * sizeof(float);
     p->smem = stages == 1 ? 0 : (size_t)KVQ_MMA_WARPS * stages * p->chunk_bytes;
-    int per_sm = 0;
+    if (p->smem < red_bytes) p->smem = red_bytes;
     p->smem_set = cudaFuncSetAttribute((const void *)p->fn,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem);
-    if (p->smem_set != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->fn, KVQ_MMA_WARPS * 32, p->smem) !=
-            cudaSuccess || per_sm <= 0)
-        per_sm = 2;                      /* sizes the grid only            */
+    if (p->smem_set == cudaSuccess && (opt & KVQ_MMA_OPT_OCC5))   /* room for 5 CTAs' stages */
+        p->smem_set = cudaFuncSetAttribute((const void *)p->fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           (int)cudaSharedmemCarveoutMaxShared);
+    const int per_sm = p->smem_set == cudaSuccess ? kvq_cuda__resident_ctas(p->fn, p->smem) : 0;
+    p->resident = per_sm > 0 ? per_sm : 2;          /* sizes the grid only */
     const size_t n_ctas = n_streams * (size_t)p->n_hchunks;
-    const size_t want = (size_t)kvq_cuda__sm_count() * (size_t)per_sm * 2;
-    size_t splits = (want + n_ctas - 1) / n_ctas;
-    const size_t by_pages = (max_tokens / (size_t)group + 1) / (2 * KVQ_MMA_WARPS);
-    if (splits > by_pages) splits = by_pages;
-    if (splits < 1) splits = 1;
-    if (splits > KVQ_CUDA_MAX_SPLITS) splits = KVQ_CUDA_MAX_SPLITS;
-    p->splits = (int)splits;
+    size_t by_pages = (max_tokens / (size_t)group + 1) / (2 * KVQ_MMA_WARPS);
+    if (by_pages > KVQ_CUDA_MAX_SPLITS) by_pages = KVQ_CUDA_MAX_SPLITS;
+    p->splits = (int)kvq_cuda_mma_splits(n_ctas, (size_t)kvq_cuda__sm_count() * (size_t)p->resident,
+                                         by_pages, (variant & KVQ_CUDA_MMA_TWO_WAVES) != 0);
     /* the rest of a stream: at most a page, its tails and a window        */
     kvq_cuda_attend_workspace(n_streams, n_rep, D, group, 2 * (size_t)group + 64, &p->splits_rest);
     p->work_floats = n_streams * (size_t)n_rep * (size_t)(p->splits + p->splits_rest) * (size_t)(D + 2);
@@ -3738,7 +3913,19 @@ extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
                            shared memory); not with KVQ_CUDA_MMA_DIRECT
      KVQ_CUDA_MMA_SUBNORMAL  the subnormal decode (Sec. 7: no HFMA2 per
                            two codes); refused on a GPU whose tensor cores
-                           flush fp16 subnormal inputs                     */
+                           flush fp16 subnormal inputs
+     KVQ_CUDA_MMA_NO_PREFETCH  each page's parameters (page number, key
+                           (s, z), the integer decode's value exponent)
+                           loaded at its start, not staged a page ahead
+     KVQ_CUDA_MMA_TWO_WAVES  splits for about two waves of CTAs, not
+                           whole waves (kvq_cuda_mma_splits)
+     KVQ_CUDA_MMA_OCC5     the kernel built for 5 CTAs per SM (at most 96
+                           registers a thread; GQA <= 4, one quad of heads:
+                           two spill there, so GQA > 4 keeps the default's
+                           bound) and the largest shared memory carveout
+     KVQ_CUDA_MMA_PRELOAD  a chunk's value words read into registers at
+                           its start, before the key MMAs
+   (NO_PREFETCH, OCC5 and PRELOAD: two stages only, one at a time.)       */
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
@@ -3750,8 +3937,16 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |
-                    KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_MAGIC))
+                    KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_NO_PREFETCH |
+                    KVQ_CUDA_MMA_TWO_WAVES | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d unknown", variant);
+    const int kernel_opts = KVQ_CUDA_MMA_NO_PREFETCH | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD;
+    if ((variant & kernel_opts) && (variant & (KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3)))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: NO_PREFETCH, OCC5 and "
+                              "PRELOAD are built with two stages only (not DIRECT or STAGES3)", variant);
+    if ((variant & kernel_opts) & ((variant & kernel_opts) - 1))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: NO_PREFETCH, OCC5 and "
+                              "PRELOAD are built one at a time", variant);
     if ((variant & KVQ_CUDA_MMA_MAGIC) && (variant & KVQ_CUDA_MMA_SUBNORMAL))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d asks for two decodes "
                               "(MAGIC and SUBNORMAL)", variant);
@@ -3871,12 +4066,17 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 #define KVQ_CUDA_MMA_SUBNORMAL 4
 #define KVQ_CUDA_MMA_STAGES3 8
 #define KVQ_CUDA_MMA_MAGIC   16
+#define KVQ_CUDA_MMA_NO_PREFETCH 32
+#define KVQ_CUDA_MMA_TWO_WAVES 64
+#define KVQ_CUDA_MMA_OCC5    128
+#define KVQ_CUDA_MMA_PRELOAD 256
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
                                            float *d_out, float *d_work, size_t work_floats,
                                            int *d_status, int variant, cudaStream_t stream);
 extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep);
+extern "C" size_t kvq_cuda_mma_splits(size_t n_ctas, size_t slots, size_t max_splits, int two_waves);
 extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_status(const int *d_status, cudaStream_t stream);

@@ -43,7 +43,11 @@
                 stages, not two), magic (the f16 MMA with the magic
                 decode; the default is the integer MMA), sub (the f16
                 MMA with the subnormal decode; refused where it is not
-                exact)
+                exact), nopf (each page's parameters loaded at its start,
+                not staged a page ahead), 2w (the older split rule,
+                about two waves, not whole waves), occ5 (built for 5
+                CTAs per SM: at most 96 registers, largest carveout),
+                pre (a chunk's value words into registers at its start)
    (bench/gpu_campaign.sh's comparisons). --long-csv FILE appends one row
    per (shape, kernel) to FILE as each is measured (a header when the file
    is new): what a run cut off part-way still leaves behind. Each shape is
@@ -389,9 +393,15 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #ifdef KVQ_CUDA_MMA_MAGIC
                 else if (flag == "magic") variant |= KVQ_CUDA_MMA_MAGIC;
 #endif
+#ifdef KVQ_CUDA_MMA_OCC5
+                else if (flag == "nopf") variant |= KVQ_CUDA_MMA_NO_PREFETCH;
+                else if (flag == "2w") variant |= KVQ_CUDA_MMA_TWO_WAVES;
+                else if (flag == "occ5") variant |= KVQ_CUDA_MMA_OCC5;
+                else if (flag == "pre") variant |= KVQ_CUDA_MMA_PRELOAD;
+#endif
                 else {
                     fprintf(stderr, "bench_gpu: --kernels: unknown v5 flag '%s' in '%s' "
-                            "(hi, direct, sub, s3, magic)\n", flag.c_str(), k.c_str());
+                            "(hi, direct, sub, s3, magic, nopf, 2w, occ5, pre)\n", flag.c_str(), k.c_str());
                     return false;
                 }
                 f = e + 1;
@@ -404,7 +414,7 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #endif
         } else {
             fprintf(stderr, "bench_gpu: --kernels: unknown kernel '%s' "
-                    "(fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic])\n", k.c_str());
+                    "(fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+nopf+2w+occ5+pre])\n", k.c_str());
             return false;
         }
     }
@@ -444,7 +454,7 @@ static bool seal_copy(attn_problem &P, std::string &why)
 /* Validate, then time, one selected kernel on P. 0: timed; 1: invalid
    (not timed); 2: refused by the library (why says so).                  */
 static int run_kernel(attn_problem &P, const kernel_sel &k, float *ms_out, double *err_out,
-                      std::string &why)
+                      std::string &why, std::string &splits)
 {
     if (k.kind == 0 || k.kind == 1) return run_attn(P, false, k.kind == 0, ms_out, err_out) ? 0 : 1;
 #ifdef KVQ_CUDA_MMA_HILO
@@ -454,6 +464,7 @@ static int run_kernel(attn_problem &P, const kernel_sel &k, float *ms_out, doubl
     int s5 = 0, s3 = 0;
     const size_t wf = kvq_cuda_attend_mma_workspace(S, n_rep, D, P.G, P.B, P.pool.value_group, k.variant,
                                                     P.T, &s5, &s3);
+    splits = " | splits " + std::to_string(s5) + "+" + std::to_string(s3);
     float *d_q, *d_out, *d_work;
     int *d_status;
     CU(cudaMalloc(&d_q, S * n_rep * D * 4)); CU(cudaMalloc(&d_out, S * n_rep * D * 4));
@@ -533,16 +544,17 @@ static void bench_kernels(const std::vector<attn_shape> &shapes, const std::vect
         for (const kernel_sel &k : ks) {
             float ms = 0;
             double err = 0;
-            std::string why;
+            std::string why, splits;           /* v5: its split counts (v5 + the rest) */
             attn_problem &X = k.kind == 2 ? F : P;
             const int rc = k.kind == 2 ? (run_attn(F, true, true, &ms, &err) ? 0 : 1)
-                                       : run_kernel(P, k, &ms, &err, why);
+                                       : run_kernel(P, k, &ms, &err, why, splits);
             if (k.kind == 0 && rc == 0) fused_ms = ms;
             const double gbps = rc == 0 ? X.bytes / (ms * 1e-3) / 1e9 : 0;
             if (rc == 0)
-                printf("%2d %4d %3d %7zu %4zu | %-16s | %9.1f %7.0f %5.1f%% | %8s | %.1e\n", sh.B, sh.G, sh.gqa,
+                printf("%2d %4d %3d %7zu %4zu | %-16s | %9.1f %7.0f %5.1f%% | %8s | %.1e%s\n", sh.B, sh.G, sh.gqa,
                        sh.T, sh.S, k.name.c_str(), ms * 1e3, gbps, 100 * gbps / copy,
-                       fused_ms > 0 ? (std::to_string(fused_ms / ms).substr(0, 5) + "x").c_str() : "-", err);
+                       fused_ms > 0 ? (std::to_string(fused_ms / ms).substr(0, 5) + "x").c_str() : "-", err,
+                       splits.c_str());
             else if (rc == 1)
                 printf("%2d %4d %3d %7zu %4zu | %-16s | INVALID (err %.1e): not timed\n", sh.B, sh.G, sh.gqa,
                        sh.T, sh.S, k.name.c_str(), err);
@@ -761,7 +773,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]... "
                     "[--kernels LIST] [--long-csv FILE] [--copy] [--dry-run]\n"
-                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic])\n");
+                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+nopf+2w+occ5+pre])\n");
             return 2;
         }
     }

@@ -25,7 +25,10 @@
                          DRAM latency (~3 TB/s x ~0.7 us = ~2 MB over 132
                          SMs, ~16 KB per SM) needs at least 8 such warps;
                          12 leaves a margin. Today's NH = 1 kernel is built
-                         for the same 3 CTAs.
+                         for the same 3 CTAs. Its OCC5 instantiations
+                         (OPT & 2, kvq_cuda_attend_mma's KVQ_CUDA_MMA_OCC5)
+                         with NQ = 1 are built for KVQ_MMA_OCC_MIN_CTAS
+                         = 5: <= 96 (NQ = 2 keeps KVQ_MMA_MIN_CTAS).
    Every other kernel is listed (spills and stack shown) but not gated.
 
 2. SASS INSTRUCTIONS PER KB OF CODES of the tensor-core path (sm_90), a
@@ -215,8 +218,10 @@ def resource_gates(ptxas_args, defs, known):
             name = names[r["mangled"]].split("(")[0].replace("void ", "")
             limit, threads = None, 128
             a = template_args(name, "kvq_attend_mma_kernel")
-            if a:
-                threads, limit = 32 * warps_mma, reg_limit(mma_ctas, 32 * warps_mma)
+            if a:                       # <D, B, NQ, HILO, STAGES, DEC, OPT>: OPT & 2 = OCC5
+                occ5 = len(a) >= 7 and a[6] & OPT_OCC5 and a[2] == 1   # NQ = 1 only
+                threads = 32 * warps_mma
+                limit = reg_limit(defs.get("KVQ_MMA_OCC_MIN_CTAS", 5) if occ5 else mma_ctas, threads)
             else:
                 a = template_args(name, "kvq_attend_kernel")
                 if a:
@@ -249,7 +254,8 @@ def resource_gates(ptxas_args, defs, known):
             seen.setdefault(arch, set()).add(name)
             a = template_args(name, "kvq_attend_mma_kernel")
             if a and a[0] == 128 and len(a) >= 5:
-                key = (arch, a[2], a[4])       # <D, B, NQ, HILO, STAGES, ...>
+                # <D, B, NQ, HILO, STAGES, DEC, OPT>: OPT & 1 stages the key (s, z)
+                key = (arch, a[2], a[4], bool(len(a) >= 7 and a[6] & OPT_PF))
                 mma_static[key] = max(mma_static.get(key, 0), r["smem"])
     archs = list(seen)
     for arch in archs:
@@ -271,6 +277,8 @@ def resource_gates(ptxas_args, defs, known):
 
 
 DEFAULT_STAGES = 2                      # kvq_cuda_attend_mma's variant 0
+OPT_PF, OPT_OCC5 = 1, 2                 # kvq_cuda.cu's KVQ_MMA_OPT_PF, _OCC5
+DEFAULT_OPT = OPT_PF                    # variant 0: the page parameters prefetched
 
 
 def staging_table(defs, mma_static):
@@ -278,22 +286,26 @@ def staging_table(defs, mma_static):
     stage count: the static part (ptxas, the most over its instantiations
     of that NQ, count and architecture) plus the dynamic staging kvq_cuda__plan_mma asks for,
     KVQ_MMA_WARPS x STAGES x chunk bytes, a chunk being 32 tokens' key and
-    value words and value (s, z) pairs (4 bytes each)."""
+    value words and value (s, z) pairs (4 bytes each), and with the
+    prefetch (OPT & 1) the page's D key (s, z) pairs; at least the warps'
+    accumulators (4 warps x 4 NQ heads x D floats), which reuse it."""
     if not mma_static:
         return
     warps, chunk = defs.get("KVQ_MMA_WARPS", 4), defs.get("KVQ_MMA_CHUNK", 32)
     print(f"\nkvq_attend_mma_kernel shared memory per CTA, D = 128: static (ptxas) + staging "
           f"({warps} warps x STAGES x chunk bytes); KB")
     cases = [(b, gv) for b in (2, 4) for gv in (128, 32)]
-    print(f"{'arch':6s} {'heads':>5s} {'stages':>6s} {'static':>7s} " +
+    print(f"{'arch':6s} {'heads':>5s} {'stages':>6s} {'pf':>3s} {'static':>7s} " +
           " ".join(f"{f'B={b} Gv={gv}':>12s}" for b, gv in cases))
-    for (arch, nq, stages), static in sorted(mma_static.items()):
+    for (arch, nq, stages, pf), static in sorted(mma_static.items()):
         row = []
         for b, gv in cases:
             chunk_bytes = (2 * 32 * (128 * b // 64) * 4 + 32 * (128 // 16) * (2 if b == 4 else 1) * 4
-                           + chunk * (128 // gv) * 4)
-            row.append((static + (0 if stages == 1 else warps * stages * chunk_bytes)) / 1024)
-        print(f"{arch:6s} {4 * nq:>5} {stages:>6} {static / 1024:7.1f} " + " ".join(f"{x:12.1f}" for x in row))
+                           + chunk * (128 // gv) * 4 + (128 * 4 if pf else 0))
+            red = warps * 4 * nq * 128 * 4          # the warps' sums reuse the stages
+            row.append((static + max(red, 0 if stages == 1 else warps * stages * chunk_bytes)) / 1024)
+        print(f"{arch:6s} {4 * nq:>5} {stages:>6} {'yes' if pf else 'no':>3} {static / 1024:7.1f} " +
+              " ".join(f"{x:12.1f}" for x in row))
 
 
 # --------------------------------------------------------------------- SASS
@@ -702,6 +714,10 @@ def variant_name(v):
             out.append("direct" if x == 1 else f"{x} stages")
         elif k == "SUB":
             out.append("subnormal" if x else "magic")
+        elif k == "OPT":                # kvq_cuda.cu's KVQ_MMA_OPT_*
+            out.append({0: "page-start", OPT_PF: "prefetch",
+                        OPT_PF | OPT_OCC5: "prefetch, 5 CTAs",
+                        OPT_PF | 4: "prefetch, value words early"}.get(x, f"OPT={x}"))
         elif k == "DEC":                # kvq_cuda.cu's KVQ_MMA_DEC_*
             out.append({0: "int8", 1: "magic", 2: "subnormal"}.get(x, f"DEC={x}"))
         else:
@@ -736,6 +752,9 @@ def sass_counts(sass_path, probe_path, core_path, source):
         lowest = collections.defaultdict(lambda: None)
         for v in var.values():
             for k, x in v.items():
+                if k == "OPT":
+                    lowest[k] = DEFAULT_OPT
+                    continue
                 if k == "STAGES":
                     rank = lambda y: (y == DEFAULT_STAGES, y)   # noqa: E731
                     lowest[k] = x if lowest[k] is None else max(lowest[k], x, key=rank)

@@ -591,7 +591,11 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
                          : (variant & KVQ_CUDA_MMA_SUBNORMAL) ? "mma-sn"
                          : (variant & KVQ_CUDA_MMA_MAGIC) ? "mma-mg"
                          : (variant & KVQ_CUDA_MMA_DIRECT) ? "mma-di"
-                         : (variant & KVQ_CUDA_MMA_STAGES3) ? "mma-s3" : "mma";
+                         : (variant & KVQ_CUDA_MMA_STAGES3) ? "mma-s3"
+                         : (variant & KVQ_CUDA_MMA_NO_PREFETCH) ? "mma-np"
+                         : (variant & KVQ_CUDA_MMA_OCC5) ? "mma-o5"
+                         : (variant & KVQ_CUDA_MMA_PRELOAD) ? "mma-pl"
+                         : (variant & KVQ_CUDA_MMA_TWO_WAVES) ? "mma-2w" : "mma";
         CHECK(status == KVQ_OK, "%s %s: %s", kind, pol_name[pol], kvq_cuda_why());
         CHECK(bad == 0, "%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
               "%zu rows over tolerance %.0e, worst rel err %.3g", kind, pol_name[pol], D, bits, G,
@@ -611,8 +615,48 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
     for (auto &c : caches) kvq_cache_free(&c);
 }
 
+/* kvq_cuda_mma_splits against brute force: for launches of n_ctas CTAs
+   a split on a GPU holding `slots` at once, the launch time in CTA
+   lifetimes of a split, ceil(n_ctas s / slots) / s, of the count it
+   picks is within 5% of the best count up to its cap (max_splits, and
+   four waves' worth), never above the cap, and no larger count is more
+   than 5% better; the older rule's count is never better by more. Uneven
+   counts (pages not divisible by splits) are run by the attention cases
+   (T = 6000 at G = 128: 47 pages over the splits). */
+static void test_mma_splits(void)
+{
+    size_t bad = 0, fuller = 0, cases = 0;
+    for (size_t n_ctas : { 1, 3, 6, 8, 64, 100, 256, 512, 1024, 5000 })
+        for (size_t slots : { 1, 100, 132 * 3, 132 * 4, 132 * 5, 114 * 4 })
+            for (size_t max_splits : { 1, 2, 7, 32, 128 }) {
+                const size_t s = kvq_cuda_mma_splits(n_ctas, slots, max_splits, 0);
+                const size_t cap = std::min(max_splits, (4 * slots + n_ctas - 1) / n_ctas);
+                auto cost = [&](size_t k) { return (double)((n_ctas * k + slots - 1) / slots) / (double)k; };
+                double best = cost(1);
+                for (size_t k = 2; k <= cap; k++) best = std::min(best, cost(k));
+                cases++;
+                if (s < 1 || s > std::max<size_t>(cap, 1) || cost(s) > best / 0.95 + 1e-12) bad++;
+                const size_t old = kvq_cuda_mma_splits(n_ctas, slots, max_splits, 1);
+                if (old < 1 || old > max_splits) bad++;
+                if (old <= cap && cost(old) < 0.95 * cost(s) - 1e-12) bad++;
+                fuller += cost(s) < cost(old) - 1e-12;
+            }
+    CHECK(bad == 0, "kvq_cuda_mma_splits: %zu of %zu launches off the brute-force best", bad, cases);
+    CHECK(fuller > 0, "kvq_cuda_mma_splits: never fuller waves than the two-wave rule");
+    CHECK(kvq_cuda_mma_splits(0, 528, 8, 0) == 0 && kvq_cuda_mma_splits(256, 0, 8, 0) == 0,
+          "kvq_cuda_mma_splits: an empty launch or GPU was planned");
+    /* H100, 4 CTAs per SM, 256 streams of one CTA a split: 2 splits fill
+       97% of one wave; the two-wave rule's 5 fill 2.42 waves            */
+    CHECK(kvq_cuda_mma_splits(256, 528, 64, 0) == 2 && kvq_cuda_mma_splits(256, 528, 64, 1) == 5,
+          "kvq_cuda_mma_splits: 256 CTAs on 528 slots gave %zu (whole waves) and %zu (two waves)",
+          kvq_cuda_mma_splits(256, 528, 64, 0), kvq_cuda_mma_splits(256, 528, 64, 1));
+    printf("  mma splits: %zu launches within 5%% of the best whole-wave count, %zu fuller than two waves\n",
+           cases, fuller);
+}
+
 static void test_attend_mma(void)
 {
+    test_mma_splits();
     auto mma = [](int pol, size_t D, int bits, size_t G, int n_rep, size_t n, size_t len,
                   int variant = KVQ_CUDA_MMA_HILO) {
         test_attend_case(pol, D, bits, G, n_rep, n, len, variant);
@@ -665,6 +709,27 @@ static void test_attend_mma(void)
     mma(POL_KIVI, 128, 2, 128, 4, 6, 3000, KVQ_CUDA_MMA_STAGES3);
     mma(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_STAGES3);
     mma(POL_LOGQUANT, 128, 2, 64, 1, 4, 1100, KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_HI_ONLY);
+    /* the page parameters at the page start, not staged a page ahead
+       (the integer decode's value exponent then per page, not per chunk;
+       dead slots read at the chunk, not a chunk ahead)                   */
+    mma(POL_KIVI, 128, 4, 128, 4, 4, 1500, KVQ_CUDA_MMA_NO_PREFETCH);
+    mma(POL_EVICT, 128, 4, 32, 8, 6, 1500, KVQ_CUDA_MMA_NO_PREFETCH);
+    mma(POL_OTT, 64, 2, 32, 8, 4, 900, KVQ_CUDA_MMA_NO_PREFETCH | KVQ_CUDA_MMA_MAGIC);
+    kv_extreme = true;
+    mma(POL_KIVI, 64, 4, 128, 1, 4, 1200, KVQ_CUDA_MMA_NO_PREFETCH);
+    kv_extreme = false;
+    /* built for 5 CTAs per SM (its own registers and carveout)           */
+    mma(POL_KIVI, 128, 2, 64, 1, 4, 1200, KVQ_CUDA_MMA_OCC5);
+    mma(POL_EVICT, 128, 4, 128, 4, 4, 1200, KVQ_CUDA_MMA_OCC5);
+    mma(POL_LOGQUANT, 128, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_HI_ONLY);
+    /* a chunk's value words read at its start                            */
+    mma(POL_KIVI, 128, 4, 128, 4, 4, 1200, KVQ_CUDA_MMA_PRELOAD);
+    mma(POL_OTT, 128, 2, 32, 8, 4, 900, KVQ_CUDA_MMA_PRELOAD);
+    mma(POL_KIVI, 64, 4, 64, 1, 4, 900, KVQ_CUDA_MMA_PRELOAD | KVQ_CUDA_MMA_MAGIC);
+    /* the older split rule (about two waves): other split counts over the
+       same pages, the combine covering each                              */
+    mma(POL_KIVI, 128, 2, 128, 4, 6, 6000, KVQ_CUDA_MMA_TWO_WAVES);
+    mma(POL_OTT, 64, 4, 32, 1, 4, 900, KVQ_CUDA_MMA_TWO_WAVES | KVQ_CUDA_MMA_MAGIC);
     /* the subnormal decode: exact where the tensor cores keep fp16
        subnormal inputs and multiply them exactly (the probe runs both
        decodes against each other), refused with a reason elsewhere      */
@@ -702,7 +767,13 @@ static void test_attend_mma(void)
     };
     CHECK(refused(nullptr, 64, wf, 0, KVQ_ERR_NULL), "mma: a NULL pool was accepted");
     CHECK(refused(&b.pool, 64, wf - 1, 0, KVQ_ERR_CAPACITY), "mma: a small workspace was accepted");
-    CHECK(refused(&b.pool, 64, wf, 32, KVQ_ERR_CONFIG), "mma: variant 32 was accepted");
+    CHECK(refused(&b.pool, 64, wf, 512, KVQ_ERR_CONFIG), "mma: variant 512 was accepted");
+    CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_NO_PREFETCH | KVQ_CUDA_MMA_DIRECT, KVQ_ERR_CONFIG) &&
+          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_STAGES3, KVQ_ERR_CONFIG) &&
+          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_PRELOAD | KVQ_CUDA_MMA_DIRECT, KVQ_ERR_CONFIG) &&
+          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_NO_PREFETCH, KVQ_ERR_CONFIG) &&
+          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD, KVQ_ERR_CONFIG),
+          "mma: a prefetch or occupancy option without its kernel was accepted");
     CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_SUBNORMAL, KVQ_ERR_CONFIG),
           "mma: two decodes at once were accepted");
     CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3, KVQ_ERR_CONFIG),

@@ -1135,6 +1135,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev)
 }
 cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int value)
 {
+    if (fn && attr == cudaFuncAttributePreferredSharedMemoryCarveout)  /* a hint: checked, kept nowhere */
+        return value >= -1 && value <= 100 ? cudaSuccess : cudaErrorInvalidValue;
     if (!fn || attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
     if (value < 0 || value > 227 * 1024)
         return set_error(cudaErrorInvalidValue, "cudaFuncSetAttribute: %d bytes of dynamic shared "

@@ -131,7 +131,9 @@ enum cudaMemcpyKind {
     cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4
 };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+                         cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+enum cudaSharedCarveout { cudaSharedmemCarveoutDefault = -1, cudaSharedmemCarveoutMaxShared = 100 };
 typedef struct kvq_emu_stream_t *cudaStream_t;
 typedef struct kvq_emu_event_t *cudaEvent_t;
 struct cudaDeviceProp {

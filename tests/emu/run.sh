@@ -73,9 +73,10 @@ done
 # the GPU campaign's benchmark path (bench_gpu --kernels: the pages sealed
 # into a copy, kvq_cuda_attend_mma's workspace and call, the float64 check
 # before timing) on one small shape: every kernel valid, none refused
-echo "--- bench_gpu --kernels on the emulator: today's kernel and five v5 variants valid"
-out=$("$B/emu/bench_gpu" --kernels fused,v5,v5:hi,v5:direct,v5:s3,v5:sub --shape 2,32,4,2,512 2>&1); rc=$?
-printf '%s\n' "$out" | tail -n 7
+echo "--- bench_gpu --kernels on the emulator: today's kernel and ten v5 variants valid"
+out=$("$B/emu/bench_gpu" --kernels fused,v5,v5:hi,v5:direct,v5:s3,v5:sub,v5:nopf,v5:2w,v5:occ5,v5:pre,v5:magic+occ5 \
+      --shape 2,32,4,2,512 2>&1); rc=$?
+printf '%s\n' "$out" | tail -n 12
 if [ "$rc" -eq 0 ] && ! printf '%s\n' "$out" | grep -qE 'INVALID|refused'; then pass=$((pass + 1))
 else echo "bench_gpu --kernels: exit $rc, or a kernel INVALID or refused"; fail=$((fail + 1)); fi
 # the tensor-core kernel's accuracy must not rest on the MMA's rounding or
