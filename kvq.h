@@ -4146,7 +4146,7 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
      2-bit caches (KIVI-2,     0.77 / 1.52  1.42 / 2.45  2.26 / 6.05
        OTT-2, LogQuant-2)
      KIVI-4                    1.24 / 1.84  1.40 / 2.45  2.83 / 5.93
-     HF-2 (per-token keys)     0.56 / 1.04  1.30 / 2.24  2.10 / 6.30
+     HF-2 (per-token keys)     0.56 / 1.04  1.18 / 2.12  2.10 / 6.30
      fp32 and fp16 rows        no more than the plain fp32 loop's count
                                (measured, fp32 / fp16 against the loop:
                                AVX-512 0.72 / 0.75 against 0.97 and
@@ -4174,7 +4174,8 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    With several heads a table per head costs more than it saves, and
    n_q = 4 keeps one code per lane (a shift, mask and convert per 16
    codes, one multiply-add per head), except HF-2's per-token keys, whose
-   tables are built once per walk.                                        */
+   tables are built once per walk. AVX2 looks the per-token keys' pairs up
+   too, 8 entries a vpermps and a blend on the index's bit 3.            */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
@@ -5428,7 +5429,7 @@ static void kvq__ab_columns(const float *sf /* (rows, ng, 2) */, size_t ng, size
     }
 }
 
-#if KVQ__W == 16
+#if KVQ__W == 16 || KVQ__W == 8
 /* kvq__token_block's table of 2-bit channel pairs for n heads: entry
    (h, p, i) = q_2p (i & 3) + q_2p+1 (i >> 2), the pair (2p, 2p+1) with
    codes (i & 3, i >> 2), by the expression the block uses without it.    */
@@ -5471,7 +5472,7 @@ static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
    code pairs, so the same floats) a pair is one shift, one permute
    (vpermps reads the low 4 bits of each lane: c_d + 4 c_{d+1}) and one
    addition per head, against two shifts, masks, conversions and
-   multiply-adds.                                                          */
+   multiply-adds (AVX2: two 8-entry vpermps and a blend on bit 3).       */
 static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *idx,
                                          const kvq__u16 *cols /* (gpu wpg) or NULL */,
                                          const float *pairs /* (NH, D/2, 16) or NULL */,
@@ -5504,6 +5505,19 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                         for (h = 0; h < NH; h++)
                             t[h].part[0] = (kvq__vf)_mm512_permutexvar_ps(
                                 c2, _mm512_loadu_ps(pairs + ((size_t)h * D + d) * 8));
+                    } else
+#elif KVQ__W == 8
+                    if (pairs) {                /* 8 entries a vpermps:  */
+                        KVQ__EACH(p) {          /* bit 3 picks the half  */
+                            const __m256i c2 = (__m256i)(x.part[p] >> (uint32_t)(2 * e));
+                            const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(c2, 28));
+                            for (h = 0; h < NH; h++) {
+                                const float *tb = pairs + ((size_t)h * D + d) * 8;
+                                t[h].part[p] = (kvq__vf)_mm256_blendv_ps(
+                                    _mm256_permutevar8x32_ps(_mm256_loadu_ps(tb), c2),
+                                    _mm256_permutevar8x32_ps(_mm256_loadu_ps(tb + 8), c2), upper);
+                            }
+                        }
                     } else
 #endif
                     {
@@ -6049,15 +6063,16 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 }
 
 /* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V.
-   With AVX-512, 2-bit per-token keys (16 | G) and up to KVQ__PAIR_HEAD_DIMS
-   query values in the batch, the keys' pair table lives here, 32 KB at
-   most (8 floats per query value): built once per walk.                  */
+   With AVX-512 or AVX2, 2-bit per-token keys (16 | G) and up to
+   KVQ__PAIR_HEAD_DIMS query values in the batch, the keys' pair table
+   lives here, 32 KB at most (8 floats per query value): built once per
+   walk.                                                                  */
 #define KVQ__PAIR_HEAD_DIMS 1024
 static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
 {
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, h, d, j, u, r;
-#if KVQ__W == 16
+#if KVQ__W == 16 || KVQ__W == 8
     float pairs[8 * KVQ__PAIR_HEAD_DIMS];               /* (n, D/2, 16)      */
     H->pairs = NULL;
     if (s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && s->bits == 2 &&
