@@ -4143,9 +4143,9 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    query heads per KV head (GQA):
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.77 / 1.52  1.42 / 2.45  2.26 / 6.05
+     2-bit caches (KIVI-2,     0.77 / 1.52  1.45 / 2.48  2.26 / 6.05
        OTT-2, LogQuant-2)
-     KIVI-4                    1.24 / 1.84  1.40 / 2.45  2.83 / 5.93
+     KIVI-4                    1.24 / 1.84  1.43 / 2.48  2.83 / 5.93
      HF-2 (per-token keys)     0.56 / 1.04  1.18 / 2.12  2.10 / 6.30
      fp32 and fp16 rows        no more than the plain fp32 loop's count
                                (measured, fp32 / fp16 against the loop:
