@@ -1474,6 +1474,17 @@ static int snap_same(const snap *a, const snap *b, size_t D, int with_alloc)
     if (with_alloc && x->allocated != y->allocated) return 0;
     return memcmp(a->rows, b->rows, 2 * a->n_pos * D * sizeof(float)) == 0;
 }
+/* kvq_why() names element i of `name` and why, as the element-by-element
+   check always has: "is NaN" / "is Inf", or "= <value> exceeds"          */
+static int why_names(const char *name, size_t i, float x)
+{
+    char want[128];
+    if (x != x || x - x != 0.0f)
+        snprintf(want, sizeof want, "%s element %zu is %s", name, i, x != x ? "NaN" : "Inf");
+    else
+        snprintf(want, sizeof want, "%s element %zu = %g exceeds", name, i, (double)x);
+    return strstr(kvq_why(), want) != NULL;
+}
 static int poisoned(const void *buf, size_t n)
 {
     const unsigned char *b = (const unsigned char *)buf;
@@ -1487,20 +1498,21 @@ static void test_bad_input(void)
     rng r = { 0xBAD1ull };
     int pol;
     for (pol = 0; pol < 3; pol++) {
-        size_t D = 32, T = 5, i, n_pos, nf, ns;
+        size_t D = pol == 2 ? 20 : 32, T = 5, i, n_pos, nf, ns;   /* D = 20: the
+                                              input check's tail past 16 lanes */
         kvq_config cfg;
         kvq_cache c, e;
         snap before;
         const char *pname;
         float k[32], v[32], *K, *V, q[2 * 32], out[2 * 32], probs[2 * 64], rd[32];
         float *scratch;
-        float badv[3], bigv[4];
+        float badv[3], bigv[5];
         size_t at[3];
         int which, b;
         badv[0] = NAN; badv[1] = INFINITY; badv[2] = -INFINITY;
         bigv[0] = nextafterf(KVQ_MAX_ABS_INPUT, INFINITY);
         bigv[1] = -nextafterf(KVQ_MAX_ABS_INPUT, INFINITY);
-        bigv[2] = 40000.0f; bigv[3] = 1e30f;
+        bigv[2] = 40000.0f; bigv[3] = 1e30f; bigv[4] = -3.40282347e38f;  /* -FLT_MAX */
         if (pol == 0) {
             cfg = kvq_config_kivi(D, 2); cfg.group = 8; cfg.residual = 16; pname = "KIVI";
         } else if (pol == 1) {
@@ -1555,12 +1567,16 @@ static void test_bad_input(void)
                     snprintf(label, sizeof label, "append %s[%zu] = %g", which ? "v" : "k",
                              at[i], (double)badv[b]);
                     BAD_CACHE(kvq_cache_append(&c, k, v), KVQ_ERR_NONFINITE, label);
+                    CHECK(why_names(which ? "v" : "k", at[i], badv[b]), "%s: %s: kvq_why() "
+                          "is \"%s\"", pname, label, kvq_why());
                 }
-                for (b = 0; b < 4; b++) {
+                for (b = 0; b < 5; b++) {
                     x[at[i]] = bigv[b];
                     snprintf(label, sizeof label, "append %s[%zu] = %g", which ? "v" : "k",
                              at[i], (double)bigv[b]);
                     BAD_CACHE(kvq_cache_append(&c, k, v), KVQ_ERR_RANGE, label);
+                    CHECK(why_names(which ? "v" : "k", at[i], bigv[b]), "%s: %s: kvq_why() "
+                          "is \"%s\"", pname, label, kvq_why());
                 }
                 x[at[i]] = saved;
             }
@@ -1574,11 +1590,37 @@ static void test_bad_input(void)
                     snprintf(label, sizeof label, "prefill %s[%zu] = %g", which ? "V" : "K",
                              at[i], (double)badv[b]);
                     BAD_CACHE(kvq_cache_prefill(&c, K, V, T), KVQ_ERR_NONFINITE, label);
+                    CHECK(why_names(which ? "V" : "K", at[i], badv[b]), "%s: %s: kvq_why() "
+                          "is \"%s\"", pname, label, kvq_why());
                 }
-                X[at[i]] = bigv[(i + (size_t)which) % 4];
-                snprintf(label, sizeof label, "prefill %s[%zu] = %g", which ? "V" : "K",
-                         at[i], (double)X[at[i]]);
-                BAD_CACHE(kvq_cache_prefill(&c, K, V, T), KVQ_ERR_RANGE, label);
+                for (b = 0; b < 5; b++) {
+                    X[at[i]] = bigv[b];
+                    snprintf(label, sizeof label, "prefill %s[%zu] = %g", which ? "V" : "K",
+                             at[i], (double)X[at[i]]);
+                    BAD_CACHE(kvq_cache_prefill(&c, K, V, T), KVQ_ERR_RANGE, label);
+                    CHECK(why_names(which ? "V" : "K", at[i], bigv[b]), "%s: %s: kvq_why() "
+                          "is \"%s\"", pname, label, kvq_why());
+                }
+                /* two bad elements: the earlier one is named, whichever
+                   kind either is (the last element holds the other)     */
+                if (at[i] + 1 < T * D) {
+                    float last = X[T * D - 1];
+                    X[at[i]] = bigv[4];
+                    X[T * D - 1] = NAN;
+                    snprintf(label, sizeof label, "prefill %s[%zu] = -FLT_MAX, last NaN",
+                             which ? "V" : "K", at[i]);
+                    BAD_CACHE(kvq_cache_prefill(&c, K, V, T), KVQ_ERR_RANGE, label);
+                    CHECK(why_names(which ? "V" : "K", at[i], bigv[4]), "%s: %s: kvq_why() "
+                          "is \"%s\"", pname, label, kvq_why());
+                    X[at[i]] = INFINITY;
+                    X[T * D - 1] = bigv[3];
+                    snprintf(label, sizeof label, "prefill %s[%zu] = Inf, last 1e30",
+                             which ? "V" : "K", at[i]);
+                    BAD_CACHE(kvq_cache_prefill(&c, K, V, T), KVQ_ERR_NONFINITE, label);
+                    CHECK(why_names(which ? "V" : "K", at[i], INFINITY), "%s: %s: kvq_why() "
+                          "is \"%s\"", pname, label, kvq_why());
+                    X[T * D - 1] = last;
+                }
                 X[at[i]] = saved;
             }
         BAD_CACHE(kvq_cache_prefill(&c, K, V, 0), KVQ_ERR_SIZE, "prefill T = 0");
