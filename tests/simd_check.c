@@ -28,7 +28,8 @@
        kvq__f16_stored (F16C) as through kvq__f16_to_f32 (integer code);
      - kvq_quantize_matrix: identical words and (s, z) in every copy;
      - kvq_attend, ONLINE and EAGER, over caches of every policy, axis, bit
-       width, zero mode and row precision, D in {8, 48, 64, 128}, T from 1
+       width, zero mode and row precision, D in {8, 48, 64, 128} (and 16,
+       32, 256 for KIVI-2, HF-2, HF-4 and OTT-2), T from 1
        to 1000, 1 to 8 query heads: each vector copy's outputs are the
        same bytes as the scalar copy's with its FMA setting.
    On a CPU without AVX2/FMA the vector copies cannot run: the test says so
@@ -245,23 +246,32 @@ static void fill(rng *r, float *x, size_t n, float scale)
 
 static void check_attend(void)
 {
-    static const size_t Ds[] = { 8, 48, 64, 128 }, Ts[] = { 1, 31, 100, 1000 }, nqs[] = { 1, 3, 8 };
+    /* D = 16, 32, 256 for the per-token-key and 2-bit policies only: one
+       key's 2-bit words are 1, 2 or 16 (kvq__columns16's one- and
+       two-column and widest transposes), D = 256 has 16 key groups (the
+       (s, z) columns by gathers) and 8 heads exceed the pair table    */
+    static const size_t Ds[] = { 8, 16, 32, 48, 64, 128, 256 }, Ts[] = { 1, 31, 100, 1000 },
+                        nqs[] = { 1, 3, 8 };
     rng r = { 0x51D0C4EC4ull };
     int pol, di, ti, qi, mode;
     size_t same = 0, runs = 0, fused_differs = 0;
     for (pol = 0; pol < 11; pol++)
-        for (di = 0; di < 4; di++)
+        for (di = 0; di < 7; di++)
             for (ti = 0; ti < 4; ti++) {
                 size_t D = Ds[di], T = Ts[ti];
                 kvq_config cfg;
                 kvq_cache c;
                 float *K, *V;
+                if ((D == 16 || D == 32 || D == 256) && pol != 0 && pol != 4 && pol != 5 &&
+                    pol != 6)
+                    continue;
                 switch (pol) {
                 case 0:  cfg = kvq_config_kivi(D, 2); break;
                 case 1:  cfg = kvq_config_kivi(D, 4); break;
                 case 2:  cfg = kvq_config_kivi(D, 1); break;
                 case 3:  cfg = kvq_config_kivi(D, 8); cfg.zero_mode = KVQ_ZERO_INT; break;
-                case 4: { kvq_hf_params hp = kvq_hf_defaults(2); hp.q_group_size = D % 64 ? 16 : 64;
+                case 4: { kvq_hf_params hp = kvq_hf_defaults(2);
+                          hp.q_group_size = D % 64 || D == 256 ? 16 : 64;
                           cfg = kvq_config_hf(D, hp); break; }
                 case 5: { kvq_hf_params hp = kvq_hf_defaults(4); hp.q_group_size = D % 32 ? 8 : 32;
                           cfg = kvq_config_hf(D, hp); break; }
