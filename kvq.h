@@ -5340,14 +5340,14 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
 /* The columns of 16 rows of n 32-bit words, row j at base + j n: out[w]
    lane j = base[j n + w], w = 0 .. n-1 (integers: the same bits by any
    route); only the first `rows` rows are read, the lanes past them
-   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16 the 16 n words are read as n
-   whole vectors and transposed in registers, k rounds of two-source
-   permutes (vpermt2d): round i swaps bit i of the register number with
-   bit i of the lane number, and the last round also rotates the lane
-   bits so that lane j ends as row j. Elsewhere, one gather per column
-   (kvq__gather16). Zen 4 retires a 16-lane gather about as slowly as 16
-   loads: the 8 columns of HF-2's 16 keys by gathers took a sixth of its
-   decode, by 8 loads and 24 permutes next to nothing.                    */
+   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16, the 16 n words
+   are read as n whole vectors and transposed in registers, k rounds of
+   two-source permutes (vpermt2d): round i swaps bit i of the register
+   number with bit i of the lane number, and the last round also rotates
+   the lane bits so that lane j ends as row j. Elsewhere, one gather per
+   column (kvq__gather16). Zen 4 retires a 16-lane gather about as slowly
+   as 16 loads: the 8 columns of HF-2's 16 keys by gathers took a sixth
+   of its decode, by 8 loads and 24 permutes next to nothing.             */
 #if KVQ__W == 16
 /* kvq__columns16's transpose for n = 2^k (k a constant: inlined)          */
 static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u16 *out)
@@ -5486,7 +5486,7 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
     kvq__v16 total[4];
     size_t g, k, e;
     int h, p, r;
-    (void)pairs;                                        /* AVX-512 only      */
+    (void)pairs;                                 /* AVX-512 and AVX2 only */
     for (h = 0; h < NH; h++) total[h] = kvq__splat16(0.0f);
     for (g = 0; g < gpu; g++) {
         kvq__v16 part[4][4];                            /* head h: part[h][r] */
@@ -5782,7 +5782,8 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
      codes   one block at a time (a tile's codes are a few lines), P = 4 / NH
              partial sums per head (entries i = k mod P go to sum k), so at
              least four independent additions are in flight per step (one
-             head's 2-bit codes: kvq__tile_pairs2, two entries a lookup);
+             head's 2-bit codes: kvq__tile_pairs2, two entries a term, a
+             table lookup with AVX-512);
      rows    P = 1 and CB = up to KVQ__ROW_SUMS / NH blocks a walk (AVX-512,
              one or two heads: 8, a whole 512-byte row), then narrower walks
              for the channels left: rows read in order, the pattern the
