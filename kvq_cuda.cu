@@ -2646,22 +2646,23 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
                                          (kvq_cuda_mma_keeps_subnormals) */
 #define KVQ_CUDA_MMA_STAGES3 8        /* three cp.async stages, not two      */
 #define KVQ_CUDA_MMA_MAGIC   16       /* f16 MMA, magic-number decode        */
-#define KVQ_CUDA_MMA_NO_PREFETCH 32   /* page parameters loaded at the page
-                                         start, not staged a page ahead     */
-#define KVQ_CUDA_MMA_TWO_WAVES 64     /* splits for about two waves of CTAs,
-                                         not whole waves                    */
-#define KVQ_CUDA_MMA_OCC5   128       /* built for 5 CTAs per SM (at most 96
-                                         registers; GQA <= 4), shared memory
-                                         carveout at its largest            */
-#define KVQ_CUDA_MMA_PRELOAD 256      /* a chunk's value words into registers
-                                         at its start, before the key MMAs  */
+#define KVQ_CUDA_MMA_PREFETCH 32      /* page parameters staged a page ahead,
+                                         not loaded at the page start       */
+#define KVQ_CUDA_MMA_WHOLE_WAVES 64   /* splits that fill whole waves of
+                                         CTAs, not about two waves          */
+#define KVQ_CUDA_MMA_OCC5   128       /* PREFETCH, built for 5 CTAs per SM (at
+                                         most 96 registers; GQA <= 4),
+                                         shared memory carveout at its largest */
+#define KVQ_CUDA_MMA_PRELOAD 256      /* PREFETCH, and a chunk's value words
+                                         into registers at its start, before
+                                         the key MMAs                       */
 /* The kernel's own options (its template parameter OPT, or-ed): what the
    flags above select that changes the code, not only the launch.        */
 #define KVQ_MMA_OPT_PF   1            /* page parameters staged a page ahead */
 #define KVQ_MMA_OPT_OCC5 2            /* __launch_bounds__ for KVQ_MMA_OCC_MIN_CTAS
-                                         (NQ = 1: two quads of heads, GQA > 4,
-                                         need 140-165 registers; they spill
-                                         at 96, so NQ = 2 keeps 3 CTAs)     */
+                                         with NQ = 1 only: two quads of heads
+                                         (GQA > 4) need 156-168 registers and
+                                         spill at 96, so NQ = 2 keeps 3 CTAs */
 #define KVQ_MMA_OPT_PRE  4            /* a chunk's value words read at its start */
 #define KVQ_MMA_OCC_MIN_CTAS 5
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
@@ -2776,9 +2777,9 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
    value scale among n (a multiple of 32) just under 2^(8N - 1), N = 4
    digits (2 hi only): each W = p a 2^e keeps 2^-32 (2^-16) of that
    largest a. Over a page's value (s, z) from global memory at its start
-   (KVQ_CUDA_MMA_NO_PREFETCH, DIRECT), or over a staged chunk's (the
-   default: no load waits on DRAM, and a chunk's max is at most the
-   page's, so its W keep as many bits or more).                          */
+   (the default, DIRECT), or over a staged chunk's (KVQ_CUDA_MMA_PREFETCH:
+   no load waits on DRAM, and a chunk's max is at most the page's, so its
+   W keep as many bits or more).                                         */
 template <int HILO>
 static __device__ __forceinline__ void kvq_mma_value_exponent(const kvq_sz *vsz /* (n) */, int n,
                                                               kvq_zero_mode mode, int lane,
@@ -3717,14 +3718,14 @@ static kvq_cuda__mma_fn kvq_cuda__mma_fn_h(int hilo)
 /* The kernels built: in place (STAGES 1, no options); two stages with
    the page parameters at the page start (opt 0), a page ahead (PF), that
    built for 5 CTAs per SM (PF | OCC5), and with the value words read at
-   the chunk start (PF | PRE); three stages with PF.                     */
+   the chunk start (PF | PRE); three stages with opt 0.                  */
 template <int D, int B, int NQ, int DEC>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages, int opt)
 {
     constexpr int PF = KVQ_MMA_OPT_PF, OCC = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_OCC5,
                   PRE = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_PRE;
     return stages == 1  ? kvq_cuda__mma_fn_h<D, B, NQ, 1, DEC, 0>(hilo)
-         : stages == 3  ? kvq_cuda__mma_fn_h<D, B, NQ, 3, DEC, PF>(hilo)
+         : stages == 3  ? kvq_cuda__mma_fn_h<D, B, NQ, 3, DEC, 0>(hilo)
          : opt == 0     ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, 0>(hilo)
          : opt == PF    ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PF>(hilo)
          : opt == PRE   ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PRE>(hilo)
@@ -3775,9 +3776,9 @@ static int kvq_cuda__resident_ctas(kvq_cuda__mma_fn fn, size_t smem)
    against the kernel's real occupancy likewise). A count with more
    splits must beat the best so far by 5% (each split adds a CTA's fixed
    work and a partial result for the combine to read), and s stays at
-   most about four waves' worth. two_waves: the older rule, about two
-   waves whatever the last one holds (KVQ_CUDA_MMA_TWO_WAVES). 0 for
-   n_ctas or slots 0.                                                     */
+   most about four waves' worth (KVQ_CUDA_MMA_WHOLE_WAVES). two_waves:
+   about two waves whatever the last one holds (the default until a GPU
+   times the two). 0 for n_ctas or slots 0.                               */
 extern "C" size_t kvq_cuda_mma_splits(size_t n_ctas, size_t slots, size_t max_splits, int two_waves)
 {
     if (n_ctas == 0 || slots == 0) return 0;        /* no launch to plan   */
@@ -3822,8 +3823,8 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
                                                          : (variant & KVQ_CUDA_MMA_STAGES3) ? 3 : 2;
     const int dec = (variant & KVQ_CUDA_MMA_SUBNORMAL) ? KVQ_MMA_DEC_SUBNORMAL
                   : (variant & KVQ_CUDA_MMA_MAGIC)     ? KVQ_MMA_DEC_MAGIC : KVQ_MMA_DEC_INT8;
-    const int opt = stages == 1 ? 0
-                  : (variant & KVQ_CUDA_MMA_NO_PREFETCH) ? 0
+    const int opt = stages != 2 ? 0
+                  : !(variant & (KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD)) ? 0
                   : KVQ_MMA_OPT_PF | ((variant & KVQ_CUDA_MMA_OCC5) ? KVQ_MMA_OPT_OCC5 : 0) |
                                      ((variant & KVQ_CUDA_MMA_PRELOAD) ? KVQ_MMA_OPT_PRE : 0);
     p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, opt, dec)
@@ -3850,7 +3851,7 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
     size_t by_pages = (max_tokens / (size_t)group + 1) / (2 * KVQ_MMA_WARPS);
     if (by_pages > KVQ_CUDA_MAX_SPLITS) by_pages = KVQ_CUDA_MAX_SPLITS;
     p->splits = (int)kvq_cuda_mma_splits(n_ctas, (size_t)kvq_cuda__sm_count() * (size_t)p->resident,
-                                         by_pages, (variant & KVQ_CUDA_MMA_TWO_WAVES) != 0);
+                                         by_pages, !(variant & KVQ_CUDA_MMA_WHOLE_WAVES));
     /* the rest of a stream: at most a page, its tails and a window        */
     kvq_cuda_attend_workspace(n_streams, n_rep, D, group, 2 * (size_t)group + 64, &p->splits_rest);
     p->work_floats = n_streams * (size_t)n_rep * (size_t)(p->splits + p->splits_rest) * (size_t)(D + 2);
@@ -3914,18 +3915,20 @@ extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
      KVQ_CUDA_MMA_SUBNORMAL  the subnormal decode (Sec. 7: no HFMA2 per
                            two codes); refused on a GPU whose tensor cores
                            flush fp16 subnormal inputs
-     KVQ_CUDA_MMA_NO_PREFETCH  each page's parameters (page number, key
+     KVQ_CUDA_MMA_PREFETCH  each page's parameters (page number, key
                            (s, z), the integer decode's value exponent)
-                           loaded at its start, not staged a page ahead
-     KVQ_CUDA_MMA_TWO_WAVES  splits for about two waves of CTAs, not
-                           whole waves (kvq_cuda_mma_splits)
-     KVQ_CUDA_MMA_OCC5     the kernel built for 5 CTAs per SM (at most 96
-                           registers a thread; GQA <= 4, one quad of heads:
-                           two spill there, so GQA > 4 keeps the default's
-                           bound) and the largest shared memory carveout
-     KVQ_CUDA_MMA_PRELOAD  a chunk's value words read into registers at
-                           its start, before the key MMAs
-   (NO_PREFETCH, OCC5 and PRELOAD: two stages only, one at a time.)       */
+                           staged a page ahead, not loaded at its start
+     KVQ_CUDA_MMA_WHOLE_WAVES  splits that fill whole waves of CTAs, not
+                           about two waves (kvq_cuda_mma_splits)
+     KVQ_CUDA_MMA_OCC5     PREFETCH's kernel built for 5 CTAs per SM (at
+                           most 96 registers a thread; GQA <= 4, one quad
+                           of heads: two spill there, so GQA > 4 keeps the
+                           default's bound), the largest shared memory
+                           carveout
+     KVQ_CUDA_MMA_PRELOAD  PREFETCH, and a chunk's value words read into
+                           registers at its start, before the key MMAs
+   (PREFETCH, OCC5 and PRELOAD: two stages only; OCC5 and PRELOAD not
+   together. They stay opt-in until a GPU times them against variant 0.) */
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
@@ -3937,16 +3940,16 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |
-                    KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_NO_PREFETCH |
-                    KVQ_CUDA_MMA_TWO_WAVES | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD))
+                    KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_PREFETCH |
+                    KVQ_CUDA_MMA_WHOLE_WAVES | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d unknown", variant);
-    const int kernel_opts = KVQ_CUDA_MMA_NO_PREFETCH | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD;
-    if ((variant & kernel_opts) && (variant & (KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3)))
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: NO_PREFETCH, OCC5 and "
+    if ((variant & (KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD)) &&
+        (variant & (KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3)))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: PREFETCH, OCC5 and "
                               "PRELOAD are built with two stages only (not DIRECT or STAGES3)", variant);
-    if ((variant & kernel_opts) & ((variant & kernel_opts) - 1))
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: NO_PREFETCH, OCC5 and "
-                              "PRELOAD are built one at a time", variant);
+    if ((variant & KVQ_CUDA_MMA_OCC5) && (variant & KVQ_CUDA_MMA_PRELOAD))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: OCC5 and PRELOAD are "
+                              "built one at a time", variant);
     if ((variant & KVQ_CUDA_MMA_MAGIC) && (variant & KVQ_CUDA_MMA_SUBNORMAL))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d asks for two decodes "
                               "(MAGIC and SUBNORMAL)", variant);
@@ -4066,8 +4069,8 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 #define KVQ_CUDA_MMA_SUBNORMAL 4
 #define KVQ_CUDA_MMA_STAGES3 8
 #define KVQ_CUDA_MMA_MAGIC   16
-#define KVQ_CUDA_MMA_NO_PREFETCH 32
-#define KVQ_CUDA_MMA_TWO_WAVES 64
+#define KVQ_CUDA_MMA_PREFETCH 32
+#define KVQ_CUDA_MMA_WHOLE_WAVES 64
 #define KVQ_CUDA_MMA_OCC5    128
 #define KVQ_CUDA_MMA_PRELOAD 256
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,

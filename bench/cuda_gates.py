@@ -278,7 +278,7 @@ def resource_gates(ptxas_args, defs, known):
 
 DEFAULT_STAGES = 2                      # kvq_cuda_attend_mma's variant 0
 OPT_PF, OPT_OCC5 = 1, 2                 # kvq_cuda.cu's KVQ_MMA_OPT_PF, _OCC5
-DEFAULT_OPT = OPT_PF                    # variant 0: the page parameters prefetched
+DEFAULT_OPT = 0                         # variant 0: the page parameters at the page start
 
 
 def staging_table(defs, mma_static):

@@ -19,9 +19,9 @@
 #                  (bench/mma_selftest.cu)
 #   test      120  test_gpu: every kernel against kvq.h, today's and v5
 #   bench     120  v5 variants (integer MMA: the default, its page
-#                  parameters loaded at the page start (nopf), the older
-#                  two-wave split rule (2w), built for 5 CTAs per SM
-#                  (occ5), value words read at the chunk start (pre);
+#                  parameters staged a page ahead (pf), whole-wave split
+#                  counts (ww), both, pf built for 5 CTAs per SM (occ5),
+#                  pf with the value words read at the chunk start (pre);
 #                  f16 MMA: the magic decode, and it built for 5 CTAs)
 #                  against today's kernel (fused) and copy:
 #                  T = 32K, G 32/128, GQA 1/4/8, S 64/256, B 2/4
@@ -63,7 +63,7 @@ declare -A BUDGET=([info]=15 [copy]=20 [selftest]=20 [test]=120 [bench]=120 [sdp
                    [memcheck]=90 [racecheck]=110)
 LIMIT=${CAMPAIGN_LIMIT:-550}
 BUILD_BUDGET=240
-KERNELS=${CAMPAIGN_KERNELS:-fused,v5,v5:nopf,v5:2w,v5:occ5,v5:pre,v5:magic,v5:magic+occ5}
+KERNELS=${CAMPAIGN_KERNELS:-fused,v5,v5:pf,v5:ww,v5:pf+ww,v5:occ5,v5:pre,v5:magic,v5:magic+occ5}
 T_LIST=32768 S_LIST="64 256" GQA_LIST="1 4 8" B_LIST="2 4" G_LIST="32 128"
 
 usage() {
