@@ -25,11 +25,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DIR = os.path.join(HERE, "..", "bench", "gpu_logs", "2026-11-26", "h100_73d653e")
+DEFAULT_DIR = os.path.join(HERE, "..", "bench", "gpu_logs", "2026-11-26", "h100_0e5c94b")
 KERNELS = [("fused", "CUDA cores (fused)", "#7f7f7f"),
-           ("v5", "v5, integer MMA (default)", "#1f77b4"),
-           ("v5:magic", "v5, fp16 MMA (magic decode)", "#6baed6"),
-           ("v5:hi", "v5, hi-only weights", "#2ca02c")]
+           ("v5", "v5, integer MMA, page parameters at the page start", "#9ecae1"),
+           ("v5:pf+ww", "v5, integer MMA, parameters a page ahead + whole waves (default)", "#1f77b4"),
+           ("v5:magic", "v5, fp16 MMA (magic decode)", "#2ca02c")]
 
 
 def read(path):
