@@ -2646,16 +2646,14 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
                                          (kvq_cuda_mma_keeps_subnormals) */
 #define KVQ_CUDA_MMA_STAGES3 8        /* three cp.async stages, not two      */
 #define KVQ_CUDA_MMA_MAGIC   16       /* f16 MMA, magic-number decode        */
-#define KVQ_CUDA_MMA_PREFETCH 32      /* page parameters staged a page ahead,
-                                         not loaded at the page start       */
-#define KVQ_CUDA_MMA_WHOLE_WAVES 64   /* splits that fill whole waves of
-                                         CTAs, not about two waves          */
-#define KVQ_CUDA_MMA_OCC5   128       /* PREFETCH, built for 5 CTAs per SM (at
-                                         most 96 registers; GQA <= 4),
-                                         shared memory carveout at its largest */
-#define KVQ_CUDA_MMA_PRELOAD 256      /* PREFETCH, and a chunk's value words
-                                         into registers at its start, before
-                                         the key MMAs                       */
+#define KVQ_CUDA_MMA_NO_PREFETCH 32   /* page parameters loaded at the page
+                                         start, not staged a page ahead     */
+#define KVQ_CUDA_MMA_TWO_WAVES 64     /* splits for about two waves of CTAs,
+                                         not whole waves                    */
+#define KVQ_CUDA_MMA_OCC5   128       /* the default kernel built for 5 CTAs
+                                         per SM (at most 96 registers; GQA
+                                         <= 4), shared memory carveout at its
+                                         largest                            */
 /* The kernel's own options (its template parameter OPT, or-ed): what the
    flags above select that changes the code, not only the launch.        */
 #define KVQ_MMA_OPT_PF   1            /* page parameters staged a page ahead */
@@ -2663,7 +2661,6 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
                                          with NQ = 1 only: two quads of heads
                                          (GQA > 4) need 156-168 registers and
                                          spill at 96, so NQ = 2 keeps 3 CTAs */
-#define KVQ_MMA_OPT_PRE  4            /* a chunk's value words read at its start */
 #define KVQ_MMA_OCC_MIN_CTAS 5
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
@@ -2777,9 +2774,9 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
    value scale among n (a multiple of 32) just under 2^(8N - 1), N = 4
    digits (2 hi only): each W = p a 2^e keeps 2^-32 (2^-16) of that
    largest a. Over a page's value (s, z) from global memory at its start
-   (the default, DIRECT), or over a staged chunk's (KVQ_CUDA_MMA_PREFETCH:
-   no load waits on DRAM, and a chunk's max is at most the page's, so its
-   W keep as many bits or more).                                         */
+   (KVQ_CUDA_MMA_NO_PREFETCH, DIRECT, STAGES3), or over a staged chunk's
+   (the default: no load waits on DRAM, and a chunk's max is at most the
+   page's, so its W keep as many bits or more).                          */
 template <int HILO>
 static __device__ __forceinline__ void kvq_mma_value_exponent(const kvq_sz *vsz /* (n) */, int n,
                                                               kvq_zero_mode mode, int lane,
@@ -3208,11 +3205,8 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
    group's B and zero term are built at its first tile, counted down, with
    shifts for D / Gv and Gv / 16 (no division per tile or chunk). A value
    tile's words (B / 2 a lane: token blocks of 32 at 4 bits) are read
-   from vwc at the tile, or with PRE all D / 16 tiles' at the chunk start,
-   before the key MMAs: their shared-memory latency then hides behind the
-   keys and the softmax (whose shuffles and branch the compiler does not
-   move loads across), for B / 2 x D / 16 more live registers.          */
-template <int D, int B, int NQ, int HILO, int DEC, bool PRE = false>
+   from vwc at the tile.                                                 */
+template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
                                                      uint32_t dead_bits,
@@ -3220,14 +3214,6 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                                                      kvq_mma_state<D, B, NQ> &st, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
-    auto value_words = [&](int mt, uint32_t (&vw)[B / 2]) {
-#pragma unroll
-        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
-    };
-    uint32_t vpre[PRE ? S::MT : 1][B / 2];    /* PRE: every tile's words   */
-    if (PRE)
-#pragma unroll
-        for (int mt = 0; mt < S::MT; mt++) value_words(mt, vpre[PRE ? mt : 0]);
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
     kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, dead_bits, kb, lane, sc);
     kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
@@ -3244,12 +3230,8 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
         }
         left--;
         uint32_t vw[B / 2];
-        if (PRE) {
 #pragma unroll
-            for (int blk = 0; blk < B / 2; blk++) vw[blk] = vpre[PRE ? mt : 0][blk];
-        } else {
-            value_words(mt, vw);
-        }
+        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
         kvq_mma_value_tile<D, B, NQ, HILO, DEC>(vw, mt, bv, zterm, scale, st);
     }
 }
@@ -3370,8 +3352,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
         if (DEC == KVQ_MMA_DEC_INT8 && PF)
             kvq_mma_value_exponent<HILO>(vszc, KVQ_MMA_CHUNK * n_groups, pool.zero_mode, lane, kb.v_pow,
                                          kb.v_inv);
-        kvq_mma_chunk<D, B, NQ, HILO, DEC, (OPT & KVQ_MMA_OPT_PRE) != 0>((const uint32_t *)buf,
-                                      (const uint32_t *)(buf + C::KWORDS * 4), vszc,
+        kvq_mma_chunk<D, B, NQ, HILO, DEC>((const uint32_t *)buf, (const uint32_t *)(buf + C::KWORDS * 4), vszc,
                                       pool.value_group, pool.zero_mode, dead_bits, kb, st, lane);
         __syncwarp();                      /* its stage may now refill    */
     }
@@ -3716,20 +3697,18 @@ static kvq_cuda__mma_fn kvq_cuda__mma_fn_h(int hilo)
                 : kvq_attend_mma_kernel<D, B, NQ, 0, STAGES, DEC, OPT>;
 }
 /* The kernels built: in place (STAGES 1, no options); two stages with
-   the page parameters at the page start (opt 0), a page ahead (PF), that
-   built for 5 CTAs per SM (PF | OCC5), and with the value words read at
-   the chunk start (PF | PRE); three stages with opt 0.                  */
+   the page parameters a page ahead (PF, the default), that built for 5
+   CTAs per SM (PF | OCC5), and at the page start (opt 0); three stages
+   with opt 0.                                                           */
 template <int D, int B, int NQ, int DEC>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages, int opt)
 {
-    constexpr int PF = KVQ_MMA_OPT_PF, OCC = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_OCC5,
-                  PRE = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_PRE;
+    constexpr int PF = KVQ_MMA_OPT_PF, OCC = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_OCC5;
     return stages == 1  ? kvq_cuda__mma_fn_h<D, B, NQ, 1, DEC, 0>(hilo)
          : stages == 3  ? kvq_cuda__mma_fn_h<D, B, NQ, 3, DEC, 0>(hilo)
-         : opt == 0     ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, 0>(hilo)
          : opt == PF    ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PF>(hilo)
-         : opt == PRE   ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PRE>(hilo)
-                        : kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, OCC>(hilo);
+         : opt == OCC   ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, OCC>(hilo)
+                        : kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, 0>(hilo);
 }
 template <int D, int B, int NQ>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma_d(int hilo, int stages, int opt, int dec)
@@ -3776,9 +3755,9 @@ static int kvq_cuda__resident_ctas(kvq_cuda__mma_fn fn, size_t smem)
    against the kernel's real occupancy likewise). A count with more
    splits must beat the best so far by 5% (each split adds a CTA's fixed
    work and a partial result for the combine to read), and s stays at
-   most about four waves' worth (KVQ_CUDA_MMA_WHOLE_WAVES). two_waves:
-   about two waves whatever the last one holds (the default until a GPU
-   times the two). 0 for n_ctas or slots 0.                               */
+   most about four waves' worth (the default). two_waves: the older rule,
+   about two waves whatever the last one holds (KVQ_CUDA_MMA_TWO_WAVES).
+   0 for n_ctas or slots 0.                                               */
 extern "C" size_t kvq_cuda_mma_splits(size_t n_ctas, size_t slots, size_t max_splits, int two_waves)
 {
     if (n_ctas == 0 || slots == 0) return 0;        /* no launch to plan   */
@@ -3823,10 +3802,8 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
                                                          : (variant & KVQ_CUDA_MMA_STAGES3) ? 3 : 2;
     const int dec = (variant & KVQ_CUDA_MMA_SUBNORMAL) ? KVQ_MMA_DEC_SUBNORMAL
                   : (variant & KVQ_CUDA_MMA_MAGIC)     ? KVQ_MMA_DEC_MAGIC : KVQ_MMA_DEC_INT8;
-    const int opt = stages != 2 ? 0
-                  : !(variant & (KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD)) ? 0
-                  : KVQ_MMA_OPT_PF | ((variant & KVQ_CUDA_MMA_OCC5) ? KVQ_MMA_OPT_OCC5 : 0) |
-                                     ((variant & KVQ_CUDA_MMA_PRELOAD) ? KVQ_MMA_OPT_PRE : 0);
+    const int opt = stages != 2 || (variant & KVQ_CUDA_MMA_NO_PREFETCH) ? 0
+                  : KVQ_MMA_OPT_PF | ((variant & KVQ_CUDA_MMA_OCC5) ? KVQ_MMA_OPT_OCC5 : 0);
     p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, opt, dec)
                                   : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, opt, dec))
                      : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages, opt, dec)
@@ -3851,7 +3828,7 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
     size_t by_pages = (max_tokens / (size_t)group + 1) / (2 * KVQ_MMA_WARPS);
     if (by_pages > KVQ_CUDA_MAX_SPLITS) by_pages = KVQ_CUDA_MAX_SPLITS;
     p->splits = (int)kvq_cuda_mma_splits(n_ctas, (size_t)kvq_cuda__sm_count() * (size_t)p->resident,
-                                         by_pages, !(variant & KVQ_CUDA_MMA_WHOLE_WAVES));
+                                         by_pages, (variant & KVQ_CUDA_MMA_TWO_WAVES) != 0);
     /* the rest of a stream: at most a page, its tails and a window        */
     kvq_cuda_attend_workspace(n_streams, n_rep, D, group, 2 * (size_t)group + 64, &p->splits_rest);
     p->work_floats = n_streams * (size_t)n_rep * (size_t)(p->splits + p->splits_rest) * (size_t)(D + 2);
@@ -3885,11 +3862,13 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
    so (544 against v5's 569 with its page work); at 4 bits it leans the
    other way (v5 284 against 360), but an H200 campaign run timed the
    CUDA-core kernel 1.5x faster there (T = 32K, v5 with the f16 decode),
-   so the timing decides until v5 is timed again. With 2 or more heads
+   so the timing decides. With 2 or more heads
    the tensor cores serve them in one MMA (2-bit G = 32: 569 against 984
    at GQA 4; the f16 decode was timed 1.6-2.0x faster), and G = 64
-   or 128 spreads v5's page work over more tokens. kvq_cuda_attend stays
-   what kvq.h's users get until v5 is the default by measurement.      */
+   or 128 spreads v5's page work over more tokens. An H100 run of today's
+   default v5 (T = 32K, 24 shapes) found every pick right: the CUDA-core
+   kernel 1.06-1.19x faster at G = 32 with one head, v5 faster at every
+   other shape (4-bit G = 128 with one head by 15-23%).                 */
 static bool kvq_cuda__mma_pages_ok(int D, int G, int bits)   /* G 32, 64 or 128 */
 {
     return kvq_mma_shape_ok(D, G, bits) && (G == 32 || G == 64 || G == 128);
@@ -3915,20 +3894,21 @@ extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
      KVQ_CUDA_MMA_SUBNORMAL  the subnormal decode (Sec. 7: no HFMA2 per
                            two codes); refused on a GPU whose tensor cores
                            flush fp16 subnormal inputs
-     KVQ_CUDA_MMA_PREFETCH  each page's parameters (page number, key
+     KVQ_CUDA_MMA_NO_PREFETCH  each page's parameters (page number, key
                            (s, z), the integer decode's value exponent)
-                           staged a page ahead, not loaded at its start
-     KVQ_CUDA_MMA_WHOLE_WAVES  splits that fill whole waves of CTAs, not
-                           about two waves (kvq_cuda_mma_splits)
-     KVQ_CUDA_MMA_OCC5     PREFETCH's kernel built for 5 CTAs per SM (at
+                           loaded at its start, not staged a page ahead
+                           (DIRECT and STAGES3 always load them so)
+     KVQ_CUDA_MMA_TWO_WAVES  splits for about two waves of CTAs, not
+                           whole waves (kvq_cuda_mma_splits)
+     KVQ_CUDA_MMA_OCC5     the default kernel built for 5 CTAs per SM (at
                            most 96 registers a thread; GQA <= 4, one quad
                            of heads: two spill there, so GQA > 4 keeps the
                            default's bound), the largest shared memory
-                           carveout
-     KVQ_CUDA_MMA_PRELOAD  PREFETCH, and a chunk's value words read into
-                           registers at its start, before the key MMAs
-   (PREFETCH, OCC5 and PRELOAD: two stages only; OCC5 and PRELOAD not
-   together. They stay opt-in until a GPU times them against variant 0.) */
+                           carveout; not with NO_PREFETCH, DIRECT or
+                           STAGES3
+   The default, the page parameters a page ahead and whole waves, is what
+   an H100 timed fastest at 18 of the 20 shapes the route sends to v5
+   (walkthrough 9.9).                                                    */
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,
@@ -3940,16 +3920,14 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |
-                    KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_PREFETCH |
-                    KVQ_CUDA_MMA_WHOLE_WAVES | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD))
+                    KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_NO_PREFETCH |
+                    KVQ_CUDA_MMA_TWO_WAVES | KVQ_CUDA_MMA_OCC5))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d unknown", variant);
-    if ((variant & (KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD)) &&
-        (variant & (KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3)))
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: PREFETCH, OCC5 and "
-                              "PRELOAD are built with two stages only (not DIRECT or STAGES3)", variant);
-    if ((variant & KVQ_CUDA_MMA_OCC5) && (variant & KVQ_CUDA_MMA_PRELOAD))
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: OCC5 and PRELOAD are "
-                              "built one at a time", variant);
+    if ((variant & KVQ_CUDA_MMA_OCC5) &&
+        (variant & (KVQ_CUDA_MMA_NO_PREFETCH | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3)))
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d: OCC5 is the default "
+                              "two-stage kernel with the prefetch (not NO_PREFETCH, DIRECT or STAGES3)",
+                              variant);
     if ((variant & KVQ_CUDA_MMA_MAGIC) && (variant & KVQ_CUDA_MMA_SUBNORMAL))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: variant %d asks for two decodes "
                               "(MAGIC and SUBNORMAL)", variant);
@@ -4069,10 +4047,9 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
 #define KVQ_CUDA_MMA_SUBNORMAL 4
 #define KVQ_CUDA_MMA_STAGES3 8
 #define KVQ_CUDA_MMA_MAGIC   16
-#define KVQ_CUDA_MMA_PREFETCH 32
-#define KVQ_CUDA_MMA_WHOLE_WAVES 64
+#define KVQ_CUDA_MMA_NO_PREFETCH 32
+#define KVQ_CUDA_MMA_TWO_WAVES 64
 #define KVQ_CUDA_MMA_OCC5    128
-#define KVQ_CUDA_MMA_PRELOAD 256
 extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_dim,
                                            const kvq_cuda_stream *d_streams, size_t n_streams,
                                            int n_rep, size_t max_tokens, const float *d_q,

@@ -43,11 +43,11 @@
                 stages, not two), magic (the f16 MMA with the magic
                 decode; the default is the integer MMA), sub (the f16
                 MMA with the subnormal decode; refused where it is not
-                exact), pf (each page's parameters staged a page ahead,
-                not loaded at its start), ww (split counts that fill
-                whole waves, not about two), occ5 (pf built for 5 CTAs
-                per SM: at most 96 registers, largest carveout), pre (pf,
-                and a chunk's value words into registers at its start)
+                exact), nopf (each page's parameters loaded at its start,
+                not staged a page ahead as the default does), 2w (the
+                older split rule, about two waves, not whole waves),
+                occ5 (the default kernel built for 5 CTAs per SM: at
+                most 96 registers, largest carveout)
    (bench/gpu_campaign.sh's comparisons). --long-csv FILE appends one row
    per (shape, kernel) to FILE as each is measured (a header when the file
    is new): what a run cut off part-way still leaves behind. Each shape is
@@ -393,15 +393,19 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #ifdef KVQ_CUDA_MMA_MAGIC
                 else if (flag == "magic") variant |= KVQ_CUDA_MMA_MAGIC;
 #endif
-#ifdef KVQ_CUDA_MMA_OCC5
-                else if (flag == "pf") variant |= KVQ_CUDA_MMA_PREFETCH;
-                else if (flag == "ww") variant |= KVQ_CUDA_MMA_WHOLE_WAVES;
+#ifdef KVQ_CUDA_MMA_NO_PREFETCH
+                else if (flag == "nopf") variant |= KVQ_CUDA_MMA_NO_PREFETCH;
+                else if (flag == "2w") variant |= KVQ_CUDA_MMA_TWO_WAVES;
                 else if (flag == "occ5") variant |= KVQ_CUDA_MMA_OCC5;
-                else if (flag == "pre") variant |= KVQ_CUDA_MMA_PRELOAD;
 #endif
-                else {
+                else if (flag == "pf" || flag == "ww" || flag == "pre") {
+                    fprintf(stderr, "bench_gpu: --kernels: v5 flag '%s' in '%s' is gone: the prefetch "
+                            "and whole waves are v5's default (v5:nopf, v5:2w revert them), the "
+                            "value-word preload was removed\n", flag.c_str(), k.c_str());
+                    return false;
+                } else {
                     fprintf(stderr, "bench_gpu: --kernels: unknown v5 flag '%s' in '%s' "
-                            "(hi, direct, sub, s3, magic, pf, ww, occ5, pre)\n", flag.c_str(), k.c_str());
+                            "(hi, direct, sub, s3, magic, nopf, 2w, occ5)\n", flag.c_str(), k.c_str());
                     return false;
                 }
                 f = e + 1;
@@ -414,7 +418,7 @@ static bool parse_kernels(const char *list, std::vector<kernel_sel> &out)
 #endif
         } else {
             fprintf(stderr, "bench_gpu: --kernels: unknown kernel '%s' "
-                    "(fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+pf+ww+occ5+pre])\n", k.c_str());
+                    "(fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+nopf+2w+occ5])\n", k.c_str());
             return false;
         }
     }
@@ -773,7 +777,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]... "
                     "[--kernels LIST] [--long-csv FILE] [--copy] [--dry-run]\n"
-                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+pf+ww+occ5+pre])\n");
+                    "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+nopf+2w+occ5])\n");
             return 2;
         }
     }

@@ -593,9 +593,8 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
                          : (variant & KVQ_CUDA_MMA_DIRECT) ? "mma-di"
                          : (variant & KVQ_CUDA_MMA_STAGES3) ? "mma-s3"
                          : (variant & KVQ_CUDA_MMA_OCC5) ? "mma-o5"
-                         : (variant & KVQ_CUDA_MMA_PRELOAD) ? "mma-pl"
-                         : (variant & KVQ_CUDA_MMA_PREFETCH) ? "mma-pf"
-                         : (variant & KVQ_CUDA_MMA_WHOLE_WAVES) ? "mma-ww" : "mma";
+                         : (variant & KVQ_CUDA_MMA_NO_PREFETCH) ? "mma-np"
+                         : (variant & KVQ_CUDA_MMA_TWO_WAVES) ? "mma-2w" : "mma";
         CHECK(status == KVQ_OK, "%s %s: %s", kind, pol_name[pol], kvq_cuda_why());
         CHECK(bad == 0, "%s %s D=%zu B=%d G=%zu n_rep=%d streams=%zu max_len=%zu splits=%d+%d: "
               "%zu rows over tolerance %.0e, worst rel err %.3g", kind, pol_name[pol], D, bits, G,
@@ -669,6 +668,7 @@ static void test_attend_mma(void)
             for (size_t D : { 64, 128 })
                 mma(POL_KIVI, D, bits, G, reps[r++ % 7], 4, 700);
     mma(POL_KIVI, 128, 2, 128, 4, 6, 6000);
+    mma(POL_EVICT, 128, 2, 128, 1, 6, 1500);   /* dead slots, 4 chunks a page */
     for (int rr : { 1, 8 }) {
         mma(POL_OTT, 128, 2, 128, rr, 6, 1500);
         mma(POL_LOGQUANT, 128, 2, 64, rr, 6, 1500);
@@ -709,31 +709,25 @@ static void test_attend_mma(void)
     mma(POL_KIVI, 128, 2, 128, 4, 6, 3000, KVQ_CUDA_MMA_STAGES3);
     mma(POL_OTT, 64, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_STAGES3);
     mma(POL_LOGQUANT, 128, 2, 64, 1, 4, 1100, KVQ_CUDA_MMA_STAGES3 | KVQ_CUDA_MMA_HI_ONLY);
-    /* the page parameters staged a page ahead, not loaded at the page
-       start (the integer decode's value exponent then per chunk, not per
-       page; dead slots read a chunk ahead): G = 32 (a new page every
-       chunk) and 128, dead slots, the f16 decode, adversarial scales     */
-    mma(POL_KIVI, 128, 4, 128, 4, 4, 1500, KVQ_CUDA_MMA_PREFETCH);
-    mma(POL_EVICT, 128, 4, 32, 8, 6, 1500, KVQ_CUDA_MMA_PREFETCH);
-    mma(POL_EVICT, 128, 2, 128, 1, 6, 1500, KVQ_CUDA_MMA_PREFETCH);
-    mma(POL_OTT, 64, 2, 32, 8, 4, 900, KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_MAGIC);
-    mma(POL_LOGQUANT, 128, 2, 64, 4, 4, 900, KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_HI_ONLY);
+    /* the page parameters loaded at the page start, not staged a page
+       ahead as the default does (the integer decode's value exponent then
+       per page, not per chunk; dead slots read at the chunk, not a chunk
+       ahead): G = 32 (a new page every chunk) and 128, dead slots, the
+       f16 decode, adversarial scales                                     */
+    mma(POL_KIVI, 128, 4, 128, 4, 4, 1500, KVQ_CUDA_MMA_NO_PREFETCH);
+    mma(POL_EVICT, 128, 4, 32, 8, 6, 1500, KVQ_CUDA_MMA_NO_PREFETCH);
+    mma(POL_OTT, 64, 2, 32, 8, 4, 900, KVQ_CUDA_MMA_NO_PREFETCH | KVQ_CUDA_MMA_MAGIC);
     kv_extreme = true;
-    mma(POL_KIVI, 64, 4, 128, 1, 4, 1200, KVQ_CUDA_MMA_PREFETCH);
-    mma(POL_KIVI, 128, 2, 32, 4, 4, 1200, KVQ_CUDA_MMA_PREFETCH);
+    mma(POL_KIVI, 64, 4, 128, 1, 4, 1200, KVQ_CUDA_MMA_NO_PREFETCH);
     kv_extreme = false;
     /* built for 5 CTAs per SM (its own registers and carveout)           */
     mma(POL_KIVI, 128, 2, 64, 1, 4, 1200, KVQ_CUDA_MMA_OCC5);
     mma(POL_EVICT, 128, 4, 128, 4, 4, 1200, KVQ_CUDA_MMA_OCC5);
     mma(POL_LOGQUANT, 128, 4, 32, 8, 4, 900, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_HI_ONLY);
-    /* a chunk's value words read at its start                            */
-    mma(POL_KIVI, 128, 4, 128, 4, 4, 1200, KVQ_CUDA_MMA_PRELOAD);
-    mma(POL_OTT, 128, 2, 32, 8, 4, 900, KVQ_CUDA_MMA_PRELOAD);
-    mma(POL_KIVI, 64, 4, 64, 1, 4, 900, KVQ_CUDA_MMA_PRELOAD | KVQ_CUDA_MMA_MAGIC);
-    /* the whole-wave split rule: other split counts over the same pages,
-       the combine covering each                                          */
-    mma(POL_KIVI, 128, 2, 128, 4, 6, 6000, KVQ_CUDA_MMA_WHOLE_WAVES);
-    mma(POL_OTT, 64, 4, 32, 1, 4, 900, KVQ_CUDA_MMA_WHOLE_WAVES | KVQ_CUDA_MMA_PREFETCH);
+    /* the older split rule (about two waves): other split counts over the
+       same pages, the combine covering each                              */
+    mma(POL_KIVI, 128, 2, 128, 4, 6, 6000, KVQ_CUDA_MMA_TWO_WAVES);
+    mma(POL_OTT, 64, 4, 32, 1, 4, 900, KVQ_CUDA_MMA_TWO_WAVES | KVQ_CUDA_MMA_NO_PREFETCH);
     /* the subnormal decode: exact where the tensor cores keep fp16
        subnormal inputs and multiply them exactly (the probe runs both
        decodes against each other), refused with a reason elsewhere      */
@@ -771,13 +765,12 @@ static void test_attend_mma(void)
     };
     CHECK(refused(nullptr, 64, wf, 0, KVQ_ERR_NULL), "mma: a NULL pool was accepted");
     CHECK(refused(&b.pool, 64, wf - 1, 0, KVQ_ERR_CAPACITY), "mma: a small workspace was accepted");
-    CHECK(refused(&b.pool, 64, wf, 512, KVQ_ERR_CONFIG), "mma: variant 512 was accepted");
-    CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_DIRECT, KVQ_ERR_CONFIG) &&
-          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_PREFETCH | KVQ_CUDA_MMA_STAGES3, KVQ_ERR_CONFIG) &&
+    CHECK(refused(&b.pool, 64, wf, 256, KVQ_ERR_CONFIG) && refused(&b.pool, 64, wf, 512, KVQ_ERR_CONFIG),
+          "mma: variant 256 (the removed value-word preload) or 512 was accepted");
+    CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_NO_PREFETCH, KVQ_ERR_CONFIG) &&
           refused(&b.pool, 64, wf, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_STAGES3, KVQ_ERR_CONFIG) &&
-          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_PRELOAD | KVQ_CUDA_MMA_DIRECT, KVQ_ERR_CONFIG) &&
-          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_PRELOAD, KVQ_ERR_CONFIG),
-          "mma: a prefetch or occupancy option without its kernel was accepted");
+          refused(&b.pool, 64, wf, KVQ_CUDA_MMA_OCC5 | KVQ_CUDA_MMA_DIRECT, KVQ_ERR_CONFIG),
+          "mma: the 5-CTA option without its kernel was accepted");
     CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_MAGIC | KVQ_CUDA_MMA_SUBNORMAL, KVQ_ERR_CONFIG),
           "mma: two decodes at once were accepted");
     CHECK(refused(&b.pool, 64, wf, KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_STAGES3, KVQ_ERR_CONFIG),

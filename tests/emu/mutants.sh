@@ -5,7 +5,8 @@
 # into build/emu-mut/NAME/ with the build named, and run on test_gpu in
 # quick mode. It passes when the run FAILS and its output names the
 # expected symptom (a failed CHECK, or the emulator's or ASan's report).
-# Prints "emu mutants: N passed, M failed".
+# Prints "emu mutants: N passed, M failed". KVQ_MUTANTS="NAME ..." runs only
+# the mutants named (each needs its build's test_gpu.o and kvq_emu.o).
 set -u
 B=${B:-build}
 CXX=${EMU_CXX:-g++}
@@ -13,6 +14,7 @@ FLAGS=${EMU_FLAGS:--std=c++17 -g -Wno-unknown-pragmas -fno-strict-aliasing -Ites
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 mkdir -p "$B/emu-mut"
 names=""
+only=${KVQ_MUTANTS:-}
 
 # mutant NAME BUILD EXPECT OLD NEW: starts one mutant in the background; its
 # report goes to build/emu-mut/NAME.out and its verdict (1 caught, 0 not)
@@ -20,6 +22,7 @@ names=""
 #   BUILD: plain (-O1), asan (ASan + UBSan) or race (-fsanitize=thread hooks)
 #   EXPECT: an extended regex the failing run's output must match
 mutant() {
+    if [ -n "$only" ]; then case " $only " in *" $1 "*) ;; *) return 0 ;; esac; fi
     names="$names $1"
     ( pass=0; fail=0; mutant_job "$@"; echo "$pass" > "$B/emu-mut/$1.ok" ) > "$B/emu-mut/$1.out" 2>&1 &
 }
@@ -187,6 +190,20 @@ mutant mma-i8-value-lane plain 'mma.*rows over tolerance' \
 mutant mma-i8-row-factor plain 'mma.*rows over tolerance' \
     ': DEC == KVQ_MMA_DEC_INT8 && half ? 1.0f / (float)(1 << B)' \
     ': DEC == KVQ_MMA_DEC_INT8 && half ? 1.0f / (float)(2 << B)'
+# v5's default staging: the page's parameters and the dead-slot word read ahead
+# 28. the dead-slot word read a chunk ahead never used: dead slots attended
+mutant mma-prefetch-dead-dropped plain 'mma.*rows over tolerance' \
+    'uint32_t dead_bits = dead_now;' \
+    'uint32_t dead_bits = 0u;'
+# 29. no barrier between the last warp's reads of its stages and the
+#     warps' accumulators written over the same shared memory
+mutant mma-accumulators-no-sync race 'no thread of the block has written|race on shared|still in flight' \
+    '    __syncthreads();                          /* the stages are free now    */' \
+    ''
+# 30. the next page's number read from the current page's entry
+mutant mma-prefetch-page-current plain 'mma.*rows over tolerance' \
+    'next_page = next < wk.n_items ? pages[wk.page_index(next, warp)] : 0;' \
+    'next_page = next < wk.n_items ? pages[wk.page_index(j, warp)] : 0;'
 
 wait
 pass=0; fail=0

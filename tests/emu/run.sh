@@ -73,8 +73,8 @@ done
 # the GPU campaign's benchmark path (bench_gpu --kernels: the pages sealed
 # into a copy, kvq_cuda_attend_mma's workspace and call, the float64 check
 # before timing) on one small shape: every kernel valid, none refused
-echo "--- bench_gpu --kernels on the emulator: today's kernel and nine v5 variants valid"
-out=$("$B/emu/bench_gpu" --kernels fused,v5,v5:hi,v5:direct,v5:s3,v5:sub,v5:pf+ww,v5:occ5,v5:pre,v5:magic+occ5 \
+echo "--- bench_gpu --kernels on the emulator: today's kernel and ten v5 variants valid"
+out=$("$B/emu/bench_gpu" --kernels fused,v5,v5:hi,v5:direct,v5:s3,v5:sub,v5:nopf,v5:2w,v5:nopf+2w,v5:occ5,v5:magic+occ5 \
       --shape 2,32,4,2,512 2>&1); rc=$?
 printf '%s\n' "$out" | tail -n 12
 if [ "$rc" -eq 0 ] && ! printf '%s\n' "$out" | grep -qE 'INVALID|refused'; then pass=$((pass + 1))
