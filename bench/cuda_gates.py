@@ -278,7 +278,7 @@ def resource_gates(ptxas_args, defs, known):
 
 DEFAULT_STAGES = 2                      # kvq_cuda_attend_mma's variant 0
 OPT_PF, OPT_OCC5 = 1, 2                 # kvq_cuda.cu's KVQ_MMA_OPT_PF, _OCC5
-DEFAULT_OPT = 0                         # variant 0: the page parameters at the page start
+DEFAULT_OPT = OPT_PF                    # variant 0: the page parameters staged a page ahead
 
 
 def staging_table(defs, mma_static):
@@ -716,8 +716,7 @@ def variant_name(v):
             out.append("subnormal" if x else "magic")
         elif k == "OPT":                # kvq_cuda.cu's KVQ_MMA_OPT_*
             out.append({0: "page-start", OPT_PF: "prefetch",
-                        OPT_PF | OPT_OCC5: "prefetch, 5 CTAs",
-                        OPT_PF | 4: "prefetch, value words early"}.get(x, f"OPT={x}"))
+                        OPT_PF | OPT_OCC5: "prefetch, 5 CTAs"}.get(x, f"OPT={x}"))
         elif k == "DEC":                # kvq_cuda.cu's KVQ_MMA_DEC_*
             out.append({0: "int8", 1: "magic", 2: "subnormal"}.get(x, f"DEC={x}"))
         else:
