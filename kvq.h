@@ -4996,11 +4996,21 @@ typedef struct kvq__heads {
 } kvq__heads;
 
 
+#if KVQ__W == 16 || KVQ__W == 8
+/* kvq__codes16's tables: entry i is (float)(i mod 4), (float)i            */
+static const float kvq__code_floats2[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
+static const float kvq__code_floats4[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
+#endif
+
 /* 16 codes of a packed group, from code c0 (a multiple of 16), as floats:
    code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). For B = 2 and
    4 each part broadcasts its word and shifts each lane by its own amount
    (B = 2: one word for all 16 codes; B = 4: codes 0-7 in the first word,
-   8-15 in the second, picked per lane by a mask); other B one by one.    */
+   8-15 in the second, picked per lane by a mask); other B one by one.
+   With AVX-512 (and AVX2 for B = 2) the shifted lane indexes a table of
+   the codes' floats (vpermps reads its low 4 bits, 3 with AVX2: a table
+   of period 4 for B = 2), one instruction for a mask and a conversion,
+   and the same floats: small integers are exact.                         */
 static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
 {
     static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
@@ -5020,8 +5030,21 @@ static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c
                 memcpy(&sel, second + k * KVQ__W, sizeof sel);
                 x = (kvq__vu_splat(w[c0 / 8]) & ~sel) | (kvq__vu_splat(w[c0 / 8 + 1]) & sel);
             }
-            x = (x >> sh) & (uint32_t)((1u << bits) - 1u);
-            out->part[k] = kvq__vf_of_vi((kvq__vi)x);
+            x >>= sh;
+#if KVQ__W == 16
+            /* vpermps reads the low 4 bits of each lane: the code (B = 4)
+               or the code and the next one's (B = 2, a table of period 4) */
+            out->part[k] = (kvq__vf)_mm512_permutexvar_ps((__m512i)x, (__m512)kvq__load16(
+                bits == 2 ? kvq__code_floats2 : kvq__code_floats4).part[0]);
+#elif KVQ__W == 8
+            if (bits == 2)                      /* the low 3 bits, period 4 */
+                out->part[k] = (kvq__vf)_mm256_permutevar8x32_ps(
+                    _mm256_loadu_ps(kvq__code_floats2), (__m256i)x);
+            else
+                out->part[k] = kvq__vf_of_vi((kvq__vi)(x & 15u));
+#else
+            out->part[k] = kvq__vf_of_vi((kvq__vi)(x & (uint32_t)((1u << bits) - 1u)));
+#endif
         }
         return;
     }
