@@ -5905,7 +5905,14 @@ static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const c
         return;
     }
     if (SRC != KVQ__SRC_F16 && SRC != KVQ__SRC_F32) {
-        kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 1, NH >= 3 ? 1 : 4 / NH);
+        /* two blocks a walk where the registers hold their sums (AVX-512):
+           each weight's broadcast and each step of the entry loop then
+           serve 32 channels, not 16                                       */
+        const int P = NH >= 3 ? 1 : 4 / NH;
+        if (KVQ__ROW_SUMS >= 2 * NH * P && n % 32 == 0)
+            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 2, P);
+        else
+            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 1, P);
         return;
     }
     if (CB >= 8) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 8);
