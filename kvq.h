@@ -5277,7 +5277,29 @@ static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t
     int h, k;
     for (h = 0; h < NH; h++)
         for (k = 0; k < P; k++) lo_sum[h][k] = hi_sum[h][k] = kvq__splat16(0.0f);
-    for (d = 0; d < D; d += (size_t)P)
+    d = 0;
+#if KVQ__W == 16
+    /* AVX-512 folds a broadcast into a multiply-add ({1to16}) only where
+       the broadcast has one use: the two halves read q_hd a_d from two
+       copies (twin: 16 channels at a time), which saves one instruction
+       per head and channel                                                */
+    if (NH >= 2)
+        for (; d + 16 <= D; d += 16) {
+            float twin[4][16];
+            size_t e;
+            for (h = 0; h < NH; h++) kvq__store16(twin[h], kvq__load16(qa + (size_t)h * D + d));
+            for (e = 0; e < 16; e++) {
+                kvq__v16 lo, hi;
+                kvq__codes16(&lo, w + (d + e) * wpg, t0, bits);
+                kvq__codes16(&hi, w + (d + e) * wpg, t0 + 16, bits);
+                for (h = 0; h < NH; h++) {
+                    lo_sum[h][0] = kvq__madd16(lo_sum[h][0], kvq__splat16(qa[(size_t)h * D + d + e]), lo);
+                    hi_sum[h][0] = kvq__madd16(hi_sum[h][0], kvq__splat16(twin[h][e]), hi);
+                }
+            }
+        }
+#endif
+    for (; d < D; d += (size_t)P)
         for (k = 0; k < P && d + (size_t)k < D; k++) {  /* channel d + k      */
             kvq__v16 lo, hi;
             kvq__codes16(&lo, w + (d + (size_t)k) * wpg, t0, bits);
@@ -5835,6 +5857,17 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
 {
     size_t c0, i;
     int h, k, b;
+    /* two blocks with AVX-512: block 1 reads the weights from a copy, so
+       that each broadcast has one use and folds into its multiply-add
+       (as in kvq__channel_tile)                                           */
+    const int TWIN = KVQ__W == 16 && CB == 2;
+    float twin[TWIN ? 4 * KVQ_TILE : 1];
+    const float *wt1 = wt;
+    if (TWIN) {
+        for (h = 0; h < NH; h++)
+            for (i = 0; i < m; i++) twin[(size_t)h * KVQ_TILE + i] = wt[(size_t)h * KVQ_TILE + i];
+        wt1 = twin;
+    }
     for (c0 = c_from; c0 < c_to; c0 += 16 * (size_t)CB) {
         kvq__v16 acc[4][KVQ__ROW_SUMS];          /* head h: acc[h][b P + k]  */
         /* e: entry i at channel c0, where that starts a word (rows; codes
@@ -5852,7 +5885,7 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
                                                     SRC);
                     for (h = 0; h < NH; h++)
                         acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
-                                                        kvq__splat16(wt[h * KVQ_TILE + i + k]), x);
+                                                        kvq__splat16((b ? wt1 : wt)[h * KVQ_TILE + i + k]), x);
                 }
         for (k = 0; i < m; i++, k++, e += stride)   /* m % P left over   */
             for (b = 0; b < CB; b++) {
