@@ -5288,6 +5288,7 @@ static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t
             float twin[4][16];
             size_t e;
             for (h = 0; h < NH; h++) kvq__store16(twin[h], kvq__load16(qa + (size_t)h * D + d));
+            KVQ__UNROLL(4)
             for (e = 0; e < 16; e++) {
                 kvq__v16 lo, hi;
                 kvq__codes16(&lo, w + (d + e) * wpg, t0, bits);
@@ -5878,6 +5879,7 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
         const size_t c = at_c0 ? 0 : c0;
         for (h = 0; h < NH; h++)
             for (k = 0; k < CB * P; k++) acc[h][k] = kvq__splat16(0.0f);
+        KVQ__UNROLL(2)
         for (i = 0; i + (size_t)P <= m; i += (size_t)P, e += (size_t)P * stride)
             for (k = 0; k < P; k++)
                 for (b = 0; b < CB; b++) {
