@@ -299,9 +299,9 @@ static __device__ __forceinline__ bool kvq_dev_vec8(const __half *x, size_t n, s
 {
     return stride == 1 && n % 8 == 0 && ((uintptr_t)x & 15u) == 0;
 }
-static __device__ __forceinline__ void kvq_dev_load8(const __half *x, float (&f)[8])
+/* 8 fp16 values (16 bytes) as floats                                    */
+static __device__ __forceinline__ void kvq_dev_unpack8(const uint4 &r, float (&f)[8])
 {
-    const uint4 r = __ldg(reinterpret_cast<const uint4 *>(x));
     const __half2 *h = reinterpret_cast<const __half2 *>(&r);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -309,6 +309,10 @@ static __device__ __forceinline__ void kvq_dev_load8(const __half *x, float (&f)
         f[2 * i] = t.x;
         f[2 * i + 1] = t.y;
     }
+}
+static __device__ __forceinline__ void kvq_dev_load8(const __half *x, float (&f)[8])
+{
+    kvq_dev_unpack8(__ldg(reinterpret_cast<const uint4 *>(x)), f);
 }
 template <int FN = 0>    /* FN: n fixed at compile time (the loops unroll), or 0 */
 static __device__ void kvq_dev_minmax(const __half *x, size_t n, size_t stride,
@@ -411,9 +415,9 @@ static __device__ __forceinline__ kvq_sz kvq_dev_quantize_group(const __half *x,
 
 /* Pass 2: parameters, codes, packing. Does nothing if pass 1 (or an earlier
    call on the same status word) found a problem. kvq_cuda_quantize runs
-   the fixed kernel (kvq_dev_quantize_group's FB, FG) at G = 32 with B = 2
-   or 4, where it is the faster one, and <0, 0> for every other shape
-   (bench/RESULTS.md has the timings).                                    */
+   the streaming kernels below where they apply; of the rest, the fixed
+   kernel (kvq_dev_quantize_group's FB, FG) at G = 32 with B = 2 or 4,
+   and <0, 0> for every other shape.                                      */
 template <int FB, int FG>
 __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape q,
                                     const int32_t *__restrict__ unit_dst,
@@ -431,6 +435,220 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
         const size_t og = out_unit * q.geom.groups_per_unit + g;
         sz[og] = kvq_dev_quantize_group<FB, FG>(x, stride, q.G, q.bits, q.mode,
                                                 words + og * q.geom.words_per_group);
+    }
+}
+
+/* -- the streaming quantize: B 2 or 4, G 32, 64 or 128 ----------------------
+   The kernel above gives a thread a whole group and walks it twice; per
+   channel that is a column walk of G rows, one 2-byte load per row per
+   thread, with at most one load in flight: an H100 measured it at 17-31%
+   of copy bandwidth. These kernels are built to be bound by memory:
+     - every load is 16 bytes (8 fp16 values), and a thread issues all of
+       its loads before it uses one: 4-16 loads (64-256 bytes) in flight
+       per thread, the values kept in registers for the codes (one read);
+     - per token, a thread takes a span of E = 128 / B values of a row
+       (64 at B = 2, 32 at B = 4): one group or two, or a part of a group
+       whose other parts sit in the neighbouring lanes (min and max by
+       shuffles); its E codes are exactly four words, one 16-byte store;
+     - per channel, a thread takes 8 channels x 32 / B rows, the rows of
+       one code word per channel, and the G / (32 / B) lanes beside it the
+       group's other rows (min and max by shuffles): no column walk, and
+       each of its 8 words is one of the group's words in kvq.h's order
+       (the group's lanes write consecutive words: 8-64 bytes a run);
+     - enough threads: the grid is the whole matrix (capped at 16 CTAs
+       per SM, the loop strides over the rest).
+   Little's law: at ~3 TB/s and ~600-800 ns of DRAM latency a GPU must
+   keep ~1.8-2.4 MB in flight, ~14-18 KB per SM of an H100's 132. ptxas
+   (sm_90) gives the writing kernels 46-64 registers per token and 80-120
+   per channel, no spill: an SM holds 1,024 and 512-768 of their threads,
+   so per token 1,024 x 128 bytes (B = 2) or x 64 (B = 4) = 64-128 KB are
+   in flight, per channel 512 x 256 or 768 x 128 = ~100-128 KB: 4-8x the
+   need, so latency is covered even at a quarter of that occupancy. The
+   arithmetic per value (a conversion, a min and a max, the code's
+   subtraction, IEEE division, clamp, rint, shift and or: about 15
+   instructions, a warp doing 32 values) is ~60-70% of an H100's issue
+   slots at copy rate, so memory, not issue, is the bound.
+   WRITE = false is the validation pass (validate = 1): the same reads,
+   every value's exponent bits checked for NaN/Inf and each group's
+   parameters for fp16 overflow, nothing written but *status. Kept as its
+   own read-only pass so that a bad value anywhere writes nothing (the
+   contract); the validated call then reads the input twice and writes
+   the codes once, so its bound is about 50% of copy (trusted: ~100%).
+   The bytes are kvq_quantize_matrix's: min and max are exact and order
+   free (+ 0 at the end, as kvq_dev_minmax), the parameters and codes are
+   kvq_dev_group_params and kvq_dev_code, the words packed least
+   significant code first.                                               */
+/* true if none of the 8 fp16 values of r is NaN or Inf (exponent all ones) */
+static __device__ __forceinline__ bool kvq_dev_finite8(const uint4 &r)
+{
+    const uint32_t w[4] = { r.x, r.y, r.z, r.w };
+    bool ok = true;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        ok = ok && (w[i] & 0x7c00u) != 0x7c00u && (w[i] & 0x7c000000u) != 0x7c000000u;
+    return ok;
+}
+/* min and max (and finiteness) across the `lanes` neighbouring lanes of
+   one group (a power of two, aligned in the warp; 1: none)               */
+static __device__ __forceinline__ void kvq_dev_group_lanes(float *lo, float *hi, bool *ok, int lanes)
+{
+    for (int m = 1; m < lanes; m <<= 1) {
+        *lo = fminf(*lo, __shfl_xor_sync(0xffffffffu, *lo, m));
+        *hi = fmaxf(*hi, __shfl_xor_sync(0xffffffffu, *hi, m));
+        *ok = __shfl_xor_sync(0xffffffffu, (int)*ok, m) != 0 && *ok;
+    }
+}
+/* One group's ending, shared by both layouts: WRITE = false reports a bad
+   group (its first lane only) and returns false; WRITE = true returns
+   its (s, z), stored by the caller.                                      */
+template <bool WRITE>
+static __device__ __forceinline__ bool kvq_dev_group_end(float lo, float hi, bool ok, int bits,
+                                                         kvq_zero_mode mode, bool reporter,
+                                                         int *status, kvq_sz *p)
+{
+    if (!WRITE) {
+        if (reporter && !ok) kvq_dev_report(status, KVQ_ERR_NONFINITE);
+        else if (reporter && kvq_dev_group_params(lo + 0.0f, hi + 0.0f, bits, mode, p) != KVQ_OK)
+            kvq_dev_report(status, KVQ_ERR_RANGE);
+        return false;
+    }
+    kvq_dev_group_params(lo + 0.0f, hi + 0.0f, bits, mode, p);   /* checked in pass 1 */
+    return true;
+}
+
+/* Per token: span t of the (T, D) matrix seen as T D / E spans of E
+   consecutive values (D a multiple of E, so a span lies in one token and
+   its groups in it: G | E or E | G). Called by every lane of a warp at
+   once (the shuffles); a lane past the end passes live = false.          */
+template <int B, int G, bool WRITE>
+static __device__ __forceinline__ void kvq_dev_span(const __half *X, size_t D, size_t t, bool live,
+                                                    kvq_zero_mode mode, const int32_t *unit_dst,
+                                                    uint32_t *words, kvq_sz *sz, int *status)
+{
+    constexpr int E = 128 / B, V = E / 8, PER = 32 / B;
+    constexpr int EG = G < E ? G : E, NG = E / EG, LANES = G > E ? G / E : 1;
+    const float n_levels = (float)((1u << B) - 1u);
+    uint4 raw[V];                                  /* (E) fp16, as loaded   */
+#pragma unroll
+    for (int v = 0; v < V; v++)                    /* all loads in flight   */
+        raw[v] = live ? __ldcs(reinterpret_cast<const uint4 *>(X + t * E) + v) : make_uint4(0, 0, 0, 0);
+    float lo[NG], hi[NG];
+    bool ok[NG];
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        lo[g] = INFINITY; hi[g] = -INFINITY; ok[g] = true;
+#pragma unroll
+        for (int v = g * (EG / 8); v < (g + 1) * (EG / 8); v++) {
+            float f[8];
+            kvq_dev_unpack8(raw[v], f);
+            if (!WRITE) ok[g] = ok[g] && kvq_dev_finite8(raw[v]);
+#pragma unroll
+            for (int k = 0; k < 8; k++) { lo[g] = fminf(lo[g], f[k]); hi[g] = fmaxf(hi[g], f[k]); }
+        }
+    }
+    if (LANES > 1) kvq_dev_group_lanes(&lo[0], &hi[0], &ok[0], LANES);
+    const size_t token = t / (D / E), at = (t % (D / E)) * E;     /* first channel */
+    const bool reporter = live && (LANES == 1 || t % LANES == 0);
+    kvq_sz p[NG];
+    bool write = true;
+#pragma unroll
+    for (int g = 0; g < NG; g++) write = kvq_dev_group_end<WRITE>(lo[g], hi[g], ok[g], B, mode, reporter, status, &p[g]);
+    if (!WRITE || !write || !live) return;
+    const size_t out = unit_dst ? (size_t)unit_dst[token] : token;
+    uint32_t w[4] = { 0u, 0u, 0u, 0u };            /* E codes = 4 words      */
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        const int g = v / (EG / 8);
+        const float s = kvq_dev_f16(p[g].scale), z = kvq_dev_f16(p[g].zero);
+        float f[8];
+        kvq_dev_unpack8(raw[v], f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int e = 8 * v + k;
+            w[e / PER] |= kvq_dev_code(f[k], s, z, n_levels, mode) << ((e % PER) * B);
+        }
+    }
+    *reinterpret_cast<uint4 *>(words + out * (D * B / 32) + at * B / 32) = make_uint4(w[0], w[1], w[2], w[3]);
+#pragma unroll
+    for (int g = 0; g < NG; g++)
+        if (reporter) sz[out * (D / G) + at / G + g] = p[g];
+}
+
+/* Per channel: item t of unit u's (D / 8) x R items, R = G / (32 / B)
+   lanes a group: 8 channels (8 cx ..) of the PER = 32 / B rows
+   u G + ry PER .. of the group's rows, ry = t % R. The group's R lanes
+   are neighbours (R divides 32). Every lane of a warp calls it at once. */
+template <int B, int G, bool WRITE>
+static __device__ __forceinline__ void kvq_dev_columns(const __half *X, size_t D, size_t t, bool live,
+                                                       kvq_zero_mode mode, const int32_t *unit_dst,
+                                                       uint32_t *words, kvq_sz *sz, int *status)
+{
+    constexpr int PER = 32 / B, R = G / PER;
+    const float n_levels = (float)((1u << B) - 1u);
+    const size_t ry = t % R, cx = (t / R) % (D / 8), u = t / R / (D / 8);
+    const __half *x = X + (u * G + ry * PER) * D + 8 * cx;
+    uint4 raw[PER];                                /* (PER rows, 8 channels) */
+#pragma unroll
+    for (int k = 0; k < PER; k++)                  /* all loads in flight    */
+        raw[k] = live ? __ldcs(reinterpret_cast<const uint4 *>(x + k * D)) : make_uint4(0, 0, 0, 0);
+    float lo[8], hi[8];
+    bool ok = true;
+#pragma unroll
+    for (int j = 0; j < 8; j++) { lo[j] = INFINITY; hi[j] = -INFINITY; }
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        float f[8];
+        kvq_dev_unpack8(raw[k], f);
+        if (!WRITE) ok = ok && kvq_dev_finite8(raw[k]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) { lo[j] = fminf(lo[j], f[j]); hi[j] = fmaxf(hi[j], f[j]); }
+    }
+    bool ok_j[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {                  /* each channel's group   */
+        ok_j[j] = ok;
+        kvq_dev_group_lanes(&lo[j], &hi[j], &ok_j[j], R);
+    }
+    const bool reporter = live && ry == 0;
+    kvq_sz p[8];
+    bool write = true;
+#pragma unroll
+    for (int j = 0; j < 8; j++) write = kvq_dev_group_end<WRITE>(lo[j], hi[j], ok_j[j], B, mode, reporter, status, &p[j]);
+    if (!WRITE || !write || !live) return;
+    const size_t out = unit_dst ? (size_t)unit_dst[u] : u;
+    uint32_t *w = words + (out * D + 8 * cx) * R + ry;  /* channel j: w[j R] */
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float s = kvq_dev_f16(p[j].scale), z = kvq_dev_f16(p[j].zero);
+        uint32_t word = 0;
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const __half2 h2 = reinterpret_cast<const __half2 *>(&raw[k])[j / 2];
+            const float f = (j % 2) ? __half22float2(h2).y : __half22float2(h2).x;
+            word |= kvq_dev_code(f, s, z, n_levels, mode) << (k * B);
+        }
+        w[j * R] = word;
+        if (reporter) sz[out * D + 8 * cx + j] = p[j];
+    }
+}
+
+/* The grid's warps stride over the items together, whole warps at a time
+   (the shuffles need every lane); WRITE: does nothing if pass 1 (or an
+   earlier call on the same status word) found a problem.                */
+template <int B, int G, bool WRITE, bool PER_TOKEN>
+__global__ void __launch_bounds__(256) kvq_quantize_stream_kernel(const __half *__restrict__ X,
+                                                                  size_t D, size_t n_items,
+                                                                  kvq_zero_mode mode,
+                                                                  const int32_t *__restrict__ unit_dst,
+                                                                  uint32_t *__restrict__ words,
+                                                                  kvq_sz *__restrict__ sz, int *status)
+{
+    if (WRITE && status && *(volatile const int *)status != 0) return;
+    const size_t lane = threadIdx.x % 32, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x - lane; base < n_items; base += step) {
+        const size_t t = base + lane;
+        if (PER_TOKEN) kvq_dev_span<B, G, WRITE>(X, D, t, t < n_items, mode, unit_dst, words, sz, status);
+        else kvq_dev_columns<B, G, WRITE>(X, D, t, t < n_items, mode, unit_dst, words, sz, status);
     }
 }
 
@@ -489,11 +707,50 @@ static unsigned kvq_cuda__grid(size_t work, unsigned threads)
     return (unsigned)blocks;
 }
 
+/* The streaming kernels' shapes: B 2 or 4, G 32, 64 or 128, 16-byte
+   aligned rows and words (D a multiple of 8; per token of E = 128 / B,
+   so a span's four words are one aligned store).                        */
+static bool kvq_cuda__stream_shape(const kvq_dev_qshape &q, const void *X, const void *words)
+{
+    return (q.bits == 2 || q.bits == 4) && (q.G == 32 || q.G == 64 || q.G == 128) && q.D % 8 == 0 &&
+           (q.axis == KVQ_PER_CHANNEL || q.D % (size_t)(128 / q.bits) == 0) &&
+           ((uintptr_t)X & 15u) == 0 && ((uintptr_t)words & 15u) == 0;
+}
+/* their items: per token spans of E values, per channel (D / 8) x R a unit */
+static size_t kvq_cuda__stream_items(const kvq_dev_qshape &q)
+{
+    return q.axis == KVQ_PER_TOKEN ? q.T * q.D / (size_t)(128 / q.bits)
+                                   : q.units * (q.D / 8) * (q.G * (size_t)q.bits / 32);
+}
+typedef void (*kvq_cuda__stream_kernel)(const __half *, size_t, size_t, kvq_zero_mode, const int32_t *,
+                                        uint32_t *, kvq_sz *, int *);
+template <int B, bool WRITE, bool PER_TOKEN>
+static kvq_cuda__stream_kernel kvq_cuda__stream_fn_g(size_t G)
+{
+    return G == 32 ? kvq_quantize_stream_kernel<B, 32, WRITE, PER_TOKEN>
+         : G == 64 ? kvq_quantize_stream_kernel<B, 64, WRITE, PER_TOKEN>
+                   : kvq_quantize_stream_kernel<B, 128, WRITE, PER_TOKEN>;
+}
+template <int B>
+static kvq_cuda__stream_kernel kvq_cuda__stream_fn_b(const kvq_dev_qshape &q, int write)
+{
+    const bool per_token = q.axis == KVQ_PER_TOKEN;
+    return write ? (per_token ? kvq_cuda__stream_fn_g<B, true, true>(q.G) : kvq_cuda__stream_fn_g<B, true, false>(q.G))
+                 : (per_token ? kvq_cuda__stream_fn_g<B, false, true>(q.G) : kvq_cuda__stream_fn_g<B, false, false>(q.G));
+}
+static kvq_cuda__stream_kernel kvq_cuda__stream_fn(const kvq_dev_qshape &q, int write)
+{
+    return q.bits == 2 ? kvq_cuda__stream_fn_b<2>(q, write) : kvq_cuda__stream_fn_b<4>(q, write);
+}
+
 /* Quantize X (T, D) fp16 into words/sz (kvq_layout_init's sizes), on the
    stream. d_status (device int) receives the data status; the launcher
    zeroes it first. unit_dst: NULL, or (units) destination unit slots.
    `validate` = 0 skips pass 1 for inputs the caller knows are finite and in
-   range (then a bad group writes garbage codes instead of an error).     */
+   range (then a bad group writes garbage codes instead of an error).
+   B 2 or 4 with G 32, 64 or 128 (16-byte aligned X and words, D a
+   multiple of 8, per token of 128 / B) run the streaming kernels, the
+   others the one-thread-a-group kernels above: the same bytes.          */
 extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, int bits,
                                          size_t G, kvq_axis axis, kvq_zero_mode mode,
                                          const int32_t *d_unit_dst, uint32_t *d_words,
@@ -504,8 +761,18 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
     const kvq_status e = kvq_cuda__qshape(d_X, d_words, d_sz, T, D, bits, G, axis, mode, &q);
     if (e != KVQ_OK) return e;
     if (!d_status) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize: d_status is NULL");
-    const unsigned threads = 128, blocks = kvq_cuda__grid(q.n_groups, threads);
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    if (kvq_cuda__stream_shape(q, d_X, d_words)) {     /* the streaming kernels */
+        const size_t n_items = kvq_cuda__stream_items(q);
+        const unsigned blocks = kvq_cuda__grid(n_items, 256);
+        for (int write = validate ? 0 : 1; write <= 1; write++) {
+            KVQ_CUDA_LAUNCH(kvq_cuda__stream_fn(q, write), blocks, 256, 0, stream)(
+                d_X, q.D, n_items, q.mode, d_unit_dst, d_words, d_sz, d_status);
+            KVQ_CUDA_CHECK(cudaGetLastError());
+        }
+        return KVQ_OK;
+    }
+    const unsigned threads = 128, blocks = kvq_cuda__grid(q.n_groups, threads);
     if (validate) {
         KVQ_CUDA_LAUNCH(kvq_quantize_check_kernel, blocks, threads, 0, stream)(d_X, q, d_status);
         KVQ_CUDA_CHECK(cudaGetLastError());
@@ -3537,6 +3804,48 @@ __global__ void kvq_quantize_sealed_kernel(const __half *__restrict__ K, const _
                               &pool.v_words[page * n + w]);
 }
 
+/* The same with the streaming kernels' steps (Sec. 2: B 2 or 4, G and
+   Gv 32, 64 or 128): step 1 is the page's keys as (D / 8) x G B / 32
+   column items and its values as G D / E spans of E = 128 / B values,
+   every load of a thread in flight at once, codes into buf in kvq.h's
+   order (a span's four words one 16-byte store); step 2 as above.       */
+template <int B, int G, int GV>
+__global__ void __launch_bounds__(128) kvq_quantize_sealed_stream_kernel(
+    const __half *__restrict__ K, const __half *__restrict__ V, int D,
+    const int32_t *__restrict__ pages, kvq_cuda_pool pool, const int *status)
+{
+    if (*(volatile const int *)status != 0) return;    /* pass 1 found a problem */
+    KVQ_CUDA_SHARED_DYNAMIC(uint32_t, buf);            /* (2, n) kvq.h order  */
+    const size_t n = (size_t)D * G * B / 32;
+    const size_t i = blockIdx.x, page = pages ? (size_t)pages[i] : i, lane = threadIdx.x % 32;
+    const size_t n_keys = (size_t)(D / 8) * (G * B / 32), n_spans = (size_t)G * D / (128 / B);
+    for (size_t base = threadIdx.x - lane; base < n_keys; base += blockDim.x)
+        kvq_dev_columns<B, G, true>(K + i * G * D, D, base + lane, base + lane < n_keys, pool.zero_mode,
+                                    nullptr, buf, pool.k_sz + page * D, nullptr);
+    for (size_t base = threadIdx.x - lane; base < n_spans; base += blockDim.x)
+        kvq_dev_span<B, GV, true>(V + i * G * D, D, base + lane, base + lane < n_spans, pool.zero_mode,
+                                  nullptr, buf + n, pool.v_sz + page * (G * D / GV), nullptr);
+    __syncthreads();
+    for (size_t w = threadIdx.x; w < n; w += blockDim.x)
+        kvq_mma_fragment_word(buf, buf + n, D, G, B, w, &pool.k_words[page * n + w],
+                              &pool.v_words[page * n + w]);
+}
+typedef void (*kvq_cuda__sealed_kernel)(const __half *, const __half *, int, const int32_t *,
+                                        kvq_cuda_pool, const int *);
+template <int B, int G>
+static kvq_cuda__sealed_kernel kvq_cuda__sealed_fn_gv(int Gv)
+{
+    return Gv == 32 ? kvq_quantize_sealed_stream_kernel<B, G, 32>
+         : Gv == 64 ? kvq_quantize_sealed_stream_kernel<B, G, 64>
+                    : kvq_quantize_sealed_stream_kernel<B, G, 128>;
+}
+template <int B>
+static kvq_cuda__sealed_kernel kvq_cuda__sealed_fn_g(int G, int Gv)
+{
+    return G == 32 ? kvq_cuda__sealed_fn_gv<B, 32>(Gv)
+         : G == 64 ? kvq_cuda__sealed_fn_gv<B, 64>(Gv) : kvq_cuda__sealed_fn_gv<B, 128>(Gv);
+}
+
 /* Quantize n full pages of rows into sealed pool pages. d_K, d_V: (n G, D)
    fp16, the keys and values of slots 0 .. G-1 of page i at rows i G ..;
    page i goes to pool page d_pages[i] (d_pages: (n) distinct pool page
@@ -3583,14 +3892,33 @@ extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const 
         e = kvq_cuda__qshape(d_V, pool->v_words, pool->v_sz, n * G, D, B, Gv, KVQ_PER_TOKEN,
                              pool->zero_mode, &qv);
     if (e != KVQ_OK) return e;
+    /* the streaming steps where both sides have them (16-byte rows and
+       words: the pool's arrays come from cudaMalloc, the rows are checked) */
+    const bool streams = kvq_cuda__stream_shape(qk, d_K, pool->k_words) &&
+                         kvq_cuda__stream_shape(qv, d_V, pool->v_words);
     if (validate)                      /* both sides checked before any write */
         for (int side = 0; side < 2; side++) {
             const kvq_dev_qshape &q = side ? qv : qk;
-            KVQ_CUDA_LAUNCH(kvq_quantize_check_kernel, kvq_cuda__grid(q.n_groups, 128), 128, 0,
-                            stream)(side ? d_V : d_K, q, d_status);
+            const __half *x = side ? d_V : d_K;
+            if (streams) {
+                const size_t items = kvq_cuda__stream_items(q);
+                KVQ_CUDA_LAUNCH(kvq_cuda__stream_fn(q, 0), kvq_cuda__grid(items, 256), 256, 0, stream)(
+                    x, q.D, items, q.mode, nullptr, nullptr, nullptr, d_status);
+            } else {
+                KVQ_CUDA_LAUNCH(kvq_quantize_check_kernel, kvq_cuda__grid(q.n_groups, 128), 128, 0,
+                                stream)(x, q, d_status);
+            }
             KVQ_CUDA_CHECK(cudaGetLastError());
         }
     const size_t bytes = 2 * (size_t)D * G * B / 8;
+    if (streams) {
+        const kvq_cuda__sealed_kernel fn = B == 2 ? kvq_cuda__sealed_fn_g<2>(G, Gv) : kvq_cuda__sealed_fn_g<4>(G, Gv);
+        KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)bytes));
+        KVQ_CUDA_LAUNCH(fn, (unsigned)n, 128, bytes, stream)(d_K, d_V, D, d_pages, *pool, d_status);
+        KVQ_CUDA_CHECK(cudaGetLastError());
+        return KVQ_OK;
+    }
     KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)kvq_quantize_sealed_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     KVQ_CUDA_LAUNCH(kvq_quantize_sealed_kernel, (unsigned)n, 128, bytes, stream)(d_K, d_V, qk, qv,

@@ -21,14 +21,14 @@
    were process-wide settings until the H100 runs decided them; their
    numbers are in bench/RESULTS.md, and bench/mma_probe.cu is the first
    step of the next design (tensor cores).
-   Quantize (kvq_cuda_quantize; G = 32 runs the fixed-shape kernel), and
+   Quantize (kvq_cuda_quantize: B 2 and 4 run the streaming kernels), and
    quantize + seal (kvq_cuda_quantize_sealed: keys and values of whole
    pages straight into fragment order):
      validate:  two passes; writes nothing on bad data
      trusted:   validate = 0 (one pass, trusted input)
 
    Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]...
-                    [--kernels LIST] [--long-csv FILE]
+                    [--kernels LIST] [--long-csv FILE] [--quantize]
    --shape runs only that attention shape (no quantize section): the
    target for a profiler, e.g. bench/gpu_run.sh's ncu step; repeat it for
    several shapes.
@@ -53,8 +53,10 @@
    is new): what a run cut off part-way still leaves behind. Each shape is
    labelled with the kernel kvq_cuda_mma_route picks for it (v5 or fused;
    the csv's route column), so a timing can confirm or refute the route.
-   --copy prints the device and its copy bandwidth, and stops. --dry-run
-   checks the arguments and prints what would run, without a GPU.        */
+   --copy prints the device and its copy bandwidth, and stops. --quantize
+   runs only the two quantize sections (plain and sealed: time, GB/s and
+   % of copy, validated and trusted). --dry-run checks the arguments and
+   prints what would run, without a GPU.                                  */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #define KVQ_CUDA_DECLARE_ONLY        /* the kernels come from build/kvq_cuda.o */
@@ -753,7 +755,7 @@ static void bench_quantize_sealed(bool quick, double copy)
 
 int main(int argc, char **argv)
 {
-    bool quick = false, copy_only = false, dry_run = false;
+    bool quick = false, copy_only = false, dry_run = false, quantize_only = false;
     const char *csv_dir = nullptr, *long_csv = nullptr;
     attn_shape shape;
     std::vector<attn_shape> shapes;
@@ -763,6 +765,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--copy")) copy_only = true;
         else if (!strcmp(argv[i], "--dry-run")) dry_run = true;
+        else if (!strcmp(argv[i], "--quantize")) quantize_only = true;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_dir = argv[++i];
         else if (!strcmp(argv[i], "--long-csv") && i + 1 < argc) long_csv = argv[++i];
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
@@ -776,7 +779,7 @@ int main(int argc, char **argv)
             shapes.push_back(shape);
         else {
             fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]... "
-                    "[--kernels LIST] [--long-csv FILE] [--copy] [--dry-run]\n"
+                    "[--kernels LIST] [--long-csv FILE] [--copy] [--quantize] [--dry-run]\n"
                     "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+nopf+2w+occ5])\n");
             return 2;
         }
@@ -785,9 +788,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu: --kernels needs one --shape or more\n");
         return 2;
     }
+    if (quantize_only && (!kernels.empty() || !shapes.empty())) {
+        fprintf(stderr, "bench_gpu: --quantize runs the quantize sections only (no --shape or --kernels)\n");
+        return 2;
+    }
     if (dry_run) {
         printf("bench_gpu --dry-run: %s; %zu shape(s)%s\n",
-               copy_only ? "the copy only" : kernels.empty() ? "the default tables" : "selected kernels",
+               copy_only ? "the copy only" : quantize_only ? "the quantize sections (plain and sealed)"
+               : kernels.empty() ? "the default tables" : "selected kernels",
                shapes.size(), shapes.empty() ? " (the full grid)" : "");
         for (const kernel_sel &k : kernels) printf("  kernel %s\n", k.name.c_str());
         for (const attn_shape &sh : shapes)
@@ -823,7 +831,7 @@ int main(int argc, char **argv)
     }
     if (shapes.empty()) bench_quantize(quick, copy);
     if (shapes.empty()) bench_quantize_sealed(quick, copy);
-    if (shapes.empty()) bench_attention(quick, copy, nullptr);
+    if (shapes.empty() && !quantize_only) bench_attention(quick, copy, nullptr);
     for (const attn_shape &sh : shapes) bench_attention(quick, copy, &sh);
     if (csv_attn) fclose(csv_attn);
     if (csv_quant) fclose(csv_quant);

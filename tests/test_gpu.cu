@@ -125,7 +125,7 @@ static void fill_input(std::vector<kvq_f16> &h, size_t T, size_t D, int kind)
 }
 
 static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis axis,
-                               kvq_zero_mode mode, int kind, bool scatter)
+                               kvq_zero_mode mode, int kind, bool scatter, int validate = 1)
 {
     kvq_layout L;
     if (kvq_layout_init(&L, T, D, bits, G, axis) != KVQ_OK) { CHECK(0, "bad case"); return; }
@@ -156,7 +156,7 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
     dp.up(perm.data());
     dw.poison(); ds.poison();
     KQ(kvq_cuda_quantize(dx.p, T, D, bits, G, axis, mode, scatter ? dp.p : nullptr,
-                         dw.p, ds.p, dst.p, 1, 0));
+                         dw.p, ds.p, dst.p, validate, 0));
     const int got = (int)kvq_cuda_status(dst.p, 0);
     std::vector<uint32_t> gw(n_out * wpu);
     std::vector<kvq_sz> gs(n_out * L.geom.groups_per_unit);
@@ -177,8 +177,8 @@ static void test_quantize_case(size_t T, size_t D, int bits, size_t G, kvq_axis 
                         L.geom.groups_per_unit * sizeof(kvq_sz)) != 0;
     }
     CHECK(bad_w == 0 && bad_s == 0, "quantize T=%zu D=%zu B=%d G=%zu axis=%d mode=%d kind=%d "
-          "scatter=%d: %zu units with other codes, %zu with other scales/zeros", T, D,
-          bits, G, (int)axis, (int)mode, kind, (int)scatter, bad_w, bad_s);
+          "scatter=%d validate=%d: %zu units with other codes, %zu with other scales/zeros", T, D,
+          bits, G, (int)axis, (int)mode, kind, (int)scatter, validate, bad_w, bad_s);
     if (scatter) {                        /* slots no unit maps to stay poisoned */
         size_t touched = 0;
         for (size_t o = 0; o < 3; o++)
@@ -247,6 +247,59 @@ static void test_quantize(void)
     size_t touched = 0;
     for (uint32_t v : hw) touched += v != 0xABABABABu;
     CHECK(touched == 0, "rejected quantize calls wrote %zu words", touched);
+}
+
+/* The streaming kernels (B 2 or 4, G 32, 64 or 128): every group size and
+   axis, both zero modes, every input family (the bad ones: nothing
+   written, the status kvq.h's), trusted (validate = 0) and validated,
+   scattered units, T that leave the last warp part-full, D = 64, 96 (per
+   token at B = 4 only: a 2-bit span is 64 values) and 128, G spanning
+   one lane, two or four (per token) and 2-16 lanes (per channel).       */
+static void test_sealed_case(int D, int B, int G, int Gv, kvq_zero_mode mode, int kind, size_t n,
+                             int validate);
+static void test_quantize_stream(void)
+{
+    const kvq_zero_mode modes[] = { KVQ_ZERO_FLOAT, KVQ_ZERO_INT };
+    size_t n = 0;
+    for (int b : { 2, 4 })
+        for (size_t G : { 32, 64, 128 })
+            for (kvq_zero_mode m : modes)
+                for (int kind = IN_GAUSS; kind <= IN_HUGE; kind++) {
+                    const bool good = kind != IN_NAN && kind != IN_INF && kind != IN_HUGE;
+                    for (int validate = good ? 0 : 1; validate <= 1; validate++) {
+                        test_quantize_case(1 + rng_below(130), 128, b, G, KVQ_PER_TOKEN, m, kind,
+                                           kind == IN_TIES, validate);
+                        test_quantize_case(G * (1 + rng_below(5)), 128, b, G, KVQ_PER_CHANNEL, m, kind,
+                                           kind == IN_CONST, validate);
+                        test_quantize_case(G * 3, 64, b, G, KVQ_PER_CHANNEL, m, kind, false, validate);
+                        if (G <= 64)
+                            test_quantize_case(1 + rng_below(70), 64, b, G, KVQ_PER_TOKEN, m, kind, false,
+                                               validate);
+                        if (b == 4 && G == 32)
+                            test_quantize_case(33, 96, b, G, KVQ_PER_TOKEN, m, kind, kind == IN_GAUSS,
+                                               validate);
+                        n += 4;
+                    }
+                }
+    if (!quick_mode) {      /* many CTAs: the grid-stride loop of both layouts */
+        test_quantize_case(40000, 128, 2, 128, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, IN_GAUSS, false, 0);
+        test_quantize_case(32768, 128, 4, 32, KVQ_PER_CHANNEL, KVQ_ZERO_INT, IN_GAUSS, false, 1);
+    }
+    /* sealed pages through the same steps: every key group with value
+       groups of 32, 64 and D (G = Gv = 128 is the common shape), trusted
+       rows, adversarial ones and a NaN (nothing written)                */
+    for (int D : { 64, 128 })
+        for (int b : { 2, 4 })
+            for (int G : { 32, 64, 128 })
+                for (int Gv : { 32, 64, 128 }) {
+                    if (Gv > D) continue;
+                    const kvq_zero_mode m = modes[rng_below(2)];
+                    test_sealed_case(D, b, G, Gv, m, IN_GAUSS, 1 + rng_below(3), 0);
+                    test_sealed_case(D, b, G, Gv, m, Gv == 64 ? IN_TIES : IN_EXTREME, 2, 1);
+                    test_sealed_case(D, b, G, Gv, m, IN_NAN, 2, 1);
+                    n += 3;
+                }
+    printf("  quantize (streaming kernels): about %zu cases, trusted and validated\n", n);
 }
 
 /* ======================================================================== */
@@ -1130,7 +1183,8 @@ struct frag_pool {
    token), permuted by kvq_cuda_fragment_page, byte for byte; each code
    also read back through the inverse map (kvq_mma_code_at: not the
    gather the kernel runs). Bad data: kvq.h's status, nothing written.   */
-static void test_sealed_case(int D, int B, int G, int Gv, kvq_zero_mode mode, int kind, size_t n)
+static void test_sealed_case(int D, int B, int G, int Gv, kvq_zero_mode mode, int kind, size_t n,
+                             int validate = 1)
 {
     const size_t T = n * G, n_pool = n + 2, nw = (size_t)D * G * B / 32;
     std::vector<kvq_f16> hk(T * D), hv(T * D);
@@ -1151,7 +1205,7 @@ static void test_sealed_case(int D, int B, int G, int Gv, kvq_zero_mode mode, in
     dk.up(reinterpret_cast<const __half *>(hk.data()));
     dv.up(reinterpret_cast<const __half *>(hv.data()));
     dids.up(ids.data());
-    KQ(kvq_cuda_quantize_sealed(&P.pool, dk.p, dv.p, n, dids.p, dst.p, 1, 0));
+    KQ(kvq_cuda_quantize_sealed(&P.pool, dk.p, dv.p, n, dids.p, dst.p, validate, 0));
     const kvq_status got = kvq_cuda_status(dst.p, 0);
     P.down();
     CHECK(got == want, "sealed quantize D=%d B=%d G=%d Gv=%d mode=%d kind=%d: status %s, kvq.h %s",
@@ -2536,6 +2590,12 @@ int main(int argc, char **argv)
         const uint64_t saved = rng_state;
         rng_state = 0x5ea1edull;
         test_quantize_sealed();
+        rng_state = saved;
+    });
+    run("quantize-stream", [] {
+        const uint64_t saved = rng_state;
+        rng_state = 0x57ea3ull;
+        test_quantize_stream();
         rng_state = saved;
     });
     run("rotate", [] { test_rotate_rows(); test_rotate_codes(); test_rotate_attend(); test_rotate_refusals(); });

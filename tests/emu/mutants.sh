@@ -204,6 +204,23 @@ mutant mma-accumulators-no-sync race 'no thread of the block has written|race on
 mutant mma-prefetch-page-current plain 'mma.*rows over tolerance' \
     'next_page = next < wk.n_items ? pages[wk.page_index(next, warp)] : 0;' \
     'next_page = next < wk.n_items ? pages[wk.page_index(j, warp)] : 0;'
+# the streaming quantize (Sec. 2, kvq_quantize_stream_kernel):
+# 31. a per-token group spread over two or four lanes takes half of them
+mutant quantize-stream-lanes plain 'quantize.*(other codes|status)' \
+    'if (LANES > 1) kvq_dev_group_lanes(&lo[0], &hi[0], &ok[0], LANES);' \
+    'if (LANES > 1) kvq_dev_group_lanes(&lo[0], &hi[0], &ok[0], LANES / 2);'
+# 32. the validation pass of the per-channel layout blind to NaN and Inf
+mutant quantize-stream-nonfinite plain 'quantize.*(status|wrote)' \
+    '        if (!WRITE) ok = ok && kvq_dev_finite8(raw[k]);' \
+    ''
+# 33. a per-channel word's codes one row apart (row k's code at k + 1)
+mutant quantize-stream-column-shift plain 'quantize.*other codes' \
+    'word |= kvq_dev_code(f, s, z, n_levels, mode) << (k * B);' \
+    'word |= kvq_dev_code(f, s, z, n_levels, mode) << (((k + 1) % PER) * B);'
+# 34. the streaming sealed quantize writes page i to pool page i
+mutant sealed-stream-page plain 'sealed (quantize|export).*differ' \
+    'const size_t i = blockIdx.x, page = pages ? (size_t)pages[i] : i, lane = threadIdx.x % 32;' \
+    'const size_t i = blockIdx.x, page = i, lane = threadIdx.x % 32;'
 
 wait
 pass=0; fail=0
