@@ -4143,15 +4143,15 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    query heads per KV head (GQA):
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.77 / 1.52  1.45 / 2.48  2.26 / 6.05
+     2-bit caches (KIVI-2,     0.73 / 1.30  1.32 / 2.30  2.26 / 5.70
        OTT-2, LogQuant-2)
-     KIVI-4                    1.24 / 1.84  1.43 / 2.48  2.83 / 5.93
-     HF-2 (per-token keys)     0.56 / 1.04  1.18 / 2.12  2.10 / 6.30
+     KIVI-4                    1.17 / 1.67  1.43 / 2.46  2.78 / 5.36
+     HF-2 (per-token keys)     0.55 / 0.94  1.12 / 2.01  2.10 / 5.95
      fp32 and fp16 rows        no more than the plain fp32 loop's count
                                (measured, fp32 / fp16 against the loop:
-                               AVX-512 0.72 / 0.75 against 0.97 and
-                               1.29 / 1.27 against 3.59; AVX2 0.88 / 0.93
-                               against 1.32; NEON 1.28 / 1.55 against 2.14)
+                               AVX-512 0.70 / 0.73 against 0.97 and
+                               1.23 / 1.22 against 3.59; AVX2 0.87 / 0.92
+                               against 1.32; NEON 1.27 / 1.51 against 2.14)
      quantize, either axis     3.9          5.3          16.5
                                (ggml's quantize_row_q4_1_ref: 10.1, 10.3,
                                12.0); per-channel no more than per-token
@@ -4169,13 +4169,20 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    bookkeeping: every slot's scale and zero per group, the weights per
    head, the softmax, the check of the position maps. The bound once
    proposed for the 2-bit caches on AVX-512, 0.5 / 0.6 (40% of the read
-   bandwidth), is not met: HF-2 with one head is nearest (0.56), KIVI-2
-   the farthest (0.77).
+   bandwidth), is not met: HF-2 with one head is nearest (0.55), KIVI-2
+   the farthest (0.73 / 1.30).
    With several heads a table per head costs more than it saves, and
-   n_q = 4 keeps one code per lane (a shift, mask and convert per 16
-   codes, one multiply-add per head), except HF-2's per-token keys, whose
-   tables are built once per walk. AVX2 looks the per-token keys' pairs up
-   too, 8 entries a vpermps and a blend on the index's bit 3.            */
+   n_q = 4 keeps one code per lane, except HF-2's per-token keys, whose
+   tables are built once per walk: the codes of a tile are unpacked once
+   for all heads (a broadcast, a shift and a vpermps from a table of the
+   codes' floats per 16 codes, kvq__codes16), then one multiply-add per
+   head whose broadcast weight is folded into it (kvq__channel_tile,
+   kvq__tile_chunks). For KIVI-2 with four heads a 2-bit value entry of
+   32 channels is 20 instructions, 8 of them multiply-adds; the
+   multiply-adds of keys and values are 0.28 per element, the decode
+   about 0.2, loops and bookkeeping the rest. AVX2 looks the per-token
+   keys' pairs up too, 8 entries a vpermps and a blend on the index's
+   bit 3, and 2-bit codes by an 8-entry table of period 4.               */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
