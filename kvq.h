@@ -4143,10 +4143,10 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    query heads per KV head (GQA):
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.73 / 1.30  1.32 / 2.30  2.26 / 5.70
+     2-bit caches (KIVI-2,     0.70 / 1.26  1.32 / 2.30  2.26 / 5.70
        OTT-2, LogQuant-2)
-     KIVI-4                    1.17 / 1.67  1.43 / 2.46  2.78 / 5.36
-     HF-2 (per-token keys)     0.55 / 0.94  1.12 / 2.01  2.10 / 5.95
+     KIVI-4                    1.14 / 1.64  1.43 / 2.46  2.78 / 5.36
+     HF-2 (per-token keys)     0.52 / 0.90  1.12 / 2.01  2.10 / 5.95
      fp32 and fp16 rows        no more than the plain fp32 loop's count
                                (measured, fp32 / fp16 against the loop:
                                AVX-512 0.70 / 0.73 against 0.97 and
@@ -4169,8 +4169,8 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    bookkeeping: every slot's scale and zero per group, the weights per
    head, the softmax, the check of the position maps. The bound once
    proposed for the 2-bit caches on AVX-512, 0.5 / 0.6 (40% of the read
-   bandwidth), is not met: HF-2 with one head is nearest (0.55), KIVI-2
-   the farthest (0.73 / 1.30).
+   bandwidth), is not met: HF-2 with one head is nearest (0.52), KIVI-2
+   the farthest (0.70 / 1.26).
    With several heads a table per head costs more than it saves, and
    n_q = 4 keeps one code per lane, except HF-2's per-token keys, whose
    tables are built once per walk: the codes of a tile are unpacked once
@@ -4180,7 +4180,9 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    kvq__tile_chunks). For KIVI-2 with four heads a 2-bit value entry of
    32 channels is 20 instructions, 8 of them multiply-adds; the
    multiply-adds of keys and values are 0.28 per element, the decode
-   about 0.2, loops and bookkeeping the rest. AVX2 looks the per-token
+   about 0.2, loops and bookkeeping the rest (a value tile's check that
+   its slots are consecutive is a gather and a comparison per 16 entries,
+   kvq__tile_follows). AVX2 looks the per-token
    keys' pairs up too, 8 entries a vpermps and a blend on the index's
    bit 3, and 2-bit codes by an 8-entry table of period 4.               */
 
