@@ -3472,7 +3472,10 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
    group's B and zero term are built at its first tile, counted down, with
    shifts for D / Gv and Gv / 16 (no division per tile or chunk). A value
    tile's words (B / 2 a lane: token blocks of 32 at 4 bits) are read
-   from vwc at the tile.                                                 */
+   from vwc one tile ahead, the first before the keys: each shared-memory
+   load has a tile's work (or the keys and softmax) to land behind, where
+   the compiler would not move it across the group setup's shuffles and
+   branch, for B / 2 more live registers.                                */
 template <int D, int B, int NQ, int HILO, int DEC>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
@@ -3481,6 +3484,12 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                                                      kvq_mma_state<D, B, NQ> &st, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
+    auto value_words = [&](int mt, uint32_t (&vw)[B / 2]) {
+#pragma unroll
+        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+    };
+    uint32_t vw_next[B / 2];                  /* tile mt + 1's words        */
+    value_words(0, vw_next);
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
     kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, dead_bits, kb, lane, sc);
     kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
@@ -3498,7 +3507,8 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
         left--;
         uint32_t vw[B / 2];
 #pragma unroll
-        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vw_next[blk];
+        if (mt + 1 < S::MT) value_words(mt + 1, vw_next);
         kvq_mma_value_tile<D, B, NQ, HILO, DEC>(vw, mt, bv, zterm, scale, st);
     }
 }
