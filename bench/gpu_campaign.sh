@@ -18,20 +18,25 @@
 #                  fragment maps, subnormal inputs, accumulation rounding
 #                  (bench/mma_selftest.cu)
 #   test      120  test_gpu: every kernel against kvq.h, today's and v5
-#   bench     120  v5 variants (integer MMA: the default, its page
-#                  parameters staged a page ahead (pf), whole-wave split
-#                  counts (ww), both, pf built for 5 CTAs per SM (occ5),
-#                  pf with the value words read at the chunk start (pre);
-#                  f16 MMA: the magic decode, and it built for 5 CTAs)
+#   bench     120  v5 variants (integer MMA: the default, whose page
+#                  parameters are staged a page ahead and whose splits
+#                  fill whole waves; it with the parameters read at the
+#                  page start (nopf); with about two waves of splits (2w);
+#                  built for 5 CTAs per SM (occ5); f16 MMA: the magic
+#                  decode, and it built for 5 CTAs)
 #                  against today's kernel (fused) and copy:
 #                  T = 32K, G 32/128, GQA 1/4/8, S 64/256, B 2/4
 #                  (bench_gpu --kernels; CAMPAIGN_KERNELS), each shape
 #                  labelled with kvq_cuda_mma_route's pick, then the clocks
+#   quantize   40  the quantizers (bench_gpu --quantize): fp16 rows to codes
+#                  and scales, validated and trusted, and straight into
+#                  fragment-order pages; GB/s and % of copy, each checked
+#                  byte for byte against kvq.h first
 #   sdpa       50  PyTorch fp16 SDPA at the same T, S, GQA (skipped, not
 #                  failed, where python3 has no torch)
-#   memcheck   90  compute-sanitizer memcheck, test_gpu quick (KVQ_TEST_QUICK=1)
-#   racecheck 110  compute-sanitizer racecheck, the same
-# 545 s in all, under CAMPAIGN_LIMIT (default 550 s): a step that would end
+#   memcheck   60  compute-sanitizer memcheck, test_gpu quick (KVQ_TEST_QUICK=1)
+#   racecheck  80  compute-sanitizer racecheck, the same
+# 525 s in all, under CAMPAIGN_LIMIT (default 550 s): a step that would end
 # past the limit gets what is left, or is skipped with a line saying so.
 # Missing binaries are built first when nvcc is here (make
 # gpu-campaign-build, budget 240 s, taken from the same limit).
@@ -44,7 +49,8 @@
 #   bench_kernels.csv  bench_gpu's rows (--long-csv), one per shape and
 #                      kernel, with the route's pick (v5 or fused)
 #   sdpa.csv           the SDPA rows
-# (four files: the device tool returns at most eight.)
+#   gpu_quantize.csv   the quantize step's rows (and an empty gpu_attention.csv)
+# (six files: the device tool returns at most eight.)
 #
 #   bash bench/gpu_campaign.sh [--dry-run] [--out DIR] [--steps a,b,...] [--bin DIR]
 # Environment: CAMPAIGN_LIMIT (s), CAMPAIGN_KERNELS (bench_gpu --kernels),
@@ -58,12 +64,12 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
-STEPS_ALL="info copy selftest test bench sdpa memcheck racecheck"
-declare -A BUDGET=([info]=15 [copy]=20 [selftest]=20 [test]=120 [bench]=120 [sdpa]=50
-                   [memcheck]=90 [racecheck]=110)
+STEPS_ALL="info copy selftest test bench quantize sdpa memcheck racecheck"
+declare -A BUDGET=([info]=15 [copy]=20 [selftest]=20 [test]=120 [bench]=120 [quantize]=40 [sdpa]=50
+                   [memcheck]=60 [racecheck]=80)
 LIMIT=${CAMPAIGN_LIMIT:-550}
 BUILD_BUDGET=240
-KERNELS=${CAMPAIGN_KERNELS:-fused,v5,v5:pf,v5:ww,v5:pf+ww,v5:occ5,v5:pre,v5:magic,v5:magic+occ5}
+KERNELS=${CAMPAIGN_KERNELS:-fused,v5,v5:nopf,v5:2w,v5:occ5,v5:magic,v5:magic+occ5}
 T_LIST=32768 S_LIST="64 256" GQA_LIST="1 4 8" B_LIST="2 4" G_LIST="32 128"
 
 usage() {
@@ -108,6 +114,7 @@ step_cmd() {
         selftest)  echo "$bin/mma_selftest" ;;
         test)      echo "$bin/test_gpu" ;;
         bench)     echo "$bin/bench_gpu --kernels $KERNELS --long-csv $out/bench_kernels.csv, $n_shapes shapes; clocks after" ;;
+        quantize)  echo "$bin/bench_gpu --quantize --csv $out (quantize + pack, and + seal: GB/s and % of copy, codes checked against kvq.h)" ;;
         sdpa)      echo "python3 bench/sdpa_shapes.py --T ${T_LIST// /,} --S ${S_LIST// /,} --gqa ${GQA_LIST// /,}" ;;
         memcheck)  echo "KVQ_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 $bin/test_gpu" ;;
         racecheck) echo "KVQ_TEST_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_gpu" ;;
@@ -118,7 +125,7 @@ step_needs() {                  # binaries and scripts a step calls
         copy) echo "$bin/bench_gpu" ;;
         selftest) echo "$bin/mma_selftest" ;;
         test|memcheck|racecheck) echo "$bin/test_gpu" ;;
-        bench) echo "$bin/bench_gpu" ;;
+        bench|quantize) echo "$bin/bench_gpu" ;;
         sdpa) echo "bench/sdpa_shapes.py bench/sdpa_baseline.py" ;;
     esac
 }
@@ -161,6 +168,11 @@ if [ "$dry" = 1 ]; then
                 missing=1
             fi
         else echo "  (no bench_gpu built here to check the benchmark's arguments with)"; fi ;;
+    esac
+    case " $steps " in *" quantize "*)
+        if [ -x "$bg" ] && ! "$bg" --help 2>&1 | grep -q -- '--quantize'; then
+            echo "  $bg has no --quantize option (built from older sources? make gpu-campaign-build)"; missing=1
+        fi ;;
     esac
     for t in nvidia-smi compute-sanitizer; do
         command -v "$t" >/dev/null 2>&1 || echo "  $t: not here (the GPU machine has it; steps that need it say so if not)"
@@ -276,6 +288,7 @@ for s in $steps; do
         selftest)  keep='!/^    case/'; run_step selftest "$bin/mma_selftest" ;;
         test)      keep='!/^  / || /FAIL|mma/'; run_step test "$bin/test_gpu" ;;
         bench)     keep='1'; run_step bench bash -c "$fns; bench" ;;
+        quantize)  keep='1'; run_step quantize "$bin/bench_gpu" --quantize --csv "$out" ;;
         sdpa)
             if python3 -c "import torch" >/dev/null 2>&1; then
                 keep='1'; run_step sdpa python3 bench/sdpa_shapes.py --T "${T_LIST// /,}" --S "${S_LIST// /,}" \
