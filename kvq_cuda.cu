@@ -499,10 +499,10 @@ static __device__ __forceinline__ void kvq_dev_group_lanes(float *lo, float *hi,
     }
 }
 /* One group's ending, shared by both layouts: WRITE = false reports a bad
-   group (its first lane only) and returns false; WRITE = true returns
-   its (s, z), stored by the caller.                                      */
+   group (its first lane only); WRITE = true computes its (s, z) into *p,
+   stored by the caller.                                                  */
 template <bool WRITE>
-static __device__ __forceinline__ bool kvq_dev_group_end(float lo, float hi, bool ok, int bits,
+static __device__ __forceinline__ void kvq_dev_group_end(float lo, float hi, bool ok, int bits,
                                                          kvq_zero_mode mode, bool reporter,
                                                          int *status, kvq_sz *p)
 {
@@ -510,10 +510,9 @@ static __device__ __forceinline__ bool kvq_dev_group_end(float lo, float hi, boo
         if (reporter && !ok) kvq_dev_report(status, KVQ_ERR_NONFINITE);
         else if (reporter && kvq_dev_group_params(lo + 0.0f, hi + 0.0f, bits, mode, p) != KVQ_OK)
             kvq_dev_report(status, KVQ_ERR_RANGE);
-        return false;
+        return;
     }
     kvq_dev_group_params(lo + 0.0f, hi + 0.0f, bits, mode, p);   /* checked in pass 1 */
-    return true;
 }
 
 /* Per token: span t of the (T, D) matrix seen as T D / E spans of E
@@ -550,10 +549,9 @@ static __device__ __forceinline__ void kvq_dev_span(const __half *X, size_t D, s
     const size_t token = t / (D / E), at = (t % (D / E)) * E;     /* first channel */
     const bool reporter = live && (LANES == 1 || t % LANES == 0);
     kvq_sz p[NG];
-    bool write = true;
 #pragma unroll
-    for (int g = 0; g < NG; g++) write = kvq_dev_group_end<WRITE>(lo[g], hi[g], ok[g], B, mode, reporter, status, &p[g]);
-    if (!WRITE || !write || !live) return;
+    for (int g = 0; g < NG; g++) kvq_dev_group_end<WRITE>(lo[g], hi[g], ok[g], B, mode, reporter, status, &p[g]);
+    if (!WRITE || !live) return;
     const size_t out = unit_dst ? (size_t)unit_dst[token] : token;
     uint32_t w[4] = { 0u, 0u, 0u, 0u };            /* E codes = 4 words      */
 #pragma unroll
@@ -611,10 +609,9 @@ static __device__ __forceinline__ void kvq_dev_columns(const __half *X, size_t D
     }
     const bool reporter = live && ry == 0;
     kvq_sz p[8];
-    bool write = true;
 #pragma unroll
-    for (int j = 0; j < 8; j++) write = kvq_dev_group_end<WRITE>(lo[j], hi[j], ok_j[j], B, mode, reporter, status, &p[j]);
-    if (!WRITE || !write || !live) return;
+    for (int j = 0; j < 8; j++) kvq_dev_group_end<WRITE>(lo[j], hi[j], ok_j[j], B, mode, reporter, status, &p[j]);
+    if (!WRITE || !live) return;
     const size_t out = unit_dst ? (size_t)unit_dst[u] : u;
     uint32_t *w = words + (out * D + 8 * cx) * R + ry;  /* channel j: w[j R] */
 #pragma unroll
