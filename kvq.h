@@ -6180,19 +6180,19 @@ static KVQ__INLINE void kvq__prefetch(const void *p, size_t n)
 #endif
 }
 
-/* Ask for the quantized store's slots slot0 .. slot0+n-1 of both sides
-   (codes, scales and zeros, K's position map entries, V's map entries at
-   the same positions) before the walk reaches them (per-token keys: slot
-   = unit). A cold walk (a decode
-   over many layers: the cache's bytes come from DRAM) otherwise waits on
-   several short streams at once, each too short per tile for the
-   hardware prefetchers to run ahead of it: at T = 32K, HF-2 with one head
-   ran a third slower cold than warm. V's slots are taken at K's indices
-   (where KIVI and HF keep them, less the window); a wrong guess costs a
-   few wasted lines, never a wrong result. Per-token keys only: for
-   KIVI's per-channel keys the same hints made a cold walk slower (T =
-   32K, one head: 0.53 -> 0.60 ms). Inlined: GCC deems a function that
-   only prefetches pure and deletes the call.                              */
+/* Ask for the codes of the quantized store's slots slot0 .. slot0+n-1 of
+   both sides before the walk reaches them (per-token keys: slot = unit).
+   A cold walk (a decode over many layers: the cache's bytes come from
+   DRAM) otherwise waits on several short streams at once, each too short
+   per tile for the hardware prefetchers to run ahead of it: at T = 32K,
+   HF-2 with one head ran a third slower cold than warm. The codes are the
+   long streams; hints for the scales, zeros and maps as well cost the warm
+   walk 4% and the cold one nothing more. V's slots are taken at K's
+   indices (where KIVI and HF keep them, less the window); a wrong guess
+   costs a few wasted lines, never a wrong result. Per-token keys only:
+   for KIVI's per-channel keys the same hints made a cold walk slower (T =
+   32K, one head: 0.53 -> 0.60 ms). Inlined: GCC deems a function that only
+   prefetches pure and deletes the call.                                   */
 #define KVQ__AHEAD_SLOTS (4 * KVQ_TILE)   /* 2, 4, 8 tiles: the same time */
 static KVQ__INLINE void kvq__prefetch_slots(const kvq_cache *c, size_t slot0, size_t n)
 {
@@ -6207,9 +6207,6 @@ static KVQ__INLINE void kvq__prefetch_slots(const kvq_cache *c, size_t slot0, si
         if (u0 >= u1) continue;
         kvq__prefetch(s->words + u0 * per * s->geom.words_per_group,
                       (u1 - u0) * per * s->geom.words_per_group * sizeof(uint32_t));
-        kvq__prefetch(s->sz + u0 * per, (u1 - u0) * per * sizeof(kvq_sz));
-        if (slot0 + n <= s->n_units * tpu) kvq__prefetch(s->qpos + slot0, n * sizeof(int32_t));
-        if (slot0 + n <= c->n_pos) kvq__prefetch(s->loc + slot0, n * sizeof(uint32_t));
     }
 }
 
