@@ -2643,11 +2643,16 @@ KVQ_MMA_FN int kvq_mma_i8_index(int bits, int kappa)
                      : 16 * h + 2 * tig + 8 * (b & 1) + (b >> 1);
 }
 /* The integer A fragment of one 32-wide step: word x (B = 2), or words x
-   and y (B = 4, k-tiles 2m and 2m + 1). Rows 8-15 carry 2^B.           */
-template <int B>
+   and y (B = 4, k-tiles 2m and 2m + 1). Rows 8-15 carry 2^B. LIFT = 4
+   (B = 2): k 16-31 (registers 2, 3) read in place, bits 4-7 of each byte,
+   so they carry 2^4 more and need no shift (kvq_mma_i8_lift).          */
+template <int B, int LIFT = 0>
 KVQ_MMA_FN void kvq_mma_decode_i8(uint32_t x, uint32_t y, uint32_t (&a)[4])
 {
-    if (B == 2) {
+    if (B == 2 && LIFT) {
+        a[0] = x & 0x03030303u; a[1] = x & 0x0C0C0C0Cu;
+        a[2] = x & 0x30303030u; a[3] = x & 0xC0C0C0C0u;
+    } else if (B == 2) {
         const uint32_t t = x >> 4;
         a[0] = x & 0x03030303u; a[1] = x & 0x0C0C0C0Cu;
         a[2] = t & 0x03030303u; a[3] = t & 0x0C0C0C0Cu;
@@ -2656,6 +2661,15 @@ KVQ_MMA_FN void kvq_mma_decode_i8(uint32_t x, uint32_t y, uint32_t (&a)[4])
         a[2] = y & 0x0F0F0F0Fu; a[3] = y & 0xF0F0F0F0u;
     }
 }
+/* The 4-digit integer decode at 2 bits (HILO) lifts k 16-31 by 2^4
+   (kvq_mma_decode_i8's LIFT): one SHF less per word, 16 a 32-token
+   chunk. B's k 0-15 (register 0) then carry 2^4 too, so every product,
+   and C, is 2^4 too large (taken out with the exponent), and the weights
+   are made 2^4 smaller to leave the digits room: |W| < 2^26 for keys,
+   W < 2^27 for values (2^-26, 2^-27 of the largest: still above fp32's
+   2^-24). The 2-digit weights (2^14, 2^15) cannot spare the bits.      */
+template <int B, int HILO>
+constexpr int kvq_mma_i8_lift = B == 2 && HILO ? 4 : 0;
 /* The e that puts max |w| (finite, > 0) in [2^(top-1), 2^top): the
    integer weights' scale (top = 8N - 2 for keys, 8N - 1 for values).   */
 KVQ_MMA_FN int kvq_mma_exponent_top(float max_abs, int top)
@@ -2948,6 +2962,17 @@ struct kvq_mma_keyb {
     float z[NQ];                              /* zero term of head 4 q + tig */
 };
 
+/* One stored (s, z) in one 4-byte load: kvq_sz is two fp16, which the
+   compiler reads with two 2-byte loads. Pools and stages hold them at
+   4-byte alignment (an array of them from a 4-byte aligned start).     */
+static __device__ __forceinline__ kvq_sz kvq_mma_sz(const kvq_sz *p)
+{
+    const uint32_t w = *reinterpret_cast<const uint32_t *>(p);
+    kvq_sz sz;
+    memcpy(&sz, &w, sizeof sz);
+    return sz;
+}
+
 /* One key weight w = q a (times f), folded into the lane's running max
    |w| and zero term sum q b.                                             */
 static __device__ __forceinline__ float kvq_mma_key_weight(float q, kvq_sz sz, kvq_zero_mode mode,
@@ -2994,6 +3019,7 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
                                                             kvq_mma_keyb<D, B, NQ> &kb)
 {
     constexpr int KS = D / 32, N = HILO ? 4 : 2;          /* steps, digits */
+    constexpr int LIFT = kvq_mma_i8_lift<B, HILO>;
     constexpr uint32_t BIAS = HILO ? 0x80808080u : 0x8080u;
     const int gid = lane >> 2, tig = lane & 3, odd = gid & 1;
 #pragma unroll
@@ -3005,12 +3031,13 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
 #pragma unroll
             for (int b = 0; b < 4; b++) {
                 const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + b + 16 * odd);
-                w[ks][b] = kvq_mma_key_weight(qs[h * D + d], ksz[d], mode, 1.0f, mx, z);
+                w[ks][b] = kvq_mma_key_weight(qs[h * D + d], kvq_mma_sz(ksz + d), mode, 1.0f, mx, z);
             }
         kvq_mma_head_reduce(mx, z);
-        /* |W| < 2^(8N - 2): the biased digits stay in 0..255 */
-        const int e = kvq_mma_exponent_top(mx, 8 * N - 2);
-        const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2);
+        /* |W| < 2^(8N - 2): the biased digits stay in 0..255 (2^LIFT W
+           on the even lane: its register 0 is k 0-15)                  */
+        const int e = kvq_mma_exponent_top(mx, 8 * N - 2 - LIFT);
+        const float pow_a = kvq_mma_pow2i(e / 2), pow_b = kvq_mma_pow2i(e - e / 2 + (odd ? 0 : LIFT));
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
             uint32_t x[4];                        /* W's digits, bytes 0 .. N-1 */
@@ -3030,18 +3057,18 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
                 kb.b[q][2 * ks + 1][1] = odd ? own2 : got2;
             }
         }
-        kvq_mma_key_head(e, z, tig, kb.inv[q], kb.z[q]);
+        kvq_mma_key_head(e + LIFT, z, tig, kb.inv[q], kb.z[q]);
     }
 }
 
 /* The integer decode's value exponent (kb.v_pow, kb.v_inv): the largest
    value scale among n (a multiple of 32) just under 2^(8N - 1), N = 4
    digits (2 hi only): each W = p a 2^e keeps 2^-32 (2^-16) of that
-   largest a. Over a page's value (s, z) from global memory at its start
+   largest a (2^-28 at 2 bits with 4 digits: kvq_mma_i8_lift). Over a page's value (s, z) from global memory at its start
    (KVQ_CUDA_MMA_NO_PREFETCH, DIRECT, STAGES3), or over a staged chunk's
    (the default: no load waits on DRAM, and a chunk's max is at most the
    page's, so its W keep as many bits or more).                          */
-template <int HILO>
+template <int B, int HILO>
 static __device__ __forceinline__ void kvq_mma_value_exponent(const kvq_sz *vsz /* (n) */, int n,
                                                               kvq_zero_mode mode, int lane,
                                                               float &pow_e, float &inv)
@@ -3050,12 +3077,12 @@ static __device__ __forceinline__ void kvq_mma_value_exponent(const kvq_sz *vsz 
 #pragma unroll 4
     for (int i = lane; i < n; i += 32) {
         float a, b;
-        kvq_dev_affine(vsz[i], mode, &a, &b);
+        kvq_dev_affine(kvq_mma_sz(vsz + i), mode, &a, &b);
         amax = fmaxf(amax, a);
     }
 #pragma unroll
     for (int k = 1; k < 32; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
-    kvq_mma_value_pow2(amax, &pow_e, &inv, HILO ? 31 : 15);
+    kvq_mma_value_pow2(amax, &pow_e, &inv, (HILO ? 31 : 15) - kvq_mma_i8_lift<B, HILO>);
 }
 
 /* The B columns 2j (hi) and 2j + 1 (lo) of head j sit in lanes gid = 2j
@@ -3119,11 +3146,17 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
 }
 
 /* Per-warp state, in the C layout: head 4 q + tig, channels 16 mt + gid
-   (acc[q][mt][0]) and 16 mt + gid + 8 (acc[q][mt][1]).                    */
-template <int D, int B, int NQ>
+   (acc[q][mt][0]) and 16 mt + gid + 8 (acc[q][mt][1]). ZR: the value
+   groups' zero terms sum_t p_t b_tg kept apart, zg[q][mt] for the group
+   that tile mt opens (mt % (Gv / 16) == 0), and added to acc once, at
+   the end (add_zero_terms): one FADD a group and chunk instead
+   of two a tile, for MT more registers (NQ = 1, not the 96-register
+   build, where they would spill).                                      */
+template <int D, int B, int NQ, int ZR = 0>
 struct kvq_mma_state {
     float m[NQ], l[NQ];
     float acc[NQ][kvq_mma_shape<D, B, NQ>::MT][2];
+    float zg[NQ][ZR ? kvq_mma_shape<D, B, NQ>::MT : 1];
     __device__ __forceinline__ void init()
     {
 #pragma unroll
@@ -3131,7 +3164,25 @@ struct kvq_mma_state {
             m[qd] = -INFINITY;
             l[qd] = 0.0f;
 #pragma unroll
+            for (int mt = 0; mt < (ZR ? kvq_mma_shape<D, B, NQ>::MT : 1); mt++) zg[qd][mt] = 0.0f;
+#pragma unroll
             for (int mt = 0; mt < kvq_mma_shape<D, B, NQ>::MT; mt++) acc[qd][mt][0] = acc[qd][mt][1] = 0.0f;
+        }
+    }
+    /* ZR: each tile's group's zero terms into acc (Gv: the value group) */
+    __device__ __forceinline__ void add_zero_terms(int Gv)
+    {
+        if (!ZR) return;
+        const int tile_mask = (Gv >> 4) - 1;
+#pragma unroll
+        for (int qd = 0; qd < NQ; qd++) {
+            float z = 0.0f;
+#pragma unroll
+            for (int mt = 0; mt < kvq_mma_shape<D, B, NQ>::MT; mt++) {
+                if ((mt & tile_mask) == 0) z = zg[qd][ZR ? mt : 0];
+                acc[qd][mt][0] += z;
+                acc[qd][mt][1] += z;
+            }
         }
     }
 };
@@ -3193,6 +3244,7 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
     typedef kvq_mma_shape<D, B, NQ> S;
     const int gid = lane >> 2;
     const float post[2] = { kvq_mma_post<B, DEC>(0), kvq_mma_post<B, DEC>(1) };
+    const uint32_t my_dead = dead_bits >> gid;    /* bit 16 rt + 8 half: token 16 rt + gid + 8 half */
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
         const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
@@ -3201,7 +3253,7 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
 #pragma unroll
             for (int ks = 0; ks < D / 32; ks++) {
                 uint32_t a[4];
-                kvq_mma_decode_i8<B>(w[B == 2 ? ks : 2 * ks], w[B == 2 ? ks : 2 * ks + 1], a);
+                kvq_mma_decode_i8<B, kvq_mma_i8_lift<B, HILO>>(w[B == 2 ? ks : 2 * ks], w[B == 2 ? ks : 2 * ks + 1], a);
 #pragma unroll
                 for (int q = 0; q < NQ; q++) {
                     kvq_mma_16832<true>(c1[q], a, kb.b[q][2 * ks][0], kb.b[q][2 * ks][1]);
@@ -3210,7 +3262,7 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
             }
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                const bool dead = (dead_bits >> (16 * rt + gid + 8 * half)) & 1u;
+                const bool dead = (my_dead >> (16 * rt + 8 * half)) & 1u;
 #pragma unroll
                 for (int q = 0; q < NQ; q++)
                     sc[q][rt][half] = dead ? -INFINITY
@@ -3235,7 +3287,7 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
             }
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                const bool dead = (dead_bits >> (16 * rt + gid + 8 * half)) & 1u;
+                const bool dead = (my_dead >> (16 * rt + 8 * half)) & 1u;
 #pragma unroll
                 for (int q = 0; q < NQ; q++)
                     sc[q][rt][half] = dead ? -INFINITY
@@ -3276,9 +3328,9 @@ static __device__ __forceinline__ float kvq_mma_rescale(float s, float m)
 
 /* Softmax of one chunk: the chunk's max per head (over gid), one rescale
    of the state, p = 2^(s - m) <= 1 in the scores' layout.                */
-template <int D, int B, int NQ>
+template <int D, int B, int NQ, int ZR>
 static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[NQ][2][2],
-                                                             kvq_mma_state<D, B, NQ> &st,
+                                                             kvq_mma_state<D, B, NQ, ZR> &st,
                                                              float (&p)[NQ][2][2])
 {
     typedef kvq_mma_shape<D, B, NQ> S;
@@ -3296,7 +3348,11 @@ static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[N
             const float alpha = (m_new == -INFINITY) ? 1.0f : kvq_mma_rescale(st.m[q], m_new);
             st.l[q] *= alpha;
 #pragma unroll
-            for (int mt = 0; mt < S::MT; mt++) { st.acc[q][mt][0] *= alpha; st.acc[q][mt][1] *= alpha; }
+            for (int mt = 0; mt < S::MT; mt++) {
+                st.acc[q][mt][0] *= alpha;
+                st.acc[q][mt][1] *= alpha;
+                if (ZR) st.zg[q][ZR ? mt : 0] *= alpha;
+            }
         }
         st.m[q] = m_new;
 #pragma unroll
@@ -3348,6 +3404,9 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
        decode's 2^-k_col too; both factors are folded into the token's
        scale, exactly (powers of two on an fp16 value)                   */
     const float pow_hi_rows = DEC == KVQ_MMA_DEC_SUBNORMAL ? pow_e / (float)(1 << kvq_mma_sub_shift(B, 0, 1)) : pow_e;
+    /* the integer decode's lifted k 0-15 (B = 2: register 0, half 0) */
+    constexpr int LIFT = DEC == KVQ_MMA_DEC_INT8 ? kvq_mma_i8_lift<B, HILO> : 0;
+    const float pow_lo_rows = pow_e * (float)(1 << LIFT);
     /* this lane's weights: f16 (hi, lo) pairs, or the integers W        */
     uint32_t pair[NQ][2][2];                      /* [q][row tile][half]     */
 #pragma unroll
@@ -3357,8 +3416,8 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             float at, bt;
-            kvq_dev_affine(vsz[(16 * rt + gid + 8 * half) * n_groups + g], mode, &at, &bt);
-            at *= half ? pow_hi_rows : pow_e;
+            kvq_dev_affine(kvq_mma_sz(vsz + (16 * rt + gid + 8 * half) * n_groups + g), mode, &at, &bt);
+            at *= half ? pow_hi_rows : pow_lo_rows;
 #pragma unroll
             for (int q = 0; q < NQ; q++) {
                 zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
@@ -3418,29 +3477,31 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
 #pragma unroll
         for (int k = 4; k < 32; k <<= 1) zterm[q] += __shfl_xor_sync(0xffffffffu, zterm[q], k);
 #pragma unroll
-    for (int half = 0; half < 2; half++) scale[half] = kvq_mma_post<B, DEC>(half) * inv;
+    for (int half = 0; half < 2; half++) scale[half] = kvq_mma_post<B, DEC>(half) / (float)(1 << LIFT) * inv;
 }
 
 /* Values of one 16-channel row tile mt: codes^T times B, a fresh C, then
-   into fp32 (one FMA by the group's scale) with the zero term.          */
-template <int D, int B, int NQ, int HILO, int DEC>
+   into fp32 (one FMA by the group's scale) with the zero term (ZR: zterm
+   not added here: the group's is in st.zg).                              */
+template <int D, int B, int NQ, int HILO, int DEC, int ZR>
 static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B / 2], int mt,
                                                           const uint32_t (&bv)[NQ][2][2],
                                                           const float (&zterm)[NQ],
                                                           const float (&scale)[2],
-                                                          kvq_mma_state<D, B, NQ> &st)
+                                                          kvq_mma_state<D, B, NQ, ZR> &st)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
+    auto z = [&](float acc, int q) { return ZR ? acc : acc + zterm[q]; };
     if constexpr (DEC == KVQ_MMA_DEC_INT8) {       /* the chunk's 32 tokens: one step */
         uint32_t a[4];
-        kvq_mma_decode_i8<B>(vw[0], B == 2 ? 0u : vw[B / 2 - 1], a);
+        kvq_mma_decode_i8<B, kvq_mma_i8_lift<B, HILO>>(vw[0], B == 2 ? 0u : vw[B / 2 - 1], a);
 #pragma unroll
         for (int q = 0; q < NQ; q++) {
             int32_t c1[4] = {}, c2[4] = {};
             kvq_mma_16832<false>(c1, a, bv[q][0][0], bv[q][0][1]);
             if (HILO) kvq_mma_16832<false>(c2, a, bv[q][1][0], bv[q][1][1]);
-            st.acc[q][mt][0] = fmaf(kvq_mma_digits<HILO>(c1, c2, 0), scale[0], st.acc[q][mt][0] + zterm[q]);
-            st.acc[q][mt][1] = fmaf(kvq_mma_digits<HILO>(c1, c2, 1), scale[1], st.acc[q][mt][1] + zterm[q]);
+            st.acc[q][mt][0] = fmaf(kvq_mma_digits<HILO>(c1, c2, 0), scale[0], z(st.acc[q][mt][0], q));
+            st.acc[q][mt][1] = fmaf(kvq_mma_digits<HILO>(c1, c2, 1), scale[1], z(st.acc[q][mt][1], q));
         }
     } else {
 #pragma unroll
@@ -3456,8 +3517,8 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
                 for (int u = 0; u < S::TPW; u++)
                     kvq_mma_16816(c, a + 4 * u, bv[q][blk * S::TPW + u][0], bv[q][blk * S::TPW + u][1]);
             }
-            st.acc[q][mt][0] = fmaf(HILO ? c[0] + c[1] : c[0], scale[0], st.acc[q][mt][0] + zterm[q]);
-            st.acc[q][mt][1] = fmaf(HILO ? c[2] + c[3] : c[2], scale[1], st.acc[q][mt][1] + zterm[q]);
+            st.acc[q][mt][0] = fmaf(HILO ? c[0] + c[1] : c[0], scale[0], z(st.acc[q][mt][0], q));
+            st.acc[q][mt][1] = fmaf(HILO ? c[2] + c[3] : c[2], scale[1], z(st.acc[q][mt][1], q));
         }
     }
 }
@@ -3466,19 +3527,20 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
    vszc: the chunk's parts (kvq_mma_chunk_src), in global memory or
    staged into shared memory. A 16-channel value tile lies in one group
    (Gv % 16 == 0, and Gv divides D = 64 or 128: a power of two): the
-   group's B and zero term are built at its first tile, counted down, with
-   shifts for D / Gv and Gv / 16 (no division per tile or chunk). A value
+   group's B and zero term are built at its first tile (mt a multiple of
+   Gv / 16: one AND of the tile's number per tile, no counter; a shift for
+   D / Gv: no division per tile or chunk). A value
    tile's words (B / 2 a lane: token blocks of 32 at 4 bits) are read
    from vwc one tile ahead, the first before the keys: each shared-memory
    load has a tile's work (or the keys and softmax) to land behind, where
    the compiler would not move it across the group setup's shuffles and
    branch, for B / 2 more live registers.                                */
-template <int D, int B, int NQ, int HILO, int DEC>
+template <int D, int B, int NQ, int HILO, int DEC, int ZR>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
                                                      uint32_t dead_bits,
                                                      const kvq_mma_keyb<D, B, NQ> &kb,
-                                                     kvq_mma_state<D, B, NQ> &st, int lane)
+                                                     kvq_mma_state<D, B, NQ, ZR> &st, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     auto value_words = [&](int mt, uint32_t (&vw)[B / 2]) {
@@ -3490,23 +3552,25 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
     kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, dead_bits, kb, lane, sc);
     kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
-    const int log2_gv = __ffs(Gv) - 1, n_groups = D >> log2_gv, tiles_per_group = Gv >> 4;
-    int g = -1, left = 0;                         /* warp-uniform            */
+    /* tile mt opens a group where mt % (Gv / 16) == 0 (a power of two) */
+    const int n_groups = D >> (__ffs(Gv) - 1), tile_mask = (Gv >> 4) - 1;
+    int g = -1;                                   /* warp-uniform            */
     float zterm[NQ] = {}, scale[2] = {};
     uint32_t bv[NQ][2][2] = {};
 #pragma unroll
     for (int mt = 0; mt < S::MT; mt++) {
-        if (left == 0) {                          /* tile mt opens group g + 1 */
-            left = tiles_per_group;
+        if ((mt & tile_mask) == 0) {              /* tile mt opens group g + 1 */
             kvq_mma_value_group<D, B, NQ, HILO, DEC>(vszc, n_groups, ++g, mode, p, lane, bv, zterm, scale,
                                                     kb.v_pow, kb.v_inv);
+            if (ZR)
+#pragma unroll
+                for (int q = 0; q < NQ; q++) st.zg[q][ZR ? mt : 0] += zterm[q];
         }
-        left--;
         uint32_t vw[B / 2];
 #pragma unroll
         for (int blk = 0; blk < B / 2; blk++) vw[blk] = vw_next[blk];
         if (mt + 1 < S::MT) value_words(mt + 1, vw_next);
-        kvq_mma_value_tile<D, B, NQ, HILO, DEC>(vw, mt, bv, zterm, scale, st);
+        kvq_mma_value_tile<D, B, NQ, HILO, DEC, ZR>(vw, mt, bv, zterm, scale, st);
     }
 }
 
@@ -3551,13 +3615,13 @@ static __device__ __forceinline__ uint32_t kvq_mma_dead_word(const uint32_t *dea
    the page number is read a page ahead too, the chunk's dead-bit word a
    chunk ahead, and the integer decode's value exponent comes from each
    staged chunk (kvq_mma_value_exponent).                                */
-template <int D, int B, int NQ, int HILO, int STAGES, int DEC, int OPT>
+template <int D, int B, int NQ, int HILO, int STAGES, int DEC, int OPT, int ZR>
 static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool &pool,
                                                              const kvq_cuda_stream *s,
                                                              const kvq_mma_work &wk,
                                                              const float *qs /* (NH, D) smem */,
                                                              unsigned char *stage_smem, int stage_bytes,
-                                                             kvq_mma_state<D, B, NQ> &st, int warp,
+                                                             kvq_mma_state<D, B, NQ, ZR> &st, int warp,
                                                              int lane)
 {
     typedef kvq_mma_chunk_src<D, B, NQ> C;
@@ -3620,13 +3684,13 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
             kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, PF ? (const kvq_sz *)(buf + ksz_at) : pool.k_sz + page * D,
                                                    pool.zero_mode, lane, kb);
             if (DEC == KVQ_MMA_DEC_INT8 && !PF)
-                kvq_mma_value_exponent<HILO>(C::scales(pool, page, 0), n_vsz, pool.zero_mode, lane,
+                kvq_mma_value_exponent<B, HILO>(C::scales(pool, page, 0), n_vsz, pool.zero_mode, lane,
                                              kb.v_pow, kb.v_inv);
         }
         if (DEC == KVQ_MMA_DEC_INT8 && PF)
-            kvq_mma_value_exponent<HILO>(vszc, KVQ_MMA_CHUNK * n_groups, pool.zero_mode, lane, kb.v_pow,
+            kvq_mma_value_exponent<B, HILO>(vszc, KVQ_MMA_CHUNK * n_groups, pool.zero_mode, lane, kb.v_pow,
                                          kb.v_inv);
-        kvq_mma_chunk<D, B, NQ, HILO, DEC>((const uint32_t *)buf, (const uint32_t *)(buf + C::KWORDS * 4), vszc,
+        kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR>((const uint32_t *)buf, (const uint32_t *)(buf + C::KWORDS * 4), vszc,
                                       pool.value_group, pool.zero_mode, dead_bits, kb, st, lane);
         __syncwarp();                      /* its stage may now refill    */
     }
@@ -3663,7 +3727,8 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     kvq_dev_load_queries<D, NH>(qs, q, stream_id, n_rep, h0);
     __syncthreads();
 
-    kvq_mma_state<D, B, NQ> st;
+    constexpr int ZR = NQ == 1 && !(OPT & KVQ_MMA_OPT_OCC5);   /* kvq_mma_state */
+    kvq_mma_state<D, B, NQ, ZR> st;
     st.init();
     const kvq_mma_work wk = kvq_mma_my_work(*s, (uint32_t)pool.group, warp);
     if constexpr (STAGES == 1) {              /* chunks read where they lie */
@@ -3677,10 +3742,10 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
             if (chunk == 0) {
                 kvq_mma_page_keys<D, B, NQ, HILO, DEC>(qs, pool.k_sz + page * D, pool.zero_mode, lane, kb);
                 if (DEC == KVQ_MMA_DEC_INT8)
-                    kvq_mma_value_exponent<HILO>(C::scales(pool, page, 0), (int)G * (D / pool.value_group),
+                    kvq_mma_value_exponent<B, HILO>(C::scales(pool, page, 0), (int)G * (D / pool.value_group),
                                                  pool.zero_mode, lane, kb.v_pow, kb.v_inv);
             }
-            kvq_mma_chunk<D, B, NQ, HILO, DEC>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
+            kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
                                           C::scales(pool, page, chunk), pool.value_group,
                                           pool.zero_mode,
                                           kvq_mma_dead_word(s->dead, pi * G + chunk * KVQ_MMA_CHUNK),
@@ -3690,6 +3755,7 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
         kvq_mma_chunks_staged<D, B, NQ, HILO, STAGES, DEC, OPT>(pool, s, wk, qs, kvq_mma_dyn,
                                                                 stage_bytes, st, warp, lane);
     }
+    st.add_zero_terms(pool.value_group);
     __syncthreads();                          /* the stages are free now    */
     float (&red_acc)[KVQ_MMA_WARPS][NH * D] = *reinterpret_cast<float (*)[KVQ_MMA_WARPS][NH * D]>(kvq_mma_dyn);
     /* this warp's sums over its lanes (l over gid: head tig), then the CTA's */

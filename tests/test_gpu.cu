@@ -2045,7 +2045,7 @@ static void replay_pages(const kvq_cuda_export_t &e, int n_heads, double *worst_
 static void test_value_pow2(void)
 {
     size_t bad = 0, n = 0;
-    for (int top : { 15, 31 })            /* the f16 weights; 4 integer digits */
+    for (int top : { 15, 27, 31 })        /* f16; 4 integer digits, lifted or not */
         for (uint32_t h = 0; h < 0x7C00u; h++) {
             const float a = kvq_f16_to_f32((kvq_f16)h);
             float up, down;
@@ -2065,7 +2065,8 @@ static void test_value_pow2(void)
    byte b, the code of row gid + 8 (i % 2) and of the channel (keys) or
    token (values) kvq_mma_i8_index(B, 4 tig + b + 16 (i / 2)) of the step,
    times 2^B on rows 8-15, read back through kvq_mma_code_at (the f16
-   fragment maps' inverse). kvq_mma_i8_index must be a permutation.       */
+   fragment maps' inverse), and times 2^4 more in registers 2 and 3 with
+   LIFT = 4 (B = 2). kvq_mma_i8_index must be a permutation.              */
 static void test_fragment_i8(void)
 {
     const uint64_t saved = rng_state;       /* a stream of its own: later draws stay */
@@ -2082,8 +2083,14 @@ static void test_fragment_i8(void)
                 const size_t words = (size_t)D * G * B / 32, KPL = (size_t)D * B / 64, MT = D / 16;
                 std::vector<uint32_t> kp(words), vp(words);
                 for (size_t i = 0; i < words; i++) { kp[i] = (uint32_t)rng_u64(); vp[i] = (uint32_t)rng_u64(); }
-                for (int lane = 0; lane < 32; lane++) {
+                for (int lift : { 0, 4 })
+                for (int lane = 0; lane < 32 && (lift == 0 || B == 2); lane++) {
                     const int gid = lane / 4, tig = lane % 4;
+                    auto decode = [&](uint32_t x, uint32_t y, uint32_t (&a)[4]) {
+                        if (B == 4) kvq_mma_decode_i8<4>(x, y, a);
+                        else if (lift) kvq_mma_decode_i8<2, 4>(x, 0, a);
+                        else kvq_mma_decode_i8<2>(x, 0, a);
+                    };
                     auto check = [&](const uint32_t (&a)[4], int side, int row0, int k0, bool rows_are_tokens) {
                         for (int i = 0; i < 4; i++)
                             for (int b = 0; b < 4; b++) {
@@ -2092,7 +2099,7 @@ static void test_fragment_i8(void)
                                 const uint32_t want = kvq_mma_code_at(side ? vp.data() : kp.data(), D, B, side,
                                                                       rows_are_tokens ? row : k,
                                                                       rows_are_tokens ? k : row)
-                                                      << (i % 2 ? B : 0);
+                                                      << ((i % 2 ? B : 0) + (i / 2 ? lift : 0));
                                 bad += ((a[i] >> (8 * b)) & 0xFFu) != want;
                                 n++;
                             }
@@ -2101,16 +2108,15 @@ static void test_fragment_i8(void)
                         for (int ks = 0; ks < D / 32; ks++) {
                             const uint32_t *w = &kp[((size_t)rt * 32 + lane) * KPL];
                             uint32_t a[4];
-                            if (B == 2) kvq_mma_decode_i8<2>(w[ks], 0, a);
-                            else kvq_mma_decode_i8<4>(w[2 * ks], w[2 * ks + 1], a);
+                            decode(w[B == 2 ? ks : 2 * ks], B == 2 ? 0u : w[2 * ks + 1], a);
                             check(a, 0, 16 * rt, 32 * ks, true);
                         }
                     for (int c = 0; c < G / 32; c++)            /* values: chunks x row tiles */
                         for (int mt = 0; mt < (int)MT; mt++) {
                             uint32_t a[4];
-                            if (B == 2) kvq_mma_decode_i8<2>(vp[((size_t)c * 32 + lane) * MT + mt], 0, a);
-                            else kvq_mma_decode_i8<4>(vp[((size_t)2 * c * 32 + lane) * MT + mt],
-                                                      vp[((size_t)(2 * c + 1) * 32 + lane) * MT + mt], a);
+                            if (B == 2) decode(vp[((size_t)c * 32 + lane) * MT + mt], 0, a);
+                            else decode(vp[((size_t)2 * c * 32 + lane) * MT + mt],
+                                        vp[((size_t)(2 * c + 1) * 32 + lane) * MT + mt], a);
                             check(a, 1, 16 * mt, 32 * c, false);
                         }
                 }
