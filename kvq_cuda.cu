@@ -3064,7 +3064,8 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
 /* The integer decode's value exponent (kb.v_pow, kb.v_inv): the largest
    value scale among n (a multiple of 32) just under 2^(8N - 1), N = 4
    digits (2 hi only): each W = p a 2^e keeps 2^-32 (2^-16) of that
-   largest a (2^-28 at 2 bits with 4 digits: kvq_mma_i8_lift). Over a page's value (s, z) from global memory at its start
+   largest a (2^-28 at 2 bits with 4 digits: kvq_mma_i8_lift). Over a
+   page's value (s, z) from global memory at its start
    (KVQ_CUDA_MMA_NO_PREFETCH, DIRECT, STAGES3), or over a staged chunk's
    (the default: no load waits on DRAM, and a chunk's max is at most the
    page's, so its W keep as many bits or more).                          */
@@ -3529,8 +3530,8 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
    (Gv % 16 == 0, and Gv divides D = 64 or 128: a power of two): the
    group's B and zero term are built at its first tile (mt a multiple of
    Gv / 16: one AND of the tile's number per tile, no counter; a shift for
-   D / Gv: no division per tile or chunk). A value
-   tile's words (B / 2 a lane: token blocks of 32 at 4 bits) are read
+   D / Gv: no division per tile or chunk). A value tile's words (B / 2 a
+   lane: token blocks of 32 at 4 bits) are read
    from vwc one tile ahead, the first before the keys: each shared-memory
    load has a tile's work (or the keys and softmax) to land behind, where
    the compiler would not move it across the group setup's shuffles and
