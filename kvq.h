@@ -2884,6 +2884,8 @@ typedef char kvq__check_five_row_regions[(KVQ_ROW_REGIONS == 5) ? 1 : -1];
 /* 1 if some entry of map (n) of side s points outside the side's regions
    (an absent entry is inside). Branch-free over 32-bit lanes, so that the
    compiler vectorizes it: about as cheap as reading the map once.         */
+static size_t kvq__map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
+                             const uint32_t *len, uint32_t *bad);      /* Part II */
 static unsigned kvq__map_outside(const kvq_side *s, const uint32_t *map, size_t n)
 {
     const kvq_rows *r = s->rows;
@@ -2892,8 +2894,18 @@ static unsigned kvq__map_outside(const kvq_side *s, const uint32_t *map, size_t 
              n1 = (uint32_t)r[1].n, o2 = (uint32_t)r[2].off, n2 = (uint32_t)r[2].n,
              o3 = (uint32_t)r[3].off, n3 = (uint32_t)r[3].n, o4 = (uint32_t)r[4].off,
              n4 = (uint32_t)r[4].n, bad = 0;
+    /* the same test by tag: index i of tag t lies in [off[t], off[t] +
+       len[t]); an unused tag has len 0, ABSENT takes any index            */
+    uint32_t off[16] = { 0 }, len[16] = { 0 };
     size_t p;
-    for (p = 0; p < n; p++) {
+    int t;
+    len[KVQ_LOC_ABSENT] = 0xFFFFFFFFu;
+    len[KVQ_LOC_QUANT] = slots;
+    for (t = 0; t < KVQ_ROW_REGIONS; t++) {
+        off[KVQ_LOC_ROWS0 + t] = (uint32_t)r[t].off;
+        len[KVQ_LOC_ROWS0 + t] = (uint32_t)r[t].n;
+    }
+    for (p = kvq__map_lanes(map, n, off, len, &bad); p < n; p++) {
         uint32_t tag = map[p] >> 28, i = map[p] & 0x0FFFFFFFu;
         uint32_t in = (uint32_t)(tag == KVQ_LOC_ABSENT) | ((tag == KVQ_LOC_QUANT) & (i < slots)) |
                       ((tag == KVQ_LOC_ROWS0 + 0) & (i - o0 < n0)) |
@@ -5094,21 +5106,30 @@ static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t 
 
 /* (a, b) of n consecutive groups, as kvq__affine gives them: the stored
    (s, z) pairs are one run of 2n fp16 halves (kvq_sz is two kvq_f16, no
-   padding), converted 16 groups (32 halves) at a time by kvq__f16_row
-   (F16C where available).                                                 */
+   padding), converted 128 groups (256 halves) at a time by kvq__f16_row
+   (F16C where available), then split into a and b by a loop per zero mode
+   that the compiler vectorizes (a per-unit cost of per-channel keys: once
+   per 32 tokens and D channels).                                          */
 static void kvq__affine_run(const kvq_sz *sz, size_t n, kvq_zero_mode mode,
                             float *a /* (n) */, float *b /* (n) */)
 {
     const kvq_f16 *raw = &sz[0].scale;            /* (2n) s0 z0 s1 z1 ...    */
-    float half[32];
+    float half[256];
     size_t i0, i;
-    for (i0 = 0; i0 < n; i0 += 16) {
-        size_t k = n - i0 < 16 ? n - i0 : 16;
+    for (i0 = 0; i0 < n; i0 += 128) {
+        size_t k = n - i0 < 128 ? n - i0 : 128;
+        float *ai = a + i0, *bi = b + i0;
         kvq__f16_row(raw + 2 * i0, 2 * k, half);
-        for (i = 0; i < k; i++) {
-            a[i0 + i] = half[2 * i];
-            b[i0 + i] = kvq__zero_term(half[2 * i], half[2 * i + 1], mode);
-        }
+        if (mode == KVQ_ZERO_INT)
+            for (i = 0; i < k; i++) {
+                ai[i] = half[2 * i];
+                bi[i] = kvq__zero_term(half[2 * i], half[2 * i + 1], KVQ_ZERO_INT);
+            }
+        else
+            for (i = 0; i < k; i++) {
+                ai[i] = half[2 * i];
+                bi[i] = half[2 * i + 1];
+            }
     }
 }
 
@@ -5123,7 +5144,11 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
     for (h = H->n; h-- > 0;) {
         const float *q = H->q + h * D;
         float *qa = H->qa + h * D;
-        for (d = 0; d < D; d++) qa[d] = q[d] * a[d];
+        d = 0;
+        for (; d + 16 <= D; d += 16)    /* in place for head 0: the vectors
+                                           a compiler's alias check refuses */
+            kvq__store16(qa + d, kvq__mul16(kvq__load16(q + d), kvq__load16(a + d)));
+        for (; d < D; d++) qa[d] = q[d] * a[d];
         H->qb[h] = kvq__dot(q, b, D);
     }
 }
@@ -5344,15 +5369,17 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j;
     const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
-    for (h = 0; h < H->n; h++)
-        for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
-    if (n == KVQ_TILE && t0 % KVQ_TILE == 0 && s->bits == 2 && H->n == 1) {
+    const int full = n == KVQ_TILE && t0 % KVQ_TILE == 0;
+    if (!full || (s->bits == 2 && H->n == 1))   /* the sums that add to sc */
+        for (h = 0; h < H->n; h++)
+            for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
+    if (full && s->bits == 2 && H->n == 1) {
         /* one head, 2-bit: channel pairs, as a value tile takes its slots
            (kvq__pairs2_walk: the channels are its entries, q_d a_d their
            weights, the 32 tokens its two blocks)                          */
         kvq__pairs2_walk(H->sc, (const char *)(w + t0 / 16), wpg * sizeof(uint32_t), D, H->qa,
                          NULL, 2);
-    } else if (n == KVQ_TILE && t0 % KVQ_TILE == 0) {
+    } else if (full) {                  /* kvq__channel_tile stores its sums */
         for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {   /* NH, B fixed */
             const float *qa = H->qa + h * D;
             float *sc = H->sc + h * KVQ_TILE;
@@ -5369,9 +5396,15 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
                 for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * codes[j];
         }
     }
-    for (h = 0; h < H->n; h++)
-        for (j = 0; j < n; j++)
-            H->sc[h * KVQ_TILE + j] = (H->sc[h * KVQ_TILE + j] + H->qb[h]) * H->inv_sqrt_d;
+    for (h = 0; h < H->n; h++) {
+        float *sc = H->sc + h * KVQ_TILE;
+        const kvq__v16 qb = kvq__splat16(H->qb[h]), scale = kvq__splat16(H->inv_sqrt_d);
+        if (full) {                     /* two vectors, the same floats */
+            kvq__store16(sc, kvq__mul16(kvq__add16(kvq__load16(sc), qb), scale));
+            kvq__store16(sc + 16, kvq__mul16(kvq__add16(kvq__load16(sc + 16), qb), scale));
+        } else
+            for (j = 0; j < n; j++) sc[j] = (sc[j] + H->qb[h]) * H->inv_sqrt_d;
+    }
 }
 
 /* 16 words as 16 lanes, lane j from base[idx[j]]: one gather instruction
@@ -5455,7 +5488,8 @@ static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t r
         default: break;
         }
 #endif
-    for (j = 0; j < 16; j++) idx[j] = (int32_t)(j < rows ? j * n : 0);
+    for (j = 0; j < 16; j++) idx[j] = (int32_t)(j * n);
+    for (j = rows; j < 16; j++) idx[j] = 0;
     for (w = 0; w < n; w++) out[w] = kvq__gather16(base + w, idx);
 }
 
@@ -6002,13 +6036,23 @@ static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const 
 }
 
 /* 1 if every entry j < n of the tile is attended and V keeps its position
-   at loc0 + j (the slot after entry j-1's); pos[0] is loc0's. With
-   AVX-512 and a full tile, 16 entries a step: one gather of their map
-   entries and one comparison.                                            */
+   at loc0 + j (the slot after entry j-1's); pos[0] is loc0's and >= 0.
+   The usual tile's positions follow each other too (KIVI's and HF's
+   tokens, in order): then their map entries are one run, and the check is
+   two passes of n consecutive words that the compiler vectorizes (no
+   gather). Else, with AVX-512 and a full tile, 16 entries a step: one
+   gather of their map entries and one comparison.                        */
 static int kvq__tile_follows(const uint32_t *loc, const int32_t *pos /* (n) */, size_t n,
                              uint32_t loc0)
 {
+    const int32_t p0 = pos[0];
+    uint32_t off = 0;
     size_t j;
+    for (j = 0; j < n; j++) off |= (uint32_t)(pos[j] - p0) ^ (uint32_t)j;
+    if (off == 0) {                     /* positions p0 .. p0 + n - 1      */
+        for (j = 0; j < n; j++) off |= loc[(size_t)p0 + j] ^ (loc0 + (uint32_t)j);
+        return off == 0;
+    }
 #if KVQ__W == 16
     if (n == KVQ_TILE) {
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -6024,6 +6068,52 @@ static int kvq__tile_follows(const uint32_t *loc, const int32_t *pos /* (n) */, 
 #endif
     for (j = 1; j < n && pos[j] >= 0 && loc[pos[j]] == loc0 + (uint32_t)j; j++) {}
     return j == n;
+}
+
+/* kvq__map_outside's test on the first entries of a map, 16 (AVX-512) or
+   8 (AVX2) a step, each tag's (off, len) found by a permute of the table:
+   bad gets a nonzero bit if an entry is outside; returns how many entries
+   it took (none on other targets, whose compilers vectorize Part I's
+   loop as it is). With AVX2 the permute reads the tag's low 3 bits: tags
+   8-15 are caught by their top bit.                                      */
+static size_t kvq__map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
+                             const uint32_t *len, uint32_t *bad)
+{
+    size_t p = 0;
+#if KVQ__W == 16
+    const __m512i offv = _mm512_loadu_si512((const void *)off),
+                  lenv = _mm512_loadu_si512((const void *)len),
+                  low = _mm512_set1_epi32(0x0FFFFFFF);
+    __mmask16 out = 0;
+    for (; p + 16 <= n; p += 16) {
+        const __m512i m = _mm512_loadu_si512((const void *)(map + p)),
+                      tag = _mm512_srli_epi32(m, 28),
+                      x = _mm512_sub_epi32(_mm512_and_si512(m, low),
+                                           _mm512_permutexvar_epi32(tag, offv));
+        out |= _mm512_cmpge_epu32_mask(x, _mm512_permutexvar_epi32(tag, lenv));
+    }
+    *bad |= (uint32_t)out;
+#elif KVQ__W == 8
+    const __m256i offv = _mm256_loadu_si256((const __m256i *)(const void *)off),
+                  lenv = _mm256_loadu_si256((const __m256i *)(const void *)len),
+                  low = _mm256_set1_epi32(0x0FFFFFFF);
+    __m256i out = _mm256_setzero_si256(), top = _mm256_setzero_si256();
+    for (; p + 8 <= n; p += 8) {
+        const __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)(map + p)),
+                      tag = _mm256_srli_epi32(m, 28),
+                      x = _mm256_sub_epi32(_mm256_and_si256(m, low),
+                                           _mm256_permutevar8x32_epi32(offv, tag));
+        /* x >= len: max(x, len) == x                                       */
+        out = _mm256_or_si256(out, _mm256_cmpeq_epi32(
+            _mm256_max_epu32(x, _mm256_permutevar8x32_epi32(lenv, tag)), x));
+        top = _mm256_or_si256(top, m);
+    }
+    *bad |= (uint32_t)(_mm256_movemask_epi8(out) != 0) |
+            (uint32_t)(_mm256_movemask_ps(_mm256_castsi256_ps(top)) != 0);
+#else
+    (void)map; (void)n; (void)off; (void)len; (void)bad;
+#endif
+    return p;
 }
 
 /* out_h += sum_j w_hj v_pj over the tile's present positions, sorted in one
@@ -6056,7 +6146,10 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
         if (kvq__tile_follows(s->loc, H->pos, n, loc0)) {
             m = n;
             w[0] = s->words + KVQ_LOC_INDEX(loc0) * gpu * wpg;
-            for (j = 0; j < m; j++) sz[j] = s->sz + (KVQ_LOC_INDEX(loc0) + j) * gpu;
+            sz[0] = s->sz + KVQ_LOC_INDEX(loc0) * gpu;   /* one run: the others
+                                               are read only past 16 groups */
+            if (gpu > 16)
+                for (j = 1; j < m; j++) sz[j] = sz[0] + j * gpu;
         }
     }
     for (j = m; j < n; j++) {              /* else sort the entries (from 0) */
@@ -6107,7 +6200,12 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                 float *out = H->out + h0 * D;
                 for (k = 0; k < nh; k++) {
                     const float *wt = H->sc + (h0 + (size_t)k) * KVQ_TILE;
-                    for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
+                    if (m == KVQ_TILE) {        /* the usual tile: two vectors */
+                        kvq__store16(wa + k * KVQ_TILE, kvq__mul16(kvq__load16(wt), kvq__load16(a)));
+                        kvq__store16(wa + k * KVQ_TILE + 16,
+                                     kvq__mul16(kvq__load16(wt + 16), kvq__load16(a + 16)));
+                    } else
+                        for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
                     wb[k] = kvq__dot(wt, b, m);
                 }
                 for (j = 0; j < m; j += run) {          /* usually one run   */
@@ -6134,12 +6232,15 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     size_t D = c->cfg.head_dim, h, j, d;
     const int32_t *pos = H->pos;
+    int32_t neg = 0;                    /* < 0 if an entry is not attended */
+    for (j = 0; j < n; j++) neg |= pos[j];
     for (h = 0; h < H->n; h++) {
         float *sc = H->sc + h * KVQ_TILE, *out = H->out + h * D;
         float m = H->m[h], tile_max;
         kvq__v16 lo, hi, lo_hi;
-        for (j = 0; j < KVQ_TILE; j++)
-            if (j >= n || pos[j] < 0) sc[j] = -INFINITY;
+        if (n < KVQ_TILE || neg < 0)    /* the usual tile has nothing to mask */
+            for (j = 0; j < KVQ_TILE; j++)
+                if (j >= n || pos[j] < 0) sc[j] = -INFINITY;
         lo = kvq__load16(sc);
         hi = kvq__load16(sc + 16);
         lo_hi = kvq__max16(lo, hi);

@@ -1165,6 +1165,58 @@ static void test_attention_full32(void)
         }
 }
 
+/* 4c''. kvq_attend's check of the position maps (kvq__map_outside, 8 or
+   16 entries a step with AVX2 or AVX-512, kvq__map_lanes, the rest one by
+   one): an entry of either map with a tag no region has (7, 8, 15), a
+   quantized slot past the store, a row index past its region or in an
+   empty region is refused (KVQ_ERR_STATE) by both modes, at positions in
+   the vector steps and in the tail; each undone at once, after which
+   attention works again. The unit tests are built for the x86-64
+   baseline (the one-by-one loop); this file built with -march=x86-64-v3
+   or -v4 runs the vector steps.                                          */
+static void test_attention_map_check(void)
+{
+    rng r = { 0x4d415053ull };
+    const size_t T = 300, D = 32;
+    kvq_config cfg = kvq_config_kivi(D, 2);
+    built b;
+    float q[2 * 32], out[2 * 32];
+    const size_t at[] = { 0, 7, 8, 15, 16, 31, 200, 287, 288, 299 };
+    size_t i, k, side;
+    for (i = 0; i < 2 * D; i++) q[i] = rnorm(&r);
+    CHECK(build(&b, &cfg, &r, T, 0), "map check: build");
+    for (side = 0; side < 2; side++)
+        for (i = 0; i < sizeof at / sizeof at[0]; i++)
+            for (k = 0; k < 6; k++) {
+                kvq_side *sd = side ? &b.c.v : &b.c.k;
+                const kvq_rows *w = &sd->rows[KVQ_ROWS_WINDOW];
+                uint32_t saved = sd->loc[at[i]], bad;
+                size_t slots = sd->n_units * sd->geom.tokens_per_unit;
+                int mode;
+                switch (k) {
+                case 0:  bad = 7u << 28; break;
+                case 1:  bad = 8u << 28; break;
+                case 2:  bad = (15u << 28) | 3u; break;
+                case 3:  bad = (KVQ_LOC_QUANT << 28) | (uint32_t)slots; break;
+                case 4:  bad = ((KVQ_LOC_ROWS0 + KVQ_ROWS_WINDOW) << 28) | (uint32_t)(w->off + w->n);
+                         break;
+                default: bad = ((KVQ_LOC_ROWS0 + (KVQ_ROWS_WINDOW + 1) % KVQ_ROW_REGIONS) << 28);
+                         break;
+                }
+                sd->loc[at[i]] = bad;
+                for (mode = 0; mode < 2; mode++) {
+                    kvq_attn_mode m = mode ? KVQ_ATTN_ONLINE : KVQ_ATTN_EAGER;
+                    kvq_status st = attend(&b.c, q, 2, out, NULL, m);
+                    CHECK(st == KVQ_ERR_STATE, "map check: side %zu, position %zu, entry %zu "
+                          "(0x%08x), mode %d: %s", side, at[i], k, (unsigned)bad, mode,
+                          kvq_status_str(st));
+                }
+                sd->loc[at[i]] = saved;
+            }
+    CHECK(attend(&b.c, q, 2, out, NULL, KVQ_ATTN_ONLINE) == KVQ_OK, "map check: restored");
+    built_free(&b);
+}
+
 /* 4c'. Full-precision rows in ONLINE (kvq__row_scores, kvq__tile_rows):
    fp32 and fp16 rows, head dims that 16 divides (the tile-at-a-time path)
    and that it does not (24, 40: the row-at-a-time fallback), and query
@@ -1971,6 +2023,7 @@ int main(void)
     test_full_content();
     test_attention_agreement();
     test_attention_full32();
+    test_attention_map_check();
     test_attention_rows_shapes();
     test_attention_b8_bound();
     test_attention_large_logits();
