@@ -4152,21 +4152,25 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    counted by `sh bench/instr_count.sh` (callgrind, ptrace single-step, or
    qemu-aarch64). The count depends only on the binary and its input, so it
    carries from machine to machine. The code meets these bounds, n_q = 1 / 4
-   query heads per KV head (GQA):
+   query heads per KV head (GQA). The AVX-512 column was counted before the
+   per-tile bookkeeping below was cut and has not been recounted since (the
+   machine that cut it has no AVX-512); the cuts are the same code there
+   except the AVX2 pair loop, so it can only have gone down, by an amount
+   not known:
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.70 / 1.26  1.32 / 2.30  2.26 / 5.70
+     2-bit caches (KIVI-2,     0.70 / 1.26  1.07 / 2.12  2.14 / 5.28
        OTT-2, LogQuant-2)
-     KIVI-4                    1.14 / 1.64  1.43 / 2.46  2.78 / 5.36
-     HF-2 (per-token keys)     0.53 / 0.92  1.14 / 2.03  2.12 / 5.96
+     KIVI-4                    1.14 / 1.64  1.28 / 2.25  2.67 / 4.99
+     HF-2 (per-token keys)     0.53 / 0.92  0.95 / 1.96  2.04 / 5.77
        (of which the codes'
        prefetch, 0.02: a
        cold walk 1.2x faster)
      fp32 and fp16 rows        no more than the plain fp32 loop's count
                                (measured, fp32 / fp16 against the loop:
                                AVX-512 0.70 / 0.73 against 0.97 and
-                               1.23 / 1.22 against 3.59; AVX2 0.87 / 0.92
-                               against 1.32; NEON 1.27 / 1.51 against 2.14)
+                               1.23 / 1.22 against 3.59; AVX2 0.83 / 0.89
+                               against 1.32; NEON 1.28 / 1.53 against 2.14)
      quantize, either axis     3.9          5.3          16.5
                                (ggml's quantize_row_q4_1_ref: 10.1, 10.3,
                                12.0); per-channel no more than per-token
@@ -4180,12 +4184,35 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    shift, a permute and an addition for keys whose pair lies in one word
    (about 0.1 per element), and a shift, a rotate, a bit select, a permute
    and an addition for values and per-channel keys, whose pair spans two
-   words (about 0.16); the rest, 0.3-0.5 per element, is each tile's
-   bookkeeping: every slot's scale and zero per group, the weights per
-   head, the softmax, the check of the position maps. The bound once
+   words (about 0.16); the rest, 0.3-0.5 per element when last counted,
+   is each tile's bookkeeping: every slot's scale and zero per group, the
+   weights per head, the softmax, the check of the position maps. Part of
+   it is now gone (AVX2, KIVI-2: 1.32 / 2.31 -> 1.19 / 2.12; NEON 2.25 /
+   5.67 -> 2.14 / 5.28): the per-channel keys' (s, z) split into a and b by
+   a loop the compiler vectorizes, not one group at a time (kvq__affine_run);
+   q a in vectors (kvq__unit_qa: head 0's row scaled in place had defeated
+   the compiler's alias check); a full tile's mask, score scale and weight
+   products as two vectors, with nothing to mask on the usual tile
+   (kvq__tile_update); the value tile's check that its slots follow each
+   other as two passes over consecutive words when its positions are
+   consecutive, no gather (kvq__tile_follows); the maps' check by a
+   permute of a table per tag, 8 or 16 entries a step (kvq__map_lanes).
+   AVX2's pair walk with one head then broadcasts each pair's weights once
+   for all blocks (kvq__pairs2_walk): KIVI-2 1.19 -> 1.07. What is left on
+   AVX2 for KIVI-2 with one head (1.07): the decode, about 0.65 (without
+   AVX-512's pair tables: per 16 codes a broadcast word, two shifts and
+   two permutes, then per pair a multiply, a multiply-add and an addition,
+   two ymm instructions each); per tile the
+   (s, z) conversion and transposition of the values' groups (F16C, then
+   gathers), their weights a w and sum b w per group and head, the
+   per-channel keys' q a and q.b, the softmax with its exponentials and
+   sums, and the call and loop overhead around four value groups of 32
+   channels (together about 0.4); and the maps' check, 0.02. The bound once
    proposed for the 2-bit caches on AVX-512, 0.5 / 0.6 (40% of the read
-   bandwidth), is not met: HF-2 with one head is nearest (0.53), KIVI-2
-   the farthest (0.70 / 1.26).
+   bandwidth), was not met when last counted (HF-2 with one head nearest,
+   0.53; KIVI-2 the farthest, 0.70 / 1.26), and whether the cuts reach it
+   is not known until AVX-512 is counted again; at n_q = 4 they cannot
+   reach 0.6: the multiply-adds and the decode alone were 0.48.
    With several heads a table per head costs more than it saves, and
    n_q = 4 keeps one code per lane, except HF-2's per-token keys, whose
    tables are built once per walk: the codes of a tile are unpacked once
@@ -4195,9 +4222,9 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    kvq__tile_chunks). For KIVI-2 with four heads a 2-bit value entry of
    32 channels is 20 instructions, 8 of them multiply-adds; the
    multiply-adds of keys and values are 0.28 per element, the decode
-   about 0.2, loops and bookkeeping the rest (a value tile's check that
-   its slots are consecutive is a gather and a comparison per 16 entries,
-   kvq__tile_follows). AVX2 looks the per-token
+   about 0.2, loops and bookkeeping the rest (the exponentials and sums
+   of the softmax, a w and b w per group, and q a per unit, all per head).
+   AVX2 looks the per-token
    keys' pairs up too, 8 entries a vpermps and a blend on the index's
    bit 3, and 2-bit codes by an 8-entry table of period 4.               */
 
