@@ -4159,9 +4159,9 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    not known:
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.70 / 1.26  1.07 / 2.12  2.14 / 5.28
+     2-bit caches (KIVI-2,     0.70 / 1.26  1.07 / 2.12  2.14 / 5.30
        OTT-2, LogQuant-2)
-     KIVI-4                    1.14 / 1.64  1.28 / 2.25  2.67 / 4.99
+     KIVI-4                    1.14 / 1.64  1.28 / 2.25  2.67 / 4.98
      HF-2 (per-token keys)     0.53 / 0.92  0.95 / 1.96  2.04 / 5.77
        (of which the codes'
        prefetch, 0.02: a
@@ -4188,7 +4188,7 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    is each tile's bookkeeping: every slot's scale and zero per group, the
    weights per head, the softmax, the check of the position maps. Part of
    it is now gone (AVX2, KIVI-2: 1.32 / 2.31 -> 1.19 / 2.12; NEON 2.25 /
-   5.67 -> 2.14 / 5.28): the per-channel keys' (s, z) split into a and b by
+   5.67 -> 2.14 / 5.30): the per-channel keys' (s, z) split into a and b by
    a loop the compiler vectorizes, not one group at a time (kvq__affine_run);
    q a in vectors (kvq__unit_qa: head 0's row scaled in place had defeated
    the compiler's alias check); a full tile's mask, score scale and weight
@@ -5172,8 +5172,8 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
         const float *q = H->q + h * D;
         float *qa = H->qa + h * D;
         d = 0;
-        for (; d + 16 <= D; d += 16)    /* in place for head 0: the vectors
-                                           a compiler's alias check refuses */
+        for (; KVQ__W > 1 && d + 16 <= D; d += 16)  /* in place for head 0:
+                                           the vectors an alias check refuses */
             kvq__store16(qa + d, kvq__mul16(kvq__load16(q + d), kvq__load16(a + d)));
         for (; d < D; d++) qa[d] = q[d] * a[d];
         H->qb[h] = kvq__dot(q, b, D);
@@ -5251,18 +5251,18 @@ static KVQ__INLINE void kvq__pairs2_step(kvq__v16 *acc, size_t P, const char *x0
     }
 }
 #else
-/* One pair's t of kvq__pairs2_walk in block b, computed: w0 x_i rounded,
-   then + w1 x_i' (TWO) by a multiply-add where KVQ__FMA (w0, w1: the
-   pair's weights, broadcast)                                             */
-static KVQ__INLINE kvq__v16 kvq__pair_term(const char *x0, size_t stride, int b, kvq__v16 w0,
-                                           kvq__v16 w1, int TWO)
+/* One pair's t of kvq__pairs2_walk in block b, computed: w[0] x_i rounded,
+   then + w[1] x_i' (TWO) by a multiply-add where KVQ__FMA. ws: the two
+   weights already broadcast, or NULL: broadcast here                     */
+static KVQ__INLINE kvq__v16 kvq__pair_term(const char *x0, size_t stride, int b, const float *w,
+                                           const kvq__v16 *ws, int TWO)
 {
     kvq__v16 c, t;
     kvq__codes16(&c, (const uint32_t *)(const void *)x0, 16 * (size_t)b, 2);
-    t = kvq__mul16(w0, c);
+    t = kvq__mul16(ws ? ws[0] : kvq__splat16(w[0]), c);
     if (!TWO) return t;
     kvq__codes16(&c, (const uint32_t *)(const void *)(x0 + stride), 16 * (size_t)b, 2);
-    return kvq__madd16(t, w1, c);
+    return kvq__madd16(t, ws ? ws[1] : kvq__splat16(w[1]), c);
 }
 
 /* Pair i (entries i, i + 1; TWO = 0: entry i alone) of kvq__pairs2_walk
@@ -5271,11 +5271,11 @@ static KVQ__INLINE void kvq__pair_blocks(kvq__v16 *acc, size_t P, size_t k, cons
                                          size_t stride, const float *wt, size_t i, int NB,
                                          int TWO)
 {
-    const kvq__v16 w0 = kvq__splat16(wt[i]), w1 = kvq__splat16(TWO ? wt[i + 1] : 0.0f);
+    const kvq__v16 ws[2] = { kvq__splat16(wt[i]), kvq__splat16(TWO ? wt[i + 1] : 0.0f) };
     int b;
     for (b = 0; b < NB; b++)
         acc[(size_t)b * P + k] = kvq__add16(acc[(size_t)b * P + k],
-                                            kvq__pair_term(e + i * stride, stride, b, w0, w1, TWO));
+                                            kvq__pair_term(e + i * stride, stride, b, wt + i, ws, TWO));
 }
 #endif
 
@@ -5338,24 +5338,17 @@ static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t strid
             for (k = 0; k < P; k++) a[k] = kvq__splat16(0.0f);
             for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P) {
                 KVQ__UNROLL(4)
-                for (k = 0; k < P; k++) {
-                    i = i0 + 2 * (size_t)k;
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b,
-                                                           kvq__splat16(wt[i]),
-                                                           kvq__splat16(wt[i + 1]), 1));
-                }
+                for (k = 0; k < P; k++)
+                    a[k] = kvq__add16(a[k], kvq__pair_term(e + (i0 + 2 * (size_t)k) * stride, stride,
+                                                           b, wt + i0 + 2 * (size_t)k, NULL, 1));
             }
             KVQ__UNROLL(4)
             for (k = 0; k < P; k++) {                   /* the last pairs    */
                 i = i0 + 2 * (size_t)k;
                 if (i + 1 < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b,
-                                                           kvq__splat16(wt[i]),
-                                                           kvq__splat16(wt[i + 1]), 1));
+                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL, 1));
                 else if (i < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b,
-                                                           kvq__splat16(wt[i]),
-                                                           kvq__splat16(0.0f), 0));
+                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL, 0));
             }
             KVQ__UNROLL(4)
             for (k = 0; k < P; k++) acc[b * P + k] = a[k];
@@ -5470,7 +5463,7 @@ static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
     for (h = 0; h < H->n; h++) {
         float *sc = H->sc + h * KVQ_TILE;
         const kvq__v16 qb = kvq__splat16(H->qb[h]), scale = kvq__splat16(H->inv_sqrt_d);
-        if (full) {                     /* two vectors, the same floats */
+        if (KVQ__W > 1 && full) {       /* two vectors, the same floats */
             kvq__store16(sc, kvq__mul16(kvq__add16(kvq__load16(sc), qb), scale));
             kvq__store16(sc + 16, kvq__mul16(kvq__add16(kvq__load16(sc + 16), qb), scale));
         } else
@@ -6271,7 +6264,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                 float *out = H->out + h0 * D;
                 for (k = 0; k < nh; k++) {
                     const float *wt = H->sc + (h0 + (size_t)k) * KVQ_TILE;
-                    if (m == KVQ_TILE) {        /* the usual tile: two vectors */
+                    if (KVQ__W > 1 && m == KVQ_TILE) {    /* the usual tile */
                         kvq__store16(wa + k * KVQ_TILE, kvq__mul16(kvq__load16(wt), kvq__load16(a)));
                         kvq__store16(wa + k * KVQ_TILE + 16,
                                      kvq__mul16(kvq__load16(wt + 16), kvq__load16(a + 16)));
