@@ -14,8 +14,10 @@ run() {
     while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
     shift
     echo "--- $label"
+    t=$(date +%s)
     out=$(env $envs "$@" 2>&1); rc=$?
     printf '%s\n' "$out" | grep -v '^  ' | tail -n 25
+    echo "    ($(( $(date +%s) - t )) s)"
     line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     p=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/p')
     f=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/p')
@@ -93,8 +95,10 @@ run "test_gpu: shared-memory race check, thread order (quick)" \
 run "test_gpu: race check, random thread and block order, seed 1 (quick)" \
     KVQ_TEST_QUICK=1 KVQ_EMU_SEED=1 -- "$B/emu-race/test_gpu" --kernels
 echo "--- planted mutations of kvq_cuda.cu, each of which must fail"
+t=$(date +%s)
 out=$(B=$B sh tests/emu/mutants.sh 2>&1); rc=$?
 printf '%s\n' "$out"
+echo "    ($(( $(date +%s) - t )) s)"
 line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
 p=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/p')
 f=$(printf '%s\n' "$line" | sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/p')
