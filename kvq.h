@@ -4159,7 +4159,7 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    not known:
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.70 / 1.26  1.07 / 2.12  2.14 / 5.30
+     2-bit caches (KIVI-2,     0.70 / 1.26  1.06 / 2.08  2.14 / 5.30
        OTT-2, LogQuant-2)
      KIVI-4                    1.14 / 1.64  1.28 / 2.25  2.67 / 4.98
      HF-2 (per-token keys)     0.53 / 0.92  0.95 / 1.96  2.04 / 5.77
@@ -4198,11 +4198,19 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    consecutive, no gather (kvq__tile_follows); the maps' check by a
    permute of a table per tag, 8 entries a step (kvq__map_lanes).
    AVX2's pair walk with one head then broadcasts each pair's weights once
-   for all blocks (kvq__pairs2_walk): KIVI-2 1.19 -> 1.07. What is left on
-   AVX2 for KIVI-2 with one head (1.07): the decode, about 0.65 (without
-   AVX-512's pair tables: per 16 codes a broadcast word, two shifts and
-   two permutes, then per pair a multiply, a multiply-add and an addition,
-   two ymm instructions each); per tile the
+   for all blocks (kvq__pairs2_walk): KIVI-2 1.19 -> 1.07, and the decode
+   shifts by lane once per 16 codes, not twice (kvq__codes16): 1.06 / 2.08.
+   Counts carry between machines; cycles per instruction do not. Zen 1
+   retires a shift by lane about once per 4 cycles, so a build tuned for
+   it (KVQ__ZEN1: -march=native there) decodes with none and retires more,
+   KIVI-2 1.30 / 2.39 (GCC's tuning for that core also halves its own
+   vectors: the plain fp32 loop 1.32 -> 2.00), yet runs the 2-bit caches
+   1.2-1.6x faster on it than the generic build's code does.
+   What is left on AVX2 for KIVI-2 with one head (1.06): the decode, about
+   0.65 (without AVX-512's pair tables: per 16 codes a broadcast word, a
+   shift by lane, an immediate shift and two permutes, then per pair a
+   multiply, a multiply-add and an addition, two ymm instructions each);
+   per tile the
    (s, z) conversion and transposition of the values' groups (F16C, then
    gathers), their weights a w and sum b w per group and head, the
    per-channel keys' q a and q.b, the softmax with its exponentials and
@@ -4259,6 +4267,13 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
 #define KVQ__W 1
 #endif
 #define KVQ__PARTS (16 / KVQ__W)
+/* Built for AMD Zen 1 (-march=native or -mtune=znver1 there): kvq__codes16
+   avoids its variable shifts, slow on that core                           */
+#if KVQ__W == 8 && (defined(__tune_znver1__) || defined(__znver1__))
+#define KVQ__ZEN1 1
+#else
+#define KVQ__ZEN1 0
+#endif
 /* The 16-lane helpers and the kernels built on them are forced inline where
    the lanes are vector registers (so the parts stay in them and the
    kernels' constants reach their loops). As 16 plain floats they are kept
@@ -4271,6 +4286,15 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
 #define KVQ__VINLINE __attribute__((noinline))
 #else
 #define KVQ__VINLINE
+#endif
+/* A kernel the compiler would inline or not as edits elsewhere shift its
+   sizes: kvq__scores_channel, inlined into kvq__online_walk, gave its
+   channel tiles fewer registers (AVX2, KIVI-4, 4 heads: +2.6%
+   instructions), so it stays a call.                                    */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVQ__NOINLINE __attribute__((noinline))
+#else
+#define KVQ__NOINLINE
 #endif
 
 #if KVQ__W > 1
@@ -5060,14 +5084,54 @@ static const float kvq__code_floats4[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1
    8-15 in the second, picked per lane by a mask); other B one by one.
    With AVX-512 (and AVX2 for B = 2) the shifted lane indexes a table of
    the codes' floats (vpermps reads its low 4 bits, 3 with AVX2: a table
-   of period 4 for B = 2), one instruction for a mask and a conversion,
-   and the same floats: small integers are exact.                         */
+   of period 4 for B = 2, read from memory, so it takes no register), one
+   instruction for a mask and a conversion, and the same floats: small
+   integers are exact. AVX2 at B = 2 shifts by lane once per 16 codes:
+   codes 8-15 are codes 0-7's lanes shifted 16 more, by one immediate
+   shift (Intel runs either shift on the same ports). Zen 1 retires a
+   variable shift (vpsrlvd) only about once per 4 cycles: built for it
+   (KVQ__ZEN1) each lane keeps its code in place, c 4^j, converts and
+   scales by 4^-j (exact: the same floats) - one more instruction per 8
+   codes, on the ports Intel needs for the multiply-adds, so only there. */
 static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
 {
     static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
     static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
     static const uint32_t second[16] = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
     int k;
+#if KVQ__ZEN1
+    if (bits == 2) {
+        /* lane j keeps code j where it sits, c 4^j (exact as a float),
+           and scales it by 4^-j: c again. Codes 8-15 from the word's high
+           half, broadcast by 16-bit lanes (x86: little-endian), so that
+           no lane needs a shift at all                                   */
+        static const uint32_t keep[8] = { 3u, 3u << 2, 3u << 4, 3u << 6,
+                                          3u << 8, 3u << 10, 3u << 12, 3u << 14 };
+        static const float down[8] = { 1.0f, 0.25f, 0.0625f, 0.015625f,   /* 4^-j */
+                                        0.00390625f, 0.0009765625f, 0.000244140625f,
+                                        0.00006103515625f };
+        uint16_t high;
+        kvq__vu m;
+        kvq__vf d;
+        memcpy(&high, (const char *)(w + c0 / 16) + 2, sizeof high);
+        memcpy(&m, keep, sizeof m);
+        memcpy(&d, down, sizeof d);
+        out->part[0] = kvq__vf_of_vi((kvq__vi)(kvq__vu_splat(w[c0 / 16]) & m)) * d;
+        out->part[1] = kvq__vf_of_vi((kvq__vi)((kvq__vu)_mm256_set1_epi16((short)high) & m)) * d;
+        return;
+    }
+#elif KVQ__W == 8
+    if (bits == 2) {            /* lane j: the word >> 2j, then >> 16 more */
+        kvq__vu x;
+        memcpy(&x, shift2, sizeof x);
+        x = kvq__vu_splat(w[c0 / 16]) >> x;                 /* codes 0-7  */
+        out->part[0] = (kvq__vf)_mm256_permutevar8x32_ps(
+            _mm256_loadu_ps(kvq__code_floats2), (__m256i)x);
+        out->part[1] = (kvq__vf)_mm256_permutevar8x32_ps(   /* codes 8-15 */
+            _mm256_loadu_ps(kvq__code_floats2), (__m256i)(x >> 16u));
+        return;
+    }
+#endif
     if (bits == 2 || bits == 4) {
         const uint32_t *shift = bits == 2 ? shift2 : shift4;
         KVQ__EACH(k) {
@@ -5087,12 +5151,8 @@ static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c
                or the code and the next one's (B = 2, a table of period 4) */
             out->part[k] = (kvq__vf)_mm512_permutexvar_ps((__m512i)x, (__m512)kvq__load16(
                 bits == 2 ? kvq__code_floats2 : kvq__code_floats4).part[0]);
-#elif KVQ__W == 8
-            if (bits == 2)                      /* the low 3 bits, period 4 */
-                out->part[k] = (kvq__vf)_mm256_permutevar8x32_ps(
-                    _mm256_loadu_ps(kvq__code_floats2), (__m256i)x);
-            else
-                out->part[k] = kvq__vf_of_vi((kvq__vi)(x & 15u));
+#elif KVQ__W == 8                               /* B = 4: above for B = 2 */
+            out->part[k] = kvq__vf_of_vi((kvq__vi)(x & 15u));
 #else
             out->part[k] = kvq__vf_of_vi((kvq__vi)(x & (uint32_t)((1u << bits) - 1u)));
 #endif
@@ -5427,7 +5487,7 @@ static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t
    the channels d = 0..D-1 in order (a lone head's full tile: 2-bit codes
    by channel pairs, kvq__pairs2_walk; other widths even and odd channels
    in two sums, then added).                                              */
-static void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
+static KVQ__NOINLINE void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
                                 size_t t0, size_t n)
 {
     const kvq_side *s = &c->k;
