@@ -4159,10 +4159,10 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    not known:
 
                                AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.70 / 1.26  1.06 / 2.08  2.14 / 5.30
+     2-bit caches (KIVI-2,     0.70 / 1.26  1.05 / 2.07  2.14 / 5.30
        OTT-2, LogQuant-2)
-     KIVI-4                    1.14 / 1.64  1.28 / 2.25  2.67 / 4.98
-     HF-2 (per-token keys)     0.53 / 0.92  0.95 / 1.96  2.04 / 5.77
+     KIVI-4                    1.14 / 1.64  1.28 / 2.24  2.67 / 4.98
+     HF-2 (per-token keys)     0.53 / 0.92  0.93 / 1.95  2.04 / 5.77
        (of which the codes'
        prefetch, 0.02: a
        cold walk 1.2x faster)
@@ -4199,20 +4199,22 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    permute of a table per tag, 8 entries a step (kvq__map_lanes).
    AVX2's pair walk with one head then broadcasts each pair's weights once
    for all blocks (kvq__pairs2_walk): KIVI-2 1.19 -> 1.07, and the decode
-   shifts by lane once per 16 codes, not twice (kvq__codes16): 1.06 / 2.08.
+   shifts by lane once per 16 codes, not twice (kvq__codes16): 1.06 / 2.08;
+   the values' (s, z) transposed in registers, not gathered
+   (kvq__columns16_8): 1.05 / 2.07.
    Counts carry between machines; cycles per instruction do not. Zen 1
    retires a shift by lane about once per 4 cycles, so a build tuned for
    it (KVQ__ZEN1: -march=native there) decodes with none and retires more,
    KIVI-2 1.30 / 2.39 (GCC's tuning for that core also halves its own
    vectors: the plain fp32 loop 1.32 -> 2.00), yet runs the 2-bit caches
    1.2-1.6x faster on it than the generic build's code does.
-   What is left on AVX2 for KIVI-2 with one head (1.06): the decode, about
+   What is left on AVX2 for KIVI-2 with one head (1.05): the decode, about
    0.65 (without AVX-512's pair tables: per 16 codes a broadcast word, a
    shift by lane, an immediate shift and two permutes, then per pair a
    multiply, a multiply-add and an addition, two ymm instructions each);
    per tile the
    (s, z) conversion and transposition of the values' groups (F16C, then
-   gathers), their weights a w and sum b w per group and head, the
+   shuffles), their weights a w and sum b w per group and head, the
    per-channel keys' q a and q.b, the softmax with its exponentials and
    sums, and the call and loop overhead around four value groups of 32
    channels (together about 0.4); and the maps' check, 0.02. The bound once
@@ -5559,8 +5561,9 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
    are read as n whole vectors and transposed in registers, k rounds of
    two-source permutes (vpermt2d): round i swaps bit i of the register
    number with bit i of the lane number, and the last round also rotates
-   the lane bits so that lane j ends as row j. Elsewhere, one gather per
-   column (kvq__gather16). Zen 4 retires a 16-lane gather about as slowly
+   the lane bits so that lane j ends as row j; with AVX2, 16 rows and n =
+   8, likewise by in-half shuffles (kvq__columns16_8). Elsewhere, one
+   gather per column (kvq__gather16). Zen 4 retires a 16-lane gather about as slowly
    as 16 loads: the 8 columns of HF-2's 16 keys by gathers took a sixth
    of its decode, by 8 loads and 24 permutes next to nothing.             */
 #if KVQ__W == 16
@@ -5596,11 +5599,48 @@ static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u1
 }
 #endif
 
+#if KVQ__W == 8
+/* kvq__columns16 with AVX2 for 16 rows of 8 words (D = 128, G = 32: the
+   values' (s, z) of 4 groups): two 8x8 transposes, rows 0-7 to part 0 and
+   8-15 to part 1, with no gather and no move across 128-bit halves (Zen 1
+   splits those into many steps; its gathers took ~8% of its KIVI-2 time).
+   Register i holds row i's words 0-3 beside row i + 4's (c = 0) or their
+   words 4-7 (c = 4), each half a 4x4 block that two rounds of in-half
+   shuffles transpose: column c + w in the low half from rows 0-3, in the
+   high half from rows 4-7 - lanes 0-7 in order. Bits only move.         */
+static KVQ__INLINE void kvq__columns16_8(const uint32_t *base, kvq__u16 *out /* (8) */)
+{
+    int p, c, i;
+    for (p = 0; p < 2; p++)                               /* rows 8p ..   */
+        for (c = 0; c < 8; c += 4) {                      /* words c .. c+3 */
+            const float *r = (const float *)(const void *)(base + 64 * p + c);
+            __m256 a[4], t[4];
+            for (i = 0; i < 4; i++)                       /* rows i, i + 4 */
+                a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r + 8 * i)),
+                                            _mm_loadu_ps(r + 8 * (i + 4)), 1);
+            t[0] = _mm256_unpacklo_ps(a[0], a[1]);        /* r0w0 r1w0 r0w1 r1w1 */
+            t[1] = _mm256_unpackhi_ps(a[0], a[1]);        /* r0w2 r1w2 r0w3 r1w3 */
+            t[2] = _mm256_unpacklo_ps(a[2], a[3]);
+            t[3] = _mm256_unpackhi_ps(a[2], a[3]);
+            out[c + 0].part[p] = (kvq__vu)_mm256_shuffle_ps(t[0], t[2], 0x44);
+            out[c + 1].part[p] = (kvq__vu)_mm256_shuffle_ps(t[0], t[2], 0xEE);
+            out[c + 2].part[p] = (kvq__vu)_mm256_shuffle_ps(t[1], t[3], 0x44);
+            out[c + 3].part[p] = (kvq__vu)_mm256_shuffle_ps(t[1], t[3], 0xEE);
+        }
+}
+#endif
+
 static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t rows,
                                        kvq__u16 *out /* (n) */)
 {
     int32_t idx[16];
     size_t w, j;
+#if KVQ__W == 8
+    if (rows == 16 && n == 8) {
+        kvq__columns16_8(base, out);
+        return;
+    }
+#endif
 #if KVQ__W == 16
     if (rows == 16)
         switch (n) {
