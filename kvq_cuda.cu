@@ -2909,7 +2909,9 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
    kvq_mma_page_keys_i8 per page and by the lane holding the score per
    chunk, with the value exponent taken once per page (its largest value
    scale); C's digit columns meet exactly in int32 and once in fp32
-   (kvq_mma_digits). Every product and sum inside the MMA is exact.     */
+   (kvq_mma_digits). Every product and sum inside the MMA is exact. With
+   NQ = 1 the values' C is kept over runs of up to 4 chunks and meets
+   fp32 once a run (kvq_mma_valc).                                      */
 #define KVQ_MMA_WARPS 4               /* warps per CTA                      */
 /* CTAs per SM every instantiation is built for (its __launch_bounds__:
    at most 168 registers a thread, so ptxas plans for them rather than
@@ -2939,6 +2941,12 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
                                          with NQ = 1 only: two quads of heads
                                          (GQA > 4) need 156-168 registers and
                                          spill at 96, so NQ = 2 keeps 3 CTAs */
+#define KVQ_MMA_OPT_RUNS 4            /* the values' integer C kept over runs
+                                         of chunks (kvq_mma_valc): built with
+                                         PF, NQ = 1 and the integer decode
+                                         only, the default for G >= 64 (at
+                                         G = 32 a run is one chunk, and the
+                                         per-chunk kernel is leaner)        */
 #define KVQ_MMA_OCC_MIN_CTAS 5
 #define KVQ_MMA_CHUNK 32              /* tokens per softmax step            */
 
@@ -3068,13 +3076,16 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
    page's value (s, z) from global memory at its start
    (KVQ_CUDA_MMA_NO_PREFETCH, DIRECT, STAGES3), or over a staged chunk's
    (the default: no load waits on DRAM, and a chunk's max is at most the
-   page's, so its W keep as many bits or more).                          */
+   page's, so its W keep as many bits or more; with kvq_mma_valc, a
+   run's first chunk's, which its later chunks check against). All-zero
+   scales count as the smallest fp16 scale, 2^-24: the largest e, which
+   never lowers the exponent of a run sharing one C (kvq_mma_valc).     */
 template <int B, int HILO>
 static __device__ __forceinline__ void kvq_mma_value_exponent(const kvq_sz *vsz /* (n) */, int n,
                                                               kvq_zero_mode mode, int lane,
                                                               float &pow_e, float &inv)
 {
-    float amax = 0.0f;
+    float amax = 0x1p-24f;                        /* all-zero scales: see above */
 #pragma unroll 4
     for (int i = lane; i < n; i += 32) {
         float a, b;
@@ -3226,15 +3237,85 @@ static __device__ __forceinline__ float kvq_mma_post(int half)
    int32, and so do digits 2 and 3 (the second MMA, HILO): a code times
    2^B is at most 240, a digit 255 in size, so a column over 128 channels
    or 32 tokens stays below 2^22 and sum + 2^8 sum' below 2^31. The
-   two halves then meet in fp32, the high one at 2^16: one rounding.    */
-template <int HILO>
+   two halves then meet in fp32, the high one at 2^16: one rounding.
+   U: the pairs read as unsigned, for the values' C kept over 128 tokens
+   (below 2^32 there, not 2^31: kvq_mma_valc).                          */
+template <int HILO, bool U = false>
 static __device__ __forceinline__ float kvq_mma_digits(const int32_t (&c1)[4], const int32_t (&c2)[4],
                                                        int half)
 {
-    const int32_t lo = (int32_t)((uint32_t)c1[2 * half] + ((uint32_t)c1[2 * half + 1] << 8));
-    if (!HILO) return (float)lo;
-    const int32_t hi = (int32_t)((uint32_t)c2[2 * half] + ((uint32_t)c2[2 * half + 1] << 8));
-    return fmaf((float)hi, 65536.0f, (float)lo);
+    const uint32_t lo = (uint32_t)c1[2 * half] + ((uint32_t)c1[2 * half + 1] << 8);
+    const float flo = U ? (float)lo : (float)(int32_t)lo;
+    if (!HILO) return flo;
+    const uint32_t hi = (uint32_t)c2[2 * half] + ((uint32_t)c2[2 * half + 1] << 8);
+    return fmaf(U ? (float)hi : (float)(int32_t)hi, 65536.0f, flo);
+}
+
+/* The values' integer C kept over a RUN of up to 4 chunks (PC: the
+   integer decode with NQ = 1 and ZR; Sec. 7). mma.m16n8k32 u8 x u8 ->
+   s32 adds exactly, so the value MMAs of a run's chunks all add into
+   one C, c[q][mt][digit pair][4], and C meets fp32 (kvq_mma_digits, one
+   FMA into st.acc) once a run, in kvq_mma_value_flush, instead of every
+   chunk: 12 instructions a 16-channel tile and chunk. A run starts at
+   chunk 4k of a page (kvq_mma_run_start: the MMAs take a fresh C, so no
+   instruction clears it) and ends at chunk 4k + 3 or the page's last
+   (kvq_mma_run_end: G = 32 runs one chunk, as before).
+   Sharing one C needs one scale for its weights W = p a 2^e:
+   - p: the running max m unchanged. Where a chunk moves it (rare once a
+     stream is under way), the softmax first flushes C at the old m and
+     clears it, then rescales st.acc (kvq_mma_chunk_softmax's hook);
+   - e: the run's 2^e, pow_e, is its first chunk's (from its largest
+     value scale, kvq_mma_value_exponent). A later chunk's value group
+     with a scale a >= a_lim = 2^top 2^-e (one that would have given a
+     smaller e) flushes and clears C at the old e, and the run goes on
+     at that group's e (kvq_mma_value_group's check: 4 compares and a
+     vote a group, not the ~25 instructions of an exponent a chunk);
+     below a_lim a chunk's W stay below the same 2^(8N - 1) and keep at
+     least the bits that the page-wide exponent (NO_PREFETCH) keeps.
+   Range: an A byte (a code times 2^B, or lifted) is at most 240, a digit
+   255, so a column over 128 tokens is below 128 x 240 x 255 < 2^23 and
+   c0 + 2^8 c1 below 2^31 + 2^23 < 2^32: read as uint32 (kvq_mma_digits
+   U). A fifth chunk could pass 2^32: hence runs of at most 4.
+   Error: C is exact; each run's two I2F, the FMA of the halves and the
+   FMA into st.acc round once each (2^-24 relative), as the per-chunk
+   conversion did for each chunk: a run of 4 rounds 4 times fewer, so
+   the float64 oracle's tolerance holds as before or better.
+   Registers: 8 int32 a tile with HILO, 64 at D = 128, within the 168 of
+   KVQ_MMA_MIN_CTAS (make cuda-gates).                                   */
+template <int D, int B, int NQ, int PC>
+struct kvq_mma_valc {
+    int32_t c[PC ? NQ : 1][PC ? kvq_mma_shape<D, B, NQ>::MT : 1][2][4];
+    float pow_e, inv;                         /* the run's 2^e, 2^-e        */
+    float a_lim;                              /* the smallest value scale that
+                                                 needs a smaller e (kvq_mma_chunk) */
+};
+/* C into st.acc at the run's scale (post 2^-LIFT 2^-e per row half);
+   CLEAR: C zeroed after (a flush inside a run; a run's end leaves it,
+   since the next run's first MMAs take a fresh C).                       */
+template <int D, int B, int NQ, int HILO, bool CLEAR, int ZR, int PC>
+static __device__ __forceinline__ void kvq_mma_value_flush(kvq_mma_valc<D, B, NQ, PC> &vc,
+                                                           kvq_mma_state<D, B, NQ, ZR> &st)
+{
+    constexpr int LIFT = kvq_mma_i8_lift<B, HILO>;
+    float scale[2];
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+        scale[half] = kvq_mma_post<B, KVQ_MMA_DEC_INT8>(half) / (float)(1 << LIFT) * vc.inv;
+#pragma unroll
+    for (int q = 0; q < NQ; q++)
+#pragma unroll
+        for (int mt = 0; mt < kvq_mma_shape<D, B, NQ>::MT; mt++)
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+                st.acc[q][mt][half] = fmaf(kvq_mma_digits<HILO, true>(vc.c[q][mt][0], vc.c[q][mt][1], half),
+                                           scale[half], st.acc[q][mt][half]);
+    if (CLEAR)
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int mt = 0; mt < kvq_mma_shape<D, B, NQ>::MT; mt++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) vc.c[q][mt][i / 4][i % 4] = 0;
 }
 
 template <int D, int B, int NQ, int HILO, int DEC>
@@ -3328,11 +3409,13 @@ static __device__ __forceinline__ float kvq_mma_rescale(float s, float m)
 }
 
 /* Softmax of one chunk: the chunk's max per head (over gid), one rescale
-   of the state, p = 2^(s - m) <= 1 in the scores' layout.                */
-template <int D, int B, int NQ, int ZR>
+   of the state, p = 2^(s - m) <= 1 in the scores' layout. before_rescale:
+   called first where the state is rescaled (a run's C flushed at the old
+   m, kvq_mma_valc).                                                      */
+template <int D, int B, int NQ, int ZR, class F>
 static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[NQ][2][2],
                                                              kvq_mma_state<D, B, NQ, ZR> &st,
-                                                             float (&p)[NQ][2][2])
+                                                             float (&p)[NQ][2][2], F &&before_rescale)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
 #pragma unroll
@@ -3346,6 +3429,7 @@ static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[N
            only when it moved for some head of the warp. Where it did not,
            alpha is exactly 1, so skipping changes no bit.               */
         if (__any_sync(0xffffffffu, m_new != st.m[q])) {
+            before_rescale();
             const float alpha = (m_new == -INFINITY) ? 1.0f : kvq_mma_rescale(st.m[q], m_new);
             st.l[q] *= alpha;
 #pragma unroll
@@ -3382,18 +3466,39 @@ static __device__ __forceinline__ void kvq_mma_chunk_softmax(const float (&sc)[N
    receiving lanes instead, each weight would be loaded, scaled and split
    twice, once for hi and once for lo: about 50 more instructions a chunk
    and value group with 4 heads, make cuda-gates.)
-   vsz: the chunk's value (s, z), (32 tokens, n_groups).                  */
-template <int D, int B, int NQ, int HILO, int DEC>
+   vsz: the chunk's value (s, z), (32 tokens, n_groups).
+   CHECK, a_lim, too_big: a run's later chunk (kvq_mma_valc) checks its
+   group's scales against the run's exponent: where some a >= a_lim, the
+   weights would pass 2^(8N - 1), so too_big(the lane's largest a) moves
+   the run to a smaller exponent (v_pow, v_inv are read after it). The
+   check needs the lane's four (s, z) before the weights; without it each
+   is loaded where it is used, as four up front cost the 168-register
+   kernels with two quads of heads a spill on sm_80 (make cuda-gates).  */
+template <int D, int B, int NQ, int HILO, int DEC, int CHECK, class F>
 static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, int n_groups, int g,
                                                            kvq_zero_mode mode,
                                                            const float (&p)[NQ][2][2], int lane,
                                                            uint32_t (&bv)[NQ][2][2],
                                                            float (&zterm)[NQ], float (&scale)[2],
-                                                           float v_pow, float v_inv)
+                                                           const float &v_pow, const float &v_inv,
+                                                           float a_lim, F &&too_big)
 {
     const int gid = lane >> 2;
+    float at4[2][2], bt4[2][2];                   /* this lane's tokens' (a, b) */
+    auto load_sz = [&](int rt, int half) {
+        kvq_dev_affine(kvq_mma_sz(vsz + (16 * rt + gid + 8 * half) * n_groups + g), mode, &at4[rt][half],
+                       &bt4[rt][half]);
+    };
+    if constexpr (CHECK) {
+#pragma unroll
+        for (int rt = 0; rt < 2; rt++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) load_sz(rt, half);
+        const float amax = fmaxf(fmaxf(at4[0][0], at4[0][1]), fmaxf(at4[1][0], at4[1][1]));
+        if (__any_sync(0xffffffffu, amax >= a_lim)) too_big(amax);
+    }
     float pow_e = v_pow, inv = v_inv;             /* 2^e, 2^-e: the integer decode's
-                                                     are the page's (kvq_mma_page_keys) */
+                                                     are the page's or the run's */
     if constexpr (DEC != KVQ_MMA_DEC_INT8) {      /* f16: the chunk's largest scale */
         float a, b;
         kvq_dev_affine(vsz[lane * n_groups + g], mode, &a, &b);
@@ -3416,9 +3521,8 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
     for (int rt = 0; rt < 2; rt++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            float at, bt;
-            kvq_dev_affine(kvq_mma_sz(vsz + (16 * rt + gid + 8 * half) * n_groups + g), mode, &at, &bt);
-            at *= half ? pow_hi_rows : pow_lo_rows;
+            if constexpr (!CHECK) load_sz(rt, half);
+            const float at = at4[rt][half] * (half ? pow_hi_rows : pow_lo_rows), bt = bt4[rt][half];
 #pragma unroll
             for (int q = 0; q < NQ; q++) {
                 zterm[q] = fmaf(p[q][rt][half], bt, zterm[q]);
@@ -3483,13 +3587,16 @@ static __device__ __forceinline__ void kvq_mma_value_group(const kvq_sz *vsz, in
 
 /* Values of one 16-channel row tile mt: codes^T times B, a fresh C, then
    into fp32 (one FMA by the group's scale) with the zero term (ZR: zterm
-   not added here: the group's is in st.zg).                              */
-template <int D, int B, int NQ, int HILO, int DEC, int ZR>
+   not added here: the group's is in st.zg). PC: into the run's C instead
+   (a fresh one where FRESH), which meets fp32 at the run's end
+   (kvq_mma_valc).                                                        */
+template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC, int FRESH>
 static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B / 2], int mt,
                                                           const uint32_t (&bv)[NQ][2][2],
                                                           const float (&zterm)[NQ],
                                                           const float (&scale)[2],
-                                                          kvq_mma_state<D, B, NQ, ZR> &st)
+                                                          kvq_mma_state<D, B, NQ, ZR> &st,
+                                                          kvq_mma_valc<D, B, NQ, PC> &vc)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     auto z = [&](float acc, int q) { return ZR ? acc : acc + zterm[q]; };
@@ -3498,6 +3605,15 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
         kvq_mma_decode_i8<B, kvq_mma_i8_lift<B, HILO>>(vw[0], B == 2 ? 0u : vw[B / 2 - 1], a);
 #pragma unroll
         for (int q = 0; q < NQ; q++) {
+            if constexpr (PC) {
+                int32_t (&c1)[4] = vc.c[q][mt][0], (&c2)[4] = vc.c[q][mt][1];
+                if (FRESH)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) c1[i] = c2[i] = 0;
+                kvq_mma_16832<false>(c1, a, bv[q][0][0], bv[q][0][1]);
+                if (HILO) kvq_mma_16832<false>(c2, a, bv[q][1][0], bv[q][1][1]);
+                continue;
+            }
             int32_t c1[4] = {}, c2[4] = {};
             kvq_mma_16832<false>(c1, a, bv[q][0][0], bv[q][0][1]);
             if (HILO) kvq_mma_16832<false>(c2, a, bv[q][1][0], bv[q][1][1]);
@@ -3535,13 +3651,16 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
    from vwc one tile ahead, the first before the keys: each shared-memory
    load has a tile's work (or the keys and softmax) to land behind, where
    the compiler would not move it across the group setup's shuffles and
-   branch, for B / 2 more live registers.                                */
-template <int D, int B, int NQ, int HILO, int DEC, int ZR>
+   branch, for B / 2 more live registers. PC: the values add into the
+   run's C (kvq_mma_valc; FRESH: the run's first chunk), flushed first
+   where the running max moves or the chunk needs a smaller exponent.    */
+template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC, int FRESH>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
                                                      uint32_t dead_bits,
                                                      const kvq_mma_keyb<D, B, NQ> &kb,
-                                                     kvq_mma_state<D, B, NQ, ZR> &st, int lane)
+                                                     kvq_mma_state<D, B, NQ, ZR> &st,
+                                                     kvq_mma_valc<D, B, NQ, PC> &vc, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     auto value_words = [&](int mt, uint32_t (&vw)[B / 2]) {
@@ -3552,7 +3671,27 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
     value_words(0, vw_next);
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
     kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, dead_bits, kb, lane, sc);
-    kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p);
+    /* PC: the run's exponent, from its first chunk (kb's); a later
+       chunk's group with a scale >= a_lim = 2^top 2^-e (one that would
+       have made e smaller) flushes C at the old e and takes the group's */
+    constexpr int TOP = (HILO ? 31 : 15) - kvq_mma_i8_lift<B, HILO>;
+    auto set_e = [&](float pow_e, float inv) {
+        vc.pow_e = pow_e, vc.inv = inv, vc.a_lim = kvq_mma_pow2i(TOP) * inv;
+    };
+    auto too_big = [&](float amax) {              /* rare: a larger scale */
+        if constexpr (PC) {
+            kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);
+#pragma unroll
+            for (int k = 1; k < 32; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
+            float pow_e, inv;
+            kvq_mma_value_pow2(amax, &pow_e, &inv, TOP);
+            set_e(pow_e, inv);
+        }
+    };
+    if (PC && FRESH) set_e(kb.v_pow, kb.v_inv);
+    kvq_mma_chunk_softmax<D, B, NQ>(sc, st, p, [&] {
+        if constexpr (PC && !FRESH) kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);
+    });
     /* tile mt opens a group where mt % (Gv / 16) == 0 (a power of two) */
     const int n_groups = D >> (__ffs(Gv) - 1), tile_mask = (Gv >> 4) - 1;
     int g = -1;                                   /* warp-uniform            */
@@ -3561,8 +3700,9 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 #pragma unroll
     for (int mt = 0; mt < S::MT; mt++) {
         if ((mt & tile_mask) == 0) {              /* tile mt opens group g + 1 */
-            kvq_mma_value_group<D, B, NQ, HILO, DEC>(vszc, n_groups, ++g, mode, p, lane, bv, zterm, scale,
-                                                    kb.v_pow, kb.v_inv);
+            kvq_mma_value_group<D, B, NQ, HILO, DEC, PC && !FRESH>(vszc, n_groups, ++g, mode, p, lane, bv, zterm,
+                                                                  scale, PC ? vc.pow_e : kb.v_pow,
+                                                                  PC ? vc.inv : kb.v_inv, PC ? vc.a_lim : 0.0f, too_big);
             if (ZR)
 #pragma unroll
                 for (int q = 0; q < NQ; q++) st.zg[q][ZR ? mt : 0] += zterm[q];
@@ -3571,7 +3711,55 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
 #pragma unroll
         for (int blk = 0; blk < B / 2; blk++) vw[blk] = vw_next[blk];
         if (mt + 1 < S::MT) value_words(mt + 1, vw_next);
-        kvq_mma_value_tile<D, B, NQ, HILO, DEC, ZR>(vw, mt, bv, zterm, scale, st);
+        kvq_mma_value_tile<D, B, NQ, HILO, DEC, ZR, PC, FRESH>(vw, mt, bv, zterm, scale, st, vc);
+    }
+}
+
+/* Whether a kernel keeps the values' C over runs of chunks (kvq_mma_valc):
+   built with KVQ_MMA_OPT_RUNS, for the integer decode where the zero
+   terms are kept apart (ZR: NQ = 1, not the 96-register OCC5 build).
+   NQ = 2 would need 128 registers of C.                                 */
+template <int DEC, int ZR, int OPT>
+constexpr int kvq_mma_pc = DEC == KVQ_MMA_DEC_INT8 && ZR && (OPT & KVQ_MMA_OPT_RUNS);
+/* A run's first chunk (kvq_mma_valc): kvq_mma_chunk on a fresh C, and a
+   run's end. make cuda-gates counts both as the work a page (a run) does
+   once: the first chunk's copy of the chunk body by its value MMAs on a
+   fresh C (RZ), kvq_mma_run_end by its source lines.                    */
+template <int D, int B, int NQ, int HILO, int ZR, int PC>
+static __device__ __forceinline__ void kvq_mma_run_start(const uint32_t *kwc, const uint32_t *vwc,
+                                                         const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
+                                                         uint32_t dead_bits, const kvq_mma_keyb<D, B, NQ> &kb,
+                                                         kvq_mma_state<D, B, NQ, ZR> &st,
+                                                         kvq_mma_valc<D, B, NQ, PC> &vc, int lane)
+{
+    kvq_mma_chunk<D, B, NQ, HILO, KVQ_MMA_DEC_INT8, ZR, PC, 1>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc,
+                                                               lane);
+}
+template <int D, int B, int NQ, int HILO, int ZR, int PC>
+static __device__ __forceinline__ void kvq_mma_run_end(kvq_mma_valc<D, B, NQ, PC> &vc,
+                                                       kvq_mma_state<D, B, NQ, ZR> &st)
+{
+    kvq_mma_value_flush<D, B, NQ, HILO, false>(vc, st);
+}
+/* Chunk `chunk` of a page: with PC, a run's first (chunk % 4 == 0), or
+   one inside it, and a run's last (chunk % 4 == 3, or the page's last)
+   flushes C; run_mask = min(G / 32, 4) - 1.                              */
+template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC>
+static __device__ __forceinline__ void kvq_mma_run_chunk(int chunk, int run_mask, const uint32_t *kwc,
+                                                         const uint32_t *vwc, const kvq_sz *vszc, int Gv,
+                                                         kvq_zero_mode mode, uint32_t dead_bits,
+                                                         const kvq_mma_keyb<D, B, NQ> &kb,
+                                                         kvq_mma_state<D, B, NQ, ZR> &st,
+                                                         kvq_mma_valc<D, B, NQ, PC> &vc, int lane)
+{
+    if constexpr (PC) {
+        if ((chunk & run_mask) == 0)
+            kvq_mma_run_start<D, B, NQ, HILO, ZR, PC>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
+        else
+            kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
+        if ((chunk & run_mask) == run_mask) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);
+    } else {
+        kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
     }
 }
 
@@ -3615,7 +3803,8 @@ static __device__ __forceinline__ uint32_t kvq_mma_dead_word(const uint32_t *dea
    decode's exponent) at the page start that the warp waits on. With it
    the page number is read a page ahead too, the chunk's dead-bit word a
    chunk ahead, and the integer decode's value exponent comes from each
-   staged chunk (kvq_mma_value_exponent).                                */
+   staged chunk (kvq_mma_value_exponent; with kvq_mma_valc, from a run's
+   first).                                                               */
 template <int D, int B, int NQ, int HILO, int STAGES, int DEC, int OPT, int ZR>
 static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool &pool,
                                                              const kvq_cuda_stream *s,
@@ -3635,6 +3824,9 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
     const int32_t *pages = s->pages;                      /* read once             */
     const uint32_t *dead = s->dead;
     kvq_mma_keyb<D, B, NQ> kb;
+    constexpr int PC = kvq_mma_pc<DEC, ZR, OPT>;
+    kvq_mma_valc<D, B, NQ, PC> vc;
+    const int run_mask = wk.log2_cpp < 2 ? (1 << wk.log2_cpp) - 1 : 3;    /* kvq_mma_run_chunk */
     unsigned char *mine = stage_smem + (size_t)warp * STAGES * stage_bytes;
     /* PF: the page being issued, and the next one's number, read a page ahead */
     int32_t issue_page = 0, next_page = PF && wk.n_items ? pages[wk.page_index(0, warp)] : 0;
@@ -3688,11 +3880,13 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
                 kvq_mma_value_exponent<B, HILO>(C::scales(pool, page, 0), n_vsz, pool.zero_mode, lane,
                                              kb.v_pow, kb.v_inv);
         }
-        if (DEC == KVQ_MMA_DEC_INT8 && PF)
+        if (DEC == KVQ_MMA_DEC_INT8 && PF && (!PC || (chunk & run_mask) == 0))   /* PC: a run's start */
             kvq_mma_value_exponent<B, HILO>(vszc, KVQ_MMA_CHUNK * n_groups, pool.zero_mode, lane, kb.v_pow,
                                          kb.v_inv);
-        kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR>((const uint32_t *)buf, (const uint32_t *)(buf + C::KWORDS * 4), vszc,
-                                      pool.value_group, pool.zero_mode, dead_bits, kb, st, lane);
+        kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, run_mask, (const uint32_t *)buf,
+                                                       (const uint32_t *)(buf + C::KWORDS * 4), vszc,
+                                                       pool.value_group, pool.zero_mode, dead_bits, kb, st, vc,
+                                                       lane);
         __syncwarp();                      /* its stage may now refill    */
     }
     kvq_dev_cp_wait<0>();
@@ -3736,6 +3930,9 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
         typedef kvq_mma_chunk_src<D, B, NQ> C;
         const uint32_t G = (uint32_t)pool.group;
         kvq_mma_keyb<D, B, NQ> kb;
+        constexpr int PC = kvq_mma_pc<DEC, ZR, OPT>;
+        kvq_mma_valc<D, B, NQ, PC> vc;
+        const int run_mask = wk.log2_cpp < 2 ? (1 << wk.log2_cpp) - 1 : 3;
         for (uint32_t j = 0; j < wk.n_items; j++) {
             const uint32_t pi = wk.page_index(j, warp);
             const size_t page = (size_t)s->pages[pi];
@@ -3746,11 +3943,12 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
                     kvq_mma_value_exponent<B, HILO>(C::scales(pool, page, 0), (int)G * (D / pool.value_group),
                                                  pool.zero_mode, lane, kb.v_pow, kb.v_inv);
             }
-            kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR>(C::keys(pool, page, chunk), C::values(pool, page, chunk),
-                                          C::scales(pool, page, chunk), pool.value_group,
-                                          pool.zero_mode,
-                                          kvq_mma_dead_word(s->dead, pi * G + chunk * KVQ_MMA_CHUNK),
-                                          kb, st, lane);
+            kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, run_mask, C::keys(pool, page, chunk),
+                                                           C::values(pool, page, chunk),
+                                                           C::scales(pool, page, chunk), pool.value_group,
+                                                           pool.zero_mode,
+                                                           kvq_mma_dead_word(s->dead, pi * G + chunk * KVQ_MMA_CHUNK),
+                                                           kb, st, vc, lane);
         }
     } else {
         kvq_mma_chunks_staged<D, B, NQ, HILO, STAGES, DEC, OPT>(pool, s, wk, qs, kvq_mma_dyn,
@@ -4099,13 +4297,17 @@ static kvq_cuda__mma_fn kvq_cuda__mma_fn_h(int hilo)
                 : kvq_attend_mma_kernel<D, B, NQ, 0, STAGES, DEC, OPT>;
 }
 /* The kernels built: in place (STAGES 1, no options); two stages with
-   the page parameters a page ahead (PF, the default), that built for 5
-   CTAs per SM (PF | OCC5), and at the page start (opt 0); three stages
-   with opt 0.                                                           */
+   the page parameters a page ahead (PF, the default), that with the
+   values' C kept over runs of chunks (PF | RUNS: the default where G >=
+   64; NQ = 1 and the integer decode only), that built for 5 CTAs per SM
+   (PF | OCC5), and at the page start (opt 0); three stages with opt 0.  */
 template <int D, int B, int NQ, int DEC>
 static kvq_cuda__mma_fn kvq_cuda__pick_mma_hs(int hilo, int stages, int opt)
 {
     constexpr int PF = KVQ_MMA_OPT_PF, OCC = KVQ_MMA_OPT_PF | KVQ_MMA_OPT_OCC5;
+    if constexpr (NQ == 1 && DEC == KVQ_MMA_DEC_INT8)
+        if (stages == 2 && opt == (PF | KVQ_MMA_OPT_RUNS))
+            return kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PF | KVQ_MMA_OPT_RUNS>(hilo);
     return stages == 1  ? kvq_cuda__mma_fn_h<D, B, NQ, 1, DEC, 0>(hilo)
          : stages == 3  ? kvq_cuda__mma_fn_h<D, B, NQ, 3, DEC, 0>(hilo)
          : opt == PF    ? kvq_cuda__mma_fn_h<D, B, NQ, 2, DEC, PF>(hilo)
@@ -4205,7 +4407,9 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
     const int dec = (variant & KVQ_CUDA_MMA_SUBNORMAL) ? KVQ_MMA_DEC_SUBNORMAL
                   : (variant & KVQ_CUDA_MMA_MAGIC)     ? KVQ_MMA_DEC_MAGIC : KVQ_MMA_DEC_INT8;
     const int opt = stages != 2 || (variant & KVQ_CUDA_MMA_NO_PREFETCH) ? 0
-                  : KVQ_MMA_OPT_PF | ((variant & KVQ_CUDA_MMA_OCC5) ? KVQ_MMA_OPT_OCC5 : 0);
+                  : KVQ_MMA_OPT_PF | ((variant & KVQ_CUDA_MMA_OCC5) ? KVQ_MMA_OPT_OCC5
+                                      : p->nq == 1 && dec == KVQ_MMA_DEC_INT8 && group >= 64 ? KVQ_MMA_OPT_RUNS
+                                                                                             : 0);
     p->fn = D == 128 ? (bits == 2 ? kvq_cuda__pick_mma<128, 2>(p->nq, hilo, stages, opt, dec)
                                   : kvq_cuda__pick_mma<128, 4>(p->nq, hilo, stages, opt, dec))
                      : (bits == 2 ? kvq_cuda__pick_mma<64, 2>(p->nq, hilo, stages, opt, dec)

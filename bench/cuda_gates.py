@@ -47,14 +47,30 @@
              skipped (the kernel rescales only when a head's max moves);
              a copy loop of run-time length, the value scales', may be
              skipped: ~15 instructions), plus (D/Gv - 1) value-group
-             setups: the chunk body's D/16 - 1 largest optional regions,
+             setups: the chunk body's D/16 - 1 largest optional regions
+             (the rare mid-run flushes inside them, kvq_mma_value_flush's
+             blocks outside the page work, left out),
              of about one size (checked: within 15%, and 1.5x the next
              region; else G = 32 is printed as a range)
      page    the work done once per page: the page loop's own instructions
              when a page loop encloses the chunk loop; else the extra cost
              of the path through the blocks that hold kvq_mma_page_keys'
              instructions (the key weights, exponents, zero terms) and
-             that a trip can skip
+             that a trip can skip, and, where the kernel keeps the values'
+             integer C over a run of chunks (kvq_cuda.cu's kvq_mma_valc),
+             through a run's first chunk and its end too: the first
+             chunk's copy of the chunk body, found by its value MMAs on a
+             fresh C (IMMA .U8.U8 with RZ as C, where other .U8.U8 IMMAs
+             of the loop add into a register C: the compiler merges the
+             two copies' line info, so the source lines cannot tell them
+             apart), and kvq_mma_run_end's blocks (C into fp32 once a
+             run). Those blocks are page work: the chunk path avoids
+             them, so it runs the copy that adds into the run's C. A run
+             is at most 4 chunks, so at G = 32 and 128 one run a page; the
+             mid-run flushes (the running max moved, a larger value scale)
+             are optional branches the chunk path skips. The blocks found
+             for each are printed for the default variant, so a rename
+             cannot hide work silently.
    per KB = (page + G/32 x chunk) / (KB of key + value codes per page),
    for G 32 and 128 with Gv = G (KIVI's groups), B 2 and 4, GQA 1/4/8
    (NQ = 1 quad of heads up to GQA 4, NQ = 2 above, as
@@ -277,8 +293,14 @@ def resource_gates(ptxas_args, defs, known):
 
 
 DEFAULT_STAGES = 2                      # kvq_cuda_attend_mma's variant 0
-OPT_PF, OPT_OCC5 = 1, 2                 # kvq_cuda.cu's KVQ_MMA_OPT_PF, _OCC5
-DEFAULT_OPT = OPT_PF                    # variant 0: the page parameters staged a page ahead
+OPT_PF, OPT_OCC5, OPT_RUNS = 1, 2, 4    # kvq_cuda.cu's KVQ_MMA_OPT_PF, _OCC5, _RUNS
+
+
+def default_opt(G, nq):
+    """variant 0's OPT at page size G: the page parameters staged a page
+    ahead, and with NQ = 1 and G >= 64 the values' C kept over runs of
+    chunks (kvq_cuda__plan_mma; at G = 32 a run would be one chunk)"""
+    return OPT_PF | (OPT_RUNS if nq == 1 and G >= 64 else 0)
 
 
 def staging_table(defs, mma_static):
@@ -606,12 +628,19 @@ def function_lines(source, name):
     return None
 
 
-def count_mma_kernel(code, D, page_fn):
+def count_mma_kernel(code, D, page_fn, run_fns=None, flush_fn=None):
     """(page, chunk_min, chunk_max, group_setup or None, note, page ops,
     chunk ops) of one kvq_attend_mma_kernel's SASS: instruction counts of
     the shortest paths, and those paths' opcodes. page_fn: (file, first
     line, last line) of kvq_mma_page_keys, for a kernel whose page work is
-    a branch inside the chunk loop rather than a loop around it."""
+    a branch inside the chunk loop rather than a loop around it; run_fns:
+    {name: (file, first, last)} of the functions of a run of chunks that
+    shares the values' C (kvq_mma_run_end): page work too, each a group
+    the page path must pass where the kernel has it, as is the run's first
+    chunk (its value MMAs on a fresh C). flush_fn: (file, first, last) of
+    kvq_mma_value_flush, whose blocks outside the page work are rare
+    branches left out of the value-group regions. Returns also {name:
+    blocks found} (page_fn's as "kvq_mma_page_keys")."""
     g = CFG(code)
     with_mma = [L for L in g.loops if any(o.startswith(("HMMA", "IMMA")) for o in g.ops(L[1]))]
     chunk = [L for L in with_mma if not any(M[1] < L[1] for M in with_mma)]
@@ -623,12 +652,26 @@ def count_mma_kernel(code, D, page_fn):
     inner = g.inner_loops(chunk)
     if inner:
         notes.append(f"{len(inner)} loop(s) inside the chunk loop counted once per chunk")
-    fname, first, last = page_fn
+    def fn_blocks(span):
+        fname, first, last = span
+        return g.optional(chunk, g.blocks_where(body, lambda ins: any(
+            f == fname and first <= ln <= last for f, ln in ins.lines)))
     # page work inside the chunk loop: the blocks holding kvq_mma_page_keys'
     # instructions that a trip can skip (what the compiler hoisted into
-    # blocks every trip runs is chunk work: it runs every chunk)
-    page_blocks = g.optional(chunk, g.blocks_where(body, lambda ins: any(
-        f == fname and first <= ln <= last for f, ln in ins.lines)))
+    # blocks every trip runs is chunk work: it runs every chunk), and those
+    # of a run's start and end (kvq_mma_run_start, kvq_mma_run_end)
+    key_blocks = fn_blocks(page_fn)
+    run_groups = {n: fn_blocks(span) for n, span in (run_fns or {}).items()}
+    # a run's first chunk: value MMAs (u8 x u8) on a fresh C, in a loop
+    # whose other value MMAs add into the run's C (a register C)
+    value_mma = lambda ins, zero: (ins.op.startswith("IMMA") and ".U8.U8" in ins.op and  # noqa: E731
+                                   ins.text.replace(" ", "").endswith(",RZ") == zero)
+    if g.blocks_where(body, lambda ins: value_mma(ins, False)):
+        run_groups["run start (value IMMA on RZ)"] = g.optional(chunk, g.blocks_where(
+            body, lambda ins: value_mma(ins, True)))
+    found = {"kvq_mma_page_keys": len(key_blocks)}
+    found.update({n: len(b) for n, b in run_groups.items()})
+    page_blocks = set(key_blocks).union(*run_groups.values())
     # a chunk stages the next one (cp.async, LDGSTS): the path must pass a
     # staging block (the compiler's unrolled copy loops are alternatives,
     # so not all of them: a runtime-length copy's own loop may be skipped)
@@ -644,14 +687,21 @@ def count_mma_kernel(code, D, page_fn):
     elif page_blocks:                      # page work: a branch in the chunk loop
         cmin, chunk_path = g.path(chunk, avoid=page_blocks, through=through)
         cmax, _ = g.path(chunk, pick=max, avoid=page_blocks, through=through)
-        with_page, page_path = g.path(chunk, through=through + [page_blocks])
+        with_page, page_path = g.path(chunk, through=through + [key_blocks] +
+                                      [b for b in run_groups.values() if b])
         page = with_page - cmin
         page_path = [v for v in page_path if v in page_blocks]
     else:
         raise ValueError("no page loop, and no instruction from kvq_mma_page_keys in the chunk "
                          "loop (SASS without line info? compile with -lineinfo)")
     want = D // 16 - 1                     # value-group setups beyond the first
-    regions = g.optional_regions(body - page_blocks, h)
+    # the mid-run flushes (kvq_mma_value_flush outside kvq_mma_run_end: the
+    # running max moved, or a group's scales need a smaller exponent) are
+    # rare branches, one inside each tile's group setup: not setup work
+    rare = set()
+    if flush_fn:
+        rare = fn_blocks(flush_fn) - page_blocks
+    regions = g.optional_regions(body - page_blocks - rare, h)
     group = None
     for k in range(0, len(regions) - want + 1):
         top = regions[k:k + want]
@@ -666,7 +716,7 @@ def count_mma_kernel(code, D, page_fn):
             break
     if group is None:
         notes.append(f"value-group regions not recognized (optional regions {regions[:want + 2]})")
-    return page, cmin, cmax, group, "; ".join(notes), g.ops(page_path), g.ops(chunk_path)
+    return page, cmin, cmax, group, "; ".join(notes), g.ops(page_path), g.ops(chunk_path), found
 
 
 def kinds(ops):
@@ -715,7 +765,7 @@ def variant_name(v):
         elif k == "SUB":
             out.append("subnormal" if x else "magic")
         elif k == "OPT":                # kvq_cuda.cu's KVQ_MMA_OPT_*
-            out.append({0: "page-start", OPT_PF: "prefetch",
+            out.append({0: "page-start", OPT_PF: "prefetch", OPT_PF | OPT_RUNS: "prefetch, runs",
                         OPT_PF | OPT_OCC5: "prefetch, 5 CTAs"}.get(x, f"OPT={x}"))
         elif k == "DEC":                # kvq_cuda.cu's KVQ_MMA_DEC_*
             out.append({0: "int8", 1: "magic", 2: "subnormal"}.get(x, f"DEC={x}"))
@@ -733,26 +783,30 @@ def sass_counts(sass_path, probe_path, core_path, source):
         funcs = parse_sass(sass_path)
         names = demangle_all(funcs)
         span = function_lines(source, "kvq_mma_page_keys")
+        base = os.path.basename(source)
+        flush_span = function_lines(source, "kvq_mma_value_flush")
+        flush_fn = (base,) + flush_span if flush_span else None
+        run_fns = {n: (base,) + sp for n in ("kvq_mma_run_end",)
+                   for sp in [function_lines(source, n)] if sp}
         params = template_params(source, "kvq_attend_mma_kernel")
         page_fn = (os.path.basename(source),) + (span or (0, -1))
         for mangled, code in funcs.items():
             a = template_args(names[mangled], "kvq_attend_mma_kernel")
             if a and a[0] == 128 and len(a) >= 4:
                 try:
-                    rows[a] = count_mma_kernel(code, a[0], page_fn)
+                    rows[a] = count_mma_kernel(code, a[0], page_fn, run_fns, flush_fn)
                 except ValueError as e:
                     rows[a] = e
     results = []                          # (B, G, gqa, per_kb) of the default variant
     if rows:
         # the library's default variant: hi + lo, 2 stages (3 is opt-in:
-        # KVQ_CUDA_MMA_STAGES3), the magic decode; any other parameter at
-        # its smallest value
+        # KVQ_CUDA_MMA_STAGES3), the integer decode, OPT by G and NQ
+        # (default_opt); any other parameter at its smallest value
         var = {a: variant_of(a, params) for a in rows}
         lowest = collections.defaultdict(lambda: None)
         for v in var.values():
             for k, x in v.items():
                 if k == "OPT":
-                    lowest[k] = DEFAULT_OPT
                     continue
                 if k == "STAGES":
                     rank = lambda y: (y == DEFAULT_STAGES, y)   # noqa: E731
@@ -760,7 +814,8 @@ def sass_counts(sass_path, probe_path, core_path, source):
                     continue
                 best = max if k == "HILO" else min
                 lowest[k] = x if lowest[k] is None else best(lowest[k], x)
-        is_default = lambda a: all(x == lowest[k] for k, x in var[a].items())   # noqa: E731
+        is_default = lambda a, G: all(x == (default_opt(G, a[2]) if k == "OPT" else lowest[k])  # noqa: E731
+                                      for k, x in var[a].items())
         width = max(len(variant_name(v)) for v in var.values()) + 2
         print(f"kvq_attend_mma_kernel<{', '.join(params or ['D', 'B', 'NQ', '...'])}>, D = 128: chunk = 32 tokens (the chunk loop's")
         print("shortest path, + (D/Gv - 1) value-group setups), page = the work once per page (the page")
@@ -776,10 +831,10 @@ def sass_counts(sass_path, probe_path, core_path, source):
                     passes = -(-gqa // (4 * nq))
                     glabel = ",".join(str(x) for x in gqas)
                     keys = sorted((a for a in rows if a[1] == B and a[2] == nq),
-                                  key=lambda a: (not is_default(a), variant_name(var[a])))
+                                  key=lambda a: (not is_default(a, G), variant_name(var[a])))
                     for a in keys:
                         r = rows[a]
-                        variant = variant_name(var[a]) + (" *" if is_default(a) and len(keys) > 1 else "")
+                        variant = variant_name(var[a]) + (" *" if is_default(a, G) and len(keys) > 1 else "")
                         head = f"{B:2d} {G:4d} {G:4d} {glabel:>3} {nq:2d} {variant:>{width}} |"
                         if isinstance(r, ValueError):
                             print(f"{head} cannot count: {r}")
@@ -795,7 +850,7 @@ def sass_counts(sass_path, probe_path, core_path, source):
                             per_kb = passes * (page + n * chunk) / kb
                             print(f"{head} {page:5d} {chunk:6.0f} {n:2d} | {kb:7.1f} {per_kb:7.0f} "
                                   f"{100 * per_kb / SLOTS_PER_KB:6.0f}%")
-                            if is_default(a):
+                            if is_default(a, G):
                                 results.extend((B, G, x, per_kb) for x in gqas)
                         else:
                             lo = passes * (page + n * cmin) / kb
@@ -808,9 +863,13 @@ def sass_counts(sass_path, probe_path, core_path, source):
         for B in (2, 4):
             for a in sorted(rows):
                 r = rows[a]
-                if a[1] == B and a[2] == 1 and is_default(a) and not isinstance(r, ValueError):
+                if (a[1] == B and a[2] == 1 and any(is_default(a, G) for G in (32, 128)) and
+                        not isinstance(r, ValueError)):
                     print(f"B = {B}, NQ = 1, {variant_name(var[a])}: page  {kinds(r[5])}")
                     print(f"{'':{len(variant_name(var[a])) + 14}s}chunk {kinds(r[6])}")
+                    print(f"{'':{len(variant_name(var[a])) + 14}s}page work found in the chunk loop "
+                          "(optional blocks holding each function's instructions): " +
+                          ", ".join(f"{n} {k}" for n, k in r[7].items()))
     elif probe_path:
         probe = True
         print("kvq_attend_mma_kernel is not in kvq_cuda.cu yet: THE PROBE instead, bench/mma_probe.cu's")

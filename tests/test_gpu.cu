@@ -440,6 +440,18 @@ static float extreme_value(size_t t, size_t d)
     default: return rng_gauss();
     }
 }
+/* Shapes for the tensor-core kernel's runs of chunks that share the
+   values' integer C (kvq_cuda.cu's kvq_mma_valc), in 32-token chunk
+   kv_run_period / 64 of every kv_run_period tokens (128: a run's third
+   chunk at G = 128; 64: a run's second at G = 64):
+   KV_RUN_MAX_MOVES  keys larger there, more so page after page: the
+                     running max moves inside a run (flush, then rescale)
+   KV_RUN_SCALES_GROW values 16x larger there: a chunk needs a smaller
+                     value exponent than the run's (flush, then switch)
+   kv_min_len: the shortest stream (several pages in quick mode).       */
+enum { KV_RUN_PLAIN, KV_RUN_MAX_MOVES, KV_RUN_SCALES_GROW };
+static int kv_runs = KV_RUN_PLAIN;
+static size_t kv_min_len = 0, kv_run_period = 128;
 static void make_kv(size_t T, size_t D, std::vector<float> &K, std::vector<float> &V)
 {
     K.resize(T * D); V.resize(T * D);
@@ -451,6 +463,9 @@ static void make_kv(size_t T, size_t D, std::vector<float> &K, std::vector<float
                 K[t * D + d] = kvq_f16_to_f32(kvq_f32_to_f16(extreme_value(t, d) / 64.0f));
                 V[t * D + d] = kvq_f16_to_f32(kvq_f32_to_f16(extreme_value(t, d + 1)));
             }
+            const bool in_run = t % kv_run_period / 32 == kv_run_period / 64;
+            if (in_run && kv_runs == KV_RUN_MAX_MOVES) K[t * D + d] *= 1.5f + 0.5f * (float)(t / kv_run_period);
+            if (in_run && kv_runs == KV_RUN_SCALES_GROW) V[t * D + d] *= 16.0f;
         }
 }
 
@@ -491,7 +506,7 @@ static bool make_stream(int pol, size_t D, int bits, size_t G, size_t max_len, k
                         kvq_cuda_export_t *e, const char **why)
 {
     kvq_config cfg = make_config(pol, D, bits, G);
-    const size_t T = 1 + rng_below(max_len), pre = T / 2;
+    const size_t T = std::max(kv_min_len, 1 + rng_below(max_len)), pre = T / 2;
     std::vector<float> K, V;
     make_kv(T, D, K, V);
     if (kvq_cache_init(c, &cfg) != KVQ_OK) { *why = kvq_why(); return false; }
@@ -798,6 +813,37 @@ static void test_attend_mma(void)
         kv_extreme = true;
         mma(POL_KIVI, 128, 2, 32, 2, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
         kv_extreme = false;
+    }
+    /* the values' C kept over runs of up to 4 chunks (kvq_mma_valc; the
+       default kernel at G >= 64, NQ = 1): the running max moving inside
+       a run, a run's chunk with larger value scales; runs of 2 (G = 64)
+       and 4 chunks, both digit counts (HI_ONLY: 2), GQA 1 and 4, and
+       streams several pages long; a stream of its own. (Runs are 4
+       chunks at most, for pages of up to 1024 tokens; kvq_cuda_export
+       takes G <= 128, one run a page.)                                   */
+    {
+        const uint64_t saved = rng_state;
+        rng_state = 0x6a7e5ull;
+        kv_runs = KV_RUN_MAX_MOVES;
+        mma(POL_KIVI, 128, 2, 128, 1, 4, 1200);
+        mma(POL_EVICT, 128, 4, 128, 4, 4, 1200);
+        kv_run_period = 64;
+        mma(POL_KIVI, 64, 2, 64, 1, 4, 1200, KVQ_CUDA_MMA_HI_ONLY);
+        kv_run_period = 128;
+        kv_runs = KV_RUN_SCALES_GROW;
+        mma(POL_KIVI, 128, 2, 128, 4, 4, 1200);
+        mma(POL_OTT, 64, 4, 128, 1, 4, 1200);
+        kv_run_period = 64;
+        mma(POL_KIVI, 128, 2, 64, 1, 4, 1200, KVQ_CUDA_MMA_HI_ONLY);
+        kv_run_period = 128;
+        kv_min_len = 1100;                /* every stream several pages long */
+        mma(POL_KIVI, 128, 2, 128, 1, 4, 1200);
+        kv_runs = KV_RUN_PLAIN;
+        kv_extreme = true;
+        mma(POL_KIVI, 128, 4, 128, 1, 4, 1200);
+        kv_extreme = false;
+        kv_min_len = 0;
+        rng_state = saved;
     }
     CHECK(mma_pages_checked > 50, "the tensor-core kernel saw only %zu sealed pages", mma_pages_checked);
 

@@ -221,6 +221,34 @@ mutant quantize-stream-column-shift plain 'quantize.*other codes' \
 mutant sealed-stream-page plain 'sealed (quantize|export).*differ' \
     'const size_t i = blockIdx.x, page = pages ? (size_t)pages[i] : i, lane = threadIdx.x % 32;' \
     'const size_t i = blockIdx.x, page = i, lane = threadIdx.x % 32;'
+# the values' integer C kept over runs of chunks (kvq_mma_valc; the
+# default kernel at G >= 64):
+# 35. the running max moved inside a run: C not flushed at the old max
+#     before the softmax rescales
+mutant mma-valc-no-flush-before-rescale plain 'mma.*rows over tolerance' \
+    '        if constexpr (PC && !FRESH) kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);' \
+    '        if constexpr (PC && !FRESH) {}'
+# 36. that flush converts C but does not clear it: counted twice
+mutant mma-valc-flush-keeps-c plain 'mma.*rows over tolerance' \
+    '        if constexpr (PC && !FRESH) kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);' \
+    '        if constexpr (PC && !FRESH) kvq_mma_value_flush<D, B, NQ, HILO, false>(vc, st);'
+# 37. a later chunk's larger value scales never move the run's exponent
+#     (its weights overflow their digits)
+mutant mma-valc-no-exponent-switch plain 'mma.*rows over tolerance' \
+    '        if (__any_sync(0xffffffffu, amax >= a_lim)) too_big(amax);' \
+    '        if (false) too_big(amax);'
+# 38. the exponent moved without flushing C at the old one
+mutant mma-valc-switch-without-flush plain 'mma.*rows over tolerance' \
+    '            kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);
+#pragma unroll
+            for (int k = 1; k < 32; k <<= 1) amax' \
+    '#pragma unroll
+            for (int k = 1; k < 32; k <<= 1) amax'
+# 39. runs never end (nor flush) inside a page: each page's start takes
+#     a fresh C over the last page's
+mutant mma-valc-run-never-ends plain 'mma.*rows over tolerance' \
+    '    const int run_mask = wk.log2_cpp < 2 ? (1 << wk.log2_cpp) - 1 : 3;    /* kvq_mma_run_chunk */' \
+    '    const int run_mask = 1023;'
 
 wait
 pass=0; fail=0
