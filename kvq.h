@@ -4270,11 +4270,14 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
 #endif
 #define KVQ__PARTS (16 / KVQ__W)
 /* Built for AMD Zen 1 (-march=native or -mtune=znver1 there): kvq__codes16
-   avoids its variable shifts, slow on that core                           */
+   avoids its variable shifts, slow on that core. tests/simd_check.c sets
+   it to check that body on any AVX2 machine.                              */
+#ifndef KVQ__ZEN1
 #if KVQ__W == 8 && (defined(__tune_znver1__) || defined(__znver1__))
 #define KVQ__ZEN1 1
 #else
 #define KVQ__ZEN1 0
+#endif
 #endif
 /* The 16-lane helpers and the kernels built on them are forced inline where
    the lanes are vector registers (so the parts stay in them and the
@@ -5101,7 +5104,7 @@ static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c
     static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
     static const uint32_t second[16] = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
     int k;
-#if KVQ__ZEN1
+#if KVQ__W == 8 && KVQ__ZEN1
     if (bits == 2) {
         /* lane j keeps code j where it sits, c 4^j (exact as a float),
            and scales it by 4^-j: c again. Codes 8-15 from the word's high
