@@ -1503,6 +1503,13 @@ static __device__ __forceinline__ void kvq_dev_warp_copy(unsigned char *dst, con
     const unsigned char *s8 = (const unsigned char *)src;
     for (int i = lane * 16; i < bytes; i += 32 * 16) kvq_dev_cp<16>(dst + i, s8 + i);
 }
+/* The same with the lane's source already at its first 16 bytes (src_lane
+   = src + 16 lane: a pointer a loop carries, kvq_mma_chunks_staged).    */
+static __device__ __forceinline__ void kvq_dev_warp_copy_lane(unsigned char *dst, const unsigned char *src_lane,
+                                                              int bytes, int lane)
+{
+    for (int i = lane * 16; i < bytes; i += 32 * 16) kvq_dev_cp<16>(dst + i, src_lane + (i - lane * 16));
+}
 /* Stage fast item `tile` of pool page `page` (KVQ_CUDA_TILE tokens) into
    buf, laid out exactly as a page of that many tokens would be, so that
    kvq_dev_fast_item reads it unchanged; the sources are kvq_cuda_tile_src's
@@ -2893,7 +2900,9 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
              p <= 1, so every B entry is below 2^15. A fresh C per chunk
              and channel tile, added into fp32 times 2^-e_g; the zero
              term sum_t p_t b_tg is kept per lane and group. (Per chunk,
-             not per page: the MMA's unspecified rounding acts on 32
+             not per page, in the f16 decodes; the integer decode's C is
+             exact and is kept over a page, below: the MMA's unspecified
+             rounding acts on 32
              tokens, no C is rescaled when m moves, and no C lives across
              chunks in registers; walkthrough 9.9 weighs it.)
    The exponents are powers of two (exact); hi + lo carries each weight to
@@ -2910,8 +2919,8 @@ inline kvq_status kvq_cuda_compact_plan(uint32_t *dead, uint32_t *n_kq, uint32_t
    chunk, with the value exponent taken once per page (its largest value
    scale); C's digit columns meet exactly in int32 and once in fp32
    (kvq_mma_digits). Every product and sum inside the MMA is exact. With
-   NQ = 1 the values' C is kept over runs of up to 4 chunks and meets
-   fp32 once a run (kvq_mma_valc).                                      */
+   NQ = 1 and G >= 64 the values' C is kept over a page's chunks and
+   meets fp32 once a page (kvq_mma_valc).                                      */
 #define KVQ_MMA_WARPS 4               /* warps per CTA                      */
 /* CTAs per SM every instantiation is built for (its __launch_bounds__:
    at most 168 registers a thread, so ptxas plans for them rather than
@@ -3251,15 +3260,15 @@ static __device__ __forceinline__ float kvq_mma_digits(const int32_t (&c1)[4], c
     return fmaf(U ? (float)hi : (float)(int32_t)hi, 65536.0f, flo);
 }
 
-/* The values' integer C kept over a RUN of up to 4 chunks (PC: the
+/* The values' integer C kept over a RUN of chunks, a page's 1-4 (PC: the
    integer decode with NQ = 1 and ZR; Sec. 7). mma.m16n8k32 u8 x u8 ->
    s32 adds exactly, so the value MMAs of a run's chunks all add into
    one C, c[q][mt][digit pair][4], and C meets fp32 (kvq_mma_digits, one
    FMA into st.acc) once a run, in kvq_mma_value_flush, instead of every
    chunk: 12 instructions a 16-channel tile and chunk. A run starts at
-   chunk 4k of a page (kvq_mma_run_start: the MMAs take a fresh C, so no
-   instruction clears it) and ends at chunk 4k + 3 or the page's last
-   (kvq_mma_run_end: G = 32 runs one chunk, as before).
+   a page's first chunk (kvq_mma_run_start: the MMAs take a fresh C, so
+   no instruction clears it) and ends at its last (kvq_mma_run_end; G =
+   32 would run one chunk: its kernel keeps the per-chunk path).
    Sharing one C needs one scale for its weights W = p a 2^e:
    - p: the running max m unchanged. Where a chunk moves it (rare once a
      stream is under way), the softmax first flushes C at the old m and
@@ -3275,7 +3284,8 @@ static __device__ __forceinline__ float kvq_mma_digits(const int32_t (&c1)[4], c
    Range: an A byte (a code times 2^B, or lifted) is at most 240, a digit
    255, so a column over 128 tokens is below 128 x 240 x 255 < 2^23 and
    c0 + 2^8 c1 below 2^31 + 2^23 < 2^32: read as uint32 (kvq_mma_digits
-   U). A fifth chunk could pass 2^32: hence runs of at most 4.
+   U). A fifth chunk could pass 2^32: pages of at most 128 tokens
+   (kvq_cuda_attend_mma takes G 32/64/128).
    Error: C is exact; each run's two I2F, the FMA of the halves and the
    FMA into st.acc round once each (2^-24 relative), as the per-chunk
    conversion did for each chunk: a run of 4 rounds 4 times fewer, so
@@ -3741,11 +3751,10 @@ static __device__ __forceinline__ void kvq_mma_run_end(kvq_mma_valc<D, B, NQ, PC
 {
     kvq_mma_value_flush<D, B, NQ, HILO, false>(vc, st);
 }
-/* Chunk `chunk` of a page: with PC, a run's first (chunk % 4 == 0), or
-   one inside it, and a run's last (chunk % 4 == 3, or the page's last)
-   flushes C; run_mask = min(G / 32, 4) - 1.                              */
+/* Chunk `chunk` of a page whose last is `last` (G / 32 - 1): with PC,
+   the page's first starts a run, its last flushes C.                    */
 template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC>
-static __device__ __forceinline__ void kvq_mma_run_chunk(int chunk, int run_mask, const uint32_t *kwc,
+static __device__ __forceinline__ void kvq_mma_run_chunk(int chunk, int last, const uint32_t *kwc,
                                                          const uint32_t *vwc, const kvq_sz *vszc, int Gv,
                                                          kvq_zero_mode mode, uint32_t dead_bits,
                                                          const kvq_mma_keyb<D, B, NQ> &kb,
@@ -3753,11 +3762,11 @@ static __device__ __forceinline__ void kvq_mma_run_chunk(int chunk, int run_mask
                                                          kvq_mma_valc<D, B, NQ, PC> &vc, int lane)
 {
     if constexpr (PC) {
-        if ((chunk & run_mask) == 0)
+        if (chunk == 0)
             kvq_mma_run_start<D, B, NQ, HILO, ZR, PC>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
         else
             kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
-        if ((chunk & run_mask) == run_mask) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);
+        if (chunk == last) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);
     } else {
         kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
     }
@@ -3790,6 +3799,19 @@ static __device__ __forceinline__ kvq_mma_work kvq_mma_my_work(const kvq_cuda_st
 static __device__ __forceinline__ uint32_t kvq_mma_dead_word(const uint32_t *dead, uint32_t slot0)
 {
     return dead ? dead[slot0 >> 5] : 0u;
+}
+
+/* The lane's first 16 bytes of a page's first chunk's key words, value
+   words and value (s, z): where kvq_mma_chunks_staged's copies start, a
+   page at a time (make cuda-gates counts it as page work).             */
+template <int D, int B, int NQ>
+static __device__ __forceinline__ void kvq_mma_page_sources(const kvq_cuda_pool &pool, size_t page, int lane,
+                                                            const unsigned char *(&src)[3])
+{
+    typedef kvq_mma_chunk_src<D, B, NQ> C;
+    src[0] = (const unsigned char *)C::keys(pool, page, 0) + 16 * lane;
+    src[1] = (const unsigned char *)C::values(pool, page, 0) + 16 * lane;
+    src[2] = (const unsigned char *)C::scales(pool, page, 0) + 16 * lane;
 }
 
 /* STAGES >= 2: the warp stages its next STAGES - 1 chunks into its part
@@ -3826,37 +3848,48 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
     kvq_mma_keyb<D, B, NQ> kb;
     constexpr int PC = kvq_mma_pc<DEC, ZR, OPT>;
     kvq_mma_valc<D, B, NQ, PC> vc;
-    const int run_mask = wk.log2_cpp < 2 ? (1 << wk.log2_cpp) - 1 : 3;    /* kvq_mma_run_chunk */
+    const int last_chunk = (int)((1u << wk.log2_cpp) - 1u);    /* a page's: kvq_mma_run_chunk */
     unsigned char *mine = stage_smem + (size_t)warp * STAGES * stage_bytes;
+    /* Pointers made once and carried from chunk to chunk: the stage read
+       and the one filled (the next read's, j + STAGES - 1's: the last one
+       read), and the lane's first 16 bytes of the next chunk's key words,
+       value words and value (s, z), advanced a chunk at a time and set
+       from the page number at a page's first (kvq_mma_page_sources).
+       Made from the thread and CTA ids and the page each chunk, they cost
+       ~30 more instructions a chunk (the default kernel's 406 -> 374 at
+       2-bit, make cuda-gates): at 168 registers the compiler remade them
+       rather than keep them, where a carried pointer must stay put.     */
+    unsigned char *read_at = mine, *fill_at = mine + (STAGES - 1) * stage_bytes;
+    const unsigned char *src[3] = {};
     /* PF: the page being issued, and the next one's number, read a page ahead */
     int32_t issue_page = 0, next_page = PF && wk.n_items ? pages[wk.page_index(0, warp)] : 0;
-    auto issue = [&](uint32_t j) {        /* chunk j into its stage     */
+    auto issue = [&](uint32_t j, unsigned char *buf) {   /* chunk j into stage buf */
         if (j < wk.n_items) {
             const int chunk = wk.chunk(j);
-            if (PF && chunk == 0) {
+            if (chunk == 0) {
                 const uint32_t next = j + (1u << wk.log2_cpp);
-                issue_page = next_page;
-                next_page = next < wk.n_items ? pages[wk.page_index(next, warp)] : 0;
+                issue_page = PF ? next_page : pages[wk.page_index(j, warp)];
+                if (PF) next_page = next < wk.n_items ? pages[wk.page_index(next, warp)] : 0;
+                kvq_mma_page_sources<D, B, NQ>(pool, (size_t)issue_page, lane, src);
+                if (PF)
+                    kvq_dev_warp_copy(buf + ksz_at, pool.k_sz + (size_t)issue_page * D, D * (int)sizeof(kvq_sz),
+                                      lane);
             }
-            const size_t page = (size_t)(PF ? issue_page : pages[wk.page_index(j, warp)]);
-            unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
-            kvq_dev_warp_copy(buf, C::keys(pool, page, chunk), C::KWORDS * 4, lane);
-            kvq_dev_warp_copy(buf + C::KWORDS * 4, C::values(pool, page, chunk), C::VWORDS * 4, lane);
-            kvq_dev_warp_copy(buf + (C::KWORDS + C::VWORDS) * 4, C::scales(pool, page, chunk),
-                              vsz_bytes, lane);
-            if (PF && chunk == 0)
-                kvq_dev_warp_copy(buf + ksz_at, pool.k_sz + page * D, D * (int)sizeof(kvq_sz), lane);
+            kvq_dev_warp_copy_lane(buf, src[0], C::KWORDS * 4, lane);
+            kvq_dev_warp_copy_lane(buf + C::KWORDS * 4, src[1], C::VWORDS * 4, lane);
+            kvq_dev_warp_copy_lane(buf + (C::KWORDS + C::VWORDS) * 4, src[2], vsz_bytes, lane);
+            src[0] += C::KWORDS * 4, src[1] += C::VWORDS * 4, src[2] += vsz_bytes;
         }
         kvq_dev_cp_commit();              /* one group per j, even empty */
     };
 #pragma unroll
-    for (int j = 0; j < STAGES - 1; j++) issue((uint32_t)j);
+    for (int j = 0; j < STAGES - 1; j++) issue((uint32_t)j, mine + j * stage_bytes);
     uint32_t dead_now = PF && wk.n_items ? kvq_mma_dead_word(dead, wk.page_index(0, warp) * G) : 0u;
     for (uint32_t j = 0; j < wk.n_items; j++) {
         /* group i holds chunk i (empty past the last), so with groups
            0 .. j + STAGES - 1 committed, STAGES - 1 still pending means
            0 .. j are in, at page starts, tails and the last chunks alike */
-        issue(j + STAGES - 1);
+        issue(j + STAGES - 1, fill_at);
         const uint32_t pi = wk.page_index(j, warp);
         const int chunk = wk.chunk(j);
         const uint32_t slot0 = pi * G + chunk * KVQ_MMA_CHUNK;
@@ -3870,7 +3903,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
         }
         kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */
         __syncwarp();
-        const unsigned char *buf = mine + (size_t)(j % STAGES) * stage_bytes;
+        const unsigned char *buf = read_at;
         const kvq_sz *vszc = (const kvq_sz *)(buf + (C::KWORDS + C::VWORDS) * 4);
         if (chunk == 0) {
             const size_t page = PF ? 0 : (size_t)pages[pi];
@@ -3880,14 +3913,19 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
                 kvq_mma_value_exponent<B, HILO>(C::scales(pool, page, 0), n_vsz, pool.zero_mode, lane,
                                              kb.v_pow, kb.v_inv);
         }
-        if (DEC == KVQ_MMA_DEC_INT8 && PF && (!PC || (chunk & run_mask) == 0))   /* PC: a run's start */
+        if (DEC == KVQ_MMA_DEC_INT8 && PF && (!PC || chunk == 0))   /* PC: a run's start */
             kvq_mma_value_exponent<B, HILO>(vszc, KVQ_MMA_CHUNK * n_groups, pool.zero_mode, lane, kb.v_pow,
                                          kb.v_inv);
-        kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, run_mask, (const uint32_t *)buf,
+        kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, last_chunk, (const uint32_t *)buf,
                                                        (const uint32_t *)(buf + C::KWORDS * 4), vszc,
                                                        pool.value_group, pool.zero_mode, dead_bits, kb, st, vc,
                                                        lane);
         __syncwarp();                      /* its stage may now refill    */
+        unsigned char *next_read = STAGES == 2 ? fill_at
+                                 : read_at + stage_bytes == mine + STAGES * stage_bytes ? mine
+                                                                                          : read_at + stage_bytes;
+        fill_at = read_at;
+        read_at = next_read;
     }
     kvq_dev_cp_wait<0>();
 }
@@ -3932,7 +3970,7 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
         kvq_mma_keyb<D, B, NQ> kb;
         constexpr int PC = kvq_mma_pc<DEC, ZR, OPT>;
         kvq_mma_valc<D, B, NQ, PC> vc;
-        const int run_mask = wk.log2_cpp < 2 ? (1 << wk.log2_cpp) - 1 : 3;
+        const int last_chunk = (int)((1u << wk.log2_cpp) - 1u);
         for (uint32_t j = 0; j < wk.n_items; j++) {
             const uint32_t pi = wk.page_index(j, warp);
             const size_t page = (size_t)s->pages[pi];
@@ -3943,7 +3981,7 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
                     kvq_mma_value_exponent<B, HILO>(C::scales(pool, page, 0), (int)G * (D / pool.value_group),
                                                  pool.zero_mode, lane, kb.v_pow, kb.v_inv);
             }
-            kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, run_mask, C::keys(pool, page, chunk),
+            kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, last_chunk, C::keys(pool, page, chunk),
                                                            C::values(pool, page, chunk),
                                                            C::scales(pool, page, chunk), pool.value_group,
                                                            pool.zero_mode,
@@ -4464,12 +4502,12 @@ extern "C" size_t kvq_cuda_attend_mma_workspace(size_t n_streams, int n_rep, int
    order and call kvq_cuda_attend), -1 for a shape v5 is not built for.
    The rule is make cuda-gates' count of SASS instructions per KB of codes
    (walkthrough 9.9) and one timing: one query head per KV head on
-   G = 32 pages goes to the CUDA-core kernel. At 2 bits the count says
-   so (544 against v5's 569 with its page work); at 4 bits it leans the
-   other way (v5 284 against 360), but an H200 campaign run timed the
-   CUDA-core kernel 1.5x faster there (T = 32K, v5 with the f16 decode),
-   so the timing decides. With 2 or more heads
-   the tensor cores serve them in one MMA (2-bit G = 32: 569 against 984
+   G = 32 pages goes to the CUDA-core kernel. The count leans the other
+   way (v5 518 with its page work against the CUDA-core step's 544 at 2
+   bits, 261 against 360 at 4), but an H200 campaign run timed the
+   CUDA-core kernel 1.5x faster at 4 bits (T = 32K, v5 with the f16
+   decode), so the timing decides. With 2 or more heads
+   the tensor cores serve them in one MMA (2-bit G = 32: 518 against 984
    at GQA 4; the f16 decode was timed 1.6-2.0x faster), and G = 64
    or 128 spreads v5's page work over more tokens. An H100 run of today's
    default v5 (T = 32K, 24 shapes) found every pick right: the CUDA-core

@@ -56,7 +56,10 @@
              when a page loop encloses the chunk loop; else the extra cost
              of the path through the blocks that hold kvq_mma_page_keys'
              instructions (the key weights, exponents, zero terms) and
-             that a trip can skip, and, where the kernel keeps the values'
+             that a trip can skip, and those of kvq_mma_page_sources (the
+             staging's source pointers set from the page number, in the
+             page's first chunk's copy: the next page's, a stage ahead),
+             and, where the kernel keeps the values'
              integer C over a run of chunks (kvq_cuda.cu's kvq_mma_valc),
              through a run's first chunk and its end too: the first
              chunk's copy of the chunk body, found by its value MMAs on a
@@ -66,17 +69,18 @@
              apart), and kvq_mma_run_end's blocks (C into fp32 once a
              run). Those blocks are page work: the chunk path avoids
              them, so it runs the copy that adds into the run's C. A run
-             is at most 4 chunks, so at G = 32 and 128 one run a page; the
-             mid-run flushes (the running max moved, a larger value scale)
-             are optional branches the chunk path skips. The blocks found
+             is a page's chunks (G <= 128: at most 4); the mid-run
+             flushes (the running max moved, a larger value scale) are
+             optional branches the chunk path skips. The blocks found
              for each are printed for the default variant, so a rename
              cannot hide work silently.
    per KB = (page + G/32 x chunk) / (KB of key + value codes per page),
    for G 32 and 128 with Gv = G (KIVI's groups), B 2 and 4, GQA 1/4/8
    (NQ = 1 quad of heads up to GQA 4, NQ = 2 above, as
-   kvq_cuda_attend_mma picks), with its share of an H100's issue slots
-   at copy rate: 132 SMs x 4 schedulers x 1.75 GHz over (2997 GB/s / 1 KB)
-   = ~316 slots per KB (walkthrough 9.9). Branches to the divergent-warp
+   kvq_cuda_attend_mma picks; its default kernel is OPT = PF, and PF |
+   RUNS with NQ = 1 at G >= 64: default_opt), with its share of an
+   H100's issue slots at copy rate: 132 SMs x 4 schedulers x 1.75 GHz
+   over (2997 GB/s / 1 KB) = ~316 slots per KB (walkthrough 9.9). Branches to the divergent-warp
    fallback (BRA.DIV) are not followed: the kernel's shuffles run with
    the whole warp converged. Without the kernel, the same is printed for
    bench/mma_probe.cu's mma_step_count (the probe: no page loop, so no
@@ -786,7 +790,7 @@ def sass_counts(sass_path, probe_path, core_path, source):
         base = os.path.basename(source)
         flush_span = function_lines(source, "kvq_mma_value_flush")
         flush_fn = (base,) + flush_span if flush_span else None
-        run_fns = {n: (base,) + sp for n in ("kvq_mma_run_end",)
+        run_fns = {n: (base,) + sp for n in ("kvq_mma_run_end", "kvq_mma_page_sources")
                    for sp in [function_lines(source, n)] if sp}
         params = template_params(source, "kvq_attend_mma_kernel")
         page_fn = (os.path.basename(source),) + (span or (0, -1))

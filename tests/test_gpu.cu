@@ -814,13 +814,11 @@ static void test_attend_mma(void)
         mma(POL_KIVI, 128, 2, 32, 2, 4, 900, KVQ_CUDA_MMA_SUBNORMAL);
         kv_extreme = false;
     }
-    /* the values' C kept over runs of up to 4 chunks (kvq_mma_valc; the
+    /* the values' C kept over a page's chunks, a run (kvq_mma_valc; the
        default kernel at G >= 64, NQ = 1): the running max moving inside
        a run, a run's chunk with larger value scales; runs of 2 (G = 64)
        and 4 chunks, both digit counts (HI_ONLY: 2), GQA 1 and 4, and
-       streams several pages long; a stream of its own. (Runs are 4
-       chunks at most, for pages of up to 1024 tokens; kvq_cuda_export
-       takes G <= 128, one run a page.)                                   */
+       streams several pages long; a stream of its own.                   */
     {
         const uint64_t saved = rng_state;
         rng_state = 0x6a7e5ull;

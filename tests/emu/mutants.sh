@@ -244,11 +244,11 @@ mutant mma-valc-switch-without-flush plain 'mma.*rows over tolerance' \
             for (int k = 1; k < 32; k <<= 1) amax' \
     '#pragma unroll
             for (int k = 1; k < 32; k <<= 1) amax'
-# 39. runs never end (nor flush) inside a page: each page's start takes
-#     a fresh C over the last page's
+# 39. a run never flushed at its page's last chunk: the next page's
+#     first takes a fresh C over it
 mutant mma-valc-run-never-ends plain 'mma.*rows over tolerance' \
-    '    const int run_mask = wk.log2_cpp < 2 ? (1 << wk.log2_cpp) - 1 : 3;    /* kvq_mma_run_chunk */' \
-    '    const int run_mask = 1023;'
+    '        if (chunk == last) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);' \
+    '        if (chunk == last && last < 0) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);'
 
 wait
 pass=0; fail=0
