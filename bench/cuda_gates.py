@@ -56,7 +56,10 @@
              when a page loop encloses the chunk loop; else the extra cost
              of the path through the blocks that hold kvq_mma_page_keys'
              instructions (the key weights, exponents, zero terms) and
-             that a trip can skip, and those of kvq_mma_page_sources (the
+             that a trip can skip (one that stages a chunk, LDGSTS, where
+             the kernel stages: the last chunks' trips, which stage
+             nothing, skip the whole copy), and those of
+             kvq_mma_page_sources (the
              staging's source pointers set from the page number, in the
              page's first chunk's copy: the next page's, a stage ahead),
              and, where the kernel keeps the values'
@@ -486,21 +489,27 @@ class CFG:
     def blocks_where(self, nodes, test):
         return {v for v in nodes if any(test(self.code[i]) for i in range(self.blocks[v][0], self.blocks[v][1] + 1))}
 
-    def optional(self, loop, blocks):
+    def optional(self, loop, blocks, through=frozenset()):
         """The blocks of `blocks` that some trip around `loop` (header to a
-        latch) can avoid."""
+        latch) can avoid; with `through`, some trip that passes one of
+        its blocks (a block every such trip runs is no branch of its own,
+        even where a trip without them skips it)."""
         h, body, latches = loop
         out = set()
         for b in blocks:
             if b == h:
                 continue
-            seen, stack = {h}, [h]
+            start = (h, not through or h in through)   # (block, passed `through`)
+            seen, stack = {start}, [start]
             while stack:
-                for y in self.succ[stack.pop()]:
-                    if y in body and y != b and y != h and y not in seen:
-                        seen.add(y)
-                        stack.append(y)
-            if any(l in seen for l in latches if l != b):
+                x, passed = stack.pop()
+                for y in self.succ[x]:
+                    if y in body and y != b and y != h:
+                        s = (y, passed or y in through)
+                        if s not in seen:
+                            seen.add(s)
+                            stack.append(s)
+            if any((l, True) in seen for l in latches if l != b):
                 out.add(b)
         return out
 
@@ -656,10 +665,16 @@ def count_mma_kernel(code, D, page_fn, run_fns=None, flush_fn=None):
     inner = g.inner_loops(chunk)
     if inner:
         notes.append(f"{len(inner)} loop(s) inside the chunk loop counted once per chunk")
+    # a staged kernel's last STAGES - 1 chunks issue no copy: one branch
+    # around the whole copy, so a trip can skip even the copy every other
+    # chunk runs (and with it what the compiler merged into its blocks,
+    # such as the join after kvq_mma_page_sources' branch). Page work is
+    # what a trip that stages (LDGSTS) can skip.
+    copies = g.blocks_where(body, lambda ins: ins.op.startswith("LDGSTS"))
     def fn_blocks(span):
         fname, first, last = span
         return g.optional(chunk, g.blocks_where(body, lambda ins: any(
-            f == fname and first <= ln <= last for f, ln in ins.lines)))
+            f == fname and first <= ln <= last for f, ln in ins.lines)), through=copies)
     # page work inside the chunk loop: the blocks holding kvq_mma_page_keys'
     # instructions that a trip can skip (what the compiler hoisted into
     # blocks every trip runs is chunk work: it runs every chunk), and those
@@ -672,14 +687,14 @@ def count_mma_kernel(code, D, page_fn, run_fns=None, flush_fn=None):
                                    ins.text.replace(" ", "").endswith(",RZ") == zero)
     if g.blocks_where(body, lambda ins: value_mma(ins, False)):
         run_groups["run start (value IMMA on RZ)"] = g.optional(chunk, g.blocks_where(
-            body, lambda ins: value_mma(ins, True)))
+            body, lambda ins: value_mma(ins, True)), through=copies)
     found = {"kvq_mma_page_keys": len(key_blocks)}
     found.update({n: len(b) for n, b in run_groups.items()})
     page_blocks = set(key_blocks).union(*run_groups.values())
     # a chunk stages the next one (cp.async, LDGSTS): the path must pass a
     # staging block (the compiler's unrolled copy loops are alternatives,
     # so not all of them: a runtime-length copy's own loop may be skipped)
-    staging = g.blocks_where(body, lambda ins: ins.op.startswith("LDGSTS")) - page_blocks
+    staging = copies - page_blocks
     through = [staging] if staging else []
     outer = [L for L in g.loops if body < L[1]]
     if outer:                              # a page loop around the chunk loop
