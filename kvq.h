@@ -1473,6 +1473,10 @@ static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int 
                                     kvq_zero_mode mode,
                                     uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */);
 static float kvq__absmax_or_nonfinite(const float *x, size_t n);
+static void kvq__prefetch(const void *p, size_t n);
+#ifndef KVQ__QAHEAD
+#define KVQ__QAHEAD 2
+#endif
 static kvq_status kvq__params16(const float *lo, const float *hi, int bits, kvq_zero_mode mode,
                                 kvq_sz *sz, float *s, float *z);
 static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad);
@@ -1525,8 +1529,11 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
     if (axis == KVQ_PER_TOKEN && G <= KVQ__COLS_MAX) {
         /* per-token groups tile X in order: 16 of them at a time, the last
            few through kvq__quantize_unit as one-group "units"             */
-        for (g = 0; g + 16 <= L.total_groups; g += 16)
+        for (g = 0; g + 16 <= L.total_groups; g += 16) {
+            if (g + KVQ__QAHEAD * 16 + 16 <= L.total_groups)
+                kvq__prefetch(X + (g + KVQ__QAHEAD * 16) * G, 16 * G * sizeof(float));
             kvq__quantize_16_groups(X + g * G, G, bits, mode, words + g * L.geom.words_per_group, sz + g);
+        }
         for (; g < L.total_groups; g++)
             kvq__quantize_unit(X + g * G, G, bits, G, axis, mode, words + g * L.geom.words_per_group, sz + g);
         return KVQ_OK;
@@ -4366,6 +4373,14 @@ typedef uint32_t kvq__vu;
 
 typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
 typedef struct kvq__u16 { kvq__vu part[KVQ__PARTS]; } kvq__u16;   /* 16 uint32 */
+/* 16 floats aligned as the vector parts, for stack buffers written a
+   vector at a time and read back soon after. A 32-byte store the compiler
+   cannot prove aligned is split into two 16-byte halves when tuned for
+   Zen 1 (gcc -mtune=znver1), and a 32-byte load of the two halves is not
+   forwarded from the store buffer: it waits for both to be written (a
+   stall each time, the per-token quantizer's min and max loop doubled).
+   kvq__store16a stores whole vectors.                                    */
+typedef union kvq__blk16 { kvq__vf part[KVQ__PARTS]; float f[16]; } kvq__blk16;
 
 #define KVQ__EACH(k) for ((k) = 0; (k) < KVQ__PARTS; (k)++)
 static KVQ__VINLINE kvq__v16 kvq__load16(const float *p)
@@ -4379,6 +4394,11 @@ static KVQ__VINLINE void kvq__store16(float *p, kvq__v16 v)
 {
     int k;
     KVQ__EACH(k) KVQ__VSTORE(p + k * KVQ__W, v.part[k]);
+}
+static KVQ__VINLINE void kvq__store16a(kvq__blk16 *p, kvq__v16 v)
+{
+    int k;
+    KVQ__EACH(k) p->part[k] = v.part[k];
 }
 static KVQ__VINLINE kvq__v16 kvq__splat16(float x)
 {
@@ -4448,6 +4468,24 @@ static KVQ__VINLINE kvq__v16 kvq__round16(kvq__v16 x)
     const kvq__v16 magic = kvq__splat16(12582912.0f);
     return kvq__sub16(kvq__add16(x, magic), magic);
 }
+/* rintf of 16 lanes as uint32, for integral results in 0 .. 2^22. x86's
+   vcvtps2dq converts by MXCSR's rounding mode, the mode rintf rounds by
+   (nearest even unless the caller changed it): one instruction, where
+   kvq__round16 and a truncating conversion take three; elsewhere those. */
+static KVQ__VINLINE kvq__u16 kvq__rint_u16(kvq__v16 x)
+{
+    kvq__u16 r;
+    int k;
+#if KVQ__W == 16
+    KVQ__EACH(k) r.part[k] = (kvq__vu)_mm512_cvtps_epi32((__m512)x.part[k]);
+#elif KVQ__W == 8
+    KVQ__EACH(k) r.part[k] = (kvq__vu)_mm256_cvtps_epi32((__m256)x.part[k]);
+#else
+    x = kvq__round16(x);
+    KVQ__EACH(k) r.part[k] = (kvq__vu)kvq__vi_of_vf(x.part[k]);
+#endif
+    return r;
+}
 /* 2^n for integral n in -127..128 held as floats: n + 127 into the
    exponent field (n = -127 gives +0)                                      */
 static KVQ__VINLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
@@ -4455,15 +4493,6 @@ static KVQ__VINLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
     int k;
     KVQ__EACH(k) n.part[k] = kvq__vf_bits((kvq__vi_of_vf(n.part[k]) + 127) << 23);
     return n;
-}
-/* 16 integral floats in 0 .. 2^31 as uint32                              */
-static KVQ__VINLINE void kvq__to_u32_16(kvq__v16 v, uint32_t *out)
-{
-    int k;
-    KVQ__EACH(k) {
-        kvq__vi i = kvq__vi_of_vf(v.part[k]);
-        memcpy(out + k * KVQ__W, &i, sizeof i);          /* one vector store */
-    }
 }
 
 #if KVQ__W == 4
@@ -4687,50 +4716,133 @@ static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, fl
    about half the rate of whole rows (bench_cpu --rows).                  */
 #define KVQ__RUN_CHANNELS 256
 static void kvq__minmax_run(const float *x, size_t n, size_t D, size_t nc,
-                            float *lo /* (nc) */, float *hi /* (nc) */)
+                            kvq__blk16 *lo /* (nc / 16) */, kvq__blk16 *hi /* (nc / 16) */)
 {
     size_t t, c;
     for (c = 0; c < nc; c += 16) {
-        kvq__store16(lo + c, kvq__load16(x + c));
-        kvq__store16(hi + c, kvq__load16(x + c));
+        kvq__store16a(lo + c / 16, kvq__load16(x + c));
+        kvq__store16a(hi + c / 16, kvq__load16(x + c));
     }
     for (t = 0; t < n; t++)
         for (c = 0; c < nc; c += 16) {
             const kvq__v16 v = kvq__load16(x + t * D + c);
-            kvq__store16(lo + c, kvq__min16(v, kvq__load16(lo + c)));  /* v < lo ? v : lo */
-            kvq__store16(hi + c, kvq__max16(v, kvq__load16(hi + c)));  /* v > hi ? v : hi */
+            kvq__store16a(lo + c / 16, kvq__min16(v, kvq__load16(lo[c / 16].f)));  /* v < lo ? v : lo */
+            kvq__store16a(hi + c / 16, kvq__max16(v, kvq__load16(hi[c / 16].f)));  /* v > hi ? v : hi */
         }
     for (c = 0; c < nc; c += 16) {                            /* -0 -> +0  */
-        kvq__store16(lo + c, kvq__add16(kvq__load16(lo + c), kvq__splat16(0.0f)));
-        kvq__store16(hi + c, kvq__add16(kvq__load16(hi + c), kvq__splat16(0.0f)));
+        kvq__store16a(lo + c / 16, kvq__add16(kvq__load16(lo[c / 16].f), kvq__splat16(0.0f)));
+        kvq__store16a(hi + c / 16, kvq__add16(kvq__load16(hi[c / 16].f), kvq__splat16(0.0f)));
     }
 }
 
-/* Sec. 4's code of 16 values lane by lane, as floats: float zero, v =
-   (x - z) / s clamped to [0, N]; integer zero, v = x / s clamped to
-   [-zp, N - zp]; both with max and min (the same codes as the scalar
-   comparisons: they differ only on -0, which rounds to code 0 either way),
-   rounded half to even (kvq__round16 holds for |v| < 2^22), the integer
-   zero's zp added after the rounding. s, z and N per lane: one group's for
-   a run of values, or 16 groups' side by side.                          */
-static KVQ__VINLINE kvq__v16 kvq__encode16(kvq__v16 x, kvq__v16 s, kvq__v16 z, kvq__v16 n_levels,
-                                           kvq_zero_mode mode)
+/* a / s lane by lane, the correctly rounded quotient, given r = 1 / s
+   (itself a correctly rounded division). With fused multiply-adds without
+   a division (Markstein's theorem, as in IA-64's divide): q = a r is
+   within an ulp of a / s, the residual a - q s is then exact, and
+   q + (a - q s) r rounds to a / s. Zen 1 retires a vector divide once per
+   6 cycles at best, these three in about 2. The residual is not exact
+   where it falls below the normal range, |a / s| < 2^-80 here (s >= 2^-24
+   is an fp16 scale): such a quotient rounds to code 0 either way, and
+   tests/simd_check.c compares every code. Without fused multiply-adds,
+   the division.                                                          */
+static KVQ__VINLINE kvq__v16 kvq__quot16(kvq__v16 a, kvq__v16 s, kvq__v16 r)
+{
+#if defined(KVQ__FMA)
+    kvq__v16 q = kvq__mul16(a, r), minus_q;
+    int k;
+    KVQ__EACH(k) minus_q.part[k] = -q.part[k];
+    return kvq__madd16(q, kvq__madd16(a, minus_q, s), r);
+#else
+    (void)r;
+    return kvq__div16(a, s);
+#endif
+}
+
+/* Sec. 4's code of 16 values lane by lane: float zero, v = (x - z) / s
+   clamped to [0, N]; integer zero, v = x / s clamped to [-zp, N - zp];
+   both with max and min (the same codes as the scalar comparisons: they
+   differ only on -0, which rounds to code 0 either way), rounded as rintf
+   (kvq__rint_u16), the integer zero's zp added after the rounding. s, z
+   and N per lane: one group's for a run of values, or 16 groups' side by
+   side.                                                                  */
+static KVQ__VINLINE kvq__u16 kvq__encode16(kvq__v16 x, kvq__v16 s, kvq__v16 r, kvq__v16 z,
+                                           kvq__v16 n_levels, kvq_zero_mode mode)
 {
     kvq__v16 lo, hi;
+    kvq__u16 c;
+    int k;
     if (mode == KVQ_ZERO_FLOAT)
-        return kvq__round16(kvq__min16(kvq__max16(kvq__div16(kvq__sub16(x, z), s),
-                                                  kvq__splat16(0.0f)), n_levels));
+        return kvq__rint_u16(kvq__min16(kvq__max16(kvq__quot16(kvq__sub16(x, z), s, r),
+                                                   kvq__splat16(0.0f)), n_levels));
     lo = kvq__sub16(kvq__splat16(0.0f), z);            /* -zp, exact       */
     hi = kvq__sub16(n_levels, z);                      /* N - zp, exact    */
-    return kvq__add16(kvq__round16(kvq__min16(kvq__max16(kvq__div16(x, s), lo), hi)), z);
+    c = kvq__rint_u16(kvq__min16(kvq__max16(kvq__quot16(x, s, r), lo), hi));
+    KVQ__EACH(k) c.part[k] += (kvq__vu)kvq__vi_of_vf(z.part[k]);   /* zp: integral */
+    return c;
 }
 
 /* The codes of 16 consecutive values under one group's stored (s, z).    */
 static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
                             kvq_zero_mode mode, uint32_t *code)
 {
-    kvq__to_u32_16(kvq__encode16(kvq__load16(x), kvq__splat16(s), kvq__splat16(z),
-                                 kvq__splat16(n_levels), mode), code);
+    kvq__u16 c = kvq__encode16(kvq__load16(x), kvq__splat16(s), kvq__splat16(1.0f / s),
+                               kvq__splat16(z), kvq__splat16(n_levels), mode);
+    memcpy(code, c.part, sizeof c.part);                /* vector stores    */
+}
+
+/* The packed words of 16 groups side by side, lane j = group j: value c
+   of lane j at x[c * stride + j], c < G; code c into word c / (32/B) at
+   bit (c % (32/B)) B (Sec. 5), word w of group j to words[j wpg + w].
+   sc, zc: each group's stored (s, z), s = 0 where every code is 0 (a
+   constant float-zero group); such a lane computes with s = 1, z = 0 and
+   its words are cleared whole. B and the zero mode reach the body as
+   constants (kvq__words16 below), so a word's shifts are a running count,
+   with no division by 32/B per code.                                    */
+static KVQ__INLINE void kvq__words16_b(const float *x, size_t stride, size_t G,
+                                       const float *sc, const float *zc, int bits,
+                                       kvq_zero_mode mode, uint32_t *words /* (16, wpg) */)
+{
+    const kvq__v16 n_levels = kvq__splat16((float)((1u << bits) - 1u));
+    const size_t wpg = kvq_packed_words(G, bits);
+    float s_lane[16], z_lane[16];
+    uint32_t keep[16];
+    kvq__v16 s, r, z;
+    size_t c = 0, w, j;
+    for (j = 0; j < 16; j++) {
+        keep[j] = sc[j] == 0.0f ? 0u : ~0u;
+        s_lane[j] = sc[j] == 0.0f ? 1.0f : sc[j];
+        z_lane[j] = sc[j] == 0.0f ? 0.0f : zc[j];
+    }
+    s = kvq__load16(s_lane);
+    z = kvq__load16(z_lane);
+    r = kvq__div16(kvq__splat16(1.0f), s);          /* once per 16 groups */
+    for (w = 0; w < wpg; w++) {
+        kvq__vu word[KVQ__PARTS];
+        uint32_t out[16];
+        unsigned shift;
+        int k;
+        KVQ__EACH(k) word[k] = kvq__vu_splat(0);
+        for (shift = 0; shift < 32u && c < G; shift += (unsigned)bits, c++) {
+            const kvq__u16 code = kvq__encode16(kvq__load16(x + c * stride), s, r, z, n_levels, mode);
+            KVQ__EACH(k) word[k] |= code.part[k] << shift;
+        }
+        memcpy(out, word, sizeof out);
+        for (j = 0; j < 16; j++) words[j * wpg + w] = out[j] & keep[j];
+    }
+}
+
+static void kvq__words16(const float *x, size_t stride, size_t G, const float *s /* (16) */,
+                         const float *z /* (16) */, int bits, kvq_zero_mode mode, uint32_t *words)
+{
+#define KVQ__WORDS16_B(b) (mode == KVQ_ZERO_FLOAT ? kvq__words16_b(x, stride, G, s, z, b, KVQ_ZERO_FLOAT, words) \
+                                                  : kvq__words16_b(x, stride, G, s, z, b, KVQ_ZERO_INT, words))
+    switch (bits) {                             /* B and the mode as constants */
+    case 1:  KVQ__WORDS16_B(1); break;
+    case 2:  KVQ__WORDS16_B(2); break;
+    case 4:  KVQ__WORDS16_B(4); break;
+    default: KVQ__WORDS16_B(8); break;
+    }
+#undef KVQ__WORDS16_B
 }
 
 /* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
@@ -4772,13 +4884,11 @@ static kvq_status kvq__quantize_channels16(const float *X /* (G, D) */, size_t D
                                            size_t G, kvq_zero_mode mode,
                                            uint32_t *words, kvq_sz *sz)
 {
-    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, g, j;
-    float n_levels = (float)((1u << bits) - 1u), lo_run[KVQ__RUN_CHANNELS], hi_run[KVQ__RUN_CHANNELS];
+    size_t wpg = kvq_packed_words(G, bits), g;
+    kvq__blk16 lo_run[KVQ__RUN_CHANNELS / 16], hi_run[KVQ__RUN_CHANNELS / 16];
     for (g = 0; g < D; g += 16) {               /* per-channel, 16 at a time */
-        float s[16], z[16], s_lane[16], z_lane[16], *lo = lo_run + g % KVQ__RUN_CHANNELS,
-              *hi = hi_run + g % KVQ__RUN_CHANNELS;
-        kvq__v16 sv, zv, nv = kvq__splat16(n_levels);
-        size_t t, k;
+        float s[16], z[16], *lo = lo_run[g % KVQ__RUN_CHANNELS / 16].f,
+              *hi = hi_run[g % KVQ__RUN_CHANNELS / 16].f;
         if (g % KVQ__RUN_CHANNELS == 0)         /* the next run's min, max  */
             kvq__minmax_run(X + g, G, D, D - g < KVQ__RUN_CHANNELS ? D - g : KVQ__RUN_CHANNELS,
                             lo_run, hi_run);
@@ -4786,29 +4896,10 @@ static kvq_status kvq__quantize_channels16(const float *X /* (G, D) */, size_t D
             kvq_status st = kvq__params16(lo, hi, bits, mode, sz + g, s, z);
             if (st != KVQ_OK) return st;
         }
-        /* the 16 channels' (s, z) as lanes. Where s = 0 (a constant
-           float-zero group, or a scale that underflowed) the code is 0:
-           there s = +inf, z = 0 give v = +-0 (x is finite), code 0 in
-           either zero mode.                                               */
-        for (j = 0; j < 16; j++) {
-            s_lane[j] = s[j] == 0.0f ? INFINITY : s[j];
-            z_lane[j] = s[j] == 0.0f ? 0.0f : z[j];
-        }
-        sv = kvq__load16(s_lane);
-        zv = kvq__load16(z_lane);
-        for (k = 0; k < wpg; k++) {             /* word k: tokens k*per ..  */
-            kvq__u16 acc;
-            uint32_t word[16];
-            int p;
-            KVQ__EACH(p) acc.part[p] = kvq__vu_splat(0);
-            for (t = k * per; t < (k + 1) * per && t < G; t++) {   /* token t  */
-                const uint32_t shift = (uint32_t)(t % per * (size_t)bits);
-                kvq__v16 code = kvq__encode16(kvq__load16(X + t * D + g), sv, zv, nv, mode);
-                KVQ__EACH(p) acc.part[p] |= (kvq__vu)kvq__vi_of_vf(code.part[p]) << shift;
-            }
-            memcpy(word, acc.part, sizeof word);
-            for (j = 0; j < 16; j++) words[(g + j) * wpg + k] = word[j];
-        }
+        /* where s = 0 (a constant float-zero group, or a scale that
+           underflowed) every code is 0 (kvq__words16)                    */
+        kvq__words16(X + g, D, G, s, z, bits, mode,
+                     words + g * wpg);   /* token t of 16 channels: one row */
     }
     return KVQ_OK;
 }
@@ -4854,13 +4945,13 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
     return kvq__quantize_channels16(X, D, bits, G, mode, words, sz);
 }
 
-/* col[a][r] = x[r * stride + a] for a, r < 16: a 16 x 16 block of floats
+/* col[a].f[r] = x[r * stride + a] for a, r < 16: a 16 x 16 block of floats
    transposed, rows of x into columns. By shuffles in registers on every
    vector ISA (log2 of the width stages of pairwise interleaves, as in any
    SIMD transpose), element by element otherwise. Scalar stores followed
    by a vector load of the same bytes cannot be forwarded and stall, which
    made the element-wise copy a third of the per-token quantizer's time.  */
-static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, float (*col)[16])
+static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, kvq__blk16 *col)
 {
 #if KVQ__W == 16
     __m512 r[16], t[16];
@@ -4888,7 +4979,7 @@ static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, float (*
         r[a]     = _mm512_shuffle_f32x4(t[src], t[src + 8], 0x88);
         r[a + 8] = _mm512_shuffle_f32x4(t[src], t[src + 8], 0xdd);
     }
-    for (a = 0; a < 16; a++) _mm512_storeu_ps(col[a], r[a]);
+    for (a = 0; a < 16; a++) _mm512_store_ps(col[a].f, r[a]);
 #elif KVQ__W == 8
     int rb, cb, a;                        /* four 8 x 8 blocks              */
     for (rb = 0; rb < 16; rb += 8)
@@ -4906,8 +4997,8 @@ static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, float (*
                 u[a + 3] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0xee);
             }
             for (a = 0; a < 4; a++) {
-                _mm256_storeu_ps(col[cb + a] + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x20));
-                _mm256_storeu_ps(col[cb + a + 4] + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x31));
+                _mm256_store_ps(col[cb + a].f + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x20));
+                _mm256_store_ps(col[cb + a + 4].f + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x31));
             }
         }
 #elif KVQ__W == 4
@@ -4917,15 +5008,15 @@ static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, float (*
             const float *p = x + (size_t)rb * stride + cb;
             float32x4x2_t t0 = vtrnq_f32(vld1q_f32(p), vld1q_f32(p + stride));
             float32x4x2_t t1 = vtrnq_f32(vld1q_f32(p + 2 * stride), vld1q_f32(p + 3 * stride));
-            vst1q_f32(col[cb] + rb,     vcombine_f32(vget_low_f32(t0.val[0]), vget_low_f32(t1.val[0])));
-            vst1q_f32(col[cb + 1] + rb, vcombine_f32(vget_low_f32(t0.val[1]), vget_low_f32(t1.val[1])));
-            vst1q_f32(col[cb + 2] + rb, vcombine_f32(vget_high_f32(t0.val[0]), vget_high_f32(t1.val[0])));
-            vst1q_f32(col[cb + 3] + rb, vcombine_f32(vget_high_f32(t0.val[1]), vget_high_f32(t1.val[1])));
+            vst1q_f32(col[cb].f + rb,     vcombine_f32(vget_low_f32(t0.val[0]), vget_low_f32(t1.val[0])));
+            vst1q_f32(col[cb + 1].f + rb, vcombine_f32(vget_low_f32(t0.val[1]), vget_low_f32(t1.val[1])));
+            vst1q_f32(col[cb + 2].f + rb, vcombine_f32(vget_high_f32(t0.val[0]), vget_high_f32(t1.val[0])));
+            vst1q_f32(col[cb + 3].f + rb, vcombine_f32(vget_high_f32(t0.val[1]), vget_high_f32(t1.val[1])));
         }
 #else
     size_t a, r;
     for (r = 0; r < 16; r++)
-        for (a = 0; a < 16; a++) col[a][r] = x[r * stride + a];
+        for (a = 0; a < 16; a++) col[a].f[r] = x[r * stride + a];
 #endif
 }
 
@@ -4983,19 +5074,17 @@ static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int 
                                     kvq_zero_mode mode,
                                     uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */)
 {
-    float col[KVQ__COLS_MAX][16], s[16], z[16], n_levels = (float)((1u << bits) - 1u);
-    uint32_t live[16], out[16];
-    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, i, j;
-    kvq__v16 lo, hi, vs, vz, vn = kvq__splat16(n_levels);
-    kvq__vu word[KVQ__PARTS], keep[KVQ__PARTS];
-    int k;
+    kvq__blk16 col[KVQ__COLS_MAX];             /* col[i]: value i of each group */
+    float s[16], z[16];
+    size_t i, j;
+    kvq__v16 lo, hi;
     if (G == 0 || G > KVQ__COLS_MAX) return;          /* callers never pass */
     for (i = 0; i + 16 <= G; i += 16) kvq__transpose16(x + i, G, col + i);
     for (; i < G; i++)                                /* G % 16 columns     */
-        for (j = 0; j < 16; j++) col[i][j] = x[j * G + i];
-    lo = hi = kvq__load16(col[0]);
+        for (j = 0; j < 16; j++) col[i].f[j] = x[j * G + i];
+    lo = hi = kvq__load16(col[0].f);
     for (i = 1; i < G; i++) {
-        kvq__v16 c = kvq__load16(col[i]);
+        kvq__v16 c = kvq__load16(col[i].f);
         lo = kvq__min16(lo, c);
         hi = kvq__max16(hi, c);
     }
@@ -5003,26 +5092,7 @@ static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int 
     kvq__store16(z, kvq__add16(hi, kvq__splat16(0.0f)));   /* minmax_check */
     (void)kvq__params16(s, z, bits, mode, sz, s, z);   /* the caller checked
                                                            every range   */
-    for (j = 0; j < 16; j++) live[j] = s[j] == 0.0f ? 0u : ~0u;  /* a constant
-                                                    float-zero group: 0 */
-    vs = kvq__load16(s);
-    vz = kvq__load16(z);
-    KVQ__EACH(k) {
-        memcpy(&keep[k], live + k * KVQ__W, sizeof keep[k]);
-        word[k] = kvq__vu_splat(0);
-    }
-    for (i = 0; i < G; i++) {
-        kvq__v16 v = kvq__encode16(kvq__load16(col[i]), vs, vz, vn, mode);
-        KVQ__EACH(k)                     /* code i of every group into its word */
-            word[k] |= ((kvq__vu)kvq__vi_of_vf(v.part[k]) & keep[k]) << (i % per * (unsigned)bits);
-        if (i % per == per - 1 || i == G - 1) {
-            KVQ__EACH(k) {
-                memcpy(out + k * KVQ__W, &word[k], sizeof word[k]);
-                word[k] = kvq__vu_splat(0);
-            }
-            for (j = 0; j < 16; j++) words[j * wpg + i / per] = out[j];
-        }
-    }
+    kvq__words16(col[0].f, 16, G, s, z, bits, mode, words);   /* s = 0: codes 0 */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -6431,7 +6501,7 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 
 /* A hint that n bytes from p will be read soon: one prefetch per 64-byte
    line (GCC, clang; nothing elsewhere). Reads nothing, changes nothing.  */
-static KVQ__INLINE void kvq__prefetch(const void *p, size_t n)
+static void kvq__prefetch(const void *p, size_t n)
 {
 #if defined(__GNUC__) || defined(__clang__)
     const char *at = (const char *)p;
