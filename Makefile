@@ -235,9 +235,19 @@ cuda:
 	@if command -v $(NVCC) >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory $(B)/kvq_cuda.o && echo "kvq_cuda.cu: compiled for sm_80, sm_90"; \
 	else echo "nvcc not found: skipping kvq_cuda.cu (install the CUDA Toolkit)"; fi
+# One nvcc run builds kvq_cuda.o and keeps what make cuda-gates reads:
+# ptxas's report (-Xptxas -v) in $(B)/kvq_cuda.ptxas.log and the cubins
+# (--keep) in $(B)/kvq_cuda.keep/. -lineinfo lets nvdisasm name each
+# instruction's source line and changes no instruction. --threads 0
+# compiles the two architectures at once, one per core (nvcc prints each
+# one's ptxas report whole). nvcc's other messages still go to stderr.
 $(B)/kvq_cuda.o: kvq_cuda.cu kvq.h
-	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -I. -c kvq_cuda.cu -o $@
+	@mkdir -p $(@D)/kvq_cuda.keep
+	$(NVCC) $(NVFLAGS) --threads 0 -lineinfo -Xptxas -v --keep --keep-dir $(@D)/kvq_cuda.keep \
+	  -I. -c kvq_cuda.cu -o $@ 2> $(@D)/kvq_cuda.ptxas.part || { cat $(@D)/kvq_cuda.ptxas.part >&2; exit 1; }
+	@grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $(@D)/kvq_cuda.ptxas.part >&2 || true
+	@find $(@D)/kvq_cuda.keep -type f ! -name '*.cubin' -delete
+	@mv $(@D)/kvq_cuda.ptxas.part $(@D)/kvq_cuda.ptxas.log
 
 # GPU tests and benchmark: light translation units (KVQ_CUDA_DECLARE_ONLY)
 # linked against build/kvq_cuda.o, the one heavy compile. They need a CUDA
@@ -279,6 +289,7 @@ CAMPAIGN_NVFLAGS := -O3 -std=c++17 -gencode arch=compute_$(CAMPAIGN_ARCH:sm_%=%)
 gpu-campaign-build:
 	@$(MAKE) --no-print-directory B=$(CAMPAIGN_DIR) NVFLAGS="$(CAMPAIGN_NVFLAGS)" \
 	  $(CAMPAIGN_DIR)/test_gpu $(CAMPAIGN_DIR)/bench_gpu $(CAMPAIGN_DIR)/mma_selftest
+	@rm -rf $(CAMPAIGN_DIR)/kvq_cuda.keep   # the gates' cubins: not carried
 	@echo "$$(git describe --always --dirty 2>/dev/null || echo 'commit unknown'), built $$(date -u '+%Y-%m-%d %H:%M UTC'), $$($(NVCC) --version | tail -n 1 | sed 's/^Build //'), $(CAMPAIGN_ARCH)" \
 	  > $(CAMPAIGN_DIR)/BUILD_INFO && echo "$(CAMPAIGN_DIR)/BUILD_INFO: $$(cat $(CAMPAIGN_DIR)/BUILD_INFO)"
 
@@ -289,18 +300,26 @@ gpu-campaign-build:
 # tensor-core path's SASS instructions per KB of codes, page work included,
 # against issue 27's target (printed PASS/FAIL, never a failure). The SASS
 # needs nvdisasm: bench/sass_tools.sh fetches it (and cuobjdump) from PyPI
-# when missing. About 3-5 min on 2 cores (make -j2 cuda-gates: four nvcc runs).
+# when missing. kvq_cuda.cu's own report and cubins are those of the
+# build of $(B)/kvq_cuda.o (make cuda; both architectures), so the gates
+# add only the two probes' nvcc runs to it.
 GATES      := $(B)/gates
 # -lineinfo: nvdisasm -gi then names the source line of each instruction
 # (the SASS and ptxas's counts are the same without it)
 GATE_FLAGS := -O3 -std=c++17 -I. -lineinfo
 GATE_FILES := $(GATES)/ptxas.sm_80.log $(GATES)/ptxas.sm_90.log \
               $(GATES)/mma_probe.sm_90.cubin $(GATES)/sass_probe.sm_90.cubin
-$(GATES)/ptxas.sm_%.log: kvq_cuda.cu kvq.h
+# ptxas.sm_A.log: the entries of kvq_cuda.o's report compiled for sm_A, and
+# that architecture's cubin from nvcc's kept files (named kvq_cuda.sm_A or
+# kvq_cuda.compute_A.cubin, by nvcc version)
+$(GATES)/ptxas.sm_%.log: $(B)/kvq_cuda.o
 	@mkdir -p $(@D)
-	@echo "$(NVCC) $(GATE_FLAGS) -arch=sm_$* -Xptxas -v -cubin kvq_cuda.cu (ptxas's report: $@)"
-	@$(NVCC) $(GATE_FLAGS) -arch=sm_$* -Xptxas -v -cubin -o $(GATES)/kvq_cuda.sm_$*.cubin kvq_cuda.cu 2> $@.part \
-	  || { cat $@.part; rm -f $@.part; exit 1; }
+	@awk '/Compiling entry function/ { on = index($$0, "for '"'"'sm_$*'"'"'") > 0 } on' \
+	  $(B)/kvq_cuda.ptxas.log > $@.part
+	@grep -q 'Used [0-9]* registers' $@.part || { rm -f $@.part; \
+	  echo "$(B)/kvq_cuda.o has no sm_$* code: build it with the default NVFLAGS"; exit 1; }
+	@c=$$(ls $(B)/kvq_cuda.keep/kvq_cuda.*_$*.cubin | head -n 1) && cp "$$c" $(GATES)/kvq_cuda.sm_$*.cubin \
+	  && echo "$@: sm_$*'s part of $(B)/kvq_cuda.ptxas.log; $(GATES)/kvq_cuda.sm_$*.cubin: $$c"
 	@mv $@.part $@
 $(GATES)/%.sm_90.cubin: bench/%.cu kvq_cuda.cu kvq.h
 	@mkdir -p $(@D)

@@ -32,8 +32,17 @@ static int test__pass, test__fail, test__shown;
                 printf(__VA_ARGS__);                                          \
                 printf("\n");                                                 \
             }                                                                 \
+            if (getenv("KVQ_TEST_FAIL_FAST")) test__stop();                   \
         }                                                                     \
     } while (0)
+/* KVQ_TEST_FAIL_FAST (set): exit 1 at the first failed CHECK, its message
+   printed (tests/emu/mutants.sh: a planted bug needs one symptom only)   */
+static inline void test__stop(void)
+{
+    printf("KVQ_TEST_FAIL_FAST: stopped at the first failure\n");
+    fflush(stdout);
+    exit(1);
+}
 
 #define TEST_END(name)                                                        \
     (printf("%s: %d passed, %d failed\n", name, test__pass, test__fail),      \

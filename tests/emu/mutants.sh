@@ -12,26 +12,40 @@ B=${B:-build}
 CXX=${EMU_CXX:-g++}
 FLAGS=${EMU_FLAGS:--std=c++17 -g -Wno-unknown-pragmas -fno-strict-aliasing -Itests/emu -I. -Itests}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-# the mutants' kernels are built without debug info (-g): nothing here reads
-# it (each verdict is a message of test_gpu, the emulator or ASan), and it
-# was a fifth of each compile's time, the bulk of this script's
+# The mutants' kernels are built at -O0 and without debug info (-g). The
+# compile of kvq_cuda.cu is the bulk of a mutant's time (g++ -O1: ~44 s,
+# -O0: ~13 s on a 2.5 GHz Zen 1), while a quick run spends most of its
+# time in the emulator (kvq_emu.o, built optimized), so the -O0 kernels
+# run only ~1.3x slower. Nothing here reads debug info: each verdict is a
+# message of test_gpu, the emulator or ASan.
 MFLAGS=$(printf ' %s ' "$FLAGS" | sed 's/ -g / /g')
 mkdir -p "$B/emu-mut"
 names=""
 only=${KVQ_MUTANTS:-}
+# at most JOBS mutants at once (each compile holds ~0.4 GB)
+JOBS=${MUTANT_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+started=0
+rm -f "$B/emu-mut/"*.ok
 
-# mutant NAME BUILD EXPECT OLD NEW: starts one mutant in the background; its
-# report goes to build/emu-mut/NAME.out and its verdict (1 caught, 0 not)
-# to NAME.ok
-#   BUILD: plain (-O1), asan (ASan + UBSan) or race (-fsanitize=thread hooks)
+# mutant NAME BUILD[/GROUPS] EXPECT OLD NEW: starts one mutant in the
+# background; its report goes to build/emu-mut/NAME.out and its verdict
+# (1 caught, 0 not) to NAME.ok
+#   BUILD: plain, asan (ASan + UBSan) or race (-fsanitize=thread hooks)
+#   GROUPS: test_gpu's groups to run (KVQ_TEST_ONLY), those whose checks
+#           cover the mutated code; every group when left out
 #   EXPECT: an extended regex the failing run's output must match
 mutant() {
     if [ -n "$only" ]; then case " $only " in *" $1 "*) ;; *) return 0 ;; esac; fi
     names="$names $1"
-    ( pass=0; fail=0; mutant_job "$@"; echo "$pass" > "$B/emu-mut/$1.ok" ) > "$B/emu-mut/$1.out" 2>&1 &
+    rm -f "$B/emu-mut/$1.ok"
+    while [ $((started - $(ls "$B/emu-mut" | grep -c '\.ok$'))) -ge "$JOBS" ]; do sleep 1; done
+    started=$((started + 1))
+    ( pass=0; fail=0; mutant_job "$@"; echo "$pass" > "$B/emu-mut/$1.ok.part"
+      mv "$B/emu-mut/$1.ok.part" "$B/emu-mut/$1.ok" ) > "$B/emu-mut/$1.out" 2>&1 &
 }
 mutant_job() {
-    name=$1 build=$2 expect=$3 old=$4 new=$5
+    name=$1 build=${2%%/*} expect=$3 old=$4 new=$5
+    groups=""; case $2 in */*) groups=${2#*/} ;; esac
     dir=$B/emu-mut/$name
     mkdir -p "$dir"
     if ! OLD=$old NEW=$new python3 - kvq_cuda.cu "$dir/kvq_cuda.cu" <<'EOF'
@@ -45,9 +59,9 @@ open(sys.argv[2], "w").write(src.replace(old, new))
 EOF
     then echo "FAIL mutant $name: does not apply"; fail=$((fail + 1)); return; fi
     case $build in
-        asan) bf="-O1 $SAN"; lf="$SAN"; tu="" ;;
-        race) bf="-O1"; lf=""; tu="-fsanitize=thread" ;;
-        *)    bf="-O1"; lf=""; tu="" ;;
+        asan) bf="-O0 $SAN"; lf="$SAN"; tu="" ;;
+        race) bf="-O0"; lf=""; tu="-fsanitize=thread" ;;
+        *)    bf="-O0"; lf=""; tu="" ;;
     esac
     # the mutant's kernels, linked with the unmutated test and runtime of
     # the same build (test_gpu.cu declares kvq_cuda.cu's API only)
@@ -56,7 +70,14 @@ EOF
        ! $CXX $lf -o "$dir/test_gpu" "$ref/test_gpu.o" "$dir/kvq_cuda.o" "$ref/kvq_emu.o" -lm 2>>"$dir/build.log"; then
         echo "FAIL mutant $name: does not build"; tail -n 5 "$dir/build.log"; fail=$((fail + 1)); return
     fi
-    KVQ_TEST_QUICK=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
+    # quick sizes, the mutant's groups only, stopped at the first failed
+    # check (one symptom is the verdict; the emulator's and ASan's reports
+    # stop the run by themselves)
+    if [ -n "$groups" ]; then
+        KVQ_TEST_ONLY=$groups KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
+    else
+        KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
+    fi
     if [ "$rc" -eq 0 ]; then
         echo "FAIL mutant $name ($build): test_gpu passed with the bug planted"; fail=$((fail + 1))
     elif ! grep -Eq "$expect" "$dir/run.log"; then
@@ -70,179 +91,179 @@ EOF
 }
 
 # 1. an index off by one: each lane reads its neighbour's key word
-mutant index-off-by-one plain 'rows over tolerance' \
+mutant index-off-by-one plain/attend 'rows over tolerance' \
     'x[c] = kw[(c0 + c) * 32 + lane];' \
     'x[c] = kw[(c0 + c) * 32 + (lane + 1) % 32];'
 # 2. the barrier between writing the queries to shared memory and reading them
-mutant no-syncthreads race 'no thread of the block has written|race on shared' \
+mutant no-syncthreads race/attend 'no thread of the block has written|race on shared' \
     '    __syncthreads();
     float qf[NH][CPL];' \
     '    float qf[NH][CPL];'
 # 3. the staged tile read before its cp.async has landed
-mutant no-cp-async-wait race 'still in flight' \
+mutant no-cp-async-wait race/attend 'still in flight' \
     '            kvq_dev_cp_wait<1>();          /* this item has landed      */' \
     ''
 # 4. a shuffle that reads the wrong lane in the warp sum
-mutant wrong-shuffle-lane plain 'rows over tolerance' \
+mutant wrong-shuffle-lane plain/attend 'rows over tolerance' \
     'for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);' \
     'for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m ^ 1);'
 # 5. the launch asks for 16 bytes less dynamic shared memory than it stages
-mutant dynamic-smem-overrun asan 'outside the block.s shared memory|heap-buffer-overflow' \
+mutant dynamic-smem-overrun asan/attend 'outside the block.s shared memory|heap-buffer-overflow' \
     'KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)' \
     'KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes - 16, stream)'
 # 6. the last query element is never written to shared memory
-mutant uninitialized-shared plain 'rows over tolerance' \
+mutant uninitialized-shared plain/attend 'rows over tolerance|kvq_cuda_status: a kernel found' \
     'for (int i = threadIdx.x; i < NH * D; i += blockDim.x) {' \
     'for (int i = threadIdx.x; i < NH * D - 1; i += blockDim.x) {'
 # 7. every thread, not one, clears the flag: a write-write race that the
 #    thread order alone never shows (all write the same 0)
-mutant shared-race race 'race on shared memory .q_bad' \
+mutant shared-race race/attend 'race on shared memory .q_bad' \
     '    if (threadIdx.x == 0) q_bad = 0;' \
     '    q_bad = 0;'
 # the tensor-core kernel (Sec. 8):
 # 8. a lane reads its neighbour's fragment-order key words
-mutant mma-fragment-index plain 'mma.*rows over tolerance' \
+mutant mma-fragment-index plain/mma 'mma.*rows over tolerance' \
     'const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;' \
     'const uint32_t *w = kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL;'
 # 9. the keys' power-of-two exponent off by one
-mutant mma-exponent plain 'mma.*rows over tolerance' \
+mutant mma-exponent plain/mma 'mma.*rows over tolerance' \
     'inv = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
     'inv = ldexpf(1.0f, 1 - __shfl_sync(0xffffffffu, e, 8 * tig));'
 # 10. the score hand-off takes the wrong lane's score
-mutant mma-handoff-lane plain 'mma.*rows over tolerance' \
+mutant mma-handoff-lane plain/mma 'mma.*rows over tolerance' \
     'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);' \
     'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src ^ 4);'
 # 11. the staged chunk read before its cp.async group has landed
-mutant mma-no-cp-async-wait race 'still in flight' \
+mutant mma-no-cp-async-wait race/mma 'still in flight' \
     '        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
     ''
 # 11b. three stages wait for one group too few: chunk j + 1's group, not
 #     chunk j's, is the one left pending (only the 3-stage kernel differs)
-mutant mma-stages3-wait-off-by-one race 'still in flight' \
+mutant mma-stages3-wait-off-by-one race/mma 'still in flight' \
     '        kvq_dev_cp_wait<STAGES - 1>();     /* chunk j has landed          */' \
     '        kvq_dev_cp_wait<STAGES == 3 ? STAGES : STAGES - 1>();'
 # the rotation (Sec. 2.1):
 # 12. the butterfly stages in the other order (the same H, other roundings)
-mutant rotate-stage-order plain 'differ from kvq_rotate' \
+mutant rotate-stage-order plain/rotate 'differ from kvq_rotate' \
     'for (unsigned h = 1; hadamard && h < D; h *= 2) {' \
     'for (unsigned h = D / 2; hadamard && h >= 1; h /= 2) {'
 # 13. the sign vector drawn from splitmix64's outputs one index early
-mutant rotate-sign-index plain 'differ from kvq_rotate' \
+mutant rotate-sign-index plain/rotate 'differ from kvq_rotate' \
     'uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;' \
     'uint64_t z = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;'
 # 14. no barrier between two butterfly stages
-mutant rotate-no-stage-sync race 'no thread of the block has written|race on shared' \
+mutant rotate-no-stage-sync race/rotate 'no thread of the block has written|race on shared' \
     '            __syncthreads();
             for (unsigned p = tid; p < D / 2; p += blockDim.x) {' \
     '            for (unsigned p = tid; p < D / 2; p += blockDim.x) {'
 # the pool's basis around attention (Sec. 4, kvq.h Sec. 6.1's kvq_attend):
 # 15. the output rotated forward again instead of back
-mutant rotate-output-forward plain 'rotated attend \(pool\).*over tolerance|mma.*rows over tolerance' \
+mutant rotate-output-forward plain/rotate,mma 'rotated attend \(pool\).*over tolerance|mma.*rows over tolerance' \
     'return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 1, d_out,' \
     'return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 0, d_out,'
 # 16. q rotated by the value side's kind instead of the key side's
-mutant rotate-query-side plain 'rotated attend \(pool\).*over tolerance|mma.*rows over tolerance' \
+mutant rotate-query-side plain/rotate,mma 'rotated attend \(pool\).*over tolerance|mma.*rows over tolerance' \
     'return kvq_cuda__rotate_launch(pool->key_rotation, pool->rotation_seed, (size_t)D, 0, d_q,' \
     'return kvq_cuda__rotate_launch(pool->value_rotation, pool->rotation_seed, (size_t)D, 0, d_q,'
 # the tensor-core kernel's value weights and softmax:
 # 17. 2^-e of a value group off by one (2^e from bits, 2^-e not its inverse)
-mutant mma-value-pow2 plain 'mma.*rows over tolerance' \
+mutant mma-value-pow2 plain/mma 'mma.*rows over tolerance' \
     '*pow_minus_e = kvq_mma_pow2i(-e);' \
     '*pow_minus_e = kvq_mma_pow2i(1 - e);'
 # 18. the running max's rescale skipped when the max moved by less than 1
-mutant mma-rescale-skipped plain 'mma.*rows over tolerance' \
+mutant mma-rescale-skipped plain/mma 'mma.*rows over tolerance' \
     'if (__any_sync(0xffffffffu, m_new != st.m[q])) {' \
     'if (__any_sync(0xffffffffu, m_new > st.m[q] + 1.0f)) {'
 # quantizing straight into fragment order (Sec. 8, kvq_cuda_quantize_sealed):
 # 19. every page written to its input index instead of its pool page
-mutant sealed-quantize-page plain 'sealed (quantize|export).*differ' \
+mutant sealed-quantize-page plain/quantize-sealed,quantize-stream 'sealed (quantize|export).*differ' \
     'const size_t page = pages ? (size_t)pages[i] : i;' \
     'const size_t page = i;'
 # 20. the value groups' codes staged one word apart (kvq.h's order broken
 #     before the permutation: the scales stay right, the codes do not)
-mutant sealed-quantize-value-words plain 'sealed (quantize|export).*differ' \
+mutant sealed-quantize-value-words plain/quantize-sealed,quantize-stream 'sealed (quantize|export).*differ' \
     'buf + n + g * qv.geom.words_per_group);' \
     'buf + n + (g ^ 1) * qv.geom.words_per_group);'
 # compaction of sealed pages (Sec. 5, kvq_cuda_move_pages):
 # 21. a page moved without its value scales and zeros
-mutant move-pages-part plain 'compact.*(differ|over tolerance)' \
+mutant move-pages-part plain/compaction,compact-pages 'compact.*(differ|over tolerance)' \
     '    for (int i = 0; i < 4; i++) {          /* one stream: temp is reused in order */' \
     '    for (int i = 0; i < 3; i++) {'
 # each weight made once, by the lane holding its score or half of a page's:
 # 22. a value weight handed over from the other row half's score
-mutant mma-value-pair-half plain 'mma.*rows over tolerance' \
+mutant mma-value-pair-half plain/mma 'mma.*rows over tolerance' \
     'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][i >> 1], src);' \
     'w[i] = __shfl_sync(0xffffffffu, pair[q][rt][(i >> 1) ^ 1], src);'
 # 23. the key weights traded with the wrong partner (another tig's rows)
-mutant mma-key-pair-partner plain 'mma.*rows over tolerance' \
+mutant mma-key-pair-partner plain/mma 'mma.*rows over tolerance' \
     '__byte_perm(pair[0], pair[1], theirs), 4);' \
     '__byte_perm(pair[0], pair[1], theirs), 2);'
 # the integer decode (v5's default, Sec. 7 and 8):
 # 24. a key weight paired with the wrong channel of its 32-wide step
-mutant mma-i8-channel plain 'mma.*rows over tolerance' \
+mutant mma-i8-channel plain/mma 'mma.*rows over tolerance' \
     'const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + b + 16 * odd);' \
     'const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + (b ^ 1) + 16 * odd);'
 # 25. the pair trades the digit it keeps instead of the one its partner needs
-mutant mma-i8-digit-trade plain 'mma.*rows over tolerance' \
+mutant mma-i8-digit-trade plain/mma 'mma.*rows over tolerance' \
     'got = __shfl_xor_sync(0xffffffffu, odd ? d0 : d1, 4);' \
     'got = __shfl_xor_sync(0xffffffffu, odd ? d1 : d0, 4);'
 # 26. a value weight's bytes taken from the next head's lane
-mutant mma-i8-value-lane plain 'mma.*rows over tolerance' \
+mutant mma-i8-value-lane plain/mma 'mma.*rows over tolerance' \
     'src0 = 8 * tig + gid / 2, src1 = src0 + 4;' \
     'src0 = 8 * tig + (gid / 2 + 1) % 4, src1 = src0 + 4;'
 # 27. rows 8-15's factor 2^B taken back as 2^(B+1)
-mutant mma-i8-row-factor plain 'mma.*rows over tolerance' \
+mutant mma-i8-row-factor plain/mma 'mma.*rows over tolerance' \
     ': DEC == KVQ_MMA_DEC_INT8 && half ? 1.0f / (float)(1 << B)' \
     ': DEC == KVQ_MMA_DEC_INT8 && half ? 1.0f / (float)(2 << B)'
 # v5's default staging: the page's parameters and the dead-slot word read ahead
 # 28. the dead-slot word read a chunk ahead never used: dead slots attended
-mutant mma-prefetch-dead-dropped plain 'mma.*rows over tolerance' \
+mutant mma-prefetch-dead-dropped plain/mma 'mma.*rows over tolerance' \
     'uint32_t dead_bits = dead_now;' \
     'uint32_t dead_bits = 0u;'
 # 29. no barrier between the last warp's reads of its stages and the
 #     warps' accumulators written over the same shared memory
-mutant mma-accumulators-no-sync race 'no thread of the block has written|race on shared|still in flight' \
+mutant mma-accumulators-no-sync race/mma 'no thread of the block has written|race on shared|still in flight' \
     '    __syncthreads();                          /* the stages are free now    */' \
     ''
 # 30. the next page's number read from the current page's entry
-mutant mma-prefetch-page-current plain 'mma.*rows over tolerance' \
+mutant mma-prefetch-page-current plain/mma 'mma.*rows over tolerance' \
     'next_page = next < wk.n_items ? pages[wk.page_index(next, warp)] : 0;' \
     'next_page = next < wk.n_items ? pages[wk.page_index(j, warp)] : 0;'
 # the streaming quantize (Sec. 2, kvq_quantize_stream_kernel):
 # 31. a per-token group spread over two or four lanes takes half of them
-mutant quantize-stream-lanes plain 'quantize.*(other codes|status)' \
+mutant quantize-stream-lanes plain/quantize-stream 'quantize.*(other codes|status)' \
     'if (LANES > 1) kvq_dev_group_lanes(&lo[0], &hi[0], &ok[0], LANES);' \
     'if (LANES > 1) kvq_dev_group_lanes(&lo[0], &hi[0], &ok[0], LANES / 2);'
 # 32. the validation pass of the per-channel layout blind to NaN and Inf
-mutant quantize-stream-nonfinite plain 'quantize.*(status|wrote)' \
+mutant quantize-stream-nonfinite plain/quantize-stream 'quantize.*(status|wrote)' \
     '        if (!WRITE) ok = ok && kvq_dev_finite8(raw[k]);' \
     ''
 # 33. a per-channel word's codes one row apart (row k's code at k + 1)
-mutant quantize-stream-column-shift plain 'quantize.*other codes' \
+mutant quantize-stream-column-shift plain/quantize-stream 'quantize.*other codes' \
     'word |= kvq_dev_code(f, s, z, n_levels, mode) << (k * B);' \
     'word |= kvq_dev_code(f, s, z, n_levels, mode) << (((k + 1) % PER) * B);'
 # 34. the streaming sealed quantize writes page i to pool page i
-mutant sealed-stream-page plain 'sealed (quantize|export).*differ' \
+mutant sealed-stream-page plain/quantize-sealed,quantize-stream 'sealed (quantize|export).*differ' \
     'const size_t i = blockIdx.x, page = pages ? (size_t)pages[i] : i, lane = threadIdx.x % 32;' \
     'const size_t i = blockIdx.x, page = i, lane = threadIdx.x % 32;'
 # the values' integer C kept over runs of chunks (kvq_mma_valc; the
 # default kernel at G >= 64):
 # 35. the running max moved inside a run: C not flushed at the old max
 #     before the softmax rescales
-mutant mma-valc-no-flush-before-rescale plain 'mma.*rows over tolerance' \
+mutant mma-valc-no-flush-before-rescale plain/mma 'mma.*rows over tolerance' \
     '        if constexpr (PC && !FRESH) kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);' \
     '        if constexpr (PC && !FRESH) {}'
 # 36. that flush converts C but does not clear it: counted twice
-mutant mma-valc-flush-keeps-c plain 'mma.*rows over tolerance' \
+mutant mma-valc-flush-keeps-c plain/mma 'mma.*rows over tolerance' \
     '        if constexpr (PC && !FRESH) kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);' \
     '        if constexpr (PC && !FRESH) kvq_mma_value_flush<D, B, NQ, HILO, false>(vc, st);'
 # 37. a later chunk's larger value scales never move the run's exponent
 #     (its weights overflow their digits)
-mutant mma-valc-no-exponent-switch plain 'mma.*rows over tolerance' \
+mutant mma-valc-no-exponent-switch plain/mma 'mma.*rows over tolerance' \
     '        if (__any_sync(0xffffffffu, amax >= a_lim)) too_big(amax);' \
     '        if (false) too_big(amax);'
 # 38. the exponent moved without flushing C at the old one
-mutant mma-valc-switch-without-flush plain 'mma.*rows over tolerance' \
+mutant mma-valc-switch-without-flush plain/mma 'mma.*rows over tolerance' \
     '            kvq_mma_value_flush<D, B, NQ, HILO, true>(vc, st);
 #pragma unroll
             for (int k = 1; k < 32; k <<= 1) amax' \
@@ -250,7 +271,7 @@ mutant mma-valc-switch-without-flush plain 'mma.*rows over tolerance' \
             for (int k = 1; k < 32; k <<= 1) amax'
 # 39. a run never flushed at its page's last chunk: the next page's
 #     first takes a fresh C over it
-mutant mma-valc-run-never-ends plain 'mma.*rows over tolerance' \
+mutant mma-valc-run-never-ends plain/mma 'mma.*rows over tolerance' \
     '        if (chunk == last) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);' \
     '        if (chunk == last && last < 0) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);'
 
