@@ -1473,10 +1473,6 @@ static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int 
                                     kvq_zero_mode mode,
                                     uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */);
 static float kvq__absmax_or_nonfinite(const float *x, size_t n);
-static void kvq__prefetch(const void *p, size_t n);
-#ifndef KVQ__QAHEAD
-#define KVQ__QAHEAD 2
-#endif
 static kvq_status kvq__params16(const float *lo, const float *hi, int bits, kvq_zero_mode mode,
                                 kvq_sz *sz, float *s, float *z);
 static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad);
@@ -1529,11 +1525,8 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
     if (axis == KVQ_PER_TOKEN && G <= KVQ__COLS_MAX) {
         /* per-token groups tile X in order: 16 of them at a time, the last
            few through kvq__quantize_unit as one-group "units"             */
-        for (g = 0; g + 16 <= L.total_groups; g += 16) {
-            if (g + KVQ__QAHEAD * 16 + 16 <= L.total_groups)
-                kvq__prefetch(X + (g + KVQ__QAHEAD * 16) * G, 16 * G * sizeof(float));
+        for (g = 0; g + 16 <= L.total_groups; g += 16)
             kvq__quantize_16_groups(X + g * G, G, bits, mode, words + g * L.geom.words_per_group, sz + g);
-        }
         for (; g < L.total_groups; g++)
             kvq__quantize_unit(X + g * G, G, bits, G, axis, mode, words + g * L.geom.words_per_group, sz + g);
         return KVQ_OK;
@@ -4709,30 +4702,39 @@ static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, fl
 /* The same min and max, of nc channels (16 | nc, nc <= KVQ__RUN_CHANNELS)
    over n rows, without the check: lane c of block b is channel 16 b + c,
    the same operations on each lane in the same row order, so the same
-   floats. Each row's run of nc channels is read once, start to end, with
-   the running min and max of every block kept in lo and hi (L1): 16
-   channels at a time, the unit's rows would be walked nc / 16 times, 64
-   bytes of each row a walk, a pattern the prefetchers serve from DRAM at
-   about half the rate of whole rows (bench_cpu --rows).                  */
+   floats. The rows are walked 32 channels (two blocks) at a time, their
+   running min and max in registers: kept in L1 instead, every row costs
+   two stores a block, which bounded the per-channel quantizer on Zen 1
+   (one store a cycle; a unit in L2 took 20% longer). A walk reads 128
+   bytes of each row; the first walk brings the unit in from DRAM and the
+   rest find it in cache (16 KB at G = 32, D = 128: no slower cold than
+   the whole-row walk, bench_cpu --quantize).                            */
 #define KVQ__RUN_CHANNELS 256
+static KVQ__INLINE void kvq__minmax_walk(const float *x, size_t n, size_t D, int blocks,
+                                         kvq__blk16 *lo /* (blocks) */, kvq__blk16 *hi)
+{
+    kvq__v16 l[2], h[2];
+    size_t t;
+    int b;
+    for (b = 0; b < blocks; b++) l[b] = h[b] = kvq__load16(x + 16 * b);
+    for (t = 1; t < n; t++)
+        for (b = 0; b < blocks; b++) {
+            const kvq__v16 v = kvq__load16(x + t * D + 16 * b);
+            l[b] = kvq__min16(v, l[b]);                 /* v < lo ? v : lo */
+            h[b] = kvq__max16(v, h[b]);                 /* v > hi ? v : hi */
+        }
+    for (b = 0; b < blocks; b++) {                      /* -0 -> +0        */
+        kvq__store16a(lo + b, kvq__add16(l[b], kvq__splat16(0.0f)));
+        kvq__store16a(hi + b, kvq__add16(h[b], kvq__splat16(0.0f)));
+    }
+}
+
 static void kvq__minmax_run(const float *x, size_t n, size_t D, size_t nc,
                             kvq__blk16 *lo /* (nc / 16) */, kvq__blk16 *hi /* (nc / 16) */)
 {
-    size_t t, c;
-    for (c = 0; c < nc; c += 16) {
-        kvq__store16a(lo + c / 16, kvq__load16(x + c));
-        kvq__store16a(hi + c / 16, kvq__load16(x + c));
-    }
-    for (t = 0; t < n; t++)
-        for (c = 0; c < nc; c += 16) {
-            const kvq__v16 v = kvq__load16(x + t * D + c);
-            kvq__store16a(lo + c / 16, kvq__min16(v, kvq__load16(lo[c / 16].f)));  /* v < lo ? v : lo */
-            kvq__store16a(hi + c / 16, kvq__max16(v, kvq__load16(hi[c / 16].f)));  /* v > hi ? v : hi */
-        }
-    for (c = 0; c < nc; c += 16) {                            /* -0 -> +0  */
-        kvq__store16a(lo + c / 16, kvq__add16(kvq__load16(lo[c / 16].f), kvq__splat16(0.0f)));
-        kvq__store16a(hi + c / 16, kvq__add16(kvq__load16(hi[c / 16].f), kvq__splat16(0.0f)));
-    }
+    size_t c;
+    for (c = 0; c + 32 <= nc; c += 32) kvq__minmax_walk(x + c, n, D, 2, lo + c / 16, hi + c / 16);
+    if (c < nc) kvq__minmax_walk(x + c, n, D, 1, lo + c / 16, hi + c / 16);
 }
 
 /* a / s lane by lane, the correctly rounded quotient, given r = 1 / s
@@ -4984,21 +4986,27 @@ static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, kvq__blk
     int rb, cb, a;                        /* four 8 x 8 blocks              */
     for (rb = 0; rb < 16; rb += 8)
         for (cb = 0; cb < 16; cb += 8) {
-            __m256 r[8], t[8], u[8];
-            for (a = 0; a < 8; a++) r[a] = _mm256_loadu_ps(x + (size_t)(rb + a) * stride + cb);
-            for (a = 0; a < 8; a += 2) {
-                t[a]     = _mm256_unpacklo_ps(r[a], r[a + 1]);
-                t[a + 1] = _mm256_unpackhi_ps(r[a], r[a + 1]);
+            /* t[a]: values cb .. cb+3 of row rb+a in the low 128 bits and
+               of row rb+a+4 in the high, t[a+4] values cb+4 .. cb+7. The
+               loads pair the halves (vinsertf128 from memory), so what is
+               left is a 4 x 4 transpose within each half: Zen 1 moves data
+               across halves slowly (vperm2f128, 8 micro-ops).            */
+            __m256 t[8], u[4];
+            for (a = 0; a < 4; a++) {
+                const float *p = x + (size_t)(rb + a) * stride + cb, *q = p + 4 * stride;
+                t[a]     = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), _mm_loadu_ps(q), 1);
+                t[a + 4] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 4)),
+                                                _mm_loadu_ps(q + 4), 1);
             }
             for (a = 0; a < 8; a += 4) {
-                u[a]     = _mm256_shuffle_ps(t[a], t[a + 2], 0x44);
-                u[a + 1] = _mm256_shuffle_ps(t[a], t[a + 2], 0xee);
-                u[a + 2] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0x44);
-                u[a + 3] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0xee);
-            }
-            for (a = 0; a < 4; a++) {
-                _mm256_store_ps(col[cb + a].f + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x20));
-                _mm256_store_ps(col[cb + a + 4].f + rb, _mm256_permute2f128_ps(u[a], u[a + 4], 0x31));
+                u[0] = _mm256_unpacklo_ps(t[a], t[a + 1]);
+                u[1] = _mm256_unpackhi_ps(t[a], t[a + 1]);
+                u[2] = _mm256_unpacklo_ps(t[a + 2], t[a + 3]);
+                u[3] = _mm256_unpackhi_ps(t[a + 2], t[a + 3]);
+                _mm256_store_ps(col[cb + a].f + rb,     _mm256_shuffle_ps(u[0], u[2], 0x44));
+                _mm256_store_ps(col[cb + a + 1].f + rb, _mm256_shuffle_ps(u[0], u[2], 0xee));
+                _mm256_store_ps(col[cb + a + 2].f + rb, _mm256_shuffle_ps(u[1], u[3], 0x44));
+                _mm256_store_ps(col[cb + a + 3].f + rb, _mm256_shuffle_ps(u[1], u[3], 0xee));
             }
         }
 #elif KVQ__W == 4
@@ -6501,7 +6509,7 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 
 /* A hint that n bytes from p will be read soon: one prefetch per 64-byte
    line (GCC, clang; nothing elsewhere). Reads nothing, changes nothing.  */
-static void kvq__prefetch(const void *p, size_t n)
+static KVQ__INLINE void kvq__prefetch(const void *p, size_t n)
 {
 #if defined(__GNUC__) || defined(__clang__)
     const char *at = (const char *)p;
