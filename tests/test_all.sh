@@ -11,13 +11,18 @@ set -u
 unit=$1 san=$2 replay=$3 vg=$4
 totals=$(mktemp); trap 'rm -f "$totals"' EXIT
 pass() { printf '\n=== pass %s\n' "$*"; }
+# after each pass, its seconds (what CI's time limit is spent on)
+t_pass=$SECONDS
+took() { printf '=== (%d s)\n' $((SECONDS - t_pass)); t_pass=$SECONDS; }
 
 pass "1/5: unit tests (-O2)"
 TOTALS=$totals tests/run.sh $unit
 
+took
 pass "2/5: the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (QUICK sizes)"
 TOTALS=$totals tests/run.sh $san
 
+took
 pass "3/5: fuzz/corpus replayed through every fuzz target (gcc, ASan + UBSan)"
 for f in $replay; do
     out=$("$f" "fuzz/corpus/${f##*/}" 2>&1); rc=$?
@@ -29,6 +34,7 @@ for f in $replay; do
     echo "$p $n" >> "$totals"
 done
 
+took
 pass "4/5: valgrind memcheck over the QUICK builds (no sanitizer)"
 if command -v valgrind >/dev/null 2>&1; then
     VALGRIND="${VALGRIND_CMD:-valgrind --quiet --error-exitcode=99 --leak-check=full}" \
@@ -37,9 +43,11 @@ else
     echo "valgrind not found: pass skipped (apt-get install valgrind)"
 fi
 
+took
 pass "5/5: kvq_cuda.cu's own kernels on the CPU emulator (make test-cuda-emu)"
 TOTALS=$totals sh tests/emu/run.sh
 
+took
 read -r P F <<<"$(awk '{ p += $1; f += $2 } END { print p + 0, f + 0 }' "$totals")"
 printf '\n=== make test: compile checks and check-docs passed before the passes above\n'
 echo "total: $P passed, $F failed"
