@@ -4241,7 +4241,13 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    of the softmax, a w and b w per group, and q a per unit, all per head).
    AVX2 looks the per-token
    keys' pairs up too, 8 entries a vpermps and a blend on the index's
-   bit 3, and 2-bit codes by an 8-entry table of period 4.               */
+   bit 3, and 2-bit codes by an 8-entry table of period 4. Built for Zen 1
+   the per-token keys use neither permute (kvq__token_block): q_d c_d by
+   an in-half vpermilps of 4 products with one head, and c_d+1 masked in
+   place and converted: more instructions (HF-2, n_q = 1 / 4: 1.07 /
+   2.05 -> 1.11 / 2.19 per element) but fewer slow ones, T = 32K on that
+   core 2.5-2.7 -> 2.4-2.5 ms (n_q = 1), 5.9-6.2 -> 4.6-4.7 ms (n_q = 4),
+   the same floats.                                                       */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
@@ -5159,7 +5165,7 @@ typedef struct kvq__heads {
     float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
     float *row;            /* (D) one row of codes or of values, as floats   */
     const float *pairs;    /* (n, D/2, 16) 2-bit per-token keys' pair table
-                              (kvq__key_pairs), or NULL                      */
+                              (kvq__key_pairs; (n, 3 D) for Zen 1), or NULL  */
     int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
     float inv_sqrt_d;
 } kvq__heads;
@@ -5777,13 +5783,33 @@ static void kvq__ab_columns(const float *sf /* (rows, ng, 2) */, size_t ng, size
     }
 }
 
+#if KVQ__W == 8 && KVQ__ZEN1
+#define KVQ__PAIR_FLOATS 3                 /* table floats per query value */
+#else
+#define KVQ__PAIR_FLOATS 8
+#endif
 #if KVQ__W == 16 || KVQ__W == 8
 /* kvq__token_block's table of 2-bit channel pairs for n heads: entry
    (h, p, i) = q_2p (i & 3) + q_2p+1 (i >> 2), the pair (2p, 2p+1) with
-   codes (i & 3, i >> 2), by the expression the block uses without it.    */
+   codes (i & 3, i >> 2), by the expression the block uses without it.
+   Built for Zen 1 (KVQ__ZEN1), whose permutes across 128-bit halves are
+   slow, 3 floats per query value instead, head h's 3 D at 3 D h: q_d for
+   even d and q_d / 4 for odd d (D floats), then per even d the products
+   q_d i, i = 0..3 (4 floats, a 128-bit table for vpermilps). q_d / 4 is
+   exact while it stays normal: kvq__online_walk builds no table where a
+   nonzero |q_d| < 1e-30 might make it subnormal.                        */
 static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
                            float *pairs /* (n, D/2, 16) */)
 {
+#if KVQ__PAIR_FLOATS == 3
+    size_t h, d, i;
+    for (h = 0; h < n; h++)
+        for (d = 0; d < D; d++) {
+            float *row = pairs + h * 3 * D;
+            row[d] = d % 2 ? q[h * D + d] * 0.25f : q[h * D + d];
+            for (i = 0; d % 2 == 0 && i < 4; i++) row[D + 2 * d + i] = q[h * D + d] * (float)i;
+        }
+#else
     static const float low[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
     static const float high[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
     const kvq__v16 lo = kvq__load16(low), hi = kvq__load16(high);
@@ -5793,6 +5819,7 @@ static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
             kvq__store16(pairs + (h * D + d) * 8,
                          kvq__madd16(kvq__mul16(kvq__splat16(q[h * D + d]), lo),
                                      kvq__splat16(q[h * D + d + 1]), hi));
+#endif
 }
 #endif
 
@@ -5840,6 +5867,47 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
         kvq__v16 part[4][4];                            /* head h: part[h][r] */
         for (h = 0; h < NH; h++)
             for (r = 0; r < P; r++) part[h][r] = kvq__splat16(0.0f);
+#if KVQ__W == 8 && KVQ__ZEN1
+        if (bits == 2 && pairs && cols) {
+            /* Zen 1 (KVQ__ZEN1): each pair's t as above (q_d c_d
+               rounded, then a multiply-add), with no permute across
+               128-bit halves: the word shifted by 2 (d mod 16) by an
+               immediate; q_d c_d looked up with one head (vpermilps, in
+               each half, reads the low 2 bits: c_d), or c_d converted and
+               multiplied with several; c_d+1 masked in place, 4 c_d+1,
+               converted and multiplied by q_d+1 / 4 (kvq__key_pairs's
+               table). The sums are locals, so that they stay in registers
+               (in part[][] the compiler kept them in memory).            */
+            kvq__vf a[4][4][KVQ__PARTS];        /* part[h][r], in registers */
+            kvq__vu y[KVQ__PARTS];
+            kvq__vf c0[KVQ__PARTS], c1[KVQ__PARTS];
+            for (h = 0; h < NH; h++)
+                for (r = 0; r < P; r++) KVQ__EACH(p) a[h][r][p] = part[h][r].part[p];
+            for (k = 0; k < wpg; k++) {
+                KVQ__UNROLL(8)
+                for (e = 0; e < 16; e += 2) {               /* channels d, d + 1 */
+                    const size_t d = g * G + k * 16 + e;
+                    KVQ__EACH(p) {
+                        y[p] = cols[g * wpg + k].part[p] >> (uint32_t)(2 * e);
+                        c0[p] = kvq__vf_of_vi((kvq__vi)(y[p] & 3u));    /* NH > 1 */
+                        c1[p] = kvq__vf_of_vi((kvq__vi)(y[p] & 12u));
+                    }
+                    for (h = 0; h < NH; h++) {
+                        const float *qs = pairs + (size_t)h * 3 * D;
+                        const __m256 tb = _mm256_broadcast_ps((const __m128 *)(const void *)(qs + D + 2 * d));
+                        KVQ__EACH(p) {
+                            kvq__vf *acc = &a[h][e / 2 % (size_t)P][p];
+                            const kvq__vf t0 = NH == 1 ? (kvq__vf)_mm256_permutevar_ps(tb, (__m256i)y[p])
+                                                       : (qs[d] - KVQ__VZERO) * c0[p];
+                            *acc = *acc + KVQ__VFMA(t0, qs[d + 1] - KVQ__VZERO, c1[p]);
+                        }
+                    }
+                }
+            }
+            for (h = 0; h < NH; h++)
+                for (r = 0; r < P; r++) KVQ__EACH(p) part[h][r].part[p] = a[h][r][p];
+        } else
+#endif
         for (k = 0; k < wpg; k++) {
             const kvq__u16 x = cols ? cols[g * wpg + k] : kvq__gather16(words + g * wpg + k, idx);
             if (bits == 2) {
@@ -5854,7 +5922,7 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                             t[h].part[0] = (kvq__vf)_mm512_permutexvar_ps(
                                 c2, _mm512_loadu_ps(pairs + ((size_t)h * D + d) * 8));
                     } else
-#elif KVQ__W == 8
+#elif KVQ__W == 8 && !KVQ__ZEN1
                     if (pairs) {                /* 8 entries a vpermps:  */
                         KVQ__EACH(p) {          /* bit 3 picks the half  */
                             const __m256i c2 = (__m256i)(x.part[p] >> (uint32_t)(2 * e));
@@ -5959,7 +6027,7 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
                 }
             for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
 #define KVQ__TB(NH, BITS) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, cols,           \
-                                           H->pairs ? H->pairs + h * D * 8 : NULL, G, gpu, wpg, ab, \
+                                           H->pairs ? H->pairs + h * D * KVQ__PAIR_FLOATS : NULL, G, gpu, wpg, ab, \
                                            H->q + h * D, H->qa + h * D, D, H->inv_sqrt_d,      \
                                            H->sc + h * KVQ_TILE + b0, NH, BITS)
                 KVQ__WITH_NH_BITS(KVQ__TB, kvq__head_batch(H->n - h), s->bits);
@@ -6576,8 +6644,12 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
     H->pairs = NULL;
     if (s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && s->bits == 2 &&
         s->group % 16 == 0 && H->n * D <= KVQ__PAIR_HEAD_DIMS) {
-        kvq__key_pairs(H->q, H->n, D, pairs);
         H->pairs = pairs;
+#if KVQ__W == 8 && KVQ__ZEN1             /* q_d / 4 normal: exact     */
+        for (d = 0; d < H->n * D; d++)
+            if (H->q[d] != 0.0f && fabsf(H->q[d]) < 1e-30f) H->pairs = NULL;
+#endif
+        if (H->pairs) kvq__key_pairs(H->q, H->n, D, pairs);
     }
 #else
     H->pairs = NULL;
