@@ -8,7 +8,7 @@
 #                   the same under ASan + UBSan, fuzz/corpus replayed through
 #                   the fuzz targets, valgrind memcheck, and kvq_cuda.cu's
 #                   kernels on the CPU emulator (make test-cuda-emu); ends
-#                   with one line "total: N passed, M failed" (about 12
+#                   with one line "total: N passed, M failed" (about 40
 #                   min on 2 cores with -j2)
 #   make plots      the examples' CSV tables and the figures in plots/
 #                   (matplotlib, installed with pip when missing)
@@ -38,7 +38,7 @@
 #                   kernels must not spill), and the tensor-core path's SASS
 #                   instructions per KB of codes against its target
 #   make test-cuda-emu  kvq_cuda.cu's own kernels run on the CPU by the
-#                   emulator in tests/emu/ (g++ and python3; about 5 min): test_gpu
+#                   emulator in tests/emu/ (g++ and python3; ~16 min built): test_gpu
 #                   in four builds, the emulator's own tests, the tensor-core
 #                   probe, and planted bugs that must each be caught
 # Needs: a C99 compiler (gcc by default; CC=clang works), make, libm. clang
