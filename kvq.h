@@ -4247,7 +4247,13 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    place and converted: more instructions (HF-2, n_q = 1 / 4: 1.07 /
    2.05 -> 1.11 / 2.19 per element) but fewer slow ones, T = 32K on that
    core 2.5-2.7 -> 2.4-2.5 ms (n_q = 1), 5.9-6.2 -> 4.6-4.7 ms (n_q = 4),
-   the same floats.                                                       */
+   the same floats. Its pair walks with one head (values, per-channel
+   keys) scale each pair's two weights by lane, w 4^-j, once for all
+   blocks, and leave the codes in place, c 4^j (kvq__pair_blocks): two
+   multiplies fewer per 16 codes, whose conversions (2 cycles a ymm on
+   that core) now bound the walk; T = 32K, n_q = 1: KIVI-2 2.41-2.54 ->
+   2.23-2.37 ms, HF-2 2.38-2.46 -> 2.27-2.35, OTT-2 2.20-2.29 -> 1.91-1.98,
+   the same floats (a tile with a weight below 1e-33 walks unscaled).    */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
@@ -5193,6 +5199,26 @@ static const float kvq__code_floats4[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1
    (KVQ__ZEN1) each lane keeps its code in place, c 4^j, converts and
    scales by 4^-j (exact: the same floats) - one more instruction per 8
    codes, on the ports Intel needs for the multiply-adds, so only there. */
+#if KVQ__W == 8 && KVQ__ZEN1
+/* 4^-j, j = 0..7: the scale of kvq__codes16_placed's lane j and j + 8   */
+static const float kvq__down4[8] = { 1.0f, 0.25f, 0.0625f, 0.015625f, 0.00390625f,
+                                     0.0009765625f, 0.000244140625f, 0.00006103515625f };
+/* Zen 1's 2-bit decode without its last step: lane j of part p holds code
+   8 p + j where it sits, c 4^j (exact as a float). Codes 8-15 from the
+   word's high half, broadcast by 16-bit lanes (x86: little-endian), so
+   that no lane needs a shift at all.                                     */
+static KVQ__VINLINE void kvq__codes16_placed(kvq__v16 *out, const uint32_t *w, size_t c0)
+{
+    static const uint32_t keep[8] = { 3u, 3u << 2, 3u << 4, 3u << 6,
+                                      3u << 8, 3u << 10, 3u << 12, 3u << 14 };
+    uint16_t high;
+    kvq__vu m;
+    memcpy(&high, (const char *)(w + c0 / 16) + 2, sizeof high);
+    memcpy(&m, keep, sizeof m);
+    out->part[0] = kvq__vf_of_vi((kvq__vi)(kvq__vu_splat(w[c0 / 16]) & m));
+    out->part[1] = kvq__vf_of_vi((kvq__vi)((kvq__vu)_mm256_set1_epi16((short)high) & m));
+}
+#endif
 static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
 {
     static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
@@ -5201,23 +5227,12 @@ static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c
     int k;
 #if KVQ__W == 8 && KVQ__ZEN1
     if (bits == 2) {
-        /* lane j keeps code j where it sits, c 4^j (exact as a float),
-           and scales it by 4^-j: c again. Codes 8-15 from the word's high
-           half, broadcast by 16-bit lanes (x86: little-endian), so that
-           no lane needs a shift at all                                   */
-        static const uint32_t keep[8] = { 3u, 3u << 2, 3u << 4, 3u << 6,
-                                          3u << 8, 3u << 10, 3u << 12, 3u << 14 };
-        static const float down[8] = { 1.0f, 0.25f, 0.0625f, 0.015625f,   /* 4^-j */
-                                        0.00390625f, 0.0009765625f, 0.000244140625f,
-                                        0.00006103515625f };
-        uint16_t high;
-        kvq__vu m;
+        /* c 4^j, scaled by 4^-j: c again                                 */
         kvq__vf d;
-        memcpy(&high, (const char *)(w + c0 / 16) + 2, sizeof high);
-        memcpy(&m, keep, sizeof m);
-        memcpy(&d, down, sizeof d);
-        out->part[0] = kvq__vf_of_vi((kvq__vi)(kvq__vu_splat(w[c0 / 16]) & m)) * d;
-        out->part[1] = kvq__vf_of_vi((kvq__vi)((kvq__vu)_mm256_set1_epi16((short)high) & m)) * d;
+        memcpy(&d, kvq__down4, sizeof d);
+        kvq__codes16_placed(out, w, c0);
+        out->part[0] = out->part[0] * d;
+        out->part[1] = out->part[1] * d;
         return;
     }
 #elif KVQ__W == 8
@@ -5411,32 +5426,108 @@ static KVQ__INLINE void kvq__pairs2_step(kvq__v16 *acc, size_t P, const char *x0
     }
 }
 #else
+/* Block b's 16 codes of the entry at x as kvq__pair_term multiplies
+   them: c (kvq__codes16), or with PLACED c 4^j (kvq__codes16_placed)     */
+static KVQ__INLINE void kvq__pair_codes(kvq__v16 *c, const char *x, int b, int PLACED)
+{
+#if KVQ__W == 8 && KVQ__ZEN1
+    if (PLACED) {
+        kvq__codes16_placed(c, (const uint32_t *)(const void *)x, 16 * (size_t)b);
+        return;
+    }
+#endif
+    (void)PLACED;
+    kvq__codes16(c, (const uint32_t *)(const void *)x, 16 * (size_t)b, 2);
+}
+
 /* One pair's t of kvq__pairs2_walk in block b, computed: w[0] x_i rounded,
    then + w[1] x_i' (TWO) by a multiply-add where KVQ__FMA. ws: the two
-   weights already broadcast, or NULL: broadcast here                     */
+   weights already broadcast (PLACED: times 4^-j, for codes c 4^j), or
+   NULL: broadcast here                                                   */
 static KVQ__INLINE kvq__v16 kvq__pair_term(const char *x0, size_t stride, int b, const float *w,
-                                           const kvq__v16 *ws, int TWO)
+                                           const kvq__v16 *ws, int TWO, int PLACED)
 {
     kvq__v16 c, t;
-    kvq__codes16(&c, (const uint32_t *)(const void *)x0, 16 * (size_t)b, 2);
+    kvq__pair_codes(&c, x0, b, PLACED);
     t = kvq__mul16(ws ? ws[0] : kvq__splat16(w[0]), c);
     if (!TWO) return t;
-    kvq__codes16(&c, (const uint32_t *)(const void *)(x0 + stride), 16 * (size_t)b, 2);
+    kvq__pair_codes(&c, x0 + stride, b, PLACED);
     return kvq__madd16(t, ws ? ws[1] : kvq__splat16(w[1]), c);
 }
 
 /* Pair i (entries i, i + 1; TWO = 0: entry i alone) of kvq__pairs2_walk
-   into sum k of its NB blocks: the weights broadcast once for them       */
+   into sum k of its NB blocks: the weights broadcast once for them.
+   PLACED (Zen 1, KVQ__ZEN1): the weights scaled by lane, w 4^-j, once for
+   all blocks, and the codes left in place, c 4^j: the same product w c
+   where w 4^-j is exact (kvq__scales_exactly), without kvq__codes16's
+   two multiplies per 16 codes.                                           */
 static KVQ__INLINE void kvq__pair_blocks(kvq__v16 *acc, size_t P, size_t k, const char *e,
                                          size_t stride, const float *wt, size_t i, int NB,
-                                         int TWO)
+                                         int TWO, int PLACED)
 {
-    const kvq__v16 ws[2] = { kvq__splat16(wt[i]), kvq__splat16(TWO ? wt[i + 1] : 0.0f) };
+    kvq__v16 ws[2] = { kvq__splat16(wt[i]), kvq__splat16(TWO ? wt[i + 1] : 0.0f) };
     int b;
+#if KVQ__W == 8 && KVQ__ZEN1
+    if (PLACED) {
+        kvq__vf d;
+        memcpy(&d, kvq__down4, sizeof d);
+        ws[0].part[0] = ws[0].part[1] = ws[0].part[0] * d;      /* lanes j, j + 8 */
+        ws[1].part[0] = ws[1].part[1] = ws[1].part[0] * d;
+    }
+#endif
     for (b = 0; b < NB; b++)
         acc[(size_t)b * P + k] = kvq__add16(acc[(size_t)b * P + k],
-                                            kvq__pair_term(e + i * stride, stride, b, wt + i, ws, TWO));
+                                            kvq__pair_term(e + i * stride, stride, b, wt + i, ws,
+                                                           TWO, PLACED));
 }
+
+/* The pairs of kvq__pairs2_walk, pairs outer (NB <= 4), PLACED as above */
+static KVQ__INLINE void kvq__pairs_outer(kvq__v16 *acc, const char *e, size_t stride, size_t m,
+                                         const float *wt, int NB, int PLACED)
+{
+    const int P = NB >= 4 ? 1 : 4 / NB;
+    size_t i, i0;
+    int k;
+    for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P) {
+        KVQ__UNROLL(4)
+        for (k = 0; k < P; k++)
+            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i0 + 2 * (size_t)k, NB, 1,
+                             PLACED);
+    }
+    KVQ__UNROLL(4)
+    for (k = 0; k < P; k++) {                           /* the last pairs    */
+        i = i0 + 2 * (size_t)k;
+        if (i + 1 < m)
+            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 1, PLACED);
+        else if (i < m)
+            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 0, PLACED);
+    }
+}
+
+#if KVQ__W == 8 && KVQ__ZEN1
+/* 1 if each of the n weights w times 4^-7 is exact: w = 0 or |w| >= 1e-33
+   (> 2^-112, so w 4^-7 stays normal), or w not a number. By the bits of
+   |w|, 0 < |w| < 1e-33, 8 weights a step (a scalar loop, a branch per
+   weight, took back most of what the walk saves)                         */
+static int kvq__scales_exactly(const float *w, size_t n)
+{
+    const float limit = 1e-33f;
+    int32_t lim, x;
+    kvq__vi tiny = { 0 };
+    int any = 0;
+    size_t i = 0;
+    memcpy(&lim, &limit, sizeof lim);
+    for (; i + 8 <= n; i += 8) {
+        const kvq__vi u = (kvq__vi)KVQ__VLOAD(w + i) & 0x7FFFFFFF;
+        tiny |= (u > 0) & (u < lim);
+    }
+    for (; i < n; i++) {
+        memcpy(&x, w + i, sizeof x);
+        any |= (x & 0x7FFFFFFF) > 0 && (x & 0x7FFFFFFF) < lim;
+    }
+    return !any && _mm256_testz_si256((__m256i)tiny, (__m256i)tiny);
+}
+#endif
 #endif
 
 static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t stride, size_t m,
@@ -5479,18 +5570,12 @@ static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t strid
            registers, and its count rose (2.14 -> 2.27): there, and for
            plain floats, block by block below. Either way sum (b, k) takes
            its pairs in order: the same floats.                          */
-        for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P) {
-            KVQ__UNROLL(4)
-            for (k = 0; k < P; k++)
-                kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i0 + 2 * (size_t)k,
-                                 NB, 1);
-        }
-        KVQ__UNROLL(4)
-        for (k = 0; k < P; k++) {                       /* the last pairs    */
-            i = i0 + 2 * (size_t)k;
-            if (i + 1 < m) kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 1);
-            else if (i < m) kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 0);
-        }
+#if KVQ__W == 8 && KVQ__ZEN1
+        if (kvq__scales_exactly(wt, m))
+            kvq__pairs_outer(acc, e, stride, m, wt, NB, 1);
+        else
+#endif
+            kvq__pairs_outer(acc, e, stride, m, wt, NB, 0);
     } else
         for (b = 0; b < NB; b++) {                      /* the same sums     */
             kvq__v16 a[4];
@@ -5500,15 +5585,17 @@ static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t strid
                 KVQ__UNROLL(4)
                 for (k = 0; k < P; k++)
                     a[k] = kvq__add16(a[k], kvq__pair_term(e + (i0 + 2 * (size_t)k) * stride, stride,
-                                                           b, wt + i0 + 2 * (size_t)k, NULL, 1));
+                                                           b, wt + i0 + 2 * (size_t)k, NULL, 1, 0));
             }
             KVQ__UNROLL(4)
             for (k = 0; k < P; k++) {                   /* the last pairs    */
                 i = i0 + 2 * (size_t)k;
                 if (i + 1 < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL, 1));
+                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL,
+                                                           1, 0));
                 else if (i < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL, 0));
+                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL,
+                                                           0, 0));
             }
             KVQ__UNROLL(4)
             for (k = 0; k < P; k++) acc[b * P + k] = a[k];
@@ -6288,12 +6375,20 @@ static KVQ__VINLINE size_t kvq__row_walks(float *out, size_t D, size_t c, size_t
     return to;
 }
 
-/* n channels (16 | n) of kvq__pairs2_walk: walks of 8 blocks, then 4, 2, 1 */
+/* n channels (16 | n) of kvq__pairs2_walk: walks of 8 blocks, then 4, 2, 1.
+   Built for Zen 1 walks of 4 at most: pairs outer, the weights scaled
+   once for 4 blocks (kvq__pair_blocks); the same floats (one sum a block
+   either way).                                                           */
 static void kvq__tile_pairs2(float *out, size_t n, const char *base, size_t stride, size_t m,
                              const float *wt, const float *zb)
 {
     size_t c = 0;
-    for (; c + 128 <= n; c += 128) kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 8);
+    if (KVQ__W == 8 && KVQ__ZEN1)
+        for (; c + 128 <= n; c += 64)
+            kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 4);
+    else
+        for (; c + 128 <= n; c += 128)
+            kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 8);
     if (c + 64 <= n) { kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 4); c += 64; }
     if (c + 32 <= n) { kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 2); c += 32; }
     if (c + 16 <= n) kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 1);

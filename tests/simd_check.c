@@ -340,6 +340,64 @@ static void check_attend(void)
     printf("simd_check: %zu of %zu attention outputs identical bytes\n", same, runs);
 }
 
+/* Weights near the bottom of the float range. Built for Zen 1, kvq.h's
+   2-bit pair walks (one head: values, per-channel keys) scale each weight
+   by 4^-j, exact only while w 4^-7 stays normal: below 1e-33 they must
+   take the unscaled walk. Here the first 64 tokens score 79-87 above
+   the rest and have zero values, so every later weight w a is about
+   1e-39 .. 1e-34 and the output is made of those terms alone (without
+   that walk 8 of these outputs differ); q_d of 1e-38 give per-channel
+   keys tiny q_d a_d too. One head, D = 128.                              */
+static void check_attend_tiny(void)
+{
+    rng r = { 0x7E11A1ull };
+    const size_t D = 128, T = 1000;
+    size_t same = 0, runs = 0, i;
+    int pol, mode, k;
+    for (pol = 0; pol < 4; pol++)
+        for (mode = 0; mode < 2; mode++) {
+            kvq_config cfg = pol == 0 ? kvq_config_kivi(D, 2)
+                           : pol == 1 ? kvq_config_hf(D, kvq_hf_defaults(2))
+                           : pol == 2 ? kvq_config_ott(D, 2, 5) : kvq_config_logquant(D, 2, 16);
+            kvq_cache c;
+            float *K = (float *)malloc(T * D * sizeof(float)), *V = (float *)malloc(T * D * sizeof(float));
+            float q[128], o1[128], o2[128], *w;
+            size_t nw;
+            fill(&r, V, T * D, 1.0f);
+            for (i = 0; i < T; i++) {
+                float x = 7.8f + 0.75f * runif(&r);     /* score 10.1 x lower */
+                size_t d;
+                for (d = 0; d < D; d++) {
+                    K[i * D + d] = i < 64 ? 10.0f : 10.0f - x + 0.01f * rnorm(&r);
+                    if (i < 64) V[i * D + d] = 0.0f;
+                }
+            }
+            for (i = 0; i < D; i++) q[i] = i % 9 == 4 ? 1e-38f : 1.0f;
+            if (scalar_cache_init(&c, &cfg) != KVQ_OK || scalar_cache_prefill(&c, K, V, T) != KVQ_OK) {
+                CHECK(0, "tiny weights, policy %d: build: %s", pol, kvq_why());
+                free(K); free(V);
+                continue;
+            }
+            nw = scalar_scratch(&c, (kvq_attn_mode)mode);
+            w = (float *)malloc(nw * sizeof(float));
+            for (k = 0; k < N_VECTOR; k++) {
+                const copy *v = &vector_copies[k], *ref = reference_of(v);
+                if (!ref) continue;
+                CHECK(ref->attend(&c, q, 1, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK &&
+                      v->attend(&c, q, 1, o2, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
+                      "tiny weights, policy %d: attend failed", pol);
+                runs++;
+                if (memcmp(o1, o2, sizeof o1) == 0) same++;
+                else CHECK(0, "tiny weights, policy %d %s: the %s copy differs from %s (%.9g vs %.9g)",
+                           pol, mode ? "ONLINE" : "EAGER", v->name, ref->name, (double)o2[0],
+                           (double)o1[0]);
+            }
+            scalar_cache_free(&c);
+            free(K); free(V); free(w);
+        }
+    printf("simd_check: %zu of %zu attention outputs with tiny weights identical bytes\n", same, runs);
+}
+
 /* The rotation's fast path (kvq.h Part II, II.4) against its definition,
    kvq__rotate_row (Sec. 6.1, this file's own scalar copy): every copy's
    outputs the same bytes, D = 1 .. 4096 (powers of two), both directions,
@@ -403,6 +461,7 @@ int main(void)
         check_quantize(&r);
     }
     check_attend();
+    check_attend_tiny();
     check_rotation();
     return TEST_END("simd_check");
 }
