@@ -37,7 +37,6 @@ rm -f "$B/emu-mut/"*.ok
 mutant() {
     if [ -n "$only" ]; then case " $only " in *" $1 "*) ;; *) return 0 ;; esac; fi
     names="$names $1"
-    rm -f "$B/emu-mut/$1.ok"
     while [ $((started - $(ls "$B/emu-mut" | grep -c '\.ok$'))) -ge "$JOBS" ]; do sleep 1; done
     started=$((started + 1))
     ( pass=0; fail=0; mutant_job "$@"; echo "$pass" > "$B/emu-mut/$1.ok.part"
