@@ -211,18 +211,23 @@ plots: $(EXAMPLES)
 # bench_cpu links ggml's reference quantizers when `sh bench/ggml_anchor.sh`
 # has built them; without them it says how and skips those rows. Its LLM
 # section runs build/llm (and llama-bench, from sh bench/llama_bench.sh).
+# Both sides are built with every function and loop on a 64-byte boundary
+# (BENCH_ALIGN, also in bench/ggml_anchor.sh): otherwise where the linker
+# happens to place a loop moves ggml's q4_1 time by up to 40% on a Zen 1
+# (9.3-13.0 ms for the same object file), and kvq's with it.
+BENCH_ALIGN := -falign-functions=64 -falign-loops=64
 GGML_OBJS := $(wildcard $(B)/ggml/ggml-quants.o $(B)/ggml/ggml_shim.o)
 GGML_USE  := $(if $(word 2,$(GGML_OBJS)),-DKVQ_BENCH_GGML $(GGML_OBJS))
 $(B)/bench/bench_cpu: bench/bench_cpu.c $(HDRS) $(GGML_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -O3 -march=native -I. -o $@ $< $(GGML_USE) $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 -march=native $(BENCH_ALIGN) -I. -o $@ $< $(GGML_USE) $(LDLIBS)
 
 bench: $(BENCHES) $(B)/llm
 	@set -e; for b in $(BENCHES); do $$b; done
 # the anchors bench_cpu compares with, built from the llama-cpp-python 0.3.36
 # source package into build/ (downloads it once: needs pip and PyPI)
 bench-anchors:
-	sh bench/ggml_anchor.sh
+	B=$(B) sh bench/ggml_anchor.sh
 	sh bench/llama_bench.sh
 # instructions retired per stored element by every method, for each ISA build
 # (plain x86-64, AVX2, AVX-512; NEON under qemu-aarch64 when installed): a
