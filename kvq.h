@@ -4206,7 +4206,7 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    for all blocks (kvq__pairs2_walk): KIVI-2 1.19 -> 1.07, and the decode
    shifts by lane once per 16 codes, not twice (kvq__codes16): 1.06 / 2.08;
    the values' (s, z) transposed in registers, not gathered
-   (kvq__columns16_8): 1.05 / 2.07.
+   (kvq__columns16_48): 1.05 / 2.07.
    Counts carry between machines; cycles per instruction do not. Zen 1
    retires a shift by lane about once per 4 cycles, so a build tuned for
    it (KVQ__ZEN1: -march=native there) decodes with none and retires more,
@@ -5747,7 +5747,7 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
    two-source permutes (vpermt2d): round i swaps bit i of the register
    number with bit i of the lane number, and the last round also rotates
    the lane bits so that lane j ends as row j; with AVX2, 16 rows and n =
-   8, likewise by in-half shuffles (kvq__columns16_8). Elsewhere, one
+   4 or 8, likewise by in-half shuffles (kvq__columns16_48). Elsewhere, one
    gather per column (kvq__gather16). Zen 4 retires a 16-lane gather about as slowly
    as 16 loads: the 8 columns of HF-2's 16 keys by gathers took a sixth
    of its decode, by 8 loads and 24 permutes next to nothing.             */
@@ -5785,24 +5785,26 @@ static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u1
 #endif
 
 #if KVQ__W == 8
-/* kvq__columns16 with AVX2 for 16 rows of 8 words (D = 128, G = 32: the
-   values' (s, z) of 4 groups): two 8x8 transposes, rows 0-7 to part 0 and
+/* kvq__columns16 with AVX2 for 16 rows of n = 4 or 8 words (D = 128: the
+   (s, z) of 2 groups, G = 64, HF's keys and values, or of 4, G = 32,
+   KIVI's values): n/4 8x4 transposes per 8 rows, rows 0-7 to part 0 and
    8-15 to part 1, with no gather and no move across 128-bit halves (Zen 1
-   splits those into many steps; its gathers took ~8% of its KIVI-2 time).
-   Register i holds row i's words 0-3 beside row i + 4's (c = 0) or their
-   words 4-7 (c = 4), each half a 4x4 block that two rounds of in-half
-   shuffles transpose: column c + w in the low half from rows 0-3, in the
-   high half from rows 4-7 - lanes 0-7 in order. Bits only move.         */
-static KVQ__INLINE void kvq__columns16_8(const uint32_t *base, kvq__u16 *out /* (8) */)
+   splits those into many steps; its gathers took ~8% of its KIVI-2 time,
+   and with n = 4 ~10% of HF-2's with one head). Register i holds row i's
+   words c .. c+3 beside row i + 4's, each half a 4x4 block that two rounds
+   of in-half shuffles transpose: column c + w in the low half from rows
+   0-3, in the high half from rows 4-7 - lanes 0-7 in order. Bits only
+   move. n a constant where inlined.                                      */
+static KVQ__INLINE void kvq__columns16_48(const uint32_t *base, int n, kvq__u16 *out /* (n) */)
 {
     int p, c, i;
     for (p = 0; p < 2; p++)                               /* rows 8p ..   */
-        for (c = 0; c < 8; c += 4) {                      /* words c .. c+3 */
-            const float *r = (const float *)(const void *)(base + 64 * p + c);
+        for (c = 0; c < n; c += 4) {                      /* words c .. c+3 */
+            const float *r = (const float *)(const void *)(base + 8 * n * p + c);
             __m256 a[4], t[4];
             for (i = 0; i < 4; i++)                       /* rows i, i + 4 */
-                a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r + 8 * i)),
-                                            _mm_loadu_ps(r + 8 * (i + 4)), 1);
+                a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r + n * i)),
+                                            _mm_loadu_ps(r + n * (i + 4)), 1);
             t[0] = _mm256_unpacklo_ps(a[0], a[1]);        /* r0w0 r1w0 r0w1 r1w1 */
             t[1] = _mm256_unpackhi_ps(a[0], a[1]);        /* r0w2 r1w2 r0w3 r1w3 */
             t[2] = _mm256_unpacklo_ps(a[2], a[3]);
@@ -5821,8 +5823,12 @@ static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t r
     int32_t idx[16];
     size_t w, j;
 #if KVQ__W == 8
+    if (rows == 16 && n == 4) {
+        kvq__columns16_48(base, 4, out);
+        return;
+    }
     if (rows == 16 && n == 8) {
-        kvq__columns16_8(base, out);
+        kvq__columns16_48(base, 8, out);
         return;
     }
 #endif
