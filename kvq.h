@@ -5877,7 +5877,7 @@ static void kvq__ab_columns(const float *sf /* (rows, ng, 2) */, size_t ng, size
 }
 
 #if KVQ__W == 8 && KVQ__ZEN1
-#define KVQ__PAIR_FLOATS 3                 /* table floats per query value */
+#define KVQ__PAIR_FLOATS 10                /* table floats per query value */
 #else
 #define KVQ__PAIR_FLOATS 8
 #endif
@@ -5886,21 +5886,26 @@ static void kvq__ab_columns(const float *sf /* (rows, ng, 2) */, size_t ng, size
    (h, p, i) = q_2p (i & 3) + q_2p+1 (i >> 2), the pair (2p, 2p+1) with
    codes (i & 3, i >> 2), by the expression the block uses without it.
    Built for Zen 1 (KVQ__ZEN1), whose permutes across 128-bit halves are
-   slow, 3 floats per query value instead, head h's 3 D at 3 D h: q_d for
-   even d and q_d / 4 for odd d (D floats), then per even d the products
-   q_d i, i = 0..3 (4 floats, a 128-bit table for vpermilps). q_d / 4 is
+   slow, 10 floats per query value instead, head h's 10 D at 10 D h: per
+   pair q_d and q_d+1 / 4 each broadcast to 8 lanes (8 D floats, read by
+   the multiplies themselves: no broadcast instruction, and no register
+   held for it), then per pair the products q_d i, i = 0..3 (2 D floats,
+   a 128-bit table for vpermilps). q_d / 4 is
    exact while it stays normal: kvq__online_walk builds no table where a
    nonzero |q_d| < 1e-30 might make it subnormal.                        */
 static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
                            float *pairs /* (n, D/2, 16) */)
 {
-#if KVQ__PAIR_FLOATS == 3
+#if KVQ__PAIR_FLOATS == 10
     size_t h, d, i;
     for (h = 0; h < n; h++)
-        for (d = 0; d < D; d++) {
-            float *row = pairs + h * 3 * D;
-            row[d] = d % 2 ? q[h * D + d] * 0.25f : q[h * D + d];
-            for (i = 0; d % 2 == 0 && i < 4; i++) row[D + 2 * d + i] = q[h * D + d] * (float)i;
+        for (d = 0; d + 1 < D; d += 2) {
+            float *row = pairs + h * 10 * D;
+            for (i = 0; i < 8; i++) {
+                row[8 * d + i] = q[h * D + d];
+                row[8 * d + 8 + i] = q[h * D + d + 1] * 0.25f;
+            }
+            for (i = 0; i < 4; i++) row[8 * D + 2 * d + i] = q[h * D + d] * (float)i;
         }
 #else
     static const float low[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
@@ -5969,11 +5974,13 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                each half, reads the low 2 bits: c_d), or c_d converted and
                multiplied with several; c_d+1 masked in place, 4 c_d+1,
                converted and multiplied by q_d+1 / 4 (kvq__key_pairs's
-               table). The sums are locals, so that they stay in registers
-               (in part[][] the compiler kept them in memory).            */
+               table, its broadcasts read from memory). The sums are
+               locals, so that they stay in registers (in part[][] the
+               compiler kept them in memory), each pinned there after its
+               addition by an empty asm: else GCC computed all 64 t of a
+               word for four heads first, spilled them and added them at
+               the end (T = 32K, n_q = 4: 4.4 -> 4.0 ms).                 */
             kvq__vf a[4][4][KVQ__PARTS];        /* part[h][r], in registers */
-            kvq__vu y[KVQ__PARTS];
-            kvq__vf c0[KVQ__PARTS], c1[KVQ__PARTS];
             for (h = 0; h < NH; h++)
                 for (r = 0; r < P; r++) KVQ__EACH(p) a[h][r][p] = part[h][r].part[p];
             for (k = 0; k < wpg; k++) {
@@ -5981,18 +5988,17 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                 for (e = 0; e < 16; e += 2) {               /* channels d, d + 1 */
                     const size_t d = g * G + k * 16 + e;
                     KVQ__EACH(p) {
-                        y[p] = cols[g * wpg + k].part[p] >> (uint32_t)(2 * e);
-                        c0[p] = kvq__vf_of_vi((kvq__vi)(y[p] & 3u));    /* NH > 1 */
-                        c1[p] = kvq__vf_of_vi((kvq__vi)(y[p] & 12u));
-                    }
-                    for (h = 0; h < NH; h++) {
-                        const float *qs = pairs + (size_t)h * 3 * D;
-                        const __m256 tb = _mm256_broadcast_ps((const __m128 *)(const void *)(qs + D + 2 * d));
-                        KVQ__EACH(p) {
+                        const kvq__vu y = cols[g * wpg + k].part[p] >> (uint32_t)(2 * e);
+                        const kvq__vf c0 = kvq__vf_of_vi((kvq__vi)(y & 3u)),   /* NH > 1 */
+                                      c1 = kvq__vf_of_vi((kvq__vi)(y & 12u));
+                        for (h = 0; h < NH; h++) {
+                            const float *qs = pairs + (size_t)h * KVQ__PAIR_FLOATS * D;
+                            const __m256 tb = _mm256_broadcast_ps((const __m128 *)(const void *)(qs + 8 * D + 2 * d));
                             kvq__vf *acc = &a[h][e / 2 % (size_t)P][p];
-                            const kvq__vf t0 = NH == 1 ? (kvq__vf)_mm256_permutevar_ps(tb, (__m256i)y[p])
-                                                       : (qs[d] - KVQ__VZERO) * c0[p];
-                            *acc = *acc + KVQ__VFMA(t0, qs[d + 1] - KVQ__VZERO, c1[p]);
+                            const kvq__vf t0 = NH == 1 ? (kvq__vf)_mm256_permutevar_ps(tb, (__m256i)y)
+                                                       : (kvq__vf)(KVQ__VLOAD(qs + 8 * d) * c0);
+                            *acc = *acc + KVQ__VFMA(t0, KVQ__VLOAD(qs + 8 * d + 8), c1);
+                            __asm__ volatile("" : "+x"(*acc));
                         }
                     }
                 }
@@ -6683,8 +6689,8 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 /* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V.
    With AVX-512 or AVX2, 2-bit per-token keys (16 | G) and up to
    KVQ__PAIR_HEAD_DIMS query values in the batch, the keys' pair table
-   lives here, 32 KB at most (8 floats per query value): built once per
-   walk.                                                                  */
+   lives here, 32 KB at most (8 floats per query value; 40 KB, 10 floats,
+   built for Zen 1): built once per walk.                                 */
 #define KVQ__PAIR_HEAD_DIMS 1024
 
 /* A hint that n bytes from p will be read soon: one prefetch per 64-byte
@@ -6741,7 +6747,8 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, h, d, j, u, r;
 #if KVQ__W == 16 || KVQ__W == 8
-    float pairs[8 * KVQ__PAIR_HEAD_DIMS];               /* (n, D/2, 16)      */
+    float pairs[KVQ__PAIR_FLOATS * KVQ__PAIR_HEAD_DIMS]  /* (n, D/2, 16)      */
+        __attribute__((aligned(64)));
     H->pairs = NULL;
     if (s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && s->bits == 2 &&
         s->group % 16 == 0 && H->n * D <= KVQ__PAIR_HEAD_DIMS) {
