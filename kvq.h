@@ -6104,17 +6104,19 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
         kvq__u16 col[16];                    /* a block's words, by column   */
         const kvq__u16 *cols;                /* col, or NULL: gathers by idx */
         for (b0 = 0; b0 < n; b0 += 16) {
-            size_t first = b0, live = 0;                /* an attended slot  */
+            size_t first = b0;                          /* an attended slot  */
+            int32_t neg = b0 + 16 <= n ? 0 : -1;        /* < 0: one is not   */
             while (first < n && first < b0 + 16 && H->pos[first] < 0) first++;
             if (first == n || first == b0 + 16) continue;
-            for (j = b0; j < n && j < b0 + 16; j++) live += H->pos[j] >= 0;
+            if (neg == 0)
+                for (j = 0; j < 16; j++) neg |= H->pos[b0 + j];
             cols = NULL;
-            if (live == 16) {                           /* the usual block   */
+            if (neg >= 0) {                             /* the usual block   */
                 if (gpu * wpg <= 16) {
                     kvq__columns16(s->words + (s0 + b0) * gpu * wpg, gpu * wpg, 16, col);
                     cols = col;
                 }
-                for (j = 0; j < 16; j++) idx[j] = (int32_t)(j * gpu * wpg);
+                for (j = 0; !cols && j < 16; j++) idx[j] = (int32_t)(j * gpu * wpg);
                 kvq__token_ab16(s->sz + (s0 + b0) * gpu, gpu, c->cfg.zero_mode, ab);
             } else
                 for (j = 0; j < 16; j++) {
@@ -6466,24 +6468,40 @@ static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const 
     }
 }
 
+/* 0 if a[j] = a0 + j for every j < n (mod 2^32), else not: 8 a step
+   with AVX2 (the compiler left the loop scalar, 3 instructions an entry) */
+static uint32_t kvq__run_off(const uint32_t *a, uint32_t a0, size_t n)
+{
+    uint32_t off = 0;
+    size_t j = 0;
+#if KVQ__W >= 8
+    __m256i acc = _mm256_setzero_si256(),
+            next = _mm256_add_epi32(_mm256_set1_epi32((int)a0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (; j + 8 <= n; j += 8) {
+        acc = _mm256_or_si256(acc, _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)(const void *)(a + j)), next));
+        next = _mm256_add_epi32(next, _mm256_set1_epi32(8));
+    }
+    off = (uint32_t)!_mm256_testz_si256(acc, acc);
+#endif
+    for (; j < n; j++) off |= a[j] ^ (a0 + (uint32_t)j);
+    return off;
+}
+
 /* 1 if every entry j < n of the tile is attended and V keeps its position
    at loc0 + j (the slot after entry j-1's); pos[0] is loc0's and >= 0.
    The usual tile's positions follow each other too (KIVI's and HF's
    tokens, in order): then their map entries are one run, and the check is
-   two passes of n consecutive words that the compiler vectorizes (no
-   gather). Else, with AVX-512 and a full tile, 16 entries a step: one
+   two passes of n consecutive words (kvq__run_off; no gather). Else, with AVX-512 and a full tile, 16 entries a step: one
    gather of their map entries and one comparison.                        */
 static int kvq__tile_follows(const uint32_t *loc, const int32_t *pos /* (n) */, size_t n,
                              uint32_t loc0)
 {
     const int32_t p0 = pos[0];
-    uint32_t off = 0;
     size_t j;
-    for (j = 0; j < n; j++) off |= (uint32_t)(pos[j] - p0) ^ (uint32_t)j;
-    if (off == 0) {                     /* positions p0 .. p0 + n - 1      */
-        for (j = 0; j < n; j++) off |= loc[(size_t)p0 + j] ^ (loc0 + (uint32_t)j);
-        return off == 0;
-    }
+    if (kvq__run_off((const uint32_t *)(const void *)pos, (uint32_t)p0, n) == 0)
+        /* positions p0 .. p0 + n - 1: their slots loc0 .. loc0 + n - 1   */
+        return kvq__run_off(loc + p0, loc0, n) == 0;
 #if KVQ__W == 16
     if (n == KVQ_TILE) {
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
