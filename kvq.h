@@ -4167,7 +4167,7 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
      2-bit caches (KIVI-2,     0.70 / 1.26  1.05 / 2.07  2.14 / 5.30
        OTT-2, LogQuant-2)
      KIVI-4                    1.14 / 1.64  1.28 / 2.24  2.67 / 4.98
-     HF-2 (per-token keys)     0.53 / 0.92  0.93 / 1.95  2.04 / 5.77
+     HF-2 (per-token keys)     0.53 / 0.92  0.90 / 1.89  2.04 / 5.77
        (of which the codes'
        prefetch, 0.02: a
        cold walk 1.2x faster)
@@ -4253,7 +4253,15 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    multiplies fewer per 16 codes, whose conversions (2 cycles a ymm on
    that core) now bound the walk; T = 32K, n_q = 1: KIVI-2 2.41-2.54 ->
    2.23-2.37 ms, HF-2 2.38-2.46 -> 2.27-2.35, OTT-2 2.20-2.29 -> 1.91-1.98,
-   the same floats (a tile with a weight below 1e-33 walks unscaled).    */
+   the same floats (a tile with a weight below 1e-33 walks unscaled).
+   With several heads its per-token keys read q_d and q_d+1 / 4 as 8-lane
+   vectors from the table, and pin each head's sum in a register (GCC had
+   spilled a word's 64 products for four heads); HF's (s, z) of 2 groups
+   (G = 64) are transposed in registers, not gathered (kvq__columns16_48,
+   in every AVX2 build: HF-2 0.93 / 1.95 -> 0.90 / 1.89 there), and the
+   tile's run checks go 8 a step (kvq__run_off). HF-2 on Zen 1, n_q = 1 /
+   4: 1.07 / 2.20 -> 1.00 / 1.87 per element; T = 32K 2.29 -> 1.99 ms and
+   4.62 -> 4.04 ms (same binary, cold medians), the same floats.         */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
