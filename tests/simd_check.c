@@ -32,7 +32,10 @@
        width, zero mode and row precision, D in {8, 48, 64, 128} (and 16,
        32, 256 for KIVI-2, HF-2, HF-4 and OTT-2), T from 1
        to 1000, 1 to 8 query heads: each vector copy's outputs are the
-       same bytes as the scalar copy's with its FMA setting.
+       same bytes as the scalar copy's with its FMA setting; also with
+       DAZ (and FTZ) set in MXCSR, against the scalar copy without;
+     - kvq__pairs2_walk itself (Zen 1: codes read as subnormals) at each
+       edge of its guard, kvq__walk_scale, under each MXCSR setting.
    On a CPU without AVX2/FMA the vector copies cannot run: the test says so
    and counts nothing.                                                     */
 #ifdef SIMD_CHECK_PART
