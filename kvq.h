@@ -4261,7 +4261,22 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
    in every AVX2 build: HF-2 0.93 / 1.95 -> 0.90 / 1.89 there), and the
    tile's run checks go 8 a step (kvq__run_off). HF-2 on Zen 1, n_q = 1 /
    4: 1.07 / 2.20 -> 1.00 / 1.87 per element; T = 32K 2.29 -> 1.99 ms and
-   4.62 -> 4.04 ms (same binary, cold medians), the same floats.         */
+   4.62 -> 4.04 ms (same binary, cold medians), the same floats.
+   Then the conversions go too (bench/walk_floor.c, decode h): the masked
+   code c 4^j, its bits read as a float, is already the subnormal
+   c 4^j 2^-149, so weights scaled w 4^-j 2^(149-E) give the products
+   w c 2^-E with no conversion at all, every sum of the walk is its old
+   value times 2^-E with the same roundings, and one multiply by 2^E per
+   sum at the end restores it exactly. The weights' exponents decide
+   whether that holds (kvq__walk_scale: E from the largest, the least one
+   no more than 104 binades below; 8 weights a step, by the bits of |w|),
+   and so does the caller's MXCSR (DAZ would read every code as 0):
+   otherwise the walk converts as before. KIVI-2 1.255 -> 1.187
+   instructions per element with one head, OTT-2 1.044 -> 0.947,
+   LogQuant-2 1.088 -> 0.988, HF-2 1.031 -> 0.985 (n_q = 4 unchanged);
+   T = 32K, n_q = 1, cold medians on that core: KIVI-2 2.29-2.33 ->
+   2.17-2.20 ms, OTT-2 2.00-2.02 -> 1.78-1.79, LogQuant-2 2.12-2.17 ->
+   1.93-1.97, HF-2 2.09-2.14 -> 2.01-2.04, the same floats.              */
 
 /* ------------------------------------------------------------------------ */
 /* II.1 the vector layer                                                    */
@@ -5214,8 +5229,11 @@ static const float kvq__down4[8] = { 1.0f, 0.25f, 0.0625f, 0.015625f, 0.00390625
 /* Zen 1's 2-bit decode without its last step: lane j of part p holds code
    8 p + j where it sits, c 4^j (exact as a float). Codes 8-15 from the
    word's high half, broadcast by 16-bit lanes (x86: little-endian), so
-   that no lane needs a shift at all.                                     */
-static KVQ__VINLINE void kvq__codes16_placed(kvq__v16 *out, const uint32_t *w, size_t c0)
+   that no lane needs a shift at all. RAW: without the conversion either:
+   the integer c 4^j's bits read as a float ARE the subnormal c 4^j 2^-149
+   (exponent field 0, mantissa c 4^j < 2^23), exact and free where the
+   weights carry the 2^149 (kvq__pair_blocks, PLACED = 2)                */
+static KVQ__VINLINE void kvq__codes16_placed(kvq__v16 *out, const uint32_t *w, size_t c0, int RAW)
 {
     static const uint32_t keep[8] = { 3u, 3u << 2, 3u << 4, 3u << 6,
                                       3u << 8, 3u << 10, 3u << 12, 3u << 14 };
@@ -5223,6 +5241,11 @@ static KVQ__VINLINE void kvq__codes16_placed(kvq__v16 *out, const uint32_t *w, s
     kvq__vu m;
     memcpy(&high, (const char *)(w + c0 / 16) + 2, sizeof high);
     memcpy(&m, keep, sizeof m);
+    if (RAW) {
+        out->part[0] = (kvq__vf)(kvq__vu_splat(w[c0 / 16]) & m);
+        out->part[1] = (kvq__vf)((kvq__vu)_mm256_set1_epi16((short)high) & m);
+        return;
+    }
     out->part[0] = kvq__vf_of_vi((kvq__vi)(kvq__vu_splat(w[c0 / 16]) & m));
     out->part[1] = kvq__vf_of_vi((kvq__vi)((kvq__vu)_mm256_set1_epi16((short)high) & m));
 }
@@ -5238,7 +5261,7 @@ static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c
         /* c 4^j, scaled by 4^-j: c again                                 */
         kvq__vf d;
         memcpy(&d, kvq__down4, sizeof d);
-        kvq__codes16_placed(out, w, c0);
+        kvq__codes16_placed(out, w, c0, 0);
         out->part[0] = out->part[0] * d;
         out->part[1] = out->part[1] * d;
         return;
@@ -5435,12 +5458,13 @@ static KVQ__INLINE void kvq__pairs2_step(kvq__v16 *acc, size_t P, const char *x0
 }
 #else
 /* Block b's 16 codes of the entry at x as kvq__pair_term multiplies
-   them: c (kvq__codes16), or with PLACED c 4^j (kvq__codes16_placed)     */
+   them: c (kvq__codes16), or with PLACED c 4^j (kvq__codes16_placed),
+   as a float (PLACED = 1) or as the subnormal c 4^j 2^-149 (PLACED = 2) */
 static KVQ__INLINE void kvq__pair_codes(kvq__v16 *c, const char *x, int b, int PLACED)
 {
 #if KVQ__W == 8 && KVQ__ZEN1
     if (PLACED) {
-        kvq__codes16_placed(c, (const uint32_t *)(const void *)x, 16 * (size_t)b);
+        kvq__codes16_placed(c, (const uint32_t *)(const void *)x, 16 * (size_t)b, PLACED == 2);
         return;
     }
 #endif
@@ -5465,23 +5489,29 @@ static KVQ__INLINE kvq__v16 kvq__pair_term(const char *x0, size_t stride, int b,
 
 /* Pair i (entries i, i + 1; TWO = 0: entry i alone) of kvq__pairs2_walk
    into sum k of its NB blocks: the weights broadcast once for them.
-   PLACED (Zen 1, KVQ__ZEN1): the weights scaled by lane, w 4^-j, once for
-   all blocks, and the codes left in place, c 4^j: the same product w c
-   where w 4^-j is exact (kvq__scales_exactly), without kvq__codes16's
-   two multiplies per 16 codes.                                           */
+   PLACED (Zen 1, KVQ__ZEN1): the weights scaled by lane, w down[j], once
+   for all blocks, and the codes left in place, c 4^j. PLACED = 1: down =
+   4^-j (kvq__down4), the same product w c where w 4^-j is exact, without
+   kvq__codes16's two multiplies per 16 codes. PLACED = 2: down = 4^-j
+   2^(149-E) and the codes not even converted, read as the subnormals
+   c 4^j 2^-149: the product is w c 2^-E, the sums the walk's own times
+   2^-E where kvq__walk_scale allows it, and no conversion (2 cycles a
+   ymm on Zen 1, on the multiply-adds' pipes) is left in the walk.        */
 static KVQ__INLINE void kvq__pair_blocks(kvq__v16 *acc, size_t P, size_t k, const char *e,
                                          size_t stride, const float *wt, size_t i, int NB,
-                                         int TWO, int PLACED)
+                                         int TWO, int PLACED, const float *down /* (8) */)
 {
     kvq__v16 ws[2] = { kvq__splat16(wt[i]), kvq__splat16(TWO ? wt[i + 1] : 0.0f) };
     int b;
 #if KVQ__W == 8 && KVQ__ZEN1
     if (PLACED) {
         kvq__vf d;
-        memcpy(&d, kvq__down4, sizeof d);
+        memcpy(&d, down, sizeof d);
         ws[0].part[0] = ws[0].part[1] = ws[0].part[0] * d;      /* lanes j, j + 8 */
         ws[1].part[0] = ws[1].part[1] = ws[1].part[0] * d;
     }
+#else
+    (void)down;
 #endif
     for (b = 0; b < NB; b++)
         acc[(size_t)b * P + k] = kvq__add16(acc[(size_t)b * P + k],
@@ -5489,9 +5519,10 @@ static KVQ__INLINE void kvq__pair_blocks(kvq__v16 *acc, size_t P, size_t k, cons
                                                            TWO, PLACED));
 }
 
-/* The pairs of kvq__pairs2_walk, pairs outer (NB <= 4), PLACED as above */
+/* The pairs of kvq__pairs2_walk, pairs outer (NB <= 4), PLACED and down
+   as above                                                              */
 static KVQ__INLINE void kvq__pairs_outer(kvq__v16 *acc, const char *e, size_t stride, size_t m,
-                                         const float *wt, int NB, int PLACED)
+                                         const float *wt, int NB, int PLACED, const float *down)
 {
     const int P = NB >= 4 ? 1 : 4 / NB;
     size_t i, i0;
@@ -5500,40 +5531,87 @@ static KVQ__INLINE void kvq__pairs_outer(kvq__v16 *acc, const char *e, size_t st
         KVQ__UNROLL(4)
         for (k = 0; k < P; k++)
             kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i0 + 2 * (size_t)k, NB, 1,
-                             PLACED);
+                             PLACED, down);
     }
     KVQ__UNROLL(4)
     for (k = 0; k < P; k++) {                           /* the last pairs    */
         i = i0 + 2 * (size_t)k;
         if (i + 1 < m)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 1, PLACED);
+            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 1, PLACED, down);
         else if (i < m)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 0, PLACED);
+            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 0, PLACED, down);
     }
 }
 
 #if KVQ__W == 8 && KVQ__ZEN1
-/* 1 if each of the n weights w times 4^-7 is exact: w = 0 or |w| >= 1e-33
-   (> 2^-112, so w 4^-7 stays normal), or w not a number. By the bits of
-   |w|, 0 < |w| < 1e-33, 8 weights a step (a scalar loop, a branch per
-   weight, took back most of what the walk saves)                         */
-static int kvq__scales_exactly(const float *w, size_t n)
+/* Which pair walk the n weights w of kvq__pairs2_walk allow: E in
+   22..122 for the subnormal one (PLACED = 2, weights scaled 2^(149-E)),
+   0 for the placed one (PLACED = 1), -1 for neither.
+   Placed: w 4^-7 must be exact, so w = 0 or |w| >= 1e-33 (> 2^-112:
+   w 4^-7 stays normal); w not a number is no tiny weight either.
+   Subnormal: with e_max = floor(log2 max |w|), e_min = floor(log2 of the
+   least nonzero |w|), every weight finite:
+   - the scaled weights w 4^-j 2^(149-E) finite: |w| 2^(149-E) < 2^128,
+     E >= e_max + 22, and their factor 2^(149-E) a float: E >= 22; so
+     E = max(e_max, 0) + 22.
+   - each operation of the walk rounds its exact result x the same way
+     as the reference rounds x 2^E, as long as no underflow can round:
+     the mul, fma and add results are sums of products w c (c = 0..3),
+     all multiples of 2^(e_min-23), the least weight's ulp. In the scaled
+     domain that grid is 2^(e_min-23-E): at least 2^-149, the subnormal
+     spacing, iff e_min - E >= -126, i.e. e_min >= -104 and e_max - e_min
+     <= 104. Then a result below 2^-126 in either domain has < 24
+     significant bits and is exact in both; above it, both are normal and
+     round alike. (The reference's own domain needs nothing more: its
+     grid, a float's ulp, is never finer than 2^-149. Asking instead that
+     every value stay normal in both domains gives the stricter
+     e_max - e_min <= 81, e_min >= -103.)
+   - nothing overflows: the reference's sums (|w c| < 2^(e_max+3), at
+     most n of them, n <= 2^20) stay below 2^128 with e_max <= 100, so it
+     never holds an inf where the scaled walk holds a number; the scaled
+     sums stay below 2^-19 n.
+   - MXCSR: with DAZ (bit 6) every subnormal code reads as 0, with FTZ
+     (bit 15) a result below 2^-126 is flushed in one domain and not the
+     other: either bit set takes the placed walk.
+   The bounds by the bits of |w| (positive floats order like their bits),
+   8 weights a step: the largest, and the least nonzero as the least
+   |w| - 1 unsigned (0 wraps to the top). A scalar loop with a branch
+   per weight took back most of what the walk saves.                     */
+static int kvq__walk_scale(const float *w, size_t n)
 {
     const float limit = 1e-33f;
-    int32_t lim, x;
-    kvq__vi tiny = { 0 };
-    int any = 0;
+    __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-1);
+    uint32_t top, low, x, tiny;
+    int emax, emin;
     size_t i = 0;
-    memcpy(&lim, &limit, sizeof lim);
-    for (; i + 8 <= n; i += 8) {
-        const kvq__vi u = (kvq__vi)KVQ__VLOAD(w + i) & 0x7FFFFFFF;
-        tiny |= (u > 0) & (u < lim);
+    memcpy(&tiny, &limit, sizeof tiny);
+    for (; i + 8 <= n; i += 8) {                        /* |w|'s bits, lane by lane */
+        const __m256i x8 = _mm256_loadu_si256((const __m256i *)(const void *)(w + i)),
+                      u = _mm256_and_si256(x8, _mm256_set1_epi32(0x7FFFFFFF));
+        hi = _mm256_max_epu32(hi, u);
+        lo = _mm256_min_epu32(lo, _mm256_sub_epi32(u, _mm256_set1_epi32(1)));
     }
-    for (; i < n; i++) {
+    /* the 8 lanes to one: halves, then pairs of pairs, then pairs      */
+    hi = _mm256_max_epu32(hi, _mm256_permute2x128_si256(hi, hi, 1));
+    lo = _mm256_min_epu32(lo, _mm256_permute2x128_si256(lo, lo, 1));
+    hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32(hi, 0x4E));
+    lo = _mm256_min_epu32(lo, _mm256_shuffle_epi32(lo, 0x4E));
+    hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32(hi, 0xB1));
+    lo = _mm256_min_epu32(lo, _mm256_shuffle_epi32(lo, 0xB1));
+    top = (uint32_t)_mm256_cvtsi256_si32(hi);
+    low = (uint32_t)_mm256_cvtsi256_si32(lo);
+    for (; i < n; i++) {                                /* the last < 8      */
         memcpy(&x, w + i, sizeof x);
-        any |= (x & 0x7FFFFFFF) > 0 && (x & 0x7FFFFFFF) < lim;
+        x &= 0x7FFFFFFFu;
+        top = x > top ? x : top;
+        low = x - 1u < low ? x - 1u : low;
     }
-    return !any && _mm256_testz_si256((__m256i)tiny, (__m256i)tiny);
+    if (low < tiny - 1u) return -1;                     /* 0 < |w| < 1e-33   */
+    if (top == 0 || (_mm_getcsr() & 0x8040u) || n > ((size_t)1 << 20)) return 0;
+    emax = (int)(top >> 23) - 127;                      /* 128: inf, NaN     */
+    emin = (int)((low + 1u) >> 23) - 127;               /* -127: subnormal   */
+    if (emax > 100 || emin < -104 || emax - emin > 104) return 0;
+    return (emax > 0 ? emax : 0) + 22;
 }
 #endif
 #endif
@@ -5579,11 +5657,26 @@ static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t strid
            plain floats, block by block below. Either way sum (b, k) takes
            its pairs in order: the same floats.                          */
 #if KVQ__W == 8 && KVQ__ZEN1
-        if (kvq__scales_exactly(wt, m))
-            kvq__pairs_outer(acc, e, stride, m, wt, NB, 1);
+        const int E = kvq__walk_scale(wt, m);
+        if (E > 0) {
+            /* 4^-j 2^(149-E) by its exponent field; the sums times 2^E at
+               the end, before they are used: exact (kvq__walk_scale)   */
+            float down[8], up;
+            uint32_t f;
+            int j;
+            for (j = 0; j < 8; j++) {
+                f = (uint32_t)(127 + 149 - E - 2 * j) << 23;
+                memcpy(down + j, &f, sizeof f);
+            }
+            kvq__pairs_outer(acc, e, stride, m, wt, NB, 2, down);
+            f = (uint32_t)(127 + E) << 23;
+            memcpy(&up, &f, sizeof f);
+            for (b = 0; b < NB * P; b++) acc[b] = kvq__mul16(acc[b], kvq__splat16(up));
+        } else if (E == 0)
+            kvq__pairs_outer(acc, e, stride, m, wt, NB, 1, kvq__down4);
         else
 #endif
-            kvq__pairs_outer(acc, e, stride, m, wt, NB, 0);
+            kvq__pairs_outer(acc, e, stride, m, wt, NB, 0, NULL);
     } else
         for (b = 0; b < NB; b++) {                      /* the same sums     */
             kvq__v16 a[4];

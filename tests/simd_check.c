@@ -32,7 +32,10 @@
        width, zero mode and row precision, D in {8, 48, 64, 128} (and 16,
        32, 256 for KIVI-2, HF-2, HF-4 and OTT-2), T from 1
        to 1000, 1 to 8 query heads: each vector copy's outputs are the
-       same bytes as the scalar copy's with its FMA setting.
+       same bytes as the scalar copy's with its FMA setting; also with
+       DAZ (and FTZ) set in MXCSR, against the scalar copy without;
+     - kvq__pairs2_walk itself (Zen 1: codes read as subnormals) at each
+       edge of its guard, kvq__walk_scale, under each MXCSR setting.
    On a CPU without AVX2/FMA the vector copies cannot run: the test says so
    and counts nothing.                                                     */
 #ifdef SIMD_CHECK_PART
@@ -89,6 +92,18 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
 {
     return kvq_attend(c, q, n_q, out, NULL, mode, scratch, n);
 }
+/* kvq__pairs2_walk itself (one head's 2-bit pair walk: values and
+   per-channel keys), NB a constant in each call as in kvq.h            */
+void PART(pairs2_walk)(float *out, const char *e, size_t stride, size_t m, const float *wt,
+                       const float *zb, int NB)
+{
+    switch (NB) {
+    case 1:  kvq__pairs2_walk(out, e, stride, m, wt, zb, 1); break;
+    case 2:  kvq__pairs2_walk(out, e, stride, m, wt, zb, 2); break;
+    case 4:  kvq__pairs2_walk(out, e, stride, m, wt, zb, 4); break;
+    default: kvq__pairs2_walk(out, e, stride, m, wt, zb, 8); break;
+    }
+}
 
 #else /* main: its own (scalar) copy for configs and validation */
 #define KVQ_STATIC
@@ -113,7 +128,9 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
     void p##_cache_free(kvq_cache *c);                                              \
     size_t p##_scratch(const kvq_cache *c, kvq_attn_mode m);                        \
     kvq_status p##_attend(const kvq_cache *c, const float *q, size_t n_q, float *out, \
-                          kvq_attn_mode mode, float *scratch, size_t n);
+                          kvq_attn_mode mode, float *scratch, size_t n);             \
+    void p##_pairs2_walk(float *out, const char *e, size_t stride, size_t m,        \
+                         const float *wt, const float *zb, int NB);
 DECLARE(scalar)
 DECLARE(simd)
 DECLARE(scalar_fma)
@@ -134,9 +151,10 @@ typedef struct copy {
     quantize_fn quantize;
     attend_fn attend;
     float (*rotate_row)(const float *, size_t, int, const float *, float *);
+    void (*pairs2_walk)(float *, const char *, size_t, size_t, const float *, const float *, int);
 } copy;
 #define COPY(p) { #p, p##_fused, p##_f16_stored, p##_f16_store, p##_quantize, p##_attend, \
-                  p##_rotate_row }
+                  p##_rotate_row, p##_pairs2_walk }
 static const copy scalar_copies[2] = { COPY(scalar), COPY(scalar_fma) };
 static const copy vector_copies[3] = { COPY(simd), COPY(simd_fma), COPY(native) };
 #define N_VECTOR 3
@@ -398,6 +416,176 @@ static void check_attend_tiny(void)
     printf("simd_check: %zu of %zu attention outputs with tiny weights identical bytes\n", same, runs);
 }
 
+/* The caller's MXCSR (x86): DAZ (bit 6) reads every subnormal input as 0,
+   FTZ (bit 15) flushes every result below 2^-126 to 0. Built for Zen 1,
+   kvq.h's one-head 2-bit pair walks read each masked code c 4^j as the
+   subnormal c 4^j 2^-149 (kvq__walk_scale): under DAZ that would be 0,
+   so they must see the bit and walk as before.                           */
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+static unsigned csr_set(unsigned flags)
+{
+    const unsigned old = _mm_getcsr();
+    _mm_setcsr((old & ~0x8040u) | flags);
+    return old;
+}
+static void csr_restore(unsigned old) { _mm_setcsr(old); }
+#define HAVE_CSR 1
+#else
+static unsigned csr_set(unsigned flags) { (void)flags; return 0; }
+static void csr_restore(unsigned old) { (void)old; }
+#define HAVE_CSR 0
+#endif
+
+/* Equal floats, bit for bit, except that any NaN equals any NaN          */
+static int same_floats(const float *a, const float *b, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof *a) != 0 && !(a[i] != a[i] && b[i] != b[i])) return 0;
+    return 1;
+}
+
+/* kvq_attend with DAZ set, and with DAZ and FTZ (as -ffast-math's startup
+   code leaves them): every vector copy's outputs the same bytes as the
+   scalar copy's with the default MXCSR (ordinary data: no subnormal in
+   the reference). 2-bit caches, D = 128, T = 1000, 1 and 4 heads.       */
+static void check_attend_daz(void)
+{
+    static const unsigned flags[2] = { 0x40u, 0x8040u };
+    rng r = { 0xDA2C5Full };
+    const size_t D = 128, T = 1000;
+    size_t same = 0, runs = 0;
+    int pol, mode, k, f, qi;
+    if (!HAVE_CSR) { printf("simd_check: no MXCSR here: DAZ cases skipped\n"); return; }
+    for (pol = 0; pol < 4; pol++) {
+        kvq_config cfg = pol == 0 ? kvq_config_kivi(D, 2)
+                       : pol == 1 ? kvq_config_hf(D, kvq_hf_defaults(2))
+                       : pol == 2 ? kvq_config_ott(D, 2, 5) : kvq_config_logquant(D, 2, 16);
+        kvq_cache c;
+        float *K = (float *)malloc(T * D * sizeof(float)), *V = (float *)malloc(T * D * sizeof(float));
+        fill(&r, K, T * D, 1.5f);
+        fill(&r, V, T * D, 1.0f);
+        if (scalar_cache_init(&c, &cfg) != KVQ_OK || scalar_cache_prefill(&c, K, V, T) != KVQ_OK) {
+            CHECK(0, "DAZ, policy %d: build: %s", pol, kvq_why());
+            free(K); free(V);
+            continue;
+        }
+        for (qi = 0; qi < 2; qi++)
+            for (mode = 0; mode < 2; mode++) {
+                const size_t nq = qi ? 4 : 1, nw = nq * scalar_scratch(&c, (kvq_attn_mode)mode);
+                float *q = (float *)malloc(nq * D * sizeof(float)), *w = (float *)malloc(nw * sizeof(float));
+                float *o1 = (float *)malloc(nq * D * sizeof(float)), *o2 = (float *)malloc(nq * D * sizeof(float));
+                fill(&r, q, nq * D, 1.0f);
+                for (k = 0; k < N_VECTOR; k++)
+                    for (f = 0; f < 2; f++) {
+                        const copy *v = &vector_copies[k], *ref = reference_of(v);
+                        kvq_status st1, st2;
+                        unsigned old;
+                        if (!ref) continue;
+                        st1 = ref->attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw);
+                        old = csr_set(flags[f]);
+                        st2 = v->attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw);
+                        csr_restore(old);
+                        runs++;
+                        if (st1 == KVQ_OK && st2 == KVQ_OK && memcmp(o1, o2, nq * D * sizeof(float)) == 0)
+                            same++;
+                        else CHECK(0, "MXCSR 0x%x, policy %d n_q=%zu %s: the %s copy differs from %s "
+                                   "(%.9g vs %.9g)", flags[f], pol, nq, mode ? "ONLINE" : "EAGER",
+                                   v->name, ref->name, (double)o2[0], (double)o1[0]);
+                    }
+                free(q); free(w); free(o1); free(o2);
+            }
+        scalar_cache_free(&c);
+        free(K); free(V);
+    }
+    printf("simd_check: %zu of %zu attention outputs under DAZ identical bytes\n", same, runs);
+}
+
+/* kvq__pairs2_walk (one head's 2-bit pair walk) itself, at the edges of
+   the subnormal walk's guard (kvq.h, kvq__walk_scale: the weights' e_max
+   and e_min, the floors of log2 of the largest and least nonzero |w|;
+   taken where e_min >= -104, e_max - e_min <= 104, e_max <= 100, DAZ
+   and FTZ clear). Half the entries have weights of exponent `hi`, half
+   of `lo`, each with a random odd mantissa (its last bit set: the
+   products' grid is then as fine as the guard allows), random signs and
+   codes; the `hi` entries' codes 8-15 of every block are 0, so those
+   lanes sum the `lo` products alone and keep their last bits. An edge
+   taken one step too far loses them (2^-150 in the scaled walk). Each
+   case under each MXCSR (none, FTZ, DAZ, both), NB = 1, 2, 4, 8 blocks,
+   m = 31, 32, 128 entries, with and without zb; the reference is the
+   scalar copy under the same MXCSR.                                     */
+static void check_walk_guard(void)
+{
+    static const struct { int hi, lo, special; const char *what; } cases[] = {
+        { 2, -10, 0, "ordinary weights" },
+        { 0, -104, 0, "span 104, least 2^-104: the subnormal walk's last grid, 2^-149" },
+        { 1, -104, 0, "span 105: the placed walk" },
+        { -30, -105, 0, "least 2^-105: the placed walk" },
+        { 90, -14, 0, "span 104 from 2^90 (E = 112)" },
+        { 100, 0, 0, "largest 2^100 (E = 122)" },
+        { 121, 121, 1, "2^121, sums past 2^128 then back: the reference's inf stays" },
+        { 0, -5, 2, "an inf and a NaN weight" },
+        { -20, -140, 0, "subnormal weights: the unscaled walk" },
+    };
+    static const unsigned flags[4] = { 0, 0x8000u, 0x40u, 0x8040u };
+    static const int NBs[4] = { 1, 2, 4, 8 };
+    static const size_t ms[3] = { 31, 32, 128 };
+    rng r = { 0x5B4A11ull };
+    size_t same = 0, runs = 0, ci, mi, i;
+    int f, nbi, z, k;
+    for (ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (f = 0; f < (HAVE_CSR ? 4 : 1); f++)
+            for (nbi = 0; nbi < 4; nbi++)
+                for (mi = 0; mi < 3; mi++)
+                    for (z = 0; z < 2; z++) {
+                        const int NB = NBs[nbi], sp = cases[ci].special;
+                        const size_t m = ms[mi], words = (size_t)NB + 1;       /* a stride with a gap */
+                        uint32_t *e = (uint32_t *)malloc(m * words * sizeof(uint32_t));
+                        float *wt = (float *)malloc(m * sizeof(float)), o[2][128], zb = 0.375f;
+                        unsigned old;
+                        int fu;
+                        for (i = 0; i < m; i++) {
+                            const int hi = sp == 1 || rbelow(&r, 2), ex = hi ? cases[ci].hi : cases[ci].lo;
+                            const uint32_t mant = 0x800000u | (uint32_t)rbelow(&r, 1u << 23) | 1u;
+                            size_t b;
+                            wt[i] = ldexpf((float)mant, ex - 23);
+                            if (sp == 1 ? i >= m / 2 : rbelow(&r, 2)) wt[i] = -wt[i];
+                            for (b = 0; b < words; b++) {
+                                uint32_t x = (uint32_t)(rnext(&r) >> 32);
+                                if (sp == 1) x = ~0u;                   /* every code 3 */
+                                else if (hi) x &= 0xFFFFu;              /* codes 8-15: 0 */
+                                e[i * words + b] = x;
+                            }
+                        }
+                        if (sp == 2) { wt[3] = INFINITY; wt[7] = NAN; }
+                        for (fu = 0; fu < 2; fu++) {             /* each FMA setting's reference */
+                            memset(o[0], 0, sizeof o[0]);
+                            old = csr_set(flags[f]);
+                            scalar_copies[fu].pairs2_walk(o[0], (const char *)e, words * 4, m, wt,
+                                                          z ? &zb : NULL, NB);
+                            csr_restore(old);
+                            for (k = 0; k < N_VECTOR; k++) {
+                                const copy *v = &vector_copies[k];
+                                if (reference_of(v) != &scalar_copies[fu]) continue;
+                                memset(o[1], 0, sizeof o[1]);
+                                old = csr_set(flags[f]);
+                                v->pairs2_walk(o[1], (const char *)e, words * 4, m, wt, z ? &zb : NULL, NB);
+                                csr_restore(old);
+                                runs++;
+                                if (same_floats(o[0], o[1], 16 * (size_t)NB)) same++;
+                                else CHECK(0, "pair walk, %s: MXCSR 0x%x NB=%d m=%zu zb %d: the %s copy "
+                                           "differs from %s", cases[ci].what, flags[f], NB, m, z, v->name,
+                                           scalar_copies[fu].name);
+                            }
+                        }
+                        free(e); free(wt);
+                    }
+    CHECK(runs >= 9 * 4 * 4 * 3 * 2 * 2, "pair walk: only %zu runs", runs);
+    printf("simd_check: %zu of %zu pair walks at the subnormal walk's edges identical bytes\n", same,
+           runs);
+}
+
 /* The rotation's fast path (kvq.h Part II, II.4) against its definition,
    kvq__rotate_row (Sec. 6.1, this file's own scalar copy): every copy's
    outputs the same bytes, D = 1 .. 4096 (powers of two), both directions,
@@ -462,6 +650,8 @@ int main(void)
     }
     check_attend();
     check_attend_tiny();
+    check_attend_daz();
+    check_walk_guard();
     check_rotation();
     return TEST_END("simd_check");
 }
