@@ -367,10 +367,7 @@ AI void lane_walk(int v, int nq, const uint32_t *codes /* (R/16, L) */, int R, i
                     case VA:
                         c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x[lb], 2 * i), three));
                         break;
-                    case VB:
-                        m = _mm256_set1_epi32(3 << 2 * (i & 7));
-                        c = _mm256_cvtepi32_ps(_mm256_and_si256(i < 8 ? x[lb] : x16[lb], m));
-                        break;
+                    case VB:                    /* x16: the shifted or reloaded word */
                     case VB2:
                         m = _mm256_set1_epi32(3 << 2 * (i & 7));
                         c = _mm256_cvtepi32_ps(_mm256_and_si256(i < 8 ? x[lb] : x16[lb], m));

@@ -358,6 +358,15 @@ static void check_attend(void)
     printf("simd_check: %zu of %zu attention outputs identical bytes\n", same, runs);
 }
 
+/* The four 2-bit caches whose walks the Zen 1 checks below aim at:
+   0 KIVI-2, 1 HF-2, 2 OTT-2, 3 LogQuant-2 (window 16)                    */
+static kvq_config two_bit_policy(int pol, size_t D)
+{
+    return pol == 0 ? kvq_config_kivi(D, 2)
+         : pol == 1 ? kvq_config_hf(D, kvq_hf_defaults(2))
+         : pol == 2 ? kvq_config_ott(D, 2, 5) : kvq_config_logquant(D, 2, 16);
+}
+
 /* Weights near the bottom of the float range. Built for Zen 1, kvq.h's
    2-bit pair walks (one head: values, per-channel keys) scale each weight
    by 4^-j, exact only while w 4^-7 stays normal: below 1e-33 they must
@@ -374,9 +383,7 @@ static void check_attend_tiny(void)
     int pol, mode, k;
     for (pol = 0; pol < 4; pol++)
         for (mode = 0; mode < 2; mode++) {
-            kvq_config cfg = pol == 0 ? kvq_config_kivi(D, 2)
-                           : pol == 1 ? kvq_config_hf(D, kvq_hf_defaults(2))
-                           : pol == 2 ? kvq_config_ott(D, 2, 5) : kvq_config_logquant(D, 2, 16);
+            kvq_config cfg = two_bit_policy(pol, D);
             kvq_cache c;
             float *K = (float *)malloc(T * D * sizeof(float)), *V = (float *)malloc(T * D * sizeof(float));
             float q[128], o1[128], o2[128], *w;
@@ -459,9 +466,7 @@ static void check_attend_daz(void)
     int pol, mode, k, f, qi;
     if (!HAVE_CSR) { printf("simd_check: no MXCSR here: DAZ cases skipped\n"); return; }
     for (pol = 0; pol < 4; pol++) {
-        kvq_config cfg = pol == 0 ? kvq_config_kivi(D, 2)
-                       : pol == 1 ? kvq_config_hf(D, kvq_hf_defaults(2))
-                       : pol == 2 ? kvq_config_ott(D, 2, 5) : kvq_config_logquant(D, 2, 16);
+        kvq_config cfg = two_bit_policy(pol, D);
         kvq_cache c;
         float *K = (float *)malloc(T * D * sizeof(float)), *V = (float *)malloc(T * D * sizeof(float));
         fill(&r, K, T * D, 1.5f);
