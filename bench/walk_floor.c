@@ -166,8 +166,6 @@ AI void dec_std(int v, const uint32_t *p, __m256 *lo, __m256 *hi)
     const __m256i shi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
     const __m256i mask = _mm256_setr_epi32(3, 3 << 2, 3 << 4, 3 << 6, 3 << 8,
                                            3 << 10, 3 << 12, 3 << 14);
-    const __m256i magic = _mm256_set1_epi32(0x4B000000);
-    const __m256 two23 = _mm256_set1_ps(8388608.0f);
     const __m256 t0123 = _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3);
     switch (v) {
     case VA:
@@ -179,9 +177,8 @@ AI void dec_std(int v, const uint32_t *p, __m256 *lo, __m256 *hi)
         *hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(b, 16), mask));
         break;
     case VC:
-        *lo = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(b, mask), magic)), two23);
-        *hi = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(
-                  _mm256_and_si256(_mm256_srli_epi32(b, 16), mask), magic)), two23);
+        *lo = magic_cvt(_mm256_and_si256(b, mask));
+        *hi = magic_cvt(_mm256_and_si256(_mm256_srli_epi32(b, 16), mask));
         break;
     case VH: /* the masked codes' bits as floats: c 4^j 2^-149 */
         *lo = _mm256_castsi256_ps(_mm256_and_si256(b, mask));
@@ -322,8 +319,7 @@ AI void lane_walk(int v, int nq, const uint32_t *codes /* (R/16, L) */, int R, i
                   float *out /* (nq, L) */)
 {
     const int NL = nq == 1 ? 4 : 1; /* lane blocks of 8 */
-    const __m256i three = _mm256_set1_epi32(3), magic = _mm256_set1_epi32(0x4B000000);
-    const __m256 two23 = _mm256_set1_ps(8388608.0f);
+    const __m256i three = _mm256_set1_epi32(3);
     const __m256 t0123 = _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3);
     for (int l0 = 0; l0 < L; l0 += 8 * NL) {
         __m256 a[4][NQMAX][2]; /* (lane block, head, parity) */
@@ -361,34 +357,28 @@ AI void lane_walk(int v, int nq, const uint32_t *codes /* (R/16, L) */, int R, i
 #pragma GCC unroll 4
                 for (int lb = 0; lb < NL; lb++) {
                     const int r = 16 * rb + i;
+                    /* the placed decodes' word: lane j keeps code j (or j + 8,
+                       from x16) where it sits, c 4^j                         */
+                    const __m256i placed = _mm256_and_si256(i < 8 ? x[lb] : x16[lb],
+                                                            _mm256_set1_epi32(3 << 2 * (i & 7)));
                     __m256 c;
-                    __m256i m;
                     switch (v) {
                     case VA:
                         c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x[lb], 2 * i), three));
                         break;
-                    case VB:                    /* x16: the shifted or reloaded word */
+                    case VB:
                     case VB2:
-                        m = _mm256_set1_epi32(3 << 2 * (i & 7));
-                        c = _mm256_cvtepi32_ps(_mm256_and_si256(i < 8 ? x[lb] : x16[lb], m));
-                        break;
-                    case VC2:
-                        m = _mm256_set1_epi32(3 << 2 * (i & 7));
-                        c = magic_cvt(_mm256_and_si256(i < 8 ? x[lb] : x16[lb], m));
-                        break;
-                    case VH:
-                        m = _mm256_set1_epi32(3 << 2 * (i & 7));
-                        c = _mm256_castsi256_ps(_mm256_and_si256(i < 8 ? x[lb] : x16[lb], m));
-                        break;
-                    case VG:
-                        m = _mm256_set1_epi32(3 << 2 * (i & 7));
-                        c = i < 8 ? _mm256_cvtepi32_ps(_mm256_and_si256(x[lb], m))
-                                  : magic_cvt(_mm256_and_si256(x16[lb], m));
+                        c = _mm256_cvtepi32_ps(placed);
                         break;
                     case VC:
-                        m = _mm256_set1_epi32(3 << 2 * (i & 7));
-                        c = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(
-                                _mm256_and_si256(i < 8 ? x[lb] : x16[lb], m), magic)), two23);
+                    case VC2:
+                        c = magic_cvt(placed);
+                        break;
+                    case VH:
+                        c = _mm256_castsi256_ps(placed);
+                        break;
+                    case VG:
+                        c = i < 8 ? _mm256_cvtepi32_ps(placed) : magic_cvt(placed);
                         break;
                     case VD:
                         c = _mm256_permutevar8x32_ps(t0123, _mm256_srli_epi32(x[lb], 2 * i));
