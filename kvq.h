@@ -5238,16 +5238,13 @@ static KVQ__VINLINE void kvq__codes16_placed(kvq__v16 *out, const uint32_t *w, s
     static const uint32_t keep[8] = { 3u, 3u << 2, 3u << 4, 3u << 6,
                                       3u << 8, 3u << 10, 3u << 12, 3u << 14 };
     uint16_t high;
-    kvq__vu m;
+    kvq__vu m, lo, hi;
     memcpy(&high, (const char *)(w + c0 / 16) + 2, sizeof high);
     memcpy(&m, keep, sizeof m);
-    if (RAW) {
-        out->part[0] = (kvq__vf)(kvq__vu_splat(w[c0 / 16]) & m);
-        out->part[1] = (kvq__vf)((kvq__vu)_mm256_set1_epi16((short)high) & m);
-        return;
-    }
-    out->part[0] = kvq__vf_of_vi((kvq__vi)(kvq__vu_splat(w[c0 / 16]) & m));
-    out->part[1] = kvq__vf_of_vi((kvq__vi)((kvq__vu)_mm256_set1_epi16((short)high) & m));
+    lo = kvq__vu_splat(w[c0 / 16]) & m;
+    hi = (kvq__vu)_mm256_set1_epi16((short)high) & m;
+    out->part[0] = RAW ? (kvq__vf)lo : kvq__vf_of_vi((kvq__vi)lo);
+    out->part[1] = RAW ? (kvq__vf)hi : kvq__vf_of_vi((kvq__vi)hi);
 }
 #endif
 static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
