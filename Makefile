@@ -65,7 +65,7 @@ TESTS       := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TESTS_SAN   := $(TEST_SRC:tests/%.c=$(B)/san/%)
 EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(B)/examples/%)
 BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
-HDRS        := kvq.h $(wildcard examples/*.h) $(wildcard examples/llm/*.h) $(wildcard tests/*.h)
+HDRS        := kvq.h kvq_simd.h $(wildcard examples/*.h) $(wildcard examples/llm/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # valgrind builds: test_model is left out (its 135M-parameter forward passes
 # take minutes under memcheck; test_llm runs the same code on a small model)
@@ -128,9 +128,9 @@ FMA_FLAGS  := $(if $(X86),-mfma)
 SIMD_PARTS := scalar simd scalar_fma simd_fma native
 $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
 	@mkdir -p $(B)/simd $(@D)
-	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD -c $< -o $(B)/simd/scalar.o
+	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar -DSIMD_CHECK_PLAIN -c $< -o $(B)/simd/scalar.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=simd $(SIMD_FLAGS) -c $< -o $(B)/simd/simd.o
-	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar_fma -DKVQ_NO_SIMD $(FMA_FLAGS) -c $< -o $(B)/simd/scalar_fma.o
+	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar_fma -DSIMD_CHECK_PLAIN $(FMA_FLAGS) -c $< -o $(B)/simd/scalar_fma.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=simd_fma $(SIMD_FLAGS) $(FMA_FLAGS) -c $< -o $(B)/simd/simd_fma.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=native -march=native -c $< -o $(B)/simd/native.o
 	$(CC) $(CFLAGS) -I. -Itests -c $< -o $(B)/simd/main.o

@@ -879,17 +879,19 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
 #define KVQ_ASSERT(x) assert(x)
 #endif
 
-/* Fused multiply-add. The dot products of attention (kvq__madd16 below)
-   fuse a * b + c into one rounding where the target has FMA (x86 FMA3,
-   AArch64: KVQ__FMA), at every vector width, and round twice elsewhere;
-   every other expression rounds each operation. So two builds for the
-   same target give identical floats whatever their vector width, and a
-   build with FMA differs from one without only in the last bits of
-   attention outputs, never in a quantized code. GCC compiles ISO C
-   (-std=c99) without contracting expressions by default; clang would
-   fuse within an expression, so it is told not to here (until the end of
-   the implementation). -DKVQ_NO_FMA turns the fused path off.            */
-#if !defined(KVQ_NO_FMA) && (defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__))
+/* Fused multiply-add. The dot products of attention (kvq__fmadd, Sec. 8)
+   fuse a x + acc into one rounding where fmaf is as fast as a multiply
+   and an add (C99's FP_FAST_FMAF, which GCC defines where the target has
+   the instruction: x86 with FMA3, AArch64; clang does not define it, so
+   clang builds round twice), and round twice elsewhere; every other
+   expression rounds each operation. A build with FMA differs from one
+   without only in the last bits of attention outputs, never in a
+   quantized code, and kvq_simd.h fuses exactly where this header does.
+   GCC compiles ISO C (-std=c99) without contracting expressions by
+   default; clang would fuse within an expression, so it is told not to
+   here (until the end of the implementation). -DKVQ_NO_FMA turns the
+   fused path off.                                                        */
+#if !defined(KVQ_NO_FMA) && defined(FP_FAST_FMAF)
 #define KVQ__FMA 1
 #endif
 #if defined(__clang__)
@@ -901,6 +903,41 @@ typedef char kvq__check_sz_is_4_bytes[(sizeof(kvq_sz) == 4) ? 1 : -1];
 typedef char kvq__check_f16_is_2_bytes[(sizeof(kvq_f16) == 2) ? 1 : -1];
 typedef char kvq__check_word_is_4_bytes[(sizeof(uint32_t) == 4) ? 1 : -1];
 typedef char kvq__check_float_is_4_bytes[(sizeof(float) == 4) ? 1 : -1];
+
+/* THE FAST PATHS' HOOKS. kvq_simd.h, included instead of this header,
+   defines KVQ__SIMD on targets with vector units and gives a vector body
+   to the few functions below whose first line is KVQ__FAST: that line
+   hands the call to kvq__simd_NAME and returns its result. Without
+   kvq_simd.h the line does nothing and the plain body after it runs: the
+   plain body is the definition, and kvq_simd.h's must give the same bits
+   (tests/simd_check.c compares the two builds on every cache kind).     */
+#ifdef KVQ__SIMD
+#define KVQ__SIMD_HOOKED 1
+#define KVQ__FAST(call)      return kvq__simd_##call
+#define KVQ__FAST_VOID(call) do { kvq__simd_##call; return; } while (0)
+static float kvq__simd_f16_stored(kvq_f16 h);
+static kvq_f16 kvq__simd_f16_store(float f);
+static void kvq__simd_f16_row(const kvq_f16 *h, size_t D, float *out);
+static float kvq__simd_absmax_or_nonfinite(const float *x, size_t n);
+static kvq_status kvq__simd_quantize_unit(const float *X, size_t D, int bits, size_t G,
+                                          kvq_axis axis, kvq_zero_mode mode,
+                                          uint32_t *words, kvq_sz *sz);
+static void kvq__simd_quantize_units(const float *X, const kvq_layout *L, size_t D, int bits,
+                                     size_t G, kvq_axis axis, kvq_zero_mode mode,
+                                     uint32_t *words, kvq_sz *sz);
+static float kvq__simd_rotate_into(const float *sign, size_t D, int inverse,
+                                   const float *in, float *out);
+static float kvq__simd_dot(const float *a, const float *b, size_t n);
+static float kvq__simd_token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
+                                     const float *qsum, size_t D, size_t G, kvq_zero_mode mode);
+static size_t kvq__simd_map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
+                                  const uint32_t *len, uint32_t *bad);
+static void kvq__simd_attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
+                                    float *scratch, size_t scratch_floats, float inv_sqrt_d);
+#else
+#define KVQ__FAST(call)      (void)0
+#define KVQ__FAST_VOID(call) (void)0
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -1091,24 +1128,31 @@ static float kvq__f16_to_f32(kvq_f16 h)
 KVQ_API float kvq_f16_to_f32(kvq_f16 h) { return kvq__f16_to_f32(h); }
 
 /* The same two conversions for the values kvq computes and stores itself
-   (scales, zeros, rows of validated input: never NaN). Where the compiler
-   targets F16C each is one instruction (vcvtph2ps, vcvtps2ph with round to
-   nearest even), equal to the integer code above on every non-NaN input:
-   all 2^16 halves and all 2^32 - 2^24 non-NaN floats were compared, and
-   tests/simd_check.c repeats the halves and a sample of the floats. NaN is
-   the one case where they may differ (the hardware quiets and keeps the
-   payload; kvq_f32_to_f16 returns 0x7FFF), and kvq never converts one.  */
-#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
-#include <immintrin.h>
-static float   kvq__f16_stored(kvq_f16 h) { return _cvtsh_ss(h); }
+   (scales, zeros, rows of validated input: never NaN). kvq_simd.h gives
+   them one instruction each where the target converts in hardware (F16C:
+   vcvtph2ps, vcvtps2ph with round to nearest even), equal to the integer
+   code above on every non-NaN input (all 2^16 halves and all 2^32 - 2^24
+   non-NaN floats were compared; tests/simd_check.c repeats the halves and
+   a sample of the floats). NaN is the one case where they may differ, and
+   kvq never converts one.                                                */
+static float kvq__f16_stored(kvq_f16 h)
+{
+    KVQ__FAST(f16_stored(h));
+    return kvq__f16_to_f32(h);
+}
 static kvq_f16 kvq__f16_store(float f)
 {
-    return (kvq_f16)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    KVQ__FAST(f16_store(f));
+    return kvq_f32_to_f16(f);
 }
-#else
-static float   kvq__f16_stored(kvq_f16 h) { return kvq__f16_to_f32(h); }
-static kvq_f16 kvq__f16_store(float f) { return kvq_f32_to_f16(f); }
-#endif
+
+/* D stored halves -> floats (a full-precision fp16 row, a run of (s, z)). */
+static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
+{
+    size_t d;
+    KVQ__FAST_VOID(f16_row(h, D, out));
+    for (d = 0; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
+}
 
 static float kvq__round_f16(float x) { return kvq__f16_stored(kvq__f16_store(x)); }
 
@@ -1459,24 +1503,79 @@ static void kvq__dequant_token(const uint32_t *words, const kvq_sz *sz,
     }
 }
 
-/* The fast quantizer (Part II, II.2): the same codes and (s, z) as
-   kvq_quantize_group applied to each group of the layout, bit for bit.
-   kvq__quantize_unit quantizes one unit (the cache's path too);
-   kvq__quantize_16_groups 16 per-token groups of G <= KVQ__COLS_MAX side
-   by side; the other two are the input checks of kvq_quantize_matrix.    */
-#define KVQ__COLS_MAX 128
+/* One unit of the layout: each of its groups_per_unit groups quantized by
+   kvq_quantize_group (Sec. 4), the definition, and packed (Sec. 5). A
+   per-token group is G consecutive values (stride 1), a per-channel group
+   one channel's G tokens (stride D). The codes of one group pass through
+   a buffer of KVQ__GROUP_CODES bytes; a longer group (G up to 65536 is
+   allowed) takes kvq_quantize_group's own steps with the codes packed as
+   they come. Every call is checked already (the matrix's first pass, the
+   cache's range checks): a failure here is an internal error.           */
+#define KVQ__GROUP_CODES 1024
 static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
                                      size_t G, kvq_axis axis,
                                      kvq_zero_mode mode,
-                                     uint32_t *words, kvq_sz *sz);
-static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int bits,
-                                    kvq_zero_mode mode,
-                                    uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */);
-static float kvq__absmax_or_nonfinite(const float *x, size_t n);
-static void kvq__prefetch(const void *p, size_t n);
-static kvq_status kvq__params16(const float *lo, const float *hi, int bits, kvq_zero_mode mode,
-                                kvq_sz *sz, float *s, float *z);
-static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad);
+                                     uint32_t *words, kvq_sz *sz)
+{
+    const size_t groups = axis == KVQ_PER_TOKEN ? D / G : D,
+                 stride = axis == KVQ_PER_TOKEN ? 1 : D,
+                 wpg = kvq_packed_words(G, bits);
+    uint8_t codes[KVQ__GROUP_CODES];
+    size_t g, i;
+    KVQ__FAST(quantize_unit(X, D, bits, G, axis, mode, words, sz));
+    for (g = 0; g < groups; g++) {
+        const float *x = axis == KVQ_PER_TOKEN ? X + g * G : X + g;
+        uint32_t *w = words + g * wpg;
+        kvq_status st;
+        if (G <= KVQ__GROUP_CODES) {
+            st = kvq_quantize_group(x, G, stride, bits, mode, codes, &sz[g]);
+            if (st != KVQ_OK) return st;
+            kvq__pack(codes, G, bits, w);
+            continue;
+        }
+        {   /* kvq_quantize_group's steps: min and max, (s, z), the codes */
+            float mn, mx;
+            if (kvq__minmax_check(x, G, stride, &mn, &mx)) return KVQ__NO(KVQ_ERR_NONFINITE);
+            if ((st = kvq__group_params(mn, mx, bits, mode, &sz[g])) != KVQ_OK) return st;
+            for (i = 0; i < wpg; i++) w[i] = 0;
+            for (i = 0; i < G; i++)
+                w[i / (32u / (unsigned)bits)] |=
+                    (uint32_t)kvq__code(x[i * stride], sz[g], bits, mode)
+                    << ((i % (32u / (unsigned)bits)) * (unsigned)bits);
+        }
+    }
+    return KVQ_OK;
+}
+
+/* Every unit of a checked matrix, in order (kvq_simd.h: per-token groups
+   16 side by side).                                                       */
+static void kvq__quantize_units(const float *X, const kvq_layout *L, size_t D, int bits,
+                                size_t G, kvq_axis axis, kvq_zero_mode mode,
+                                uint32_t *words, kvq_sz *sz)
+{
+    size_t u;
+    KVQ__FAST_VOID(quantize_units(X, L, D, bits, G, axis, mode, words, sz));
+    for (u = 0; u < L->units; u++)
+        kvq__quantize_unit(X + u * L->geom.tokens_per_unit * D, D, bits, G, axis, mode,
+                           words + u * L->geom.groups_per_unit * L->geom.words_per_group,
+                           sz + u * L->geom.groups_per_unit);
+}
+
+/* The largest |x| of n values, or -1 if one is not finite. Inside
+   KVQ_MAX_ABS_INPUT every group's (s, z) fits fp16 (Sec. 2), so a matrix
+   that passes this needs no per-group range check.                        */
+static float kvq__absmax_or_nonfinite(const float *x, size_t n)
+{
+    float amax = 0.0f, a;
+    size_t i;
+    KVQ__FAST(absmax_or_nonfinite(x, n));
+    for (i = 0; i < n; i++) {
+        if (!kvq__finite(x[i])) return -1.0f;
+        a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    return amax;
+}
 
 KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
                                        int bits, size_t G, kvq_axis axis,
@@ -1504,42 +1603,17 @@ KVQ_API kvq_status kvq_quantize_matrix(const float *X, size_t T, size_t D,
         const float *unit = X + u * L.geom.tokens_per_unit * D;
         for (g = 0; g < L.geom.groups_per_unit; g++) {
             const float *x = (axis == KVQ_PER_TOKEN) ? unit + g * G : unit + g;
-            float mn[16], mx[16];
-            int bad[16], j, lanes = 1;
+            float mn, mx;
             kvq_sz p;
-            if (axis == KVQ_PER_CHANNEL && g % 16 == 0 && g + 16 <= D) {
-                kvq__minmax16_rows(x, G, D, mn, mx, bad);     /* 16 channels */
-                lanes = 16;
-            } else {
-                bad[0] = kvq__minmax_check(x, G, axis == KVQ_PER_TOKEN ? 1 : D, &mn[0], &mx[0]);
-            }
-            for (j = 0; j < lanes; j++) {
-                kvq_status gs;
-                if (bad[j]) return KVQ__NO(KVQ_ERR_NONFINITE);
-                gs = kvq__group_params(mn[j], mx[j], bits, mode, &p);
-                if (gs != KVQ_OK && st == KVQ_OK) st = gs;
-            }
-            g += (size_t)lanes - 1;
+            kvq_status gs;
+            if (kvq__minmax_check(x, G, axis == KVQ_PER_TOKEN ? 1 : D, &mn, &mx))
+                return KVQ__NO(KVQ_ERR_NONFINITE);
+            gs = kvq__group_params(mn, mx, bits, mode, &p);
+            if (gs != KVQ_OK && st == KVQ_OK) st = gs;
         }
     }
     if (st != KVQ_OK) return st;
-    if (axis == KVQ_PER_TOKEN && G <= KVQ__COLS_MAX) {
-        /* per-token groups tile X in order: 16 of them at a time, the last
-           few through kvq__quantize_unit as one-group "units"             */
-        for (g = 0; g + 16 <= L.total_groups; g += 16) {
-            if (g + 48 <= L.total_groups)   /* the groups two calls on (4 KB at
-                                               G = 32), as the first pass asks */
-                kvq__prefetch(X + (g + 32) * G, 16 * G * sizeof(float));
-            kvq__quantize_16_groups(X + g * G, G, bits, mode, words + g * L.geom.words_per_group, sz + g);
-        }
-        for (; g < L.total_groups; g++)
-            kvq__quantize_unit(X + g * G, G, bits, G, axis, mode, words + g * L.geom.words_per_group, sz + g);
-        return KVQ_OK;
-    }
-    for (u = 0; u < L.units; u++)
-        kvq__quantize_unit(X + u * L.geom.tokens_per_unit * D, D, bits, G, axis, mode,
-                           words + u * L.geom.groups_per_unit * L.geom.words_per_group,
-                           sz + u * L.geom.groups_per_unit);
+    kvq__quantize_units(X, &L, D, bits, G, axis, mode, words, sz);
     return KVQ_OK;
 }
 
@@ -1656,10 +1730,20 @@ static void kvq__rotate_row(const float *sign, size_t D, int inverse, float *x)
     if (sign && inverse) for (j = 0; j < D; j++) x[j] *= sign[j];
 }
 
-/* The same floats 16 lanes at a time (Part II, II.4), from in to out (in
-   == out allowed); returns max |out|.                                     */
-static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
-                                  const float *in, float *out);
+/* out (D) <- R in or R^T in (in == out allowed), kvq__rotate_row's floats;
+   returns max |out|. The form every caller uses (kvq_simd.h: the row in
+   vector registers, the same butterflies in the same order).             */
+static float kvq__rotate_into(const float *sign, size_t D, int inverse,
+                              const float *in, float *out)
+{
+    float m = 0.0f;
+    size_t j;
+    KVQ__FAST(rotate_into(sign, D, inverse, in, out));
+    if (out != in) memmove(out, in, D * sizeof(float));
+    kvq__rotate_row(sign, D, inverse, out);
+    for (j = 0; j < D; j++) m = fabsf(out[j]) > m ? fabsf(out[j]) : m;
+    return m;
+}
 
 /* X (T, D) <- X S: each s_i drawn once per call, for a chunk of columns
    at a time over all T rows (no table of D signs to allocate).            */
@@ -1713,7 +1797,7 @@ KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
     /* kvq__rotate_row's order: signs, transform, scale (rotating back: the
        transform and scale, then the signs)                                */
     if (sg && !inverse) kvq__flip_signs(seed, D, X, T);
-    for (t = 0; t < T; t++) kvq__rotate_row_fast(NULL, D, inverse, X + t * D, X + t * D);
+    for (t = 0; t < T; t++) kvq__rotate_into(NULL, D, inverse, X + t * D, X + t * D);
     if (sg && inverse) kvq__flip_signs(seed, D, X, T);
     return KVQ_OK;
 }
@@ -1764,7 +1848,6 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact);
 static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact);
 static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i);
 static void kvq__row_store(const kvq_cache *c, void *dst, const float *x);
-static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out);
 static void kvq__row_load(const kvq_cache *c, const void *src, float *x);
 static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r);
 static void kvq__rows_push(kvq_cache *c, kvq_side *s, int r, const float *x, size_t pos);
@@ -2615,7 +2698,7 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
         if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) continue;
         float big = 0.0f;
         for (t = 0; t < T; t++) {
-            float m = kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, *X + t * D, Y + t * D);
+            float m = kvq__rotate_into(kvq__side_sign(c, s), D, 0, *X + t * D, Y + t * D);
             big = m > big ? m : big;
         }
         if (big > KVQ_MAX_ABS_INPUT)      /* rare: find it, then say where   */
@@ -2705,7 +2788,7 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
     if (KVQ_LOC_TAG(s->loc[pos]) == KVQ_LOC_ABSENT) return KVQ__NO(KVQ_ERR_STATE);
     kvq__side_read(c, s, pos, out);
     if ((side ? c->cfg.value_rotation : c->cfg.key_rotation) != KVQ_ROT_NONE)
-        kvq__rotate_row_fast(kvq__side_sign(c, side), c->cfg.head_dim, 1, out, out);  /* caller's basis */
+        kvq__rotate_into(kvq__side_sign(c, side), c->cfg.head_dim, 1, out, out);  /* caller's basis */
     return KVQ_OK;
 }
 
@@ -2748,9 +2831,47 @@ typedef struct kvq__qctx {
     size_t unit;           /* per-channel unit cached in qa/qb, or (size_t)-1 */
 } kvq__qctx;
 
-/* a . b in kvq's fixed summation order (Part II, II.1: 16 lanes, then a
-   pairwise tree). Every query dot product on the CPU goes through it.     */
-static float kvq__dot(const float *a, const float *b, size_t n);
+/* THE SUMMATION ORDER. Attention's sums are not left to the compiler: a
+   sum of products runs in 16 LANES, lane j taking terms j, j + 16, j + 32,
+   ... in order, each by a multiply-add (kvq__fmadd: fused where KVQ__FMA,
+   top of IMPLEMENTATION), and the 16 lanes are then added pairwise (lane
+   j += lane j + 8, then + 4, + 2, + 1: kvq__tree16). The order is part of
+   the definition: kvq_simd.h holds the 16 lanes in vector registers and
+   computes exactly these floats, and kvq_cuda.cu's kernels reproduce the
+   codes and come within a stated tolerance of the outputs.               */
+static float kvq__fmadd(float a, float x, float acc)      /* acc + a x       */
+{
+#ifdef KVQ__FMA
+    return fmaf(a, x, acc);
+#else
+    return acc + a * x;
+#endif
+}
+
+/* lane[0] + ... + lane[15] pairwise (max = 0), or their largest (max = 1);
+   lane is overwritten.                                                    */
+static float kvq__tree16(float *lane /* (16) */, int max)
+{
+    size_t i, j;
+    for (j = 8; j > 0; j /= 2)
+        for (i = 0; i < j; i++)
+            lane[i] = max ? (lane[i + j] > lane[i] ? lane[i + j] : lane[i]) : lane[i] + lane[i + j];
+    return lane[0];
+}
+
+/* a . b in the order above: products i = j (mod 16) into lane j by
+   multiply-adds; a tail of n % 16 products into lanes 0.. by a product
+   and a sum; then the tree. Every query dot product on the CPU is this.  */
+static float kvq__dot(const float *a, const float *b, size_t n)
+{
+    float lane[16] = { 0 };
+    size_t i = 0, j;
+    KVQ__FAST(dot(a, b, n));
+    for (; i + 16 <= n; i += 16)
+        for (j = 0; j < 16; j++) lane[j] = kvq__fmadd(a[i + j], b[i + j], lane[j]);
+    for (j = 0; i < n; i++, j++) lane[j] += a[i] * b[i];
+    return kvq__tree16(lane, 0);
+}
 
 /* The additive term b of x' = c a + b from a group's stored (s, z) as
    floats, as kvq_sz_affine: z itself (float zero), -z s (integer zero).  */
@@ -2767,10 +2888,42 @@ static void kvq__affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
     *b = kvq__zero_term(s, z, mode);
 }
 
-/* q . k of one per-token key from its codes as floats (Part II, II.1):
-   sum_g a_g (q_g . c_g) + sum_g b_g qsum_g, in kvq__dot's lane order.     */
+/* q . k of one per-token key whose D codes are given as floats, group g
+   with stored (s_g, z_g) -> (a_g, b_g) and qsum_g = sum of q over group g:
+       q . k = sum_g a_g (q_g . c_g) + sum_g b_g qsum_g
+   Order: for G a multiple of 16, each group's 16 lanes of q_d c_d (as in
+   kvq__dot) are scaled by a_g into one 16-lane total by multiply-adds,
+   whose lanes are added once (kvq__tree16); then the b_g qsum_g terms in
+   group order. Other G: a_g kvq__dot(q_g, c_g) + b_g qsum_g, group by
+   group.                                                                  */
 static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
-                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode);
+                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode)
+{
+    size_t g, i, j, n_groups = D / G;
+    float a, b, total = 0.0f;
+    KVQ__FAST(token_key_dot(q, codes, sz, qsum, D, G, mode));
+    if (G % 16 == 0) {
+        float sum[16] = { 0 };
+        for (g = 0; g < n_groups; g++) {
+            float part[16] = { 0 };
+            for (i = g * G; i < (g + 1) * G; i += 16)
+                for (j = 0; j < 16; j++) part[j] = kvq__fmadd(q[i + j], codes[i + j], part[j]);
+            kvq__affine(sz[g], mode, &a, &b);
+            for (j = 0; j < 16; j++) sum[j] = kvq__fmadd(a, part[j], sum[j]);
+        }
+        total = kvq__tree16(sum, 0);
+        for (g = 0; g < n_groups; g++) {
+            kvq__affine(sz[g], mode, &a, &b);
+            total += b * qsum[g];
+        }
+        return total;
+    }
+    for (g = 0; g < n_groups; g++) {
+        kvq__affine(sz[g], mode, &a, &b);
+        total += a * kvq__dot(q + g * G, codes + g * G, G) + b * qsum[g];
+    }
+    return total;
+}
 
 /* q . k_p for one present position p (unscaled).                          */
 static float kvq__qk(const kvq_cache *c, kvq__qctx *x, size_t p, float *tmp)
@@ -2889,8 +3042,15 @@ typedef char kvq__check_five_row_regions[(KVQ_ROW_REGIONS == 5) ? 1 : -1];
 /* 1 if some entry of map (n) of side s points outside the side's regions
    (an absent entry is inside). Branch-free over 32-bit lanes, so that the
    compiler vectorizes it: about as cheap as reading the map once.         */
+/* How many of the map's first entries a vector check took (kvq_simd.h:
+   8 a step, each tag's bounds found by a permute); here none.           */
 static size_t kvq__map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
-                             const uint32_t *len, uint32_t *bad);      /* Part II */
+                             const uint32_t *len, uint32_t *bad)
+{
+    KVQ__FAST(map_lanes(map, n, off, len, bad));
+    (void)map; (void)n; (void)off; (void)len; (void)bad;
+    return 0;
+}
 static unsigned kvq__map_outside(const kvq_side *s, const uint32_t *map, size_t n)
 {
     const kvq_rows *r = s->rows;
@@ -2950,10 +3110,489 @@ static kvq_status kvq__attend_maps(const kvq_cache *c)
     return KVQ_OK;
 }
 
-/* ONLINE (Part II, II.3): the same softmax as EAGER below, walking the
-   storage a tile at a time; within 1e-5 max|out| + 1e-6 of EAGER.        */
+/* ---- 8.1 ONLINE: one walk of the storage, a tile at a time -------------
+   EAGER (below) is the reference softmax: every position in position
+   order, through the loc maps. ONLINE computes the same softmax in one
+   pass, holding at most KVQ_TILE scores per query head: it walks K where
+   it is stored, region by region, in TILES of up to KVQ_TILE entries that
+   never span two regions or two key units,
+
+       quantized store  per-channel keys: up to 32 tokens of one unit
+                        (G < 32: the unit's G tokens); per-token keys:
+                        32 consecutive slots
+       rows[0..4]       each region's live rows, in storage order
+
+   and for each tile scores every head, applies the online-softmax step
+   (the FlashAttention recurrence, m the running max, l the running sum):
+       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
+       out' = out e^(m-m') + sum_j e^(s_j-m') v_j,     at the end out / l,
+   and adds the value of each position the tile holds, found through V's
+   loc map (in KIVI a key may be quantized while its value is still in
+   the window). The heads are walked together, as many as the scratch
+   holds (kvq_attend_scratch_floats per head), so that with GQA the cache
+   is read once per batch of heads.
+
+   Its results differ from EAGER's in the last bits (the tests bound it:
+   1e-5 max|out| + 1e-6), because its order is its own. That order is
+   defined here, and kvq_simd.h's vector walk computes exactly these
+   floats: it is the order that lets 16 codes share one vector, four
+   sums run side by side, and two 2-bit codes share one table lookup.
+   - Heads go in kernels of NH = 4, 2 or 1 at a time (kvq__head_batch):
+     the number of partial sums below depends on NH.
+   - Scores. A full-precision row: kvq__dot. A per-token key, 16 | G and at
+     most 16 groups: per group, P = 4 / NH (1 for NH = 4) partial sums of
+     q_d c_d over the group's channels, channel i of the group to sum
+     i mod P by a multiply-add (2-bit codes by channel pairs: t = q_d c_d
+     + q_d+1 c_d+1, the product rounded then a multiply-add, pair p to sum
+     p mod P by an addition); the partial sums added in order; total =
+     sum_g a_g part_g by multiply-adds, then + b_g qsum_g by multiply-adds
+     (groups in order); score = total / sqrt(D). Other per-token keys:
+     kvq__token_key_dot. A per-channel key (Sec. 8's algebra q.k_t = sum_d
+     (q_d a_d) c_td + q.b): in a full tile (32 tokens from a multiple of
+     32), with the walk holding one head and 2-bit codes, channel pairs as
+     a value tile's pairs below (the channels its entries, q_d a_d their
+     weights, two blocks of 16 tokens); else channel d to sum d mod P by
+     multiply-adds, P = 2 for NH = 1 and 1 otherwise, the sums added; in a
+     partial tile a plain sum over d = 0..D-1; then (sum + q.b) / sqrt(D).
+   - The softmax step: entries past the tile or not attended score -inf;
+     the tile's max by kvq__tree16; the rescale e^(m-m') by expf, once per
+     tile at most; the weights e^(s_j-m') by kvq__exp_walk; their sum by
+     kvq__tree16 over lanes j + 16 j' (the two halves added first).
+   - Values, per tile and head: first the full-precision rows (16 | D), in
+     RUNS of rows that follow each other in storage: per channel a sum of
+     w x over the run by multiply-adds from 0, added to out; then the
+     entries kvq__add_value takes one at a time (per-channel values, other
+     D or G), in tile order; then the per-token quantized slots (16 | G),
+     group by group, in runs of consecutive slots, with the weights
+     wa_j = w_j a_jg and the zero term wb = sum_j w_j b_jg (kvq__dot over
+     the tile's slots, added once per group: to the first run's sums):
+       NH = 1 and 2-bit: the group's channels in walks of NB = 8, 4, 2, 1
+         blocks of 16 (greedy), P = 4 / NB sums per lane (1 for NB >= 4);
+         entries in pairs, t = wa_i c_i + wa_i+1 c_i+1 (the product rounded,
+         then a multiply-add; an odd last entry alone), pair p to sum p mod
+         P by an addition, the sums added in order, + wb, added to out;
+       else P = 4 / NH sums (1 for NH = 4), entry i to sum i mod P by a
+         multiply-add, the sums added in order, + wb, added to out.       */
+#define KVQ__PAIR_SUMS 4                    /* the most partial sums       */
+
+/* e^x for x <= 0 as the walk computes it (within 2 ulp of e^x on [-87, 0],
+   +0 below about -87.7, -inf included). Cody-Waite: x = n ln2 + r with
+   n = round(x log2 e) (half to even, by adding and subtracting 1.5 2^23)
+   and ln2 in two parts, so r is exact to |r| <= ln2/2; e^r by Cephes
+   expf's degree-5 polynomial in multiply-adds; 2^n into the exponent. */
+static float kvq__exp_walk(float v)
+{
+    const float magic = 12582912.0f;
+    float x = v > -88.0f ? v : -88.0f, n, r, p;
+    n = (x * 1.44269504088896341f + magic) - magic;
+    r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    p = 1.9875691500e-4f;
+    p = kvq__fmadd(p, r, 1.3981999507e-3f);
+    p = kvq__fmadd(p, r, 8.3334519073e-3f);
+    p = kvq__fmadd(p, r, 4.1665795894e-2f);
+    p = kvq__fmadd(p, r, 1.6666665459e-1f);
+    p = kvq__fmadd(p, r, 5.0000001201e-1f);
+    p = kvq__fmadd(p, r * r, r + 1.0f);
+    return p * kvq__bits_f32((uint32_t)((int32_t)n + 127) << 23);   /* 2^n */
+}
+
+/* How many of the `left` heads one kernel takes: 4, 2 or 1.               */
+static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
+
+/* A batch of query heads walking the cache together.                      */
+typedef struct kvq__walk {
+    size_t n;              /* heads in this batch                            */
+    const float *q;        /* (n, D) their queries                           */
+    float *out;            /* (n, D) running sum of w v                      */
+    float *qa;             /* (n, D) q*a of the current key unit (per-channel
+                              keys) or per-group sums of q (per-token keys)  */
+    float *sc;             /* (n, KVQ_TILE) the tile's scores, then weights  */
+    float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
+    float *row;            /* (D) one row of codes or of values, as floats   */
+    int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
+    float inv_sqrt_d;
+} kvq__walk;
+
+/* out[c] += sum over m entries of w_i x_i[c], c = 0 .. n_ch - 1, for the
+   2-bit codes of entry i at words e + i stride (bytes), code c of them,
+   by pairs (the order above). zb: added to every channel's sum, or NULL.  */
+static void kvq__pairs_walk(float *out, size_t n_ch, const char *e, size_t stride, size_t m,
+                            const float *w, const float *zb)
+{
+    size_t c0 = 0, nb, c, i;
+    while (c0 < n_ch) {
+        size_t P;
+        nb = n_ch - c0 >= 128 ? 8 : n_ch - c0 >= 64 ? 4 : n_ch - c0 >= 32 ? 2 : 1;
+        P = nb >= 4 ? 1 : 4 / nb;
+        for (c = c0; c < c0 + 16 * nb; c++) {
+            float acc[KVQ__PAIR_SUMS] = { 0 }, sum;
+            for (i = 0; i < m; i += 2) {
+                float t = w[i] * (float)kvq__get_code((const uint32_t *)(const void *)(e + i * stride), c, 2);
+                if (i + 1 < m)
+                    t = kvq__fmadd(w[i + 1], (float)kvq__get_code(
+                        (const uint32_t *)(const void *)(e + (i + 1) * stride), c, 2), t);
+                acc[(i / 2) % P] += t;
+            }
+            for (sum = acc[0], i = 1; i < P; i++) sum += acc[i];
+            if (zb) sum += zb[0];
+            out[c] = out[c] + sum;
+        }
+        c0 += 16 * nb;
+    }
+}
+
+/* Scores of tokens t0 .. t0+n-1 of per-channel key unit u.               */
+static void kvq__walk_scores_channel(const kvq_cache *c, kvq__walk *H, size_t u, size_t t0,
+                                     size_t n)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j, d, k;
+    const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
+    const int full = n == KVQ_TILE && t0 % KVQ_TILE == 0;
+    for (h = 0; h < H->n; h++)
+        for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
+    if (full && s->bits == 2 && H->n == 1) {    /* channels as pair entries  */
+        kvq__pairs_walk(H->sc, KVQ_TILE, (const char *)(w + t0 / 16), wpg * sizeof(uint32_t),
+                        D, H->qa, NULL);
+    } else if (full) {
+        size_t h0, nh, P;
+        for (h0 = 0; h0 < H->n; h0 += nh) {
+            nh = kvq__head_batch(H->n - h0);
+            P = nh == 1 ? 2 : 1;
+            for (h = h0; h < h0 + nh; h++)
+                for (j = 0; j < KVQ_TILE; j++) {
+                    float sum[2] = { 0.0f, 0.0f };
+                    for (d = 0; d < D; d++)
+                        sum[d % P] = kvq__fmadd(H->qa[h * D + d],
+                                                (float)kvq__get_code(w + d * wpg, t0 + j, s->bits),
+                                                sum[d % P]);
+                    for (k = 1; k < P; k++) sum[0] += sum[k];
+                    H->sc[h * KVQ_TILE + j] = sum[0];
+                }
+        }
+    } else {                                            /* a partial tile    */
+        for (d = 0; d < D; d++)
+            for (j = 0; j < n; j++) {
+                float code = (float)kvq__get_code(w + d * wpg, t0 + j, s->bits);
+                for (h = 0; h < H->n; h++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * code;
+            }
+    }
+    for (h = 0; h < H->n; h++)
+        for (j = 0; j < n; j++)
+            H->sc[h * KVQ_TILE + j] = (H->sc[h * KVQ_TILE + j] + H->qb[h]) * H->inv_sqrt_d;
+}
+
+/* Scores of per-token key slots s0 .. s0+n-1 (attended ones only: the
+   rest are masked by the softmax step).                                  */
+static void kvq__walk_scores_token(const kvq_cache *c, kvq__walk *H, size_t s0, size_t n)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
+           wpg = s->geom.words_per_group, h, g, j, i, k, h0, nh, P;
+    for (j = 0; j < n; j++) {
+        const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
+        const kvq_sz *sz = s->sz + (s0 + j) * gpu;
+        if (H->pos[j] < 0) continue;
+        for (g = 0; g < gpu; g++)
+            for (i = 0; i < G; i++) H->row[g * G + i] = (float)kvq__get_code(w + g * wpg, i, s->bits);
+        if (G % 16 || gpu > 16) {                       /* one key at a time */
+            for (h = 0; h < H->n; h++)
+                H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, sz, H->qa + h * D,
+                                                             D, G, c->cfg.zero_mode) * H->inv_sqrt_d;
+            continue;
+        }
+        for (h0 = 0; h0 < H->n; h0 += nh) {
+            nh = kvq__head_batch(H->n - h0);
+            P = nh >= 3 ? 1 : 4 / nh;
+            for (h = h0; h < h0 + nh; h++) {
+                const float *q = H->q + h * D;
+                float total = 0.0f, a, b;
+                for (g = 0; g < gpu; g++) {
+                    const float *x = H->row + g * G, *qg = q + g * G;
+                    float part[KVQ__PAIR_SUMS] = { 0 };
+                    if (s->bits == 2)
+                        for (i = 0; i < G; i += 2)      /* channel pairs     */
+                            part[(i / 2) % P] += kvq__fmadd(qg[i + 1], x[i + 1], qg[i] * x[i]);
+                    else
+                        for (i = 0; i < G; i++) part[i % P] = kvq__fmadd(qg[i], x[i], part[i % P]);
+                    for (k = 1; k < P; k++) part[0] += part[k];
+                    kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
+                    total = kvq__fmadd(a, part[0], total);
+                }
+                for (g = 0; g < gpu; g++) {
+                    kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
+                    total = kvq__fmadd(b, H->qa[h * D + g], total);
+                }
+                H->sc[h * KVQ_TILE + j] = total * H->inv_sqrt_d;
+            }
+        }
+    }
+}
+
+/* One full-precision row as floats: the stored fp32 row itself, or its fp16
+   converted into `tmp`.                                                     */
+static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
+{
+    const void *src = kvq__row_ptr(c, rg, i);
+    if (c->cfg.fp_bits == 32) return (const float *)src;
+    kvq__row_load(c, src, tmp);
+    return tmp;
+}
+
+/* out_h += w_h v_p for every head, v_p wherever V keeps position p (j:
+   the tile entry, whose weights are sc[h KVQ_TILE + j]).                  */
+static void kvq__walk_add_value(const kvq_cache *c, kvq__walk *H, size_t p, size_t j)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, G = s->group, h, d, g;
+    uint32_t loc = s->loc[p];
+    size_t idx = KVQ_LOC_INDEX(loc);
+    const float *v = H->row;
+    if (KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) {
+        v = kvq__row_f32(c, &s->rows[KVQ_LOC_TAG(loc) - KVQ_LOC_ROWS0], idx, H->row);
+    } else if (s->axis == KVQ_PER_TOKEN) {
+        /* slot idx is one token: out += (w a_g) c + w b_g per channel, 16
+           codes a step by multiply-adds, the G % 16 left by plain sums     */
+        size_t gpu = s->geom.groups_per_unit, wpg = s->geom.words_per_group;
+        const uint32_t *w = s->words + idx * gpu * wpg;
+        const kvq_sz *sz = s->sz + idx * gpu;
+        for (g = 0; g < gpu; g++) {
+            float a, b;
+            kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
+            for (h = 0; h < H->n; h++) {
+                float wt = H->sc[h * KVQ_TILE + j], *o = H->out + h * D + g * G;
+                for (d = 0; d < G; d++) {
+                    float cd = (float)kvq__get_code(w + g * wpg, d, s->bits);
+                    if (d < G - G % 16) o[d] = kvq__fmadd(wt * a, cd, o[d]) + wt * b;
+                    else o[d] += (wt * a) * cd + wt * b;
+                }
+            }
+        }
+        return;
+    } else {
+        /* per-channel values (not a default anywhere): dequantize the row  */
+        size_t tpu = s->geom.tokens_per_unit, unit = idx / tpu, t = idx % tpu,
+               wpg = s->geom.words_per_group;
+        const uint32_t *w = s->words + unit * D * wpg;
+        const kvq_sz *sz = s->sz + unit * D;
+        for (d = 0; d < D; d++) {
+            float a, b;
+            kvq__affine(sz[d], c->cfg.zero_mode, &a, &b);
+            H->row[d] = (float)kvq__get_code(w + d * wpg, t, s->bits) * a + b;
+        }
+    }
+    for (h = 0; h < H->n; h++) {
+        float wt = H->sc[h * KVQ_TILE + j], *o = H->out + h * D;
+        for (d = 0; d < D; d++) o[d] += wt * v[d];
+    }
+}
+
+/* out_h += sum_j w_hj v_pj over the tile's present positions, in the
+   order defined above: rows (16 | D) in runs, the one-at-a-time entries,
+   then the per-token quantized slots (16 | G) group by group in runs.   */
+static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
+{
+    const kvq_side *s = &c->v;
+    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
+           wpg = s->geom.words_per_group, bytes = D * kvq__fp_bytes(c),
+           m_rows = 0, m_q = 0, j, i, g, h, k, h0, nh, run;
+    const char *rows[KVQ_TILE];            /* the full-precision rows        */
+    size_t at_r[KVQ_TILE], slot[KVQ_TILE], at_q[KVQ_TILE];
+    const int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
+    for (j = 0; j < n; j++) {              /* sort the entries by kind       */
+        uint32_t loc, tag;
+        if (H->pos[j] < 0) continue;
+        loc = s->loc[H->pos[j]];
+        tag = KVQ_LOC_TAG(loc);
+        if (tag == KVQ_LOC_ABSENT) continue;    /* only in a corrupt cache */
+        if (tag != KVQ_LOC_QUANT && D % 16 == 0) {
+            rows[m_rows] = (const char *)kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0],
+                                                      KVQ_LOC_INDEX(loc));
+            at_r[m_rows++] = j;
+        } else if (tag == KVQ_LOC_QUANT && blocks) {
+            slot[m_q] = KVQ_LOC_INDEX(loc);
+            at_q[m_q++] = j;
+        }
+    }
+    /* 1. rows, run by run                                                  */
+    for (j = 0; j < m_rows; j += run) {
+        for (run = 1; j + run < m_rows && rows[j + run] == rows[j] + run * bytes; run++) {}
+        for (h = 0; h < H->n; h++) {
+            float *o = H->out + h * D;
+            size_t d;
+            for (d = 0; d < D; d++) {
+                float acc = 0.0f;
+                for (i = j; i < j + run; i++) {
+                    float v = c->cfg.fp_bits == 32 ? ((const float *)(const void *)rows[i])[d]
+                                                   : kvq__f16_to_f32(((const kvq_f16 *)(const void *)rows[i])[d]);
+                    acc = kvq__fmadd(H->sc[h * KVQ_TILE + at_r[i]], v, acc);
+                }
+                o[d] = o[d] + acc;
+            }
+        }
+    }
+    /* 2. the entries taken one at a time                                  */
+    for (j = 0; j < n; j++) {
+        uint32_t tag;
+        if (H->pos[j] < 0) continue;
+        tag = KVQ_LOC_TAG(s->loc[H->pos[j]]);
+        if (tag == KVQ_LOC_ABSENT || (tag != KVQ_LOC_QUANT && D % 16 == 0) ||
+            (tag == KVQ_LOC_QUANT && blocks))
+            continue;
+        kvq__walk_add_value(c, H, (size_t)H->pos[j], j);
+    }
+    /* 3. the per-token quantized slots: group by group, heads in kernels
+          of NH, each run of consecutive slots summed on its own          */
+    for (g = 0; g < gpu && m_q > 0; g++) {
+        float a[KVQ_TILE], b[KVQ_TILE], wa[KVQ_TILE], wt[KVQ_TILE], wb;
+        for (j = 0; j < m_q; j++) kvq__affine(s->sz[slot[j] * gpu + g], c->cfg.zero_mode, &a[j], &b[j]);
+        for (h0 = 0; h0 < H->n; h0 += nh) {
+            nh = kvq__head_batch(H->n - h0);
+            for (h = h0; h < h0 + nh; h++) {
+                float *o = H->out + h * D + g * G;
+                for (j = 0; j < m_q; j++) {
+                    wt[j] = H->sc[h * KVQ_TILE + at_q[j]];
+                    wa[j] = wt[j] * a[j];
+                }
+                wb = kvq__dot(wt, b, m_q);
+                for (j = 0; j < m_q; j += run) {
+                    const char *e = (const char *)(s->words + (slot[j] * gpu + g) * wpg);
+                    const size_t stride = gpu * wpg * sizeof(uint32_t);
+                    for (run = 1; j + run < m_q && slot[j + run] == slot[j] + run; run++) {}
+                    if (s->bits == 2 && nh == 1) {
+                        kvq__pairs_walk(o, G, e, stride, run, wa + j, j ? NULL : &wb);
+                        continue;
+                    }
+                    {
+                        const size_t P = nh >= 3 ? 1 : 4 / nh;
+                        size_t d;
+                        for (d = 0; d < G; d++) {
+                            float acc[KVQ__PAIR_SUMS] = { 0 }, sum;
+                            for (i = 0; i < run; i++)
+                                acc[i % P] = kvq__fmadd(wa[j + i], (float)kvq__get_code(
+                                    (const uint32_t *)(const void *)(e + i * stride), d, s->bits),
+                                    acc[i % P]);
+                            for (sum = acc[0], k = 1; k < P; k++) sum += acc[k];
+                            if (j == 0) sum += wb;
+                            o[d] = o[d] + sum;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The online-softmax step for a scored tile of n entries, then its values. */
+static void kvq__walk_step(const kvq_cache *c, kvq__walk *H, size_t n)
+{
+    size_t D = c->cfg.head_dim, h, j, d;
+    for (h = 0; h < H->n; h++) {
+        float *sc = H->sc + h * KVQ_TILE, *out = H->out + h * D;
+        float m = H->m[h], lane[16], tile_max;
+        for (j = 0; j < KVQ_TILE; j++)
+            if (j >= n || H->pos[j] < 0) sc[j] = -INFINITY;
+        for (j = 0; j < 16; j++) lane[j] = sc[j + 16] > sc[j] ? sc[j + 16] : sc[j];
+        tile_max = kvq__tree16(lane, 1);
+        if (tile_max == -INFINITY) continue;            /* nothing attended  */
+        if (tile_max > m) {
+            float r = expf(m - tile_max);                 /* e^-inf = 0     */
+            for (d = 0; d < D; d++) out[d] *= r;
+            H->l[h] *= r;
+            m = tile_max;
+        }
+        for (j = 0; j < KVQ_TILE; j++) sc[j] = kvq__exp_walk(sc[j] - m);
+        for (j = 0; j < 16; j++) lane[j] = sc[j] + sc[j + 16];
+        H->l[h] += kvq__tree16(lane, 0);
+        H->m[h] = m;
+    }
+    kvq__walk_values(c, H, n);
+}
+
+/* One walk of the whole cache for a batch of heads.                       */
+static void kvq__walk_cache(const kvq_cache *c, kvq__walk *H)
+{
+    const kvq_side *s = &c->k;
+    size_t D = c->cfg.head_dim, h, d, j, u, r;
+    for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
+    for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
+    if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
+        size_t G = s->group, tpu = s->geom.tokens_per_unit;
+        if (s->axis == KVQ_PER_TOKEN)                   /* per-group q sums  */
+            for (h = 0; h < H->n; h++)
+                for (u = 0; u < D / G; u++) {
+                    float sum = 0.0f;
+                    for (d = 0; d < G; d++) sum += H->q[h * D + u * G + d];
+                    H->qa[h * D + u] = sum;
+                }
+        for (u = 0; u < s->n_units; u += s->axis == KVQ_PER_TOKEN ? KVQ_TILE : 1) {
+            size_t t0, n_tile = s->axis == KVQ_PER_TOKEN ? KVQ_TILE : tpu;
+            if (s->axis == KVQ_PER_CHANNEL) {           /* q*a and q.b, once
+                                                           per unit         */
+                for (d = 0; d < D; d++) kvq__affine(s->sz[u * D + d], c->cfg.zero_mode,
+                                                    &H->qa[d], &H->row[d]);
+                for (h = H->n; h-- > 0;) {              /* head 0 last: its
+                                                           row holds the a's */
+                    for (d = 0; d < D; d++) H->qa[h * D + d] = H->q[h * D + d] * H->qa[d];
+                    H->qb[h] = kvq__dot(H->q + h * D, H->row, D);
+                }
+            }
+            for (t0 = 0; t0 < n_tile; t0 += KVQ_TILE) {
+                size_t n = n_tile - t0 < KVQ_TILE ? n_tile - t0 : KVQ_TILE,
+                       slot0 = u * tpu + t0;
+                int any = 0;
+                if (s->axis == KVQ_PER_TOKEN && u + n > s->n_units) n = s->n_units - u;
+                for (j = 0; j < n; j++) any |= (H->pos[j] = s->qpos[slot0 + j]) >= 0;
+                if (!any) continue;                     /* placeholders only */
+                if (s->axis == KVQ_PER_CHANNEL) kvq__walk_scores_channel(c, H, u, t0, n);
+                else kvq__walk_scores_token(c, H, slot0, n);
+                kvq__walk_step(c, H, n);
+            }
+        }
+    }
+    for (r = 0; r < KVQ_ROW_REGIONS; r++) {
+        const kvq_rows *rg = &s->rows[r];
+        size_t i0;
+        for (i0 = rg->off; i0 < rg->off + rg->n; i0 += KVQ_TILE) {
+            size_t n = rg->off + rg->n - i0 < KVQ_TILE ? rg->off + rg->n - i0 : KVQ_TILE;
+            for (j = 0; j < n; j++) {
+                H->pos[j] = rg->pos[i0 + j];
+                for (h = 0; h < H->n; h++)
+                    H->sc[h * KVQ_TILE + j] = kvq__dot(H->q + h * D, kvq__row_f32(c, rg, i0 + j, H->row),
+                                                       D) * H->inv_sqrt_d;
+            }
+            kvq__walk_step(c, H, n);
+        }
+    }
+    for (h = 0; h < H->n; h++)
+        for (d = 0; d < D; d++) H->out[h * D + d] /= H->l[h];
+}
+
+/* kvq_attend's ONLINE mode: the n_q heads in batches that fit the scratch
+   (at least one head a batch), one walk of the cache per batch.           */
 static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
-                               float *scratch, size_t scratch_floats, float inv_sqrt_d);
+                               float *scratch, size_t scratch_floats, float inv_sqrt_d)
+{
+    size_t D = c->cfg.head_dim, h;
+    size_t per_head = D + KVQ_TILE + 3, batch = (scratch_floats - D) / per_head;
+    kvq__walk H;
+    KVQ__FAST_VOID(attend_online(c, q, n_q, out, scratch, scratch_floats, inv_sqrt_d));
+    if (batch > n_q) batch = n_q;
+    for (h = 0; h < n_q; h += batch) {
+        H.n = n_q - h < batch ? n_q - h : batch;
+        H.q = q + h * D;
+        H.out = out + h * D;
+        H.row = scratch;
+        H.qa = scratch + D;
+        H.sc = H.qa + H.n * D;
+        H.m = H.sc + H.n * KVQ_TILE;
+        H.l = H.m + H.n;
+        H.qb = H.l + H.n;
+        H.inv_sqrt_d = inv_sqrt_d;
+        kvq__walk_cache(c, &H);
+    }
+}
 
 static void kvq__attend_stored(const kvq_cache *c, const float *q, size_t n_q,
                                float *out, float *probs, kvq_attn_mode mode,
@@ -2994,7 +3633,7 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
         for (h = 0; h < n_q; h += m) {
             size_t nh = n_q - h < m ? n_q - h : m;
             for (i = 0; i < nh; i++)
-                kvq__rotate_row_fast(sign, D, 0, q + (h + i) * D, scratch + i * D);
+                kvq__rotate_into(sign, D, 0, q + (h + i) * D, scratch + i * D);
             kvq__attend_stored(c, scratch, nh, out + h * D, probs ? probs + h * c->n_pos : NULL,
                                mode, scratch + nh * D, scratch_floats - nh * D);
         }
@@ -3003,7 +3642,7 @@ KVQ_API kvq_status kvq_attend(const kvq_cache *c, const float *q, size_t n_q,
     }
     if (c->cfg.value_rotation != KVQ_ROT_NONE)   /* out = R (sum w v): back */
         for (h = 0; h < n_q; h++)
-            kvq__rotate_row_fast(kvq__side_sign(c, 1), D, 1, out + h * D, out + h * D);
+            kvq__rotate_into(kvq__side_sign(c, 1), D, 1, out + h * D, out + h * D);
     return KVQ_OK;
 }
 
@@ -4133,3053 +4772,6 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r,
     rg->n = j - rg->off;
 }
 
-/* ======================================================================== */
-/* PART II. THE FAST PATHS                                                  */
-/* ======================================================================== */
-/* Four paths, each held to a Part I function:
-     II.1 the vector layer: 16 lanes at a time as native vectors; the same
-          floats at every width (tests/simd_check.c, bit for bit)
-     II.2 the fast quantizer: kvq__quantize_unit and 16 per-token groups
-          side by side; codes and (s, z) bit for bit those of
-          kvq_quantize_group, Sec. 4 (tests/test_quant.c, simd_check.c)
-     II.3 the ONLINE walk: kvq_attend's ONLINE mode, within 1e-5 max|out|
-          + 1e-6 of EAGER, Sec. 8 (tests/test_cache.c; simd_check.c for
-          the widths)
-     II.4 the rotation: kvq__rotate_row_fast, the cache's appends, kvq_attend's
-          query and output and kvq_rotate; the floats of kvq__rotate_row,
-          Sec. 6.1, bit for bit (tests/simd_check.c, D = 1 .. 4096)
-   None of it defines anything: each path is held to the Part I function
-   it names, and a change here that moves a code is a bug.
-
-   THE INSTRUCTION BUDGET. What a path costs is counted, not timed: the
-   marginal instructions retired per stored K or V element by kvq_attend
-   ONLINE (per input value by the quantizer), D = 128, bench_cpu's caches,
-   counted by `sh bench/instr_count.sh` (callgrind, ptrace single-step, or
-   qemu-aarch64). The count depends only on the binary and its input, so it
-   carries from machine to machine. The code meets these bounds, n_q = 1 / 4
-   query heads per KV head (GQA). The AVX-512 column was counted before the
-   per-tile bookkeeping below was cut and has not been recounted since (the
-   machine that cut it has no AVX-512); the cuts are the same code there
-   except the AVX2 pair loop, so it can only have gone down, by an amount
-   not known:
-
-                               AVX-512      AVX2         NEON
-     2-bit caches (KIVI-2,     0.70 / 1.26  1.05 / 2.07  2.14 / 5.30
-       OTT-2, LogQuant-2)
-     KIVI-4                    1.14 / 1.64  1.28 / 2.24  2.67 / 4.98
-     HF-2 (per-token keys)     0.53 / 0.92  0.90 / 1.89  2.04 / 5.77
-       (of which the codes'
-       prefetch, 0.02: a
-       cold walk 1.2x faster)
-     fp32 and fp16 rows        no more than the plain fp32 loop's count
-                               (measured, fp32 / fp16 against the loop:
-                               AVX-512 0.70 / 0.73 against 0.97 and
-                               1.23 / 1.22 against 3.59; AVX2 0.83 / 0.89
-                               against 1.32; NEON 1.28 / 1.53 against 2.14)
-     quantize, either axis     3.9          5.3          16.5
-                               (ggml's quantize_row_q4_1_ref: 10.1, 10.3,
-                               12.0); per-channel no more than per-token
-
-   (The plain build, -DKVQ_NO_SIMD or no vector ISA, runs the 16 lanes as
-   floats through out-of-line helpers: 12-16 / 31-33 per element; it is the
-   reference for the widths, not a fast path.) Where the count goes, for
-   2-bit codes on AVX-512 and one head: two codes share one table lookup
-   (kvq__pairs2_walk, kvq__token_block: vpermps picks one of 16 values of
-   t = w c + w' c' by the four bits of a code pair), so a pair costs a
-   shift, a permute and an addition for keys whose pair lies in one word
-   (about 0.1 per element), and a shift, a rotate, a bit select, a permute
-   and an addition for values and per-channel keys, whose pair spans two
-   words (about 0.16); the rest, 0.3-0.5 per element when last counted,
-   is each tile's bookkeeping: every slot's scale and zero per group, the
-   weights per head, the softmax, the check of the position maps. Part of
-   it is now gone (AVX2, KIVI-2: 1.32 / 2.31 -> 1.19 / 2.12; NEON 2.25 /
-   5.67 -> 2.14 / 5.30): the per-channel keys' (s, z) split into a and b by
-   a loop the compiler vectorizes, not one group at a time (kvq__affine_run);
-   q a in vectors (kvq__unit_qa: head 0's row scaled in place had defeated
-   the compiler's alias check); a full tile's mask, score scale and weight
-   products as two vectors, with nothing to mask on the usual tile
-   (kvq__tile_update); the value tile's check that its slots follow each
-   other as two passes over consecutive words when its positions are
-   consecutive, no gather (kvq__tile_follows); the maps' check by a
-   permute of a table per tag, 8 entries a step (kvq__map_lanes).
-   AVX2's pair walk with one head then broadcasts each pair's weights once
-   for all blocks (kvq__pairs2_walk): KIVI-2 1.19 -> 1.07, and the decode
-   shifts by lane once per 16 codes, not twice (kvq__codes16): 1.06 / 2.08;
-   the values' (s, z) transposed in registers, not gathered
-   (kvq__columns16_48): 1.05 / 2.07.
-   Counts carry between machines; cycles per instruction do not. Zen 1
-   retires a shift by lane about once per 4 cycles, so a build tuned for
-   it (KVQ__ZEN1: -march=native there) decodes with none and retires more,
-   KIVI-2 1.30 / 2.39 (GCC's tuning for that core also halves its own
-   vectors: the plain fp32 loop 1.32 -> 2.00), yet runs the 2-bit caches
-   1.2-1.6x faster on it than the generic build's code does.
-   What is left on AVX2 for KIVI-2 with one head (1.05): the decode, about
-   0.65 (without AVX-512's pair tables: per 16 codes a broadcast word, a
-   shift by lane, an immediate shift and two permutes, then per pair a
-   multiply, a multiply-add and an addition, two ymm instructions each);
-   per tile the
-   (s, z) conversion and transposition of the values' groups (F16C, then
-   shuffles), their weights a w and sum b w per group and head, the
-   per-channel keys' q a and q.b, the softmax with its exponentials and
-   sums, and the call and loop overhead around four value groups of 32
-   channels (together about 0.4); and the maps' check, 0.02. The bound once
-   proposed for the 2-bit caches on AVX-512, 0.5 / 0.6 (40% of the read
-   bandwidth), was not met when last counted (HF-2 with one head nearest,
-   0.53; KIVI-2 the farthest, 0.70 / 1.26), and whether the cuts reach it
-   is not known until AVX-512 is counted again; at n_q = 4 they cannot
-   reach 0.6: the multiply-adds and the decode alone were 0.48.
-   With several heads a table per head costs more than it saves, and
-   n_q = 4 keeps one code per lane, except HF-2's per-token keys, whose
-   tables are built once per walk: the codes of a tile are unpacked once
-   for all heads (a broadcast, a shift and a vpermps from a table of the
-   codes' floats per 16 codes, kvq__codes16), then one multiply-add per
-   head whose broadcast weight is folded into it (kvq__channel_tile,
-   kvq__tile_chunks). For KIVI-2 with four heads a 2-bit value entry of
-   32 channels is 20 instructions, 8 of them multiply-adds; the
-   multiply-adds of keys and values are 0.28 per element, the decode
-   about 0.2, loops and bookkeeping the rest (the exponentials and sums
-   of the softmax, a w and b w per group, and q a per unit, all per head).
-   AVX2 looks the per-token
-   keys' pairs up too, 8 entries a vpermps and a blend on the index's
-   bit 3, and 2-bit codes by an 8-entry table of period 4. Built for Zen 1
-   the per-token keys use neither permute (kvq__token_block): q_d c_d by
-   an in-half vpermilps of 4 products with one head, and c_d+1 masked in
-   place and converted: more instructions (HF-2, n_q = 1 / 4: 1.07 /
-   2.05 -> 1.11 / 2.19 per element) but fewer slow ones, T = 32K on that
-   core 2.5-2.7 -> 2.4-2.5 ms (n_q = 1), 5.9-6.2 -> 4.6-4.7 ms (n_q = 4),
-   the same floats. Its pair walks with one head (values, per-channel
-   keys) scale each pair's two weights by lane, w 4^-j, once for all
-   blocks, and leave the codes in place, c 4^j (kvq__pair_blocks): two
-   multiplies fewer per 16 codes, whose conversions (2 cycles a ymm on
-   that core) now bound the walk; T = 32K, n_q = 1: KIVI-2 2.41-2.54 ->
-   2.23-2.37 ms, HF-2 2.38-2.46 -> 2.27-2.35, OTT-2 2.20-2.29 -> 1.91-1.98,
-   the same floats (a tile with a weight below 1e-33 walks unscaled).
-   With several heads its per-token keys read q_d and q_d+1 / 4 as 8-lane
-   vectors from the table, and pin each head's sum in a register (GCC had
-   spilled a word's 64 products for four heads); HF's (s, z) of 2 groups
-   (G = 64) are transposed in registers, not gathered (kvq__columns16_48,
-   in every AVX2 build: HF-2 0.93 / 1.95 -> 0.90 / 1.89 there), and the
-   tile's run checks go 8 a step (kvq__run_off). HF-2 on Zen 1, n_q = 1 /
-   4: 1.07 / 2.20 -> 1.00 / 1.87 per element; T = 32K 2.29 -> 1.99 ms and
-   4.62 -> 4.04 ms (same binary, cold medians), the same floats.
-   Then the conversions go too (bench/walk_floor.c, decode h): the masked
-   code c 4^j, its bits read as a float, is already the subnormal
-   c 4^j 2^-149, so weights scaled w 4^-j 2^(149-E) give the products
-   w c 2^-E with no conversion at all, every sum of the walk is its old
-   value times 2^-E with the same roundings, and one multiply by 2^E per
-   sum at the end restores it exactly. The weights' exponents decide
-   whether that holds (kvq__walk_scale: E from the largest, the least one
-   no more than 104 binades below; 8 weights a step, by the bits of |w|),
-   and so does the caller's MXCSR (DAZ would read every code as 0):
-   otherwise the walk converts as before. KIVI-2 1.255 -> 1.187
-   instructions per element with one head, OTT-2 1.044 -> 0.947,
-   LogQuant-2 1.088 -> 0.988, HF-2 1.031 -> 0.985 (n_q = 4 unchanged);
-   T = 32K, n_q = 1, cold medians on that core: KIVI-2 2.29-2.33 ->
-   2.17-2.20 ms, OTT-2 2.00-2.02 -> 1.78-1.79, LogQuant-2 2.12-2.17 ->
-   1.93-1.97, HF-2 2.09-2.14 -> 2.01-2.04, the same floats.              */
-
-/* ------------------------------------------------------------------------ */
-/* II.1 the vector layer                                                    */
-/* ------------------------------------------------------------------------ */
-/* ---- 16 lanes at a time ------------------------------------------------
-   The hot loops of Sec. 6 and 8 work on 16 floats at a time through the
-   few helpers below. A kvq__v16 is those 16 lanes held as 16 / KVQ__W
-   native vectors of KVQ__W lanes each, so every operation maps onto the
-   machine's own registers:
-
-       KVQ__W = 16   AVX-512 (one zmm)          GCC or clang vector
-       KVQ__W =  8   AVX2 (two ymm)             extensions
-       KVQ__W =  4   AArch64 NEON (four q regs)
-       KVQ__W =  1   anything else, or -DKVQ_NO_SIMD: sixteen plain floats
-
-   Lane i is lane i % W of part i / W, which is also its place in memory.
-   Each helper is one loop over the parts doing the same operation on
-   every lane, so all four widths compute identical floats: the same
-   operations, lane by lane, in the same order (tests/simd_check.c builds
-   the header as W = 1, W = 8 and this machine's native W and compares them
-   bit for bit). Helpers take and return kvq__v16 by value and are always
-   inlined: the parts stay in registers.                                    */
-#if !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX512F__)
-#define KVQ__W 16
-#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__AVX2__)
-#define KVQ__W 8
-#elif !defined(KVQ_NO_SIMD) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
-#define KVQ__W 4
-#else
-#define KVQ__W 1
-#endif
-#define KVQ__PARTS (16 / KVQ__W)
-/* Built for AMD Zen 1 (-march=native or -mtune=znver1 there): kvq__codes16
-   avoids its variable shifts, slow on that core. tests/simd_check.c sets
-   it to check that body on any AVX2 machine.                              */
-#ifndef KVQ__ZEN1
-#if KVQ__W == 8 && (defined(__tune_znver1__) || defined(__znver1__))
-#define KVQ__ZEN1 1
-#else
-#define KVQ__ZEN1 0
-#endif
-#endif
-/* The 16-lane helpers and the kernels built on them are forced inline where
-   the lanes are vector registers (so the parts stay in them and the
-   kernels' constants reach their loops). As 16 plain floats they are kept
-   out of line: inlined, every helper's 16-step loop would be copied into
-   every caller (kvq__exp16 alone grew to 69 KB under a sanitizer build,
-   20x the compile time), for about 10% of speed.                         */
-#if KVQ__W > 1
-#define KVQ__VINLINE KVQ__INLINE
-#elif defined(__GNUC__) || defined(__clang__)
-#define KVQ__VINLINE __attribute__((noinline))
-#else
-#define KVQ__VINLINE
-#endif
-/* A kernel the compiler would inline or not as edits elsewhere shift its
-   sizes: kvq__scores_channel, inlined into kvq__online_walk, gave its
-   channel tiles fewer registers (AVX2, KIVI-4, 4 heads: +2.6%
-   instructions), so it stays a call.                                    */
-#if defined(__GNUC__) || defined(__clang__)
-#define KVQ__NOINLINE __attribute__((noinline))
-#else
-#define KVQ__NOINLINE
-#endif
-
-#if KVQ__W > 1
-#define KVQ__SIMD 1
-#if KVQ__W == 4
-#include <arm_neon.h>
-#else
-#include <immintrin.h>
-#endif
-typedef float    kvq__vf __attribute__((vector_size(4 * KVQ__W)));   /* W floats */
-typedef int32_t  kvq__vi __attribute__((vector_size(4 * KVQ__W)));
-typedef uint32_t kvq__vu __attribute__((vector_size(4 * KVQ__W)));
-typedef float    kvq__vf_unaligned __attribute__((vector_size(4 * KVQ__W), aligned(4), may_alias));
-#define KVQ__VLOAD(p)        (*(const kvq__vf_unaligned *)(const void *)(p))
-#define KVQ__VSTORE(p, v)    (*(kvq__vf_unaligned *)(void *)(p) = (v))
-#define KVQ__VZERO           ((kvq__vf){ 0 })
-#define kvq__vu_splat(x)     ((kvq__vu){ 0 } + (uint32_t)(x))
-#define kvq__vf_of_vi(x)     __builtin_convertvector(x, kvq__vf)        /* value */
-#define kvq__vi_of_vf(x)     __builtin_convertvector(x, kvq__vi)        /* value */
-#define kvq__vf_bits(x)      ((kvq__vf)(x))                             /* bits  */
-/* a > b ? a : b and a < b ? a : b lane by lane. x86's maxps / minps are
-   defined as exactly that (the second operand when the compare is false:
-   equal zeros, NaN), so one instruction; elsewhere by masks (NEON's fmax
-   orders -0 < +0 and would differ).                                       */
-#if KVQ__W == 16
-#define kvq__vmax(a, b)      ((kvq__vf)_mm512_max_ps((__m512)(a), (__m512)(b)))
-#define kvq__vmin(a, b)      ((kvq__vf)_mm512_min_ps((__m512)(a), (__m512)(b)))
-#elif KVQ__W == 8
-#define kvq__vmax(a, b)      ((kvq__vf)_mm256_max_ps((__m256)(a), (__m256)(b)))
-#define kvq__vmin(a, b)      ((kvq__vf)_mm256_min_ps((__m256)(a), (__m256)(b)))
-#else
-#define kvq__vmax(a, b)      kvq__vselect((a) > (b), a, b)
-#define kvq__vmin(a, b)      kvq__vselect((a) < (b), a, b)
-#endif
-#define kvq__vselect(m, a, b) \
-    ((kvq__vf)(((kvq__vi)(a) & (m)) | ((kvq__vi)(b) & ~(m))))
-#else
-typedef float    kvq__vf;
-typedef int32_t  kvq__vi;
-typedef uint32_t kvq__vu;
-#define KVQ__VLOAD(p)        (*(p))
-#define KVQ__VSTORE(p, v)    (*(p) = (v))
-#define KVQ__VZERO           0.0f
-#define kvq__vu_splat(x)     ((uint32_t)(x))
-#define kvq__vf_of_vi(x)     ((float)(x))
-#define kvq__vi_of_vf(x)     ((int32_t)(x))
-#define kvq__vf_bits(x)      kvq__bits_f32((uint32_t)(x))
-#define kvq__vmax(a, b)      ((a) > (b) ? (a) : (b))
-#define kvq__vmin(a, b)      ((a) < (b) ? (a) : (b))
-#endif
-
-/* KVQ__VFMA(acc, a, x) = acc + a x on one part                             */
-#if !defined(KVQ__FMA)
-#define KVQ__VFMA(acc, a, x) ((acc) + (a) * (x))
-#elif KVQ__W == 16
-#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm512_fmadd_ps((__m512)(a), (__m512)(x), (__m512)(acc)))
-#elif KVQ__W == 8
-#define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm256_fmadd_ps((__m256)(a), (__m256)(x), (__m256)(acc)))
-#elif KVQ__W == 4
-#define KVQ__VFMA(acc, a, x) ((kvq__vf)vfmaq_f32((float32x4_t)(acc), (float32x4_t)(a), (float32x4_t)(x)))
-#else
-#define KVQ__VFMA(acc, a, x) fmaf(a, x, acc)
-#endif
-
-typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
-typedef struct kvq__u16 { kvq__vu part[KVQ__PARTS]; } kvq__u16;   /* 16 uint32 */
-/* 16 floats aligned as the vector parts, for stack buffers written a
-   vector at a time and read back soon after. A 32-byte store the compiler
-   cannot prove aligned is split into two 16-byte halves when tuned for
-   Zen 1 (gcc -mtune=znver1), and a 32-byte load of the two halves is not
-   forwarded from the store buffer: it waits for both to be written (a
-   stall each time, the per-token quantizer's min and max loop doubled).
-   kvq__store16a stores whole vectors.                                    */
-typedef union kvq__blk16 { kvq__vf part[KVQ__PARTS]; float f[16]; } kvq__blk16;
-
-#define KVQ__EACH(k) for ((k) = 0; (k) < KVQ__PARTS; (k)++)
-static KVQ__VINLINE kvq__v16 kvq__load16(const float *p)
-{
-    kvq__v16 v;
-    int k;
-    KVQ__EACH(k) v.part[k] = KVQ__VLOAD(p + k * KVQ__W);
-    return v;
-}
-static KVQ__VINLINE void kvq__store16(float *p, kvq__v16 v)
-{
-    int k;
-    KVQ__EACH(k) KVQ__VSTORE(p + k * KVQ__W, v.part[k]);
-}
-static KVQ__VINLINE void kvq__store16a(kvq__blk16 *p, kvq__v16 v)
-{
-    int k;
-    KVQ__EACH(k) p->part[k] = v.part[k];
-}
-static KVQ__VINLINE kvq__v16 kvq__splat16(float x)
-{
-    kvq__v16 v;
-    int k;
-    KVQ__EACH(k) v.part[k] = x - KVQ__VZERO;              /* x - 0 = x, -0 too */
-    return v;
-}
-static KVQ__VINLINE kvq__v16 kvq__add16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] + b.part[k];
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__sub16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] - b.part[k];
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__mul16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] * b.part[k];
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__div16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = a.part[k] / b.part[k];
-    return a;
-}
-/* acc + a x, fused where KVQ__FMA (one rounding), else a product then a
-   sum                                                                     */
-static KVQ__VINLINE kvq__v16 kvq__madd16(kvq__v16 acc, kvq__v16 a, kvq__v16 x)
-{
-    int k;
-    KVQ__EACH(k) acc.part[k] = KVQ__VFMA(acc.part[k], a.part[k], x.part[k]);
-    return acc;
-}
-static KVQ__VINLINE kvq__v16 kvq__max16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = kvq__vmax(a.part[k], b.part[k]);
-    return a;
-}
-static KVQ__VINLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
-{
-    int k;
-    KVQ__EACH(k) a.part[k] = kvq__vmin(a.part[k], b.part[k]);
-    return a;
-}
-/* |x| lane by lane: the sign bit cleared                                 */
-static KVQ__VINLINE kvq__v16 kvq__abs16(kvq__v16 x)
-{
-    int k;
-#if KVQ__W > 1
-    KVQ__EACH(k) x.part[k] = kvq__vf_bits((kvq__vu)x.part[k] & kvq__vu_splat(0x7FFFFFFFu));
-#else
-    KVQ__EACH(k) x.part[k] = fabsf(x.part[k]);
-#endif
-    return x;
-}
-/* round half to even, for |x| < 2^22: (x + 1.5 2^23) - 1.5 2^23           */
-static KVQ__VINLINE kvq__v16 kvq__round16(kvq__v16 x)
-{
-    const kvq__v16 magic = kvq__splat16(12582912.0f);
-    return kvq__sub16(kvq__add16(x, magic), magic);
-}
-/* rintf of 16 lanes as uint32, for integral results in 0 .. 2^22. x86's
-   vcvtps2dq converts by MXCSR's rounding mode, the mode rintf rounds by
-   (nearest even unless the caller changed it): one instruction, where
-   kvq__round16 and a truncating conversion take three; elsewhere those. */
-static KVQ__VINLINE kvq__u16 kvq__rint_u16(kvq__v16 x)
-{
-    kvq__u16 r;
-    int k;
-#if KVQ__W == 16
-    KVQ__EACH(k) r.part[k] = (kvq__vu)_mm512_cvtps_epi32((__m512)x.part[k]);
-#elif KVQ__W == 8
-    KVQ__EACH(k) r.part[k] = (kvq__vu)_mm256_cvtps_epi32((__m256)x.part[k]);
-#else
-    x = kvq__round16(x);
-    KVQ__EACH(k) r.part[k] = (kvq__vu)kvq__vi_of_vf(x.part[k]);
-#endif
-    return r;
-}
-/* 2^n for integral n in -127..128 held as floats: n + 127 into the
-   exponent field (n = -127 gives +0)                                      */
-static KVQ__VINLINE kvq__v16 kvq__exp2i16(kvq__v16 n)
-{
-    int k;
-    KVQ__EACH(k) n.part[k] = kvq__vf_bits((kvq__vi_of_vf(n.part[k]) + 127) << 23);
-    return n;
-}
-
-#if KVQ__W == 4
-/* 4 stored halves -> 4 floats by AArch64's fcvtl (exact, as every fp16 ->
-   fp32 conversion is)                                                     */
-static KVQ__INLINE float32x4_t kvq__f16x4(const kvq_f16 *h)
-{
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)h)));
-}
-#endif
-
-/* A vector's 16 lanes folded by + (max = 0) or by max (max = 1) in one
-   fixed order: lane j (+) lane j + 8, then + 4, + 2, + 1; lane 0 is the
-   result. The sum's order is what makes it reproducible; the max is exact
-   in any order, and exact here for the finite values it is given. Always
-   inlined, so that max is a constant.                                   */
-static KVQ__INLINE float kvq__hfold16(const kvq__v16 *v, int max)
-{
-#if KVQ__W == 16 || KVQ__W == 8             /* by shuffles */
-    __m256 a8, b8;
-    __m128 s4, s2;
-#if KVQ__W == 16
-    a8 = _mm512_castps512_ps256((__m512)v->part[0]);
-    b8 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)v->part[0]), 1));
-#else
-    a8 = (__m256)v->part[0];
-    b8 = (__m256)v->part[1];
-#endif
-    a8 = max ? _mm256_max_ps(a8, b8) : _mm256_add_ps(a8, b8);                 /* + 8 */
-    s4 = _mm256_castps256_ps128(a8);
-    s4 = max ? _mm_max_ps(s4, _mm256_extractf128_ps(a8, 1))
-             : _mm_add_ps(s4, _mm256_extractf128_ps(a8, 1));                   /* + 4 */
-    s2 = max ? _mm_max_ps(s4, _mm_movehl_ps(s4, s4)) : _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s2 = max ? _mm_max_ss(s2, _mm_shuffle_ps(s2, s2, 1))                       /* + 1 */
-             : _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    return _mm_cvtss_f32(s2);
-#elif KVQ__W == 4
-    float32x4_t p0 = (float32x4_t)v->part[0], p1 = (float32x4_t)v->part[1];
-    float32x4_t p2 = (float32x4_t)v->part[2], p3 = (float32x4_t)v->part[3];
-    float32x4_t s4 = max ? vmaxq_f32(vmaxq_f32(p0, p2), vmaxq_f32(p1, p3))
-                         : vaddq_f32(vaddq_f32(p0, p2), vaddq_f32(p1, p3));
-    float32x2_t s2 = max ? vmax_f32(vget_low_f32(s4), vget_high_f32(s4))       /* + 2 */
-                         : vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
-    float a = vget_lane_f32(s2, 0), b = vget_lane_f32(s2, 1);
-    return max ? (b > a ? b : a) : a + b;                                      /* + 1 */
-#else
-    float lane[16];
-    size_t i, j;
-    kvq__store16(lane, *v);
-    for (j = 8; j > 0; j /= 2)
-        for (i = 0; i < j; i++)
-            lane[i] = max ? (lane[i + j] > lane[i] ? lane[i + j] : lane[i]) : lane[i] + lane[i + j];
-    return lane[0];
-#endif
-}
-
-/* The sum of a vector's 16 lanes in kvq__hfold16's order.                 */
-static KVQ__VINLINE float kvq__hsum16(const kvq__v16 *v) { return kvq__hfold16(v, 0); }
-
-/* The largest of a vector's 16 lanes.                                     */
-static KVQ__VINLINE float kvq__hmax16(const kvq__v16 *v) { return kvq__hfold16(v, 1); }
-
-/* e^x lane by lane for x <= 0, within 2 ulp of e^x on [-87, 0] and +0
-   below about -87.7 (where e^x < 2^-126; -inf included). Cody-Waite: x =
-   n ln2 + r with n = round(x log2 e) and ln2 in two parts, so r is exact
-   to |r| <= ln2/2; e^r by Cephes expf's degree-5 polynomial; then 2^n
-   into the exponent. The same operations, in the same order, in both the
-   vector and the plain 16-lane builds.                                     */
-static KVQ__VINLINE void kvq__exp16(kvq__v16 *v)
-{
-    kvq__v16 n, r, p, x = kvq__max16(*v, kvq__splat16(-88.0f));   /* n >= -127 */
-    n = kvq__round16(kvq__mul16(x, kvq__splat16(1.44269504088896341f)));
-    r = kvq__sub16(x, kvq__mul16(n, kvq__splat16(0.693359375f)));
-    r = kvq__sub16(r, kvq__mul16(n, kvq__splat16(-2.12194440e-4f)));
-    p = kvq__splat16(1.9875691500e-4f);
-    p = kvq__madd16(kvq__splat16(1.3981999507e-3f), p, r);
-    p = kvq__madd16(kvq__splat16(8.3334519073e-3f), p, r);
-    p = kvq__madd16(kvq__splat16(4.1665795894e-2f), p, r);
-    p = kvq__madd16(kvq__splat16(1.6666665459e-1f), p, r);
-    p = kvq__madd16(kvq__splat16(5.0000001201e-1f), p, r);
-    p = kvq__madd16(kvq__add16(r, kvq__splat16(1.0f)), p, kvq__mul16(r, r));
-    *v = kvq__mul16(p, kvq__exp2i16(n));
-}
-
-
-/* a . b in a fixed order: lane j (0..15) sums the products of i = j,
-   j + 16, j + 32, ... in increasing i, then the lanes are added pairwise
-   (lane j += lane j + 8, then + 4, + 2, + 1). Every dot product of a query
-   with a row or a group of codes uses this function, so the order is the
-   same everywhere on the CPU.                                             */
-static KVQ__VINLINE float kvq__dot(const float *a, const float *b, size_t n)
-{
-    float lane[16];
-    size_t i = 0, j, n16 = n & ~(size_t)15;
-    kvq__v16 acc = kvq__splat16(0.0f);
-    for (; i < n16; i += 16) acc = kvq__madd16(acc, kvq__load16(a + i), kvq__load16(b + i));
-    kvq__store16(lane, acc);
-    for (j = 0; i < n; i++, j++) lane[j] += a[i] * b[i];
-    acc = kvq__load16(lane);
-    return kvq__hsum16(&acc);
-}
-
-/* q . k for one per-token key whose D codes are given as floats, group g
-   with stored (s_g, z_g) -> (a_g, b_g) and qsum_g = sum of q over group g:
-       q . k = sum_g a_g (q_g . c_g) + sum_g b_g qsum_g
-   Order: for G a multiple of 16, each group's 16-lane partial sums of
-   q_d c_d are scaled by a_g and added into one 16-lane total, whose lanes
-   are added once (kvq__dot's tree); then the b_g qsum_g terms in group
-   order. Other G: a_g kvq__dot(q_g, c_g) + b_g qsum_g, group by group.    */
-static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
-                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode)
-{
-    size_t g, i, n_groups = D / G;
-    float a, b, total = 0.0f;
-    if (G % 16 == 0) {
-        kvq__v16 sum = kvq__splat16(0.0f);
-        for (g = 0; g < n_groups; g++) {
-            kvq__v16 part = kvq__splat16(0.0f);
-            for (i = g * G; i < (g + 1) * G; i += 16)
-                part = kvq__madd16(part, kvq__load16(q + i), kvq__load16(codes + i));
-            kvq__affine(sz[g], mode, &a, &b);
-            sum = kvq__madd16(sum, kvq__splat16(a), part);
-        }
-        total = kvq__hsum16(&sum);
-        for (g = 0; g < n_groups; g++) {
-            kvq__affine(sz[g], mode, &a, &b);
-            total += b * qsum[g];
-        }
-        return total;
-    }
-    for (g = 0; g < n_groups; g++) {
-        kvq__affine(sz[g], mode, &a, &b);
-        total += a * kvq__dot(q + g * G, codes + g * G, G) + b * qsum[g];
-    }
-    return total;
-}
-
-/* D stored halves -> floats: 8 at a time with vcvtph2ps where the target
-   has F16C, 4 at a time with AArch64's fcvtl, else the exact integer
-   conversion (identical: fp16 -> fp32 is exact; simd_check).              */
-static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out)
-{
-    size_t d = 0;
-#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
-    for (; d + 8 <= D; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
-#elif KVQ__W == 4
-    for (; d + 4 <= D; d += 4) vst1q_f32(out + d, kvq__f16x4(h + d));
-#endif
-    for (; d < D; d++) out[d] = kvq__f16_to_f32(h[d]);
-}
-
-/* ------------------------------------------------------------------------ */
-/* II.2 the fast quantizer                                                  */
-/* ------------------------------------------------------------------------ */
-/* ---- the fast quantizer ------------------------------------------------
-   kvq_quantize_group is the definition (Sec. 4): per group min and max,
-   (s, z) stored in fp16, code = round-half-even(clamp(v, 0, N)) with
-   v = (x - z) / s (float zero) or x / s + z (integer zero). The loops below
-   compute exactly that, 16 values at a time on the vector layer (II.1),
-   both axes through kvq__encode16: min and max are exact in any order; v
-   uses the same division; the rounding is (v + 1.5 2^23) - 1.5 2^23, which
-   for |v| < 2^22 rounds half to even exactly as rintf does; codes go
-   straight into words. tests/test_quant.c checks every code and (s, z)
-   against kvq_quantize_group.                                             */
-
-/* The largest |x| of n values in 16 lanes, or -1 if one is not finite.
-   Inside KVQ_MAX_ABS_INPUT every group's (s, z) fits fp16 (Sec. 2), so a
-   matrix that passes this needs no per-group range check. A pure stream:
-   each 64-byte step also asks for the line KVQ__CHECK_AHEAD floats on
-   (4 KB), which Zen 1's own prefetchers leave to demand misses: cold,
-   over 33.6 MB, the quantizer 8-12% faster with it, the per-token one
-   another 7-12% with its own prefetch (kvq_quantize_matrix).            */
-#define KVQ__CHECK_AHEAD 1024
-static float kvq__absmax_or_nonfinite(const float *x, size_t n)
-{
-    /* |x| as max(x, -x); x - x is 0 for a finite x and NaN otherwise, so
-       a non-finite value anywhere makes the running sum `bad` NaN         */
-    kvq__v16 m = kvq__splat16(0.0f), bad = kvq__splat16(0.0f), zero = kvq__splat16(0.0f);
-    float amax, nonfinite;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        kvq__v16 v = kvq__load16(x + i);
-        kvq__prefetch(x + (i + KVQ__CHECK_AHEAD < n ? i + KVQ__CHECK_AHEAD : i), 64);  /* inside x */
-        m = kvq__max16(m, kvq__max16(v, kvq__sub16(zero, v)));
-        bad = kvq__add16(bad, kvq__sub16(v, v));
-    }
-    amax = kvq__hmax16(&m);
-    nonfinite = kvq__hsum16(&bad);
-    for (; i < n; i++) {
-        float a = fabsf(x[i]);
-        amax = a > amax ? a : amax;
-        nonfinite += x[i] - x[i];
-    }
-    return nonfinite != 0.0f ? -1.0f : amax;
-}
-
-/* Per-channel groups, 16 channels at a time: lane j is the min and max of
-   channel j over n rows (row stride D); bad[j] != 0 if one is not finite.
-   Vertical, so every row is one vector min, max and check, in registers
-   (x - x is 0 for a finite x and NaN otherwise, and a NaN stays in the
-   running sum; lo and hi are only used where every value was finite).   */
-static void kvq__minmax16_rows(const float *x, size_t n, size_t D, float *lo, float *hi, int *bad)
-{
-    kvq__v16 vlo = kvq__load16(x), vhi = vlo, check = kvq__splat16(0.0f);
-    float sum[16];
-    size_t t, j;
-    for (t = 0; t < n; t++) {
-        kvq__v16 v = kvq__load16(x + t * D);
-        vlo = kvq__min16(v, vlo);                     /* v < lo ? v : lo   */
-        vhi = kvq__max16(v, vhi);                     /* v > hi ? v : hi   */
-        check = kvq__add16(check, kvq__sub16(v, v));
-    }
-    kvq__store16(lo, kvq__add16(vlo, kvq__splat16(0.0f)));   /* -0 -> +0 */
-    kvq__store16(hi, kvq__add16(vhi, kvq__splat16(0.0f)));
-    kvq__store16(sum, check);
-    for (j = 0; j < 16; j++) bad[j] = sum[j] != 0.0f;
-}
-
-/* The same min and max, of nc channels (16 | nc, nc <= KVQ__RUN_CHANNELS)
-   over n rows, without the check: lane c of block b is channel 16 b + c,
-   the same operations on each lane in the same row order, so the same
-   floats. The rows are walked 32 channels (two blocks) at a time, their
-   running min and max in registers: kept in L1 instead, every row costs
-   two stores a block, which bounded the per-channel quantizer on Zen 1
-   (one store a cycle; a unit in L2 took 20% longer). A walk reads 128
-   bytes of each row; the first walk brings the unit in from DRAM and the
-   rest find it in cache (16 KB at G = 32, D = 128: no slower cold than
-   the whole-row walk, bench_cpu --quantize).                            */
-#define KVQ__RUN_CHANNELS 256
-static KVQ__INLINE void kvq__minmax_walk(const float *x, size_t n, size_t D, int blocks,
-                                         kvq__blk16 *lo /* (blocks) */, kvq__blk16 *hi)
-{
-    kvq__v16 l[2], h[2];
-    size_t t;
-    int b;
-    for (b = 0; b < blocks; b++) l[b] = h[b] = kvq__load16(x + 16 * b);
-    for (t = 1; t < n; t++)
-        for (b = 0; b < blocks; b++) {
-            const kvq__v16 v = kvq__load16(x + t * D + 16 * b);
-            l[b] = kvq__min16(v, l[b]);                 /* v < lo ? v : lo */
-            h[b] = kvq__max16(v, h[b]);                 /* v > hi ? v : hi */
-        }
-    for (b = 0; b < blocks; b++) {                      /* -0 -> +0        */
-        kvq__store16a(lo + b, kvq__add16(l[b], kvq__splat16(0.0f)));
-        kvq__store16a(hi + b, kvq__add16(h[b], kvq__splat16(0.0f)));
-    }
-}
-
-static void kvq__minmax_run(const float *x, size_t n, size_t D, size_t nc,
-                            kvq__blk16 *lo /* (nc / 16) */, kvq__blk16 *hi /* (nc / 16) */)
-{
-    size_t c;
-    for (c = 0; c + 32 <= nc; c += 32) kvq__minmax_walk(x + c, n, D, 2, lo + c / 16, hi + c / 16);
-    if (c < nc) kvq__minmax_walk(x + c, n, D, 1, lo + c / 16, hi + c / 16);
-}
-
-/* a / s lane by lane, the correctly rounded quotient, given r = 1 / s
-   (itself a correctly rounded division). With fused multiply-adds without
-   a division (Markstein's theorem, as in IA-64's divide): q = a r is
-   within an ulp of a / s, the residual a - q s is then exact, and
-   q + (a - q s) r rounds to a / s. Zen 1 retires a vector divide once per
-   6 cycles at best, these three in about 2. The residual is not exact
-   where it falls below the normal range, |a / s| < 2^-80 here (s >= 2^-24
-   is an fp16 scale): such a quotient rounds to code 0 either way, and
-   tests/simd_check.c compares every code. Without fused multiply-adds,
-   the division.                                                          */
-static KVQ__VINLINE kvq__v16 kvq__quot16(kvq__v16 a, kvq__v16 s, kvq__v16 r)
-{
-#if defined(KVQ__FMA)
-    kvq__v16 q = kvq__mul16(a, r), minus_q;
-    int k;
-    KVQ__EACH(k) minus_q.part[k] = -q.part[k];
-    return kvq__madd16(q, kvq__madd16(a, minus_q, s), r);
-#else
-    (void)r;
-    return kvq__div16(a, s);
-#endif
-}
-
-/* Sec. 4's code of 16 values lane by lane: float zero, v = (x - z) / s
-   clamped to [0, N]; integer zero, v = x / s clamped to [-zp, N - zp];
-   both with max and min (the same codes as the scalar comparisons: they
-   differ only on -0, which rounds to code 0 either way), rounded as rintf
-   (kvq__rint_u16), the integer zero's zp added after the rounding. s, z
-   and N per lane: one group's for a run of values, or 16 groups' side by
-   side.                                                                  */
-static KVQ__VINLINE kvq__u16 kvq__encode16(kvq__v16 x, kvq__v16 s, kvq__v16 r, kvq__v16 z,
-                                           kvq__v16 n_levels, kvq_zero_mode mode)
-{
-    kvq__v16 lo, hi;
-    kvq__u16 c;
-    int k;
-    if (mode == KVQ_ZERO_FLOAT)
-        return kvq__rint_u16(kvq__min16(kvq__max16(kvq__quot16(kvq__sub16(x, z), s, r),
-                                                   kvq__splat16(0.0f)), n_levels));
-    lo = kvq__sub16(kvq__splat16(0.0f), z);            /* -zp, exact       */
-    hi = kvq__sub16(n_levels, z);                      /* N - zp, exact    */
-    c = kvq__rint_u16(kvq__min16(kvq__max16(kvq__quot16(x, s, r), lo), hi));
-    KVQ__EACH(k) c.part[k] += (kvq__vu)kvq__vi_of_vf(z.part[k]);   /* zp: integral */
-    return c;
-}
-
-/* The codes of 16 consecutive values under one group's stored (s, z).    */
-static void kvq__codes16_of(const float *x, float s, float z, float n_levels,
-                            kvq_zero_mode mode, uint32_t *code)
-{
-    kvq__u16 c = kvq__encode16(kvq__load16(x), kvq__splat16(s), kvq__splat16(1.0f / s),
-                               kvq__splat16(z), kvq__splat16(n_levels), mode);
-    memcpy(code, c.part, sizeof c.part);                /* vector stores    */
-}
-
-/* The packed words of 16 groups side by side, lane j = group j: value c
-   of lane j at x[c * stride + j], c < G; code c into word c / (32/B) at
-   bit (c % (32/B)) B (Sec. 5), word w of group j to words[j wpg + w].
-   sc, zc: each group's stored (s, z), s = 0 where every code is 0 (a
-   constant float-zero group); such a lane computes with s = 1, z = 0 and
-   its words are cleared whole. B and the zero mode reach the body as
-   constants (kvq__words16 below), so a word's shifts are a running count,
-   with no division by 32/B per code.                                    */
-static KVQ__INLINE void kvq__words16_b(const float *x, size_t stride, size_t G,
-                                       const float *sc, const float *zc, int bits,
-                                       kvq_zero_mode mode, uint32_t *words /* (16, wpg) */)
-{
-    const kvq__v16 n_levels = kvq__splat16((float)((1u << bits) - 1u));
-    const size_t wpg = kvq_packed_words(G, bits);
-    float s_lane[16], z_lane[16];
-    uint32_t keep[16];
-    kvq__v16 s, r, z;
-    size_t c = 0, w, j;
-    for (j = 0; j < 16; j++) {
-        keep[j] = sc[j] == 0.0f ? 0u : ~0u;
-        s_lane[j] = sc[j] == 0.0f ? 1.0f : sc[j];
-        z_lane[j] = sc[j] == 0.0f ? 0.0f : zc[j];
-    }
-    s = kvq__load16(s_lane);
-    z = kvq__load16(z_lane);
-    r = kvq__div16(kvq__splat16(1.0f), s);          /* once per 16 groups */
-    for (w = 0; w < wpg; w++) {
-        kvq__vu word[KVQ__PARTS];
-        uint32_t out[16];
-        unsigned shift;
-        int k;
-        KVQ__EACH(k) word[k] = kvq__vu_splat(0);
-        for (shift = 0; shift < 32u && c < G; shift += (unsigned)bits, c++) {
-            const kvq__u16 code = kvq__encode16(kvq__load16(x + c * stride), s, r, z, n_levels, mode);
-            KVQ__EACH(k) word[k] |= code.part[k] << shift;
-        }
-        memcpy(out, word, sizeof out);
-        for (j = 0; j < 16; j++) words[j * wpg + w] = out[j] & keep[j];
-    }
-}
-
-static void kvq__words16(const float *x, size_t stride, size_t G, const float *s /* (16) */,
-                         const float *z /* (16) */, int bits, kvq_zero_mode mode, uint32_t *words)
-{
-#define KVQ__WORDS16_B(b) (mode == KVQ_ZERO_FLOAT ? kvq__words16_b(x, stride, G, s, z, b, KVQ_ZERO_FLOAT, words) \
-                                                  : kvq__words16_b(x, stride, G, s, z, b, KVQ_ZERO_INT, words))
-    switch (bits) {                             /* B and the mode as constants */
-    case 1:  KVQ__WORDS16_B(1); break;
-    case 2:  KVQ__WORDS16_B(2); break;
-    case 4:  KVQ__WORDS16_B(4); break;
-    default: KVQ__WORDS16_B(8); break;
-    }
-#undef KVQ__WORDS16_B
-}
-
-/* OR 16 codes, code indices c0 .. c0+15 (c0 a multiple of 16), into their
-   words: B = 2 fills one word, B = 4 two, B = 8 four, B = 1 half of one.
-   The codes occupy disjoint bits, so the OR of a word's lanes is the same
-   in any order and the compiler may reduce them in vector lanes.          */
-static KVQ__INLINE void kvq__pack16_b(const uint32_t *code, size_t c0, int bits, uint32_t *w)
-{
-    size_t per = 32u / (unsigned)bits, lanes = per < 16 ? per : 16, k, i;
-    unsigned base = (unsigned)(c0 % per) * (unsigned)bits;
-    for (k = 0; k < 16 / lanes; k++) {
-        uint32_t word = 0;
-        for (i = 0; i < lanes; i++)
-            word |= code[k * lanes + i] << (base + (unsigned)(i * (size_t)bits));
-        w[(c0 + k * lanes) / per] |= word;
-    }
-}
-
-static void kvq__pack16(const uint32_t *code, size_t c0, int bits, uint32_t *w)
-{
-    switch (bits) {                                     /* B as a constant   */
-    case 1:  kvq__pack16_b(code, c0, 1, w); break;
-    case 2:  kvq__pack16_b(code, c0, 2, w); break;
-    case 4:  kvq__pack16_b(code, c0, 4, w); break;
-    default: kvq__pack16_b(code, c0, 8, w); break;
-    }
-}
-
-/* Quantize one unit: rows X (tokens_per_unit, D) -> words, sz of the unit.
-   The caller has checked sizes, finiteness and range.
-     per-token    D/G groups of G consecutive values: 16 codes at a time,
-                  OR-ed into their words
-     per-channel  D groups of G tokens with stride D: 16 channels at a time,
-                  so each token adds one code to 16 channels' words        */
-/* kvq__quantize_unit's per-channel unit, 16 | D: 16 channels at a time,
-   each channel's min and max from kvq__minmax_run, then each token adds
-   one code to 16 channels' words, held in vector lanes until full.      */
-static kvq_status kvq__quantize_channels16(const float *X /* (G, D) */, size_t D, int bits,
-                                           size_t G, kvq_zero_mode mode,
-                                           uint32_t *words, kvq_sz *sz)
-{
-    size_t wpg = kvq_packed_words(G, bits), g;
-    kvq__blk16 lo_run[KVQ__RUN_CHANNELS / 16], hi_run[KVQ__RUN_CHANNELS / 16];
-    for (g = 0; g < D; g += 16) {               /* per-channel, 16 at a time */
-        float s[16], z[16], *lo = lo_run[g % KVQ__RUN_CHANNELS / 16].f,
-              *hi = hi_run[g % KVQ__RUN_CHANNELS / 16].f;
-        if (g % KVQ__RUN_CHANNELS == 0)         /* the next run's min, max  */
-            kvq__minmax_run(X + g, G, D, D - g < KVQ__RUN_CHANNELS ? D - g : KVQ__RUN_CHANNELS,
-                            lo_run, hi_run);
-        {
-            kvq_status st = kvq__params16(lo, hi, bits, mode, sz + g, s, z);
-            if (st != KVQ_OK) return st;
-        }
-        /* where s = 0 (a constant float-zero group, or a scale that
-           underflowed) every code is 0 (kvq__words16)                    */
-        kvq__words16(X + g, D, G, s, z, bits, mode,
-                     words + g * wpg);   /* token t of 16 channels: one row */
-    }
-    return KVQ_OK;
-}
-
-static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
-                                     size_t G, kvq_axis axis,
-                                     kvq_zero_mode mode,
-                                     uint32_t *words, kvq_sz *sz)
-{
-    size_t wpg = kvq_packed_words(G, bits), per = 32u / (unsigned)bits, g, i, j;
-    float n_levels = (float)((1u << bits) - 1u);
-    uint32_t code[16];
-    if (axis == KVQ_PER_TOKEN || D % 16 != 0) {
-        size_t n_groups = axis == KVQ_PER_TOKEN ? D / G : D, stride = axis == KVQ_PER_TOKEN ? 1 : D;
-        for (g = 0; g < n_groups; g++) {
-            /* per-token: channels g*G .. g*G+G-1 of the token (stride 1);
-               per-channel: tokens 0..G-1 of channel g (stride D)           */
-            const float *x = axis == KVQ_PER_TOKEN ? X + g * G : X + g;
-            uint32_t *w = words + g * wpg;
-            float mn, mx, s, z;
-            kvq_status st;
-            kvq__minmax_check(x, G, stride, &mn, &mx);
-            st = kvq__group_params(mn, mx, bits, mode, &sz[g]);
-            if (st != KVQ_OK) return st;
-            s = kvq__f16_stored(sz[g].scale);
-            z = kvq__f16_stored(sz[g].zero);
-            for (i = 0; i < wpg; i++) w[i] = 0;
-            if (s == 0.0f) continue;            /* constant group: all 0   */
-            for (i = 0; i < G; i += 16) {
-                size_t m = G - i < 16 ? G - i : 16;
-                if (stride == 1 && m == 16) {
-                    kvq__codes16_of(x + i, s, z, n_levels, mode, code);
-                    kvq__pack16(code, i, bits, w);
-                    continue;
-                }
-                for (j = 0; j < m; j++) code[j] = kvq__code(x[(i + j) * stride], sz[g], bits, mode);
-                for (j = 0; j < m; j++)
-                    w[(i + j) / per] |= code[j] << ((i + j) % per * (size_t)bits);
-            }
-        }
-        return KVQ_OK;
-    }
-    return kvq__quantize_channels16(X, D, bits, G, mode, words, sz);
-}
-
-/* col[a].f[r] = x[r * stride + a] for a, r < 16: a 16 x 16 block of floats
-   transposed, rows of x into columns. By shuffles in registers on every
-   vector ISA (log2 of the width stages of pairwise interleaves, as in any
-   SIMD transpose), element by element otherwise. Scalar stores followed
-   by a vector load of the same bytes cannot be forwarded and stall, which
-   made the element-wise copy a third of the per-token quantizer's time.  */
-static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, kvq__blk16 *col)
-{
-#if KVQ__W == 16
-    __m512 r[16], t[16];
-    int a;
-    for (a = 0; a < 16; a++) r[a] = _mm512_loadu_ps(x + (size_t)a * stride);
-    for (a = 0; a < 16; a += 2) {         /* interleave lanes of row pairs */
-        t[a]     = _mm512_unpacklo_ps(r[a], r[a + 1]);
-        t[a + 1] = _mm512_unpackhi_ps(r[a], r[a + 1]);
-    }
-    for (a = 0; a < 16; a += 4) {         /* then pairs of lanes            */
-        __m512d lo = _mm512_castps_pd(t[a]), hi = _mm512_castps_pd(t[a + 1]);
-        __m512d lo2 = _mm512_castps_pd(t[a + 2]), hi2 = _mm512_castps_pd(t[a + 3]);
-        r[a]     = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
-        r[a + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
-        r[a + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
-        r[a + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
-    }
-    for (a = 0; a < 8; a++) {             /* then 128-bit blocks, twice     */
-        int src = (a / 4) * 8 + a % 4;
-        t[2 * a]     = _mm512_shuffle_f32x4(r[src], r[src + 4], 0x88);
-        t[2 * a + 1] = _mm512_shuffle_f32x4(r[src], r[src + 4], 0xdd);
-    }
-    for (a = 0; a < 8; a++) {
-        int src = a % 4 * 2 + a / 4;
-        r[a]     = _mm512_shuffle_f32x4(t[src], t[src + 8], 0x88);
-        r[a + 8] = _mm512_shuffle_f32x4(t[src], t[src + 8], 0xdd);
-    }
-    for (a = 0; a < 16; a++) _mm512_store_ps(col[a].f, r[a]);
-#elif KVQ__W == 8
-    int rb, cb, a;                        /* four 8 x 8 blocks              */
-    for (rb = 0; rb < 16; rb += 8)
-        for (cb = 0; cb < 16; cb += 8) {
-            /* t[a]: values cb .. cb+3 of row rb+a in the low 128 bits and
-               of row rb+a+4 in the high, t[a+4] values cb+4 .. cb+7. The
-               loads pair the halves (vinsertf128 from memory), so what is
-               left is a 4 x 4 transpose within each half: Zen 1 moves data
-               across halves slowly (vperm2f128, 8 micro-ops).            */
-            __m256 t[8], u[4];
-            for (a = 0; a < 4; a++) {
-                const float *p = x + (size_t)(rb + a) * stride + cb, *q = p + 4 * stride;
-                t[a]     = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), _mm_loadu_ps(q), 1);
-                t[a + 4] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 4)),
-                                                _mm_loadu_ps(q + 4), 1);
-            }
-            for (a = 0; a < 8; a += 4) {
-                u[0] = _mm256_unpacklo_ps(t[a], t[a + 1]);
-                u[1] = _mm256_unpackhi_ps(t[a], t[a + 1]);
-                u[2] = _mm256_unpacklo_ps(t[a + 2], t[a + 3]);
-                u[3] = _mm256_unpackhi_ps(t[a + 2], t[a + 3]);
-                _mm256_store_ps(col[cb + a].f + rb,     _mm256_shuffle_ps(u[0], u[2], 0x44));
-                _mm256_store_ps(col[cb + a + 1].f + rb, _mm256_shuffle_ps(u[0], u[2], 0xee));
-                _mm256_store_ps(col[cb + a + 2].f + rb, _mm256_shuffle_ps(u[1], u[3], 0x44));
-                _mm256_store_ps(col[cb + a + 3].f + rb, _mm256_shuffle_ps(u[1], u[3], 0xee));
-            }
-        }
-#elif KVQ__W == 4
-    int rb, cb;                           /* sixteen 4 x 4 blocks           */
-    for (rb = 0; rb < 16; rb += 4)
-        for (cb = 0; cb < 16; cb += 4) {
-            const float *p = x + (size_t)rb * stride + cb;
-            float32x4x2_t t0 = vtrnq_f32(vld1q_f32(p), vld1q_f32(p + stride));
-            float32x4x2_t t1 = vtrnq_f32(vld1q_f32(p + 2 * stride), vld1q_f32(p + 3 * stride));
-            vst1q_f32(col[cb].f + rb,     vcombine_f32(vget_low_f32(t0.val[0]), vget_low_f32(t1.val[0])));
-            vst1q_f32(col[cb + 1].f + rb, vcombine_f32(vget_low_f32(t0.val[1]), vget_low_f32(t1.val[1])));
-            vst1q_f32(col[cb + 2].f + rb, vcombine_f32(vget_high_f32(t0.val[0]), vget_high_f32(t1.val[0])));
-            vst1q_f32(col[cb + 3].f + rb, vcombine_f32(vget_high_f32(t0.val[1]), vget_high_f32(t1.val[1])));
-        }
-#else
-    size_t a, r;
-    for (r = 0; r < 16; r++)
-        for (a = 0; a < 16; a++) col[a].f[r] = x[r * stride + a];
-#endif
-}
-
-/* 16 per-token groups side by side: x holds groups g0 .. g0+15 one after
-   another (G values each, as a row-major matrix stores them), lane j of
-   every vector below is group j. Each group's min and max, (s, z) and
-   codes are those of kvq__quantize_unit (the same expressions, lane by
-   lane), but nothing is reduced across lanes: the values are first copied
-   into columns (col[i] = value i of all 16 groups), then min, max, codes
-   and the words are built a column at a time. G <= KVQ__COLS_MAX.        */
-/* kvq__group_params of 16 groups from their min and max (lo, hi: -0 as
-   +0), and the stored (s, z) as floats. Float zero with F16C: 8 groups an
-   instruction, the same s = (max - min) / N stored by the same rounding
-   (vcvtps2ph, nearest even) as the scalar _cvtss_sh, z = min; a lane that
-   does not fit fp16 sends all 16 through the scalar loop, which returns
-   its error as before. s and z may alias lo and hi.                      */
-static kvq_status kvq__params16(const float *lo, const float *hi, int bits, kvq_zero_mode mode,
-                                kvq_sz *sz /* (16) */, float *s /* (16) */, float *z /* (16) */)
-{
-    size_t j;
-#if !defined(KVQ_NO_SIMD) && defined(__F16C__)
-    if (mode == KVQ_ZERO_FLOAT) {
-        const __m256 n_levels = _mm256_set1_ps((float)((1u << bits) - 1u));
-        uint16_t sh[16], zh[16], over = 0;
-        for (j = 0; j < 16; j += 8) {
-            const __m256 mn = _mm256_loadu_ps(lo + j), mx = _mm256_loadu_ps(hi + j);
-            _mm_storeu_si128((__m128i *)(void *)(sh + j),
-                             _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(mx, mn), n_levels),
-                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            _mm_storeu_si128((__m128i *)(void *)(zh + j),
-                             _mm256_cvtps_ph(mn, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        }
-        for (j = 0; j < 16; j++)            /* exponent all ones: inf, NaN */
-            over |= (uint16_t)((sh[j] & 0x7c00u) == 0x7c00u) | (uint16_t)((zh[j] & 0x7c00u) == 0x7c00u);
-        if (!over) {
-            for (j = 0; j < 16; j += 8) {
-                _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sh + j))));
-                _mm256_storeu_ps(z + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(zh + j))));
-            }
-            for (j = 0; j < 16; j++) { sz[j].scale = sh[j]; sz[j].zero = zh[j]; }
-            return KVQ_OK;
-        }
-    }
-#endif
-    for (j = 0; j < 16; j++) {
-        kvq_status st = kvq__group_params(lo[j], hi[j], bits, mode, &sz[j]);
-        if (st != KVQ_OK) return st;
-        s[j] = kvq__f16_stored(sz[j].scale);
-        z[j] = kvq__f16_stored(sz[j].zero);
-    }
-    return KVQ_OK;
-}
-
-static void kvq__quantize_16_groups(const float *x /* (16, G) */, size_t G, int bits,
-                                    kvq_zero_mode mode,
-                                    uint32_t *words /* (16, wpg) */, kvq_sz *sz /* (16) */)
-{
-    kvq__blk16 col[KVQ__COLS_MAX];             /* col[i]: value i of each group */
-    float s[16], z[16];
-    size_t i, j;
-    kvq__v16 lo, hi;
-    if (G == 0 || G > KVQ__COLS_MAX) return;          /* callers never pass */
-    for (i = 0; i + 16 <= G; i += 16) kvq__transpose16(x + i, G, col + i);
-    for (; i < G; i++)                                /* G % 16 columns     */
-        for (j = 0; j < 16; j++) col[i].f[j] = x[j * G + i];
-    lo = hi = kvq__load16(col[0].f);
-    for (i = 1; i < G; i++) {
-        kvq__v16 c = kvq__load16(col[i].f);
-        lo = kvq__min16(lo, c);
-        hi = kvq__max16(hi, c);
-    }
-    kvq__store16(s, kvq__add16(lo, kvq__splat16(0.0f)));   /* -0 -> +0, as */
-    kvq__store16(z, kvq__add16(hi, kvq__splat16(0.0f)));   /* minmax_check */
-    (void)kvq__params16(s, z, bits, mode, sz, s, z);   /* the caller checked
-                                                           every range   */
-    kvq__words16(col[0].f, 16, G, s, z, bits, mode, words);   /* s = 0: codes 0 */
-}
-
-/* ------------------------------------------------------------------------ */
-/* II.3 the ONLINE walk                                                     */
-/* ------------------------------------------------------------------------ */
-/* ---- ONLINE: one walk over the regions for a batch of heads -------------
-   EAGER (Part I, Sec. 8) is the reference: it visits positions 0..n_pos-1
-   and finds each one's key and value through the loc maps. ONLINE
-   computes the same softmax but walks K where it is stored, region by
-   region, KVQ_TILE entries at a time (a tile never spans two regions or
-   two key units):
-
-       quantized store  per-channel keys: up to 32 tokens of one unit;
-                        per-token keys: 32 consecutive slots
-       rows[0..4]       the live rows of each region, in order
-
-   For each tile it computes every head's scores, applies the online
-   softmax update, and adds the value of each present position, found
-   through V's loc map (K and V of one position may sit in different
-   regions: in KIVI a key is quantized while its value is in the window).
-   Codes are unpacked, and fp16 rows converted, once per tile or row for
-   all heads of the batch: with GQA the cache is read once per batch, not
-   once per query head. No division or modulo per token on the common path.
-
-   Summation order, the only difference from EAGER's result (the tests
-   bound it): positions are visited in walk order, with the running max
-   rescaled at tile boundaries, so the last bits also depend on the storage
-   layout (compaction may move them), and within a tile the full-precision
-   value rows are added first; both kinds go through kvq__tile_block (a
-   quantized value's sum split in up to 4 partial sums per head, a row's
-   in one; a tile whose entries are not consecutive in storage is added
-   run by run); and 2-bit codes with one head (values, per-channel keys)
-   and 2-bit per-token keys are added two codes at a time, each pair's
-   term w c + w' c' first (kvq__pairs2_walk, kvq__token_block).
-   Otherwise scores are the same expressions as EAGER's: a per-channel
-   key's score sums channels 0..D-1 in order, dot products use kvq__dot's
-   lane order, and a quantized value adds (w a) c + w b per channel.      */
-typedef struct kvq__heads {
-    size_t n;              /* heads in this batch                            */
-    const float *q;        /* (n, D) their queries                           */
-    float *out;            /* (n, D) running sum of w v                      */
-    float *qa;             /* (n, D) q*a of the current key unit (per-channel
-                              keys) or per-group sums of q (per-token keys)  */
-    float *sc;             /* (n, KVQ_TILE) the tile's scores, then weights  */
-    float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
-    float *row;            /* (D) one row of codes or of values, as floats   */
-    const float *pairs;    /* (n, D/2, 16) 2-bit per-token keys' pair table
-                              (kvq__key_pairs; (n, 3 D) for Zen 1), or NULL  */
-    int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
-    float inv_sqrt_d;
-} kvq__heads;
-
-
-#if KVQ__W == 16 || KVQ__W == 8
-/* kvq__codes16's tables: entry i is (float)(i mod 4), (float)i            */
-static const float kvq__code_floats2[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
-static const float kvq__code_floats4[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
-#endif
-
-/* 16 codes of a packed group, from code c0 (a multiple of 16), as floats:
-   code i sits in word (i B) / 32 at bit (i B) % 32 (Sec. 5). For B = 2 and
-   4 each part broadcasts its word and shifts each lane by its own amount
-   (B = 2: one word for all 16 codes; B = 4: codes 0-7 in the first word,
-   8-15 in the second, picked per lane by a mask); other B one by one.
-   With AVX-512 (and AVX2 for B = 2) the shifted lane indexes a table of
-   the codes' floats (vpermps reads its low 4 bits, 3 with AVX2: a table
-   of period 4 for B = 2, read from memory, so it takes no register), one
-   instruction for a mask and a conversion, and the same floats: small
-   integers are exact. AVX2 at B = 2 shifts by lane once per 16 codes:
-   codes 8-15 are codes 0-7's lanes shifted 16 more, by one immediate
-   shift (Intel runs either shift on the same ports). Zen 1 retires a
-   variable shift (vpsrlvd) only about once per 4 cycles: built for it
-   (KVQ__ZEN1) each lane keeps its code in place, c 4^j, converts and
-   scales by 4^-j (exact: the same floats) - one more instruction per 8
-   codes, on the ports Intel needs for the multiply-adds, so only there. */
-#if KVQ__W == 8 && KVQ__ZEN1
-/* 4^-j, j = 0..7: the scale of kvq__codes16_placed's lane j and j + 8   */
-static const float kvq__down4[8] = { 1.0f, 0.25f, 0.0625f, 0.015625f, 0.00390625f,
-                                     0.0009765625f, 0.000244140625f, 0.00006103515625f };
-/* Zen 1's 2-bit decode without its last step: lane j of part p holds code
-   8 p + j where it sits, c 4^j (exact as a float). Codes 8-15 from the
-   word's high half, broadcast by 16-bit lanes (x86: little-endian), so
-   that no lane needs a shift at all. RAW: without the conversion either:
-   the integer c 4^j's bits read as a float ARE the subnormal c 4^j 2^-149
-   (exponent field 0, mantissa c 4^j < 2^23), exact and free where the
-   weights carry the 2^149 (kvq__pair_blocks, PLACED = 2)                */
-static KVQ__VINLINE void kvq__codes16_placed(kvq__v16 *out, const uint32_t *w, size_t c0, int RAW)
-{
-    static const uint32_t keep[8] = { 3u, 3u << 2, 3u << 4, 3u << 6,
-                                      3u << 8, 3u << 10, 3u << 12, 3u << 14 };
-    uint16_t high;
-    kvq__vu m, lo, hi;
-    memcpy(&high, (const char *)(w + c0 / 16) + 2, sizeof high);
-    memcpy(&m, keep, sizeof m);
-    lo = kvq__vu_splat(w[c0 / 16]) & m;
-    hi = (kvq__vu)_mm256_set1_epi16((short)high) & m;
-    out->part[0] = RAW ? (kvq__vf)lo : kvq__vf_of_vi((kvq__vi)lo);
-    out->part[1] = RAW ? (kvq__vf)hi : kvq__vf_of_vi((kvq__vi)hi);
-}
-#endif
-static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
-{
-    static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
-    static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
-    static const uint32_t second[16] = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
-    int k;
-#if KVQ__W == 8 && KVQ__ZEN1
-    if (bits == 2) {
-        /* c 4^j, scaled by 4^-j: c again                                 */
-        kvq__vf d;
-        memcpy(&d, kvq__down4, sizeof d);
-        kvq__codes16_placed(out, w, c0, 0);
-        out->part[0] = out->part[0] * d;
-        out->part[1] = out->part[1] * d;
-        return;
-    }
-#elif KVQ__W == 8
-    if (bits == 2) {            /* lane j: the word >> 2j, then >> 16 more */
-        kvq__vu x;
-        memcpy(&x, shift2, sizeof x);
-        x = kvq__vu_splat(w[c0 / 16]) >> x;                 /* codes 0-7  */
-        out->part[0] = (kvq__vf)_mm256_permutevar8x32_ps(
-            _mm256_loadu_ps(kvq__code_floats2), (__m256i)x);
-        out->part[1] = (kvq__vf)_mm256_permutevar8x32_ps(   /* codes 8-15 */
-            _mm256_loadu_ps(kvq__code_floats2), (__m256i)(x >> 16u));
-        return;
-    }
-#endif
-    if (bits == 2 || bits == 4) {
-        const uint32_t *shift = bits == 2 ? shift2 : shift4;
-        KVQ__EACH(k) {
-            kvq__vu sh, sel, x;
-            memcpy(&sh, shift + k * KVQ__W, sizeof sh);
-            if (bits == 2)                      /* the part's word(s)       */
-                x = kvq__vu_splat(w[c0 / 16]);
-            else if (KVQ__W <= 8)
-                x = kvq__vu_splat(w[c0 / 8 + (size_t)k * KVQ__W / 8]);
-            else {                              /* 16 lanes span two words  */
-                memcpy(&sel, second + k * KVQ__W, sizeof sel);
-                x = (kvq__vu_splat(w[c0 / 8]) & ~sel) | (kvq__vu_splat(w[c0 / 8 + 1]) & sel);
-            }
-            x >>= sh;
-#if KVQ__W == 16
-            /* vpermps reads the low 4 bits of each lane: the code (B = 4)
-               or the code and the next one's (B = 2, a table of period 4) */
-            out->part[k] = (kvq__vf)_mm512_permutexvar_ps((__m512i)x, (__m512)kvq__load16(
-                bits == 2 ? kvq__code_floats2 : kvq__code_floats4).part[0]);
-#elif KVQ__W == 8                               /* B = 4: above for B = 2 */
-            out->part[k] = kvq__vf_of_vi((kvq__vi)(x & 15u));
-#else
-            out->part[k] = kvq__vf_of_vi((kvq__vi)(x & (uint32_t)((1u << bits) - 1u)));
-#endif
-        }
-        return;
-    }
-    {
-        float t[16];
-        size_t i;
-        for (i = 0; i < 16; i++) t[i] = (float)kvq__get_code(w, c0 + i, bits);
-        *out = kvq__load16(t);
-    }
-}
-
-/* n codes of a packed group, from code index `first`, as floats: 16 at a
-   time where the run is aligned, the rest one by one.                     */
-static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits, float *out)
-{
-    size_t i = 0;
-    if (first % 16 == 0)
-        for (; i + 16 <= n; i += 16) {
-            kvq__v16 v;
-            kvq__codes16(&v, w, first + i, bits);
-            kvq__store16(out + i, v);
-        }
-    for (; i < n; i++) out[i] = (float)kvq__get_code(w, first + i, bits);
-}
-
-/* One full-precision row as floats: the stored fp32 row itself, or its fp16
-   converted into `tmp`.                                                     */
-static const float *kvq__row_f32(const kvq_cache *c, const kvq_rows *rg, size_t i, float *tmp)
-{
-    const void *src = kvq__row_ptr(c, rg, i);
-    if (c->cfg.fp_bits == 32) return (const float *)src;
-    kvq__row_load(c, src, tmp);
-    return tmp;
-}
-
-/* (a, b) of n consecutive groups, as kvq__affine gives them: the stored
-   (s, z) pairs are one run of 2n fp16 halves (kvq_sz is two kvq_f16, no
-   padding), converted 128 groups (256 halves) at a time by kvq__f16_row
-   (F16C where available), then split into a and b by a loop per zero mode
-   that the compiler vectorizes (a per-unit cost of per-channel keys: once
-   per 32 tokens and D channels).                                          */
-static void kvq__affine_run(const kvq_sz *sz, size_t n, kvq_zero_mode mode,
-                            float *a /* (n) */, float *b /* (n) */)
-{
-    const kvq_f16 *raw = &sz[0].scale;            /* (2n) s0 z0 s1 z1 ...    */
-    float half[256];
-    size_t i0, i;
-    for (i0 = 0; i0 < n; i0 += 128) {
-        size_t k = n - i0 < 128 ? n - i0 : 128;
-        float *ai = a + i0, *bi = b + i0;
-        kvq__f16_row(raw + 2 * i0, 2 * k, half);
-        if (mode == KVQ_ZERO_INT)
-            for (i = 0; i < k; i++) {
-                ai[i] = half[2 * i];
-                bi[i] = kvq__zero_term(half[2 * i], half[2 * i + 1], KVQ_ZERO_INT);
-            }
-        else
-            for (i = 0; i < k; i++) {
-                ai[i] = half[2 * i];
-                bi[i] = half[2 * i + 1];
-            }
-    }
-}
-
-/* Per-channel key unit u: q*a (D) and q.b for every head, once per unit
-   (q.b with kvq__dot, as EAGER computes it). The a's are written into head
-   0's q*a row first and scaled in place, last head first.               */
-static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
-{
-    size_t D = c->cfg.head_dim, d, h;
-    float *a = H->qa, *b = H->row;                      /* (D) each          */
-    kvq__affine_run(c->k.sz + u * D, D, c->cfg.zero_mode, a, b);
-    for (h = H->n; h-- > 0;) {
-        const float *q = H->q + h * D;
-        float *qa = H->qa + h * D;
-        d = 0;
-        for (; KVQ__W > 1 && d + 16 <= D; d += 16)  /* in place for head 0:
-                                           the vectors an alias check refuses */
-            kvq__store16(qa + d, kvq__mul16(kvq__load16(q + d), kvq__load16(a + d)));
-        for (; d < D; d++) qa[d] = q[d] * a[d];
-        H->qb[h] = kvq__dot(q, b, D);
-    }
-}
-
-/* CALL(NH, B) with the head count NH (1, 2 or 4: kvq__head_batch) and the
-   bit width B (2 or 4; other widths as a variable) as constants, so that
-   an always-inlined kernel's loops are fixed. Nine instantiations per
-   kernel keep the compiled size (and compile time) modest.               */
-#define KVQ__WITH_NH_BITS(CALL, nh, bits)                                    \
-    switch (nh) {                                                            \
-    case 1:  KVQ__WITH_BITS(CALL, 1, bits); break;                           \
-    case 2:  KVQ__WITH_BITS(CALL, 2, bits); break;                           \
-    default: KVQ__WITH_BITS(CALL, 4, bits); break;                           \
-    }
-#define KVQ__WITH_BITS(CALL, NH, bits)                                       \
-    switch (bits) {                                                          \
-    case 2:  CALL(NH, 2); break;                                             \
-    case 4:  CALL(NH, 4); break;                                             \
-    default: CALL(NH, bits); break;                                          \
-    }
-
-/* The same for full-precision rows: NH and whether they are fp16 (F16).   */
-#define KVQ__WITH_NH_F16(CALL, nh, f16)                                      \
-    switch ((nh) * 2 + ((f16) != 0)) {                                       \
-    case 2:  CALL(1, 0); break;                                              \
-    case 3:  CALL(1, 1); break;                                              \
-    case 4:  CALL(2, 0); break;                                              \
-    case 5:  CALL(2, 1); break;                                              \
-    case 8:  CALL(4, 0); break;                                              \
-    default: CALL(4, 1); break;                                              \
-    }
-
-/* How many of the `left` heads one kernel call takes: 4, 2 or 1.          */
-static size_t kvq__head_batch(size_t left) { return left >= 4 ? 4 : left >= 2 ? 2 : 1; }
-
-/* kvq__tile_block's 2-bit codes for ONE head, entries two at a time:
-       out[c .. c+15] += sum_p t_p + zb,   t_p = w_i x_i + w_i' x_i'
-   over the pairs p = (i, i' = i + 1) of entries (an odd last entry alone,
-   t = w_i x_i), with w_i x_i rounded and then w_i' x_i' added by a
-   multiply-add where KVQ__FMA. P = 4 / NB running sums a block, at least
-   one (pair p to sum p mod P, added in order at the end). Per lane, t_p
-   takes only 16 values, one per (c_i, c_i'): with AVX-512 they are a
-   table built once per pair for all NB blocks of the walk (the same
-   expression on the 16 code pairs, so the same floats), and a pair costs
-   per block a shift, a rotate and a bit select (lane j's c_i to bits 0-1
-   of its index, c_i' to bits 2-3), one vpermps and one addition, against
-   two shifts, masks, conversions and multiply-adds. e: the entries' words
-   of the walk's first block; NB (1, 2, 4 or 8 blocks) a constant.       */
-#if KVQ__W == 16
-/* One pair of kvq__pairs2_walk with AVX-512: t the pair's table (TWO = 0:
-   a lone entry, its partner's codes read as 0), x0 the first entry's
-   words of the walk, acc (NB) the running sums the pair goes to.          */
-static KVQ__INLINE void kvq__pairs2_step(kvq__v16 *acc, size_t P, const char *x0, size_t stride,
-                                         kvq__v16 t, int NB, int TWO)
-{
-    const __m512i shift = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
-                                            24, 26, 28, 30),
-                  turn = _mm512_setr_epi32(30, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
-                                           22, 24, 26, 28),
-                  three = _mm512_set1_epi32(3);
-    int b;
-    for (b = 0; b < NB; b++) {
-        int32_t w0, w1 = 0;
-        __m512i ix;
-        memcpy(&w0, x0 + 4 * b, 4);
-        if (TWO) memcpy(&w1, x0 + stride + 4 * b, 4);
-        /* lane j: c_i (bits 2j of w0) to bits 0-1, c_i' (bits 2j of w1,
-           rotated right by 2j - 2) to bits 2-3: three ? u : v            */
-        ix = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(_mm512_set1_epi32(w0), shift),
-                                       _mm512_rorv_epi32(_mm512_set1_epi32(w1), turn), three, 0xE4);
-        acc[(size_t)b * P].part[0] = acc[(size_t)b * P].part[0] +
-                                     (kvq__vf)_mm512_permutexvar_ps(ix, (__m512)t.part[0]);
-    }
-}
-#else
-/* Block b's 16 codes of the entry at x as kvq__pair_term multiplies
-   them: c (kvq__codes16), or with PLACED c 4^j (kvq__codes16_placed),
-   as a float (PLACED = 1) or as the subnormal c 4^j 2^-149 (PLACED = 2) */
-static KVQ__INLINE void kvq__pair_codes(kvq__v16 *c, const char *x, int b, int PLACED)
-{
-#if KVQ__W == 8 && KVQ__ZEN1
-    if (PLACED) {
-        kvq__codes16_placed(c, (const uint32_t *)(const void *)x, 16 * (size_t)b, PLACED == 2);
-        return;
-    }
-#endif
-    (void)PLACED;
-    kvq__codes16(c, (const uint32_t *)(const void *)x, 16 * (size_t)b, 2);
-}
-
-/* One pair's t of kvq__pairs2_walk in block b, computed: w[0] x_i rounded,
-   then + w[1] x_i' (TWO) by a multiply-add where KVQ__FMA. ws: the two
-   weights already broadcast (PLACED: times 4^-j, for codes c 4^j), or
-   NULL: broadcast here                                                   */
-static KVQ__INLINE kvq__v16 kvq__pair_term(const char *x0, size_t stride, int b, const float *w,
-                                           const kvq__v16 *ws, int TWO, int PLACED)
-{
-    kvq__v16 c, t;
-    kvq__pair_codes(&c, x0, b, PLACED);
-    t = kvq__mul16(ws ? ws[0] : kvq__splat16(w[0]), c);
-    if (!TWO) return t;
-    kvq__pair_codes(&c, x0 + stride, b, PLACED);
-    return kvq__madd16(t, ws ? ws[1] : kvq__splat16(w[1]), c);
-}
-
-/* Pair i (entries i, i + 1; TWO = 0: entry i alone) of kvq__pairs2_walk
-   into sum k of its NB blocks: the weights broadcast once for them.
-   PLACED (Zen 1, KVQ__ZEN1): the weights scaled by lane, w down[j], once
-   for all blocks, and the codes left in place, c 4^j. PLACED = 1: down =
-   4^-j (kvq__down4), the same product w c where w 4^-j is exact, without
-   kvq__codes16's two multiplies per 16 codes. PLACED = 2: down = 4^-j
-   2^(149-E) and the codes not even converted, read as the subnormals
-   c 4^j 2^-149: the product is w c 2^-E, the sums the walk's own times
-   2^-E where kvq__walk_scale allows it, and no conversion (2 cycles a
-   ymm on Zen 1, on the multiply-adds' pipes) is left in the walk.        */
-static KVQ__INLINE void kvq__pair_blocks(kvq__v16 *acc, size_t P, size_t k, const char *e,
-                                         size_t stride, const float *wt, size_t i, int NB,
-                                         int TWO, int PLACED, const float *down /* (8) */)
-{
-    kvq__v16 ws[2] = { kvq__splat16(wt[i]), kvq__splat16(TWO ? wt[i + 1] : 0.0f) };
-    int b;
-#if KVQ__W == 8 && KVQ__ZEN1
-    if (PLACED) {
-        kvq__vf d;
-        memcpy(&d, down, sizeof d);
-        ws[0].part[0] = ws[0].part[1] = ws[0].part[0] * d;      /* lanes j, j + 8 */
-        ws[1].part[0] = ws[1].part[1] = ws[1].part[0] * d;
-    }
-#else
-    (void)down;
-#endif
-    for (b = 0; b < NB; b++)
-        acc[(size_t)b * P + k] = kvq__add16(acc[(size_t)b * P + k],
-                                            kvq__pair_term(e + i * stride, stride, b, wt + i, ws,
-                                                           TWO, PLACED));
-}
-
-/* The pairs of kvq__pairs2_walk, pairs outer (NB <= 4), PLACED and down
-   as above                                                              */
-static KVQ__INLINE void kvq__pairs_outer(kvq__v16 *acc, const char *e, size_t stride, size_t m,
-                                         const float *wt, int NB, int PLACED, const float *down)
-{
-    const int P = NB >= 4 ? 1 : 4 / NB;
-    size_t i, i0;
-    int k;
-    for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P) {
-        KVQ__UNROLL(4)
-        for (k = 0; k < P; k++)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i0 + 2 * (size_t)k, NB, 1,
-                             PLACED, down);
-    }
-    KVQ__UNROLL(4)
-    for (k = 0; k < P; k++) {                           /* the last pairs    */
-        i = i0 + 2 * (size_t)k;
-        if (i + 1 < m)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 1, PLACED, down);
-        else if (i < m)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 0, PLACED, down);
-    }
-}
-
-#if KVQ__W == 8 && KVQ__ZEN1
-/* Which pair walk the n weights w of kvq__pairs2_walk allow: E in
-   22..122 for the subnormal one (PLACED = 2, weights scaled 2^(149-E)),
-   0 for the placed one (PLACED = 1), -1 for neither.
-   Placed: w 4^-7 must be exact, so w = 0 or |w| >= 1e-33 (> 2^-112:
-   w 4^-7 stays normal); w not a number is no tiny weight either.
-   Subnormal: with e_max = floor(log2 max |w|), e_min = floor(log2 of the
-   least nonzero |w|), every weight finite:
-   - the scaled weights w 4^-j 2^(149-E) finite: |w| 2^(149-E) < 2^128,
-     E >= e_max + 22, and their factor 2^(149-E) a float: E >= 22; so
-     E = max(e_max, 0) + 22.
-   - each operation of the walk rounds its exact result x the same way
-     as the reference rounds x 2^E, as long as no underflow can round:
-     the mul, fma and add results are sums of products w c (c = 0..3),
-     all multiples of 2^(e_min-23), the least weight's ulp. In the scaled
-     domain that grid is 2^(e_min-23-E): at least 2^-149, the subnormal
-     spacing, iff e_min - E >= -126, i.e. e_min >= -104 and e_max - e_min
-     <= 104. Then a result below 2^-126 in either domain has < 24
-     significant bits and is exact in both; above it, both are normal and
-     round alike. (The reference's own domain needs nothing more: its
-     grid, a float's ulp, is never finer than 2^-149. Asking instead that
-     every value stay normal in both domains gives the stricter
-     e_max - e_min <= 81, e_min >= -103.)
-   - nothing overflows: the reference's sums (|w c| < 2^(e_max+3), at
-     most n of them, n <= 2^20) stay below 2^128 with e_max <= 100, so it
-     never holds an inf where the scaled walk holds a number; the scaled
-     sums stay below 2^-19 n.
-   - MXCSR: with DAZ (bit 6) every subnormal code reads as 0, with FTZ
-     (bit 15) a result below 2^-126 is flushed in one domain and not the
-     other: either bit set takes the placed walk.
-   The bounds by the bits of |w| (positive floats order like their bits),
-   8 weights a step: the largest, and the least nonzero as the least
-   |w| - 1 unsigned (0 wraps to the top). A scalar loop with a branch
-   per weight took back most of what the walk saves.                     */
-static int kvq__walk_scale(const float *w, size_t n)
-{
-    const float limit = 1e-33f;
-    __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-1);
-    uint32_t top, low, x, tiny;
-    int emax, emin;
-    size_t i = 0;
-    memcpy(&tiny, &limit, sizeof tiny);
-    for (; i + 8 <= n; i += 8) {                        /* |w|'s bits, lane by lane */
-        const __m256i x8 = _mm256_loadu_si256((const __m256i *)(const void *)(w + i)),
-                      u = _mm256_and_si256(x8, _mm256_set1_epi32(0x7FFFFFFF));
-        hi = _mm256_max_epu32(hi, u);
-        lo = _mm256_min_epu32(lo, _mm256_sub_epi32(u, _mm256_set1_epi32(1)));
-    }
-    /* the 8 lanes to one: halves, then pairs of pairs, then pairs      */
-    hi = _mm256_max_epu32(hi, _mm256_permute2x128_si256(hi, hi, 1));
-    lo = _mm256_min_epu32(lo, _mm256_permute2x128_si256(lo, lo, 1));
-    hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32(hi, 0x4E));
-    lo = _mm256_min_epu32(lo, _mm256_shuffle_epi32(lo, 0x4E));
-    hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32(hi, 0xB1));
-    lo = _mm256_min_epu32(lo, _mm256_shuffle_epi32(lo, 0xB1));
-    top = (uint32_t)_mm256_cvtsi256_si32(hi);
-    low = (uint32_t)_mm256_cvtsi256_si32(lo);
-    for (; i < n; i++) {                                /* the last < 8      */
-        memcpy(&x, w + i, sizeof x);
-        x &= 0x7FFFFFFFu;
-        top = x > top ? x : top;
-        low = x - 1u < low ? x - 1u : low;
-    }
-    if (low < tiny - 1u) return -1;                     /* 0 < |w| < 1e-33   */
-    if (top == 0 || (_mm_getcsr() & 0x8040u) || n > ((size_t)1 << 20)) return 0;
-    emax = (int)(top >> 23) - 127;                      /* 128: inf, NaN     */
-    emin = (int)((low + 1u) >> 23) - 127;               /* -127: subnormal   */
-    if (emax > 100 || emin < -104 || emax - emin > 104) return 0;
-    return (emax > 0 ? emax : 0) + 22;
-}
-#endif
-#endif
-
-static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t stride, size_t m,
-                                         const float *wt, const float *zb, int NB)
-{
-    const int P = NB >= 4 ? 1 : 4 / NB;
-    kvq__v16 acc[8 * 4];                                /* block b: acc[b P + k] */
-    size_t i, i0;
-    int b, k;
-    for (b = 0; b < NB * P; b++) acc[b] = kvq__splat16(0.0f);
-#if KVQ__W == 16
-    {
-        static const float low[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
-        static const float high[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
-        const kvq__v16 lo = kvq__load16(low), hi = kvq__load16(high);
-        for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P)
-            for (k = 0; k < P; k++) {                   /* pair i0/2 + k     */
-                i = i0 + 2 * (size_t)k;
-                kvq__pairs2_step(acc + k, (size_t)P, e + i * stride, stride,
-                                 kvq__madd16(kvq__mul16(kvq__splat16(wt[i]), lo),
-                                             kvq__splat16(wt[i + 1]), hi), NB, 1);
-            }
-        for (k = 0; k < P; k++) {                       /* the last pairs    */
-            i = i0 + 2 * (size_t)k;
-            if (i + 1 < m)
-                kvq__pairs2_step(acc + k, (size_t)P, e + i * stride, stride,
-                                 kvq__madd16(kvq__mul16(kvq__splat16(wt[i]), lo),
-                                             kvq__splat16(wt[i + 1]), hi), NB, 1);
-            else if (i < m)
-                kvq__pairs2_step(acc + k, (size_t)P, e + i * stride, stride,
-                                 kvq__mul16(kvq__splat16(wt[i]), lo), NB, 0);
-        }
-    }
-#else
-    if (KVQ__W == 8 && NB <= 4) {
-        /* AVX2: pairs outer where the NB P sums fit the registers (NB <=
-           4: four sums, 8 of the 16 ymm), so each pair's weights are
-           broadcast once for all blocks (KIVI-2, one head: 1.19 -> 1.06
-           instructions per element). NEON's sums would take 16 of its 32
-           registers, and its count rose (2.14 -> 2.27): there, and for
-           plain floats, block by block below. Either way sum (b, k) takes
-           its pairs in order: the same floats.                          */
-#if KVQ__W == 8 && KVQ__ZEN1
-        const int E = kvq__walk_scale(wt, m);
-        if (E > 0) {
-            /* 4^-j 2^(149-E) by its exponent field; the sums times 2^E at
-               the end, before they are used: exact (kvq__walk_scale)   */
-            float down[8], up;
-            uint32_t f;
-            int j;
-            for (j = 0; j < 8; j++) {
-                f = (uint32_t)(127 + 149 - E - 2 * j) << 23;
-                memcpy(down + j, &f, sizeof f);
-            }
-            kvq__pairs_outer(acc, e, stride, m, wt, NB, 2, down);
-            f = (uint32_t)(127 + E) << 23;
-            memcpy(&up, &f, sizeof f);
-            for (b = 0; b < NB * P; b++) acc[b] = kvq__mul16(acc[b], kvq__splat16(up));
-        } else if (E == 0)
-            kvq__pairs_outer(acc, e, stride, m, wt, NB, 1, kvq__down4);
-        else
-#endif
-            kvq__pairs_outer(acc, e, stride, m, wt, NB, 0, NULL);
-    } else
-        for (b = 0; b < NB; b++) {                      /* the same sums     */
-            kvq__v16 a[4];
-            KVQ__UNROLL(4)
-            for (k = 0; k < P; k++) a[k] = kvq__splat16(0.0f);
-            for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P) {
-                KVQ__UNROLL(4)
-                for (k = 0; k < P; k++)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + (i0 + 2 * (size_t)k) * stride, stride,
-                                                           b, wt + i0 + 2 * (size_t)k, NULL, 1, 0));
-            }
-            KVQ__UNROLL(4)
-            for (k = 0; k < P; k++) {                   /* the last pairs    */
-                i = i0 + 2 * (size_t)k;
-                if (i + 1 < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL,
-                                                           1, 0));
-                else if (i < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL,
-                                                           0, 0));
-            }
-            KVQ__UNROLL(4)
-            for (k = 0; k < P; k++) acc[b * P + k] = a[k];
-        }
-#endif
-    for (b = 0; b < NB; b++) {
-        float *o = out + 16 * b;
-        kvq__v16 sum = acc[b * P];
-        for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[b * P + k]);
-        if (zb) sum = kvq__add16(sum, kvq__splat16(zb[0]));
-        kvq__store16(o, kvq__add16(kvq__load16(o), sum));
-    }
-}
-
-/* The inner step of per-channel keys for a full tile (32 tokens from a
-   multiple of 32) and NH (1, 2 or 4) heads: channel d's 32 codes are unpacked
-   once, and times q_hd a_d added into each head's 32 scores, which stay in
-   registers for the whole unit. A head alone keeps even and odd channels
-   in two sums (P = 2, added at the end), so four additions are in flight. */
-static KVQ__VINLINE void kvq__channel_tile(const uint32_t *w, size_t wpg, size_t D, size_t t0,
-                                          const float *qa /* (NH, D) */,
-                                          float *sc /* (NH, KVQ_TILE) */, int NH, int bits)
-{
-    const int P = NH == 1 ? 2 : 1;
-    kvq__v16 lo_sum[4][2], hi_sum[4][2];         /* tokens 0-15, 16-31     */
-    size_t d;
-    int h, k;
-    for (h = 0; h < NH; h++)
-        for (k = 0; k < P; k++) lo_sum[h][k] = hi_sum[h][k] = kvq__splat16(0.0f);
-    d = 0;
-#if KVQ__W == 16
-    /* AVX-512 folds a broadcast into a multiply-add ({1to16}) only where
-       the broadcast has one use: the two halves read q_hd a_d from two
-       copies (twin: 16 channels at a time), which saves one instruction
-       per head and channel                                                */
-    if (NH >= 2)
-        for (; d + 16 <= D; d += 16) {
-            float twin[4][16];
-            size_t e;
-            for (h = 0; h < NH; h++) kvq__store16(twin[h], kvq__load16(qa + (size_t)h * D + d));
-            KVQ__UNROLL(4)
-            for (e = 0; e < 16; e++) {
-                kvq__v16 lo, hi;
-                kvq__codes16(&lo, w + (d + e) * wpg, t0, bits);
-                kvq__codes16(&hi, w + (d + e) * wpg, t0 + 16, bits);
-                for (h = 0; h < NH; h++) {
-                    lo_sum[h][0] = kvq__madd16(lo_sum[h][0], kvq__splat16(qa[(size_t)h * D + d + e]), lo);
-                    hi_sum[h][0] = kvq__madd16(hi_sum[h][0], kvq__splat16(twin[h][e]), hi);
-                }
-            }
-        }
-#endif
-    for (; d < D; d += (size_t)P)
-        for (k = 0; k < P && d + (size_t)k < D; k++) {  /* channel d + k      */
-            kvq__v16 lo, hi;
-            kvq__codes16(&lo, w + (d + (size_t)k) * wpg, t0, bits);
-            kvq__codes16(&hi, w + (d + (size_t)k) * wpg, t0 + 16, bits);
-            for (h = 0; h < NH; h++) {
-                kvq__v16 q = kvq__splat16(qa[(size_t)h * D + d + (size_t)k]);
-                lo_sum[h][k] = kvq__madd16(lo_sum[h][k], q, lo);
-                hi_sum[h][k] = kvq__madd16(hi_sum[h][k], q, hi);
-            }
-        }
-    for (h = 0; h < NH; h++) {
-        for (k = 1; k < P; k++) {
-            lo_sum[h][0] = kvq__add16(lo_sum[h][0], lo_sum[h][k]);
-            hi_sum[h][0] = kvq__add16(hi_sum[h][0], hi_sum[h][k]);
-        }
-        kvq__store16(sc + (size_t)h * KVQ_TILE, lo_sum[h][0]);
-        kvq__store16(sc + (size_t)h * KVQ_TILE + 16, hi_sum[h][0]);
-    }
-}
-
-/* Scores of tokens t0 .. t0+n-1 of per-channel key unit u (Sec. 8's
-   algebra: q.k_t = sum_d (q_d a_d) c_td + q.b). Each token's sum runs over
-   the channels d = 0..D-1 in order (a lone head's full tile: 2-bit codes
-   by channel pairs, kvq__pairs2_walk; other widths even and odd channels
-   in two sums, then added).                                              */
-static KVQ__NOINLINE void kvq__scores_channel(const kvq_cache *c, kvq__heads *H, size_t u,
-                                size_t t0, size_t n)
-{
-    const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j;
-    const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
-    const int full = n == KVQ_TILE && t0 % KVQ_TILE == 0;
-    if (!full || (s->bits == 2 && H->n == 1))   /* the sums that add to sc */
-        for (h = 0; h < H->n; h++)
-            for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
-    if (full && s->bits == 2 && H->n == 1) {
-        /* one head, 2-bit: channel pairs, as a value tile takes its slots
-           (kvq__pairs2_walk: the channels are its entries, q_d a_d their
-           weights, the 32 tokens its two blocks)                          */
-        kvq__pairs2_walk(H->sc, (const char *)(w + t0 / 16), wpg * sizeof(uint32_t), D, H->qa,
-                         NULL, 2);
-    } else if (full) {                  /* kvq__channel_tile stores its sums */
-        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {   /* NH, B fixed */
-            const float *qa = H->qa + h * D;
-            float *sc = H->sc + h * KVQ_TILE;
-#define KVQ__CT(NH, BITS) kvq__channel_tile(w, wpg, D, t0, qa, sc, NH, BITS)
-            KVQ__WITH_NH_BITS(KVQ__CT, kvq__head_batch(H->n - h), s->bits);
-#undef KVQ__CT
-        }
-    } else {                                            /* a partial tile    */
-        float codes[KVQ_TILE];
-        size_t d;
-        for (d = 0; d < D; d++) {
-            kvq__unpack_f32(w + d * wpg, t0, n, s->bits, codes);
-            for (h = 0; h < H->n; h++)
-                for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * codes[j];
-        }
-    }
-    for (h = 0; h < H->n; h++) {
-        float *sc = H->sc + h * KVQ_TILE;
-        const kvq__v16 qb = kvq__splat16(H->qb[h]), scale = kvq__splat16(H->inv_sqrt_d);
-        if (KVQ__W > 1 && full) {       /* two vectors, the same floats */
-            kvq__store16(sc, kvq__mul16(kvq__add16(kvq__load16(sc), qb), scale));
-            kvq__store16(sc + 16, kvq__mul16(kvq__add16(kvq__load16(sc + 16), qb), scale));
-        } else
-            for (j = 0; j < n; j++) sc[j] = (sc[j] + H->qb[h]) * H->inv_sqrt_d;
-    }
-}
-
-/* 16 words as 16 lanes, lane j from base[idx[j]]: one gather instruction
-   on AVX2 and AVX-512, 16 loads elsewhere (integers: the same bits).      */
-static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *idx /* (16) */)
-{
-    kvq__u16 x;
-#if KVQ__W == 16
-    x.part[0] = (kvq__vu)_mm512_i32gather_epi32(_mm512_loadu_si512((const void *)idx),
-                                                (const void *)base, 4);
-#elif KVQ__W == 8
-    int k;
-    KVQ__EACH(k) x.part[k] = (kvq__vu)_mm256_i32gather_epi32(
-        (const int *)(const void *)base, _mm256_loadu_si256((const __m256i *)(const void *)(idx + 8 * k)), 4);
-#else
-    uint32_t t[16];
-    int j;
-    for (j = 0; j < 16; j++) t[j] = base[idx[j]];
-    memcpy(x.part, t, sizeof t);
-#endif
-    return x;
-}
-
-/* The columns of 16 rows of n 32-bit words, row j at base + j n: out[w]
-   lane j = base[j n + w], w = 0 .. n-1 (integers: the same bits by any
-   route); only the first `rows` rows are read, the lanes past them
-   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16, the 16 n words
-   are read as n whole vectors and transposed in registers, k rounds of
-   two-source permutes (vpermt2d): round i swaps bit i of the register
-   number with bit i of the lane number, and the last round also rotates
-   the lane bits so that lane j ends as row j; with AVX2, 16 rows and n =
-   4 or 8, likewise by in-half shuffles (kvq__columns16_48). Elsewhere, one
-   gather per column (kvq__gather16). Zen 4 retires a 16-lane gather about as slowly
-   as 16 loads: the 8 columns of HF-2's 16 keys by gathers took a sixth
-   of its decode, by 8 loads and 24 permutes next to nothing.             */
-#if KVQ__W == 16
-/* kvq__columns16's transpose for n = 2^k (k a constant: inlined)          */
-static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u16 *out)
-{
-    const int n = 1 << k;
-    const kvq__vu lane = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
-    kvq__vu r[16], t[16];
-    int i, R;
-    KVQ__UNROLL(16)
-    for (R = 0; R < n; R++) memcpy(&r[R], base + 16 * R, sizeof r[R]);
-    KVQ__UNROLL(4)
-    for (i = 0; i < k; i++) {
-        /* output lane L takes the lane whose bit i is the register's bit
-           i, from the register whose bit i is L's bit i; in the last
-           round L stands for its place before the rotation               */
-        const kvq__vu L = i < k - 1 ? lane
-                        : ((lane & (uint32_t)((1 << (4 - k)) - 1)) << k) | (lane >> (4 - k));
-        const kvq__vu from = (L & ~(uint32_t)(1 << i)) | (((L >> i) & 1u) << 4);
-        KVQ__UNROLL(16)
-        for (R = 0; R < n; R++) {
-            const int R0 = R & ~(1 << i), b = (R >> i) & 1;
-            t[R] = (kvq__vu)_mm512_permutex2var_epi32((__m512i)r[R0],
-                                                      (__m512i)(from | (uint32_t)(b << i)),
-                                                      (__m512i)r[R0 | (1 << i)]);
-        }
-        KVQ__UNROLL(16)
-        for (R = 0; R < n; R++) r[R] = t[R];
-    }
-    KVQ__UNROLL(16)
-    for (R = 0; R < n; R++) out[R].part[0] = r[R];
-}
-#endif
-
-#if KVQ__W == 8
-/* kvq__columns16 with AVX2 for 16 rows of n = 4 or 8 words (D = 128: the
-   (s, z) of 2 groups, G = 64, HF's keys and values, or of 4, G = 32,
-   KIVI's values): n/4 8x4 transposes per 8 rows, rows 0-7 to part 0 and
-   8-15 to part 1, with no gather and no move across 128-bit halves (Zen 1
-   splits those into many steps; its gathers took ~8% of its KIVI-2 time,
-   and with n = 4 ~10% of HF-2's with one head). Register i holds row i's
-   words c .. c+3 beside row i + 4's, each half a 4x4 block that two rounds
-   of in-half shuffles transpose: column c + w in the low half from rows
-   0-3, in the high half from rows 4-7 - lanes 0-7 in order. Bits only
-   move. n a constant where inlined.                                      */
-static KVQ__INLINE void kvq__columns16_48(const uint32_t *base, int n, kvq__u16 *out /* (n) */)
-{
-    int p, c, i;
-    for (p = 0; p < 2; p++)                               /* rows 8p ..   */
-        for (c = 0; c < n; c += 4) {                      /* words c .. c+3 */
-            const float *r = (const float *)(const void *)(base + 8 * n * p + c);
-            __m256 a[4], t[4];
-            for (i = 0; i < 4; i++)                       /* rows i, i + 4 */
-                a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r + n * i)),
-                                            _mm_loadu_ps(r + n * (i + 4)), 1);
-            t[0] = _mm256_unpacklo_ps(a[0], a[1]);        /* r0w0 r1w0 r0w1 r1w1 */
-            t[1] = _mm256_unpackhi_ps(a[0], a[1]);        /* r0w2 r1w2 r0w3 r1w3 */
-            t[2] = _mm256_unpacklo_ps(a[2], a[3]);
-            t[3] = _mm256_unpackhi_ps(a[2], a[3]);
-            out[c + 0].part[p] = (kvq__vu)_mm256_shuffle_ps(t[0], t[2], 0x44);
-            out[c + 1].part[p] = (kvq__vu)_mm256_shuffle_ps(t[0], t[2], 0xEE);
-            out[c + 2].part[p] = (kvq__vu)_mm256_shuffle_ps(t[1], t[3], 0x44);
-            out[c + 3].part[p] = (kvq__vu)_mm256_shuffle_ps(t[1], t[3], 0xEE);
-        }
-}
-#endif
-
-static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t rows,
-                                       kvq__u16 *out /* (n) */)
-{
-    int32_t idx[16];
-    size_t w, j;
-#if KVQ__W == 8
-    if (rows == 16 && n == 4) {
-        kvq__columns16_48(base, 4, out);
-        return;
-    }
-    if (rows == 16 && n == 8) {
-        kvq__columns16_48(base, 8, out);
-        return;
-    }
-#endif
-#if KVQ__W == 16
-    if (rows == 16)
-        switch (n) {
-        case 1:  kvq__columns16_pow2(base, 0, out); return;
-        case 2:  kvq__columns16_pow2(base, 1, out); return;
-        case 4:  kvq__columns16_pow2(base, 2, out); return;
-        case 8:  kvq__columns16_pow2(base, 3, out); return;
-        case 16: kvq__columns16_pow2(base, 4, out); return;
-        default: break;
-        }
-#endif
-    for (j = 0; j < 16; j++) idx[j] = (int32_t)(j * n);
-    for (j = rows; j < 16; j++) idx[j] = 0;
-    for (w = 0; w < n; w++) out[w] = kvq__gather16(base + w, idx);
-}
-
-#define KVQ__TOKEN_GROUPS 16     /* the most groups a slot in lanes, 16 | G */
-
-/* kvq__zero_term lane by lane: z, or (-z) s for an integer zero          */
-static KVQ__VINLINE kvq__v16 kvq__zero_term16(kvq__v16 s, kvq__v16 z, kvq_zero_mode mode)
-{
-    return mode == KVQ_ZERO_INT ? kvq__mul16(kvq__mul16(z, kvq__splat16(-1.0f)), s) : z;
-}
-
-/* (a, b) of ng groups of up to 16 slots, lane j slot j, from the slots'
-   (s, z) already converted to floats: slot j's group g at sf[2 (j ng + g)]
-   and the next. Group g's a go to a + g stride, its b (kvq__zero_term)
-   to b + g stride: the columns of rows of 2 ng floats (kvq__columns16;
-   lanes past `rows` repeat slot 0).                                      */
-static void kvq__ab_columns(const float *sf /* (rows, ng, 2) */, size_t ng, size_t rows,
-                            kvq_zero_mode mode, float *a, float *b, size_t stride)
-{
-    kvq__u16 col[2 * KVQ__TOKEN_GROUPS];                /* s0 z0 s1 z1 ..    */
-    size_t g;
-    kvq__columns16((const uint32_t *)(const void *)sf, 2 * ng, rows, col);
-    for (g = 0; g < ng; g++) {
-        kvq__v16 s_g, z_g;
-        memcpy(&s_g, &col[2 * g], sizeof s_g);          /* the bits          */
-        memcpy(&z_g, &col[2 * g + 1], sizeof z_g);
-        kvq__store16(a + g * stride, s_g);
-        kvq__store16(b + g * stride, kvq__zero_term16(s_g, z_g, mode));
-    }
-}
-
-#if KVQ__W == 8 && KVQ__ZEN1
-#define KVQ__PAIR_FLOATS 10                /* table floats per query value */
-#else
-#define KVQ__PAIR_FLOATS 8
-#endif
-#if KVQ__W == 16 || KVQ__W == 8
-/* kvq__token_block's table of 2-bit channel pairs for n heads: entry
-   (h, p, i) = q_2p (i & 3) + q_2p+1 (i >> 2), the pair (2p, 2p+1) with
-   codes (i & 3, i >> 2), by the expression the block uses without it.
-   Built for Zen 1 (KVQ__ZEN1), whose permutes across 128-bit halves are
-   slow, 10 floats per query value instead, head h's 10 D at 10 D h: per
-   pair q_d and q_d+1 / 4 each broadcast to 8 lanes (8 D floats, read by
-   the multiplies themselves: no broadcast instruction, and no register
-   held for it), then per pair the products q_d i, i = 0..3 (2 D floats,
-   a 128-bit table for vpermilps). q_d / 4 is
-   exact while it stays normal: kvq__online_walk builds no table where a
-   nonzero |q_d| < 1e-30 might make it subnormal.                        */
-static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
-                           float *pairs /* (n, D/2, 16) */)
-{
-#if KVQ__PAIR_FLOATS == 10
-    size_t h, d, i;
-    for (h = 0; h < n; h++)
-        for (d = 0; d + 1 < D; d += 2) {
-            float *row = pairs + h * 10 * D;
-            for (i = 0; i < 8; i++) {
-                row[8 * d + i] = q[h * D + d];
-                row[8 * d + 8 + i] = q[h * D + d + 1] * 0.25f;
-            }
-            for (i = 0; i < 4; i++) row[8 * D + 2 * d + i] = q[h * D + d] * (float)i;
-        }
-#else
-    static const float low[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
-    static const float high[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
-    const kvq__v16 lo = kvq__load16(low), hi = kvq__load16(high);
-    size_t h, d;
-    for (h = 0; h < n; h++)
-        for (d = 0; d + 1 < D; d += 2)
-            kvq__store16(pairs + (h * D + d) * 8,
-                         kvq__madd16(kvq__mul16(kvq__splat16(q[h * D + d]), lo),
-                                     kvq__splat16(q[h * D + d + 1]), hi));
-#endif
-}
-#endif
-
-/* Scores of 16 per-token keys for NH (1, 2 or 4) heads, the TOKENS IN THE
-   LANES: lane j is the slot whose words start at words + idx[j] (gpu
-   groups of wpg words). For every channel d one word per lane (a column
-   of cols, kvq__columns16's, or without cols a gather, each 32/B
-   channels), the code shifted out, and one multiply-add per head: no
-   per-token horizontal sum. Per lane, in this order:
-       part_g,r = sum_{d in g, d = r mod P} q_d c_d   (channels in order)
-       part_g   = part_g,0 + part_g,1 + .. + part_g,P-1
-       total    = sum_g a_g part_g, then + sum_g b_g qsum_g (groups in order)
-       score    = total / sqrt(D)
-   with P = 4 / NH partial sums per head (P = 1 for four heads), so that at
-   least four multiply-adds are in flight: one chain of G of them would
-   wait on the latency of each. ab (gpu, 2, 16) holds each group's a then
-   b by lane; qsum (NH, D) the per-group sums of q (H->qa); sc (NH,
-   KVQ_TILE) receives 16 scores.
-   2-bit codes go by channel pairs: part_g,r adds, for the pairs (d, d+1)
-   with d/2 = r mod P,
-       t = q_d c_d + q_{d+1} c_{d+1}   (the product q_d c_d rounded, then
-                                        a multiply-add where KVQ__FMA)
-   which takes only 16 values, one per (c_d, c_{d+1}): with AVX-512 and a
-   table of them (pairs, kvq__key_pairs: the same expression on the 16
-   code pairs, so the same floats) a pair is one shift, one permute
-   (vpermps reads the low 4 bits of each lane: c_d + 4 c_{d+1}) and one
-   addition per head, against two shifts, masks, conversions and
-   multiply-adds (AVX2: two 8-entry vpermps and a blend on bit 3).       */
-static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *idx,
-                                         const kvq__u16 *cols /* (gpu wpg) or NULL */,
-                                         const float *pairs /* (NH, D/2, 16) or NULL */,
-                                         size_t G, size_t gpu, size_t wpg,
-                                         const float *ab, const float *q, const float *qsum,
-                                         size_t D, float scale, float *sc, int NH, int bits)
-{
-    const size_t per = 32 / (size_t)bits;               /* codes per word    */
-    const uint32_t mask = (uint32_t)((1u << bits) - 1u);
-    const int P = NH >= 3 ? 1 : 4 / NH;
-    kvq__v16 total[4];
-    size_t g, k, e;
-    int h, p, r;
-    (void)pairs;                                 /* AVX-512 and AVX2 only */
-    for (h = 0; h < NH; h++) total[h] = kvq__splat16(0.0f);
-    for (g = 0; g < gpu; g++) {
-        kvq__v16 part[4][4];                            /* head h: part[h][r] */
-        for (h = 0; h < NH; h++)
-            for (r = 0; r < P; r++) part[h][r] = kvq__splat16(0.0f);
-#if KVQ__W == 8 && KVQ__ZEN1
-        if (bits == 2 && pairs && cols) {
-            /* Zen 1 (KVQ__ZEN1): each pair's t as above (q_d c_d
-               rounded, then a multiply-add), with no permute across
-               128-bit halves: the word shifted by 2 (d mod 16) by an
-               immediate; q_d c_d looked up with one head (vpermilps, in
-               each half, reads the low 2 bits: c_d), or c_d converted and
-               multiplied with several; c_d+1 masked in place, 4 c_d+1,
-               converted and multiplied by q_d+1 / 4 (kvq__key_pairs's
-               table, its broadcasts read from memory). The sums are
-               locals, so that they stay in registers (in part[][] the
-               compiler kept them in memory), each pinned there after its
-               addition by an empty asm: else GCC computed all 64 t of a
-               word for four heads first, spilled them and added them at
-               the end (T = 32K, n_q = 4: 4.4 -> 4.0 ms).                 */
-            kvq__vf a[4][4][KVQ__PARTS];        /* part[h][r], in registers */
-            for (h = 0; h < NH; h++)
-                for (r = 0; r < P; r++) KVQ__EACH(p) a[h][r][p] = part[h][r].part[p];
-            for (k = 0; k < wpg; k++) {
-                KVQ__UNROLL(8)
-                for (e = 0; e < 16; e += 2) {               /* channels d, d + 1 */
-                    const size_t d = g * G + k * 16 + e;
-                    KVQ__EACH(p) {
-                        const kvq__vu y = cols[g * wpg + k].part[p] >> (uint32_t)(2 * e);
-                        const kvq__vf c0 = kvq__vf_of_vi((kvq__vi)(y & 3u)),   /* NH > 1 */
-                                      c1 = kvq__vf_of_vi((kvq__vi)(y & 12u));
-                        for (h = 0; h < NH; h++) {
-                            const float *qs = pairs + (size_t)h * KVQ__PAIR_FLOATS * D;
-                            const __m256 tb = _mm256_broadcast_ps((const __m128 *)(const void *)(qs + 8 * D + 2 * d));
-                            kvq__vf *acc = &a[h][e / 2 % (size_t)P][p];
-                            const kvq__vf t0 = NH == 1 ? (kvq__vf)_mm256_permutevar_ps(tb, (__m256i)y)
-                                                       : (kvq__vf)(KVQ__VLOAD(qs + 8 * d) * c0);
-                            *acc = *acc + KVQ__VFMA(t0, KVQ__VLOAD(qs + 8 * d + 8), c1);
-                            __asm__ volatile("" : "+x"(*acc));
-                        }
-                    }
-                }
-            }
-            for (h = 0; h < NH; h++)
-                for (r = 0; r < P; r++) KVQ__EACH(p) part[h][r].part[p] = a[h][r][p];
-        } else
-#endif
-        for (k = 0; k < wpg; k++) {
-            const kvq__u16 x = cols ? cols[g * wpg + k] : kvq__gather16(words + g * wpg + k, idx);
-            if (bits == 2) {
-                KVQ__UNROLL(8)
-                for (e = 0; e < 16; e += 2) {           /* channels d, d + 1 */
-                    const size_t d = g * G + k * 16 + e;
-                    kvq__v16 t[4];
-#if KVQ__W == 16
-                    if (pairs) {
-                        const __m512i c2 = (__m512i)(x.part[0] >> (uint32_t)(2 * e));
-                        for (h = 0; h < NH; h++)
-                            t[h].part[0] = (kvq__vf)_mm512_permutexvar_ps(
-                                c2, _mm512_loadu_ps(pairs + ((size_t)h * D + d) * 8));
-                    } else
-#elif KVQ__W == 8 && !KVQ__ZEN1
-                    if (pairs) {                /* 8 entries a vpermps:  */
-                        KVQ__EACH(p) {          /* bit 3 picks the half  */
-                            const __m256i c2 = (__m256i)(x.part[p] >> (uint32_t)(2 * e));
-                            const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(c2, 28));
-                            for (h = 0; h < NH; h++) {
-                                const float *tb = pairs + ((size_t)h * D + d) * 8;
-                                t[h].part[p] = (kvq__vf)_mm256_blendv_ps(
-                                    _mm256_permutevar8x32_ps(_mm256_loadu_ps(tb), c2),
-                                    _mm256_permutevar8x32_ps(_mm256_loadu_ps(tb + 8), c2), upper);
-                            }
-                        }
-                    } else
-#endif
-                    {
-                        kvq__v16 c0, c1;
-                        KVQ__EACH(p) {
-                            c0.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(2 * e)) & 3u));
-                            c1.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(2 * e + 2)) & 3u));
-                        }
-                        for (h = 0; h < NH; h++)
-                            t[h] = kvq__madd16(kvq__mul16(kvq__splat16(q[(size_t)h * D + d]), c0),
-                                               kvq__splat16(q[(size_t)h * D + d + 1]), c1);
-                    }
-                    for (h = 0; h < NH; h++)            /* 8 pairs, 0 mod P  */
-                        part[h][e / 2 % (size_t)P] = kvq__add16(part[h][e / 2 % (size_t)P], t[h]);
-                }
-                continue;
-            }
-            KVQ__UNROLL(16)
-            for (e = 0; e < per; e++) {                 /* channel d         */
-                const size_t d = g * G + k * per + e;
-                kvq__v16 cv;
-                if (per > 16 && k * per + e >= G) break;    /* B = 1, half a word */
-                KVQ__EACH(p) cv.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(e * (size_t)bits)) & mask));
-                for (h = 0; h < NH; h++)                /* per is 0 mod P    */
-                    part[h][e % (size_t)P] = kvq__madd16(part[h][e % (size_t)P],
-                                                         kvq__splat16(q[(size_t)h * D + d]), cv);
-            }
-        }
-        for (h = 0; h < NH; h++) {
-            for (r = 1; r < P; r++) part[h][0] = kvq__add16(part[h][0], part[h][r]);
-            total[h] = kvq__madd16(total[h], kvq__load16(ab + g * 32), part[h][0]);
-        }
-    }
-    for (g = 0; g < gpu; g++)
-        for (h = 0; h < NH; h++)
-            total[h] = kvq__madd16(total[h], kvq__load16(ab + g * 32 + 16),
-                                   kvq__splat16(qsum[(size_t)h * D + g]));
-    for (h = 0; h < NH; h++)
-        kvq__store16(sc + (size_t)h * KVQ_TILE, kvq__mul16(total[h], kvq__splat16(scale)));
-}
-
-/* (a, b) of the gpu groups of 16 consecutive per-token slots, by lane, as
-   kvq__token_block reads them (ab: group g's a at ab[32 g + j], b at
-   ab[32 g + 16 + j], slot j in lane j): the 16 slots' stored (s, z) are
-   one run of 32 gpu halves, converted at once by kvq__f16_row (F16C where
-   available), then each group's s and z taken as columns of the 16 rows
-   of 2 gpu floats (kvq__columns16). The same floats as kvq__affine.      */
-static void kvq__token_ab16(const kvq_sz *sz /* (16, gpu) */, size_t gpu, kvq_zero_mode mode,
-                            float *ab /* (gpu, 2, 16) */)
-{
-    float sf[KVQ__TOKEN_GROUPS * 32];                   /* (16, gpu, 2)      */
-    kvq__f16_row(&sz[0].scale, 32 * gpu, sf);
-    kvq__ab_columns(sf, gpu, 16, mode, ab, ab + 16, 32);
-}
-
-/* Scores of per-token key slots s0 .. s0+n-1. With 16 | G and at most
-   KVQ__TOKEN_GROUPS groups a token, 16 tokens at a time in the lanes
-   (kvq__token_block; a lane not attended reads an attended slot of its
-   block, and its score is masked by kvq__tile_update); else one token at
-   a time (kvq__token_key_dot).                                            */
-static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
-{
-    const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, h, g, j, b0;
-    if (G % 16 == 0 && gpu <= KVQ__TOKEN_GROUPS) {
-        float ab[KVQ__TOKEN_GROUPS * 32];               /* (gpu, 2, 16)      */
-        int32_t idx[16];
-        kvq__u16 col[16];                    /* a block's words, by column   */
-        const kvq__u16 *cols;                /* col, or NULL: gathers by idx */
-        for (b0 = 0; b0 < n; b0 += 16) {
-            size_t first = b0;                          /* an attended slot  */
-            int32_t neg = b0 + 16 <= n ? 0 : -1;        /* < 0: one is not   */
-            while (first < n && first < b0 + 16 && H->pos[first] < 0) first++;
-            if (first == n || first == b0 + 16) continue;
-            if (neg == 0)
-                for (j = 0; j < 16; j++) neg |= H->pos[b0 + j];
-            cols = NULL;
-            if (neg >= 0) {                             /* the usual block   */
-                if (gpu * wpg <= 16) {
-                    kvq__columns16(s->words + (s0 + b0) * gpu * wpg, gpu * wpg, 16, col);
-                    cols = col;
-                }
-                for (j = 0; !cols && j < 16; j++) idx[j] = (int32_t)(j * gpu * wpg);
-                kvq__token_ab16(s->sz + (s0 + b0) * gpu, gpu, c->cfg.zero_mode, ab);
-            } else
-                for (j = 0; j < 16; j++) {
-                    size_t jj = b0 + j < n && H->pos[b0 + j] >= 0 ? b0 + j : first;
-                    const kvq_sz *sz = s->sz + (s0 + jj) * gpu;
-                    idx[j] = (int32_t)((jj - b0) * gpu * wpg);
-                    for (g = 0; g < gpu; g++)
-                        kvq__affine(sz[g], c->cfg.zero_mode, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
-                }
-            for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
-#define KVQ__TB(NH, BITS) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, cols,           \
-                                           H->pairs ? H->pairs + h * D * KVQ__PAIR_FLOATS : NULL, G, gpu, wpg, ab, \
-                                           H->q + h * D, H->qa + h * D, D, H->inv_sqrt_d,      \
-                                           H->sc + h * KVQ_TILE + b0, NH, BITS)
-                KVQ__WITH_NH_BITS(KVQ__TB, kvq__head_batch(H->n - h), s->bits);
-#undef KVQ__TB
-            }
-        }
-        return;
-    }
-    for (j = 0; j < n; j++) {
-        const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
-        const kvq_sz *sz = s->sz + (s0 + j) * gpu;
-        if (H->pos[j] < 0) continue;
-        for (g = 0; g < gpu; g++) kvq__unpack_f32(w + g * wpg, 0, G, s->bits, H->row + g * G);
-        for (h = 0; h < H->n; h++)                      /* codes shared      */
-            H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, sz, H->qa + h * D,
-                                                         D, G, c->cfg.zero_mode) * H->inv_sqrt_d;
-    }
-}
-
-/* 16 stored halves as a 16-lane vector: vcvtph2ps per part where the
-   target has it, else kvq__f16_row's exact conversion (the same floats:
-   fp16 -> fp32 is exact either way).                                      */
-static KVQ__VINLINE kvq__v16 kvq__load16_f16(const kvq_f16 *h)
-{
-#if KVQ__W == 16
-    kvq__v16 v;
-    v.part[0] = (kvq__vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h));
-    return v;
-#elif KVQ__W == 8 && defined(__F16C__)
-    kvq__v16 v;
-    v.part[0] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
-    v.part[1] = (kvq__vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + 8)));
-    return v;
-#elif KVQ__W == 4
-    kvq__v16 v;
-    int k;
-    KVQ__EACH(k) v.part[k] = (kvq__vf)kvq__f16x4(h + 4 * k);
-    return v;
-#else
-    float t[16];
-    kvq__f16_row(h, 16, t);
-    return kvq__load16(t);
-#endif
-}
-
-/* One full-precision key row against NH queries: q_h . k with kvq__dot's
-   lanes and order (so the same floats as EAGER's), the row read once for
-   all NH heads and, if F16, converted 16 halves at a time in registers.
-   Needs 16 | D.                                                           */
-static KVQ__VINLINE void kvq__row_scores(const float *q /* (NH, D) */, const void *row,
-                                        size_t D, int NH, int F16, float scale,
-                                        float *sc /* head h: sc[h KVQ_TILE] */)
-{
-    kvq__v16 acc[4];
-    size_t d;
-    int h;
-    for (h = 0; h < NH; h++) acc[h] = kvq__splat16(0.0f);
-    for (d = 0; d < D; d += 16) {
-        const kvq__v16 k = F16 ? kvq__load16_f16((const kvq_f16 *)row + d)
-                               : kvq__load16((const float *)row + d);
-        for (h = 0; h < NH; h++) acc[h] = kvq__madd16(acc[h], kvq__load16(q + (size_t)h * D + d), k);
-    }
-    for (h = 0; h < NH; h++) sc[h * KVQ_TILE] = kvq__hsum16(&acc[h]) * scale;
-}
-
-/* Scores of rows i0 .. i0+n-1 of a full-precision key region.             */
-static void kvq__scores_rows(const kvq_cache *c, kvq__heads *H, const kvq_rows *rg,
-                             size_t i0, size_t n)
-{
-    size_t D = c->cfg.head_dim, h, j;
-    int f16 = c->cfg.fp_bits == 16;
-    if (D % 16) {                          /* the general form, one head at a time */
-        for (j = 0; j < n; j++) {
-            const float *k = kvq__row_f32(c, rg, i0 + j, H->row);
-            for (h = 0; h < H->n; h++)
-                H->sc[h * KVQ_TILE + j] = kvq__dot(H->q + h * D, k, D) * H->inv_sqrt_d;
-        }
-        return;
-    }
-    for (j = 0; j < n; j++) {
-        const void *row = kvq__row_ptr(c, rg, i0 + j);
-        for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
-            int nh = (int)kvq__head_batch(H->n - h);
-            const float *q = H->q + h * D;
-            float *sc = H->sc + h * KVQ_TILE + j;
-#define KVQ__RS(NH, F16) kvq__row_scores(q, row, D, NH, F16, H->inv_sqrt_d, sc)
-            KVQ__WITH_NH_F16(KVQ__RS, nh, f16);
-#undef KVQ__RS
-        }
-    }
-}
-
-/* out_h += w_h v_p for every head, v_p wherever V keeps position p.        */
-static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j)
-{
-    const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, G = s->group, h, d, g, n_heads = H->n;
-    uint32_t loc = s->loc[p];
-    size_t idx = KVQ_LOC_INDEX(loc);
-    const float *v = H->row, *wts = H->sc + j;          /* head h: wts[h*TILE] */
-    float *out = H->out;                    /* locals: stores to out cannot
-                                               then make H's fields reload */
-    if (KVQ_LOC_TAG(loc) != KVQ_LOC_QUANT) {
-        v = kvq__row_f32(c, &s->rows[KVQ_LOC_TAG(loc) - KVQ_LOC_ROWS0], idx, H->row);
-    } else if (s->axis == KVQ_PER_TOKEN) {
-        /* slot idx is one token: out += (w a_g) c + w b_g per channel,
-           the codes unpacked once for every head                           */
-        size_t gpu = s->geom.groups_per_unit, wpg = s->geom.words_per_group, c0;
-        const uint32_t *w = s->words + idx * gpu * wpg;
-        const kvq_sz *sz = s->sz + idx * gpu;
-        for (g = 0; g < gpu; g++) {
-            float a, b;
-            kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
-            for (c0 = 0; c0 + 16 <= G; c0 += 16) {      /* 16 codes a step   */
-                kvq__v16 cv;
-                kvq__codes16(&cv, w + g * wpg, c0, s->bits);
-                for (h = 0; h < n_heads; h++) {
-                    float wt = wts[h * KVQ_TILE], *o = out + h * D + g * G + c0;
-                    kvq__v16 acc = kvq__madd16(kvq__load16(o), kvq__splat16(wt * a), cv);
-                    kvq__store16(o, kvq__add16(acc, kvq__splat16(wt * b)));
-                }
-            }
-            for (d = c0; d < G; d++) {                  /* G % 16 codes      */
-                float cd = (float)kvq__get_code(w + g * wpg, d, s->bits);
-                for (h = 0; h < n_heads; h++) {
-                    float wt = wts[h * KVQ_TILE];
-                    out[h * D + g * G + d] += (wt * a) * cd + wt * b;
-                }
-            }
-        }
-        return;
-    } else {
-        /* per-channel values (not a default anywhere): dequantize the row  */
-        size_t tpu = s->geom.tokens_per_unit, unit = idx / tpu, t = idx % tpu,
-               wpg = s->geom.words_per_group;
-        const uint32_t *w = s->words + unit * D * wpg;
-        const kvq_sz *sz = s->sz + unit * D;
-        for (d = 0; d < D; d++) {
-            float a, b;
-            kvq__affine(sz[d], c->cfg.zero_mode, &a, &b);
-            H->row[d] = (float)kvq__get_code(w + d * wpg, t, s->bits) * a + b;
-        }
-    }
-    for (h = 0; h < n_heads; h++) {
-        float wt = wts[h * KVQ_TILE], *o = out + h * D;
-        for (d = 0; d < D; d++) o[d] += wt * v[d];
-    }
-}
-
-/* A tile's m entries, weighted and summed per head, for NH heads at a time:
-       out_h[c .. c+15] += sum_i w_hi x_i[c .. c+15]  (+ zb_h)     c = 0, 16, .. n-16
-   where entry i's lanes x_i come from base + i stride (bytes), as SRC says:
-       SRC = B > 0   a packed group of B-bit codes, as floats (kvq__codes16):
-                     per-token quantized values, with w_hi = w_hj a_jg and
-                     zb_h = sum_j w_hj b_jg, the group's zero term
-       SRC = -16     an fp16 row, converted in registers (kvq__load16_f16)
-       SRC = -32     an fp32 row                     (rows: zb = NULL)
-   Entries are addressed by arithmetic, not through a table of pointers:
-   loading each row's address from memory halved the rate at which Zen 4
-   streamed the rows (bench_cpu --rows: 16 MB of fp32 rows summed 32 at a
-   time, 20-25 -> 12-15 GB/s from DRAM, 40-57 -> 19-30 from L3), one of
-   the two causes of fp32 rows' slow value pass (the other: rows read in
-   walks, below). A tile whose entries do not follow each
-   other in storage (kvq__run) is summed run by run, each run's sums added
-   to out in turn. Blocks of 16 channels, the entries inner: each block's
-   NH running sums live in registers for the whole run, so out is loaded
-   and stored once per run, not once per entry.
-     codes   one block at a time (a tile's codes are a few lines), P = 4 / NH
-             partial sums per head (entries i = k mod P go to sum k), so at
-             least four independent additions are in flight per step (one
-             head's 2-bit codes: kvq__tile_pairs2, two entries a term, a
-             table lookup with AVX-512);
-     rows    P = 1 and CB = up to KVQ__ROW_SUMS / NH blocks a walk (AVX-512,
-             one or two heads: 8, a whole 512-byte row), then narrower walks
-             for the channels left: rows read in order, the pattern the
-             hardware prefetcher follows best (the same test from DRAM: 2
-             walks of 256 bytes a row 12-16 GB/s, 8 walks of 64 bytes 8.5-11).
-   CB changes only which blocks run together: every (head, block, k) sum
-   takes the same entries in the same order in every vector width.
-   wt (NH, KVQ_TILE) holds the weights.                                   */
-#define KVQ__SRC_F16 (-16)
-#define KVQ__SRC_F32 (-32)
-static KVQ__VINLINE kvq__v16 kvq__entry16(const char *p, size_t c, int SRC)
-{
-    kvq__v16 v;
-    if (SRC == KVQ__SRC_F16) return kvq__load16_f16((const kvq_f16 *)(const void *)p + c);
-    if (SRC == KVQ__SRC_F32) return kvq__load16((const float *)(const void *)p + c);
-    kvq__codes16(&v, (const uint32_t *)(const void *)p, c, SRC);
-    return v;
-}
-#define KVQ__ROW_SUMS (KVQ__W == 16 ? 16 : 4)   /* NH P CB, in kvq__v16s  */
-
-/* channels c_from .. c_to - 1 of kvq__tile_block, CB blocks a walk       */
-static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, size_t c_to,
-                                         const char *base, size_t stride, size_t m,
-                                         const float *wt, const float *zb, int NH, int SRC,
-                                         int CB, int P)
-{
-    size_t c0, i;
-    int h, k, b;
-    /* two blocks with AVX-512: block 1 reads the weights from a copy, so
-       that each broadcast has one use and folds into its multiply-add
-       (as in kvq__channel_tile)                                           */
-    const int TWIN = KVQ__W == 16 && CB == 2;
-    float twin[TWIN ? 4 * KVQ_TILE : 1];
-    const float *wt1 = wt;
-    if (TWIN) {
-        for (h = 0; h < NH; h++)
-            for (i = 0; i < m; i++) twin[(size_t)h * KVQ_TILE + i] = wt[(size_t)h * KVQ_TILE + i];
-        wt1 = twin;
-    }
-    for (c0 = c_from; c0 < c_to; c0 += 16 * (size_t)CB) {
-        kvq__v16 acc[4][KVQ__ROW_SUMS];          /* head h: acc[h][b P + k]  */
-        /* e: entry i at channel c0, where that starts a word (rows; codes
-           of an even B), so the blocks sit at constant offsets from one
-           address a step; codes of an odd B count from the entry's start */
-        const int at_c0 = SRC < 0 || SRC % 2 == 0;
-        const char *e = base + (at_c0 ? c0 * (size_t)(SRC < 0 ? -SRC : SRC) / 8 : 0);
-        const size_t c = at_c0 ? 0 : c0;
-        for (h = 0; h < NH; h++)
-            for (k = 0; k < CB * P; k++) acc[h][k] = kvq__splat16(0.0f);
-        KVQ__UNROLL(2)
-        for (i = 0; i + (size_t)P <= m; i += (size_t)P, e += (size_t)P * stride)
-            for (k = 0; k < P; k++)
-                for (b = 0; b < CB; b++) {
-                    const kvq__v16 x = kvq__entry16(e + (size_t)k * stride, c + 16 * (size_t)b,
-                                                    SRC);
-                    for (h = 0; h < NH; h++)
-                        acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
-                                                        kvq__splat16((b ? wt1 : wt)[h * KVQ_TILE + i + k]), x);
-                }
-        for (k = 0; i < m; i++, k++, e += stride)   /* m % P left over   */
-            for (b = 0; b < CB; b++) {
-                const kvq__v16 x = kvq__entry16(e, c + 16 * (size_t)b, SRC);
-                for (h = 0; h < NH; h++)
-                    acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
-                                                    kvq__splat16(wt[h * KVQ_TILE + i]), x);
-            }
-        for (h = 0; h < NH; h++)
-            for (b = 0; b < CB; b++) {
-                float *o = out + (size_t)h * D + c0 + 16 * (size_t)b;
-                kvq__v16 sum = acc[h][b * P];
-                for (k = 1; k < P; k++) sum = kvq__add16(sum, acc[h][b * P + k]);
-                if (zb) sum = kvq__add16(sum, kvq__splat16(zb[h]));
-                kvq__store16(o, kvq__add16(kvq__load16(o), sum));
-            }
-    }
-}
-
-/* channels c .. c + the largest multiple of 16 CB left, CB blocks a walk;
-   returns where it stopped                                               */
-static KVQ__VINLINE size_t kvq__row_walks(float *out, size_t D, size_t c, size_t n,
-                                         const char *base, size_t stride, size_t m,
-                                         const float *wt, int NH, int SRC, int CB)
-{
-    const size_t to = n - (n - c) % (16 * (size_t)CB);
-    if (to > c) kvq__tile_chunks(out, D, c, to, base, stride, m, wt, NULL, NH, SRC, CB, 1);
-    return to;
-}
-
-/* n channels (16 | n) of kvq__pairs2_walk: walks of 8 blocks, then 4, 2, 1.
-   Built for Zen 1 walks of 4 at most: pairs outer, the weights scaled
-   once for 4 blocks (kvq__pair_blocks); the same floats (one sum a block
-   either way).                                                           */
-static void kvq__tile_pairs2(float *out, size_t n, const char *base, size_t stride, size_t m,
-                             const float *wt, const float *zb)
-{
-    size_t c = 0;
-    if (KVQ__W == 8 && KVQ__ZEN1)
-        for (; c + 128 <= n; c += 64)
-            kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 4);
-    else
-        for (; c + 128 <= n; c += 128)
-            kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 8);
-    if (c + 64 <= n) { kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 4); c += 64; }
-    if (c + 32 <= n) { kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 2); c += 32; }
-    if (c + 16 <= n) kvq__pairs2_walk(out + c, base + c / 4, stride, m, wt, zb, 1);
-}
-
-static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const char *base,
-                                        size_t stride, size_t m, const float *wt,
-                                        const float *zb, int NH, int SRC)
-{
-    const int CB = KVQ__ROW_SUMS / NH;          /* rows: the widest walk   */
-    size_t c = 0;
-    if (SRC == 2 && NH == 1) {
-        kvq__tile_pairs2(out, n, base, stride, m, wt, zb);
-        return;
-    }
-    if (SRC != KVQ__SRC_F16 && SRC != KVQ__SRC_F32) {
-        /* two blocks a walk where the registers hold their sums (AVX-512):
-           each weight's broadcast and each step of the entry loop then
-           serve 32 channels, not 16                                       */
-        const int P = NH >= 3 ? 1 : 4 / NH;
-        if (KVQ__ROW_SUMS >= 2 * NH * P && n % 32 == 0)
-            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 2, P);
-        else
-            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 1, P);
-        return;
-    }
-    if (CB >= 8) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 8);
-    if (CB >= 4) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 4);
-    if (CB >= 2) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 2);
-    kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 1);
-}
-
-/* How many of entries j, j+1, .. < m follow entry j in storage, stride
-   bytes apart: one run of kvq__tile_block                                */
-static size_t kvq__run(const void *const *e, size_t j, size_t m, size_t stride)
-{
-    size_t k = j + 1;
-    while (k < m && (const char *)e[k] == (const char *)e[j] + (k - j) * stride) k++;
-    return k - j;
-}
-
-/* The tile's m full-precision value rows (every region: KIVI's window,
-   OTT's pools, LogQuant's kept set and sinks, an uncompressed cache), row
-   i at tile entry at[i], through kvq__tile_block. Needs 16 | D.          */
-static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const *rows,
-                           const size_t *at, size_t m)
-{
-    size_t D = c->cfg.head_dim, h0, k, i, j, run, bytes = D * kvq__fp_bytes(c);
-    float wt[4 * KVQ_TILE];
-    int f16 = c->cfg.fp_bits == 16;
-    for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
-        int nh = (int)kvq__head_batch(H->n - h0);
-        float *out = H->out + h0 * D;
-        for (k = 0; k < (size_t)nh; k++)
-            for (i = 0; i < m; i++) wt[k * KVQ_TILE + i] = H->sc[(h0 + k) * KVQ_TILE + at[i]];
-        for (j = 0; j < m; j += run) {                  /* usually one run   */
-            run = kvq__run(rows, j, m, bytes);
-#define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, (const char *)rows[j], bytes, run, wt + j, \
-                                         NULL, NH, F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
-            KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
-#undef KVQ__RB
-        }
-    }
-}
-
-/* 0 if a[j] = a0 + j for every j < n (mod 2^32), else not: 8 a step
-   with AVX2 (the compiler left the loop scalar, 3 instructions an entry) */
-static uint32_t kvq__run_off(const uint32_t *a, uint32_t a0, size_t n)
-{
-    uint32_t off = 0;
-    size_t j = 0;
-#if KVQ__W >= 8
-    __m256i acc = _mm256_setzero_si256(),
-            next = _mm256_add_epi32(_mm256_set1_epi32((int)a0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    for (; j + 8 <= n; j += 8) {
-        acc = _mm256_or_si256(acc, _mm256_xor_si256(
-            _mm256_loadu_si256((const __m256i *)(const void *)(a + j)), next));
-        next = _mm256_add_epi32(next, _mm256_set1_epi32(8));
-    }
-    off = (uint32_t)!_mm256_testz_si256(acc, acc);
-#endif
-    for (; j < n; j++) off |= a[j] ^ (a0 + (uint32_t)j);
-    return off;
-}
-
-/* 1 if every entry j < n of the tile is attended and V keeps its position
-   at loc0 + j (the slot after entry j-1's); pos[0] is loc0's and >= 0.
-   The usual tile's positions follow each other too (KIVI's and HF's
-   tokens, in order): then their map entries are one run, and the check is
-   two passes of n consecutive words (kvq__run_off; no gather). Else, with AVX-512 and a full tile, 16 entries a step: one
-   gather of their map entries and one comparison.                        */
-static int kvq__tile_follows(const uint32_t *loc, const int32_t *pos /* (n) */, size_t n,
-                             uint32_t loc0)
-{
-    const int32_t p0 = pos[0];
-    size_t j;
-    if (kvq__run_off((const uint32_t *)(const void *)pos, (uint32_t)p0, n) == 0)
-        /* positions p0 .. p0 + n - 1: their slots loc0 .. loc0 + n - 1   */
-        return kvq__run_off(loc + p0, loc0, n) == 0;
-#if KVQ__W == 16
-    if (n == KVQ_TILE) {
-        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        for (j = 0; j < n; j += 16) {
-            const __m512i p = _mm512_loadu_si512((const void *)(pos + j));
-            if (_mm512_cmplt_epi32_mask(p, _mm512_setzero_si512())) return 0;  /* one not attended */
-            if (_mm512_cmpneq_epi32_mask(_mm512_i32gather_epi32(p, (const void *)loc, 4),
-                                         _mm512_add_epi32(_mm512_set1_epi32((int)(loc0 + j)), lane)))
-                return 0;
-        }
-        return 1;
-    }
-#endif
-    for (j = 1; j < n && pos[j] >= 0 && loc[pos[j]] == loc0 + (uint32_t)j; j++) {}
-    return j == n;
-}
-
-/* kvq__map_outside's test on the first entries of a map, 8 a step with
-   AVX2, and so in AVX-512 builds too (they have AVX2: one body for both
-   widths, so the code the x86 test runs execute is the code that ships;
-   the maps cost about 0.02 instructions per element either way), each
-   tag's (off, len) found by a permute of the table: bad gets a nonzero
-   bit if an entry is outside; returns how many entries it took (none on
-   other targets, whose compilers vectorize Part I's loop as it is). The
-   permute reads the tag's low 3 bits: tags 8-15 are caught by their top
-   bit.                                                                   */
-static size_t kvq__map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
-                             const uint32_t *len, uint32_t *bad)
-{
-    size_t p = 0;
-#if KVQ__W >= 8
-    const __m256i offv = _mm256_loadu_si256((const __m256i *)(const void *)off),
-                  lenv = _mm256_loadu_si256((const __m256i *)(const void *)len),
-                  low = _mm256_set1_epi32(0x0FFFFFFF);
-    __m256i out = _mm256_setzero_si256(), top = _mm256_setzero_si256();
-    for (; p + 8 <= n; p += 8) {
-        const __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)(map + p)),
-                      tag = _mm256_srli_epi32(m, 28),
-                      x = _mm256_sub_epi32(_mm256_and_si256(m, low),
-                                           _mm256_permutevar8x32_epi32(offv, tag));
-        /* x >= len: max(x, len) == x                                       */
-        out = _mm256_or_si256(out, _mm256_cmpeq_epi32(
-            _mm256_max_epu32(x, _mm256_permutevar8x32_epi32(lenv, tag)), x));
-        top = _mm256_or_si256(top, m);
-    }
-    *bad |= (uint32_t)(_mm256_movemask_epi8(out) != 0) |
-            (uint32_t)(_mm256_movemask_ps(_mm256_castsi256_ps(top)) != 0);
-#else
-    (void)map; (void)n; (void)off; (void)len; (void)bad;
-#endif
-    return p;
-}
-
-/* out_h += sum_j w_hj v_pj over the tile's present positions, sorted in one
-   walk: full-precision rows (16 | D) go through kvq__tile_rows, per-token
-   quantized values with 16 | G (every preset's value store) through
-   kvq__tile_block, both a tile at a time; the rest (per-channel values,
-   other G or D) one position at a time (kvq__add_value), in that order.
-   Then, per group g, with the m quantized slots' weights w_hj packed to
-   the front of each head's score row (once the others have read theirs):
-       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
-static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
-{
-    const kvq_side *s = &c->v;
-    size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, m = 0, m_rows = 0, m_1 = 0, j, g, g0, h0, h, run,
-           slot_bytes = gpu * wpg * sizeof(uint32_t);     /* one slot's codes */
-    const void *w[KVQ_TILE];               /* the quantized slots' codes     */
-    const kvq_sz *sz[KVQ_TILE];            /* and their (s, z) per group     */
-    const void *rows[KVQ_TILE];            /* the full-precision rows        */
-    size_t at_q[KVQ_TILE], at_r[KVQ_TILE], at_1[KVQ_TILE];   /* tile entries of
-                                              each kind (1: one at a time)   */
-    int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
-    int in_place = 1;                      /* every at_q[j] == j so far      */
-    int consecutive = 1;                   /* slot j == slot 0 + j so far    */
-    /* the usual tile: every entry attended, quantized, in the slots that
-       follow entry 0's (KIVI's and HF's tiles of past tokens): only the
-       first slot's codes and (s, z) are named, as the sort below would    */
-    if (blocks && n > 0 && H->pos[0] >= 0 && KVQ_LOC_TAG(s->loc[H->pos[0]]) == KVQ_LOC_QUANT) {
-        const uint32_t loc0 = s->loc[H->pos[0]];
-        if (kvq__tile_follows(s->loc, H->pos, n, loc0)) {
-            m = n;
-            w[0] = s->words + KVQ_LOC_INDEX(loc0) * gpu * wpg;
-            sz[0] = s->sz + KVQ_LOC_INDEX(loc0) * gpu;   /* one run: the others
-                                               are read only past 16 groups */
-            if (gpu > 16)
-                for (j = 1; j < m; j++) sz[j] = sz[0] + j * gpu;
-        }
-    }
-    for (j = m; j < n; j++) {              /* else sort the entries (from 0) */
-        uint32_t loc, tag;
-        if (H->pos[j] < 0) continue;
-        loc = s->loc[H->pos[j]];
-        tag = KVQ_LOC_TAG(loc);
-        if (tag == KVQ_LOC_ABSENT) continue;    /* only in a corrupt cache */
-        if (tag != KVQ_LOC_QUANT && D % 16 == 0) {
-            rows[m_rows] = kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], KVQ_LOC_INDEX(loc));
-            at_r[m_rows++] = j;
-        } else if (tag == KVQ_LOC_QUANT && blocks) {
-            size_t slot = KVQ_LOC_INDEX(loc);
-            w[m] = s->words + slot * gpu * wpg;
-            sz[m] = s->sz + slot * gpu;
-            consecutive &= m == 0 || sz[m] == sz[0] + m * gpu;
-            in_place &= m == j;
-            at_q[m++] = j;
-        } else {
-            at_1[m_1++] = j;
-        }
-    }
-    if (m_rows) kvq__tile_rows(c, H, rows, at_r, m_rows);
-    for (j = 0; j < m_1; j++) kvq__add_value(c, H, (size_t)H->pos[at_1[j]], at_1[j]);
-    for (j = 0; j < m && !in_place; j++)                /* pack the weights: */
-        for (h = 0; h < H->n; h++)                      /* j <= at_q[j]      */
-            H->sc[h * KVQ_TILE + j] = H->sc[h * KVQ_TILE + at_q[j]];
-    if (m == 0) return;
-    for (g0 = 0; g0 < gpu; g0 += 16) {
-        /* (s, z) of up to 16 groups of every slot as floats, sf[2 (j ng +
-           g - g0)] and the next. Slots that follow each other in storage
-           (the usual tile) hold theirs in one run: one conversion.        */
-        size_t ng = gpu - g0 < 16 ? gpu - g0 : 16;
-        float sf[2 * KVQ_TILE * 16], wa[4 * KVQ_TILE], wb[4];
-        float ab_a[16 * KVQ_TILE], ab_b[16 * KVQ_TILE];   /* group g - g0's a, b
-                                                   of slot j: [(g - g0) TILE + j] */
-        if (ng == gpu && consecutive)
-            kvq__f16_row(&sz[0]->scale, 2 * m * gpu, sf);
-        else
-            for (j = 0; j < m; j++) kvq__f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
-        for (j = 0; j < m; j += 16)          /* 16 slots' (a, b), by column   */
-            kvq__ab_columns(sf + 2 * j * ng, ng, m - j < 16 ? m - j : 16, c->cfg.zero_mode,
-                            ab_a + j, ab_b + j, KVQ_TILE);
-        for (g = g0; g < g0 + ng; g++) {
-            const float *a = ab_a + (g - g0) * KVQ_TILE, *b = ab_b + (g - g0) * KVQ_TILE;
-            for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
-                int nh = (int)kvq__head_batch(H->n - h0), k;
-                float *out = H->out + h0 * D;
-                for (k = 0; k < nh; k++) {
-                    const float *wt = H->sc + (h0 + (size_t)k) * KVQ_TILE;
-                    if (KVQ__W > 1 && m == KVQ_TILE) {    /* the usual tile */
-                        kvq__store16(wa + k * KVQ_TILE, kvq__mul16(kvq__load16(wt), kvq__load16(a)));
-                        kvq__store16(wa + k * KVQ_TILE + 16,
-                                     kvq__mul16(kvq__load16(wt + 16), kvq__load16(a + 16)));
-                    } else
-                        for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
-                    wb[k] = kvq__dot(wt, b, m);
-                }
-                for (j = 0; j < m; j += run) {          /* usually one run   */
-                    run = consecutive ? m : kvq__run(w, j, m, slot_bytes);
-#define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G,                                     \
-                                          (const char *)w[j] + g * wpg * sizeof(uint32_t),     \
-                                          slot_bytes, run, wa + j, j ? NULL : wb, NH, BITS)
-                    KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
-#undef KVQ__VB
-                }
-            }
-        }
-    }
-}
-
-/* The online softmax step for a scored tile of n entries, then its values:
-       m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
-       out' = out e^(m-m') + sum_j e^(s_j-m') v_j
-   A tile is two 16-lane vectors: entries past n or not attended score
-   -inf, so their weight e^(-inf) is 0; the weights come from kvq__exp16
-   and are summed by kvq__hsum16's tree (the rescale factor e^(m-m'), once
-   per tile at most, from expf).                                           */
-static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
-{
-    size_t D = c->cfg.head_dim, h, j, d;
-    const int32_t *pos = H->pos;
-    int32_t neg = 0;                    /* < 0 if an entry is not attended */
-    for (j = 0; j < n; j++) neg |= pos[j];
-    for (h = 0; h < H->n; h++) {
-        float *sc = H->sc + h * KVQ_TILE, *out = H->out + h * D;
-        float m = H->m[h], tile_max;
-        kvq__v16 lo, hi, lo_hi;
-        if (n < KVQ_TILE || neg < 0)    /* the usual tile has nothing to mask */
-            for (j = 0; j < KVQ_TILE; j++)
-                if (j >= n || pos[j] < 0) sc[j] = -INFINITY;
-        lo = kvq__load16(sc);
-        hi = kvq__load16(sc + 16);
-        lo_hi = kvq__max16(lo, hi);
-        tile_max = kvq__hmax16(&lo_hi);
-        if (tile_max == -INFINITY) continue;            /* nothing attended  */
-        if (tile_max > m) {
-            float r = expf(m - tile_max);                 /* e^-inf = 0     */
-            for (d = 0; d < D; d++) out[d] *= r;
-            H->l[h] *= r;
-            m = tile_max;
-        }
-        lo = kvq__sub16(lo, kvq__splat16(m));
-        hi = kvq__sub16(hi, kvq__splat16(m));
-        kvq__exp16(&lo);
-        kvq__exp16(&hi);
-        kvq__store16(sc, lo);
-        kvq__store16(sc + 16, hi);
-        lo_hi = kvq__add16(lo, hi);
-        H->l[h] += kvq__hsum16(&lo_hi);
-        H->m[h] = m;
-    }
-    kvq__tile_values(c, H, n);
-}
-
-/* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V.
-   With AVX-512 or AVX2, 2-bit per-token keys (16 | G) and up to
-   KVQ__PAIR_HEAD_DIMS query values in the batch, the keys' pair table
-   lives here, 32 KB at most (8 floats per query value; 40 KB, 10 floats,
-   built for Zen 1): built once per walk.                                 */
-#define KVQ__PAIR_HEAD_DIMS 1024
-
-/* A hint that n bytes from p will be read soon: one prefetch per 64-byte
-   line (GCC, clang; nothing elsewhere). Reads nothing, changes nothing.  */
-static KVQ__INLINE void kvq__prefetch(const void *p, size_t n)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    const char *at = (const char *)p;
-    size_t i = 0;
-    for (; i + 256 <= n; i += 256) {           /* four lines a step */
-        __builtin_prefetch(at + i, 0, 3);
-        __builtin_prefetch(at + i + 64, 0, 3);
-        __builtin_prefetch(at + i + 128, 0, 3);
-        __builtin_prefetch(at + i + 192, 0, 3);
-    }
-    for (; i < n; i += 64) __builtin_prefetch(at + i, 0, 3);
-#else
-    (void)p; (void)n;
-#endif
-}
-
-/* Ask for the codes of the quantized store's slots slot0 .. slot0+n-1 of
-   both sides before the walk reaches them (per-token keys: slot = unit).
-   A cold walk (a decode over many layers: the cache's bytes come from
-   DRAM) otherwise waits on several short streams at once, each too short
-   per tile for the hardware prefetchers to run ahead of it: at T = 32K,
-   HF-2 with one head ran a third slower cold than warm. The codes are the
-   long streams; hints for the scales, zeros and maps as well cost the warm
-   walk 4% and the cold one nothing more. V's slots are taken at K's
-   indices (where KIVI and HF keep them, less the window); a wrong guess
-   costs a few wasted lines, never a wrong result. Per-token keys only:
-   for KIVI's per-channel keys the same hints made a cold walk slower (T =
-   32K, one head: 0.53 -> 0.60 ms). Inlined: GCC deems a function that only
-   prefetches pure and deletes the call.                                   */
-#define KVQ__AHEAD_SLOTS (4 * KVQ_TILE)   /* 2, 4, 8 tiles: the same time */
-static KVQ__INLINE void kvq__prefetch_slots(const kvq_cache *c, size_t slot0, size_t n)
-{
-    int side;
-    for (side = 0; side < 2; side++) {
-        const kvq_side *s = side ? &c->v : &c->k;
-        size_t tpu = s->geom.tokens_per_unit, per = s->geom.groups_per_unit, u0, u1;
-        if (s->schedule == KVQ_SCHED_NONE || tpu == 0) continue;
-        u0 = tpu == 1 ? slot0 : slot0 / tpu;            /* per-token: no divide */
-        u1 = tpu == 1 ? slot0 + n : (slot0 + n + tpu - 1) / tpu;
-        if (u1 > s->n_units) u1 = s->n_units;
-        if (u0 >= u1) continue;
-        kvq__prefetch(s->words + u0 * per * s->geom.words_per_group,
-                      (u1 - u0) * per * s->geom.words_per_group * sizeof(uint32_t));
-    }
-}
-
-static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
-{
-    const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, h, d, j, u, r;
-#if KVQ__W == 16 || KVQ__W == 8
-    float pairs[KVQ__PAIR_FLOATS * KVQ__PAIR_HEAD_DIMS]  /* (n, D/2, 16)      */
-        __attribute__((aligned(64)));
-    H->pairs = NULL;
-    if (s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && s->bits == 2 &&
-        s->group % 16 == 0 && H->n * D <= KVQ__PAIR_HEAD_DIMS) {
-        H->pairs = pairs;
-#if KVQ__W == 8 && KVQ__ZEN1             /* q_d / 4 normal: exact     */
-        for (d = 0; d < H->n * D; d++)
-            if (H->q[d] != 0.0f && fabsf(H->q[d]) < 1e-30f) H->pairs = NULL;
-#endif
-        if (H->pairs) kvq__key_pairs(H->q, H->n, D, pairs);
-    }
-#else
-    H->pairs = NULL;
-#endif
-    for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
-    for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
-    if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
-        size_t G = s->group, tpu = s->geom.tokens_per_unit;
-        if (s->axis == KVQ_PER_TOKEN)                   /* per-group q sums  */
-            for (h = 0; h < H->n; h++)
-                for (u = 0; u < D / G; u++) {
-                    float sum = 0.0f;
-                    for (d = 0; d < G; d++) sum += H->q[h * D + u * G + d];
-                    H->qa[h * D + u] = sum;
-                }
-        for (u = 0; u < s->n_units; u += s->axis == KVQ_PER_TOKEN ? KVQ_TILE : 1) {
-            size_t t0, n_tile = s->axis == KVQ_PER_TOKEN ? KVQ_TILE : tpu;
-            if (s->axis == KVQ_PER_CHANNEL) kvq__unit_qa(c, H, u);
-            for (t0 = 0; t0 < n_tile; t0 += KVQ_TILE) {
-                size_t n = n_tile - t0 < KVQ_TILE ? n_tile - t0 : KVQ_TILE,
-                       slot0 = u * tpu + t0;
-                int any = 0;
-                if (s->axis == KVQ_PER_TOKEN && u + n > s->n_units) n = s->n_units - u;
-                for (j = 0; j < n; j++) any |= (H->pos[j] = s->qpos[slot0 + j]) >= 0;
-                if (!any) continue;                     /* placeholders only */
-                if (s->axis == KVQ_PER_TOKEN) kvq__prefetch_slots(c, slot0 + KVQ__AHEAD_SLOTS, n);
-                if (s->axis == KVQ_PER_CHANNEL) kvq__scores_channel(c, H, u, t0, n);
-                else kvq__scores_token(c, H, slot0, n);
-                kvq__tile_update(c, H, n);
-            }
-        }
-    }
-    for (r = 0; r < KVQ_ROW_REGIONS; r++) {
-        const kvq_rows *rg = &s->rows[r];
-        size_t i0;
-        for (i0 = rg->off; i0 < rg->off + rg->n; i0 += KVQ_TILE) {
-            size_t n = rg->off + rg->n - i0 < KVQ_TILE ? rg->off + rg->n - i0 : KVQ_TILE;
-            for (j = 0; j < n; j++) H->pos[j] = rg->pos[i0 + j];
-            kvq__scores_rows(c, H, rg, i0, n);
-            kvq__tile_update(c, H, n);
-        }
-    }
-    for (h = 0; h < H->n; h++)
-        for (d = 0; d < D; d++) H->out[h * D + d] /= H->l[h];
-}
-
-/* kvq_attend's ONLINE mode: the n_q heads in batches that fit the scratch
-   (at least one head a batch), one walk of the cache per batch.           */
-static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
-                               float *scratch, size_t scratch_floats, float inv_sqrt_d)
-{
-    size_t D = c->cfg.head_dim, h;
-    /* as many heads per walk as the scratch holds (at least one)       */
-    size_t per_head = D + KVQ_TILE + 3, batch = (scratch_floats - D) / per_head;
-    kvq__heads H;
-    if (batch > n_q) batch = n_q;
-    for (h = 0; h < n_q; h += batch) {
-        H.n = n_q - h < batch ? n_q - h : batch;
-        H.q = q + h * D;
-        H.out = out + h * D;
-        H.row = scratch;
-        H.qa = scratch + D;
-        H.sc = H.qa + H.n * D;
-        H.m = H.sc + H.n * KVQ_TILE;
-        H.l = H.m + H.n;
-        H.qb = H.l + H.n;
-        H.inv_sqrt_d = inv_sqrt_d;
-        kvq__online_walk(c, &H);
-    }
-}
-
-/* ------------------------------------------------------------------------ */
-/* II.4 the rotation                                                        */
-/* ------------------------------------------------------------------------ */
-/* ---- the Walsh-Hadamard transform, 16 lanes at a time ------------------
-   kvq__rotate_row_fast(sign, D, inverse, in, out) is kvq__rotate_row
-   (Sec. 6.1) bit for bit: every output is the same chain of a + b and a - b
-   on the same pairs, stage after stage in the same order, then the same
-   multiply by (float)(1/sqrt(D)), with the sign flip (exact) before the
-   butterflies (rotate) or after the scale (rotate back). tests/simd_check.c
-   holds it to kvq__rotate_row for D = 1 .. 4096, both directions, with and
-   without signs, on data up to +-65504 and down to subnormals, in every
-   vector width; tests/test_rotation.c holds the cache's use of it.
-
-   Why it is exact. A stage replaces (x_j, x_{j+h}) by (x_j + x_{j+h},
-   x_j - x_{j+h}); IEEE addition is commutative and a - b is a + (-b), so
-   the pair can be formed in any lane arrangement as long as each output
-   is that one rounded sum. The row is cut in blocks of 16 floats:
-
-     h = 1, 2, 4, 8   pairs inside one block, held in registers. Where h
-                      spans native vectors (h >= W) it is a whole-vector
-                      add and subtract of two parts; inside a native vector
-                      (h < W) each lane needs its partner: p = the vector
-                      with lanes j and j ^ h swapped (one permute), then
-                      y = p + x * s_h with s_h = +1 on lanes whose bit h is
-                      clear, -1 where set: x_j + x_{j+h} low, x_j - x_{j+h}
-                      high (x * (+-1) is exact, so a fused multiply-add
-                      rounds once, the same sum).
-     h = 16 .. D/2    pairs of whole blocks, a row pass per stage.
-
-   The four inner stages touch only their block, so they may run block
-   after block or stage after stage across blocks: the order across blocks
-   changes nothing. The last pass scales (and flips, rotating back) and
-   returns max |out|, which the cache's range check needs anyway. With
-   AVX-512 and D <= 128 the whole row stays in registers from load to
-   store (KVQ__ROT_REG_BLOCKS). D < 16 takes kvq__rotate_row.             */
-
-/* x with lanes j and j ^ h swapped inside each native vector (h < W)     */
-static KVQ__VINLINE kvq__vf kvq__vswap(kvq__vf x, int h)
-{
-#if KVQ__W == 16
-    __m512 v = (__m512)x;
-    return (kvq__vf)(h == 1 ? _mm512_permute_ps(v, 0xB1)          /* 1 0 3 2 */
-                   : h == 2 ? _mm512_permute_ps(v, 0x4E)          /* 2 3 0 1 */
-                   : h == 4 ? _mm512_shuffle_f32x4(v, v, 0xB1)    /* 128-bit quarters */
-                   :          _mm512_shuffle_f32x4(v, v, 0x4E));  /* 256-bit halves */
-#elif KVQ__W == 8
-    __m256 v = (__m256)x;
-    return (kvq__vf)(h == 1 ? _mm256_permute_ps(v, 0xB1)
-                   : h == 2 ? _mm256_permute_ps(v, 0x4E)
-                   :          _mm256_permute2f128_ps(v, v, 0x01));
-#elif KVQ__W == 4
-    float32x4_t v = (float32x4_t)x;
-    return (kvq__vf)(h == 1 ? vrev64q_f32(v) : vextq_f32(v, v, 2));
-#else
-    (void)h;
-    return x;                                     /* W = 1: never called */
-#endif
-}
-
-/* s_h of the comment above, lane j of row log2(h): +1, or -1 if j & h     */
-static const float kvq__bfly_sign[4][16] = {
-    { 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1 },
-    { 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1 },
-    { 1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1 },
-    { 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1 },
-};
-
-/* stages h = 1, 2, 4, 8 of each of the n 16-float blocks x[0 .. n-1], a
-   stage at a time (the blocks are independent)                           */
-static KVQ__VINLINE void kvq__hadamard16(kvq__v16 *x, size_t n)
-{
-    size_t i;
-    int lg, k;
-    KVQ__UNROLL(4)
-    for (lg = 0; lg < 4; lg++) {
-        int h = 1 << lg;
-        if (h < KVQ__W) {                              /* inside each part */
-            const kvq__vf s = KVQ__VLOAD(kvq__bfly_sign[lg]);
-            KVQ__UNROLL(8)
-            for (i = 0; i < n; i++)
-                KVQ__EACH(k) x[i].part[k] = KVQ__VFMA(kvq__vswap(x[i].part[k], h), x[i].part[k], s);
-        } else {                                       /* part with part */
-            int ph = h / KVQ__W;
-            KVQ__UNROLL(8)
-            for (i = 0; i < n; i++)
-                KVQ__EACH(k) if (!(k & ph)) {
-                    kvq__vf a = x[i].part[k], b = x[i].part[k + ph];
-                    x[i].part[k] = a + b;
-                    x[i].part[k + ph] = a - b;
-                }
-        }
-    }
-}
-
-/* out[j..j+16) <- v. On the last pass (last != 0) v is first scaled and,
-   rotating back, flipped by sign (D) when non-NULL; returns big, or max(big,
-   |v|) on the last pass. Values in and out, so the running max stays in
-   registers.                                                              */
-static KVQ__VINLINE kvq__v16 kvq__rot_put(float *out, size_t j, kvq__v16 v, int last,
-                                          kvq__v16 scale, const float *sign, kvq__v16 big)
-{
-    if (last) {
-        v = kvq__mul16(v, scale);
-        if (sign) v = kvq__mul16(v, kvq__load16(sign + j));
-#if KVQ__W == 16 && defined(__AVX512DQ__)
-        /* max(|big|, |v|) with the sign cleared: one vrangeps, not an and
-           and a max (the same floats: both are >= 0 and exact)            */
-        big.part[0] = (kvq__vf)_mm512_range_ps((__m512)big.part[0], (__m512)v.part[0], 0x0B);
-#else
-        big = kvq__max16(big, kvq__abs16(v));
-#endif
-    }
-    kvq__store16(out + j, v);
-    return big;
-}
-
-/* The stages between R blocks x[0 .. R-1] (R a power of two) that lie h,
-   2h, .. (R/2) h floats apart: the first pairs block r with r + 1, the
-   next r with r + 2, then r + 4 .. (r's bit clear).                      */
-static KVQ__VINLINE void kvq__rot_blocks(kvq__v16 *x, int R)
-{
-    int r, st;
-    KVQ__UNROLL(4)
-    for (st = 1; st < R; st *= 2)
-        KVQ__UNROLL(8)
-        for (r = 0; r < R; r++)
-            if (!(r & st)) {
-                kvq__v16 a = x[r], b = x[r + st];
-                x[r] = kvq__add16(a, b);
-                x[r + st] = kvq__sub16(a, b);
-            }
-}
-
-/* R stages h, 2h, .. (R/2) h in one pass over the row: blocks j + r h,
-   r = 0 .. R-1, in registers, for every j (kvq__rot_blocks). Returns big
-   as kvq__rot_put does (last: the final pass).                           */
-static KVQ__VINLINE kvq__v16 kvq__rot_pass(float *out, size_t D, size_t h, int R, int last,
-                                           kvq__v16 scale, const float *flip, kvq__v16 big)
-{
-    size_t i, j;
-    int r;
-    for (i = 0; i < D; i += (size_t)R * h)
-        for (j = i; j < i + h; j += 16) {
-            kvq__v16 x[8];
-            for (r = 0; r < R; r++) x[r] = kvq__load16(out + j + (size_t)r * h);
-            kvq__rot_blocks(x, R);
-            for (r = 0; r < R; r++)
-                big = kvq__rot_put(out, j + (size_t)r * h, x[r], last, scale, flip, big);
-        }
-    return big;
-}
-
-/* AVX-512 rotates rows of up to this many 16-float blocks (D <= 128)
-   with every block in a register from its load to its store: the passes
-   below would store the row after the blocks' stages and load it back
-   (with 16 registers, AVX2 would spill a D = 128 row instead). The GCC
-   unroll pragma lets the registers replace the array x: unrolled later,
-   GCC keeps x in memory.                                                  */
-#if KVQ__W == 16
-#define KVQ__ROT_REG_BLOCKS 8
-#endif
-
-/* out (D) <- R in or R^T in, kvq__rotate_row's floats; in == out allowed.
-   Returns max |out|. Passes over the row, for D = 128 (AVX2): the blocks
-   (stages 1 .. 8), then stages 16, 32 and 64 with the scale. With vector
-   lanes it is inlined into kvq__rotate_row_fast once per common D.       */
-static KVQ__VINLINE float kvq__rotate_row_d(const float *sign, size_t D, int inverse,
-                                            const float *in, float *out)
-{
-    const float *flip = inverse ? sign : NULL;    /* signs after the scale */
-    kvq__v16 scale, big = kvq__splat16(0.0f);
-    size_t h, i, j;
-    if (D < 16) {
-        float m = 0.0f;
-        if (out != in) memmove(out, in, D * sizeof(float));
-        kvq__rotate_row(sign, D, inverse, out);
-        for (j = 0; j < D; j++) m = fabsf(out[j]) > m ? fabsf(out[j]) : m;
-        return m;
-    }
-    scale = kvq__splat16((float)(1.0 / sqrt((double)D)));
-#ifdef KVQ__ROT_REG_BLOCKS
-    if (D <= 16 * KVQ__ROT_REG_BLOCKS) {
-        /* the same stages in the same order, the row in registers: signs
-           and stages 1 .. 8 of every block, the stages between blocks,
-           the scale (and signs), one store a block                       */
-        kvq__v16 x[KVQ__ROT_REG_BLOCKS];
-        KVQ__UNROLL(8)
-        for (i = 0; i < D / 16; i++) {
-            x[i] = kvq__load16(in + 16 * i);
-            if (sign && !inverse) x[i] = kvq__mul16(x[i], kvq__load16(sign + 16 * i));
-        }
-        kvq__hadamard16(x, D / 16);
-        kvq__rot_blocks(x, (int)(D / 16));
-        KVQ__UNROLL(8)
-        for (i = 0; i < D / 16; i++) big = kvq__rot_put(out, 16 * i, x[i], 1, scale, flip, big);
-        return kvq__hmax16(&big);
-    }
-#endif
-    /* 1. signs (rotating), stages 1 .. 8 in each block                    */
-    for (i = 0; i < D; i += 16) {
-        kvq__v16 v = kvq__load16(in + i);
-        if (sign && !inverse) v = kvq__mul16(v, kvq__load16(sign + i));
-        kvq__hadamard16(&v, 1);
-        big = kvq__rot_put(out, i, v, D == 16, scale, flip, big);
-    }
-    /* 2. stages 16 .. D/2: 4 of them a pass while more than 3 are left,
-          then the last 3 (all 8 blocks in registers where they fit:
-          AVX-512; else 2 + 1), 2 or 1, that pass with the scale. Written
-          so that h is a plain geometric loop: with D a constant, it and
-          every pass unroll completely.                                   */
-    for (h = 16; h * 8 < D; h *= 4) big = kvq__rot_pass(out, D, h, 4, 0, scale, flip, big);
-    if (h * 8 == D && KVQ__W == 16) big = kvq__rot_pass(out, D, h, 8, 1, scale, flip, big);
-    else if (h * 8 == D) {
-        big = kvq__rot_pass(out, D, h, 4, 0, scale, flip, big);
-        big = kvq__rot_pass(out, D, 4 * h, 2, 1, scale, flip, big);
-    } else if (h * 4 == D) big = kvq__rot_pass(out, D, h, 4, 1, scale, flip, big);
-    else if (h * 2 == D) big = kvq__rot_pass(out, D, h, 2, 1, scale, flip, big);
-    return kvq__hmax16(&big);
-}
-
-/* kvq__rotate_row_d with D a constant where it is a common head size: its
-   loops then unroll completely and 1/sqrt(D) is folded (AVX2, D = 128:
-   372 instructions a row, the loads, butterflies and stores and little
-   else).                                                                 */
-static float kvq__rotate_row_fast(const float *sign, size_t D, int inverse,
-                                  const float *in, float *out)
-{
-    switch (D) {
-    case 64:  return kvq__rotate_row_d(sign, 64, inverse, in, out);
-    case 128: return kvq__rotate_row_d(sign, 128, inverse, in, out);
-    case 256: return kvq__rotate_row_d(sign, 256, inverse, in, out);
-    default:  return kvq__rotate_row_d(sign, D, inverse, in, out);
-    }
-}
-
 #ifdef __cplusplus
 }
 #endif
@@ -7212,3 +4804,4 @@ LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
 OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
 SOFTWARE.
 */
+

@@ -65,7 +65,7 @@
    from a fixed-seed RNG of our own, so every run times the same work.    */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, popen, read under -std=c99 */
 #define KVQ_IMPLEMENTATION
-#include "kvq.h"
+#include "kvq_simd.h"
 
 #include <math.h>
 #include <stdarg.h>

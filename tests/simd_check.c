@@ -1,24 +1,24 @@
-/* tests/simd_check.c - kvq.h's vector paths against its scalar path, bit
-   for bit.
+/* tests/simd_check.c - kvq_simd.h against kvq.h alone, bit for bit.
 
-   kvq.h computes its hot loops 16 lanes at a time, as 16/W native vectors
-   of W lanes: W = 8 with AVX2, 16 with AVX-512, 4 on AArch64, 1 (plain
-   floats) otherwise or with -DKVQ_NO_SIMD; fp16 scales and zeros go
-   through F16C where the target has it; attention's multiply-adds are
-   fused where it has FMA. For one target the widths must give identical
-   floats: the same operations, lane by lane, in the same order. The unit
-   tests are built for the plain x86-64 baseline and so exercise only
-   W = 1 without FMA; this test builds the header several ways and
-   compares each vector copy with the scalar copy of the same FMA setting.
+   kvq.h is the definition, in plain C; kvq_simd.h gives a few of its
+   functions vector bodies (16 lanes as 16/W native vectors: W = 8 with
+   AVX2, 16 with AVX-512, 4 on AArch64; F16C for fp16 where the target has
+   it) that must compute the same floats: the same operations, lane by
+   lane, in the same order. Attention's multiply-adds are fused where the
+   target has FMA (kvq.h's KVQ__FMA), in both headers alike. The unit tests
+   use kvq.h alone, built for the plain x86-64 baseline; this test builds
+   the two headers several ways and compares each kvq_simd.h copy with the
+   kvq.h copy of the same FMA setting.
 
    Build (the Makefile does this): this file compiled six times,
-     -DSIMD_CHECK_PART=scalar -DKVQ_NO_SIMD            W = 1, no FMA
-     -DSIMD_CHECK_PART=simd -mavx2 -mf16c              W = 8, no FMA (and
-                                                       the Zen 1 decode)
-     -DSIMD_CHECK_PART=scalar_fma -DKVQ_NO_SIMD -mfma  W = 1, fmaf
-     -DSIMD_CHECK_PART=simd_fma -mavx2 -mfma -mf16c    W = 8, FMA
-     -DSIMD_CHECK_PART=native -march=native            this machine's own W
-                                                       (AVX-512 here: the
+     -DSIMD_CHECK_PART=scalar                          kvq.h alone, no FMA
+     -DSIMD_CHECK_PART=simd -mavx2 -mf16c              kvq_simd.h, W = 8,
+                                                       no FMA
+     -DSIMD_CHECK_PART=scalar_fma -mfma                kvq.h alone, fmaf
+     -DSIMD_CHECK_PART=simd_fma -mavx2 -mfma -mf16c    kvq_simd.h, W = 8, FMA
+     -DSIMD_CHECK_PART=native -march=native            kvq_simd.h for this
+                                                       machine (AVX-512
+                                                       where it has it: the
                                                        code the benchmark
                                                        times)
      (no SIMD_CHECK_PART)                              main
@@ -31,23 +31,20 @@
      - kvq_attend, ONLINE and EAGER, over caches of every policy, axis, bit
        width, zero mode and row precision, D in {8, 48, 64, 128} (and 16,
        32, 256 for KIVI-2, HF-2, HF-4 and OTT-2), T from 1
-       to 1000, 1 to 8 query heads: each vector copy's outputs are the
-       same bytes as the scalar copy's with its FMA setting; also with
-       DAZ (and FTZ) set in MXCSR, against the scalar copy without;
-     - kvq__pairs2_walk itself (Zen 1: codes read as subnormals) at each
-       edge of its guard, kvq__walk_scale, under each MXCSR setting.
+       to 1000, 1 to 8 query heads: each kvq_simd.h copy's outputs are the
+       same bytes as the kvq.h copy's with its FMA setting; also with DAZ
+       (and FTZ) set in MXCSR, against the kvq.h copy without;
+     - the rotation: every copy's rows the same bytes as kvq__rotate_row.
    On a CPU without AVX2/FMA the vector copies cannot run: the test says so
    and counts nothing.                                                     */
 #ifdef SIMD_CHECK_PART
 #define KVQ_STATIC
 #define KVQ_IMPLEMENTATION
-/* kvq__codes16 has two AVX2 bodies for 2-bit codes: the AVX2 copy without
-   FMA runs the one built for Zen 1 (KVQ__ZEN1), the copy with FMA the
-   generic one, whatever CPU runs this test                                */
-#if defined(__AVX2__) && !defined(__FMA__) && !defined(KVQ_NO_SIMD)
-#define KVQ__ZEN1 1
+#ifdef SIMD_CHECK_PLAIN
+#include "kvq.h"                  /* the definition alone                  */
+#else
+#include "kvq_simd.h"             /* the fast paths                        */
 #endif
-#include "kvq.h"
 
 #define PART_CAT2(a, b) a##_##b
 #define PART_CAT(a, b) PART_CAT2(a, b)
@@ -78,7 +75,7 @@ kvq_status PART(quantize)(const float *X, size_t T, size_t D, int bits, size_t G
 }
 float PART(rotate_row)(const float *sign, size_t D, int inverse, const float *in, float *out)
 {
-    return kvq__rotate_row_fast(sign, D, inverse, in, out);
+    return kvq__rotate_into(sign, D, inverse, in, out);
 }
 kvq_status PART(cache_init)(kvq_cache *c, const kvq_config *cfg) { return kvq_cache_init(c, cfg); }
 kvq_status PART(cache_prefill)(kvq_cache *c, const float *K, const float *V, size_t T)
@@ -92,22 +89,8 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
 {
     return kvq_attend(c, q, n_q, out, NULL, mode, scratch, n);
 }
-/* kvq__pairs2_walk itself (one head's 2-bit pair walk: values and
-   per-channel keys), NB a constant in each call as in kvq.h            */
-void PART(pairs2_walk)(float *out, const char *e, size_t stride, size_t m, const float *wt,
-                       const float *zb, int NB)
-{
-    switch (NB) {
-    case 1:  kvq__pairs2_walk(out, e, stride, m, wt, zb, 1); break;
-    case 2:  kvq__pairs2_walk(out, e, stride, m, wt, zb, 2); break;
-    case 4:  kvq__pairs2_walk(out, e, stride, m, wt, zb, 4); break;
-    default: kvq__pairs2_walk(out, e, stride, m, wt, zb, 8); break;
-    }
-}
-
 #else /* main: its own (scalar) copy for configs and validation */
 #define KVQ_STATIC
-#define KVQ_NO_SIMD
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include <string.h>
@@ -128,9 +111,7 @@ void PART(pairs2_walk)(float *out, const char *e, size_t stride, size_t m, const
     void p##_cache_free(kvq_cache *c);                                              \
     size_t p##_scratch(const kvq_cache *c, kvq_attn_mode m);                        \
     kvq_status p##_attend(const kvq_cache *c, const float *q, size_t n_q, float *out, \
-                          kvq_attn_mode mode, float *scratch, size_t n);             \
-    void p##_pairs2_walk(float *out, const char *e, size_t stride, size_t m,        \
-                         const float *wt, const float *zb, int NB);
+                          kvq_attn_mode mode, float *scratch, size_t n);
 DECLARE(scalar)
 DECLARE(simd)
 DECLARE(scalar_fma)
@@ -151,10 +132,9 @@ typedef struct copy {
     quantize_fn quantize;
     attend_fn attend;
     float (*rotate_row)(const float *, size_t, int, const float *, float *);
-    void (*pairs2_walk)(float *, const char *, size_t, size_t, const float *, const float *, int);
 } copy;
 #define COPY(p) { #p, p##_fused, p##_f16_stored, p##_f16_store, p##_quantize, p##_attend, \
-                  p##_rotate_row, p##_pairs2_walk }
+                  p##_rotate_row }
 static const copy scalar_copies[2] = { COPY(scalar), COPY(scalar_fma) };
 static const copy vector_copies[3] = { COPY(simd), COPY(simd_fma), COPY(native) };
 #define N_VECTOR 3
@@ -444,15 +424,6 @@ static void csr_restore(unsigned old) { (void)old; }
 #define HAVE_CSR 0
 #endif
 
-/* Equal floats, bit for bit, except that any NaN equals any NaN          */
-static int same_floats(const float *a, const float *b, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (memcmp(a + i, b + i, sizeof *a) != 0 && !(a[i] != a[i] && b[i] != b[i])) return 0;
-    return 1;
-}
-
 /* kvq_attend with DAZ set, and with DAZ and FTZ (as -ffast-math's startup
    code leaves them): every vector copy's outputs the same bytes as the
    scalar copy's with the default MXCSR (ordinary data: no subnormal in
@@ -507,89 +478,6 @@ static void check_attend_daz(void)
     printf("simd_check: %zu of %zu attention outputs under DAZ identical bytes\n", same, runs);
 }
 
-/* kvq__pairs2_walk (one head's 2-bit pair walk) itself, at the edges of
-   the subnormal walk's guard (kvq.h, kvq__walk_scale: the weights' e_max
-   and e_min, the floors of log2 of the largest and least nonzero |w|;
-   taken where e_min >= -104, e_max - e_min <= 104, e_max <= 100, DAZ
-   and FTZ clear). Half the entries have weights of exponent `hi`, half
-   of `lo`, each with a random odd mantissa (its last bit set: the
-   products' grid is then as fine as the guard allows), random signs and
-   codes; the `hi` entries' codes 8-15 of every block are 0, so those
-   lanes sum the `lo` products alone and keep their last bits. An edge
-   taken one step too far loses them (2^-150 in the scaled walk). Each
-   case under each MXCSR (none, FTZ, DAZ, both), NB = 1, 2, 4, 8 blocks,
-   m = 31, 32, 128 entries, with and without zb; the reference is the
-   scalar copy under the same MXCSR.                                     */
-static void check_walk_guard(void)
-{
-    static const struct { int hi, lo, special; const char *what; } cases[] = {
-        { 2, -10, 0, "ordinary weights" },
-        { 0, -104, 0, "span 104, least 2^-104: the subnormal walk's last grid, 2^-149" },
-        { 1, -104, 0, "span 105: the placed walk" },
-        { -30, -105, 0, "least 2^-105: the placed walk" },
-        { 90, -14, 0, "span 104 from 2^90 (E = 112)" },
-        { 100, 0, 0, "largest 2^100 (E = 122)" },
-        { 121, 121, 1, "2^121, sums past 2^128 then back: the reference's inf stays" },
-        { 0, -5, 2, "an inf and a NaN weight" },
-        { -20, -140, 0, "subnormal weights: the unscaled walk" },
-    };
-    static const unsigned flags[4] = { 0, 0x8000u, 0x40u, 0x8040u };
-    static const int NBs[4] = { 1, 2, 4, 8 };
-    static const size_t ms[3] = { 31, 32, 128 };
-    rng r = { 0x5B4A11ull };
-    size_t same = 0, runs = 0, ci, mi, i;
-    int f, nbi, z, k;
-    for (ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (f = 0; f < (HAVE_CSR ? 4 : 1); f++)
-            for (nbi = 0; nbi < 4; nbi++)
-                for (mi = 0; mi < 3; mi++)
-                    for (z = 0; z < 2; z++) {
-                        const int NB = NBs[nbi], sp = cases[ci].special;
-                        const size_t m = ms[mi], words = (size_t)NB + 1;       /* a stride with a gap */
-                        uint32_t *e = (uint32_t *)malloc(m * words * sizeof(uint32_t));
-                        float *wt = (float *)malloc(m * sizeof(float)), o[2][128], zb = 0.375f;
-                        unsigned old;
-                        int fu;
-                        for (i = 0; i < m; i++) {
-                            const int hi = sp == 1 || rbelow(&r, 2), ex = hi ? cases[ci].hi : cases[ci].lo;
-                            const uint32_t mant = 0x800000u | (uint32_t)rbelow(&r, 1u << 23) | 1u;
-                            size_t b;
-                            wt[i] = ldexpf((float)mant, ex - 23);
-                            if (sp == 1 ? i >= m / 2 : rbelow(&r, 2)) wt[i] = -wt[i];
-                            for (b = 0; b < words; b++) {
-                                uint32_t x = (uint32_t)(rnext(&r) >> 32);
-                                if (sp == 1) x = ~0u;                   /* every code 3 */
-                                else if (hi) x &= 0xFFFFu;              /* codes 8-15: 0 */
-                                e[i * words + b] = x;
-                            }
-                        }
-                        if (sp == 2) { wt[3] = INFINITY; wt[7] = NAN; }
-                        for (fu = 0; fu < 2; fu++) {             /* each FMA setting's reference */
-                            memset(o[0], 0, sizeof o[0]);
-                            old = csr_set(flags[f]);
-                            scalar_copies[fu].pairs2_walk(o[0], (const char *)e, words * 4, m, wt,
-                                                          z ? &zb : NULL, NB);
-                            csr_restore(old);
-                            for (k = 0; k < N_VECTOR; k++) {
-                                const copy *v = &vector_copies[k];
-                                if (reference_of(v) != &scalar_copies[fu]) continue;
-                                memset(o[1], 0, sizeof o[1]);
-                                old = csr_set(flags[f]);
-                                v->pairs2_walk(o[1], (const char *)e, words * 4, m, wt, z ? &zb : NULL, NB);
-                                csr_restore(old);
-                                runs++;
-                                if (same_floats(o[0], o[1], 16 * (size_t)NB)) same++;
-                                else CHECK(0, "pair walk, %s: MXCSR 0x%x NB=%d m=%zu zb %d: the %s copy "
-                                           "differs from %s", cases[ci].what, flags[f], NB, m, z, v->name,
-                                           scalar_copies[fu].name);
-                            }
-                        }
-                        free(e); free(wt);
-                    }
-    CHECK(runs >= 9 * 4 * 4 * 3 * 2 * 2, "pair walk: only %zu runs", runs);
-    printf("simd_check: %zu of %zu pair walks at the subnormal walk's edges identical bytes\n", same,
-           runs);
-}
 
 /* The rotation's fast path (kvq.h Part II, II.4) against its definition,
    kvq__rotate_row (Sec. 6.1, this file's own scalar copy): every copy's
@@ -656,7 +544,6 @@ int main(void)
     check_attend();
     check_attend_tiny();
     check_attend_daz();
-    check_walk_guard();
     check_rotation();
     return TEST_END("simd_check");
 }
