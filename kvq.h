@@ -904,6 +904,10 @@ typedef char kvq__check_f16_is_2_bytes[(sizeof(kvq_f16) == 2) ? 1 : -1];
 typedef char kvq__check_word_is_4_bytes[(sizeof(uint32_t) == 4) ? 1 : -1];
 typedef char kvq__check_float_is_4_bytes[(sizeof(float) == 4) ? 1 : -1];
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* THE FAST PATHS' HOOKS. kvq_simd.h, included instead of this header,
    defines KVQ__SIMD on targets with vector units and gives a vector body
    to the few functions below whose first line is KVQ__FAST: that line
@@ -937,10 +941,6 @@ static void kvq__simd_attend_online(const kvq_cache *c, const float *q, size_t n
 #else
 #define KVQ__FAST(call)      (void)0
 #define KVQ__FAST_VOID(call) (void)0
-#endif
-
-#ifdef __cplusplus
-extern "C" {
 #endif
 
 /* ======================================================================== */

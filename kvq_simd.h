@@ -119,8 +119,10 @@ typedef uint32_t kvq__vu __attribute__((vector_size(4 * KVQ__W)));
 typedef float    kvq__vf_unaligned __attribute__((vector_size(4 * KVQ__W), aligned(4), may_alias));
 #define KVQ__VLOAD(p)        (*(const kvq__vf_unaligned *)(const void *)(p))
 #define KVQ__VSTORE(p, v)    (*(kvq__vf_unaligned *)(void *)(p) = (v))
-#define KVQ__VZERO           ((kvq__vf){ 0 })
-#define kvq__vu_splat(x)     ((kvq__vu){ 0 } + (uint32_t)(x))
+static const kvq__vf kvq__vf_zero = { 0 };  /* (not a compound literal: C++) */
+static const kvq__vu kvq__vu_zero = { 0 };
+#define KVQ__VZERO           kvq__vf_zero
+#define kvq__vu_splat(x)     (kvq__vu_zero + (uint32_t)(x))
 #define kvq__vf_of_vi(x)     __builtin_convertvector(x, kvq__vf)        /* value */
 #define kvq__vi_of_vf(x)     __builtin_convertvector(x, kvq__vi)        /* value */
 #define kvq__vf_bits(x)      ((kvq__vf)(x))                             /* bits  */
@@ -456,7 +458,8 @@ static float kvq__simd_f16_stored(kvq_f16 h)
 static kvq_f16 kvq__simd_f16_store(float f)
 {
 #ifdef __F16C__
-    return (kvq_f16)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return (kvq_f16)_mm_extract_epi16(
+        _mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
 #else
     return kvq_f32_to_f16(f);
 #endif
@@ -2042,7 +2045,7 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
        that each broadcast has one use and folds into its multiply-add
        (as in kvq__channel_tile)                                           */
     const int TWIN = KVQ__W == 16 && CB == 2;
-    float twin[TWIN ? 4 * KVQ_TILE : 1];
+    float twin[4 * KVQ_TILE];
     const float *wt1 = wt;
     if (TWIN) {
         for (h = 0; h < NH; h++)
