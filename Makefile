@@ -2,14 +2,18 @@
 #   make            build everything, then run every example; each prints its
 #                   numbers beside the paper's with PASS/FAIL (about 1 min on
 #                   2 cores)
-#   make test       compile checks (C99, C++, static linkage, the README
-#                   snippet), check-docs (the walkthrough's quoted output),
-#                   then five passes, each under its own header: unit tests,
-#                   the same under ASan + UBSan, fuzz/corpus replayed through
-#                   the fuzz targets, valgrind memcheck, and kvq_cuda.cu's
-#                   kernels on the CPU emulator (make test-cuda-emu); ends
-#                   with one line "total: N passed, M failed" (about 40
-#                   min on 2 cores with -j2)
+#   make test       the fast loop (about 3 min on 2 cores, build included):
+#                   compile checks (C99, C++, static linkage, kvq_simd.h per
+#                   vector ISA, kvq.h plain), check-docs, the unit tests on
+#                   kvq.h alone, simd_check (kvq_simd.h against kvq.h, bit
+#                   for bit), the sanitizer pass over the core tests, and
+#                   kvq_cuda.cu's kernels in one emulator build; ends with
+#                   one line "total: N passed, M failed"
+#   make test-all   everything CI runs (about 25 min on 2 cores): make test's
+#                   checks, the sanitizer pass over every test, the fuzz
+#                   corpus replayed, valgrind memcheck, every emulator build
+#                   with the planted bugs, and the short eval against its
+#                   golden file (when make model has fetched the model)
 #   make plots      the examples' CSV tables and the figures in plots/
 #                   (matplotlib, installed with pip when missing)
 #   make soak       long decode streams with every invariant at every step:
@@ -91,7 +95,7 @@ FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 
 .PHONY: llm-test help soak fuzz fuzz-build fuzz-seeds valgrind
 .PHONY: emu-build test-cuda-emu
-.PHONY: all examples test compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
+.PHONY: all examples test test-all compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
 .PHONY: cuda-gates gpu-campaign-build bench-instr walk-floor
 all: $(EXAMPLES) $(TESTS) $(BENCHES) $(if $(X86),$(B)/bench/walk_floor) $(B)/llm examples
 
@@ -141,10 +145,24 @@ $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
 compile-checks:
 	@sh tests/compile_checks.sh
 
-test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY) emu-build
-	@VALGRIND_CMD="$(VALGRIND)" B=$(B) EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" \
-	  tests/test_all.sh "$(TESTS) $(B)/tests/simd_check" "$(TESTS_SAN)" "$(FUZZ_REPLAY)" \
-	  "$(if $(VALGRIND_BIN),$(TESTS_VG))"
+# make test: the fast loop (about 3 minutes on 2 cores from a fresh clone,
+# build included): compile checks, check-docs, the unit tests on kvq.h
+# alone, simd_check (kvq_simd.h against kvq.h, bit for bit), the sanitizer
+# pass over the core tests, and one emulator build on test_gpu's kernel
+# cases. make test-all (what CI runs): the same, the sanitizer pass over
+# every test, the fuzz corpus replayed, valgrind, every emulator build
+# with the planted bugs, and the short eval against its golden file.
+CORE_TESTS     := test_quant test_cache test_policies test_evict test_status test_rotation
+TESTS_SAN_CORE := $(CORE_TESTS:%=$(B)/san/%)
+test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN_CORE) $(B)/emu/test_gpu
+	@MODE=quick UNIT="$(TESTS) $(B)/tests/simd_check" SAN="$(TESTS_SAN_CORE)" B=$(B) \
+	  tests/test_all.sh
+test-all: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY) emu-build
+	@MODE=all UNIT="$(TESTS) $(B)/tests/simd_check" SAN="$(TESTS_SAN)" REPLAY="$(FUZZ_REPLAY)" \
+	  VG="$(if $(VALGRIND_BIN),$(TESTS_VG))" VALGRIND_CMD="$(VALGRIND)" B=$(B) \
+	  EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" \
+	  EVAL_CHECK="$(if $(wildcard $(MODEL_FILE)),$(MAKE) --no-print-directory eval-check)" \
+	  tests/test_all.sh
 
 # valgrind memcheck over the QUICK builds (no sanitizer): any error or leak
 # fails. Skipped, with a message, when valgrind is not installed.

@@ -1,8 +1,10 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.7.0 - MIT license, see end of file.
+   v0.8.0 - MIT license, see end of file.
 
-   One header holds the CPU definition of every mechanism; kvq_cuda.cu holds
-   GPU kernels that must reproduce its codes bit for bit.
+   One header holds the CPU definition of every mechanism, in plain C;
+   kvq_simd.h (optional, beside it) gives a few of its functions vector
+   bodies with the same bits, and kvq_cuda.cu holds GPU kernels that must
+   reproduce its codes bit for bit.
 
    USAGE (five lines)
        #define KVQ_IMPLEMENTATION          // in exactly one .c/.cpp file
@@ -17,20 +19,21 @@
        KVQ_ASSERT(x)        internal invariant check (default: assert.h)
        KVQ_MALLOC(sz) / KVQ_REALLOC(p,sz) / KVQ_FREE(p)
                             allocator override: define all three or none
-       KVQ_NO_SIMD          plain loops everywhere. By default, GCC and clang
-                            run the fast paths (Part II) on native vectors
-                            (AVX-512, AVX2 or AArch64 NEON) and F16C targets
-                            convert fp16 in hardware; results are identical
-                            either way (tests/simd_check.c)
+       KVQ_NO_SIMD          with kvq_simd.h: add nothing (kvq.h alone runs)
        KVQ_NO_FMA           round attention's multiply-adds twice even where
-                            the target has fused multiply-add (which they use
-                            by default: top of IMPLEMENTATION). Codes never
-                            depend on it; outputs differ in the last bits
+                            fmaf is fast (C99's FP_FAST_FMAF), where they are
+                            fused by default (top of IMPLEMENTATION). Codes
+                            never depend on it; outputs differ in the last
+                            bits
+   FAST PATHS
+       #include "kvq_simd.h" instead of "kvq.h": the same API and the same
+       bits (codes, reads, EAGER and ONLINE outputs), with vector bodies
+       for AVX2 (+FMA, +F16C), AVX-512 and AArch64 NEON, chosen by the
+       instruction set the compiler targets (tests/simd_check.c).
 
    CONTENTS
    The declarations come first, numbered; the implementation repeats the
-   numbers in two parts.
-   Part I: the definitions and the reference implementation, paper order
+   numbers: the definitions and the reference implementation, paper order
        1. Standard parameters (T, D, G, B, R, N, ...) and the papers'
           symbols in kvq's names
        2. Status codes and kvq_why(), the reason of a failure
@@ -48,24 +51,18 @@
           7.2 LogQuant: log-distributed selection (Algorithm 1)
        8. Decode attention: the reference (EAGER) softmax, GQA, and the
           algebra that never materializes dequantized keys
+          8.1 ONLINE: one walk of the storage, a tile at a time, and the
+              summation order that defines its bits
        9. Byte accounting and invariants
       11. Eviction (StreamingLLM, H2O, SnapKV keep masks), paged blocks with
           reference counts, and compaction (repack, hole-filling)
       10. Buffers: how regions and units grow, move and shrink (placed
           after the algorithms that use them; nothing public)
       12. Which function returns which status (declarations only)
-   Part II: the fast paths (implementation only), each held to a Part I
-   function, bit for bit or within a stated tolerance, by a named test
-      II.1 The vector layer: 16 lanes as native vectors (simd_check)
-      II.2 The fast quantizer: kvq__quantize_unit, 16 per-token groups side
-           by side (= kvq_quantize_group, bit for bit)
-      II.3 The ONLINE walk (= EAGER within 1e-5 max|out| + 1e-6)
-      II.4 The rotation: kvq__rotate_row_fast (= kvq__rotate_row, bit for
-           bit)
    The declarations below are short: signature, shapes, effect, failures.
    Each mechanism's definition (the paper's section and equations, the math,
    the choices the paper leaves open, the layout diagrams) sits directly
-   above its implementation, under the same section number, in Part I.
+   above its implementation, under the same section number.
 
    1. STANDARD PARAMETERS (used with these meanings everywhere)
        T   number of tokens (positions) in a head's K or V matrix
@@ -152,6 +149,13 @@
               a seeded sign vector) on every policy; kvq_rotate. The
               cache's and the pool's deprecated why fields are gone: read
               kvq_why(). With no rotation, codes and outputs unchanged
+       0.8.0  kvq.h is the definition, in plain C and complete: ONLINE's
+              order written out (Sec. 8.1), the quantizer through
+              kvq_quantize_group, no intrinsic, vector type or ISA macro;
+              the fast paths move to kvq_simd.h (include it instead of
+              kvq.h: same API, same bits), by instruction set only (the
+              Zen 1 bodies are gone). FMA where C99's FP_FAST_FMAF says
+              fmaf is fast. Codes and outputs unchanged (GCC)
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -252,7 +256,7 @@ KVQ_API float   kvq_f16_to_f32(kvq_f16 h);
    quantization of one group, with a float zero (KIVI; HF's quanto backend
    today) or an integer zero point (the HF post, May 2024). The exact
    definition, the rounding, the choices the papers leave open and the error
-   bound are written above the implementation (Part I, Sec. 4,
+   bound are written above the implementation (Sec. 4,
    kvq_quantize_group).                                                   */
 typedef enum kvq_zero_mode {
     KVQ_ZERO_FLOAT = 0,   /* zero = group min, stored as fp16: KIVI, and HF
@@ -357,7 +361,7 @@ KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
    quantized region and full-precision row regions. A policy (KIVI, HF,
    OTT, LogQuant, or CUSTOM schedules) is only the rule that moves positions
    between regions. The regions, the schedules and each policy's rule are
-   written above their implementations in Part I: Sec. 7 (regions, KIVI,
+   written above their implementations: Sec. 7 (regions, KIVI,
    HF), Sec. 7.1 (OTT) and Sec. 7.2 (LogQuant).                            */
 
 typedef enum kvq_policy {
@@ -944,16 +948,16 @@ static void kvq__simd_attend_online(const kvq_cache *c, const float *q, size_t n
 #endif
 
 /* ======================================================================== */
-/* PART I. THE DEFINITIONS AND THE REFERENCE IMPLEMENTATION                 */
+/* THE DEFINITIONS AND THE REFERENCE IMPLEMENTATION                        */
 /* ======================================================================== */
 /* Each mechanism in the order the papers build it: fp16 (3), one group's
    quantization (4), packing (5), matrices (6), the streaming cache with
    KIVI's and HF's schedules (7), OTT (7.1), LogQuant (7.2), reference
    attention (8), accounting and invariants (9), eviction and compaction
    (11), then the buffers all of them move rows through (10). Read top to
-   bottom, this is the definition: no vector type appears here. Where the
-   cache calls a fast path, a prototype names it, and Part II says which
-   function here it must match, how exactly, and which test checks it.    */
+   bottom, this is the definition: no vector type appears here. A few
+   functions begin with KVQ__FAST, where kvq_simd.h (if included) takes the
+   call with a vector body that must give the same bits (the hooks, above). */
 
 /* ------------------------------------------------------------------------ */
 /* 2. status strings and kvq_why()                                          */
@@ -2803,7 +2807,7 @@ KVQ_API kvq_status kvq_cache_read(const kvq_cache *c, int side, size_t pos,
    EAGER materializes s (n_pos floats) and can return w per position in probs
    (n_q, n_pos), 0 for absent positions; eviction policies read it.
    ONLINE never holds more than KVQ_TILE scores per head: it walks the
-   cache in tiles (of storage, not of positions: Part II, II.3) with a running
+   cache in tiles (of storage, not of positions: Sec. 8.1) with a running
    max m, running sum l and rescaled accumulator (the FlashAttention
    recurrence):
        m' = max(m, max_j s_j),  l' = l e^(m-m') + sum_j e^(s_j-m'),
@@ -3090,7 +3094,7 @@ static unsigned kvq__map_outside(const kvq_side *s, const uint32_t *map, size_t 
    points inside its side's regions; V holds every position K holds (EAGER
    reads both maps). Then no index formed from a cache changed in memory
    leaves the cache's arrays; what the check cannot see (a stored position
-   absent from both maps) the ONLINE walk skips, in kvq__tile_values.     */
+   absent from both maps) the ONLINE walk skips, in kvq__walk_values.     */
 static kvq_status kvq__attend_maps(const kvq_cache *c)
 {
     const kvq_side *k = &c->k, *v = &c->v;
@@ -3653,7 +3657,7 @@ static void kvq__attend_stored(const kvq_cache *c, const float *q, size_t n_q,
 {
     size_t D = c->cfg.head_dim, h, p, d;
     float inv_sqrt_d = 1.0f / sqrtf((float)D);
-    if (mode == KVQ_ATTN_ONLINE) {      /* Part II: the walk (II.3)       */
+    if (mode == KVQ_ATTN_ONLINE) {      /* the walk (Sec. 8.1)            */
         kvq__attend_online(c, q, n_q, out, scratch, scratch_floats, inv_sqrt_d);
         return;
     }
