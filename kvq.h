@@ -3974,8 +3974,10 @@ static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
     for (i = 0; i < rg->n; i++) s->loc[rg->pos[i]] = kvq__rows_tag(r) | (uint32_t)i;
 }
 
-/* Room in a row region for `more` rows at its end: slide to the front when
-   that is enough (amortized O(D) per popped row), else grow.               */
+/* Capacity in a row region for `more` rows at its end, grown if short. No
+   row moves here, so a failure leaves the region as it was; the rows slide
+   to the front (amortized O(D) per popped row) in kvq__reserve_append once
+   nothing can fail, or in kvq__rows_tail.                                 */
 static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
                                     size_t more, int exact)
 {
@@ -3983,8 +3985,6 @@ static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
     size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
     size_t cap_d, cap_p;
     void *d;
-    if (rg->off + need <= rg->cap) return KVQ_OK;
-    kvq__rows_to_front(c, s, r);
     if (need <= rg->cap) return KVQ_OK;
     /* grow data and pos together: one capacity serves both                 */
     d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
@@ -4022,6 +4022,7 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
 static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
 {
     size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
+    int slide[2];
     kvq_status st;
     if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
         return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
@@ -4043,6 +4044,11 @@ static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
         p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
         if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
         s->loc = (uint32_t *)p;
+        /* the window slides to its front below, after the last allocation:
+           a later failure (V's map, either side's units) must not leave
+           rows moved (Sec. 2: a failed call changes nothing)               */
+        slide[i] = s->rows[KVQ_ROWS_WINDOW].off + s->rows[KVQ_ROWS_WINDOW].n + window_rows
+                   > s->rows[KVQ_ROWS_WINDOW].cap;
         st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
         if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
         if (s->schedule != KVQ_SCHED_NONE) {
@@ -4053,6 +4059,8 @@ static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
             if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
         }
     }
+    for (i = 0; i < 2; i++)
+        if (slide[i]) kvq__rows_to_front(c, i ? &c->v : &c->k, KVQ_ROWS_WINDOW);
     c->cap_pos = cap;
     return KVQ_OK;
 }
