@@ -203,7 +203,8 @@ extern "C" {
    a finite |x| > KVQ_MAX_ABS_INPUT (32752) is KVQ_ERR_RANGE. Inside these
    bounds every stored scale and zero fits fp16 and every attention output
    is finite. The single-group and matrix quantizers accept any finite x
-   whose stored fp16 scale and zero fit (else KVQ_ERR_RANGE).
+   whose stored fp16 scale and zero fit (else KVQ_ERR_RANGE); kvq_rotate
+   any finite X whose rotated rows stay finite in fp32 (else KVQ_ERR_RANGE).
 
    Which function returns which status, and which functions never fail,
    is the table at the end of the declarations (Sec. 12).                  */
@@ -346,7 +347,8 @@ typedef enum kvq_rotation {
 } kvq_rotation;
 
 /* X (T, D) in place: each row rotated (inverse = 0) or rotated back
-   (inverse = 1). D must be a power of two for every kind but NONE.         */
+   (inverse = 1). D must be a power of two for every kind but NONE. A finite
+   row whose rotation overflows fp32 is refused (KVQ_ERR_RANGE), X as it was. */
 KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
                               int inverse, float *X, size_t T);
 
@@ -797,8 +799,10 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
        is Inf/NaN (dequantize); a probability that is not finite and >= 0
    KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
                        kvq_cache_prefill kvq_cache_append kvq_attend
+                       kvq_rotate
        |x| > KVQ_MAX_ABS_INPUT in K, V (cache; also after rotating) or Q; a scale or zero that
-       overflows fp16 (quantizers); a code wider than B bits (pack)
+       overflows fp16 (quantizers); a code wider than B bits (pack); a
+       finite row that overflows fp32 once rotated (kvq_rotate)
    KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate(32-bit)
                        kvq_cache_init(32-bit) kvq_cache_prefill
@@ -809,8 +813,9 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
    KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
                        kvq_cache_append kvq_attend_dense
                        kvq_pages_init kvq_pseq_append
-                       kvq_pseq_fork
-       the allocator returned NULL
+                       kvq_pseq_fork kvq_rotate
+       the allocator returned NULL (kvq_rotate: only for a row within a
+       factor D of FLT_MAX, checked in a scratch row)
    KVQ_ERR_CAPACITY    kvq_cache_reserve kvq_cache_prefill kvq_cache_append
                        kvq_pseq_append
        more than KVQ_MAX_POSITIONS positions in one cache; a full page pool
@@ -1696,6 +1701,7 @@ KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
 {
     size_t t, n;
     int sg = kind == KVQ_ROT_HADAMARD_SIGNS;
+    float *row = NULL;                  /* scratch, for rows near FLT_MAX */
     kvq_status st;
     if (!X) return KVQ__NO(KVQ_ERR_NULL);
     if (D == 0 || T == 0) {
@@ -1710,6 +1716,35 @@ KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
     if (!kvq__mul(T, D, &n)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     if (kvq__check_finite(X, n) != KVQ_OK) return KVQ__NO(KVQ_ERR_NONFINITE);
     if (kind == KVQ_ROT_NONE) return KVQ_OK;
+    /* A finite row can overflow (D = 4, every x = 3e38: 6e38 after one
+       butterfly), so every row is known finite before X is written. Each
+       stage at most doubles the largest |value| (|fl(a +- b)| <= fl(|a| +
+       |b|), rounding being monotone) and the scale is below 1: a row whose
+       max |x| * D is finite (exact: D is a power of two) cannot overflow.
+       Any other row is rotated once in a scratch row; an Inf anywhere in
+       the transform reaches its output as Inf or NaN.                     */
+    for (t = 0; t < T; t++) {
+        const float *x = X + t * D;
+        float m = 0.0f;
+        size_t j;
+        for (j = 0; j < D; j++) m = fabsf(x[j]) > m ? fabsf(x[j]) : m;
+        if (kvq__finite(m * (float)D)) continue;
+        if (!row) row = (float *)KVQ_MALLOC(D * sizeof(float));
+        if (!row) {
+            kvq__say("kvq_rotate: cannot allocate a scratch row of D=%zu floats", D);
+            return KVQ_ERR_NOMEM;
+        }
+        memcpy(row, x, D * sizeof(float));
+        if (sg && !inverse) kvq__flip_signs(seed, D, row, 1);
+        kvq__rotate_row(NULL, D, inverse, row);   /* inverse: signs last */
+        if (kvq__check_finite(row, D) != KVQ_OK) {
+            KVQ_FREE(row);
+            kvq__say("kvq_rotate: row %zu (max |x| = %g, D = %zu) overflows fp32 once "
+                     "rotated", t, (double)m, D);
+            return KVQ_ERR_RANGE;
+        }
+    }
+    KVQ_FREE(row);
     /* kvq__rotate_row's order: signs, transform, scale (rotating back: the
        transform and scale, then the signs)                                */
     if (sg && !inverse) kvq__flip_signs(seed, D, X, T);

@@ -25,7 +25,11 @@
      6b. kvq_cache_bytes' allocated counts the rotation's buffers; reserved
         appends allocate nothing
      7. bad inputs: a rotated row beyond KVQ_MAX_ABS_INPUT is refused with a
-        reason and the cache is unchanged; allocator failure in init        */
+        reason and the cache is unchanged; allocator failure in init
+     8. kvq_rotate on finite rows near FLT_MAX: refused (KVQ_ERR_RANGE, a
+        reason, X untouched) exactly when this file's own float transform in
+        the documented rounding order overflows, else equal to it bit for
+        bit                                                                 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -464,6 +468,107 @@ static void test_refusals(void)
     CHECK(n_fail >= 2, "the rotation's allocations were not reached (%zu)", n_fail);
 }
 
+/* 8. kvq_rotate refuses a finite X whose rotation overflows fp32          */
+
+/* x (D) <- R x or R^T x, kvq.h Sec. 6.1's rounding order written out here:
+   signs (rotating), the butterflies h = 1, 2, ..., the scale, signs
+   (rotating back).                                                        */
+static void ref_rotate(int kind, uint64_t seed, size_t D, int inv, float *x)
+{
+    double sg[1024];
+    float scale = (float)(1.0 / sqrt((double)D));
+    size_t h, i, j;
+    signs_of(seed, D, sg);
+    if (kind == KVQ_ROT_HADAMARD_SIGNS && !inv) for (j = 0; j < D; j++) x[j] *= (float)sg[j];
+    for (h = 1; h < D; h *= 2)
+        for (i = 0; i < D; i += 2 * h)
+            for (j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    for (j = 0; j < D; j++) x[j] *= scale;
+    if (kind == KVQ_ROT_HADAMARD_SIGNS && inv) for (j = 0; j < D; j++) x[j] *= (float)sg[j];
+}
+
+static int all_finite(const float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+static void test_rotate_overflow(void)
+{
+    rng r = { 0x0F10ull };
+    float X[4], X0[4], Y[3 * 1024], Y0[3 * 1024], W[3 * 1024];
+    size_t D, i, j, T = 3, n_refused = 0, n_kept = 0, n_near = 0;
+    int kind, inv, trial;
+    /* the issue's case: D = 4, every value 3e38 (finite); the first
+       butterfly gives 6e38, beyond FLT_MAX                                 */
+    for (kind = KVQ_ROT_HADAMARD; kind <= KVQ_ROT_HADAMARD_SIGNS; kind++)
+        for (inv = 0; inv < 2; inv++) {
+            for (j = 0; j < 4; j++) X[j] = X0[j] = 3e38f;
+            kvq__why_buf[0] = '\0';
+            CHECK(kvq_rotate((kvq_rotation)kind, 7, 4, inv, X, 1) == KVQ_ERR_RANGE,
+                  "kind %d inverse %d: 4 x 3e38 not refused", kind, inv);
+            CHECK(strstr(kvq_why(), "kvq_rotate") != NULL && strstr(kvq_why(), "overflow") != NULL,
+                  "kind %d inverse %d: reason '%s'", kind, inv, kvq_why());
+            CHECK(memcmp(X, X0, sizeof X) == 0, "kind %d inverse %d: a refused kvq_rotate "
+                  "changed X", kind, inv);
+        }
+    /* one 3e38 among zeros: every stage holds 3e38 at most, the output is
+       1.5e38 each; a finite result must not be refused                     */
+    X[0] = 3e38f; X[1] = X[2] = X[3] = 0.0f;
+    CHECK(kvq_rotate(KVQ_ROT_HADAMARD, 0, 4, 0, X, 1) == KVQ_OK && X[0] == 1.5e38f &&
+          X[3] == 1.5e38f, "4 x (3e38, 0, 0, 0): %s", kvq_why());
+    /* rows scaled to straddle FLT_MAX / D (where a row can first overflow):
+       the call is refused exactly when some row's reference overflows     */
+    for (D = 1; D <= 1024; D *= 2)
+        for (kind = KVQ_ROT_HADAMARD; kind <= KVQ_ROT_HADAMARD_SIGNS; kind++)
+            for (inv = 0; inv < 2; inv++)
+                for (trial = 0; trial < 8; trial++) {
+                    uint64_t seed = 0xABCull + (uint64_t)trial;
+                    float mag = 3.4e38f / (float)D * (0.25f + 0.25f * (float)trial);
+                    if (!isfinite(mag)) mag = 3.4e38f;      /* inputs finite */
+                    int finite = 1;
+                    kvq_status st;
+                    for (i = 0; i < T * D; i++) {
+                        /* same-signed runs add up; random ones cancel       */
+                        float u = (float)runif(&r);
+                        Y[i] = mag * (trial & 1 ? u : (rnext(&r) & 1 ? u : -u));
+                    }
+                    memcpy(Y0, Y, T * D * sizeof(float));
+                    memcpy(W, Y, T * D * sizeof(float));
+                    for (i = 0; i < T; i++) {
+                        ref_rotate(kind, seed, D, inv, W + i * D);
+                        finite &= all_finite(W + i * D, D);
+                    }
+                    kvq__why_buf[0] = '\0';
+                    st = kvq_rotate((kvq_rotation)kind, seed, D, inv, Y, T);
+                    if (finite) {
+                        float m = 0.0f;
+                        for (i = 0; i < T * D; i++) m = fabsf(Y0[i]) > m ? fabsf(Y0[i]) : m;
+                        n_kept++;
+                        n_near += !isfinite(m * (float)D);    /* sum |x| may overflow */
+                        CHECK(st == KVQ_OK && memcmp(Y, W, T * D * sizeof(float)) == 0,
+                              "D=%zu kind %d inverse %d trial %d: %s, not the reference",
+                              D, kind, inv, trial, kvq_status_str(st));
+                    } else {
+                        n_refused++;
+                        CHECK(st == KVQ_ERR_RANGE && kvq_why()[0] != '\0' &&
+                              memcmp(Y, Y0, T * D * sizeof(float)) == 0,
+                              "D=%zu kind %d inverse %d trial %d: overflowing rows gave %s "
+                              "(X %s)", D, kind, inv, trial, kvq_status_str(st),
+                              memcmp(Y, Y0, T * D * sizeof(float)) ? "changed" : "untouched");
+                    }
+                }
+    /* kept rows include some whose bound max |x| * D overflows: the refusal
+       is exact, not a conservative bound                                  */
+    CHECK(n_refused > 20 && n_kept > 20 && n_near > 10, "the sweep straddles no boundary: "
+          "%zu refused, %zu kept (%zu beyond the bound)", n_refused, n_kept, n_near);
+}
+
 int main(void)
 {
     test_dense();
@@ -474,5 +579,6 @@ int main(void)
     test_ott_basis();
     test_allocated();
     test_refusals();
+    test_rotate_overflow();
     return TEST_END("test_rotation");
 }
