@@ -1798,6 +1798,8 @@ static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r);
 static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact);
 static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact);
 static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i);
+/* x, or x rotated for side s (Sec. 6.1; defined with kvq_cache_prefill)    */
+static const float *kvq__stored_row(kvq_cache *c, int s, const float *x);
 static void kvq__row_store(const kvq_cache *c, void *dst, const float *x);
 static void kvq__f16_row(const kvq_f16 *h, size_t D, float *out);
 static void kvq__row_load(const kvq_cache *c, const void *src, float *x);
@@ -1899,7 +1901,8 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
     for (;;) {
         size_t m, room = c->stage_rows ? c->stage_rows : T;
         for (; t < T && room > 0; t++, room--)
-            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, X + t * D, pos0 + t);
+            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, kvq__stored_row(c, s == &c->v, X + t * D),
+                           pos0 + t);
         m = q < w->n ? q : w->n;
         if (m > c->stage_rows) m = c->stage_rows;
         m -= m % (tpu ? tpu : 1);
@@ -2623,8 +2626,8 @@ KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
     return kvq__reserve_append(c, n_tokens, 1);
 }
 
-/* Rotates the caller's K, V (T, D) into rot_rows (grown to T tokens per
-   side) and points *K, *V there, for each side that rotates. A rotated
+/* Rotates the caller's K, V (T <= rot_cap tokens: an append's one) into
+   rot_rows and points *K, *V there, for each side that rotates. A rotated
    value beyond KVQ_MAX_ABS_INPUT is refused; nothing stored changes.      */
 static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float **V,
                                      size_t T)
@@ -2632,18 +2635,7 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
     size_t D = c->cfg.head_dim, t, j;
     int s;
     if (!kvq__rotates(c)) return KVQ_OK;
-    if (T > c->rot_cap) {
-        size_t n;
-        float *grown;
-        if (!kvq__mul(2 * T, D, &n) || n > SIZE_MAX / sizeof(float) - KVQ__ROT_SLACK)
-            return kvq__fail(c, KVQ_ERR_OVERFLOW, "rotation rows: 2 T D floats overflow");
-        n = (n + KVQ__ROT_SLACK) * sizeof(float);
-        grown = (float *)KVQ_REALLOC(c->rot_rows, n);
-        if (!grown) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the rotation's rows "
-                                     "to %zu tokens", T);
-        c->rot_rows = grown;
-        c->rot_cap = T;
-    }
+    KVQ_ASSERT(T <= c->rot_cap);
     for (s = 0; s < 2; s++) {
         const float **X = s ? V : K;
         float *Y = kvq__rot_rows(c) + (size_t)s * T * D;
@@ -2664,6 +2656,46 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
     return KVQ_OK;
 }
 
+/* A prefill rotates each row as it stores it (kvq__stored_row), so its
+   scratch is rot_rows' one row per side whatever T (a (2, T, D) buffer
+   was 40.8 MB at T = 32K, D = 128, kept for the cache's life). First,
+   storing nothing, side s's rows X (T, D) are refused if a rotated value
+   exceeds KVQ_MAX_ABS_INPUT. Each butterfly stage at most doubles max |x|
+   (|fl(a +- b)| <= fl(|a| + |b|), rounding being monotone), so a rotated
+   row is within sqrt(D) max |x| (D max |x| scale, exact in double): only
+   rows past that bound are rotated here, and rotated again when stored. */
+static kvq_status kvq__check_rotated(kvq_cache *c, int s, const float *X, size_t T)
+{
+    size_t D = c->cfg.head_dim, t, j;
+    double scale = (float)(1.0 / sqrt((double)D));
+    float *y;
+    if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) return KVQ_OK;
+    y = kvq__rot_rows(c) + (size_t)s * c->rot_cap * D;
+    for (t = 0; t < T; t++) {
+        const float *x = X + t * D;
+        float m = 0.0f;
+        for (j = 0; j < D; j++) m = fabsf(x[j]) > m ? fabsf(x[j]) : m;
+        if ((double)m * (double)D * scale <= KVQ_MAX_ABS_INPUT) continue;
+        if (kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, x, y) > KVQ_MAX_ABS_INPUT)
+            for (j = 0; j < D; j++)
+                if (fabsf(y[j]) > KVQ_MAX_ABS_INPUT)
+                    return kvq__fail(c, KVQ_ERR_RANGE, "rotated %s row %zu: element %zu = %g "
+                                     "exceeds KVQ_MAX_ABS_INPUT (%g)", s ? "V" : "K", t, j,
+                                     (double)y[j], (double)KVQ_MAX_ABS_INPUT);
+    }
+    return KVQ_OK;
+}
+
+static const float *kvq__stored_row(kvq_cache *c, int s, const float *x)
+{
+    size_t D = c->cfg.head_dim;
+    float *y;
+    if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) return x;
+    y = kvq__rot_rows(c) + (size_t)s * c->rot_cap * D;
+    kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, x, y);
+    return y;
+}
+
 KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
                                      const float *V, size_t T)
 {
@@ -2680,11 +2712,14 @@ KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
                          "exceed KVQ_MAX_POSITIONS", c->n_pos, T);
     if ((st = kvq__check_rows_input(c, K, n, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, V, n, "V")) != KVQ_OK) return st;
-    if ((st = kvq__rotate_inputs(c, &K, &V, T)) != KVQ_OK) return st;
+    if ((st = kvq__check_rotated(c, 0, K, T)) != KVQ_OK) return st;
+    if ((st = kvq__check_rotated(c, 1, V, T)) != KVQ_OK) return st;
     if ((st = kvq__reserve_append(c, T, 0)) != KVQ_OK) return st;
     if (c->cfg.policy == KVQ_POLICY_OTT || c->cfg.policy == KVQ_POLICY_LOGQUANT) {
         /* both are defined token by token: prefill is T steps               */
-        for (t = 0; t < T; t++) kvq__step(c, K + t * D, V + t * D, c->n_pos + t);
+        for (t = 0; t < T; t++)
+            kvq__step(c, kvq__stored_row(c, 0, K + t * D), kvq__stored_row(c, 1, V + t * D),
+                      c->n_pos + t);
         c->n_pos += T;
         return KVQ_OK;
     }

@@ -26,7 +26,9 @@
        kvq_cache_bytes (all but `allocated`) and kvq_cache_check.
    A twin that made the same calls without failures must end observably
    equal to the cache. The sweep must also have produced at least one
-   failure per call type and policy, so it cannot pass by never failing. */
+   failure per call type and policy, so it cannot pass by never failing.
+   KVQ_TEST_QUICK (the sanitizer and valgrind builds): the rotated configs
+   at one first-prefill length.                                            */
 #define TEST_ALLOC
 #define TEST_RNG
 #include "test.h"
@@ -369,8 +371,8 @@ static void test_sweeps(void)
         V[i] = rnorm(&r);
     }
     for (ci = 0; ci < N_CONFIGS; ci++)
-        for (rot = 0; rot < 2; rot++)
-            for (p = 0; p < 3; p++) {
+        for (rot = QUICK; rot < 2; rot++)           /* sanitizers, valgrind: */
+            for (p = QUICK; p < 3 - QUICK; p++) {   /* rotated, one length   */
                 const char *name;
                 char what[96];
                 kvq_config cf = config_of(ci, D, &name);

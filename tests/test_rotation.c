@@ -29,7 +29,13 @@
      8. kvq_rotate on finite rows near FLT_MAX: refused (KVQ_ERR_RANGE, a
         reason, X untouched) exactly when this file's own float transform in
         the documented rounding order overflows, else equal to it bit for
-        bit                                                                 */
+        bit
+     9. a rotated prefill's scratch does not grow with the prompt: peak and
+        retained heap (the counting allocator) no more than the unrotated
+        twin's plus the init-time rotation buffers, the stored bytes, reads
+        and attention bit for bit the twin's; a row whose rotation exceeds
+        KVQ_MAX_ABS_INPUT deep in a prompt is refused by number, the cache
+        unchanged; a row past the cheap bound but inside the limit is kept */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -416,7 +422,7 @@ static void test_allocated(void)
     CHECK(b.allocated == ta_bytes, "after init: allocated %zu, allocator holds %zu",
           b.allocated, ta_bytes);
     kvq_cache_reserve(&c, T);
-    kvq_cache_prefill(&c, K, V, 40);            /* grows the rotation's rows */
+    kvq_cache_prefill(&c, K, V, 40);            /* rotated row by row: no growth */
     kvq_cache_bytes(&c, &b);
     CHECK(b.allocated == ta_bytes, "after prefill: allocated %zu, allocator holds %zu",
           b.allocated, ta_bytes);
@@ -569,6 +575,125 @@ static void test_rotate_overflow(void)
           "%zu refused, %zu kept (%zu beyond the bound)", n_refused, n_kept, n_near);
 }
 
+/* 9. the rotated prefill's scratch                                        */
+static void test_prefill_scratch(void)
+{
+    const size_t D = 32, T = (size_t)COUNT(4096, 1024), n_q = 2;
+    /* the rotation's buffers from init: two rows (+ 16 floats to align)
+       and the sign vector; nothing of them scales with T                   */
+    const size_t rot_bytes = (2 * D + 16 + D) * sizeof(float);
+    float *K = (float *)malloc(T * D * sizeof(float)), *V = (float *)malloc(T * D * sizeof(float));
+    float *KR = (float *)malloc(T * D * sizeof(float)), *VR = (float *)malloc(T * D * sizeof(float));
+    float q[2 * 32];
+    rng r = { 0x5CA7C4ull };
+    size_t i, t;
+    int pol;
+    for (i = 0; i < T * D; i++) {
+        K[i] = rnorm(&r) * ((i % D) == 9 ? 10.0f : 1.0f);
+        V[i] = rnorm(&r);
+    }
+    for (i = 0; i < n_q * D; i++) q[i] = rnorm(&r);
+    for (pol = 0; pol < N_POLICIES; pol++) {
+        kvq_config ca = policy_config(pol), cb = ca;
+        kvq_cache a, b;
+        kvq_bytes ba, bb;
+        size_t base, peak_a, peak_b, T1 = T / 2, T2 = T - T1 - 40;
+        char what[64];
+        ca.key_rotation = KVQ_ROT_HADAMARD_SIGNS;
+        ca.value_rotation = KVQ_ROT_HADAMARD;
+        ca.rotation_seed = 0xD1CEull;
+        memcpy(KR, K, T * D * sizeof(float));
+        memcpy(VR, V, T * D * sizeof(float));
+        kvq_rotate(ca.key_rotation, ca.rotation_seed, D, 0, KR, T);
+        kvq_rotate(ca.value_rotation, ca.rotation_seed, D, 0, VR, T);
+        if (kvq_cache_init(&a, &ca) != KVQ_OK || kvq_cache_init(&b, &cb) != KVQ_OK) {
+            CHECK(0, "%s: init: %s", what, kvq_why());
+            continue;
+        }
+        /* a prompt into the empty cache, then one into a non-empty one     */
+        for (i = 0; i < 2; i++) {
+            size_t at = i ? T1 : 0, n = i ? T2 : T1;
+            snprintf(what, sizeof what, "%s, prompt %zu (%zu tokens)", policy_name[pol], i, n);
+            base = ta_bytes; ta_peak = ta_bytes;
+            CHECK(kvq_cache_prefill(&a, K + at * D, V + at * D, n) == KVQ_OK, "%s: %s", what, kvq_why());
+            peak_a = ta_peak - base;
+            base = ta_bytes; ta_peak = ta_bytes;
+            CHECK(kvq_cache_prefill(&b, KR + at * D, VR + at * D, n) == KVQ_OK, "%s: twin", what);
+            peak_b = ta_peak - base;
+            kvq_cache_bytes(&a, &ba);
+            kvq_cache_bytes(&b, &bb);
+            CHECK(peak_a <= peak_b, "%s: the rotated prefill's peak heap is %zu bytes "
+                  "above the twin's", what, peak_a - peak_b);
+            CHECK(ba.allocated <= bb.allocated + rot_bytes, "%s: the rotated cache keeps "
+                  "%zu bytes more than its twin (the rotation's own: %zu)", what,
+                  ba.allocated - bb.allocated, rot_bytes);
+            /* the two caches are all kvq holds: `allocated` is the ledger's */
+            CHECK(ba.allocated + bb.allocated == ta_bytes, "%s: allocated %zu + %zu, the "
+                  "allocator holds %zu", what, ba.allocated, bb.allocated, ta_bytes);
+            check_twin(what, &a, &b, q, n_q);
+        }
+        for (t = T1 + T2; t < T; t++) {             /* decoding goes on      */
+            kvq_cache_append(&a, K + t * D, V + t * D);
+            kvq_cache_append(&b, KR + t * D, VR + t * D);
+        }
+        check_twin(what, &a, &b, q, n_q);
+        kvq_cache_free(&a);
+        kvq_cache_free(&b);
+    }
+    free(K); free(V); free(KR); free(VR);
+}
+
+/* 9b. the rotated range check of a prefill, row by row                     */
+static void test_prefill_range(void)
+{
+    const size_t D = 32, T = 50;
+    kvq_config ca = kvq_config_kivi(D, 2), cb;
+    kvq_cache a, b;
+    float K[50 * 32], V[50 * 32], KR[50 * 32], VR[50 * 32], q[32];
+    rng r = { 0x9A9Eull };
+    size_t i;
+    int side;
+    ca.group = 16; ca.residual = 32;
+    ca.key_rotation = KVQ_ROT_HADAMARD_SIGNS; ca.value_rotation = KVQ_ROT_HADAMARD;
+    ca.rotation_seed = 3;
+    cb = ca; cb.key_rotation = cb.value_rotation = KVQ_ROT_NONE;
+    for (i = 0; i < T * D; i++) { K[i] = rnorm(&r); V[i] = rnorm(&r); }
+    for (i = 0; i < D; i++) q[i] = rnorm(&r);
+    CHECK(kvq_cache_init(&a, &ca) == KVQ_OK && kvq_cache_init(&b, &cb) == KVQ_OK, "init");
+    memcpy(KR, K, sizeof K); memcpy(VR, V, sizeof V);
+    kvq_rotate(ca.key_rotation, 3, D, 0, KR, 20);
+    kvq_rotate(ca.value_rotation, 3, D, 0, VR, 20);
+    kvq_cache_prefill(&a, K, V, 20);
+    kvq_cache_prefill(&b, KR, VR, 20);
+    for (side = 0; side < 2; side++) {
+        /* row 37 of the prompt: every element 30000, inside the input bound;
+           rotated, one element is 32 * 30000 / sqrt(32) = 169706           */
+        float *X = side ? V : K, saved[32];
+        char want[32];
+        memcpy(saved, X + 37 * D, sizeof saved);
+        for (i = 0; i < D; i++) X[37 * D + i] = 30000.0f;
+        kvq__why_buf[0] = '\0';
+        CHECK(kvq_cache_prefill(&a, K, V, T) == KVQ_ERR_RANGE, "side %d: a rotated row beyond "
+              "KVQ_MAX_ABS_INPUT at 37 not refused", side);
+        snprintf(want, sizeof want, "rotated %s row 37", side ? "V" : "K");
+        CHECK(strstr(kvq_why(), want) != NULL, "side %d: reason '%s'", side, kvq_why());
+        check_twin("refused prefill", &a, &b, q, 1);
+        memcpy(X + 37 * D, saved, sizeof saved);
+    }
+    /* one 20000 among zeros: max |x| sqrt(D) = 113137 is past the cheap
+       bound, the rotated row (20000 / sqrt(32) = 3536 each) is inside      */
+    for (i = 0; i < D; i++) K[37 * D + i] = V[41 * D + i] = 0.0f;
+    K[37 * D + 4] = 20000.0f; V[41 * D + 30] = -20000.0f;
+    memcpy(KR, K, sizeof K); memcpy(VR, V, sizeof V);
+    kvq_rotate(ca.key_rotation, 3, D, 0, KR, T);
+    kvq_rotate(ca.value_rotation, 3, D, 0, VR, T);
+    CHECK(kvq_cache_prefill(&a, K, V, T) == KVQ_OK, "a row inside the limit refused: %s", kvq_why());
+    kvq_cache_prefill(&b, KR, VR, T);
+    check_twin("prefill past the cheap bound", &a, &b, q, 1);
+    kvq_cache_free(&a);
+    kvq_cache_free(&b);
+}
+
 int main(void)
 {
     test_dense();
@@ -580,5 +705,7 @@ int main(void)
     test_allocated();
     test_refusals();
     test_rotate_overflow();
+    test_prefill_scratch();
+    test_prefill_range();
     return TEST_END("test_rotation");
 }
