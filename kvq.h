@@ -207,7 +207,8 @@ extern "C" {
    a finite |x| > KVQ_MAX_ABS_INPUT (32752) is KVQ_ERR_RANGE. Inside these
    bounds every stored scale and zero fits fp16 and every attention output
    is finite. The single-group and matrix quantizers accept any finite x
-   whose stored fp16 scale and zero fit (else KVQ_ERR_RANGE).
+   whose stored fp16 scale and zero fit (else KVQ_ERR_RANGE); kvq_rotate
+   any finite X whose rotated rows stay finite in fp32 (else KVQ_ERR_RANGE).
 
    Which function returns which status, and which functions never fail,
    is the table at the end of the declarations (Sec. 12).                  */
@@ -350,7 +351,8 @@ typedef enum kvq_rotation {
 } kvq_rotation;
 
 /* X (T, D) in place: each row rotated (inverse = 0) or rotated back
-   (inverse = 1). D must be a power of two for every kind but NONE.         */
+   (inverse = 1). D must be a power of two for every kind but NONE. A finite
+   row whose rotation overflows fp32 is refused (KVQ_ERR_RANGE), X as it was. */
 KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
                               int inverse, float *X, size_t T);
 
@@ -801,8 +803,10 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
        is Inf/NaN (dequantize); a probability that is not finite and >= 0
    KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
                        kvq_cache_prefill kvq_cache_append kvq_attend
+                       kvq_rotate
        |x| > KVQ_MAX_ABS_INPUT in K, V (cache; also after rotating) or Q; a scale or zero that
-       overflows fp16 (quantizers); a code wider than B bits (pack)
+       overflows fp16 (quantizers); a code wider than B bits (pack); a
+       finite row that overflows fp32 once rotated (kvq_rotate)
    KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate(32-bit)
                        kvq_cache_init(32-bit) kvq_cache_prefill
@@ -813,8 +817,9 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
    KVQ_ERR_NOMEM       kvq_cache_init kvq_cache_reserve kvq_cache_prefill
                        kvq_cache_append kvq_attend_dense
                        kvq_pages_init kvq_pseq_append
-                       kvq_pseq_fork
-       the allocator returned NULL
+                       kvq_pseq_fork kvq_rotate
+       the allocator returned NULL (kvq_rotate: only for a row within a
+       factor D of FLT_MAX, checked in a scratch row)
    KVQ_ERR_CAPACITY    kvq_cache_reserve kvq_cache_prefill kvq_cache_append
                        kvq_pseq_append
        more than KVQ_MAX_POSITIONS positions in one cache; a full page pool
@@ -1784,6 +1789,7 @@ KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
 {
     size_t t, n;
     int sg = kind == KVQ_ROT_HADAMARD_SIGNS;
+    float *row = NULL;                  /* scratch, for rows near FLT_MAX */
     kvq_status st;
     if (!X) return KVQ__NO(KVQ_ERR_NULL);
     if (D == 0 || T == 0) {
@@ -1798,6 +1804,35 @@ KVQ_API kvq_status kvq_rotate(kvq_rotation kind, uint64_t seed, size_t D,
     if (!kvq__mul(T, D, &n)) return KVQ__NO(KVQ_ERR_OVERFLOW);
     if (kvq__check_finite(X, n) != KVQ_OK) return KVQ__NO(KVQ_ERR_NONFINITE);
     if (kind == KVQ_ROT_NONE) return KVQ_OK;
+    /* A finite row can overflow (D = 4, every x = 3e38: 6e38 after one
+       butterfly), so every row is known finite before X is written. Each
+       stage at most doubles the largest |value| (|fl(a +- b)| <= fl(|a| +
+       |b|), rounding being monotone) and the scale is below 1: a row whose
+       max |x| * D is finite (exact: D is a power of two) cannot overflow.
+       Any other row is rotated once in a scratch row; an Inf anywhere in
+       the transform reaches its output as Inf or NaN.                     */
+    for (t = 0; t < T; t++) {
+        const float *x = X + t * D;
+        float m = 0.0f;
+        size_t j;
+        for (j = 0; j < D; j++) m = fabsf(x[j]) > m ? fabsf(x[j]) : m;
+        if (kvq__finite(m * (float)D)) continue;
+        if (!row) row = (float *)KVQ_MALLOC(D * sizeof(float));
+        if (!row) {
+            kvq__say("kvq_rotate: cannot allocate a scratch row of D=%zu floats", D);
+            return KVQ_ERR_NOMEM;
+        }
+        memcpy(row, x, D * sizeof(float));
+        if (sg && !inverse) kvq__flip_signs(seed, D, row, 1);
+        kvq__rotate_row(NULL, D, inverse, row);   /* inverse: signs last */
+        if (kvq__check_finite(row, D) != KVQ_OK) {
+            KVQ_FREE(row);
+            kvq__say("kvq_rotate: row %zu (max |x| = %g, D = %zu) overflows fp32 once "
+                     "rotated", t, (double)m, D);
+            return KVQ_ERR_RANGE;
+        }
+    }
+    KVQ_FREE(row);
     /* kvq__rotate_row's order: signs, transform, scale (rotating back: the
        transform and scale, then the signs)                                */
     if (sg && !inverse) kvq__flip_signs(seed, D, X, T);
@@ -1851,6 +1886,8 @@ static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r);
 static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact);
 static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact);
 static void *kvq__row_ptr(const kvq_cache *c, const kvq_rows *rg, size_t i);
+/* x, or x rotated for side s (Sec. 6.1; defined with kvq_cache_prefill)    */
+static const float *kvq__stored_row(kvq_cache *c, int s, const float *x);
 static void kvq__row_store(const kvq_cache *c, void *dst, const float *x);
 static void kvq__row_load(const kvq_cache *c, const void *src, float *x);
 static size_t kvq__rows_tail(kvq_cache *c, kvq_side *s, int r);
@@ -1951,7 +1988,8 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
     for (;;) {
         size_t m, room = c->stage_rows ? c->stage_rows : T;
         for (; t < T && room > 0; t++, room--)
-            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, X + t * D, pos0 + t);
+            kvq__rows_push(c, s, KVQ_ROWS_WINDOW, kvq__stored_row(c, s == &c->v, X + t * D),
+                           pos0 + t);
         m = q < w->n ? q : w->n;
         if (m > c->stage_rows) m = c->stage_rows;
         m -= m % (tpu ? tpu : 1);
@@ -2675,8 +2713,8 @@ KVQ_API kvq_status kvq_cache_reserve(kvq_cache *c, size_t n_tokens)
     return kvq__reserve_append(c, n_tokens, 1);
 }
 
-/* Rotates the caller's K, V (T, D) into rot_rows (grown to T tokens per
-   side) and points *K, *V there, for each side that rotates. A rotated
+/* Rotates the caller's K, V (T <= rot_cap tokens: an append's one) into
+   rot_rows and points *K, *V there, for each side that rotates. A rotated
    value beyond KVQ_MAX_ABS_INPUT is refused; nothing stored changes.      */
 static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float **V,
                                      size_t T)
@@ -2684,18 +2722,7 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
     size_t D = c->cfg.head_dim, t, j;
     int s;
     if (!kvq__rotates(c)) return KVQ_OK;
-    if (T > c->rot_cap) {
-        size_t n;
-        float *grown;
-        if (!kvq__mul(2 * T, D, &n) || n > SIZE_MAX / sizeof(float) - KVQ__ROT_SLACK)
-            return kvq__fail(c, KVQ_ERR_OVERFLOW, "rotation rows: 2 T D floats overflow");
-        n = (n + KVQ__ROT_SLACK) * sizeof(float);
-        grown = (float *)KVQ_REALLOC(c->rot_rows, n);
-        if (!grown) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the rotation's rows "
-                                     "to %zu tokens", T);
-        c->rot_rows = grown;
-        c->rot_cap = T;
-    }
+    KVQ_ASSERT(T <= c->rot_cap);
     for (s = 0; s < 2; s++) {
         const float **X = s ? V : K;
         float *Y = kvq__rot_rows(c) + (size_t)s * T * D;
@@ -2716,6 +2743,46 @@ static kvq_status kvq__rotate_inputs(kvq_cache *c, const float **K, const float 
     return KVQ_OK;
 }
 
+/* A prefill rotates each row as it stores it (kvq__stored_row), so its
+   scratch is rot_rows' one row per side whatever T (a (2, T, D) buffer
+   was 40.8 MB at T = 32K, D = 128, kept for the cache's life). First,
+   storing nothing, side s's rows X (T, D) are refused if a rotated value
+   exceeds KVQ_MAX_ABS_INPUT. Each butterfly stage at most doubles max |x|
+   (|fl(a +- b)| <= fl(|a| + |b|), rounding being monotone), so a rotated
+   row is within sqrt(D) max |x| (D max |x| scale, exact in double): only
+   rows past that bound are rotated here, and rotated again when stored. */
+static kvq_status kvq__check_rotated(kvq_cache *c, int s, const float *X, size_t T)
+{
+    size_t D = c->cfg.head_dim, t, j;
+    double scale = (float)(1.0 / sqrt((double)D));
+    float *y;
+    if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) return KVQ_OK;
+    y = kvq__rot_rows(c) + (size_t)s * c->rot_cap * D;
+    for (t = 0; t < T; t++) {
+        const float *x = X + t * D;
+        float m = 0.0f;
+        for (j = 0; j < D; j++) m = fabsf(x[j]) > m ? fabsf(x[j]) : m;
+        if ((double)m * (double)D * scale <= KVQ_MAX_ABS_INPUT) continue;
+        if (kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, x, y) > KVQ_MAX_ABS_INPUT)
+            for (j = 0; j < D; j++)
+                if (fabsf(y[j]) > KVQ_MAX_ABS_INPUT)
+                    return kvq__fail(c, KVQ_ERR_RANGE, "rotated %s row %zu: element %zu = %g "
+                                     "exceeds KVQ_MAX_ABS_INPUT (%g)", s ? "V" : "K", t, j,
+                                     (double)y[j], (double)KVQ_MAX_ABS_INPUT);
+    }
+    return KVQ_OK;
+}
+
+static const float *kvq__stored_row(kvq_cache *c, int s, const float *x)
+{
+    size_t D = c->cfg.head_dim;
+    float *y;
+    if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) return x;
+    y = kvq__rot_rows(c) + (size_t)s * c->rot_cap * D;
+    kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, x, y);
+    return y;
+}
+
 KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
                                      const float *V, size_t T)
 {
@@ -2732,11 +2799,14 @@ KVQ_API kvq_status kvq_cache_prefill(kvq_cache *c, const float *K,
                          "exceed KVQ_MAX_POSITIONS", c->n_pos, T);
     if ((st = kvq__check_rows_input(c, K, n, "K")) != KVQ_OK) return st;
     if ((st = kvq__check_rows_input(c, V, n, "V")) != KVQ_OK) return st;
-    if ((st = kvq__rotate_inputs(c, &K, &V, T)) != KVQ_OK) return st;
+    if ((st = kvq__check_rotated(c, 0, K, T)) != KVQ_OK) return st;
+    if ((st = kvq__check_rotated(c, 1, V, T)) != KVQ_OK) return st;
     if ((st = kvq__reserve_append(c, T, 0)) != KVQ_OK) return st;
     if (c->cfg.policy == KVQ_POLICY_OTT || c->cfg.policy == KVQ_POLICY_LOGQUANT) {
         /* both are defined token by token: prefill is T steps               */
-        for (t = 0; t < T; t++) kvq__step(c, K + t * D, V + t * D, c->n_pos + t);
+        for (t = 0; t < T; t++)
+            kvq__step(c, kvq__stored_row(c, 0, K + t * D), kvq__stored_row(c, 1, V + t * D),
+                      c->n_pos + t);
         c->n_pos += T;
         return KVQ_OK;
     }
@@ -4617,8 +4687,10 @@ static void kvq__rows_to_front(kvq_cache *c, kvq_side *s, int r)
     for (i = 0; i < rg->n; i++) s->loc[rg->pos[i]] = kvq__rows_tag(r) | (uint32_t)i;
 }
 
-/* Room in a row region for `more` rows at its end: slide to the front when
-   that is enough (amortized O(D) per popped row), else grow.               */
+/* Capacity in a row region for `more` rows at its end, grown if short. No
+   row moves here, so a failure leaves the region as it was; the rows slide
+   to the front (amortized O(D) per popped row) in kvq__reserve_append once
+   nothing can fail, or in kvq__rows_tail.                                 */
 static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
                                     size_t more, int exact)
 {
@@ -4626,8 +4698,6 @@ static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
     size_t rowb = c->cfg.head_dim * kvq__fp_bytes(c), need = rg->n + more;
     size_t cap_d, cap_p;
     void *d;
-    if (rg->off + need <= rg->cap) return KVQ_OK;
-    kvq__rows_to_front(c, s, r);
     if (need <= rg->cap) return KVQ_OK;
     /* grow data and pos together: one capacity serves both                 */
     d = kvq__grow(rg->data, rg->cap, need, rowb, exact, &cap_d);
@@ -4665,6 +4735,7 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
 static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
 {
     size_t need = c->n_pos + n_new, cap = c->cap_pos, i;
+    int slide[2];
     kvq_status st;
     if (n_new > KVQ_MAX_POSITIONS || need > KVQ_MAX_POSITIONS)
         return kvq__fail(c, KVQ_ERR_CAPACITY, "cache holds %zu positions; %zu more "
@@ -4686,6 +4757,11 @@ static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
         p = kvq__grow(s->loc, c->cap_pos, need, sizeof(uint32_t), exact, &cap);
         if (!p) return kvq__fail(c, KVQ_ERR_NOMEM, "cannot grow the position map");
         s->loc = (uint32_t *)p;
+        /* the window slides to its front below, after the last allocation:
+           a later failure (V's map, either side's units) must not leave
+           rows moved (Sec. 2: a failed call changes nothing)               */
+        slide[i] = s->rows[KVQ_ROWS_WINDOW].off + s->rows[KVQ_ROWS_WINDOW].n + window_rows
+                   > s->rows[KVQ_ROWS_WINDOW].cap;
         st = kvq__rows_reserve(c, s, KVQ_ROWS_WINDOW, window_rows, exact);
         if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the window");
         if (s->schedule != KVQ_SCHED_NONE) {
@@ -4696,6 +4772,8 @@ static kvq_status kvq__reserve_append(kvq_cache *c, size_t n_new, int exact)
             if (st != KVQ_OK) return kvq__fail(c, st, "cannot grow the quantized store");
         }
     }
+    for (i = 0; i < 2; i++)
+        if (slide[i]) kvq__rows_to_front(c, i ? &c->v : &c->k, KVQ_ROWS_WINDOW);
     c->cap_pos = cap;
     return KVQ_OK;
 }

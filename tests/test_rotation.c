@@ -25,7 +25,17 @@
      6b. kvq_cache_bytes' allocated counts the rotation's buffers; reserved
         appends allocate nothing
      7. bad inputs: a rotated row beyond KVQ_MAX_ABS_INPUT is refused with a
-        reason and the cache is unchanged; allocator failure in init        */
+        reason and the cache is unchanged; allocator failure in init
+     8. kvq_rotate on finite rows near FLT_MAX: refused (KVQ_ERR_RANGE, a
+        reason, X untouched) exactly when this file's own float transform in
+        the documented rounding order overflows, else equal to it bit for
+        bit
+     9. a rotated prefill's scratch does not grow with the prompt: peak and
+        retained heap (the counting allocator) no more than the unrotated
+        twin's plus the init-time rotation buffers, the stored bytes, reads
+        and attention bit for bit the twin's; a row whose rotation exceeds
+        KVQ_MAX_ABS_INPUT deep in a prompt is refused by number, the cache
+        unchanged; a row past the cheap bound but inside the limit is kept */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,7 +422,7 @@ static void test_allocated(void)
     CHECK(b.allocated == ta_bytes, "after init: allocated %zu, allocator holds %zu",
           b.allocated, ta_bytes);
     kvq_cache_reserve(&c, T);
-    kvq_cache_prefill(&c, K, V, 40);            /* grows the rotation's rows */
+    kvq_cache_prefill(&c, K, V, 40);            /* rotated row by row: no growth */
     kvq_cache_bytes(&c, &b);
     CHECK(b.allocated == ta_bytes, "after prefill: allocated %zu, allocator holds %zu",
           b.allocated, ta_bytes);
@@ -464,6 +474,226 @@ static void test_refusals(void)
     CHECK(n_fail >= 2, "the rotation's allocations were not reached (%zu)", n_fail);
 }
 
+/* 8. kvq_rotate refuses a finite X whose rotation overflows fp32          */
+
+/* x (D) <- R x or R^T x, kvq.h Sec. 6.1's rounding order written out here:
+   signs (rotating), the butterflies h = 1, 2, ..., the scale, signs
+   (rotating back).                                                        */
+static void ref_rotate(int kind, uint64_t seed, size_t D, int inv, float *x)
+{
+    double sg[1024];
+    float scale = (float)(1.0 / sqrt((double)D));
+    size_t h, i, j;
+    signs_of(seed, D, sg);
+    if (kind == KVQ_ROT_HADAMARD_SIGNS && !inv) for (j = 0; j < D; j++) x[j] *= (float)sg[j];
+    for (h = 1; h < D; h *= 2)
+        for (i = 0; i < D; i += 2 * h)
+            for (j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    for (j = 0; j < D; j++) x[j] *= scale;
+    if (kind == KVQ_ROT_HADAMARD_SIGNS && inv) for (j = 0; j < D; j++) x[j] *= (float)sg[j];
+}
+
+static int all_finite(const float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+static void test_rotate_overflow(void)
+{
+    rng r = { 0x0F10ull };
+    float X[4], X0[4], Y[3 * 1024], Y0[3 * 1024], W[3 * 1024];
+    size_t D, i, j, T = 3, n_refused = 0, n_kept = 0, n_near = 0;
+    int kind, inv, trial;
+    /* the issue's case: D = 4, every value 3e38 (finite); the first
+       butterfly gives 6e38, beyond FLT_MAX                                 */
+    for (kind = KVQ_ROT_HADAMARD; kind <= KVQ_ROT_HADAMARD_SIGNS; kind++)
+        for (inv = 0; inv < 2; inv++) {
+            for (j = 0; j < 4; j++) X[j] = X0[j] = 3e38f;
+            kvq__why_buf[0] = '\0';
+            CHECK(kvq_rotate((kvq_rotation)kind, 7, 4, inv, X, 1) == KVQ_ERR_RANGE,
+                  "kind %d inverse %d: 4 x 3e38 not refused", kind, inv);
+            CHECK(strstr(kvq_why(), "kvq_rotate") != NULL && strstr(kvq_why(), "overflow") != NULL,
+                  "kind %d inverse %d: reason '%s'", kind, inv, kvq_why());
+            CHECK(memcmp(X, X0, sizeof X) == 0, "kind %d inverse %d: a refused kvq_rotate "
+                  "changed X", kind, inv);
+        }
+    /* one 3e38 among zeros: every stage holds 3e38 at most, the output is
+       1.5e38 each; a finite result must not be refused                     */
+    X[0] = 3e38f; X[1] = X[2] = X[3] = 0.0f;
+    CHECK(kvq_rotate(KVQ_ROT_HADAMARD, 0, 4, 0, X, 1) == KVQ_OK && X[0] == 1.5e38f &&
+          X[3] == 1.5e38f, "4 x (3e38, 0, 0, 0): %s", kvq_why());
+    /* rows scaled to straddle FLT_MAX / D (where a row can first overflow):
+       the call is refused exactly when some row's reference overflows     */
+    for (D = 1; D <= 1024; D *= 2)
+        for (kind = KVQ_ROT_HADAMARD; kind <= KVQ_ROT_HADAMARD_SIGNS; kind++)
+            for (inv = 0; inv < 2; inv++)
+                for (trial = 0; trial < 8; trial++) {
+                    uint64_t seed = 0xABCull + (uint64_t)trial;
+                    float mag = 3.4e38f / (float)D * (0.25f + 0.25f * (float)trial);
+                    if (!isfinite(mag)) mag = 3.4e38f;      /* inputs finite */
+                    int finite = 1;
+                    kvq_status st;
+                    for (i = 0; i < T * D; i++) {
+                        /* same-signed runs add up; random ones cancel       */
+                        float u = (float)runif(&r);
+                        Y[i] = mag * (trial & 1 ? u : (rnext(&r) & 1 ? u : -u));
+                    }
+                    memcpy(Y0, Y, T * D * sizeof(float));
+                    memcpy(W, Y, T * D * sizeof(float));
+                    for (i = 0; i < T; i++) {
+                        ref_rotate(kind, seed, D, inv, W + i * D);
+                        finite &= all_finite(W + i * D, D);
+                    }
+                    kvq__why_buf[0] = '\0';
+                    st = kvq_rotate((kvq_rotation)kind, seed, D, inv, Y, T);
+                    if (finite) {
+                        float m = 0.0f;
+                        for (i = 0; i < T * D; i++) m = fabsf(Y0[i]) > m ? fabsf(Y0[i]) : m;
+                        n_kept++;
+                        n_near += !isfinite(m * (float)D);    /* sum |x| may overflow */
+                        CHECK(st == KVQ_OK && memcmp(Y, W, T * D * sizeof(float)) == 0,
+                              "D=%zu kind %d inverse %d trial %d: %s, not the reference",
+                              D, kind, inv, trial, kvq_status_str(st));
+                    } else {
+                        n_refused++;
+                        CHECK(st == KVQ_ERR_RANGE && kvq_why()[0] != '\0' &&
+                              memcmp(Y, Y0, T * D * sizeof(float)) == 0,
+                              "D=%zu kind %d inverse %d trial %d: overflowing rows gave %s "
+                              "(X %s)", D, kind, inv, trial, kvq_status_str(st),
+                              memcmp(Y, Y0, T * D * sizeof(float)) ? "changed" : "untouched");
+                    }
+                }
+    /* kept rows include some whose bound max |x| * D overflows: the refusal
+       is exact, not a conservative bound                                  */
+    CHECK(n_refused > 20 && n_kept > 20 && n_near > 10, "the sweep straddles no boundary: "
+          "%zu refused, %zu kept (%zu beyond the bound)", n_refused, n_kept, n_near);
+}
+
+/* 9. the rotated prefill's scratch                                        */
+static void test_prefill_scratch(void)
+{
+    const size_t D = 32, T = (size_t)COUNT(4096, 1024), n_q = 2;
+    /* the rotation's buffers from init: two rows (+ 16 floats to align)
+       and the sign vector; nothing of them scales with T                   */
+    const size_t rot_bytes = (2 * D + 16 + D) * sizeof(float);
+    float *K = (float *)malloc(T * D * sizeof(float)), *V = (float *)malloc(T * D * sizeof(float));
+    float *KR = (float *)malloc(T * D * sizeof(float)), *VR = (float *)malloc(T * D * sizeof(float));
+    float q[2 * 32];
+    rng r = { 0x5CA7C4ull };
+    size_t i, t;
+    int pol;
+    for (i = 0; i < T * D; i++) {
+        K[i] = rnorm(&r) * ((i % D) == 9 ? 10.0f : 1.0f);
+        V[i] = rnorm(&r);
+    }
+    for (i = 0; i < n_q * D; i++) q[i] = rnorm(&r);
+    for (pol = 0; pol < N_POLICIES; pol++) {
+        kvq_config ca = policy_config(pol), cb = ca;
+        kvq_cache a, b;
+        kvq_bytes ba, bb;
+        size_t base, peak_a, peak_b, T1 = T / 2, T2 = T - T1 - 40;
+        char what[64];
+        ca.key_rotation = KVQ_ROT_HADAMARD_SIGNS;
+        ca.value_rotation = KVQ_ROT_HADAMARD;
+        ca.rotation_seed = 0xD1CEull;
+        memcpy(KR, K, T * D * sizeof(float));
+        memcpy(VR, V, T * D * sizeof(float));
+        kvq_rotate(ca.key_rotation, ca.rotation_seed, D, 0, KR, T);
+        kvq_rotate(ca.value_rotation, ca.rotation_seed, D, 0, VR, T);
+        if (kvq_cache_init(&a, &ca) != KVQ_OK || kvq_cache_init(&b, &cb) != KVQ_OK) {
+            CHECK(0, "%s: init: %s", what, kvq_why());
+            continue;
+        }
+        /* a prompt into the empty cache, then one into a non-empty one     */
+        for (i = 0; i < 2; i++) {
+            size_t at = i ? T1 : 0, n = i ? T2 : T1;
+            snprintf(what, sizeof what, "%s, prompt %zu (%zu tokens)", policy_name[pol], i, n);
+            base = ta_bytes; ta_peak = ta_bytes;
+            CHECK(kvq_cache_prefill(&a, K + at * D, V + at * D, n) == KVQ_OK, "%s: %s", what, kvq_why());
+            peak_a = ta_peak - base;
+            base = ta_bytes; ta_peak = ta_bytes;
+            CHECK(kvq_cache_prefill(&b, KR + at * D, VR + at * D, n) == KVQ_OK, "%s: twin", what);
+            peak_b = ta_peak - base;
+            kvq_cache_bytes(&a, &ba);
+            kvq_cache_bytes(&b, &bb);
+            CHECK(peak_a <= peak_b, "%s: the rotated prefill's peak heap is %zu bytes "
+                  "above the twin's", what, peak_a - peak_b);
+            CHECK(ba.allocated <= bb.allocated + rot_bytes, "%s: the rotated cache keeps "
+                  "%zu bytes more than its twin (the rotation's own: %zu)", what,
+                  ba.allocated - bb.allocated, rot_bytes);
+            /* the two caches are all kvq holds: `allocated` is the ledger's */
+            CHECK(ba.allocated + bb.allocated == ta_bytes, "%s: allocated %zu + %zu, the "
+                  "allocator holds %zu", what, ba.allocated, bb.allocated, ta_bytes);
+            check_twin(what, &a, &b, q, n_q);
+        }
+        for (t = T1 + T2; t < T; t++) {             /* decoding goes on      */
+            kvq_cache_append(&a, K + t * D, V + t * D);
+            kvq_cache_append(&b, KR + t * D, VR + t * D);
+        }
+        check_twin(what, &a, &b, q, n_q);
+        kvq_cache_free(&a);
+        kvq_cache_free(&b);
+    }
+    free(K); free(V); free(KR); free(VR);
+}
+
+/* 9b. the rotated range check of a prefill, row by row                     */
+static void test_prefill_range(void)
+{
+    const size_t D = 32, T = 50;
+    kvq_config ca = kvq_config_kivi(D, 2), cb;
+    kvq_cache a, b;
+    float K[50 * 32], V[50 * 32], KR[50 * 32], VR[50 * 32], q[32];
+    rng r = { 0x9A9Eull };
+    size_t i;
+    int side;
+    ca.group = 16; ca.residual = 32;
+    ca.key_rotation = KVQ_ROT_HADAMARD_SIGNS; ca.value_rotation = KVQ_ROT_HADAMARD;
+    ca.rotation_seed = 3;
+    cb = ca; cb.key_rotation = cb.value_rotation = KVQ_ROT_NONE;
+    for (i = 0; i < T * D; i++) { K[i] = rnorm(&r); V[i] = rnorm(&r); }
+    for (i = 0; i < D; i++) q[i] = rnorm(&r);
+    CHECK(kvq_cache_init(&a, &ca) == KVQ_OK && kvq_cache_init(&b, &cb) == KVQ_OK, "init");
+    memcpy(KR, K, sizeof K); memcpy(VR, V, sizeof V);
+    kvq_rotate(ca.key_rotation, 3, D, 0, KR, 20);
+    kvq_rotate(ca.value_rotation, 3, D, 0, VR, 20);
+    kvq_cache_prefill(&a, K, V, 20);
+    kvq_cache_prefill(&b, KR, VR, 20);
+    for (side = 0; side < 2; side++) {
+        /* row 37 of the prompt: every element 30000, inside the input bound;
+           rotated, one element is 32 * 30000 / sqrt(32) = 169706           */
+        float *X = side ? V : K, saved[32];
+        char want[32];
+        memcpy(saved, X + 37 * D, sizeof saved);
+        for (i = 0; i < D; i++) X[37 * D + i] = 30000.0f;
+        kvq__why_buf[0] = '\0';
+        CHECK(kvq_cache_prefill(&a, K, V, T) == KVQ_ERR_RANGE, "side %d: a rotated row beyond "
+              "KVQ_MAX_ABS_INPUT at 37 not refused", side);
+        snprintf(want, sizeof want, "rotated %s row 37", side ? "V" : "K");
+        CHECK(strstr(kvq_why(), want) != NULL, "side %d: reason '%s'", side, kvq_why());
+        check_twin("refused prefill", &a, &b, q, 1);
+        memcpy(X + 37 * D, saved, sizeof saved);
+    }
+    /* one 20000 among zeros: max |x| sqrt(D) = 113137 is past the cheap
+       bound, the rotated row (20000 / sqrt(32) = 3536 each) is inside      */
+    for (i = 0; i < D; i++) K[37 * D + i] = V[41 * D + i] = 0.0f;
+    K[37 * D + 4] = 20000.0f; V[41 * D + 30] = -20000.0f;
+    memcpy(KR, K, sizeof K); memcpy(VR, V, sizeof V);
+    kvq_rotate(ca.key_rotation, 3, D, 0, KR, T);
+    kvq_rotate(ca.value_rotation, 3, D, 0, VR, T);
+    CHECK(kvq_cache_prefill(&a, K, V, T) == KVQ_OK, "a row inside the limit refused: %s", kvq_why());
+    kvq_cache_prefill(&b, KR, VR, T);
+    check_twin("prefill past the cheap bound", &a, &b, q, 1);
+    kvq_cache_free(&a);
+    kvq_cache_free(&b);
+}
+
 int main(void)
 {
     test_dense();
@@ -474,5 +704,8 @@ int main(void)
     test_ott_basis();
     test_allocated();
     test_refusals();
+    test_rotate_overflow();
+    test_prefill_scratch();
+    test_prefill_range();
     return TEST_END("test_rotation");
 }

@@ -720,6 +720,14 @@ static void test_dense_and_policies(void)
         EXPECT("kvq_rotate", kvq_rotate((kvq_rotation)3, 0, 8, 0, X, 2), KVQ_ERR_CONFIG);
         EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 2, X, 2), KVQ_ERR_CONFIG);
         EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 0, X, (size_t)-1 / 4), KVQ_ERR_OVERFLOW);
+        /* finite rows near FLT_MAX: row 1 overflows once rotated (8 x 1e38
+           sum to 8e38); checking it needs a scratch row, so a failing
+           allocator is NOMEM                                               */
+        for (j = 8; j < 16; j++) X[j] = X0[j] = 1e38f;
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 1, X, 2), KVQ_ERR_RANGE);
+        ta_fail_at = ta_calls;
+        EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD, 0, 8, 0, X, 2), KVQ_ERR_NOMEM);
+        ta_fail_at = -1;
         X[13] = NAN;  X0[13] = NAN;
         EXPECT("kvq_rotate", kvq_rotate(KVQ_ROT_HADAMARD_SIGNS, 5, 8, 0, X, 2), KVQ_ERR_NONFINITE);
         CHECK(memcmp(X, X0, sizeof X) == 0, "a refused kvq_rotate changed X");
