@@ -2763,7 +2763,7 @@ static kvq_status kvq__check_rotated(kvq_cache *c, int s, const float *X, size_t
         float m = 0.0f;
         for (j = 0; j < D; j++) m = fabsf(x[j]) > m ? fabsf(x[j]) : m;
         if ((double)m * (double)D * scale <= KVQ_MAX_ABS_INPUT) continue;
-        if (kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, x, y) > KVQ_MAX_ABS_INPUT)
+        if (kvq__rotate_into(kvq__side_sign(c, s), D, 0, x, y) > KVQ_MAX_ABS_INPUT)
             for (j = 0; j < D; j++)
                 if (fabsf(y[j]) > KVQ_MAX_ABS_INPUT)
                     return kvq__fail(c, KVQ_ERR_RANGE, "rotated %s row %zu: element %zu = %g "
@@ -2779,7 +2779,7 @@ static const float *kvq__stored_row(kvq_cache *c, int s, const float *x)
     float *y;
     if ((s ? c->cfg.value_rotation : c->cfg.key_rotation) == KVQ_ROT_NONE) return x;
     y = kvq__rot_rows(c) + (size_t)s * c->rot_cap * D;
-    kvq__rotate_row_fast(kvq__side_sign(c, s), D, 0, x, y);
+    kvq__rotate_into(kvq__side_sign(c, s), D, 0, x, y);
     return y;
 }
 
