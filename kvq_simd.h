@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* II.1 the vector layer                                                    */
+/* 1. the vector layer                                                      */
 /* ------------------------------------------------------------------------ */
 /* ---- 16 lanes at a time ------------------------------------------------
    The hot loops of Sec. 6 and 8 work on 16 floats at a time through the
@@ -74,29 +74,19 @@ extern "C" {
        KVQ__W = 16   AVX-512 (one zmm)          GCC or clang vector
        KVQ__W =  8   AVX2 (two ymm)             extensions
        KVQ__W =  4   AArch64 NEON (four q regs)
-       KVQ__W =  1   anything else, or -DKVQ_NO_SIMD: sixteen plain floats
 
    Lane i is lane i % W of part i / W, which is also its place in memory.
    Each helper is one loop over the parts doing the same operation on
-   every lane, so all four widths compute identical floats: the same
-   operations, lane by lane, in the same order (tests/simd_check.c builds
-   the header as W = 1, W = 8 and this machine's native W and compares them
-   bit for bit). Helpers take and return kvq__v16 by value and are always
+   every lane, so every width computes the floats of kvq.h's plain loops:
+   the same operations, lane by lane, in the same order (kvq.h's
+   kvq__fmadd and kvq__tree16; tests/simd_check.c compares them bit for
+   bit). Helpers take and return kvq__v16 by value and are always
    inlined: the parts stay in registers.                                    */
 #define KVQ__PARTS (16 / KVQ__W)
-/* The 16-lane helpers and the kernels built on them are forced inline where
-   the lanes are vector registers (so the parts stay in them and the
-   kernels' constants reach their loops). As 16 plain floats they are kept
-   out of line: inlined, every helper's 16-step loop would be copied into
-   every caller (kvq__exp16 alone grew to 69 KB under a sanitizer build,
-   20x the compile time), for about 10% of speed.                         */
-#if KVQ__W > 1
+/* The 16-lane helpers and the kernels built on them are forced inline, so
+   that the parts stay in registers and the kernels' constants reach their
+   loops.                                                                   */
 #define KVQ__VINLINE KVQ__INLINE
-#elif defined(__GNUC__) || defined(__clang__)
-#define KVQ__VINLINE __attribute__((noinline))
-#else
-#define KVQ__VINLINE
-#endif
 /* A kernel the compiler would inline or not as edits elsewhere shift its
    sizes: kvq__scores_channel, inlined into kvq__online_walk, gave its
    channel tiles fewer registers (AVX2, KIVI-4, 4 heads: +2.6%
@@ -107,7 +97,6 @@ extern "C" {
 #define KVQ__NOINLINE
 #endif
 
-#if KVQ__W > 1
 #if KVQ__W == 4
 #include <arm_neon.h>
 #else
@@ -142,20 +131,6 @@ static const kvq__vu kvq__vu_zero = { 0 };
 #endif
 #define kvq__vselect(m, a, b) \
     ((kvq__vf)(((kvq__vi)(a) & (m)) | ((kvq__vi)(b) & ~(m))))
-#else
-typedef float    kvq__vf;
-typedef int32_t  kvq__vi;
-typedef uint32_t kvq__vu;
-#define KVQ__VLOAD(p)        (*(p))
-#define KVQ__VSTORE(p, v)    (*(p) = (v))
-#define KVQ__VZERO           0.0f
-#define kvq__vu_splat(x)     ((uint32_t)(x))
-#define kvq__vf_of_vi(x)     ((float)(x))
-#define kvq__vi_of_vf(x)     ((int32_t)(x))
-#define kvq__vf_bits(x)      kvq__bits_f32((uint32_t)(x))
-#define kvq__vmax(a, b)      ((a) > (b) ? (a) : (b))
-#define kvq__vmin(a, b)      ((a) < (b) ? (a) : (b))
-#endif
 
 /* KVQ__VFMA(acc, a, x) = acc + a x on one part                             */
 #if !defined(KVQ__FMA)
@@ -166,8 +141,6 @@ typedef uint32_t kvq__vu;
 #define KVQ__VFMA(acc, a, x) ((kvq__vf)_mm256_fmadd_ps((__m256)(a), (__m256)(x), (__m256)(acc)))
 #elif KVQ__W == 4
 #define KVQ__VFMA(acc, a, x) ((kvq__vf)vfmaq_f32((float32x4_t)(acc), (float32x4_t)(a), (float32x4_t)(x)))
-#else
-#define KVQ__VFMA(acc, a, x) fmaf(a, x, acc)
 #endif
 
 typedef struct kvq__v16 { kvq__vf part[KVQ__PARTS]; } kvq__v16;
@@ -254,11 +227,7 @@ static KVQ__VINLINE kvq__v16 kvq__min16(kvq__v16 a, kvq__v16 b)
 static KVQ__VINLINE kvq__v16 kvq__abs16(kvq__v16 x)
 {
     int k;
-#if KVQ__W > 1
     KVQ__EACH(k) x.part[k] = kvq__vf_bits((kvq__vu)x.part[k] & kvq__vu_splat(0x7FFFFFFFu));
-#else
-    KVQ__EACH(k) x.part[k] = fabsf(x.part[k]);
-#endif
     return x;
 }
 /* round half to even, for |x| < 2^22: (x + 1.5 2^23) - 1.5 2^23           */
@@ -337,14 +306,6 @@ static KVQ__INLINE float kvq__hfold16(const kvq__v16 *v, int max)
                          : vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
     float a = vget_lane_f32(s2, 0), b = vget_lane_f32(s2, 1);
     return max ? (b > a ? b : a) : a + b;                                      /* + 1 */
-#else
-    float lane[16];
-    size_t i, j;
-    kvq__store16(lane, *v);
-    for (j = 8; j > 0; j /= 2)
-        for (i = 0; i < j; i++)
-            lane[i] = max ? (lane[i + j] > lane[i] ? lane[i + j] : lane[i]) : lane[i] + lane[i + j];
-    return lane[0];
 #endif
 }
 
@@ -485,7 +446,7 @@ static KVQ__INLINE void kvq__prefetch(const void *p, size_t n)
 }
 
 /* ------------------------------------------------------------------------ */
-/* II.2 the fast quantizer                                                  */
+/* 2. the quantizer                                                         */
 /* ------------------------------------------------------------------------ */
 #define KVQ__COLS_MAX 128         /* the widest per-token group taken 16 at a time */
 static kvq_status kvq__params16(const float *lo, const float *hi, int bits, kvq_zero_mode mode,
@@ -854,10 +815,6 @@ static KVQ__INLINE void kvq__transpose16(const float *x, size_t stride, kvq__blk
             vst1q_f32(col[cb + 2].f + rb, vcombine_f32(vget_high_f32(t0.val[0]), vget_high_f32(t1.val[0])));
             vst1q_f32(col[cb + 3].f + rb, vcombine_f32(vget_high_f32(t0.val[1]), vget_high_f32(t1.val[1])));
         }
-#else
-    size_t a, r;
-    for (r = 0; r < 16; r++)
-        for (a = 0; a < 16; a++) col[a].f[r] = x[r * stride + a];
 #endif
 }
 
@@ -963,7 +920,7 @@ static void kvq__simd_quantize_units(const float *X, const kvq_layout *L, size_t
 }
 
 /* ------------------------------------------------------------------------ */
-/* II.3 the ONLINE walk                                                     */
+/* 3. the ONLINE walk                                                       */
 /* ------------------------------------------------------------------------ */
 /* ---- ONLINE: one walk over the regions for a batch of heads -------------
    EAGER (Part I, Sec. 8) is the reference: it visits positions 0..n_pos-1
@@ -1007,7 +964,7 @@ typedef struct kvq__heads {
     float *m, *l, *qb;     /* (n) running max, running sum, q.b of the unit  */
     float *row;            /* (D) one row of codes or of values, as floats   */
     const float *pairs;    /* (n, D/2, 16) 2-bit per-token keys' pair table
-                              (kvq__key_pairs; (n, 3 D) for Zen 1), or NULL  */
+                              (kvq__key_pairs), or NULL                     */
     int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
     float inv_sqrt_d;
 } kvq__heads;
@@ -1030,11 +987,7 @@ static const float kvq__code_floats4[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1
    instruction for a mask and a conversion, and the same floats: small
    integers are exact. AVX2 at B = 2 shifts by lane once per 16 codes:
    codes 8-15 are codes 0-7's lanes shifted 16 more, by one immediate
-   shift (Intel runs either shift on the same ports). Zen 1 retires a
-   variable shift (vpsrlvd) only about once per 4 cycles: built for it
-   (KVQ__ZEN1) each lane keeps its code in place, c 4^j, converts and
-   scales by 4^-j (exact: the same floats) - one more instruction per 8
-   codes, on the ports Intel needs for the multiply-adds, so only there. */
+   shift (Intel runs either shift on the same ports).                    */
 static KVQ__VINLINE void kvq__codes16(kvq__v16 *out, const uint32_t *w, size_t c0, int bits)
 {
     static const uint32_t shift2[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
@@ -1220,57 +1173,35 @@ static KVQ__INLINE void kvq__pairs2_step(kvq__v16 *acc, size_t P, const char *x0
     }
 }
 #else
-/* Block b's 16 codes of the entry at x as kvq__pair_term multiplies
-   them: c (kvq__codes16), or with PLACED c 4^j (kvq__codes16_placed),
-   as a float (PLACED = 1) or as the subnormal c 4^j 2^-149 (PLACED = 2) */
-static KVQ__INLINE void kvq__pair_codes(kvq__v16 *c, const char *x, int b, int PLACED)
-{
-    (void)PLACED;
-    kvq__codes16(c, (const uint32_t *)(const void *)x, 16 * (size_t)b, 2);
-}
-
 /* One pair's t of kvq__pairs2_walk in block b, computed: w[0] x_i rounded,
    then + w[1] x_i' (TWO) by a multiply-add where KVQ__FMA. ws: the two
-   weights already broadcast (PLACED: times 4^-j, for codes c 4^j), or
-   NULL: broadcast here                                                   */
+   weights already broadcast, or NULL: broadcast here                     */
 static KVQ__INLINE kvq__v16 kvq__pair_term(const char *x0, size_t stride, int b, const float *w,
-                                           const kvq__v16 *ws, int TWO, int PLACED)
+                                           const kvq__v16 *ws, int TWO)
 {
     kvq__v16 c, t;
-    kvq__pair_codes(&c, x0, b, PLACED);
+    kvq__codes16(&c, (const uint32_t *)(const void *)x0, 16 * (size_t)b, 2);
     t = kvq__mul16(ws ? ws[0] : kvq__splat16(w[0]), c);
     if (!TWO) return t;
-    kvq__pair_codes(&c, x0 + stride, b, PLACED);
+    kvq__codes16(&c, (const uint32_t *)(const void *)(x0 + stride), 16 * (size_t)b, 2);
     return kvq__madd16(t, ws ? ws[1] : kvq__splat16(w[1]), c);
 }
 
 /* Pair i (entries i, i + 1; TWO = 0: entry i alone) of kvq__pairs2_walk
-   into sum k of its NB blocks: the weights broadcast once for them.
-   PLACED (Zen 1, KVQ__ZEN1): the weights scaled by lane, w down[j], once
-   for all blocks, and the codes left in place, c 4^j. PLACED = 1: down =
-   4^-j (kvq__down4), the same product w c where w 4^-j is exact, without
-   kvq__codes16's two multiplies per 16 codes. PLACED = 2: down = 4^-j
-   2^(149-E) and the codes not even converted, read as the subnormals
-   c 4^j 2^-149: the product is w c 2^-E, the sums the walk's own times
-   2^-E where kvq__walk_scale allows it, and no conversion (2 cycles a
-   ymm on Zen 1, on the multiply-adds' pipes) is left in the walk.        */
+   into sum k of its NB blocks: the weights broadcast once for them.      */
 static KVQ__INLINE void kvq__pair_blocks(kvq__v16 *acc, size_t P, size_t k, const char *e,
-                                         size_t stride, const float *wt, size_t i, int NB,
-                                         int TWO, int PLACED, const float *down /* (8) */)
+                                         size_t stride, const float *wt, size_t i, int NB, int TWO)
 {
     kvq__v16 ws[2] = { kvq__splat16(wt[i]), kvq__splat16(TWO ? wt[i + 1] : 0.0f) };
     int b;
-    (void)down;
     for (b = 0; b < NB; b++)
         acc[(size_t)b * P + k] = kvq__add16(acc[(size_t)b * P + k],
-                                            kvq__pair_term(e + i * stride, stride, b, wt + i, ws,
-                                                           TWO, PLACED));
+                                            kvq__pair_term(e + i * stride, stride, b, wt + i, ws, TWO));
 }
 
-/* The pairs of kvq__pairs2_walk, pairs outer (NB <= 4), PLACED and down
-   as above                                                              */
+/* The pairs of kvq__pairs2_walk, pairs outer (NB <= 4)                   */
 static KVQ__INLINE void kvq__pairs_outer(kvq__v16 *acc, const char *e, size_t stride, size_t m,
-                                         const float *wt, int NB, int PLACED, const float *down)
+                                         const float *wt, int NB)
 {
     const int P = NB >= 4 ? 1 : 4 / NB;
     size_t i, i0;
@@ -1278,16 +1209,13 @@ static KVQ__INLINE void kvq__pairs_outer(kvq__v16 *acc, const char *e, size_t st
     for (i0 = 0; i0 + 2 * (size_t)P <= m; i0 += 2 * (size_t)P) {
         KVQ__UNROLL(4)
         for (k = 0; k < P; k++)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i0 + 2 * (size_t)k, NB, 1,
-                             PLACED, down);
+            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i0 + 2 * (size_t)k, NB, 1);
     }
     KVQ__UNROLL(4)
     for (k = 0; k < P; k++) {                           /* the last pairs    */
         i = i0 + 2 * (size_t)k;
-        if (i + 1 < m)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 1, PLACED, down);
-        else if (i < m)
-            kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 0, PLACED, down);
+        if (i + 1 < m) kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 1);
+        else if (i < m) kvq__pair_blocks(acc, (size_t)P, (size_t)k, e, stride, wt, i, NB, 0);
     }
 }
 
@@ -1330,10 +1258,10 @@ static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t strid
            4: four sums, 8 of the 16 ymm), so each pair's weights are
            broadcast once for all blocks (KIVI-2, one head: 1.19 -> 1.06
            instructions per element). NEON's sums would take 16 of its 32
-           registers, and its count rose (2.14 -> 2.27): there, and for
-           plain floats, block by block below. Either way sum (b, k) takes
-           its pairs in order: the same floats.                          */
-            kvq__pairs_outer(acc, e, stride, m, wt, NB, 0, NULL);
+           registers, and its count rose (2.14 -> 2.27): there, block by
+           block below. Either way sum (b, k) takes its pairs in order:
+           the same floats.                                              */
+        kvq__pairs_outer(acc, e, stride, m, wt, NB);
     } else
         for (b = 0; b < NB; b++) {                      /* the same sums     */
             kvq__v16 a[4];
@@ -1343,17 +1271,15 @@ static KVQ__INLINE void kvq__pairs2_walk(float *out, const char *e, size_t strid
                 KVQ__UNROLL(4)
                 for (k = 0; k < P; k++)
                     a[k] = kvq__add16(a[k], kvq__pair_term(e + (i0 + 2 * (size_t)k) * stride, stride,
-                                                           b, wt + i0 + 2 * (size_t)k, NULL, 1, 0));
+                                                           b, wt + i0 + 2 * (size_t)k, NULL, 1));
             }
             KVQ__UNROLL(4)
             for (k = 0; k < P; k++) {                   /* the last pairs    */
                 i = i0 + 2 * (size_t)k;
                 if (i + 1 < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL,
-                                                           1, 0));
+                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL, 1));
                 else if (i < m)
-                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL,
-                                                           0, 0));
+                    a[k] = kvq__add16(a[k], kvq__pair_term(e + i * stride, stride, b, wt + i, NULL, 0));
             }
             KVQ__UNROLL(4)
             for (k = 0; k < P; k++) acc[b * P + k] = a[k];
@@ -1638,30 +1564,10 @@ static void kvq__ab_columns(const float *sf /* (rows, ng, 2) */, size_t ng, size
 #if KVQ__W == 16 || KVQ__W == 8
 /* kvq__token_block's table of 2-bit channel pairs for n heads: entry
    (h, p, i) = q_2p (i & 3) + q_2p+1 (i >> 2), the pair (2p, 2p+1) with
-   codes (i & 3, i >> 2), by the expression the block uses without it.
-   Built for Zen 1 (KVQ__ZEN1), whose permutes across 128-bit halves are
-   slow, 10 floats per query value instead, head h's 10 D at 10 D h: per
-   pair q_d and q_d+1 / 4 each broadcast to 8 lanes (8 D floats, read by
-   the multiplies themselves: no broadcast instruction, and no register
-   held for it), then per pair the products q_d i, i = 0..3 (2 D floats,
-   a 128-bit table for vpermilps). q_d / 4 is
-   exact while it stays normal: kvq__online_walk builds no table where a
-   nonzero |q_d| < 1e-30 might make it subnormal.                        */
+   codes (i & 3, i >> 2), by the expression the block uses without it.  */
 static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
                            float *pairs /* (n, D/2, 16) */)
 {
-#if KVQ__PAIR_FLOATS == 10
-    size_t h, d, i;
-    for (h = 0; h < n; h++)
-        for (d = 0; d + 1 < D; d += 2) {
-            float *row = pairs + h * 10 * D;
-            for (i = 0; i < 8; i++) {
-                row[8 * d + i] = q[h * D + d];
-                row[8 * d + 8 + i] = q[h * D + d + 1] * 0.25f;
-            }
-            for (i = 0; i < 4; i++) row[8 * D + 2 * d + i] = q[h * D + d] * (float)i;
-        }
-#else
     static const float low[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3 };
     static const float high[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
     const kvq__v16 lo = kvq__load16(low), hi = kvq__load16(high);
@@ -1671,7 +1577,6 @@ static void kvq__key_pairs(const float *q /* (n, D) */, size_t n, size_t D,
             kvq__store16(pairs + (h * D + d) * 8,
                          kvq__madd16(kvq__mul16(kvq__splat16(q[h * D + d]), lo),
                                      kvq__splat16(q[h * D + d + 1]), hi));
-#endif
 }
 #endif
 
@@ -2101,10 +2006,8 @@ static KVQ__VINLINE size_t kvq__row_walks(float *out, size_t D, size_t c, size_t
     return to;
 }
 
-/* n channels (16 | n) of kvq__pairs2_walk: walks of 8 blocks, then 4, 2, 1.
-   Built for Zen 1 walks of 4 at most: pairs outer, the weights scaled
-   once for 4 blocks (kvq__pair_blocks); the same floats (one sum a block
-   either way).                                                           */
+/* n channels (16 | n) of kvq__pairs2_walk: walks of 8 blocks, then 4, 2, 1
+   (kvq.h Sec. 8.1: the walk's block count sets its number of sums).     */
 static void kvq__tile_pairs2(float *out, size_t n, const char *base, size_t stride, size_t m,
                              const float *wt, const float *zb)
 {
@@ -2415,8 +2318,8 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
 /* One walk of the whole cache for the batch: out = softmax(q K^T / sqrt(D)) V.
    With AVX-512 or AVX2, 2-bit per-token keys (16 | G) and up to
    KVQ__PAIR_HEAD_DIMS query values in the batch, the keys' pair table
-   lives here, 32 KB at most (8 floats per query value; 40 KB, 10 floats,
-   built for Zen 1): built once per walk.                                 */
+   lives here, 32 KB at most (8 floats per query value): built once per
+   walk.                                                                  */
 #define KVQ__PAIR_HEAD_DIMS 1024
 
 /* Ask for the codes of the quantized store's slots slot0 .. slot0+n-1 of
@@ -2533,7 +2436,7 @@ static void kvq__simd_attend_online(const kvq_cache *c, const float *q, size_t n
 }
 
 /* ------------------------------------------------------------------------ */
-/* II.4 the rotation                                                        */
+/* 4. the rotation                                                          */
 /* ------------------------------------------------------------------------ */
 /* ---- the Walsh-Hadamard transform, 16 lanes at a time ------------------
    kvq__simd_rotate_into(sign, D, inverse, in, out) is kvq__rotate_row
@@ -2585,9 +2488,6 @@ static KVQ__VINLINE kvq__vf kvq__vswap(kvq__vf x, int h)
 #elif KVQ__W == 4
     float32x4_t v = (float32x4_t)x;
     return (kvq__vf)(h == 1 ? vrev64q_f32(v) : vextq_f32(v, v, 2));
-#else
-    (void)h;
-    return x;                                     /* W = 1: never called */
 #endif
 }
 
