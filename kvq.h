@@ -3288,31 +3288,48 @@ typedef struct kvq__walk {
     float inv_sqrt_d;
 } kvq__walk;
 
-/* out[c] += sum over m entries of w_i x_i[c], c = 0 .. n_ch - 1, for the
-   2-bit codes of entry i at words e + i stride (bytes), code c of them,
-   by pairs (the order above). zb: added to every channel's sum, or NULL.  */
+/* n codes of a packed group from code `first`, as floats (Sec. 5: code k
+   at bit k B, never across two words).                                    */
+static void kvq__codes_f32(const uint32_t *w, size_t first, size_t n, int bits, float *out)
+{
+    const uint32_t mask = (1u << bits) - 1u;
+    size_t i, bit = first * (size_t)bits;
+    for (i = 0; i < n; i++, bit += (size_t)bits) out[i] = (float)((w[bit / 32] >> (bit % 32)) & mask);
+}
+
+/* out[c] += sum over m entries of w_i x_i[c], c = 0 .. n_ch - 1 (16 | n_ch),
+   for the 2-bit codes of entry i at words e + i stride (bytes), code c of
+   them, by pairs in 16-lane blocks (the order above: walks of 8, 4, 2, 1
+   blocks set each block's number of sums). zb: added to every channel's
+   sum, or NULL.                                                          */
 static void kvq__pairs_walk(float *out, size_t n_ch, const char *e, size_t stride, size_t m,
                             const float *w, const float *zb)
 {
-    size_t c0 = 0, nb, c, i;
-    while (c0 < n_ch) {
-        size_t P;
-        nb = n_ch - c0 >= 128 ? 8 : n_ch - c0 >= 64 ? 4 : n_ch - c0 >= 32 ? 2 : 1;
-        P = nb >= 4 ? 1 : 4 / nb;
-        for (c = c0; c < c0 + 16 * nb; c++) {
-            float acc[KVQ__PAIR_SUMS] = { 0 }, sum;
-            for (i = 0; i < m; i += 2) {
-                float t = w[i] * (float)kvq__get_code((const uint32_t *)(const void *)(e + i * stride), c, 2);
-                if (i + 1 < m)
-                    t = kvq__fmadd(w[i + 1], (float)kvq__get_code(
-                        (const uint32_t *)(const void *)(e + (i + 1) * stride), c, 2), t);
-                acc[(i / 2) % P] += t;
-            }
-            for (sum = acc[0], i = 1; i < P; i++) sum += acc[i];
-            if (zb) sum += zb[0];
-            out[c] = out[c] + sum;
+    size_t c0, walk_end = 0, P = 1, i, k, l;
+    float x0[16], x1[16], acc[KVQ__PAIR_SUMS][16];
+    for (c0 = 0; c0 < n_ch; c0 += 16) {
+        if (c0 == walk_end) {                           /* the next walk     */
+            size_t left = n_ch - c0, nb = left >= 128 ? 8 : left >= 64 ? 4 : left >= 32 ? 2 : 1;
+            P = nb >= 4 ? 1 : 4 / nb;
+            walk_end = c0 + 16 * nb;
         }
-        c0 += 16 * nb;
+        memset(acc, 0, sizeof acc);
+        for (i = 0; i < m; i += 2) {                    /* pair i / 2        */
+            float *a = acc[(i / 2) % P];
+            kvq__codes_f32((const uint32_t *)(const void *)(e + i * stride), c0, 16, 2, x0);
+            if (i + 1 < m) {
+                kvq__codes_f32((const uint32_t *)(const void *)(e + (i + 1) * stride), c0, 16, 2, x1);
+                for (l = 0; l < 16; l++) a[l] += kvq__fmadd(w[i + 1], x1[l], w[i] * x0[l]);
+            } else {
+                for (l = 0; l < 16; l++) a[l] += w[i] * x0[l];
+            }
+        }
+        for (l = 0; l < 16; l++) {
+            float sum = acc[0][l];
+            for (k = 1; k < P; k++) sum += acc[k][l];
+            if (zb) sum += zb[0];
+            out[c0 + l] = out[c0 + l] + sum;
+        }
     }
 }
 
@@ -3321,85 +3338,111 @@ static void kvq__walk_scores_channel(const kvq_cache *c, kvq__walk *H, size_t u,
                                      size_t n)
 {
     const kvq_side *s = &c->k;
-    size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j, d, k;
+    size_t D = c->cfg.head_dim, wpg = s->geom.words_per_group, h, j, d;
     const uint32_t *w = s->words + u * D * wpg;         /* (D, wpg)          */
     const int full = n == KVQ_TILE && t0 % KVQ_TILE == 0;
+    float codes[KVQ_TILE];
     for (h = 0; h < H->n; h++)
         for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
     if (full && s->bits == 2 && H->n == 1) {    /* channels as pair entries  */
         kvq__pairs_walk(H->sc, KVQ_TILE, (const char *)(w + t0 / 16), wpg * sizeof(uint32_t),
                         D, H->qa, NULL);
-    } else if (full) {
+    } else if (full) {                          /* channel d to sum d mod P  */
+        float sum[4][2][KVQ_TILE];
         size_t h0, nh, P;
         for (h0 = 0; h0 < H->n; h0 += nh) {
             nh = kvq__head_batch(H->n - h0);
             P = nh == 1 ? 2 : 1;
-            for (h = h0; h < h0 + nh; h++)
-                for (j = 0; j < KVQ_TILE; j++) {
-                    float sum[2] = { 0.0f, 0.0f };
-                    for (d = 0; d < D; d++)
-                        sum[d % P] = kvq__fmadd(H->qa[h * D + d],
-                                                (float)kvq__get_code(w + d * wpg, t0 + j, s->bits),
-                                                sum[d % P]);
-                    for (k = 1; k < P; k++) sum[0] += sum[k];
-                    H->sc[h * KVQ_TILE + j] = sum[0];
+            memset(sum, 0, sizeof sum);
+            for (d = 0; d < D; d++) {
+                kvq__codes_f32(w + d * wpg, t0, KVQ_TILE, s->bits, codes);
+                for (h = 0; h < nh; h++) {
+                    const float qa = H->qa[(h0 + h) * D + d];
+                    float *acc = sum[h][d % P];
+                    for (j = 0; j < KVQ_TILE; j++) acc[j] = kvq__fmadd(qa, codes[j], acc[j]);
                 }
+            }
+            for (h = 0; h < nh; h++)
+                for (j = 0; j < KVQ_TILE; j++)
+                    H->sc[(h0 + h) * KVQ_TILE + j] = P == 2 ? sum[h][0][j] + sum[h][1][j] : sum[h][0][j];
         }
     } else {                                            /* a partial tile    */
-        for (d = 0; d < D; d++)
-            for (j = 0; j < n; j++) {
-                float code = (float)kvq__get_code(w + d * wpg, t0 + j, s->bits);
-                for (h = 0; h < H->n; h++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * code;
-            }
+        for (d = 0; d < D; d++) {
+            kvq__codes_f32(w + d * wpg, t0, n, s->bits, codes);
+            for (h = 0; h < H->n; h++)
+                for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * codes[j];
+        }
     }
     for (h = 0; h < H->n; h++)
         for (j = 0; j < n; j++)
             H->sc[h * KVQ_TILE + j] = (H->sc[h * KVQ_TILE + j] + H->qb[h]) * H->inv_sqrt_d;
 }
 
-/* Scores of per-token key slots s0 .. s0+n-1 (attended ones only: the
-   rest are masked by the softmax step).                                  */
+/* Scores of per-token key slots s0 .. s0+n-1: with 16 | G and at most 16
+   groups, 16 slots at a time in the lanes (the order above; every lane
+   is computed, the softmax step masks those not attended); else one key
+   at a time by kvq__token_key_dot.                                        */
 static void kvq__walk_scores_token(const kvq_cache *c, kvq__walk *H, size_t s0, size_t n)
 {
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
-           wpg = s->geom.words_per_group, h, g, j, i, k, h0, nh, P;
-    for (j = 0; j < n; j++) {
-        const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
-        const kvq_sz *sz = s->sz + (s0 + j) * gpu;
-        if (H->pos[j] < 0) continue;
-        for (g = 0; g < gpu; g++)
-            for (i = 0; i < G; i++) H->row[g * G + i] = (float)kvq__get_code(w + g * wpg, i, s->bits);
-        if (G % 16 || gpu > 16) {                       /* one key at a time */
+           wpg = s->geom.words_per_group, h, g, j, i, k, l, b0, nl, h0, nh, P;
+    if (G % 16 || gpu > 16) {                           /* one key at a time */
+        for (j = 0; j < n; j++) {
+            const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
+            if (H->pos[j] < 0) continue;
+            for (g = 0; g < gpu; g++) kvq__codes_f32(w + g * wpg, 0, G, s->bits, H->row + g * G);
             for (h = 0; h < H->n; h++)
-                H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, sz, H->qa + h * D,
-                                                             D, G, c->cfg.zero_mode) * H->inv_sqrt_d;
-            continue;
+                H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, s->sz + (s0 + j) * gpu,
+                                                             H->qa + h * D, D, G, c->cfg.zero_mode) *
+                                          H->inv_sqrt_d;
         }
+        return;
+    }
+    for (b0 = 0; b0 < n; b0 += 16) {
+        float a[16][16], b[16][16], x0[16], x1[16];     /* [group][lane]     */
+        nl = n - b0 < 16 ? n - b0 : 16;
+        for (l = 0; l < nl; l++)
+            for (g = 0; g < gpu; g++)
+                kvq__affine(s->sz[(s0 + b0 + l) * gpu + g], c->cfg.zero_mode, &a[g][l], &b[g][l]);
         for (h0 = 0; h0 < H->n; h0 += nh) {
+            float total[4][16] = { { 0 } };
             nh = kvq__head_batch(H->n - h0);
             P = nh >= 3 ? 1 : 4 / nh;
-            for (h = h0; h < h0 + nh; h++) {
-                const float *q = H->q + h * D;
-                float total = 0.0f, a, b;
-                for (g = 0; g < gpu; g++) {
-                    const float *x = H->row + g * G, *qg = q + g * G;
-                    float part[KVQ__PAIR_SUMS] = { 0 };
-                    if (s->bits == 2)
-                        for (i = 0; i < G; i += 2)      /* channel pairs     */
-                            part[(i / 2) % P] += kvq__fmadd(qg[i + 1], x[i + 1], qg[i] * x[i]);
-                    else
-                        for (i = 0; i < G; i++) part[i % P] = kvq__fmadd(qg[i], x[i], part[i % P]);
-                    for (k = 1; k < P; k++) part[0] += part[k];
-                    kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
-                    total = kvq__fmadd(a, part[0], total);
+            for (g = 0; g < gpu; g++) {
+                float part[4][KVQ__PAIR_SUMS][16];
+                memset(part, 0, sizeof part);
+                for (i = 0; i < G; i += s->bits == 2 ? 2 : 1) {   /* channel i of g */
+                    for (l = 0; l < nl; l++) {
+                        const uint32_t *w = s->words + ((s0 + b0 + l) * gpu + g) * wpg;
+                        x0[l] = (float)kvq__get_code(w, i, s->bits);
+                        if (s->bits == 2) x1[l] = (float)kvq__get_code(w, i + 1, 2);
+                    }
+                    for (h = 0; h < nh; h++) {
+                        const float *q = H->q + (h0 + h) * D + g * G;
+                        if (s->bits == 2) {             /* the pair (i, i+1) */
+                            float *acc = part[h][(i / 2) % P];
+                            for (l = 0; l < nl; l++) acc[l] += kvq__fmadd(q[i + 1], x1[l], q[i] * x0[l]);
+                        } else {
+                            float *acc = part[h][i % P];
+                            for (l = 0; l < nl; l++) acc[l] = kvq__fmadd(q[i], x0[l], acc[l]);
+                        }
+                    }
                 }
-                for (g = 0; g < gpu; g++) {
-                    kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
-                    total = kvq__fmadd(b, H->qa[h * D + g], total);
-                }
-                H->sc[h * KVQ_TILE + j] = total * H->inv_sqrt_d;
+                for (h = 0; h < nh; h++)
+                    for (l = 0; l < nl; l++) {
+                        float p = part[h][0][l];
+                        for (k = 1; k < P; k++) p += part[h][k][l];
+                        total[h][l] = kvq__fmadd(a[g][l], p, total[h][l]);
+                    }
             }
+            for (g = 0; g < gpu; g++)
+                for (h = 0; h < nh; h++)
+                    for (l = 0; l < nl; l++)
+                        total[h][l] = kvq__fmadd(b[g][l], H->qa[(h0 + h) * D + g], total[h][l]);
+            for (h = 0; h < nh; h++)
+                for (l = 0; l < nl; l++)
+                    H->sc[(h0 + h) * KVQ_TILE + b0 + l] = total[h][l] * H->inv_sqrt_d;
         }
     }
 }
@@ -3489,20 +3532,21 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
             at_q[m_q++] = j;
         }
     }
-    /* 1. rows, run by run                                                  */
+    /* 1. rows, run by run, 16 channels at a time                           */
     for (j = 0; j < m_rows; j += run) {
         for (run = 1; j + run < m_rows && rows[j + run] == rows[j] + run * bytes; run++) {}
         for (h = 0; h < H->n; h++) {
-            float *o = H->out + h * D;
-            size_t d;
-            for (d = 0; d < D; d++) {
-                float acc = 0.0f;
+            float *o = H->out + h * D, acc[16], v[16];
+            size_t c0, l;
+            for (c0 = 0; c0 < D; c0 += 16) {
+                memset(acc, 0, sizeof acc);
                 for (i = j; i < j + run; i++) {
-                    float v = c->cfg.fp_bits == 32 ? ((const float *)(const void *)rows[i])[d]
-                                                   : kvq__f16_to_f32(((const kvq_f16 *)(const void *)rows[i])[d]);
-                    acc = kvq__fmadd(H->sc[h * KVQ_TILE + at_r[i]], v, acc);
+                    const float wt = H->sc[h * KVQ_TILE + at_r[i]];
+                    if (c->cfg.fp_bits == 32) memcpy(v, (const float *)(const void *)rows[i] + c0, sizeof v);
+                    else kvq__f16_row((const kvq_f16 *)(const void *)rows[i] + c0, 16, v);
+                    for (l = 0; l < 16; l++) acc[l] = kvq__fmadd(wt, v[l], acc[l]);
                 }
-                o[d] = o[d] + acc;
+                for (l = 0; l < 16; l++) o[c0 + l] = o[c0 + l] + acc[l];
             }
         }
     }
@@ -3538,18 +3582,23 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
                         kvq__pairs_walk(o, G, e, stride, run, wa + j, j ? NULL : &wb);
                         continue;
                     }
-                    {
+                    {                       /* entry i to sum i mod P */
                         const size_t P = nh >= 3 ? 1 : 4 / nh;
-                        size_t d;
-                        for (d = 0; d < G; d++) {
-                            float acc[KVQ__PAIR_SUMS] = { 0 }, sum;
-                            for (i = 0; i < run; i++)
-                                acc[i % P] = kvq__fmadd(wa[j + i], (float)kvq__get_code(
-                                    (const uint32_t *)(const void *)(e + i * stride), d, s->bits),
-                                    acc[i % P]);
-                            for (sum = acc[0], k = 1; k < P; k++) sum += acc[k];
-                            if (j == 0) sum += wb;
-                            o[d] = o[d] + sum;
+                        float acc[KVQ__PAIR_SUMS][16], x[16], sum;
+                        size_t c0, l;
+                        for (c0 = 0; c0 < G; c0 += 16) {
+                            memset(acc, 0, sizeof acc);
+                            for (i = 0; i < run; i++) {
+                                float *ac = acc[i % P];
+                                kvq__codes_f32((const uint32_t *)(const void *)(e + i * stride), c0, 16,
+                                               s->bits, x);
+                                for (l = 0; l < 16; l++) ac[l] = kvq__fmadd(wa[j + i], x[l], ac[l]);
+                            }
+                            for (l = 0; l < 16; l++) {
+                                for (sum = acc[0][l], k = 1; k < P; k++) sum += acc[k][l];
+                                if (j == 0) sum += wb;
+                                o[c0 + l] = o[c0 + l] + sum;
+                            }
                         }
                     }
                 }

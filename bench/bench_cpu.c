@@ -517,6 +517,7 @@ typedef struct {
      table   whole rows, each address loaded from a table of row pointers
              filled before timing (as the value pass once read them)
    A test that isolates a cause of slow value passes (issue 30).           */
+#ifdef KVQ__SIMD                         /* kvq_simd.h's 16-lane layer */
 #define PROBE_SUMS 8                     /* D / 16 for D = 128           */
 typedef struct {
     const float *V; const float *const *table; size_t T, D;
@@ -591,6 +592,13 @@ static void rows_probe(size_t T, size_t D, int reps)
     free(V);
     free(table);
 }
+#else
+static void rows_probe(size_t T, size_t D, int reps)
+{
+    (void)T; (void)D; (void)reps;
+    say("#### 2b. How value rows are read\n\n(needs kvq_simd.h's vector layer: this build is kvq.h alone)\n\n");
+}
+#endif
 
 /* ------------------------------------------------------------------------ */
 /* 3. OTT's outlier competition: the host step the GPU path relies on       */
