@@ -97,7 +97,7 @@ FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz-replay/%)
 .PHONY: emu-build test-cuda-emu
 .PHONY: all examples test test-all compile-checks check-docs plots bench bench-anchors cuda cuda-build test-cuda-host test-gpu bench-gpu clean model eval plots-real
 .PHONY: cuda-gates gpu-campaign-build bench-instr walk-floor
-all: $(EXAMPLES) $(TESTS) $(BENCHES) $(if $(X86),$(B)/bench/walk_floor) $(B)/llm examples
+all: $(EXAMPLES) $(TESTS) $(BENCHES) $(B)/bench/bench_cpu_plain $(if $(X86),$(B)/bench/walk_floor) $(B)/llm examples
 
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
@@ -246,6 +246,11 @@ GGML_USE  := $(if $(word 2,$(GGML_OBJS)),-DKVQ_BENCH_GGML $(GGML_OBJS))
 $(B)/bench/bench_cpu: bench/bench_cpu.c $(HDRS) $(GGML_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O3 -march=native $(BENCH_ALIGN) -I. -o $@ $< $(GGML_USE) $(LDLIBS)
+# the same benchmark on kvq.h alone (-DKVQ_NO_SIMD: kvq_simd.h adds
+# nothing), so a user sees what the companion buys
+$(B)/bench/bench_cpu_plain: bench/bench_cpu.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O3 -march=native $(BENCH_ALIGN) -DKVQ_NO_SIMD -I. -o $@ $< $(LDLIBS)
 
 bench: $(BENCHES) $(B)/llm
 	@set -e; for b in $(BENCHES); do $$b; done
