@@ -79,12 +79,7 @@ TESTS_VG    := $(filter-out $(B)/vg/test_model,$(TEST_SRC:tests/%.c=$(B)/vg/%))
 # each maddubs + madd pair (the same int32 sums: the same logits).
 LLM_VNNI := $(shell grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && \
               echo 'int x;' | $(CC) -mavxvnni -x c -c -o /dev/null - 2>/dev/null && echo -mavxvnni)
-# -mtune=native keeps that instruction set and schedules for the building
-# core; on an AMD Zen 1 it also selects kvq.h's Zen 1 decode (KVQ__ZEN1),
-# without which KIVI-2's attention at depth 1024 ran 0.93x the fp32 cache's
-# speed there (1.06x with it).
-LLM_TUNE := $(shell echo 'int x;' | $(CC) -mtune=native -x c -c -o /dev/null - 2>/dev/null && echo -mtune=native)
-LLM_SIMD := $(if $(filter x86_64 amd64 i%86,$(shell uname -m)),-mavx2 -mfma -mf16c $(LLM_TUNE) $(LLM_VNNI))
+LLM_SIMD := $(if $(filter x86_64 amd64 i%86,$(shell uname -m)),-mavx2 -mfma -mf16c $(LLM_VNNI))
 # test_llm once more, compiled exactly as build/llm is (-O3 and these
 # flags): the unit tests' own build has no -mavxvnni, and gcc 12's code for
 # a scalar loop changes with it (llm.h's LLM__PLAIN says which).

@@ -945,8 +945,8 @@ static float kvq__simd_token_key_dot(const float *q, const float *codes, const k
                                      const float *qsum, size_t D, size_t G, kvq_zero_mode mode);
 static size_t kvq__simd_map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
                                   const uint32_t *len, uint32_t *bad);
-static void kvq__simd_attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
-                                    float *scratch, size_t scratch_floats, float inv_sqrt_d);
+struct kvq__walk;
+static void kvq__simd_walk_cache(const kvq_cache *c, struct kvq__walk *H);
 #else
 #define KVQ__FAST(call)      (void)0
 #define KVQ__FAST_VOID(call) (void)0
@@ -3638,6 +3638,7 @@ static void kvq__walk_cache(const kvq_cache *c, kvq__walk *H)
 {
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, h, d, j, u, r;
+    KVQ__FAST_VOID(walk_cache(c, H));
     for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
     for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
     if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
@@ -3700,7 +3701,6 @@ static void kvq__attend_online(const kvq_cache *c, const float *q, size_t n_q, f
     size_t D = c->cfg.head_dim, h;
     size_t per_head = D + KVQ_TILE + 3, batch = (scratch_floats - D) / per_head;
     kvq__walk H;
-    KVQ__FAST_VOID(attend_online(c, q, n_q, out, scratch, scratch_floats, inv_sqrt_d));
     if (batch > n_q) batch = n_q;
     for (h = 0; h < n_q; h += batch) {
         H.n = n_q - h < batch ? n_q - h : batch;

@@ -28,7 +28,7 @@
         kvq__simd_token_key_dot, kvq__simd_f16_stored / _store
      2. the quantizer: 16 groups side by side -> kvq__simd_quantize_unit,
         kvq__simd_quantize_units, kvq__simd_absmax_or_nonfinite
-     3. the ONLINE walk -> kvq__simd_attend_online, kvq__simd_map_lanes
+     3. the ONLINE walk -> kvq__simd_walk_cache, kvq__simd_map_lanes
      4. the rotation -> kvq__simd_rotate_into
    What each path costs (instructions per element, per ISA, and the
    measurements behind each choice) is in bench/RESULTS.md and walkthrough
@@ -2410,29 +2410,22 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
         for (d = 0; d < D; d++) H->out[h * D + d] /= H->l[h];
 }
 
-/* kvq_attend's ONLINE mode: the n_q heads in batches that fit the scratch
-   (at least one head a batch), one walk of the cache per batch.           */
-static void kvq__simd_attend_online(const kvq_cache *c, const float *q, size_t n_q, float *out,
-                               float *scratch, size_t scratch_floats, float inv_sqrt_d)
+/* kvq.h's kvq__walk_cache for a batch of heads (kvq.h's kvq__attend_online
+   forms the batches from the scratch).                                   */
+static void kvq__simd_walk_cache(const kvq_cache *c, struct kvq__walk *W)
 {
-    size_t D = c->cfg.head_dim, h;
-    /* as many heads per walk as the scratch holds (at least one)       */
-    size_t per_head = D + KVQ_TILE + 3, batch = (scratch_floats - D) / per_head;
     kvq__heads H;
-    if (batch > n_q) batch = n_q;
-    for (h = 0; h < n_q; h += batch) {
-        H.n = n_q - h < batch ? n_q - h : batch;
-        H.q = q + h * D;
-        H.out = out + h * D;
-        H.row = scratch;
-        H.qa = scratch + D;
-        H.sc = H.qa + H.n * D;
-        H.m = H.sc + H.n * KVQ_TILE;
-        H.l = H.m + H.n;
-        H.qb = H.l + H.n;
-        H.inv_sqrt_d = inv_sqrt_d;
-        kvq__online_walk(c, &H);
-    }
+    H.n = W->n;
+    H.q = W->q;
+    H.out = W->out;
+    H.row = W->row;
+    H.qa = W->qa;
+    H.sc = W->sc;
+    H.m = W->m;
+    H.l = W->l;
+    H.qb = W->qb;
+    H.inv_sqrt_d = W->inv_sqrt_d;
+    kvq__online_walk(c, &H);
 }
 
 /* ------------------------------------------------------------------------ */
