@@ -48,9 +48,11 @@ echo "--- watch_warp: one KIVI-2 cache, the kernel against kvq_attend"
 if "$B/emu/watch_warp"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 run "test_gpu on the emulator: gcc -O2, every case" -- "$B/emu/test_gpu"
 # the other builds run the kernel checks only (the host checks above do not
-# depend on the build): clang every case, the sanitizer builds quick sizes
+# depend on the build), at quick sizes (every kernel and variant; the gcc
+# build above runs the full sizes)
 if [ -x "$B/emu-clang/test_gpu" ]; then
-    run "test_gpu on the emulator: clang -O2, every kernel case" -- "$B/emu-clang/test_gpu" --kernels
+    run "test_gpu on the emulator: clang -O2, every kernel case (quick)" \
+        KVQ_TEST_QUICK=1 -- "$B/emu-clang/test_gpu" --kernels
 else
     echo "--- clang++ not found: the clang build is skipped (apt-get install clang)"
 fi
