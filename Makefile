@@ -149,7 +149,7 @@ compile-checks:
 # with the planted bugs, and the short eval against its golden file.
 CORE_TESTS     := test_quant test_cache test_policies test_evict test_status test_rotation
 TESTS_SAN_CORE := $(CORE_TESTS:%=$(B)/san/%)
-test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN_CORE) $(B)/emu/test_gpu
+test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN_CORE) emu-quick-build
 	@MODE=quick UNIT="$(TESTS) $(B)/tests/simd_check" SAN="$(TESTS_SAN_CORE)" B=$(B) \
 	  tests/test_all.sh
 test-all: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY) emu-build
