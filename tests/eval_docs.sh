@@ -11,14 +11,21 @@
 #      (plots/real_model.py; matplotlib, installed with pip when missing);
 #   5. tests/check_eval.sh docs, which must then pass.
 # Usage: sh tests/eval_docs.sh LLM MODEL TEXT "SHORT_ARGS"   (the Makefile's)
+#        sh tests/eval_docs.sh --quotes    steps 3-5 alone, from the committed
+#                                          run (after editing a chapter)
 # The prose around the quotes is not rewritten: read git diff walkthrough/.
 set -eu
 cd "$(dirname "$0")/.."
-llm=$1 model=$2 text=$3 short=$4
 dir=walkthrough/10_eval
-mkdir -p "$dir" plots/csv
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
+if [ "${1:-}" = "--quotes" ]; then
+    python3 tests/eval_quotes.py "$dir/full.txt" walkthrough/*.md
+    python3 -c "import matplotlib" 2>/dev/null && python3 plots/real_model.py "$dir" "$tmp/no-npy" plots
+    exec sh tests/check_eval.sh docs
+fi
+llm=$1 model=$2 text=$3 short=$4
+mkdir -p "$dir" plots/csv
 
 echo "eval-docs: 1. the full run (every row; 8.5 CPU-minutes, spread over the cores)"
 "$llm" eval --model "$model" --text "$text" --only all --csv "$tmp" > "$tmp/full.txt"
