@@ -6,7 +6,8 @@ usage: python3 tests/eval_quotes.py FULL.txt FILE.md ...
 A quote is a fenced block whose first line is "$ make eval ..." or
 "$ build/llm eval ...". Each of its lines (other than "..." and blank lines)
 is replaced by the line of FULL.txt with the same shape: the line with every
-number replaced by #, the verdict words (PASS / FINDING / n/a; shown /
+number that stands alone replaced by # (not the 2 of
+kivi2), the verdict words (PASS / FINDING / n/a; shown /
 reversed / unresolved) by one placeholder each, and blanks collapsed. So a
 table row is matched by its method and claim, a claim line by its source and
 text, whatever the numbers and verdicts became. A quoted line with no such
@@ -16,7 +17,7 @@ Prose outside the blocks is not touched: read `git diff walkthrough/` after.
 import re
 import sys
 
-NUM = re.compile(r"[-+]?\d+(?:\.\d+)?")
+NUM = re.compile(r"(?<![A-Za-z0-9_.-])[-+]?\d+(?:\.\d+)?")   # not the 2 of kivi2
 FENCE = re.compile(r"^[ \t]*```")
 QUOTE = re.compile(r"^\$ (make eval|build/llm eval)( |$)")
 
