@@ -20,7 +20,9 @@
 #      "$ make eval ..." or "$ build/llm eval ..." is a line of full.txt.
 #        sh tests/check_eval.sh short   needs build/llm and the model
 #   3. the short eval, run again, prints the golden file's lines exactly
-#      (stdout holds no timing and no thread count: the same bits at any -t).
+#      (stdout holds no timing and no thread count: the same bits at any -t;
+#      gcc and clang alike with the Makefile's -ffp-contract=off; clang's
+#      default, which fuses a*b+c, and other architectures print others).
 # Any failure names the command that regenerates all of it: make eval-docs.
 # KVQ_BUILD=DIR runs DIR/llm instead of build/llm, as check_walkthrough.sh.
 set -u
@@ -133,7 +135,10 @@ short)
         diff "$tmp/gold" "$tmp/out" | head -n 40
         echo "check-eval: the code's numbers and the docs' have parted."
         echo "            If the change is meant, $fix"
-        echo "            (then read the diff of walkthrough/ and fix the prose around the quotes)"
+        echo "            (then read the diff of walkthrough/ and fix the prose around the quotes)."
+        echo "            The golden file is the x86-64 build the Makefile makes (-mavx2 -mfma"
+        echo "            -ffp-contract=off; gcc and clang agree): other flags (clang's default fuses"
+        echo "            a*b+c) or another architecture print other last digits without a code change."
         exit 1
     fi
     echo "check-eval: the short eval prints $gold exactly ($(wc -l < "$tmp/out") lines): ${cmd#\$ }"
