@@ -474,9 +474,12 @@ LLM_TESTS := $(B)/tests/test_bpe $(B)/tests/test_gguf $(B)/tests/test_llm $(B)/t
              $(if $(LLM_SIMD),$(B)/tests/test_llm_asbuilt)
 llm-test: $(LLM_TESTS) $(B)/llm
 	@tests/run.sh $(LLM_TESTS)
+# -ffp-contract=off: no a*b+c fused where the source does not say so (gcc's
+# ISO C default; clang's default fuses), so gcc and clang print the same
+# eval, digit for digit (walkthrough/10_eval/short.txt; issue 48).
 $(B)/llm $(B)/llm-omp: examples/llm/llm.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -O3 $(LLM_SIMD) -pthread -I. -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 $(LLM_SIMD) -ffp-contract=off -pthread -I. -o $@ $< $(LDLIBS)
 
 # Every cache on 2048 tokens of EVAL_TEXT: the table, the papers' claims,
 # each PASS or FINDING (measured, not reproduced on this model; walkthrough
@@ -486,6 +489,22 @@ $(B)/llm $(B)/llm-omp: examples/llm/llm.c $(HDRS)
 eval: $(LLM) $(MODEL_FILE)
 	@mkdir -p plots/csv
 	$(LLM) eval --model $(MODEL_FILE) --text $(EVAL_TEXT) --csv plots/csv$(if $(STRICT), --strict)
+
+# The eval the walkthrough quotes (issue 48). make eval-docs runs the full
+# eval once (every row), writes its printout and CSVs to walkthrough/10_eval/,
+# the short eval's golden file walkthrough/10_eval/short.txt, rewrites the
+# quotes in chapters 10, 10a and 12 and redraws the eval's figures
+# (tests/eval_docs.sh). make eval-check runs the short eval (EVAL_SHORT: 384
+# tokens, 7 rows, about a minute with the build) and compares its printout,
+# digit for digit, with the golden file, then holds the chapters' quotes to
+# the full run's CSVs (that half needs no model: check-docs runs it too).
+EVAL_SHORT := --tokens 384 --agree 16 --only fp32,kivi2,kivi2-rot,hf2,ott2,logquant2
+.PHONY: eval-docs eval-check
+eval-docs: $(B)/llm $(MODEL_FILE)
+	sh tests/eval_docs.sh $(B)/llm $(MODEL_FILE) $(EVAL_TEXT) "$(EVAL_SHORT)"
+eval-check: $(B)/llm $(MODEL_FILE)
+	@KVQ_BUILD=$(B) sh tests/check_eval.sh short
+	@sh tests/check_eval.sh docs
 
 # Real-key statistics and plots: post-RoPE K/V/Q of every (layer, KV head)
 # of the float32 runner (--weights f32: the keys themselves, without the

@@ -59,10 +59,15 @@ for _m in ("kivi4", "kivi2", "kivi2-KtVt", "hf4", "hf2"):   # the -rot twins
     FAMILY[_m + "-rot"] = ("rotated before quantizing (Hadamard)", "#e377c2")
 
 
+# rows that `make eval` leaves out (llm.c's diagnostics, run with --only;
+# the committed full run, walkthrough/10_eval/, has them): not charted
+DIAGNOSTIC = ("fp16", "sink-evict")
+
 # where a point's label goes (points): neighbours that would collide
 LABEL_OFFSET = {"kivi2-KcVc": (5, -10), "kivi2-KtVt": (-62, 3), "h2o": (5, 4),
                 "streaming": (5, -9), "hf4": (5, 6), "hf4-rot": (5, -3), "hf4-int": (5, -12),
-                "hf2-int": (5, -10), "kivi2-KtVt-rot": (-78, 2), "ott2": (-28, -9)}
+                "hf2-int": (5, -10), "kivi2-KtVt-rot": (-78, 2), "ott2": (-28, -9),
+                "logquant2": (5, -11)}
 
 
 def read_csv(path):
@@ -133,7 +138,8 @@ def ppl_chart(rows, out):
            d("logquant2"), d("streaming"), d("h2o"), d("snapkv"), d("kivi-evict"),
            d("logquant-evict"), float(fp[0]["ppl"]), REAL),
         ncols=2, size=(13, 5.6), gridspec_kw={"width_ratios": [1.1, 1]})
-    rows = [r for r in rows if not r["method"].endswith("-R1")]  # axes_chart draws those
+    rows = [r for r in rows if not r["method"].endswith("-R1")  # axes_chart draws those
+            and r["method"] not in DIAGNOSTIC]
     seen = set()
     for r in rows:
         if r["method"] == "fp32":

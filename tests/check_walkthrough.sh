@@ -23,7 +23,9 @@
 #
 # A fence may be indented (inside a list item), and its indentation is
 # removed from the lines it holds. Other blocks (chapters 9 and 10 quote
-# benchmark and evaluation result files) are not checked here.
+# benchmark result files) are not checked here; the real-model eval's quotes
+# (chapters 10, 10a, 12) are held to the committed full run by
+# tests/check_eval.sh docs, which this script runs last (default file set).
 #
 # Usage: sh tests/check_walkthrough.sh [--code] [FILE.md ...]
 #        (default walkthrough/*.md; --code checks the code excerpts only,
@@ -37,7 +39,7 @@ case $build_dir in /*) ;; *) build_dir=./$build_dir ;; esac
 cd "$(dirname "$0")/.." || exit 2
 code_only=0
 if [ "${1:-}" = "--code" ]; then code_only=1; shift; fi
-[ $# -gt 0 ] || set -- walkthrough/*.md
+all=0; [ $# -gt 0 ] || { all=1; set -- walkthrough/*.md; }
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
@@ -178,3 +180,8 @@ if [ "$stale" -ne 0 ]; then
     exit 1
 fi
 echo "check-docs: $total quoted lines from $n example runs match, verbatim"
+
+# 4. The quotes of the real-model eval (blocks "$ make eval ...", "$ build/llm
+#    eval ..."): every line must be a line of the committed full run, whose
+#    printout and CSVs must be one run (tests/check_eval.sh docs; no model).
+[ "$all" -eq 0 ] || sh tests/check_eval.sh docs

@@ -17,7 +17,8 @@
    eval   teacher-forced perplexity of every cache method over the text's
           first --tokens tokens, each change vs fp32 with its 95% interval
           (paired per-token differences, batch means: Sec. 3), the bits
-          per element each stored, greedy agreement with fp32, tokens/s;
+          per element each stored, greedy agreement with fp32 (tokens/s
+          to stderr: stdout is the same bits at any --threads);
           each -rot row against its unrotated twin; kvq's HF caches (both
           zero rules) beside HF's own run of this model; then the papers' claims
           (ordering and rough size), each judged on its paired interval
@@ -25,7 +26,7 @@
           ordering the interval leaves unresolved is a FINDING). Exit 0: every method ran, findings or
           not (--strict: 3 when there is a finding); 1: a run failed. The
           methods run side by side, --threads of them at a time, each on one
-          thread (tok/s is then one thread's, sharing the machine).
+          thread (stderr's tok/s is then one thread's, sharing the machine).
    dump   the fp32 model's post-RoPE K, V, Q of chosen (layer, KV head)s:
           statistics of the keys (outlier channels, outlier tokens) printed
           and, with --csv, written; with --out, the arrays as .npy.
@@ -1273,7 +1274,7 @@ static int selected(const char *list, const char *name)
 {
     char twin[16];
     size_t n = strlen(name);
-    if (in_list(list, name)) return 1;
+    if (!strcmp(list, "all") || in_list(list, name)) return 1;   /* all: diagnostics too */
     if (strncmp(name, "hf", 2) != 0 || n < 5 || n >= sizeof twin || strcmp(name + n - 4, "-int"))
         return 0;
     memcpy(twin, name, n - 4);
@@ -1488,16 +1489,23 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     printf("eval: %s, %d tokens teacher-forced (%d scored; late: the last %d), then %d greedy "
            "tokens compared with fp32's; streaming, h2o and snapkv keep %zu tokens per "
            "(layer, KV head), KIVI-2's bytes at %d tokens; kivi-evict keeps KIVI's last 128, "
-           "logquant-evict LogQuant's set A (<= %d); %d method%s at a time, one thread each\n",
-           text_path, n, n - 1, n - 1 - (n - 1) / 2, n_gen, budget, n - 1, 3 * LQ_W,
-           n_workers > 1 ? n_workers : 1, n_workers > 1 ? "s" : "");
+           "logquant-evict LogQuant's set A (<= %d)\n",
+           text_path, n, n - 1, n - 1 - (n - 1) / 2, n_gen, budget, n - 1, 3 * LQ_W);
     fflush(stdout);
-    printf("%-14s %6s %8s %8s %8s %-17s %8s %8s %6s %6s %4s %6s  %s\n", "method", "bits", "ppl",
-           "dppl", "dppl%", "  95% interval", "late", "late%", "top1", "agree", "div", "tok/s",
+    /* stdout holds the measurement alone, the same bits at any -t: the
+       speeds and the thread count go to stderr (walkthrough 10 compares
+       the printout with a golden file).                                   */
+    fprintf(stderr, "eval: %d method%s at a time, one thread each; tok/s: teacher-forced, one "
+            "thread's, sharing the machine\n", n_workers > 1 ? n_workers : 1,
+            n_workers > 1 ? "s" : "");
+    printf("%-14s %6s %8s %8s %8s %-17s %8s %8s %6s %6s %4s  %s\n", "method", "bits", "ppl",
+           "dppl", "dppl%", "  95% interval", "late", "late%", "top1", "agree", "div",
            "paper's claim");
     csv = open_csv(csv_dir, "real_model_eval.csv");
     if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,dppl_pct_lo,dppl_pct_hi,ppl_late,late_pct,"
-                          "top1_pct,agree_pct,first_diff,tok_s,budget,claim\n");
+                          "top1_pct,agree_pct,first_diff,budget,interval_ok,claim\n");
+    /* the doubles as %.17g: tests/check_eval.sh prints the table's rows
+       again from this file, digit for digit                              */
     for (i = 0; i < N_METHODS; i++) rows[i].name = ALL_METHODS[i];
     for (k = 0; k < e.n_jobs; k++) {
         eval_job *j = &jobs[k];
@@ -1543,15 +1551,17 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         if (paired_ok(r, &rows[0])) iv = pct_change(r, &rows[0]);
         if (iv.ok) snprintf(ivs, sizeof ivs, "[%+.1f, %+.1f]", iv.lo, iv.hi);
         else snprintf(ivs, sizeof ivs, "(too short)");
-        printf("%-14s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %5.1f%% %5.1f%% %4d %6.1f  %s\n",
+        printf("%-14s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %5.1f%% %5.1f%% %4d  %s\n",
                r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0), ivs,
                r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1, r->agree,
-               r->first_diff, r->tok_s, r->paper);
+               r->first_diff, r->paper);
+        fprintf(stderr, "eval: %-14s %6.1f tok/s\n", r->name, r->tok_s);
         if (csv)
-            fprintf(csv, "%s,%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.4f,%.3f,%.2f,%.2f,%d,%.2f,%zu,\"%s\"\n",
+            fprintf(csv, "%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%zu,%d,"
+                         "\"%s\"\n",
                     r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
                     iv.lo, iv.hi, r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1,
-                    r->agree, r->first_diff, r->tok_s, r->budget, r->paper);
+                    r->agree, r->first_diff, r->budget, iv.ok, r->paper);
         if (csv) fflush(csv);
         fflush(stdout);
         if (i) { free(R.gen); free(R.top); }
@@ -1672,12 +1682,14 @@ static int cmd_generate(model_file *f, const char *prompt, int n_gen, const char
         fflush(stdout);
         if (t + 1 < n_gen && !(lg = llm_forward(&f->m, &s, next, n + t))) {
             printf("\n");
+            fflush(stdout);
             fprintf(stderr, "llm: forward at position %d: %s\n", n + t, s.why);
             goto done;
         }
     }
     t2 = now_s();
     printf("\n");
+    fflush(stdout);            /* the text's line ends before stderr's speeds */
     fprintf(stderr, "llm: cache %s: prompt %d tokens, %.1f tok/s; generated %d tokens, "
             "%.1f tok/s\n", cache, n, n / (t1 - t0 + 1e-9), t, t / (t2 - t1 + 1e-9));
     rc = 0;
@@ -2091,7 +2103,8 @@ static void usage(FILE *to)
         "caches:");
     for (i = 0; i < N_METHODS; i++) fprintf(to, " %s", ALL_METHODS[i]);
     fprintf(to, "\n        (the last %d are diagnostics, run by eval only with --only; naming hf4 or hf2\n"
-                "        in --only also runs hf4-int or hf2-int, HF's two zero-point rules side by side)\n",
+                "        in --only also runs hf4-int or hf2-int, HF's two zero-point rules side by side;\n"
+                "        --only all runs every one)\n",
             (int)N_DIAG);
 }
 
