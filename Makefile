@@ -32,6 +32,11 @@
 #                   reproduce printed as a FINDING; fails only when a method
 #                   fails to run (STRICT=1: also on a finding); 8.5-8.7
 #                   CPU-minutes (14-16 min on 2 cores shared with other jobs)
+#   make eval-check the short eval (384 tokens, 7 rows, about a minute)
+#                   against walkthrough/10_eval/short.txt, and the chapters'
+#                   quotes against the committed full run (part of test-all)
+#   make eval-docs  after a numerics change: the full eval once, then its
+#                   printout, CSVs, golden file, quotes and figures together
 #   make llm-test   the model runner's own tests (examples/llm/)
 #   make cuda       compile kvq_cuda.cu with nvcc for sm_80 and sm_90
 #   make cuda-build the GPU test and benchmark (compile only); make test-cuda-host

@@ -51,7 +51,7 @@ static void *count_realloc(void *p, size_t n) { n_allocs++; return realloc(p, n)
 #define realloc(p, n) count_realloc(p, n)
 
 #define KVQ_IMPLEMENTATION
-#include "kvq.h"
+#include "kvq_simd.h"
 #include "examples/llm/llm.h"
 #include "tests/test.h"
 

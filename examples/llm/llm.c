@@ -42,7 +42,7 @@
 #define _DEFAULT_SOURCE           /* glibc: madvise(MADV_HUGEPAGE), Linux-only */
 #endif
 #define KVQ_IMPLEMENTATION
-#include "kvq.h"
+#include "kvq_simd.h"        /* kvq.h with its fast paths (same bits) */
 #include "gguf.h"
 #include "bpe.h"
 #include "llm.h"
