@@ -152,7 +152,7 @@ compile-checks:
 # cases. make test-all (what CI runs): the same, the sanitizer pass over
 # every test, the fuzz corpus replayed, valgrind, every emulator build
 # with the planted bugs, and the short eval against its golden file.
-CORE_TESTS     := test_quant test_cache test_policies test_evict test_status test_rotation
+CORE_TESTS     := test_quant test_cache test_policies test_evict test_status test_rotation test_faults
 TESTS_SAN_CORE := $(CORE_TESTS:%=$(B)/san/%)
 test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN_CORE) emu-quick-build
 	@MODE=quick UNIT="$(TESTS) $(B)/tests/simd_check" SAN="$(TESTS_SAN_CORE)" B=$(B) \
@@ -216,8 +216,10 @@ fuzz: $(FUZZERS)
 # walkthrough/*.md must still be what NAME prints (a few seconds: each
 # example runs once), and every ```c block opening "// FILE" (kvq.h,
 # kvq_cuda.cu, ...) must still be FILE's text, line for line.
-check-docs: $(EXAMPLES) $(B)/emu/watch_warp
-	@KVQ_BUILD=$(B) sh tests/check_walkthrough.sh
+# (the emulated kernel run, build/emu/watch_warp in chapter 9b, from
+# make test's own emulator build: the same output, without the -O2 build)
+check-docs: $(EXAMPLES) $(B)/emu-quick/watch_warp
+	@KVQ_BUILD=$(B) KVQ_EMU_DIR=emu-quick sh tests/check_walkthrough.sh
 
 # Figures: each example writes its tables into plots/csv/ (git-ignored), then
 # the scripts below draw their PNGs into plots/ from them. The real-model

@@ -151,7 +151,8 @@ cut -f3 "$tmp/quotes" | sort -u > "$tmp/cmds"
 n=0
 while IFS= read -r cmd; do
     n=$((n + 1))
-    run=$(printf '%s\n' "$cmd" | sed "s|\./build/|$build_dir/|")       # the B= build
+    run=$(printf '%s\n' "$cmd" | sed "s|\./build/emu/|$build_dir/${KVQ_EMU_DIR:-emu}/|; s|\./build/|$build_dir/|")   # the B= build
+                                        # (KVQ_EMU_DIR: which emulator build)
     exe=$(printf '%s\n' "$run" | tr ' ' '\n' | grep -v = | head -n 1)   # past VAR=value
     if [ ! -x "$exe" ]; then
         echo "check-docs: $exe is not built (run make check-docs)"; exit 2
