@@ -86,7 +86,7 @@ docs)
         { echo "check-eval: $fix"; exit 1; }
 
     # 2. the chapters' quotes of the full run
-    for md in walkthrough/*.md; do
+    for md in walkthrough/*.md README.md; do
         awk -v file="$md" '
             function rstrip(s) { sub(/[ \t\r]+$/, "", s); return s }
             /^[ \t]*```/ { if (!infence) { infence = 1; first = 1; on = 0 } else infence = 0; next }

@@ -6,7 +6,7 @@
 #      full.txt and its CSVs to walkthrough/10_eval/ and plots/csv/;
 #   2. the short eval's golden file, walkthrough/10_eval/short.txt: its
 #      command, then its stdout (tests/check_eval.sh short runs it again);
-#   3. the quotes in walkthrough/*.md (tests/eval_quotes.py);
+#   3. the quotes in walkthrough/*.md and README.md (tests/eval_quotes.py);
 #   4. the eval's figures, plots/real_model_ppl.png and real_kivi_axes.png
 #      (plots/real_model.py; matplotlib, installed with pip when missing);
 #   5. tests/check_eval.sh docs, which must then pass.
@@ -20,7 +20,7 @@ dir=walkthrough/10_eval
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 if [ "${1:-}" = "--quotes" ]; then
-    python3 tests/eval_quotes.py "$dir/full.txt" walkthrough/*.md
+    python3 tests/eval_quotes.py "$dir/full.txt" walkthrough/*.md README.md
     python3 -c "import matplotlib" 2>/dev/null && python3 plots/real_model.py "$dir" "$tmp/no-npy" plots
     exec sh tests/check_eval.sh docs
 fi
@@ -42,7 +42,7 @@ args="eval --text $text $short"
 { printf '$ build/llm %s\n' "$args"; cat "$tmp/short.out"; } > "$dir/short.txt"
 
 echo "eval-docs: 3. the chapters' quotes"
-python3 tests/eval_quotes.py "$dir/full.txt" walkthrough/*.md
+python3 tests/eval_quotes.py "$dir/full.txt" walkthrough/*.md README.md
 
 echo "eval-docs: 4. the eval's figures"
 python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install matplotlib ||
