@@ -3235,7 +3235,7 @@ static kvq_status kvq__attend_maps(const kvq_cache *c)
    - Values, per tile and head: first the full-precision rows (16 | D), in
      RUNS of rows that follow each other in storage: per channel a sum of
      w x over the run by multiply-adds from 0, added to out; then the
-     entries kvq__add_value takes one at a time (per-channel values, other
+     entries kvq__walk_add_value takes one at a time (per-channel values, other
      D or G), in tile order; then the per-token quantized slots (16 | G),
      group by group, in runs of consecutive slots, with the weights
      wa_j = w_j a_jg and the zero term wb = sum_j w_j b_jg (kvq__dot over
