@@ -684,6 +684,41 @@ static kvq_status kvq_cuda__qshape(const void *X, const void *words, const void 
 
 /* SMs of the current device (an H100's 132 if the query fails: it only
    sizes grids, never decides a result).                                  */
+/* A kernel's dynamic shared-memory limit (and, max_carveout, its
+   preference for the largest carveout), set once per process, device and
+   kernel: cudaFuncSetAttribute is a host call of microseconds that every
+   attention call used to make two or three times (issue 46: 46-64 us
+   outside v5 per call, with the memset and the serial tail). The limit is
+   only ever raised (a larger limit admits every smaller launch; occupancy
+   follows a launch's own bytes, not the limit). A table of 512 entries
+   (kernels x devices); past it, the attribute is set at every call.     */
+static cudaError_t kvq_cuda__func_smem(const void *fn, size_t bytes, bool max_carveout = false)
+{
+    struct entry { int dev; const void *fn; size_t smem; bool set, carveout; };
+    static std::mutex mu;
+    static entry tab[512];
+    static int n = 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
+    std::lock_guard<std::mutex> lock(mu);
+    entry *e = nullptr;
+    for (int i = 0; i < n && !e; i++)
+        if (tab[i].dev == dev && tab[i].fn == fn) e = &tab[i];
+    if (!e && n < 512) { e = &tab[n++]; e->dev = dev; e->fn = fn; e->smem = 0; e->set = e->carveout = false; }
+    cudaError_t err = cudaSuccess;
+    if (!e || !e->set || bytes > e->smem) {
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (err != cudaSuccess) return err;
+        if (e) { e->set = true; if (bytes > e->smem) e->smem = bytes; }
+    }
+    if (max_carveout && (!e || !e->carveout)) {
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   (int)cudaSharedmemCarveoutMaxShared);
+        if (err == cudaSuccess && e) e->carveout = true;
+    }
+    return err;
+}
+
 static int kvq_cuda__sm_count(void)
 {
     int dev = 0, sms = 0;
@@ -2119,9 +2154,7 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                      (size_t)TG * (D / pl.value_group) * 4 : 0;
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
-    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)stage_bytes));
+    KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)fn, stage_bytes));
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     const float *q;
@@ -4144,8 +4177,7 @@ extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32
     if (n > 0x7fffffffu) return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_seal_pages: %zu pages in one call", n);
     if (n == 0) return KVQ_OK;
     const size_t bytes = 2 * (size_t)pool->head_dim * pool->group * pool->bits / 8;
-    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)kvq_seal_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)kvq_seal_kernel, bytes));
     KVQ_CUDA_LAUNCH(kvq_seal_kernel, (unsigned)n, 256, bytes, stream)(pool->k_words, pool->v_words,
                                                                       d_pages, pool->head_dim,
                                                                       pool->group, pool->bits,
@@ -4308,14 +4340,12 @@ extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const 
     const size_t bytes = 2 * (size_t)D * G * B / 8;
     if (streams) {
         const kvq_cuda__sealed_kernel fn = B == 2 ? kvq_cuda__sealed_fn_g<2>(G, Gv) : kvq_cuda__sealed_fn_g<4>(G, Gv);
-        KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)bytes));
+        KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)fn, bytes));
         KVQ_CUDA_LAUNCH(fn, (unsigned)n, 128, bytes, stream)(d_K, d_V, D, d_pages, *pool, d_status);
         KVQ_CUDA_CHECK(cudaGetLastError());
         return KVQ_OK;
     }
-    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)kvq_quantize_sealed_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)kvq_quantize_sealed_kernel, bytes));
     KVQ_CUDA_LAUNCH(kvq_quantize_sealed_kernel, (unsigned)n, 128, bytes, stream)(d_K, d_V, qk, qv,
                                                                                d_pages, *pool,
                                                                                d_status);
@@ -4546,11 +4576,8 @@ static bool kvq_cuda__plan_mma(int D, int bits, int value_group, int n_rep, int 
     const size_t red_bytes = (size_t)KVQ_MMA_WARPS * 4 * p->nq * D * sizeof(float);
     p->smem = stages == 1 ? 0 : (size_t)KVQ_MMA_WARPS * stages * p->chunk_bytes;
     if (p->smem < red_bytes) p->smem = red_bytes;
-    p->smem_set = cudaFuncSetAttribute((const void *)p->fn,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem);
-    if (p->smem_set == cudaSuccess && (opt & KVQ_MMA_OPT_OCC5))   /* room for 5 CTAs' stages */
-        p->smem_set = cudaFuncSetAttribute((const void *)p->fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           (int)cudaSharedmemCarveoutMaxShared);
+    /* OCC5: the largest carveout, room for 5 CTAs' stages              */
+    p->smem_set = kvq_cuda__func_smem((const void *)p->fn, p->smem, (opt & KVQ_MMA_OPT_OCC5) != 0);
     const int per_sm = p->smem_set == cudaSuccess ? kvq_cuda__resident_ctas(p->fn, p->smem) : 0;
     p->resident = per_sm > 0 ? per_sm : 2;          /* sizes the grid only */
     const size_t n_ctas = n_streams * (size_t)p->n_hchunks;
@@ -4717,8 +4744,7 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
                               (size_t)KVQ_CUDA_TILE * (D / pool->value_group) * 4;
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
-    KVQ_CUDA_CHECK(cudaFuncSetAttribute((const void *)f3, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)stage_bytes));
+    KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)f3, stage_bytes));
     KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
                     stage_bytes, stream)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
                                          s5, s5 + s3, 1);

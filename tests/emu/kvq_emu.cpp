@@ -1354,8 +1354,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev)
     else return cudaErrorInvalidValue;
     return cudaSuccess;
 }
+static unsigned long g_func_attr_calls = 0;
+unsigned long kvq_emu::func_attribute_calls(void) { return g_func_attr_calls; }
 cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int value)
 {
+    g_func_attr_calls++;
     if (fn && attr == cudaFuncAttributePreferredSharedMemoryCarveout)  /* a hint: checked, kept nowhere */
         return value >= -1 && value <= 100 ? cudaSuccess : cudaErrorInvalidValue;
     if (!fn || attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;

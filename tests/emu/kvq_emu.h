@@ -373,6 +373,8 @@ bool race_checking(void);
    shared-memory requests, their wavefronts and the least wavefronts
    their widths allow, over every launch so far (false: none counted). */
 void banks_count(bool on);
+/* cudaFuncSetAttribute calls so far (a test of attributes set once)    */
+unsigned long func_attribute_calls(void);
 /* One 8- or 16-byte load (LD.64/LD.128, LDS.64/LDS.128 when p is shared)
    as one access: the host compiler would read only the fields used, each
    with a load of its own, so a kernel's vector reads go through this
