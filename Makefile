@@ -441,8 +441,9 @@ test-cuda-emu: emu-build
 # kernels at -O0 without debug info, ~15 s to compile where -O2 takes
 # ~70 s; the test at -O1, the emulator at -O2), and test_gpu's kernel
 # cases at quick sizes, every group (3,269 checks); no mutants, no other
-# build. Measured on this 2-core machine shared with other builds:
-# EMU_QUICK_SECONDS from nothing built, build and run (the run alone ~20 s).
+# build. Measured from nothing built (make -j2) on a 2-core machine shared
+# with three other engineers' builds: 58 s at load 5, 86 s at load 6-7
+# (build 27 s, run 59 s); the run alone is about 17 s of CPU time.
 .PHONY: emu-quick-build test-cuda-emu-quick
 $(eval $(call emu_build,emu-quick,$(EMU_CXX),-O1 -g0,-O0,-O2))
 emu-quick-build: $(B)/emu-quick/test_gpu

@@ -650,6 +650,18 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
             KQ(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams,
                                n_rep, b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
         const kvq_status status = kvq_cuda_status(dst.p, 0);
+#ifdef KVQ_EMU
+        /* attributes set once per process (issue 46): the same call again
+           sets none (on the emulator, which counts them)                */
+        if (mma) {
+            const unsigned long before = kvq_emu::func_attribute_calls();
+            KQ(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens,
+                                   dq.p, dout.p, dwork.p, wf, dst.p, variant, 0));
+            const unsigned long again = kvq_emu::func_attribute_calls() - before;
+            CHECK(again == 0, "kvq_cuda_attend_mma called twice: the second call set %lu function "
+                  "attributes (want 0: set once per process)", again);
+        }
+#endif
         std::vector<float> got(hq.size());
         dout.down(got.data());
         double worst;

@@ -175,6 +175,8 @@ static size_t g_block_serial = 0;
 static kvq_mma_model::model g_mma = kvq_mma_model::of(kvq_mma_model::EXACT);
 static bool g_keep_subnormals = true;
 static void race_reset(void);
+static void banks_flush(unsigned warp);       /* the bank-conflict model (Sec. 6) */
+static void banks_flush_all(void);
 
 static void read_options(void)
 {
@@ -540,6 +542,7 @@ static void complete_warp(thread_t *T, unsigned mask, int kind)
     for (int l = 0; l < 32; l++)
         if (mask >> l & 1) T[l].state = RUNNING;
     g_block->warp_syncs[T[0].warp]++;
+    if (mask == 0xffffffffu) banks_flush(T[0].warp);   /* the whole warp is here */
 }
 
 /* Every other lane the arriving thread's exchange names: done (reported),
@@ -605,6 +608,7 @@ static void try_barrier(void)
     for (unsigned i = 0; i < g_block->n_threads; i++)
         if (T[i].state == WAITING) T[i].state = RUNNING;
     g_block->barriers++;
+    banks_flush_all();
 }
 
 static thread_t *self(const char *what)
@@ -884,6 +888,159 @@ static std::string symbolize(const void *pc)
          symbolize(other.pc).c_str());
 }
 
+/* ------------------------------------------------------------------------ */
+/* Shared-memory bank conflicts (the race build: the hooks see every load
+   and store with its code address). A REQUEST is one access site (code
+   address) executed by a warp's lanes: lane l's n-th execution of the
+   site since the warp's last full-warp exchange or barrier goes with the
+   other lanes' n-th (between two such points the lanes run the same
+   code, one after another). It is complete at the next such point.
+   Its WAVEFRONTS, after NVIDIA's description of shared memory (32 banks
+   of 4 bytes; a 64-bit access served a half-warp, a 128-bit one a
+   quarter-warp at a time): per phase of lanes (32 lanes for accesses of
+   up to 4 bytes, 16 for 8, 8 for 16), the most distinct 4-byte words any
+   one bank holds among the phase's addresses (one word read by many
+   lanes is a broadcast: one); summed over the phases with an access.
+   IDEAL is the number of those phases (the least the width allows), so
+   wavefronts / ideal is 1 without conflicts and 4 for four-way ones.
+   Each array's offsets are taken from a 128-byte boundary (the bank of
+   byte b of an array is b / 4 % 32): the emulator's arrays are separate
+   host blocks, a GPU's are laid out one after another. The width is that
+   of the access as the host compiler emits it (a uint4 copy is one
+   16-byte access; four 32-bit reads are four requests), which is also
+   how nvcc emits it unless it merges or splits loads.
+   KVQ_EMU_BANKS=path appends, at exit, one line per kernel (and its
+   sites with conflicts) to path; make test-cuda-emu's bank gate reads it. */
+struct bank_acc { uint8_t lane, bytes; uint32_t off; };
+struct bank_stat { uint64_t requests = 0, wavefronts = 0, ideal = 0; int kind = 0; };
+struct bank_kernel { std::string name; std::map<const void *, bank_stat> sites; };
+static std::map<const void *, bank_kernel> g_banks;          /* per kernel  */
+/* per warp: lane l's count of each site since the last flush, and the
+   pending requests by (site, n)                                          */
+struct bank_warp {
+    std::map<const void *, std::vector<uint32_t>> count;
+    std::map<std::pair<const void *, uint32_t>, std::vector<bank_acc>> pending;
+};
+static std::vector<bank_warp> g_bank_warps;
+static const char *g_bank_path = nullptr;
+static bool g_bank_read = false;
+
+static bool g_bank_on = false;
+static bool banks_on(void)
+{
+    if (!g_bank_read) {
+        g_bank_read = true;
+        g_bank_path = getenv("KVQ_EMU_BANKS");
+        if (g_bank_path && !*g_bank_path) g_bank_path = nullptr;
+        if (g_bank_path) g_bank_on = true;
+    }
+    return g_bank_on;
+}
+void banks_count(bool on) { (void)banks_on(); g_bank_on = on; }
+bool bank_totals(const void *kernel, uint64_t *requests, uint64_t *wavefronts, uint64_t *ideal)
+{
+    *requests = *wavefronts = *ideal = 0;
+    auto it = g_banks.find(kernel);
+    if (it == g_banks.end()) return false;
+    for (auto &x : it->second.sites) {
+        *requests += x.second.requests;
+        *wavefronts += x.second.wavefronts;
+        *ideal += x.second.ideal;
+    }
+    return *requests > 0;
+}
+
+static void banks_access(const thread_t *t, const shared_array *a, size_t off, size_t bytes, int kind,
+                         const void *pc)
+{
+    if (!banks_on() || bytes > 16) return;    /* a range (memcpy): not one access */
+    if (g_bank_warps.size() < (g_block->n_threads + 31) / 32) g_bank_warps.resize((g_block->n_threads + 31) / 32);
+    bank_warp &w = g_bank_warps[t->warp];
+    std::vector<uint32_t> &c = w.count[pc];
+    if (c.empty()) c.assign(32, 0);
+    const uint32_t n = c[t->lane]++;
+    /* the array's offset from 128-byte boundaries: its index among the
+       block's arrays keeps two arrays' requests apart                  */
+    const uint32_t base = (uint32_t)(a - g_block->shared.data()) << 24;
+    w.pending[std::make_pair(pc, n)].push_back({ (uint8_t)t->lane, (uint8_t)bytes, base + (uint32_t)off });
+    bank_stat &st = g_banks[g_block->launch->fn].sites[pc];
+    st.kind = kind;
+}
+
+static void banks_request(const void *pc, const std::vector<bank_acc> &v)
+{
+    unsigned width = 0;
+    for (const bank_acc &x : v) width = std::max(width, (unsigned)x.bytes);
+    const unsigned per_phase = width <= 4 ? 32 : 128 / width;
+    uint64_t wf = 0, ideal = 0;
+    for (unsigned p0 = 0; p0 < 32; p0 += per_phase) {
+        uint32_t words[32][32];              /* per bank: distinct words    */
+        unsigned n_in[32] = {}, most = 0;
+        bool any = false;
+        for (const bank_acc &x : v) {
+            if (x.lane < p0 || x.lane >= p0 + per_phase) continue;
+            any = true;
+            for (uint32_t wd = x.off / 4; wd <= (x.off + x.bytes - 1) / 4; wd++) {
+                const unsigned bank = wd % 32;
+                bool seen = false;
+                for (unsigned k = 0; k < n_in[bank] && !seen; k++) seen = words[bank][k] == wd;
+                if (!seen && n_in[bank] < 32) words[bank][n_in[bank]++] = wd;
+                most = std::max(most, n_in[bank]);
+            }
+        }
+        if (any) { ideal++; wf += most; }
+    }
+    bank_stat &st = g_banks[g_block->launch->fn].sites[pc];
+    st.requests++;
+    st.wavefronts += wf;
+    st.ideal += ideal;
+}
+
+static void banks_flush(unsigned warp)
+{
+    if (!banks_on() || warp >= g_bank_warps.size()) return;
+    bank_warp &w = g_bank_warps[warp];
+    for (const auto &r : w.pending) banks_request(r.first.first, r.second);
+    w.pending.clear();
+    w.count.clear();
+}
+static void banks_flush_all(void)
+{
+    if (!banks_on()) return;
+    if (g_block && !g_banks[g_block->launch->fn].name.size())
+        g_banks[g_block->launch->fn].name = kernel_name(*g_block->launch);
+    for (unsigned i = 0; i < g_bank_warps.size(); i++) banks_flush(i);
+}
+
+/* The report (at exit): per kernel, its requests, wavefronts and ideal
+   wavefronts, and the ratio; then its sites above 1.0, worst first.     */
+static void banks_report(void)
+{
+    if (!g_bank_path || g_banks.empty()) return;
+    FILE *f = fopen(g_bank_path, "a");
+    if (!f) { fprintf(stderr, "kvq_emu: cannot append to KVQ_EMU_BANKS=%s\n", g_bank_path); return; }
+    for (auto &k : g_banks) {
+        uint64_t r = 0, w = 0, i = 0;
+        for (auto &x : k.second.sites) { r += x.second.requests; w += x.second.wavefronts; i += x.second.ideal; }
+        if (!r) continue;
+        fprintf(f, "banks %.6f wavefronts/ideal, %.4f wavefronts per request, %llu requests: %s\n",
+                i ? (double)w / (double)i : 1.0, (double)w / (double)r, (unsigned long long)r,
+                k.second.name.c_str());
+        std::vector<std::pair<double, const void *>> bad;
+        for (auto &x : k.second.sites)
+            if (x.second.wavefronts > x.second.ideal)
+                bad.push_back({ (double)x.second.wavefronts / (double)x.second.ideal, x.first });
+        std::sort(bad.rbegin(), bad.rend());
+        for (auto &b : bad) {
+            const bank_stat &st = k.second.sites[b.second];
+            fprintf(f, "  site %.3f wavefronts/ideal, %llu requests, %s at %s\n", b.first,
+                    (unsigned long long)st.requests, st.kind ? "store" : "load", symbolize(b.second).c_str());
+        }
+    }
+    fclose(f);
+}
+static struct banks_at_exit { ~banks_at_exit() { banks_report(); } } g_banks_at_exit;
+
 /* kind: 0 read, 1 write, 2 a cp.async issued (the bytes are in flight
    until its wait: a write now whose value is not there yet).              */
 static void race_check(const void *p, size_t bytes, int kind, const void *pc)
@@ -895,6 +1052,7 @@ static void race_check(const void *p, size_t bytes, int kind, const void *pc)
     std::vector<cell> &sh = g_shadow[a->p];
     if (sh.size() != a->bytes) sh.assign(a->bytes, cell());
     const size_t off = (size_t)((const unsigned char *)p - a->p);
+    if (kind != 2) banks_access(t, a, off, bytes, kind, pc);
     const char *mine = kind == 0 ? "reads" : kind == 1 ? "writes" : "copies (cp.async) into";
     for (size_t i = off; i < off + bytes; i++) {
         cell &c = sh[i];
@@ -981,6 +1139,16 @@ extern "C" void __tsan_ignore_thread_end(void) {}
 namespace kvq_emu {
 bool race_checking(void) { return g_race_on; }
 
+__attribute__((noinline)) void ld_vec(void *dst, const void *src, int bytes)
+{
+    thread_t *t = self("a vector load");
+    if ((bytes != 8 && bytes != 16) || (uintptr_t)src % (unsigned)bytes)
+        fail("%s: a %d-byte vector load from %p (8 or 16 bytes, aligned to its size)",
+             where(*t).c_str(), bytes, src);
+    if (g_race_on) race_check(src, (size_t)bytes, 0, __builtin_return_address(0));
+    memcpy(dst, src, (size_t)bytes);
+}
+
 /* ======================================================================== */
 /* 7. launches and the host API                                             */
 /* ======================================================================== */
@@ -1044,6 +1212,7 @@ void launch(const launch_desc &d)
         g_block_serial = i;
         race_reset();
         run_block(blk);
+        banks_flush_all();
         race_reset();
         for (shared_array &a : blk.shared) { free(a.p); free(a.flight); }
         g_block = nullptr;
@@ -1185,8 +1354,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev)
     else return cudaErrorInvalidValue;
     return cudaSuccess;
 }
+static unsigned long g_func_attr_calls = 0;
+unsigned long kvq_emu::func_attribute_calls(void) { return g_func_attr_calls; }
 cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int value)
 {
+    g_func_attr_calls++;
     if (fn && attr == cudaFuncAttributePreferredSharedMemoryCarveout)  /* a hint: checked, kept nowhere */
         return value >= -1 && value <= 100 ? cudaSuccess : cudaErrorInvalidValue;
     if (!fn || attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;

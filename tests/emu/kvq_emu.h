@@ -368,6 +368,20 @@ void mma_reference(const unsigned short *A, const unsigned short *B, const float
 /* True when some translation unit was built with -fsanitize=thread (the
    race check is on).                                                    */
 bool race_checking(void);
+/* The bank-conflict model (race build; kvq_emu.cpp Sec. 6): on with
+   KVQ_EMU_BANKS=path or banks_count(true); bank_totals gives a kernel's
+   shared-memory requests, their wavefronts and the least wavefronts
+   their widths allow, over every launch so far (false: none counted). */
+void banks_count(bool on);
+/* cudaFuncSetAttribute calls so far (a test of attributes set once)    */
+unsigned long func_attribute_calls(void);
+/* One 8- or 16-byte load (LD.64/LD.128, LDS.64/LDS.128 when p is shared)
+   as one access: the host compiler would read only the fields used, each
+   with a load of its own, so a kernel's vector reads go through this
+   (kvq_cuda.cu's kvq_dev_ld_words) for the race check and the bank model
+   to see them as the GPU executes them. src: bytes-aligned.            */
+void ld_vec(void *dst, const void *src, int bytes);
+bool bank_totals(const void *kernel, uint64_t *requests, uint64_t *wavefronts, uint64_t *ideal);
 }   /* namespace kvq_emu */
 
 #define KVQ_EMU_SITE kvq_emu::site{ { __FILE__, __LINE__, __PRETTY_FUNCTION__ } }

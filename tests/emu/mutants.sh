@@ -30,7 +30,9 @@ rm -f "$B/emu-mut/"*.ok
 # mutant NAME BUILD[/GROUPS] EXPECT OLD NEW: starts one mutant in the
 # background; its report goes to build/emu-mut/NAME.out and its verdict
 # (1 caught, 0 not) to NAME.ok
-#   BUILD: plain, asan (ASan + UBSan) or race (-fsanitize=thread hooks)
+#   BUILD: plain, asan (ASan + UBSan) or race (-fsanitize=thread hooks);
+#          banks: race, then the bank gate (tests/emu/bank_gate.sh) on
+#          the same groups' bank report
 #   GROUPS: test_gpu's groups to run (KVQ_TEST_ONLY), those whose checks
 #           cover the mutated code; every group when left out
 #   EXPECT: an extended regex the failing run's output must match
@@ -59,13 +61,15 @@ EOF
     then echo "FAIL mutant $name: does not apply"; fail=$((fail + 1)); return; fi
     case $build in
         asan) bf="-O0 $SAN"; lf="$SAN"; tu="" ;;
-        race) bf="-O0"; lf=""; tu="-fsanitize=thread" ;;
+        race|banks) bf="-O0"; lf=""; tu="-fsanitize=thread" ;;
         *)    bf="-O0"; lf=""; tu="" ;;
     esac
     # the mutant's kernels, linked with the unmutated test and runtime of
     # the same build (test_gpu.cu declares kvq_cuda.cu's API only)
-    ref=$B/emu-$build; [ "$build" = plain ] && ref=$B/emu
-    if ! $CXX $MFLAGS $bf $tu -x c++ -c "$dir/kvq_cuda.cu" -o "$dir/kvq_cuda.o" 2>"$dir/build.log" ||
+    ref=$B/emu-$build; [ "$build" = plain ] && ref=$B/emu; [ "$build" = banks ] && ref=$B/emu-race
+    # banks: with debug info, by which the bank report names the kernels
+    mf=$MFLAGS; [ "$build" = banks ] && mf=$FLAGS
+    if ! $CXX $mf $bf $tu -x c++ -c "$dir/kvq_cuda.cu" -o "$dir/kvq_cuda.o" 2>"$dir/build.log" ||
        ! $CXX $lf -o "$dir/test_gpu" "$ref/test_gpu.o" "$dir/kvq_cuda.o" "$ref/kvq_emu.o" -lm 2>>"$dir/build.log"; then
         echo "FAIL mutant $name: does not build"; tail -n 5 "$dir/build.log"; fail=$((fail + 1)); return
     fi
@@ -76,6 +80,13 @@ EOF
         KVQ_TEST_ONLY=$groups KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
     else
         KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
+    fi
+    # banks: the race build's run, then (when it passed) the same groups
+    # with the bank model on, and the bank gate on its report
+    if [ "$build" = banks ] && [ "$rc" -eq 0 ]; then
+        rm -f "$dir/banks.txt"
+        KVQ_EMU_BANKS=$dir/banks.txt KVQ_TEST_ONLY=${groups:-mma} KVQ_TEST_QUICK=1 "$dir/test_gpu" --kernels \
+            > /dev/null 2>&1 && sh tests/emu/bank_gate.sh "$dir/banks.txt" >> "$dir/run.log" 2>&1; rc=$?
     fi
     if [ "$rc" -eq 0 ]; then
         echo "FAIL mutant $name ($build): test_gpu passed with the bug planted"; fail=$((fail + 1))
@@ -122,8 +133,8 @@ mutant shared-race race/attend 'race on shared memory .q_bad' \
 # the tensor-core kernel (Sec. 8):
 # 8. a lane reads its neighbour's fragment-order key words
 mutant mma-fragment-index plain/mma 'mma.*rows over tolerance' \
-    'const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;' \
-    'const uint32_t *w = kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL;'
+    'kvq_dev_ld_words<S::KPL>(kwc + ((size_t)rt * 32 + lane) * S::KPL, w, lane);' \
+    'kvq_dev_ld_words<S::KPL>(kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL, w, lane);'
 # 9. the keys' power-of-two exponent off by one
 mutant mma-exponent plain/mma 'mma.*rows over tolerance' \
     'inv = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
@@ -279,6 +290,17 @@ mutant mma-valc-run-never-ends plain/mma 'mma.*rows over tolerance' \
 mutant mma-stages2-rotation plain/mma 'still in flight to it' \
     '        fill_at = read_at;' \
     '        fill_at = STAGES == 2 ? next_read : read_at;'
+# 41. v5's vector loads at a 32-byte lane stride (4-bit keys, D = 128
+#     values) without the odd quads' swapped order: the same words, 2-way
+#     bank conflicts, which only the bank gate sees
+mutant ld-words-no-swap banks/mma 'bank gate: FAIL' \
+    '        const int odd_quad = (lane >> 2) & 1;' \
+    '        const int odd_quad = 0;'
+# 42. the swapped pair handed back unswapped: keys and values of odd
+#     quads' lanes half exchanged
+mutant ld-words-unswap plain/mma 'mma.*rows over tolerance' \
+    '            w[i] = odd_quad ? b[i] : a[i];' \
+    '            w[i] = a[i];'
 
 wait
 pass=0; fail=0
