@@ -410,6 +410,9 @@ EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu/mma_
             $(B)/emu-asan/test_gpu $(B)/emu-asan/test_emu \
             $(B)/emu-race/test_gpu $(B)/emu-race/test_emu $(if $(EMU_CLANG),$(B)/emu-clang/test_gpu)
 emu-build: $(EMU_BINS)
+# The full pass (make test-all, CI), measured on the same loaded 2-core
+# machine: emu-build 767-1012 s (make -j2), then the run 1221-1596 s, the
+# 41-43 mutants 526-873 s of it (bench/RESULTS.md, 2026-11-29).
 test-cuda-emu: emu-build
 	@B=$(B) EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" sh tests/emu/run.sh
 # make test's share (tests/emu/run.sh --quick): one build, emu-quick (the
