@@ -1497,47 +1497,6 @@ struct kvq_dev_page {
     static constexpr int VSB_MAX = G * (D * B / 32) * 4;   /* Gv >= 32/B  */
     static constexpr int BYTES = KWB + KSB + VWB + VSB_MAX;
 };
-/* A lane's N consecutive 32-bit words (N = 2, 4 or 8; p aligned to 8
-   bytes for N = 2, 16 otherwise) in vector loads: one LDS.64 or LDS.128
-   when p is shared, two LDS.128 for N = 8. At a lane stride of 4 N bytes
-   each load is then free of bank conflicts (a quarter-warp of 16-byte
-   loads, or a half-warp of 8-byte ones, reads 128 consecutive bytes),
-   where N 32-bit loads of word i at that stride are N-way conflicts
-   (issue 46: 71% of v5's shared-load wavefronts). At N = 8 (a 32-byte
-   stride) the lanes of odd quads load their second 16 bytes first, so
-   that each load's quarter-warp covers the 32 banks once; w comes back
-   in order (N selects). The emulator sees each load as one access
-   (kvq_emu::ld_vec), for its race check and bank model.                */
-template <int N>
-static __device__ __forceinline__ void kvq_dev_ld_words(const uint32_t *p, uint32_t (&w)[N], int lane)
-{
-    static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 words a lane");
-    if constexpr (N == 8) {
-        const int odd_quad = (lane >> 2) & 1;
-        uint32_t a[4], b[4];
-        kvq_dev_ld_words<4>(p + 4 * odd_quad, a, lane);
-        kvq_dev_ld_words<4>(p + 4 * (odd_quad ^ 1), b, lane);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            w[i] = odd_quad ? b[i] : a[i];
-            w[4 + i] = odd_quad ? a[i] : b[i];
-        }
-    } else {
-        (void)lane;
-#if defined(KVQ_EMU)
-        kvq_emu::ld_vec(w, p, 4 * N);
-#else
-        if constexpr (N == 4) {
-            const uint4 v = *reinterpret_cast<const uint4 *>(p);
-            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-        } else {
-            const uint2 v = *reinterpret_cast<const uint2 *>(p);
-            w[0] = v.x, w[1] = v.y;
-        }
-#endif
-    }
-}
-
 /* N bytes (8 or 16, both addresses N-aligned) global -> shared, async;
    16-byte copies bypass L1 (.cg), 8-byte ones may only go through it.   */
 template <int N>
@@ -3105,32 +3064,6 @@ static __device__ __forceinline__ void kvq_mma_key_head(int e, float z, int tig,
     zh = __shfl_sync(0xffffffffu, z, 8 * tig);
 }
 
-/* The tensor-core kernel's queries in shared memory: head h's D floats
-   start at kvq_mma_qrow (NH D + 32 NQ floats in all), not at h D. A page's key
-   weights read, at each step, channels d of 8 residues (4 tig x 2 row or
-   column halves, even numbers spanning 16, or 24 at 4 bits in the
-   integer decode) for 4 heads; at h D the 4 heads' words of one channel
-   share a bank (4-way conflicts, per page and quad). Offsets of 0, 1, S,
-   S + 1 words for h % 4 = 0..3 (S = 16, or 8 where the channels span 24)
-   put the 32 lanes' words in 32 banks.                                  */
-template <int D, int B, int DEC>
-KVQ_MMA_FN int kvq_mma_qrow(int h)
-{
-    constexpr int S = DEC == KVQ_MMA_DEC_INT8 && B == 4 ? 8 : 16;
-    return h * D + 32 * (h >> 2) + (h & 1) + ((h >> 1) & 1) * S;   /* quads 4 D + 32 apart */
-}
-template <int D, int B, int NH, int DEC>
-static __device__ __forceinline__ void kvq_mma_load_queries(float *qs, const float *q, int stream_id,
-                                                            int n_rep, int h0)
-{
-    const float qscale = 1.4426950408889634f / sqrtf((float)D);   /* as kvq_dev_load_queries */
-    for (int i = threadIdx.x; i < NH * D; i += blockDim.x) {
-        const int h = h0 + i / D;
-        qs[kvq_mma_qrow<D, B, DEC>(i / D) + i % D] =
-            (h < n_rep) ? q[((size_t)stream_id * n_rep + h) * D + i % D] * qscale : 0.0f;
-    }
-}
-
 /* The integer decode's key weights (KVQ_MMA_DEC_INT8): lane l's column
    gid of the first MMA of step ks (kb.b[q][2 ks]) is head 4 q + gid / 2's
    digit gid % 2; of the second (HILO: kb.b[q][2 ks + 1]) its digit
@@ -3141,7 +3074,7 @@ static __device__ __forceinline__ void kvq_mma_load_queries(float *qs, const flo
    -128..127), gathers digit n of the four into one register (PRMTs), and
    one __shfl_xor_sync(4) per register trades what the other column needs. */
 template <int D, int B, int NQ, int HILO>
-static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* smem, rows at kvq_mma_qrow */,
+static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (NH, D) smem */,
                                                             const kvq_sz *ksz /* (D) */,
                                                             kvq_zero_mode mode, int lane,
                                                             kvq_mma_keyb<D, B, NQ> &kb)
@@ -3159,8 +3092,7 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* s
 #pragma unroll
             for (int b = 0; b < 4; b++) {
                 const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + b + 16 * odd);
-                w[ks][b] = kvq_mma_key_weight(qs[kvq_mma_qrow<D, B, KVQ_MMA_DEC_INT8>(h) + d],
-                                              kvq_mma_sz(ksz + d), mode, 1.0f, mx, z);
+                w[ks][b] = kvq_mma_key_weight(qs[h * D + d], kvq_mma_sz(ksz + d), mode, 1.0f, mx, z);
             }
         kvq_mma_head_reduce(mx, z);
         /* |W| < 2^(8N - 2): the biased digits stay in 0..255 (2^LIFT W
@@ -3227,7 +3159,7 @@ static __device__ __forceinline__ void kvq_mma_value_exponent(const kvq_sz *vsz 
    __shfl_xor_sync(4) trades them. (Both lanes making all of them cost
    about 140 more instructions a page with 4 heads, make cuda-gates.)  */
 template <int D, int B, int NQ, int HILO, int DEC>
-static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* smem, rows at kvq_mma_qrow */,
+static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH, D) smem */,
                                                          const kvq_sz *ksz /* (D) */,
                                                          kvq_zero_mode mode, int lane,
                                                          kvq_mma_keyb<D, B, NQ> &kb)
@@ -3251,7 +3183,7 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* smem
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     const int d = 16 * kt + row0 + r;
-                    w[kt][r] = kvq_mma_key_weight(qs[kvq_mma_qrow<D, B, DEC>(h) + d], ksz[d], mode, col_f, mx, z);
+                    w[kt][r] = kvq_mma_key_weight(qs[h * D + d], ksz[d], mode, col_f, mx, z);
                 }
             kvq_mma_head_reduce(mx, z);
             const int e = kvq_mma_exponent(mx);
@@ -3451,8 +3383,7 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
     const uint32_t my_dead = dead_bits >> gid;    /* bit 16 rt + 8 half: token 16 rt + gid + 8 half */
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
-        uint32_t w[S::KPL];                       /* the lane's words, one or two loads */
-        kvq_dev_ld_words<S::KPL>(kwc + ((size_t)rt * 32 + lane) * S::KPL, w, lane);
+        const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
         if constexpr (DEC == KVQ_MMA_DEC_INT8) {   /* D / 32 steps, exact sums */
             int32_t c1[NQ][4] = {}, c2[NQ][4] = {};
 #pragma unroll
@@ -3769,10 +3700,12 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
    (Gv % 16 == 0, and Gv divides D = 64 or 128: a power of two): the
    group's B and zero term are built at its first tile (mt a multiple of
    Gv / 16: one AND of the tile's number per tile, no counter; a shift for
-   D / Gv: no division per tile or chunk). The lane's value words (MT a
-   token block; two blocks at 4 bits) are read from vwc before the keys
-   in vector loads free of bank conflicts (kvq_dev_ld_words), and handed
-   to the tiles one tile ahead. PC: the values add into the
+   D / Gv: no division per tile or chunk). A value tile's words (B / 2 a
+   lane: token blocks of 32 at 4 bits) are read
+   from vwc one tile ahead, the first before the keys: each shared-memory
+   load has a tile's work (or the keys and softmax) to land behind, where
+   the compiler would not move it across the group setup's shuffles and
+   branch, for B / 2 more live registers. PC: the values add into the
    run's C (kvq_mma_valc; FRESH: the run's first chunk), flushed first
    where the running max moves or the chunk needs a smaller exponent.    */
 template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC, int FRESH>
@@ -3784,16 +3717,9 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
                                                      kvq_mma_valc<D, B, NQ, PC> &vc, int lane)
 {
     typedef kvq_mma_shape<D, B, NQ> S;
-    /* the lane's MT words of each token block, in vector loads before the
-       keys (kvq_dev_ld_words: one word a tile at the MT-word lane stride
-       was an MT-way bank conflict), then handed out a tile at a time    */
-    uint32_t vrow[B / 2][S::MT];
-#pragma unroll
-    for (int blk = 0; blk < B / 2; blk++)
-        kvq_dev_ld_words<S::MT>(vwc + ((size_t)blk * 32 + lane) * S::MT, vrow[blk], lane);
     auto value_words = [&](int mt, uint32_t (&vw)[B / 2]) {
 #pragma unroll
-        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vrow[blk][mt];
+        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
     };
     uint32_t vw_next[B / 2];                  /* tile mt + 1's words        */
     value_words(0, vw_next);
@@ -3949,7 +3875,7 @@ template <int D, int B, int NQ, int HILO, int STAGES, int DEC, int OPT, int ZR>
 static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool &pool,
                                                              const kvq_cuda_stream *s,
                                                              const kvq_mma_work &wk,
-                                                             const float *qs /* smem, rows at kvq_mma_qrow */,
+                                                             const float *qs /* (NH, D) smem */,
                                                              unsigned char *stage_smem, int stage_bytes,
                                                              kvq_mma_state<D, B, NQ, ZR> &st, int warp,
                                                              int lane)
@@ -4064,7 +3990,7 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
 {
     typedef kvq_mma_shape<D, B, NQ> S;
     constexpr int NH = S::NH;
-    KVQ_CUDA_SHARED(float, qs, [NH * D + 32 * NQ]);   /* rows at kvq_mma_qrow */
+    KVQ_CUDA_SHARED(float, qs, [NH * D]);
     KVQ_CUDA_SHARED(float, red_ml, [KVQ_MMA_WARPS][2 * NH]);
     /* the dynamic shared memory: the warps' stages (STAGES >= 2), then,
        once every warp is done with them, the warps' accumulators for the
@@ -4075,7 +4001,7 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
     const int stream_id = blockIdx.x / n_hchunks, h0 = (blockIdx.x % n_hchunks) * NH;
     const kvq_cuda_stream *s = streams + stream_id;
-    kvq_mma_load_queries<D, B, NH, DEC>(qs, q, stream_id, n_rep, h0);
+    kvq_dev_load_queries<D, NH>(qs, q, stream_id, n_rep, h0);
     __syncthreads();
 
     constexpr int ZR = NQ == 1 && !(OPT & KVQ_MMA_OPT_OCC5);   /* kvq_mma_state */

@@ -926,10 +926,12 @@ static const char *g_bank_path = nullptr;
 static bool g_bank_read = false;
 
 static bool g_bank_on = false;
+static pid_t g_bank_pid = 0;                 /* a forked child reports nothing */
 static bool banks_on(void)
 {
     if (!g_bank_read) {
         g_bank_read = true;
+        g_bank_pid = getpid();
         g_bank_path = getenv("KVQ_EMU_BANKS");
         if (g_bank_path && !*g_bank_path) g_bank_path = nullptr;
         if (g_bank_path) g_bank_on = true;
@@ -1013,10 +1015,10 @@ static void banks_flush_all(void)
 }
 
 /* The report (at exit): per kernel, its requests, wavefronts and ideal
-   wavefronts, and the ratio; then its sites above 1.0, worst first.     */
+   wavefronts, and the ratio; then its worst four sites above 1.0.       */
 static void banks_report(void)
 {
-    if (!g_bank_path || g_banks.empty()) return;
+    if (!g_bank_path || g_banks.empty() || getpid() != g_bank_pid) return;
     FILE *f = fopen(g_bank_path, "a");
     if (!f) { fprintf(stderr, "kvq_emu: cannot append to KVQ_EMU_BANKS=%s\n", g_bank_path); return; }
     for (auto &k : g_banks) {
@@ -1031,6 +1033,7 @@ static void banks_report(void)
             if (x.second.wavefronts > x.second.ideal)
                 bad.push_back({ (double)x.second.wavefronts / (double)x.second.ideal, x.first });
         std::sort(bad.rbegin(), bad.rend());
+        if (bad.size() > 4) bad.resize(4);          /* the worst four sites */
         for (auto &b : bad) {
             const bank_stat &st = k.second.sites[b.second];
             fprintf(f, "  site %.3f wavefronts/ideal, %llu requests, %s at %s\n", b.first,

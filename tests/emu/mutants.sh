@@ -31,8 +31,8 @@ rm -f "$B/emu-mut/"*.ok
 # background; its report goes to build/emu-mut/NAME.out and its verdict
 # (1 caught, 0 not) to NAME.ok
 #   BUILD: plain, asan (ASan + UBSan) or race (-fsanitize=thread hooks);
-#          banks: race, then the bank gate (tests/emu/bank_gate.sh) on
-#          the same groups' bank report
+#          banks: race with the bank model on, then the bank gate
+#          (tests/emu/bank_gate.sh) on its report
 #   GROUPS: test_gpu's groups to run (KVQ_TEST_ONLY), those whose checks
 #           cover the mutated code; every group when left out
 #   EXPECT: an extended regex the failing run's output must match
@@ -76,17 +76,17 @@ EOF
     # quick sizes, the mutant's groups only, stopped at the first failed
     # check (one symptom is the verdict; the emulator's and ASan's reports
     # stop the run by themselves)
+    # banks: the bank model on (the groups must be the v5 groups the bank
+    # gate's known ratios were measured on), then the bank gate
+    rm -f "$dir/banks.txt"
+    bank_env=""; [ "$build" = banks ] && bank_env="KVQ_EMU_BANKS=$dir/banks.txt"
     if [ -n "$groups" ]; then
-        KVQ_TEST_ONLY=$groups KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
+        env $bank_env KVQ_TEST_ONLY=$groups KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
     else
-        KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
+        env $bank_env KVQ_TEST_QUICK=1 KVQ_TEST_FAIL_FAST=1 "$dir/test_gpu" --kernels > "$dir/run.log" 2>&1; rc=$?
     fi
-    # banks: the race build's run, then (when it passed) the same groups
-    # with the bank model on, and the bank gate on its report
     if [ "$build" = banks ] && [ "$rc" -eq 0 ]; then
-        rm -f "$dir/banks.txt"
-        KVQ_EMU_BANKS=$dir/banks.txt KVQ_TEST_ONLY=${groups:-mma} KVQ_TEST_QUICK=1 "$dir/test_gpu" --kernels \
-            > /dev/null 2>&1 && sh tests/emu/bank_gate.sh "$dir/banks.txt" >> "$dir/run.log" 2>&1; rc=$?
+        sh tests/emu/bank_gate.sh "$dir/banks.txt" >> "$dir/run.log" 2>&1; rc=$?
     fi
     if [ "$rc" -eq 0 ]; then
         echo "FAIL mutant $name ($build): test_gpu passed with the bug planted"; fail=$((fail + 1))
@@ -133,8 +133,8 @@ mutant shared-race race/attend 'race on shared memory .q_bad' \
 # the tensor-core kernel (Sec. 8):
 # 8. a lane reads its neighbour's fragment-order key words
 mutant mma-fragment-index plain/mma 'mma.*rows over tolerance' \
-    'kvq_dev_ld_words<S::KPL>(kwc + ((size_t)rt * 32 + lane) * S::KPL, w, lane);' \
-    'kvq_dev_ld_words<S::KPL>(kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL, w, lane);'
+    'const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;' \
+    'const uint32_t *w = kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL;'
 # 9. the keys' power-of-two exponent off by one
 mutant mma-exponent plain/mma 'mma.*rows over tolerance' \
     'inv = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
@@ -290,17 +290,17 @@ mutant mma-valc-run-never-ends plain/mma 'mma.*rows over tolerance' \
 mutant mma-stages2-rotation plain/mma 'still in flight to it' \
     '        fill_at = read_at;' \
     '        fill_at = STAGES == 2 ? next_read : read_at;'
-# 41. v5's vector loads at a 32-byte lane stride (4-bit keys, D = 128
-#     values) without the odd quads' swapped order: the same words, 2-way
-#     bank conflicts, which only the bank gate sees
-mutant ld-words-no-swap banks/mma 'bank gate: FAIL' \
-    '        const int odd_quad = (lane >> 2) & 1;' \
-    '        const int odd_quad = 0;'
-# 42. the swapped pair handed back unswapped: keys and values of odd
-#     quads' lanes half exchanged
-mutant ld-words-unswap plain/mma 'mma.*rows over tolerance' \
-    '            w[i] = odd_quad ? b[i] : a[i];' \
-    '            w[i] = a[i];'
+# 41. the warps' sums stored without their swizzle, read with it (the
+#     stores' XOR dropped: each head's channels land in another's order)
+mutant mma-acc-swizzle plain/mma 'mma.*rows over tolerance' \
+    '            red_acc[warp][kvq_dev_acc_at<D, 1>(h, 16 * mt + gid)] = st.acc[qd][mt][0];' \
+    '            red_acc[warp][kvq_dev_acc_at<D, 0>(h, 16 * mt + gid)] = st.acc[qd][mt][0];'
+# 42. the swizzle dropped from stores and reads alike: the same outputs,
+#     4-way bank conflicts at the sums' stores, which only the bank gate
+#     sees (a known ratio grown)
+mutant mma-acc-no-swizzle banks/mma,rotate,compact-pages 'bank gate: FAIL' \
+    '    return h * D + (SWZ ? c ^ (8 * (h & 3)) : c);' \
+    '    return h * D + c;'
 
 wait
 pass=0; fail=0
