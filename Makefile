@@ -49,7 +49,8 @@
 #                   kernels must not spill), and the tensor-core path's SASS
 #                   instructions per KB of codes against its target
 #   make test-cuda-emu  kvq_cuda.cu's own kernels run on the CPU by the
-#                   emulator in tests/emu/ (g++ and python3; ~16 min built): test_gpu
+#                   emulator in tests/emu/ (g++ and python3; 20-35 min on 2
+#                   shared cores, build included; part of make test-all): test_gpu
 #                   in four builds, the emulator's own tests, the tensor-core
 #                   probe, and planted bugs that must each be caught
 # Needs: a C99 compiler (gcc by default; CC=clang works), make, libm. clang
@@ -161,7 +162,7 @@ test-all: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) 
 	@MODE=all UNIT="$(TESTS) $(B)/tests/simd_check" SAN="$(TESTS_SAN)" REPLAY="$(FUZZ_REPLAY)" \
 	  VG="$(if $(VALGRIND_BIN),$(TESTS_VG))" VALGRIND_CMD="$(VALGRIND)" B=$(B) \
 	  EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" \
-	  EVAL_CHECK="$(if $(wildcard $(MODEL_FILE)),$(MAKE) --no-print-directory eval-check)" \
+	  EVAL_CHECK="$(if $(wildcard $(MODEL_FILE)),make --no-print-directory B=$(B) eval-check)" \
 	  tests/test_all.sh
 
 # valgrind memcheck over the QUICK builds (no sanitizer): any error or leak
