@@ -1517,9 +1517,9 @@ static void kvq__dequant_token(const uint32_t *words, const kvq_sz *sz,
    per-token group is G consecutive values (stride 1), a per-channel group
    one channel's G tokens (stride D). The codes of one group pass through
    a buffer of KVQ__GROUP_CODES bytes; a longer group (G up to 65536 is
-   allowed) takes kvq_quantize_group's own steps with the codes packed as
-   they come. Every call is checked already (the matrix's first pass, the
-   cache's range checks): a failure here is an internal error.           */
+   allowed) takes kvq_quantize_group's own steps, its codes packed a
+   buffer at a time. Every call is checked already (the matrix's first
+   pass, the cache's range checks): a failure here is an internal error.  */
 #define KVQ__GROUP_CODES 1024
 static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
                                      size_t G, kvq_axis axis,
@@ -1544,13 +1544,14 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
         }
         {   /* kvq_quantize_group's steps: min and max, (s, z), the codes */
             float mn, mx;
+            size_t i0, n;
             if (kvq__minmax_check(x, G, stride, &mn, &mx)) return KVQ__NO(KVQ_ERR_NONFINITE);
             if ((st = kvq__group_params(mn, mx, bits, mode, &sz[g])) != KVQ_OK) return st;
-            for (i = 0; i < wpg; i++) w[i] = 0;
-            for (i = 0; i < G; i++)
-                w[i / (32u / (unsigned)bits)] |=
-                    (uint32_t)kvq__code(x[i * stride], sz[g], bits, mode)
-                    << ((i % (32u / (unsigned)bits)) * (unsigned)bits);
+            for (i0 = 0; i0 < G; i0 += n) {     /* whole words a buffer     */
+                n = G - i0 < KVQ__GROUP_CODES ? G - i0 : KVQ__GROUP_CODES;
+                for (i = 0; i < n; i++) codes[i] = kvq__code(x[(i0 + i) * stride], sz[g], bits, mode);
+                kvq__pack(codes, n, bits, w + i0 / (32u / (unsigned)bits));
+            }
         }
     }
     return KVQ_OK;
@@ -3513,9 +3514,10 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
     const kvq_side *s = &c->v;
     size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
            wpg = s->geom.words_per_group, bytes = D * kvq__fp_bytes(c),
-           m_rows = 0, m_q = 0, j, i, g, h, k, h0, nh, run;
+           m_rows = 0, m_q = 0, m_1 = 0, j, i, g, h, k, h0, nh, run;
     const char *rows[KVQ_TILE];            /* the full-precision rows        */
-    size_t at_r[KVQ_TILE], slot[KVQ_TILE], at_q[KVQ_TILE];
+    size_t at_r[KVQ_TILE], slot[KVQ_TILE], at_q[KVQ_TILE], at_1[KVQ_TILE];   /* tile
+                                              entries of each kind (1: one at a time) */
     const int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
     for (j = 0; j < n; j++) {              /* sort the entries by kind       */
         uint32_t loc, tag;
@@ -3530,6 +3532,8 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
         } else if (tag == KVQ_LOC_QUANT && blocks) {
             slot[m_q] = KVQ_LOC_INDEX(loc);
             at_q[m_q++] = j;
+        } else {
+            at_1[m_1++] = j;
         }
     }
     /* 1. rows, run by run, 16 channels at a time                           */
@@ -3551,15 +3555,7 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
         }
     }
     /* 2. the entries taken one at a time                                  */
-    for (j = 0; j < n; j++) {
-        uint32_t tag;
-        if (H->pos[j] < 0) continue;
-        tag = KVQ_LOC_TAG(s->loc[H->pos[j]]);
-        if (tag == KVQ_LOC_ABSENT || (tag != KVQ_LOC_QUANT && D % 16 == 0) ||
-            (tag == KVQ_LOC_QUANT && blocks))
-            continue;
-        kvq__walk_add_value(c, H, (size_t)H->pos[j], j);
-    }
+    for (j = 0; j < m_1; j++) kvq__walk_add_value(c, H, (size_t)H->pos[at_1[j]], at_1[j]);
     /* 3. the per-token quantized slots: group by group, heads in kernels
           of NH, each run of consecutive slots summed on its own          */
     for (g = 0; g < gpu && m_q > 0; g++) {
