@@ -1755,6 +1755,50 @@ static void test_npy_files(void)
     remove(path);
 }
 
+/* Groups longer than kvq.h's 1,024-code buffer (G up to 65536 is allowed)
+   take the matrix quantizer's other path: per-channel G = 2048 and 4096,
+   every width and zero mode, against kvq_quantize_group + kvq_pack of each
+   group (the definition), word for word and (s, z) for (s, z).            */
+static void test_matrix_long_groups(void)
+{
+    const size_t D = 4, Gs[2] = { 2048, 4096 };
+    size_t gi, i, u, d;
+    int bits, zm;
+    for (gi = 0; gi < 2; gi++)
+        for (bits = 1; bits <= 8; bits *= 2)
+            for (zm = 0; zm < 2; zm++) {
+                const size_t G = Gs[gi], T = 2 * G;
+                const kvq_zero_mode mode = zm ? KVQ_ZERO_INT : KVQ_ZERO_FLOAT;
+                kvq_layout L;
+                float *X = (float *)malloc(T * D * sizeof(float));
+                uint32_t *w, *w_ref;
+                kvq_sz *sz, *sz_ref;
+                uint8_t *codes = (uint8_t *)malloc(G);
+                int same = 1;
+                CHECK(kvq_layout_init(&L, T, D, bits, G, KVQ_PER_CHANNEL) == KVQ_OK, "long groups: layout");
+                w = (uint32_t *)calloc(L.total_words, sizeof(uint32_t));
+                w_ref = (uint32_t *)calloc(L.total_words, sizeof(uint32_t));
+                sz = (kvq_sz *)calloc(L.total_groups, sizeof(kvq_sz));
+                sz_ref = (kvq_sz *)calloc(L.total_groups, sizeof(kvq_sz));
+                for (i = 0; i < T * D; i++) X[i] = (float)(3.0 * rng_normal() + 0.5);
+                CHECK(kvq_quantize_matrix(X, T, D, bits, G, KVQ_PER_CHANNEL, mode, w, sz) == KVQ_OK,
+                      "long groups G=%zu B=%d: %s", G, bits, kvq_why());
+                for (u = 0; u < L.units; u++)
+                    for (d = 0; d < D; d++) {
+                        const size_t g = u * D + d;
+                        CHECK(kvq_quantize_group(X + u * G * D + d, G, D, bits, mode, codes, &sz_ref[g]) == KVQ_OK &&
+                              kvq_pack(codes, G, bits, w_ref + g * L.geom.words_per_group) == KVQ_OK,
+                              "long groups: reference");
+                    }
+                for (i = 0; i < L.total_groups; i++)
+                    same &= sz[i].scale == sz_ref[i].scale && sz[i].zero == sz_ref[i].zero;
+                same &= memcmp(w, w_ref, L.total_words * sizeof(uint32_t)) == 0;
+                CHECK(same, "long groups G=%zu B=%d zero %d: the matrix quantizer differs from "
+                      "kvq_quantize_group + kvq_pack", G, bits, zm);
+                free(X); free(w); free(w_ref); free(sz); free(sz_ref); free(codes);
+            }
+}
+
 int main(void)
 {
     test_f16_exhaustive_halves();
@@ -1770,6 +1814,7 @@ int main(void)
     test_pack();
     test_layout_table();
     test_matrix();
+    test_matrix_long_groups();
     test_bad_group();
     test_bad_pack();
     test_bad_matrix();
