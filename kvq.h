@@ -863,7 +863,8 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_evict_snapkv kvq_cache_present kvq_cache_evict
                        kvq_cache_compact kvq_pages_init kvq_pseq_append
                        kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
-                       kvq_pseq_holefill kvq_rotate
+                       kvq_pseq_holefill kvq_rotate kvq_format_quantize
+                       kvq_format_dequantize kvq_config_engine
        a required pointer is NULL (streaming's present mask and every
        stats/evicted output may be NULL)
    KVQ_ERR_SIZE        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
@@ -876,32 +877,39 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_cache_present kvq_cache_evict kvq_cache_compact
                        kvq_pages_init kvq_pseq_append kvq_pseq_evict
                        kvq_pseq_repack kvq_pseq_holefill kvq_rotate
+                       kvq_format_quantize kvq_format_dequantize
        a count is zero or out of its range (D, G, R, W in 1..65536; side
        not 0/1; even SnapKV kernel), a mask's length differs from the
        cache's, a scratch buffer is too small, a rotation's D is not a
        power of two
    KVQ_ERR_BITS        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
                        kvq_quantize_matrix kvq_dequantize_matrix
-                       kvq_config_validate kvq_cache_init
+                       kvq_config_validate kvq_cache_init kvq_format_quantize
+                       kvq_format_dequantize
        bits not in {1, 2, 3, 4, 8} (or not the format's, Sec. 4.1)
    KVQ_ERR_GROUP       kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate kvq_cache_init
        G does not divide D (per-token) or T (per-channel); a per-channel
-       FLUSH side needs G | R; OTT's per-channel value group must divide G
+       FLUSH side needs G | R; OTT's per-channel value group must divide G;
+       a format's fixed group (NVFP4 16, q8_0/q4_0 32; others <= 1024)
    KVQ_ERR_NONFINITE   kvq_quantize_group kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_cache_prefill kvq_cache_append
                        kvq_attend kvq_attend_dense kvq_h2o_accumulate
                        kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
-                       kvq_rotate
+                       kvq_rotate kvq_format_quantize
        NaN or Inf in K, V, Q or a score; a stored fp16 scale or zero that
        is Inf/NaN (dequantize); a probability that is not finite and >= 0
    KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
                        kvq_cache_prefill kvq_cache_append kvq_attend
-                       kvq_rotate
+                       kvq_rotate kvq_config_validate kvq_cache_init
+                       kvq_format_quantize kvq_format_dequantize
        |x| > KVQ_MAX_ABS_INPUT in K, V (cache; also after rotating) or Q; a scale or zero that
        overflows fp16 (quantizers); a code wider than B bits (pack); a
-       finite row that overflows fp32 once rotated (kvq_rotate)
-   KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
+       finite row that overflows fp32 once rotated (kvq_rotate); a side
+       scale that is negative or not finite (config), or a format group's
+       scale that is not finite; a code the format never stores
+   KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_format_quantize
+                       kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate(32-bit)
                        kvq_cache_init(32-bit) kvq_cache_prefill
                        kvq_attend kvq_attend_dense
@@ -920,9 +928,12 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
    KVQ_ERR_CONFIG      kvq_quantize_group kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate kvq_cache_init
                        kvq_attend kvq_snapkv_scores kvq_cache_evict kvq_rotate
+                       kvq_format_quantize kvq_format_dequantize
+                       kvq_config_engine
        an unknown enum value (policy, schedule, axis, zero mode, attention
-       mode, pooling, rotation), an inconsistent configuration, probs with ONLINE
-       attention, eviction on an OTT or LogQuant cache
+       mode, pooling, rotation, format), an inconsistent configuration,
+       probs with ONLINE attention, eviction on an OTT or LogQuant cache,
+       a format other than INT on an HF cache, an unknown engine name
    KVQ_ERR_STATE       kvq_cache_reserve kvq_cache_prefill kvq_cache_append
                        kvq_cache_read kvq_attend kvq_cache_check
                        kvq_cache_evict kvq_cache_compact kvq_pseq_append
@@ -938,7 +949,11 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
 
    Never fail (total, or NULL-safe): kvq_status_str kvq_why kvq_f32_to_f16
    kvq_f16_to_f32 kvq_sz_affine kvq_bits_supported kvq_packed_words (0 on
-   bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
+   bad bits) kvq_config_kivi/_hf/_full/_ott/_logquant kvq_hf_defaults
+   kvq_logquant_window_for kvq_f32_to_e4m3/_e5m2/_e2m1 and back
+   kvq_lloyd_max_centroids (NULL on bad bits) kvq_format_name
+   kvq_format_bits_ok kvq_format_param_bits kvq_format_group
+   kvq_format_value (NaN on a bad format, bits or code)
    kvq_cache_free kvq_attend_scratch_floats (0 on NULL)
    kvq_pages_free kvq_pseq_init kvq_pseq_free kvq_pseq_slot (NULL when out
    of range or the pool is dead) kvq_pseq_private_start (0 on a dead pool).
