@@ -1032,11 +1032,15 @@ extern "C" {
    hands the call to kvq__simd_NAME and returns its result. Without
    kvq_simd.h the line does nothing and the plain body after it runs: the
    plain body is the definition, and kvq_simd.h's must give the same bits
-   (tests/simd_check.c compares the two builds on every cache kind).     */
+   (tests/simd_check.c compares the two builds on every cache kind). The
+   walk's hook, KVQ__FAST_VOID_IF, hands over only the caches kvq_simd.h
+   says it serves; a quantizer's hook is skipped at B = 3 (and for Sec.
+   4.1's formats, which never reach it): the plain bodies run there.    */
 #ifdef KVQ__SIMD
 #define KVQ__SIMD_HOOKED 1
 #define KVQ__FAST(call)      return kvq__simd_##call
 #define KVQ__FAST_VOID(call) do { kvq__simd_##call; return; } while (0)
+#define KVQ__FAST_VOID_IF(serves, call) do { if (kvq__simd_##serves) { kvq__simd_##call; return; } } while (0)
 static float kvq__simd_f16_stored(kvq_f16 h);
 static kvq_f16 kvq__simd_f16_store(float f);
 static void kvq__simd_f16_row(const kvq_f16 *h, size_t D, float *out);
@@ -1055,10 +1059,12 @@ static float kvq__simd_token_key_dot(const float *q, const float *codes, const k
 static size_t kvq__simd_map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
                                   const uint32_t *len, uint32_t *bad);
 struct kvq__walk;
+static int kvq__simd_walk_serves(const kvq_cache *c);  /* the caches it walks */
 static void kvq__simd_walk_cache(const kvq_cache *c, struct kvq__walk *H);
 #else
 #define KVQ__FAST(call)      (void)0
 #define KVQ__FAST_VOID(call) (void)0
+#define KVQ__FAST_VOID_IF(serves, call) (void)0
 #endif
 
 /* ======================================================================== */
@@ -4314,9 +4320,7 @@ static void kvq__walk_cache(const kvq_cache *c, kvq__walk *H)
 {
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, h, d, j, u, r;
-    if (c->k.format == KVQ_FORMAT_INT && c->v.format == KVQ_FORMAT_INT &&
-        c->k.bits != 3 && c->v.bits != 3)
-        KVQ__FAST_VOID(walk_cache(c, H));       /* kvq_simd.h: B | 32, INT */
+    KVQ__FAST_VOID_IF(walk_serves(c), walk_cache(c, H));
     for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
     for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
     if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
