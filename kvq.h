@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.8.0 - MIT license, see end of file.
+   v0.9.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism, in plain C;
    kvq_simd.h (optional, beside it) gives a few of its functions vector
@@ -41,6 +41,9 @@
           for bit)
        4. Asymmetric uniform quantization of one group (KIVI Sec. 3.1; HF
           post)
+          4.1 The formats engines ship: FP8 E4M3/E5M2, NVFP4 (and
+              4over6), TurboQuant's Lloyd-Max codes, llama.cpp's q8_0 and
+              q4_0; kvq_config_engine names them as the engines do
        5. Bit packing (layout diagram)
        6. Group quantization of a [T x D] matrix, per-token or per-channel
           6.1 Rotation before quantizing: the Walsh-Hadamard transform
@@ -156,6 +159,14 @@
               kvq.h: same API, same bits), by instruction set only (the
               Zen 1 bodies are gone). FMA where C99's FP_FAST_FMAF says
               fmaf is fast. Codes and outputs unchanged (GCC)
+       0.9.0  the formats engines ship (Sec. 4.1) as cache formats on every
+              policy but HF: kvq_config's key_format / value_format and
+              key_scale / value_scale, kvq_format_quantize/_dequantize,
+              the fp8/fp4 conversions, the Lloyd-Max table,
+              kvq_config_engine (vLLM's, NVIDIA's and llama.cpp's presets);
+              B = 3 (a bit stream: Sec. 5) for Sec. 4's codes too; R = 0
+              where every quantized side slides. With INT and B != 3,
+              codes and outputs unchanged
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -178,7 +189,7 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 7
+#define KVQ_VERSION_MINOR 9
 #define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */
@@ -2507,6 +2518,29 @@ static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos
             kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
 }
 
+/* A side scale left to the data (key_scale = 0, Sec. 4.1) is set, before
+   its first quantization, from every row it holds then: after a prefill,
+   the prompt's rows and the window's, as stored (rotated, fp16-rounded:
+   rounding is monotonic, so rounding the max is the max of the rounded).
+   vLLM's calculate_kv_scales takes the same absmax from its first pass.  */
+static void kvq__prefill_scale(kvq_cache *c, kvq_side *s, const float *X, size_t T)
+{
+    const kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
+    size_t D = c->cfg.head_dim, t;
+    float amax = 0.0f, m;
+    for (t = 0; t < T; t++) {
+        m = kvq__absmax_or_nonfinite(kvq__stored_row(c, s == &c->v, X + t * D), D);
+        amax = m > amax ? m : amax;
+    }
+    if (c->cfg.fp_bits == 16) amax = kvq__round_f16(amax);
+    for (t = 0; t < w->n; t++) {
+        kvq__row_load(c, kvq__row_ptr(c, w, w->off + t), c->stage);
+        m = kvq__absmax_or_nonfinite(c->stage, D);
+        amax = m > amax ? m : amax;
+    }
+    s->scale = kvq__side_scale_from(s->format, amax);
+}
+
 /* KIVI / HF / CUSTOM prefill of one side: Algorithm 1 decides how many of
    the side's rows end up quantized (keys T - T % R, values all but R; HF the
    whole prompt). Rows go in and out in chunks of stage_rows, so the window
@@ -2522,6 +2556,8 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
                                              : n - n % R;    /* Algorithm 1  */
     else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
         q = (n - R) - (n - R) % tpu;                         /* all but R    */
+    if (q > 0 && kvq__format_tensor(s->format) && s->scale == 0.0f)
+        kvq__prefill_scale(c, s, X, T);                      /* Sec. 4.1     */
     for (;;) {
         size_t m, room = c->stage_rows ? c->stage_rows : T;
         for (; t < T && room > 0; t++, room--)

@@ -1,5 +1,5 @@
 /* kvq_simd.h - kvq.h's fast paths: the same API and the same bits, on
-   vector units. v0.8.0 - MIT license, see the end of kvq.h.
+   vector units. v0.9.0 - MIT license, see the end of kvq.h.
 
    USAGE: include this file instead of kvq.h (it includes kvq.h):
        #define KVQ_IMPLEMENTATION          // in exactly one .c/.cpp file
