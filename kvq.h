@@ -325,9 +325,10 @@ typedef enum kvq_format {
 } kvq_format;
 
 /* fp32 -> FP8 E4M3 / E5M2 / FP4 E2M1 codes: round to nearest, ties to even,
-   saturating to the largest finite value (PTX cvt.rn.satfinite); Inf
-   saturates, NaN gives the format's NaN (E2M1 has none: 0). Sign in the
-   top bit (E2M1: bit 3). And back, exactly.                               */
+   a finite value beyond the largest saturating to it (PTX
+   cvt.rn.satfinite); kvq's choices for the rest: +-Inf saturates too, NaN
+   gives the format's NaN (E2M1 has none: 0); caches refuse both first.
+   Sign in the top bit (E2M1: bit 3). And back, exactly.                   */
 KVQ_API uint8_t kvq_f32_to_e4m3(float x);
 KVQ_API uint8_t kvq_f32_to_e5m2(float x);
 KVQ_API uint8_t kvq_f32_to_e2m1(float x);
