@@ -1810,13 +1810,15 @@ static void kvq__format_group(kvq_format f, int bits, const float *x, size_t n, 
             if (fabsf(x[i * stride]) > fabsf(m)) m = x[i * stride];
         d = f == KVQ_FORMAT_Q8_0 ? amax / 127.0f : m / -8.0f;
         id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (i = 0; i < n; i++) {
-            float v = x[i * stride] * id;
-            if (f == KVQ_FORMAT_Q8_0) codes[i] = (uint8_t)(int8_t)roundf(v);
-            else {
-                int t = (int)(v + 8.5f);        /* truncation, as ggml's     */
-                codes[i] = (uint8_t)(t < 15 ? t : 15);
-            }
+        for (i = 0; i < n; i++) {               /* where 1/d overflows (d <
+                                                   2^-128), x id is +-Inf or
+                                                   NaN and ggml's cast is
+                                                   undefined: kvq clamps   */
+            float v = x[i * stride] * id, r = roundf(v), t = v + 8.5f;
+            if (f == KVQ_FORMAT_Q8_0)
+                codes[i] = (uint8_t)(int8_t)(r >= 127.0f ? 127 : r <= -127.0f ? -127 : r == r ? (int)r : 0);
+            else                                /* truncation, as ggml's     */
+                codes[i] = (uint8_t)(t >= 15.0f ? 15 : t >= 0.0f ? (int)t : 0);
         }
         *param = kvq__f16_store(d);
     }
@@ -1848,9 +1850,11 @@ KVQ_API kvq_status kvq_format_quantize(kvq_format f, int bits, const float *x, s
     if (kvq__minmax_check(x, n, stride, &mn, &mx)) return KVQ__NO(KVQ_ERR_NONFINITE);
     kvq__format_group(f, bits, x, n, stride, tensor_scale, tmp, &p);
     kvq__format_ab(f, p, tensor_scale, &a, &b);
-    if (!kvq__finite(a))            /* q4_0's f16 scale, a huge NC scale  */
-        return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_quantize: the group's %s scale "
-                           "overflows", kvq_format_name(f));
+    for (last = 0; last < n; last++)    /* q4_0's f16 d, a Lloyd-Max scale
+                                           times a centroid, near FLT_MAX  */
+        if (!kvq__finite(kvq_format_value(f, bits, tmp[last]) * a + b))
+            return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_quantize: the group's %s "
+                               "values overflow fp32 once scaled", kvq_format_name(f));
     memcpy(codes, tmp, n);
     *param = p;
     return KVQ_OK;
