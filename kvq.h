@@ -2478,7 +2478,7 @@ static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
         size_t unit = s->n_units + u;
         if (s->format != KVQ_FORMAT_INT) {
             kvq__format_unit(s, c->stage + u * tpu * D, D, s->words + unit * unit_words,
-                             s->sz + unit * s->sz_per_unit);
+                             s->sz_per_unit ? s->sz + unit * s->sz_per_unit : NULL);
         } else {
             kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
                                                s->group, s->axis, c->cfg.zero_mode,

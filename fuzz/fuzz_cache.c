@@ -5,7 +5,8 @@
    or {1, 2, 16} or the non-powers of two {3, 6, 12}, bits, G, R, axes,
    zero mode, fp16/fp32 rows, OTT k and auxiliary pool, LogQuant W and
    sinks, HF re-quantization, a rotation per side (none, Hadamard,
-   Hadamard with signs; then 8 more bytes are the sign seed; a rotation
+   Hadamard with signs; then 8 more bytes are the sign seed; b[5] bit 2: a
+   format of kvq.h Sec. 4.1 on each side (bits 3-7 pick which); a rotation
    with D not a power of two must be refused with KVQ_ERR_SIZE and a
    reason, allocating nothing); with b[7] bit 7 any size
    field or enum may take a hostile value instead; an invalid config must
@@ -307,6 +308,10 @@ static void check_reads(kvq_cache *c)
         /* HF re-quantization moves a group until it settles: up to ~2.5
            steps (tests/test_soak.c, bench/RESULTS.md)                      */
         if (c->cfg.policy == KVQ_POLICY_HF && c->cfg.hf_requantize) lim += 2.5 * step;
+        /* Sec. 4.1's formats: a loose bound (FP8 and NVFP4 saturate at
+           their side scale's range, a Lloyd-Max code clips at 2.7 norm
+           ratios): it still catches a misread parameter or code          */
+        if (s->format != KVQ_FORMAT_INT) lim = 4.0 * am + 64.0 * (double)s->scale * 57344.0 + 1e-30;
         for (p = 0; p < c->n_pos; p++) {
             kvq_status st = kvq_cache_read(c, side, p, row);
             const float *x = (side ? SV : SK) + p * MAXD;
@@ -365,6 +370,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.ott_aux = 1 + ((b[4] >> 3) & 7);
     cfg.ott_mean = (kvq_ott_mean)((b[4] >> 6) & 1);
     cfg.lq_sinks = b[5] % 4;
+    if (b[5] & 0x04) {                  /* Sec. 4.1's formats, b[5] bits 2-7 */
+        static const int width[KVQ_FORMAT_COUNT] = { 2, 8, 8, 8, 8, 4, 4, 4, 4, 8, 4 };
+        kvq_format fk = (kvq_format)(1 + (b[5] >> 3) % (KVQ_FORMAT_COUNT - 1));
+        kvq_format fv = (b[6] & 0x80) ? fk : (kvq_format)(1 + (b[5] >> 4) % (KVQ_FORMAT_COUNT - 1));
+        cfg.key_format = fk;
+        cfg.value_format = fv;
+        cfg.key_bits = width[fk] - ((b[5] & 0x80) && fk == KVQ_FORMAT_LLOYD_MAX_NC);
+        cfg.value_bits = width[fv];
+        if (kvq_format_group(fk) && (b[6] & 0x10)) cfg.group = kvq_format_group(fk);
+        if (kvq_format_group(fv) && (b[6] & 0x20)) cfg.value_group = kvq_format_group(fv);
+        cfg.key_scale = cfg.value_scale = (b[6] & 0x40) ? 0.0f : 0.75f;   /* 0: from data */
+    }
     cfg.key_rotation = (kvq_rotation)((b[7] & 3) % 3);
     cfg.value_rotation = (kvq_rotation)(((b[7] >> 2) & 3) % 3);
     if (cfg.key_rotation == KVQ_ROT_HADAMARD_SIGNS || cfg.value_rotation == KVQ_ROT_HADAMARD_SIGNS) {

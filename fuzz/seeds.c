@@ -229,18 +229,24 @@ int main(void)
        values Hadamard; 8 seed bytes follow), the rotated run also with
        a row whose rotation exceeds KVQ_MAX_ABS_INPUT (refused, RANGE) and
        attention for 3 heads, 2 per scratch                                */
-    for (pol = 0; pol < 12; pol++) {
+    /* pol 12..21: the formats of kvq.h Sec. 4.1 (format pol - 12 + 1) on
+       both sides of a CUSTOM cache, D = 16, both per-token, both SLIDE,
+       R 8, the formats' own groups, side scale 0.75                       */
+    for (pol = 0; pol < 22; pol++) {
         char name[32];
         uint8_t *p = b;
-        int rot = pol >= 6;
+        int rot = pol >= 6 && pol < 12, fmt = pol >= 12;
         size_t nq = rot ? 3 : 2;
-        *p++ = (uint8_t)(pol % 6 * 3 + 1); /* D = 8, policy pol % 6         */
-        *p++ = 0x05;                       /* 2-bit keys, 4-bit values       */
+        *p++ = fmt ? 17 : (uint8_t)(pol % 6 * 3 + 1);  /* D = 16 CUSTOM; D = 8,
+                                                          policy pol % 6    */
+        *p++ = fmt ? 0x2C : 0x05;          /* SLIDE both; 2-bit K, 4-bit V   */
         *p++ = 0x42;                       /* G 4, R 8                       */
-        *p++ = 0x01;                       /* per-channel keys, per-token values */
+        *p++ = fmt ? 0x00 : 0x01;          /* per-channel keys, per-token values */
         *p++ = 0x1A;                       /* OTT k 2, aux 4                 */
-        *p++ = 0x01;                       /* one LogQuant sink              */
-        *p++ = 0x0A;                       /* value scale 2^-2               */
+        *p++ = fmt ? (uint8_t)(0x04 | (pol - 12) << 3) : 0x01;   /* format; one
+                                                          LogQuant sink     */
+        *p++ = fmt ? 0xBA : 0x0A;          /* value scale 2^-2; formats: the
+                                              same on V, own groups        */
         *p++ = rot ? 0x06 : 0x00;          /* rotations                      */
         if (rot) for (i = 0; i < 8; i++) *p++ = (uint8_t)(0x5A + 17 * i);   /* sign seed */
         *p++ = 1; *p++ = 23; *p++ = 7;     /* prefill 24 tokens, seed 7      */
@@ -260,7 +266,8 @@ int main(void)
         *p++ = 2 + 7 * 18; *p++ = 0;       /* 128: attend ONLINE, 1 head     */
         for (i = 0; i < 8; i++) *p++ = (uint8_t)(130 - i);
         *p++ = 6;
-        snprintf(name, sizeof name, rot ? "policy_%zu_rotated" : "policy_%zu", pol % 6);
+        if (fmt) snprintf(name, sizeof name, "format_%02zu", pol - 12);
+        else snprintf(name, sizeof name, rot ? "policy_%zu_rotated" : "policy_%zu", pol % 6);
         put("fuzz_cache", name, b, (size_t)(p - b));
     }
     /* cache: D = 6 (b[7] bits 4-5 = 3), G 2; without a rotation a valid
