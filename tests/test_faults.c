@@ -221,7 +221,7 @@ static const char *fields_diff(const fsnap *a, const fsnap *b, char *buf, size_t
 /* ------------------------------------------------------------------------ */
 /* the configurations and the script                                        */
 /* ------------------------------------------------------------------------ */
-#define N_CONFIGS 11
+#define N_CONFIGS 14
 static kvq_config config_of(int i, size_t D, const char **name)
 {
     kvq_config cf;
@@ -244,9 +244,16 @@ static kvq_config config_of(int i, size_t D, const char **name)
     case 9: cf = kvq_config_kivi(D, 4); cf.policy = KVQ_POLICY_CUSTOM;
             cf.key_schedule = KVQ_SCHED_NONE; cf.value_schedule = KVQ_SCHED_FLUSH;
             cf.group = 8; cf.residual = 8; *name = "CUSTOM keys NONE"; break;
-    default: cf = kvq_config_kivi(D, 2); cf.policy = KVQ_POLICY_CUSTOM;
+    case 10: cf = kvq_config_kivi(D, 2); cf.policy = KVQ_POLICY_CUSTOM;
             cf.key_schedule = KVQ_SCHED_SLIDE; cf.value_schedule = KVQ_SCHED_SLIDE;
             cf.group = 8; cf.residual = 16; *name = "CUSTOM SLIDE"; break;
+    /* the engines' formats (kvq.h Sec. 4.1): no window, parameters packed
+       four to a word, B = 3 codes across words, a side scale set from the
+       first rows (which a failed call must not leave set)                 */
+    case 11: kvq_config_engine(&cf, D, "nvfp4-4over6"); *name = "nvfp4-4over6"; break;
+    case 12: kvq_config_engine(&cf, D, "turboquant-k3v4-nc"); *name = "turboquant-k3v4-nc"; break;
+    default: kvq_config_engine(&cf, D, "fp8-e4m3"); cf.key_scale = cf.value_scale = 0.0f;
+            *name = "fp8-e4m3, scale from data"; break;
     }
     return cf;
 }
