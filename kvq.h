@@ -1521,8 +1521,9 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
    its inputs are refused before (Sec. 2).
      _TENSOR: c = fp8(x / s_side), one fp32 scale per cache side (vLLM's
               per-tensor k_scale / v_scale: 1.0 by default, or set from
-              warm-up absmax: kvq's key_scale = 0 sets absmax / 448 from the
-              side's first quantized rows). a = s_side.
+              warm-up absmax: kvq's key_scale = 0 sets absmax / 448 from
+              the rows the side holds at its first quantization, after a
+              prefill the whole prompt). a = s_side.
      per group (vLLM's fp8_per_token_head with G = D): s = absmax / max
               (fp32 division), c = fp8(x / s), the parameter s (32 bits).
               A group of zeros has s = 0 and codes 0.
@@ -1579,12 +1580,22 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
        q4_0: m = the value of largest |x| (the first one), d = m / -8,
              c = min(15, trunc(x * (1/d) + 8.5)), value(c) = c - 8
        (1/d is 0 when d is 0). The codes use the fp32 d, the decoder the
-   stored f16(d), exactly as ggml.
+   stored f16(d), exactly as ggml. Where 1/d overflows (d < 2^-128), x/d
+   is +-Inf or NaN and ggml's integer cast undefined: kvq clamps it into
+   the code range (NaN to code 0); f16(d) is 0 there, so x' = 0 anyway.
 
    Parameters pack into a cache's kvq_sz words like codes into words (Sec.
    5): 32 / P parameters of P bits per word, the first in the low bits; a
-   unit's last word is padded. So a q8_0 side holds 8.5 bits per value and
-   an NVFP4 side 4.5, exactly the formats' own sizes.                    */
+   unit's last word is padded. One token of D = 64, per-token groups:
+
+       NVFP4 (P = 8):    bits 31..24 | 23..16 | 15..8 | 7..0
+                              sf3       sf2      sf1    sf0   (block k:
+                                                 channels 16k .. 16k+15)
+       q8_0, q4_0 (16):  [   d1 (fp16)   |   d0 (fp16)   ]
+       FP8 per group, Lloyd-Max (32): one fp32 per group; _TENSOR: none
+
+   So a q8_0 side holds 8.5 bits per value and an NVFP4 side 4.5, exactly
+   the formats' own sizes.                                               */
 
 /* The longest group a format other than INT takes (one buffer of codes). */
 #define KVQ__FORMAT_MAX_GROUP 1024
