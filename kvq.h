@@ -327,7 +327,8 @@ typedef enum kvq_format {
 /* fp32 -> FP8 E4M3 / E5M2 / FP4 E2M1 codes: round to nearest, ties to even,
    a finite value beyond the largest saturating to it (PTX
    cvt.rn.satfinite); kvq's choices for the rest: +-Inf saturates too, NaN
-   gives the format's NaN (E2M1 has none: 0); caches refuse both first.
+   gives the format's NaN with its sign (E2M1 has none: +-0); caches
+   refuse both first.
    Sign in the top bit (E2M1: bit 3). And back, exactly.                   */
 KVQ_API uint8_t kvq_f32_to_e4m3(float x);
 KVQ_API uint8_t kvq_f32_to_e5m2(float x);
@@ -1884,6 +1885,9 @@ KVQ_API kvq_status kvq_format_dequantize(kvq_format f, int bits, const uint8_t *
     if ((int)f <= 0 || f >= KVQ_FORMAT_COUNT) return KVQ__NO(KVQ_ERR_CONFIG);
     if (!kvq_format_bits_ok(f, bits)) return KVQ__NO(KVQ_ERR_BITS);
     if (n == 0) return KVQ__NO(KVQ_ERR_SIZE);
+    if (kvq__format_tensor(f) && !(tensor_scale > 0.0f && kvq__finite(tensor_scale)))
+        return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_dequantize: %s needs a finite scale > 0",
+                           kvq_format_name(f));
     for (i = 0; i < n; i++)
         if (codes[i] >> bits || !kvq__finite(kvq_format_value(f, bits, codes[i])))
             return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_dequantize: code %u at %zu is not "
