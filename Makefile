@@ -74,6 +74,8 @@ BENCH_SRC   := $(sort $(wildcard bench/bench_*.c))
 TESTS       := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TESTS_SAN   := $(TEST_SRC:tests/%.c=$(B)/san/%)
 EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(B)/examples/%)
+# examples/lloyd_max.c derives kvq.h's Lloyd-Max table and fails if it drifts
+EXAMPLES    += $(B)/examples/lloyd_max
 BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h kvq_simd.h $(wildcard examples/*.h) $(wildcard examples/llm/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
