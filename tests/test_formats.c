@@ -20,9 +20,12 @@
      4. q8_0 and q4_0 against ggml's quantize_row_q8_0_ref /
         quantize_row_q4_0_ref, re-implemented here from their definition.
      5. B = 3 packing against a bit-by-bit stream writer.
-     6. Every kvq_config_engine preset as a cache at D = 64 and 128: reads
-        (exactly, for the presets without rotation; within the format's
-        bound for the others), bytes per element, EAGER and ONLINE
+     6. Every kvq_config_engine preset as a cache at D = 64 and 128: the
+        config against the presets kvq.h lists; every row read back bit
+        for bit as the written rules give it (Sec. 6.1's rotation in its
+        rounding order, fp16 rows, the format, the rotation back), and
+        within the format's error bound for the rotated presets; bytes
+        per element, EAGER and ONLINE
         attention against kvq_attend_dense over the cache's own rows,
         kvq_cache_check after appends, prefill, eviction and compaction,
         GQA; bad input refused with nothing written.
@@ -894,42 +897,145 @@ static side_bytes expect_side(const char *name, int side, size_t D)
     return b;
 }
 
-/* The row a preset without rotation must read back, from the rules:
-   inputs rounded to fp16 first (the cache's rows), then the format.     */
-static int exact_preset(const char *name)
+/* Each preset as kvq.h's comment above kvq_config_engine states it (the
+   test checks kvq_config_engine's configs against this table).           */
+typedef struct { const char *name; kvq_format f[2]; int bits[2]; kvq_rotation rot[2]; float scale; } preset_spec;
+static const preset_spec SPEC[] = {
+    { "fp8-e4m3", { KVQ_FORMAT_E4M3_TENSOR, KVQ_FORMAT_E4M3_TENSOR }, { 8, 8 }, { KVQ_ROT_NONE, KVQ_ROT_NONE }, 1.0f },
+    { "fp8-e5m2", { KVQ_FORMAT_E5M2_TENSOR, KVQ_FORMAT_E5M2_TENSOR }, { 8, 8 }, { KVQ_ROT_NONE, KVQ_ROT_NONE }, 1.0f },
+    { "fp8-e4m3-per-token-head", { KVQ_FORMAT_E4M3, KVQ_FORMAT_E4M3 }, { 8, 8 }, { KVQ_ROT_NONE, KVQ_ROT_NONE }, 0 },
+    { "int8-per-token-head", { KVQ_FORMAT_INT, KVQ_FORMAT_INT }, { 8, 8 }, { KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD }, 0 },
+    { "int4-per-token-head", { KVQ_FORMAT_INT, KVQ_FORMAT_INT }, { 4, 4 }, { KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD }, 0 },
+    { "nvfp4", { KVQ_FORMAT_NVFP4, KVQ_FORMAT_NVFP4 }, { 4, 4 }, { KVQ_ROT_NONE, KVQ_ROT_NONE }, 0 },
+    { "nvfp4-4over6", { KVQ_FORMAT_NVFP4_4OVER6, KVQ_FORMAT_NVFP4_4OVER6 }, { 4, 4 }, { KVQ_ROT_NONE, KVQ_ROT_NONE }, 0 },
+    { "turboquant-k8v4", { KVQ_FORMAT_E4M3_TENSOR, KVQ_FORMAT_INT }, { 8, 4 }, { KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE }, 1.0f },
+    { "turboquant-4bit-nc", { KVQ_FORMAT_LLOYD_MAX_NC, KVQ_FORMAT_INT }, { 4, 4 }, { KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE }, 0 },
+    { "turboquant-k3v4-nc", { KVQ_FORMAT_LLOYD_MAX_NC, KVQ_FORMAT_INT }, { 3, 4 }, { KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE }, 0 },
+    { "turboquant-3bit-nc", { KVQ_FORMAT_LLOYD_MAX_NC, KVQ_FORMAT_INT }, { 3, 3 }, { KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE }, 0 },
+    { "q8_0", { KVQ_FORMAT_Q8_0, KVQ_FORMAT_Q8_0 }, { 8, 8 }, { KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD }, 0 },
+    { "q4_0", { KVQ_FORMAT_Q4_0, KVQ_FORMAT_Q4_0 }, { 4, 4 }, { KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD }, 0 },
+};
+#define TURBQ_SEED 0x7475726271ull        /* kvq.h: the presets' "turbq" */
+
+static const preset_spec *spec_of(const char *name)
 {
-    return !strncmp(name, "fp8-", 4) || !strncmp(name, "nvfp4", 5);
+    size_t i;
+    for (i = 0; i < sizeof SPEC / sizeof SPEC[0]; i++) if (!strcmp(SPEC[i].name, name)) return &SPEC[i];
+    return NULL;
 }
-static void expect_row(const char *name, const float *x, size_t D, float side_scale, float *out)
+
+/* kvq.h Sec. 6.1's rotation as written there: signs s_i (bit 63 of
+   splitmix64's i-th output), the butterflies h = 1, 2, 4, ... in fp32, one
+   multiply by (float)(1 / sqrt(D)); rotating back: butterflies, scale,
+   signs.                                                                  */
+static float ref_sign(uint64_t seed, size_t i)
 {
-    float h[128];
-    size_t i, g;
-    for (i = 0; i < D; i++) h[i] = (float)ref_f16(x[i]);
-    if (!strcmp(name, "fp8-e4m3") || !strcmp(name, "fp8-e5m2")) {
-        const grid *gr = name[5] == '4' ? &G_E4M3 : &G_E5M2;
-        for (i = 0; i < D; i++)
-            out[i] = f32_mul((float)ref_decode(gr, ref_encode(gr, f32_div(h[i], side_scale))), side_scale);
-    } else if (!strcmp(name, "fp8-e4m3-per-token-head")) {
+    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (z >> 63) ? -1.0f : 1.0f;
+}
+static void ref_rotate(kvq_rotation kind, size_t D, int inverse, float *x)
+{
+    const float scale = (float)(1.0 / sqrt((double)D));
+    size_t h, j;
+    if (kind == KVQ_ROT_NONE) return;
+    if (kind == KVQ_ROT_HADAMARD_SIGNS && !inverse) for (j = 0; j < D; j++) x[j] *= ref_sign(TURBQ_SEED, j);
+    for (h = 1; h < D; h *= 2)
+        for (j = 0; j < D; j++)
+            if (j % (2 * h) < h) { float a = x[j], b = x[j + h]; x[j] = a + b; x[j + h] = a - b; }
+    for (j = 0; j < D; j++) x[j] *= scale;
+    if (kind == KVQ_ROT_HADAMARD_SIGNS && inverse) for (j = 0; j < D; j++) x[j] *= ref_sign(TURBQ_SEED, j);
+}
+
+/* One group of n stored values h (fp16 already) -> what a reader decodes,
+   by each format's written rule (kvq.h Sec. 4 and 4.1).                  */
+static void ref_group(kvq_format f, int bits, const float *h, size_t n, float side_scale, float *out)
+{
+    size_t i;
+    if (f == KVQ_FORMAT_INT) {                /* float zero: KIVI's rule     */
+        const float N = (float)((1 << bits) - 1);
+        float mn = h[0], mx = h[0], s, z;
+        for (i = 1; i < n; i++) { mn = h[i] < mn ? h[i] : mn; mx = h[i] > mx ? h[i] : mx; }
+        s = (float)ref_f16((mx - mn) / N);
+        z = (float)ref_f16(mn);
+        for (i = 0; i < n; i++) {
+            float v = s == 0.0f ? 0.0f : (h[i] - z) / s;
+            v = v < 0 ? 0 : v > N ? N : v;
+            out[i] = nearbyintf(v) * s + z;
+        }
+    } else if (f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR) {
+        const grid *g = f == KVQ_FORMAT_E4M3_TENSOR ? &G_E4M3 : &G_E5M2;
+        for (i = 0; i < n; i++) out[i] = f32_mul((float)ref_decode(g, ref_encode(g, f32_div(h[i], side_scale))), side_scale);
+    } else if (f == KVQ_FORMAT_E4M3) {
         float amax = 0, a;
-        for (i = 0; i < D; i++) amax = fabsf(h[i]) > amax ? fabsf(h[i]) : amax;
+        for (i = 0; i < n; i++) amax = fabsf(h[i]) > amax ? fabsf(h[i]) : amax;
         a = f32_div(amax, 448.0f);
-        for (i = 0; i < D; i++)
+        for (i = 0; i < n; i++)
             out[i] = a == 0.0f ? 0.0f : f32_mul((float)ref_decode(&G_E4M3, ref_encode(&G_E4M3, f32_div(h[i], a))), a);
-    } else {                                  /* nvfp4, nvfp4-4over6        */
-        for (g = 0; g < D / 16; g++) {
-            uint8_t c6[16], c4[16], sf;
-            float a6, a4;
-            ref_nvfp4(h + g * 16, 16, side_scale, 6.0f, c6, &sf, &a6);
-            if (!strcmp(name, "nvfp4-4over6")) {
-                ref_nvfp4(h + g * 16, 16, side_scale, 4.0f, c4, &sf, &a4);
-                if (ref_sse(h + g * 16, 16, c4, a4) < ref_sse(h + g * 16, 16, c6, a6)) { memcpy(c6, c4, 16); a6 = a4; }
+    } else if (f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6) {
+        uint8_t c6[16], c4[16], sf;
+        float a6, a4;
+        ref_nvfp4(h, 16, side_scale, 6.0f, c6, &sf, &a6);
+        if (f == KVQ_FORMAT_NVFP4_4OVER6) {
+            ref_nvfp4(h, 16, side_scale, 4.0f, c4, &sf, &a4);
+            if (ref_sse(h, 16, c4, a4) < ref_sse(h, 16, c6, a6)) { memcpy(c6, c4, 16); a6 = a4; }
+        }
+        for (i = 0; i < 16; i++) out[i] = f32_mul((float)ref_decode(&G_E2M1, c6[i]), a6);
+    } else if (f == KVQ_FORMAT_LLOYD_MAX_NC || f == KVQ_FORMAT_LLOYD_MAX) {
+        /* the table is data, checked against Lloyd's iteration above      */
+        const float *cent = kvq_lloyd_max_centroids(bits);
+        double n2 = 0, c2 = 0, inv;
+        uint8_t c[1024];
+        float a;
+        int k;
+        for (i = 0; i < n; i++) n2 += (double)h[i] * (double)h[i];
+        if (n2 == 0) { for (i = 0; i < n; i++) out[i] = 0; return; }
+        inv = sqrt((double)n) / sqrt(n2);
+        for (i = 0; i < n; i++) {
+            float u = (float)((double)h[i] * inv);
+            c[i] = 0;
+            for (k = 0; k + 1 < (1 << bits); k++) c[i] += u > (cent[k] + cent[k + 1]) * 0.5f;
+            c2 += (double)cent[c[i]] * (double)cent[c[i]];
+        }
+        a = (float)(sqrt(n2) / sqrt(f == KVQ_FORMAT_LLOYD_MAX_NC ? c2 : (double)n));
+        for (i = 0; i < n; i++) out[i] = cent[c[i]] * a;
+    } else {                                  /* q8_0, q4_0: ggml's _ref     */
+        double d;
+        for (i = 0; i < n; i += 32) {
+            size_t j;
+            if (f == KVQ_FORMAT_Q8_0) {
+                int8_t q[32];
+                ggml_q8_0(h + i, q, &d);
+                for (j = 0; j < 32; j++) out[i + j] = (float)q[j] * (float)d;
+            } else {
+                uint8_t q[32];
+                ggml_q4_0(h + i, q, &d);
+                for (j = 0; j < 32; j++) out[i + j] = (float)((int)q[j] - 8) * (float)d;
             }
-            for (i = 0; i < 16; i++) out[g * 16 + i] = f32_mul((float)ref_decode(&G_E2M1, c6[i]), a6);
         }
     }
 }
 
-/* The error a rotated preset's read may have, as a norm: the rotation is
+/* The row side s of a preset reads back: rotate (fp32), store as fp16,
+   quantize group by group, decode, rotate back.                          */
+static void expect_row(const preset_spec *P, int s, const float *x, size_t D, float side_scale, float *out)
+{
+    float h[128];
+    const kvq_format f = P->f[s];
+    const size_t G = f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6 ? 16 :
+                     f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0 ? 32 : D;
+    size_t i, g;
+    memcpy(h, x, D * sizeof(float));
+    ref_rotate(P->rot[s], D, 0, h);
+    for (i = 0; i < D; i++) h[i] = (float)ref_f16(h[i]);
+    for (g = 0; g < D; g += G) ref_group(f, P->bits[s], h + g, G, side_scale, out + g);
+    ref_rotate(P->rot[s], D, 1, out);
+}
+
+/* Beside the exact rule: the error a rotated preset's read may have, as a
+   norm (a property that holds whatever the rounding order): the rotation is
    orthonormal, so ||x' - x|| is the rotated error's norm, and every
    rotated coordinate is at most ||x|| (Cauchy-Schwarz). Per side:
      E4M3 scale 1   2^-4 ||x|| + sqrt(D) 2^-10 (half the subnormal step)
@@ -968,17 +1074,15 @@ static void check_read(const kvq_cache *c, const char *name, int s, size_t t, co
     R->rows++;
     poison(got, sizeof got);
     if (kvq_cache_read(c, s, t, got) != KVQ_OK) { CHECK(0, "%s: read %zu: %s", name, t, kvq_why()); return; }
-    if (exact_preset(name)) {
-        expect_row(name, x, D, side_scale, want);
-        for (i = 0; i < D; i++)
-            if (f2u(got[i]) != f2u(want[i]) && !(got[i] == 0 && want[i] == 0)) {
-                if (R->bad_exact++ < 3)
-                    printf("  %s side %d row %zu [%zu]: read %a, rule %a (x %a)\n", name, s, t, i,
-                           (double)got[i], (double)want[i], (double)x[i]);
-                break;
-            }
-        return;
-    }
+    expect_row(spec_of(name), s, x, D, side_scale, want);
+    for (i = 0; i < D; i++)
+        if (f2u(got[i]) != f2u(want[i]) && !(got[i] == 0 && want[i] == 0)) {
+            if (R->bad_exact++ < 3)
+                printf("  %s side %d row %zu [%zu]: read %a, rule %a (x %a)\n", name, s, t, i,
+                       (double)got[i], (double)want[i], (double)x[i]);
+            break;
+        }
+    if (spec_of(name)->rot[s] == KVQ_ROT_NONE) return;  /* exact was all */
     for (i = 0; i < D; i++) {
         nx += (double)x[i] * x[i];
         ne += ((double)got[i] - x[i]) * ((double)got[i] - x[i]);
@@ -1070,6 +1174,14 @@ static void test_caches(void)
                 continue;
             }
             CHECK(cfg.residual == 0 && cfg.policy == KVQ_POLICY_CUSTOM, "%s: no full-precision window", what);
+            {   /* the preset is kvq.h's comment above kvq_config_engine     */
+                const preset_spec *P = spec_of(name);
+                CHECK(P && cfg.key_format == P->f[0] && cfg.value_format == P->f[1] && cfg.key_bits == P->bits[0] &&
+                      cfg.value_bits == P->bits[1] && cfg.key_rotation == P->rot[0] && cfg.value_rotation == P->rot[1] &&
+                      cfg.key_axis == KVQ_PER_TOKEN && cfg.value_axis == KVQ_PER_TOKEN && cfg.zero_mode == KVQ_ZERO_FLOAT &&
+                      (P->rot[0] != KVQ_ROT_HADAMARD_SIGNS || cfg.rotation_seed == TURBQ_SEED) &&
+                      cfg.key_scale == (kvq__format_tensor(P->f[0]) ? P->scale : 0.0f), "%s: the preset's config", what);
+            }
             CHECK(kvq_cache_prefill(&c, K, V, 40) == KVQ_OK, "%s: prefill: %s", what, kvq_why());
             for (t = 40; t < T; t++)
                 if (kvq_cache_append(&c, K + t * D, V + t * D) != KVQ_OK) { CHECK(0, "%s: append: %s", what, kvq_why()); break; }
