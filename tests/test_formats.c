@@ -1278,7 +1278,8 @@ static void test_caches(void)
                 kvq_cache_prefill(&c2, K, V, 40);
                 for (t = 0; t < T; t++) kvq_cache_append(&c, K + t * D, V + t * D);
                 for (t = 40; t < T; t++) kvq_cache_append(&c2, K + t * D, V + t * D);
-                for (t = 0; t < T && !strncmp(name, "nvfp4", 5) == 0; t++)
+                /* (NVFP4's side scale comes from other first rows: skipped) */
+                for (t = 0; t < T && strncmp(name, "nvfp4", 5) != 0; t++)
                     for (s = 0; s < 2; s++) {
                         kvq_cache_read(&c, s, t, a); kvq_cache_read(&c2, s, t, b);
                         same &= memcmp(a, b, D * sizeof(float)) == 0;
