@@ -28,12 +28,15 @@
         per element, EAGER and ONLINE
         attention against kvq_attend_dense over the cache's own rows,
         kvq_cache_check after appends, prefill, eviction and compaction,
-        GQA; bad input refused with nothing written.
+        GQA; bad input refused with nothing written. Then the formats on
+        KIVI caches (per-channel keys: groups of G tokens of a channel),
+        OTT and LogQuant.
 
    Costs (-O2, measured on the 2 shared cores): the sample of 1 0.09 s,
    NVFP4 0.17 s, FP8 groups, Lloyd-Max, ggml and packing under 0.1 s
-   together, the caches 0.15 s: about 0.5 CPU-seconds in all (the ASan
-   build, QUICK counts, 0.3 s; its compile 12 s). The exhaustive sweep
+   together, the presets as caches 0.15 s, the policies 0.2 s: about 0.8
+   CPU-seconds in all (the ASan build, QUICK counts, 0.5 s; its compile
+   5 CPU-seconds). The exhaustive sweep
    (-DTEST_FORMATS_EXHAUSTIVE, make test-all): 2^32 patterns x 3 formats
    on 2 threads, 55 CPU-seconds, 140-180 s wall on the loaded machine.
    Fixed seeds throughout; -DKVQ_TEST_QUICK shrinks the random counts.    */
@@ -1293,6 +1296,120 @@ static void test_caches(void)
     printf("test_formats: %zu presets x D = 64, 128 as caches: %.2f s\n", N_PRESETS, secs(t0));
 }
 
+/* The formats on the papers' policies (kvq.h: every policy but HF): KIVI
+   caches with per-channel keys and per-token values in the formats, 300
+   tokens by prefill and appends. Every quantized position reads back as
+   the rule gives it for its unit (the G tokens of each channel, or the
+   group of channels of its token, from the fp16 rows), every row in a
+   full-precision region as its fp16 row; EAGER and ONLINE against dense;
+   kvq_cache_check. OTT and LogQuant with formats: check and attention.
+   About 0.1 s.                                                           */
+static void test_policies_formats(void)
+{
+    static const struct { kvq_format kf, vf; int kb, vb; size_t G, Gv; kvq_rotation rot; } K[] = {
+        { KVQ_FORMAT_E4M3, KVQ_FORMAT_NVFP4, 8, 4, 32, 16, KVQ_ROT_NONE },
+        { KVQ_FORMAT_NVFP4_4OVER6, KVQ_FORMAT_Q4_0, 4, 4, 16, 32, KVQ_ROT_NONE },
+        { KVQ_FORMAT_LLOYD_MAX_NC, KVQ_FORMAT_LLOYD_MAX, 3, 2, 32, 64, KVQ_ROT_NONE },
+        { KVQ_FORMAT_E5M2_TENSOR, KVQ_FORMAT_Q8_0, 8, 8, 32, 32, KVQ_ROT_HADAMARD },
+        { KVQ_FORMAT_Q8_0, KVQ_FORMAT_E4M3_TENSOR, 8, 8, 32, 64, KVQ_ROT_HADAMARD_SIGNS },
+    };
+    const size_t D = 64, T = COUNT(300, 160);
+    clock_t t0 = clock();
+    size_t k, i, t;
+    for (k = 0; k < sizeof K / sizeof K[0]; k++) {
+        kvq_config cfg = kvq_config_kivi(D, K[k].kb);
+        kvq_cache c;
+        float *X[2], q[4 * 64], row[64], want[64], h[64 * 64], col[64];
+        long bad = 0, quant = 0;
+        rng r = { 0x5EED0200 + k };
+        int s;
+        char what[64];
+        snprintf(what, sizeof what, "KIVI %s keys, %s values", kvq_format_name(K[k].kf), kvq_format_name(K[k].vf));
+        cfg.key_format = K[k].kf; cfg.value_format = K[k].vf;
+        cfg.value_bits = K[k].vb; cfg.group = K[k].G; cfg.value_group = K[k].Gv;
+        cfg.key_rotation = cfg.value_rotation = K[k].rot;
+        cfg.rotation_seed = TURBQ_SEED;
+        X[0] = (float *)malloc(T * D * sizeof(float)); X[1] = (float *)malloc(T * D * sizeof(float));
+        for (i = 0; i < T * D; i++) { X[0][i] = rnorm(&r) + (i % D == 5 ? 3.0f : 0.0f); X[1][i] = rnorm(&r); }
+        for (i = 0; i < 4 * D; i++) q[i] = 0.3f * rnorm(&r);
+        if (kvq_cache_init(&c, &cfg) != KVQ_OK) { CHECK(0, "%s: %s", what, kvq_why()); free(X[0]); free(X[1]); continue; }
+        CHECK(kvq_cache_prefill(&c, X[0], X[1], 70) == KVQ_OK, "%s: prefill: %s", what, kvq_why());
+        for (t = 70; t < T; t++) kvq_cache_append(&c, X[0] + t * D, X[1] + t * D);
+        CHECK(kvq_cache_check(&c) == KVQ_OK, "%s: check: %s", what, kvq_why());
+        for (s = 0; s < 2; s++) {
+            const kvq_side *sd = s ? &c.v : &c.k;
+            const kvq_format f = s ? K[k].vf : K[k].kf;
+            const int bits = s ? K[k].vb : K[k].kb;
+            const size_t G = s ? K[k].Gv : K[k].G;
+            for (t = 0; t < T; t++) {
+                const uint32_t l = sd->loc[t];
+                size_t j, d;
+                kvq_cache_read(&c, s, t, row);
+                for (d = 0; d < D; d++) h[d] = X[s][t * D + d];
+                ref_rotate(K[k].rot, D, 0, h);
+                for (d = 0; d < D; d++) h[d] = (float)ref_f16(h[d]);
+                if (KVQ_LOC_TAG(l) != KVQ_LOC_QUANT) {       /* a full-precision row */
+                    memcpy(want, h, D * sizeof(float));
+                } else if (sd->axis == KVQ_PER_TOKEN) {
+                    for (d = 0; d < D; d += G) ref_group(f, bits, h + d, G, sd->scale, want + d);
+                } else {                                    /* per channel: the unit's G tokens */
+                    const size_t unit = KVQ_LOC_INDEX(l) / G, me = KVQ_LOC_INDEX(l) % G;
+                    float rows[64 * 64];
+                    quant++;
+                    for (j = 0; j < G; j++) {
+                        const int32_t pj = sd->qpos[unit * G + j];
+                        for (d = 0; d < D; d++) rows[j * D + d] = X[s][(size_t)pj * D + d];
+                        ref_rotate(K[k].rot, D, 0, rows + j * D);
+                        for (d = 0; d < D; d++) rows[j * D + d] = (float)ref_f16(rows[j * D + d]);
+                    }
+                    for (d = 0; d < D; d++) {
+                        float out[64];
+                        for (j = 0; j < G; j++) col[j] = rows[j * D + d];
+                        ref_group(f, bits, col, G, sd->scale, out);
+                        want[d] = out[me];
+                    }
+                }
+                ref_rotate(K[k].rot, D, 1, want);
+                if (KVQ_LOC_TAG(l) == KVQ_LOC_QUANT && sd->axis == KVQ_PER_TOKEN) quant++;
+                for (d = 0; d < D; d++)
+                    if (f2u(row[d]) != f2u(want[d]) && !(row[d] == 0 && want[d] == 0)) {
+                        if (bad++ < 3) printf("  %s side %d pos %zu [%zu]: read %a, rule %a\n", what, s, t, d,
+                                              (double)row[d], (double)want[d]);
+                        break;
+                    }
+            }
+        }
+        CHECK(bad == 0 && quant >= (long)T / 2, "%s: %ld rows (of %ld quantized) read differently from the rule",
+              what, bad, quant);
+        CHECK(attend_matches(&c, q, 4, what), "%s: attention against dense over its rows", what);
+        kvq_cache_free(&c);
+        free(X[0]); free(X[1]);
+    }
+    {   /* OTT and LogQuant with formats: a consistent cache, exact attention */
+        kvq_config cf[2];
+        int j;
+        cf[0] = kvq_config_ott(D, 8, 3); cf[0].key_format = KVQ_FORMAT_E4M3; cf[0].value_format = KVQ_FORMAT_E5M2;
+        cf[1] = kvq_config_logquant(D, 4, 16); cf[1].key_format = KVQ_FORMAT_NVFP4; cf[1].value_format = KVQ_FORMAT_Q4_0;
+        cf[1].group = 16; cf[1].value_group = 32;
+        for (j = 0; j < 2; j++) {
+            kvq_cache c;
+            rng r = { 0x5EED0300 + (uint64_t)j };
+            float kx[64], vx[64], q[4 * 64];
+            const char *what = j ? "LogQuant NVFP4/q4_0" : "OTT E4M3/E5M2";
+            for (i = 0; i < 4 * D; i++) q[i] = 0.3f * rnorm(&r);
+            if (kvq_cache_init(&c, &cf[j]) != KVQ_OK) { CHECK(0, "%s: %s", what, kvq_why()); continue; }
+            for (t = 0; t < T; t++) {
+                for (i = 0; i < D; i++) { kx[i] = rnorm(&r) * (t % 37 == 3 ? 0.05f : 1.0f); vx[i] = rnorm(&r); }
+                if (kvq_cache_append(&c, kx, vx) != KVQ_OK) { CHECK(0, "%s: append: %s", what, kvq_why()); break; }
+            }
+            CHECK(kvq_cache_check(&c) == KVQ_OK, "%s: check: %s", what, kvq_why());
+            CHECK(attend_matches(&c, q, 4, what), "%s: attention against dense over its rows", what);
+            kvq_cache_free(&c);
+        }
+    }
+    printf("test_formats: formats on KIVI, OTT and LogQuant caches: %.2f s\n", secs(t0));
+}
+
 /* Refusals of the presets and the format configs: *cfg and the cache
    untouched. Microseconds.                                               */
 static void test_bad_configs(void)
@@ -1365,6 +1482,7 @@ int main(void)
     test_ggml();
     test_pack3();
     test_caches();
+    test_policies_formats();
     test_bad_configs();
 #ifdef TEST_FORMATS_EXHAUSTIVE
     test_encode_exhaustive();
