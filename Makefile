@@ -74,6 +74,8 @@ BENCH_SRC   := $(sort $(wildcard bench/bench_*.c))
 TESTS       := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TESTS_SAN   := $(TEST_SRC:tests/%.c=$(B)/san/%)
 EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(B)/examples/%)
+# examples/lloyd_max.c derives kvq.h's Lloyd-Max table and fails if it drifts
+EXAMPLES    += $(B)/examples/lloyd_max
 BENCHES     := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 HDRS        := kvq.h kvq_simd.h $(wildcard examples/*.h) $(wildcard examples/llm/*.h) $(wildcard tests/*.h)
 SAN         := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -153,13 +155,20 @@ compile-checks:
 # cases. make test-all (what CI runs): the same, the sanitizer pass over
 # every test, the fuzz corpus replayed, valgrind, every emulator build
 # with the planted bugs, and the short eval against its golden file.
-CORE_TESTS     := test_quant test_cache test_policies test_evict test_status test_rotation test_faults
+CORE_TESTS     := test_quant test_cache test_policies test_evict test_status test_rotation test_faults test_formats
 TESTS_SAN_CORE := $(CORE_TESTS:%=$(B)/san/%)
+# test_formats with every fp32 bit pattern through fp32 -> E4M3/E5M2/E2M1
+# (2^32 x 3 conversions on 2 threads against the grid's sorted midpoints:
+# about 60 CPU-seconds, 1-3 min on 2 shared cores): make test-all only
+TESTS_ALL_ONLY := $(B)/tests/test_formats_exhaustive
+$(B)/tests/test_formats_exhaustive: tests/test_formats.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DTEST_FORMATS_EXHAUSTIVE -pthread -I. -o $@ $< $(LDLIBS)
 test: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN_CORE) emu-quick-build
 	@MODE=quick UNIT="$(TESTS) $(B)/tests/simd_check" SAN="$(TESTS_SAN_CORE)" B=$(B) \
 	  tests/test_all.sh
-test-all: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY) emu-build
-	@MODE=all UNIT="$(TESTS) $(B)/tests/simd_check" SAN="$(TESTS_SAN)" REPLAY="$(FUZZ_REPLAY)" \
+test-all: compile-checks check-docs $(TESTS) $(B)/tests/simd_check $(TESTS_SAN) $(TESTS_VG) $(FUZZ_REPLAY) emu-build $(TESTS_ALL_ONLY)
+	@MODE=all UNIT="$(TESTS) $(B)/tests/simd_check $(TESTS_ALL_ONLY)" SAN="$(TESTS_SAN)" REPLAY="$(FUZZ_REPLAY)" \
 	  VG="$(if $(VALGRIND_BIN),$(TESTS_VG))" VALGRIND_CMD="$(VALGRIND)" B=$(B) \
 	  EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" \
 	  EVAL_CHECK="$(if $(wildcard $(MODEL_FILE)),make --no-print-directory B=$(B) eval-check)" \

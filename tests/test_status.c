@@ -969,6 +969,120 @@ static void test_pages(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* 6b. the formats engines ship (Sec. 4.1): one group and the presets       */
+/* ------------------------------------------------------------------------ */
+/* Each (status, function) pair the table lists for kvq_format_quantize,
+   kvq_format_dequantize and kvq_config_engine, and a side scale out of
+   range for kvq_config_validate and kvq_cache_init; every refused call
+   leaves its poisoned outputs (and *cfg) untouched. Costs microseconds.   */
+static void test_formats_status(void)
+{
+    float x[32], bad[16];
+    uint8_t codes[32];
+    uint32_t param;
+    kvq_config cfg;
+    kvq_cache c;
+    size_t i, big = (size_t)-1;
+    for (i = 0; i < 32; i++) x[i] = (float)i * 0.5f - 7.0f;
+    for (i = 0; i < 16; i++) bad[i] = x[i];
+#define FQ(f, b, xx, n, stride, ts) \
+    (poison(codes, sizeof codes), poison(&param, sizeof param), \
+     kvq_format_quantize(f, b, xx, n, stride, ts, codes, &param))
+#define FQ_UNTOUCHED(what) CHECK(poisoned(codes, sizeof codes) && poisoned(&param, sizeof param), \
+                                 "kvq_format_quantize wrote on failure (%s)", what)
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E4M3, 8, NULL, 16, 1, 1.0f), KVQ_ERR_NULL);
+    FQ_UNTOUCHED("NULL x");
+    EXPECT("kvq_format_quantize", kvq_format_quantize(KVQ_FORMAT_E4M3, 8, x, 16, 1, 1.0f, NULL, &param), KVQ_ERR_NULL);
+    EXPECT("kvq_format_quantize", kvq_format_quantize(KVQ_FORMAT_E4M3, 8, x, 16, 1, 1.0f, codes, NULL), KVQ_ERR_NULL);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_INT, 4, x, 16, 1, 1.0f), KVQ_ERR_CONFIG);
+    EXPECT("kvq_format_quantize", FQ((kvq_format)99, 4, x, 16, 1, 1.0f), KVQ_ERR_CONFIG);
+    EXPECT("kvq_format_quantize", FQ((kvq_format)-1, 4, x, 16, 1, 1.0f), KVQ_ERR_CONFIG);
+    FQ_UNTOUCHED("unknown format");
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E4M3, 4, x, 16, 1, 1.0f), KVQ_ERR_BITS);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_NVFP4, 8, x, 16, 1, 1.0f), KVQ_ERR_BITS);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_LLOYD_MAX, 8, x, 16, 1, 1.0f), KVQ_ERR_BITS);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_Q4_0, 3, x, 32, 1, 1.0f), KVQ_ERR_BITS);
+    FQ_UNTOUCHED("bits");
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E4M3, 8, x, 0, 1, 1.0f), KVQ_ERR_SIZE);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E4M3, 8, x, 16, 0, 1.0f), KVQ_ERR_SIZE);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_NVFP4, 4, x, 32, 1, 1.0f), KVQ_ERR_SIZE);   /* G = 16 */
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_Q8_0, 8, x, 16, 1, 1.0f), KVQ_ERR_SIZE);    /* G = 32 */
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E5M2, 8, x, 1025, 1, 1.0f), KVQ_ERR_SIZE);  /* > 1024 */
+    FQ_UNTOUCHED("size");
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E4M3, 8, x, 2, big / 2, 1.0f), KVQ_ERR_OVERFLOW);
+    FQ_UNTOUCHED("overflow");
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E4M3_TENSOR, 8, x, 16, 1, -1.0f), KVQ_ERR_RANGE);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_NVFP4, 4, x, 16, 1, NAN), KVQ_ERR_RANGE);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_E5M2_TENSOR, 8, x, 16, 1, 0.0f), KVQ_ERR_RANGE);
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_NVFP4_4OVER6, 4, x, 16, 1, INFINITY), KVQ_ERR_RANGE);
+    FQ_UNTOUCHED("tensor scale");
+    {   /* q4_0's fp16 scale d = m / -8 overflows fp16 for |m| > 8 * 65504  */
+        float h[32];
+        for (i = 0; i < 32; i++) h[i] = 1.0f;
+        h[5] = 1.0e6f;
+        EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_Q4_0, 4, h, 32, 1, 1.0f), KVQ_ERR_RANGE);
+        FQ_UNTOUCHED("q4_0 scale overflows fp16");
+    }
+    bad[3] = NAN;
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_NVFP4, 4, bad, 16, 1, 1.0f), KVQ_ERR_NONFINITE);
+    bad[3] = -INFINITY;
+    EXPECT("kvq_format_quantize", FQ(KVQ_FORMAT_LLOYD_MAX_NC, 3, bad, 16, 1, 1.0f), KVQ_ERR_NONFINITE);
+    FQ_UNTOUCHED("NaN/Inf input");
+
+    /* dequantize: out poisoned                                             */
+    {
+        float out[32];
+        uint8_t cs[32];
+        for (i = 0; i < 32; i++) cs[i] = (uint8_t)(i % 16);
+        poison(out, sizeof out);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_E4M3, 8, NULL, 16, 0x3F800000u, 1.0f, out), KVQ_ERR_NULL);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_E4M3, 8, cs, 16, 0x3F800000u, 1.0f, NULL), KVQ_ERR_NULL);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_INT, 4, cs, 16, 0, 1.0f, out), KVQ_ERR_CONFIG);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize((kvq_format)42, 4, cs, 16, 0, 1.0f, out), KVQ_ERR_CONFIG);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_NVFP4, 3, cs, 16, 0x38, 1.0f, out), KVQ_ERR_BITS);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_NVFP4, 4, cs, 0, 0x38, 1.0f, out), KVQ_ERR_SIZE);
+        cs[4] = 0x7F;                                   /* E4M3's NaN code  */
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_E4M3, 8, cs, 16, 0x3F800000u, 1.0f, out), KVQ_ERR_RANGE);
+        cs[4] = 0x7C;                                   /* E5M2's +Inf code */
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_E5M2, 8, cs, 16, 0x3F800000u, 1.0f, out), KVQ_ERR_RANGE);
+        cs[4] = 0x13;                                   /* wider than 4 bits */
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_Q4_0, 4, cs, 16, 0x3C00u, 1.0f, out), KVQ_ERR_RANGE);
+        cs[4] = 4;
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_LLOYD_MAX, 4, cs, 16, 0x7F800000u, 1.0f, out), KVQ_ERR_RANGE);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_Q8_0, 8, cs, 32, 0x7C00u, 1.0f, out), KVQ_ERR_RANGE);
+        EXPECT("kvq_format_dequantize", kvq_format_dequantize(KVQ_FORMAT_NVFP4, 4, cs, 16, 0x38, INFINITY, out), KVQ_ERR_RANGE);
+        CHECK(poisoned(out, sizeof out), "kvq_format_dequantize wrote on failure");
+    }
+
+    /* kvq_config_engine: *cfg untouched on failure                         */
+    poison(&cfg, sizeof cfg);
+    EXPECT("kvq_config_engine", kvq_config_engine(NULL, 64, "nvfp4"), KVQ_ERR_NULL);
+    EXPECT("kvq_config_engine", kvq_config_engine(&cfg, 64, NULL), KVQ_ERR_NULL);
+    EXPECT("kvq_config_engine", kvq_config_engine(&cfg, 64, "fp8"), KVQ_ERR_CONFIG);
+    EXPECT("kvq_config_engine", kvq_config_engine(&cfg, 64, "NVFP4"), KVQ_ERR_CONFIG);
+    EXPECT("kvq_config_engine", kvq_config_engine(&cfg, 64, ""), KVQ_ERR_CONFIG);
+    CHECK(poisoned(&cfg, sizeof cfg), "kvq_config_engine wrote on failure");
+
+    /* a side scale that is negative or NaN on a _TENSOR format: RANGE      */
+    {
+        const float scales[3] = { -1.0f, NAN, INFINITY };
+        int side, k;
+        for (side = 0; side < 2; side++)
+            for (k = 0; k < 3; k++) {
+                CHECK(kvq_config_engine(&cfg, 64, "fp8-e4m3") == KVQ_OK, "fp8-e4m3 preset");
+                if (side) cfg.value_scale = scales[k]; else cfg.key_scale = scales[k];
+                EXPECT("kvq_config_validate", kvq_config_validate(&cfg), KVQ_ERR_RANGE);
+                poison(&c, sizeof c);
+                EXPECT("kvq_cache_init", kvq_cache_init(&c, &cfg), KVQ_ERR_RANGE);
+                CHECK(poisoned(&c, sizeof c), "a refused init (scale %g) wrote to the cache",
+                      (double)scales[k]);
+            }
+    }
+#undef FQ
+#undef FQ_UNTOUCHED
+}
+
+/* ------------------------------------------------------------------------ */
 /* 7. the table, seen from the other side: every listed pair was produced   */
 /* ------------------------------------------------------------------------ */
 static void test_table_covered(void)
@@ -1071,6 +1185,7 @@ int main(void)
     test_dense_and_policies();
     test_npy();
     test_pages();
+    test_formats_status();
     test_why_kept_on_success();
     if (table_ok) test_table_covered();
     return TEST_END("test_status");
