@@ -623,7 +623,7 @@ static void test_bad_args(void)
     {
         llm_model bad = m;
         llm_opts o = llm_opts_default();
-        kvq_config k3 = kvq_config_kivi(HD, 3);
+        kvq_config k3 = kvq_config_kivi(HD, 5);   /* no 5-bit codes */
         bad.cfg.n_kv_heads = 3;
         CHECK(llm_state_init(&s, &bad, NULL) == KVQ_ERR_CONFIG && s.why[0], "kv heads 3");
         bad = m; bad.cfg.head_dim = 7;
@@ -636,7 +636,7 @@ static void test_bad_args(void)
         CHECK(llm_state_init(&s, &m, &o) == KVQ_ERR_CONFIG, "cache head_dim mismatch");
         o.cache_fn = llm_cache_same; o.cache_user = &k3;
         CHECK(llm_state_init(&s, &m, &o) == KVQ_ERR_BITS && s.why[0],
-              "3-bit cache accepted (%s)", s.why);
+              "5-bit cache accepted (%s)", s.why);
         o = llm_opts_default(); o.max_prefill = SEQ + 1;
         CHECK(llm_state_init(&s, &m, &o) == KVQ_ERR_SIZE, "max_prefill > seq_len");
         CHECK(llm_state_init(NULL, &m, NULL) == KVQ_ERR_NULL, "NULL state");
