@@ -23,6 +23,7 @@
        1. Device mirrors of kvq.h Sec. 3-5 (fp16, group parameters, codes)
        2. Quantize + pack of an fp16 [T x D] matrix (kvq.h Sec. 6)
        2.1 Rotation before quantizing (kvq.h Sec. 6.1)
+       2.2 The formats engines ship (kvq.h Sec. 4.1): quantize + pack
        3. The paged store: pages, streams, and what a stream may hold
        4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding)
        5. Compaction: gather-clone-scatter of slots (kvq.h Sec. 11)
@@ -819,6 +820,286 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
     return KVQ_OK;
 }
 
+#endif /* KVQ_CUDA_DECLARE_ONLY */
+
+#ifndef KVQ_CUDA_DECLARE_ONLY
+/* ======================================================================== */
+/* 2.2 the formats engines ship (kvq.h Sec. 4.1)                            */
+/* ======================================================================== */
+/* X (T, D) fp16 -> what a kvq cache side of format f holds for T tokens in
+   per-token groups of G channels (kvq.h kvq__format_unit):
+     words  [T][D/G][wpg]       the codes, packed as kvq.h Sec. 5 (B = 3 a
+                                bit stream), wpg = kvq_packed_words(G, B)
+     params [T][sz_per_unit]    each group's P-bit parameter packed into
+                                kvq_sz words, the first in the low bits
+                                (P = kvq_format_param_bits(f); none for
+                                the formats with one scale per side)
+   One thread per token: it walks the token's groups in order, reading each
+   group's fp16 values from global memory as often as the rule needs them
+   (twice; three times for 4over6's second candidate). A first pass checks
+   every value (NaN/Inf: KVQ_ERR_NONFINITE) and the second writes nothing
+   if it found one, as kvq_cuda_quantize. fp16 inputs keep every format's
+   scale finite (|x| <= 65504), so no range check is needed.
+
+   Each device function is the twin of the kvq.h function in its comment,
+   operation for operation: fp32 / and the double-precision sqrt, / of
+   the Lloyd-Max scales are IEEE correctly rounded (no fast-math), and the
+   double sums go through kvq_dev_dadd / kvq_dev_dmul (__dadd_rn,
+   __dmul_rn), which nvcc never contracts into an fma the host does not
+   do. The small-float rounding is kvq.h's integer rounding on every
+   architecture; sm_89's cvt.rn.satfinite.e4m3x2.f32 gives the same bits
+   for finite inputs and is left for a hardware check to adopt.        */
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ double kvq_dev_dadd(double a, double b) { return __dadd_rn(a, b); }
+static __device__ __forceinline__ double kvq_dev_dmul(double a, double b) { return __dmul_rn(a, b); }
+#else
+static __host__ __device__ __forceinline__ double kvq_dev_dadd(double a, double b) { return a + b; }
+static __host__ __device__ __forceinline__ double kvq_dev_dmul(double a, double b) { return a * b; }
+#endif
+
+/* kvq__minifloat / kvq__to_minifloat / kvq__from_minifloat.               */
+struct kvq_dev_minifloat { unsigned e, m, max_mag, nan_mag; };
+static __host__ __device__ __forceinline__ kvq_dev_minifloat kvq_dev_grid(int which)
+{
+    const kvq_dev_minifloat e4m3 = { 4, 3, 0x7E, 0x7F }, e5m2 = { 5, 2, 0x7B, 0x7F },
+                            e2m1 = { 2, 1, 0x7, 0x0 };
+    return which == 0 ? e4m3 : which == 1 ? e5m2 : e2m1;
+}
+static __host__ __device__ uint32_t kvq_dev_to_minifloat(float x, kvq_dev_minifloat f)
+{
+    uint32_t u, a, sig, q, rem, half, mag, sign;
+    memcpy(&u, &x, 4);
+    a = u & 0x7FFFFFFFu;
+    sign = (u >> 31) << (f.e + f.m);
+    const int bias = (1 << (f.e - 1)) - 1, te = (int)(a >> 23) - 127 + bias;
+    if (a > 0x7F800000u) return sign | f.nan_mag;
+    if (a >= 0x7F800000u) return sign | f.max_mag;
+    if ((a >> 23) == 0) return sign;
+    sig = (a & 0x7FFFFFu) | 0x800000u;
+    const unsigned shift = 23u - f.m + (te >= 1 ? 0u : (unsigned)(1 - te));
+    if (shift >= 25u) return sign;
+    q = sig >> shift;
+    rem = sig & ((1u << shift) - 1u);
+    half = 1u << (shift - 1u);
+    q += rem > half || (rem == half && (q & 1u));
+    mag = te >= 1 ? ((uint32_t)(te - 1) << f.m) + q : q;
+    if (mag > f.max_mag) mag = f.max_mag;
+    return sign | mag;
+}
+static __host__ __device__ float kvq_dev_from_minifloat(uint32_t c, kvq_dev_minifloat f)
+{
+    const unsigned mag = c & ((1u << (f.e + f.m)) - 1u), ex = mag >> f.m, man = mag & ((1u << f.m) - 1u);
+    const int bias = (1 << (f.e - 1)) - 1;
+    float v;                      /* the cache never stores a NaN/Inf code */
+    if (ex == 0) v = ldexpf((float)man, 1 - bias - (int)f.m);
+    else v = ldexpf((float)((1u << f.m) + man), (int)ex - bias - (int)f.m);
+    return (c >> (f.e + f.m)) & 1u ? -v : v;
+}
+
+/* kvq.h's Lloyd-Max table (kvq_lloyd_max_centroids), in constant memory. */
+#ifdef __CUDA_ARCH__
+#define KVQ_DEV_CONST __constant__
+#else
+#define KVQ_DEV_CONST
+#endif
+static KVQ_DEV_CONST float kvq_dev_lloyd_max[3][16] = {
+    { -1.51041761f, -0.452780035f, 0.452780035f, 1.51041761f },
+    { -2.1519457f, -1.34390928f, -0.756005281f, -0.245094179f,
+      0.245094179f, 0.756005281f, 1.34390928f, 2.1519457f },
+    { -2.73258957f, -2.06901723f, -1.61804639f, -1.2562312f,
+      -0.942340456f, -0.656759119f, -0.388048299f, -0.12839503f,
+      0.12839503f, 0.388048299f, 0.656759119f, 0.942340456f,
+      1.2562312f, 1.61804639f, 2.06901723f, 2.73258957f } };
+
+struct kvq_dev_fshape {
+    size_t T, D, G, wpg, spu;      /* spu: kvq_sz words of parameters a token */
+    int fmt, bits, P;
+    float side_scale;
+};
+
+/* Code i of a group (x: its fp16 values) on the format's rule, given the
+   group's decided multiplier a (FP8, NVFP4), 1/d (q8_0, q4_0) or the
+   Lloyd-Max inverse norm (double).                                      */
+static __device__ __forceinline__ uint32_t kvq_dev_format_code(const kvq_dev_fshape &q, float x,
+                                                               float a, double inv)
+{
+    switch (q.fmt) {
+    case KVQ_FORMAT_E4M3: case KVQ_FORMAT_E4M3_TENSOR:
+        return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(0));
+    case KVQ_FORMAT_E5M2: case KVQ_FORMAT_E5M2_TENSOR:
+        return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(1));
+    case KVQ_FORMAT_NVFP4: case KVQ_FORMAT_NVFP4_4OVER6:
+        return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(2));
+    case KVQ_FORMAT_LLOYD_MAX: case KVQ_FORMAT_LLOYD_MAX_NC: {
+        const float *cent = kvq_dev_lloyd_max[q.bits - 2];
+        const float u = (float)kvq_dev_dmul((double)x, inv);
+        uint32_t c = 0;
+        for (int k = 0; k + 1 < (1 << q.bits); k++) c += u > (cent[k] + cent[k + 1]) * 0.5f;
+        return c;
+    }
+    case KVQ_FORMAT_Q8_0: {                    /* a holds 1/d                */
+        const float r = roundf(__fmul_rn(x, a));          /* half away from 0 */
+        return (uint32_t)(uint8_t)(int8_t)(r >= 127.0f ? 127 : r <= -127.0f ? -127 : r == r ? (int)r : 0);
+    }
+    default: {                                 /* q4_0: a holds 1/d          */
+        const float t = __fadd_rn(__fmul_rn(x, a), 8.5f);  /* never an fma   */
+        return t >= 15.0f ? 15u : t >= 0.0f ? (uint32_t)(int)t : 0u;
+    }
+    }
+}
+
+/* sum (x_i - value(c_i) a)^2 of an NVFP4 block (kvq__block_sse).          */
+static __device__ double kvq_dev_block_sse(const kvq_dev_fshape &q, const __half *x, float a)
+{
+    double e = 0.0;
+    for (size_t i = 0; i < q.G; i++) {
+        const float xv = __half2float(x[i]);
+        const float v = kvq_dev_from_minifloat(kvq_dev_format_code(q, xv, a, 0.0), kvq_dev_grid(2));
+        const double d = (double)xv - (double)__fmul_rn(v, a);
+        e = kvq_dev_dadd(e, kvq_dev_dmul(d, d));
+    }
+    return e;
+}
+
+/* One group (kvq__format_group): its codes into w (wpg words, zeroed
+   here), its parameter returned.                                        */
+static __device__ uint32_t kvq_dev_format_group(const kvq_dev_fshape &q, const __half *x,
+                                                uint32_t *w)
+{
+    float amax = 0.0f, a = 0.0f, m = 0.0f;
+    double inv = 0.0, n2 = 0.0, c2 = 0.0;
+    uint32_t param = 0;
+    for (size_t i = 0; i < q.G; i++) {
+        const float v = __half2float(x[i]);
+        amax = fabsf(v) > amax ? fabsf(v) : amax;
+        if (fabsf(v) > fabsf(m)) m = v;                    /* q4_0's first max */
+        n2 = kvq_dev_dadd(n2, kvq_dev_dmul((double)v, (double)v));
+    }
+    switch (q.fmt) {
+    case KVQ_FORMAT_E4M3: case KVQ_FORMAT_E5M2:
+        a = amax / kvq_dev_from_minifloat(kvq_dev_grid(q.fmt == KVQ_FORMAT_E5M2).max_mag,
+                                          kvq_dev_grid(q.fmt == KVQ_FORMAT_E5M2));
+        memcpy(&param, &a, 4);
+        break;
+    case KVQ_FORMAT_E4M3_TENSOR: case KVQ_FORMAT_E5M2_TENSOR:
+        a = q.side_scale;
+        break;
+    case KVQ_FORMAT_NVFP4: case KVQ_FORMAT_NVFP4_4OVER6: {
+        uint32_t sf = kvq_dev_to_minifloat((amax / 6.0f) / q.side_scale, kvq_dev_grid(0));
+        a = kvq_dev_from_minifloat(sf, kvq_dev_grid(0)) * q.side_scale;
+        if (q.fmt == KVQ_FORMAT_NVFP4_4OVER6) {
+            const uint32_t sf4 = kvq_dev_to_minifloat((amax / 4.0f) / q.side_scale, kvq_dev_grid(0));
+            const float a4 = kvq_dev_from_minifloat(sf4, kvq_dev_grid(0)) * q.side_scale;
+            if (kvq_dev_block_sse(q, x, a4) < kvq_dev_block_sse(q, x, a)) { sf = sf4; a = a4; }
+        }
+        param = sf;
+        break;
+    }
+    case KVQ_FORMAT_LLOYD_MAX: case KVQ_FORMAT_LLOYD_MAX_NC:
+        inv = n2 == 0.0 ? 0.0 : sqrt((double)q.G) / sqrt(n2);
+        break;
+    default: {                                         /* q8_0, q4_0        */
+        const float d = q.fmt == KVQ_FORMAT_Q8_0 ? amax / 127.0f : m / -8.0f;
+        a = d != 0.0f ? 1.0f / d : 0.0f;               /* the codes' 1/d    */
+        param = kvq_dev_to_f16(d);
+        break;
+    }
+    }
+    for (size_t k = 0; k < q.wpg; k++) w[k] = 0;
+    for (size_t i = 0, bit = 0; i < q.G; i++, bit += (size_t)q.bits) {
+        uint32_t c = 0;
+        if (!(q.fmt == KVQ_FORMAT_LLOYD_MAX || q.fmt == KVQ_FORMAT_LLOYD_MAX_NC) || n2 != 0.0)
+            c = kvq_dev_format_code(q, __half2float(x[i]), a, inv);
+        if (q.fmt == KVQ_FORMAT_LLOYD_MAX_NC && n2 != 0.0) {
+            const float cf = kvq_dev_lloyd_max[q.bits - 2][c];
+            c2 = kvq_dev_dadd(c2, kvq_dev_dmul((double)cf, (double)cf));
+        }
+        w[bit / 32] |= c << (bit % 32);
+        if (bit % 32 + (size_t)q.bits > 32) w[bit / 32 + 1] |= c >> (32 - bit % 32);
+    }
+    if (q.fmt == KVQ_FORMAT_LLOYD_MAX || q.fmt == KVQ_FORMAT_LLOYD_MAX_NC) {
+        const float s = n2 == 0.0 ? 0.0f
+                      : (float)(sqrt(n2) / sqrt(q.fmt == KVQ_FORMAT_LLOYD_MAX_NC ? c2 : (double)q.G));
+        memcpy(&param, &s, 4);
+    }
+    return param;
+}
+
+/* Pass 1 (WRITE = false): every value finite, else KVQ_ERR_NONFINITE in
+   *status. Pass 2: every token's groups, unless pass 1 found a problem. */
+template <bool WRITE>
+__global__ void kvq_format_quantize_kernel(const __half *__restrict__ X, kvq_dev_fshape q,
+                                           uint32_t *__restrict__ words, kvq_sz *__restrict__ params,
+                                           int *status)
+{
+    if (WRITE && *(volatile const int *)status != 0) return;
+    const size_t gpu = q.D / q.G;
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < q.T;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const __half *x = X + t * q.D;
+        if (!WRITE) {
+            for (size_t d = 0; d < q.D; d++)
+                if (!kvq_dev_finite(__half2float(x[d]))) { kvq_dev_report(status, KVQ_ERR_NONFINITE); break; }
+            continue;
+        }
+        uint32_t *p = reinterpret_cast<uint32_t *>(params + t * q.spu);
+        for (size_t k = 0; k < q.spu; k++) p[k] = 0;
+        for (size_t g = 0; g < gpu; g++) {
+            const uint32_t param = kvq_dev_format_group(q, x + g * q.G, words + (t * gpu + g) * q.wpg);
+            if (q.P) p[g * q.P / 32] |= q.P == 32 ? param : param << (g * q.P % 32);
+        }
+    }
+}
+
+/* Quantize X (T, D) fp16 in format f (not INT: kvq_cuda_quantize), per-token
+   groups of G, into words (T * D/G * kvq_packed_words(G, bits)) and params
+   (T * ceil(D/G * P / 32) kvq_sz words; may be NULL where P = 0): codes and
+   parameters bit for bit kvq.h's, a cache side's words and sz for those
+   rows. side_scale: the side's scale (the _TENSOR and NVFP4 formats;
+   finite, > 0). d_status as kvq_cuda_quantize's (NONFINITE for a NaN or
+   Inf, and then nothing written).                                       */
+extern "C" kvq_status kvq_cuda_quantize_format(const __half *d_X, size_t T, size_t D,
+                                                kvq_format f, int bits, size_t G,
+                                                float side_scale, uint32_t *d_words,
+                                                kvq_sz *d_params, int *d_status,
+                                                cudaStream_t stream)
+{
+    kvq_dev_fshape q;
+    if (!d_X || !d_words || !d_status)
+        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_format: NULL pointer");
+    if ((int)f <= (int)KVQ_FORMAT_INT || f >= KVQ_FORMAT_COUNT)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize_format: format %d is not one of "
+                              "kvq.h Sec. 4.1's (INT: kvq_cuda_quantize)", (int)f);
+    if (!kvq_format_bits_ok(f, bits))
+        return kvq_cuda__fail(KVQ_ERR_BITS, "kvq_cuda_quantize_format: %s does not take %d bits",
+                              kvq_format_name(f), bits);
+    if (T == 0 || D == 0 || G == 0 || G > 1024 || (kvq_format_group(f) && G != kvq_format_group(f)))
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_quantize_format: T=%zu D=%zu G=%zu (%s: G %zu)",
+                              T, D, G, kvq_format_name(f), kvq_format_group(f));
+    if (D % G) return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_quantize_format: G=%zu does not "
+                                     "divide D=%zu", G, D);
+    if (T > SIZE_MAX / D / sizeof(kvq_sz))
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_quantize_format: T*D overflows size_t");
+    q.T = T; q.D = D; q.G = G; q.fmt = (int)f; q.bits = bits; q.side_scale = side_scale;
+    q.wpg = kvq_packed_words(G, bits);
+    q.P = kvq_format_param_bits(f);
+    q.spu = (D / G * (size_t)q.P + 31) / 32;
+    if (q.P && !d_params) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_format: %s needs "
+                                                "d_params", kvq_format_name(f));
+    if ((f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR || f == KVQ_FORMAT_NVFP4 ||
+         f == KVQ_FORMAT_NVFP4_4OVER6) && !(side_scale > 0.0f && side_scale <= 3.0e38f))
+        return kvq_cuda__fail(KVQ_ERR_RANGE, "kvq_cuda_quantize_format: side scale %g must be "
+                              "finite and > 0", (double)side_scale);
+    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
+    const unsigned threads = 128, blocks = kvq_cuda__grid(T, threads);
+    KVQ_CUDA_LAUNCH(kvq_format_quantize_kernel<false>, blocks, threads, 0, stream)(d_X, q, d_words,
+                                                                                d_params, d_status);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    KVQ_CUDA_LAUNCH(kvq_format_quantize_kernel<true>, blocks, threads, 0, stream)(d_X, q, d_words,
+                                                                               d_params, d_status);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return KVQ_OK;
+}
 #endif /* KVQ_CUDA_DECLARE_ONLY */
 
 /* ======================================================================== */
@@ -2306,6 +2587,10 @@ extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
        for the fp16 baseline (kvq_cuda_attend with pool = NULL)           */
     const bool never_q = K->schedule == KVQ_SCHED_NONE && V->schedule == KVQ_SCHED_NONE;
     if (never_q) goto rows_only;
+    if (K->format != KVQ_FORMAT_INT || V->format != KVQ_FORMAT_INT)
+        KVQ_CUDA__NO("formats %s/%s: the fused kernels read kvq.h Sec. 4's codes only (Sec. 4.1's "
+                     "formats quantize on the GPU, kvq_cuda_quantize_format, but attend on the CPU)",
+                     kvq_format_name(K->format), kvq_format_name(V->format));
     if (K->axis != KVQ_PER_CHANNEL || V->axis != KVQ_PER_TOKEN)
         KVQ_CUDA__NO("the fused kernel takes per-channel keys and per-token values");
     if (K->bits != V->bits || (K->bits != 2 && K->bits != 4))
@@ -4741,6 +5026,11 @@ extern "C" size_t kvq_cuda_mma_splits(size_t n_ctas, size_t slots, size_t max_sp
 extern "C" void kvq_cuda_export_free(kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e);
 extern "C" kvq_status kvq_cuda_status(const int *d_status, cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_quantize_format(const __half *d_X, size_t T, size_t D,
+                                                kvq_format f, int bits, size_t G,
+                                                float side_scale, uint32_t *d_words,
+                                                kvq_sz *d_params, int *d_status,
+                                                cudaStream_t stream);
 extern "C" kvq_status kvq_cuda_rotate(kvq_rotation kind, uint64_t seed, size_t D, int inverse,
                                        const float *d_X, float *d_Y, size_t T, int *d_status,
                                        cudaStream_t stream);

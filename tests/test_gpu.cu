@@ -219,7 +219,7 @@ static void test_quantize(void)
     dw.poison();
     /* each refusal with kvq.h's status for the fault (kvq_layout_init's) */
     struct { size_t T, D; int b; size_t G; kvq_axis ax; kvq_status want; const char *what; } bad[] = {
-        { 256, 128, 3, 32, KVQ_PER_TOKEN, KVQ_ERR_BITS, "bits=3" },
+        { 256, 128, 5, 32, KVQ_PER_TOKEN, KVQ_ERR_BITS, "bits=5" },
         { 256, 128, 2, 48, KVQ_PER_TOKEN, KVQ_ERR_GROUP, "G=48 does not divide D=128" },
         { 100, 128, 2, 32, KVQ_PER_CHANNEL, KVQ_ERR_GROUP, "G=32 does not divide T=100" },
         { 0, 128, 2, 32, KVQ_PER_TOKEN, KVQ_ERR_SIZE, "T=0" },
@@ -247,6 +247,124 @@ static void test_quantize(void)
     size_t touched = 0;
     for (uint32_t v : hw) touched += v != 0xABABABABu;
     CHECK(touched == 0, "rejected quantize calls wrote %zu words", touched);
+}
+
+/* ======================================================================== */
+/* the formats engines ship (kvq.h Sec. 4.1)                                */
+/* ======================================================================== */
+/* kvq_cuda_quantize_format against the cache kvq.h builds for the same fp16
+   rows: every kvq_config_engine preset's quantized side (rotation off: the
+   kernel takes rows as given; kvq_cuda_rotate is tested above), D = 64 and
+   128, a Gaussian, constant, extreme-value and tie-heavy input, side scales
+   given: the words and packed parameters must equal the cache's k (or v)
+   words and sz byte for byte. A NaN or Inf is refused with nothing
+   written; bad arguments are refused before any launch.                 */
+static void test_quantize_format_case(const char *name, int side, size_t T, size_t D, int kind,
+                                      const std::vector<kvq_f16> *given = nullptr,
+                                      float side_scale = 0.0371f)
+{
+    kvq_config cfg;
+    kvq_cache c;
+    if (kvq_config_engine(&cfg, D, name) != KVQ_OK) { CHECK(0, "preset %s", name); return; }
+    cfg.key_rotation = cfg.value_rotation = KVQ_ROT_NONE;
+    if (cfg.key_scale > 0.0f || cfg.key_format == KVQ_FORMAT_NVFP4 || cfg.key_format == KVQ_FORMAT_NVFP4_4OVER6)
+        cfg.key_scale = side_scale;
+    if (cfg.value_scale > 0.0f || cfg.value_format == KVQ_FORMAT_NVFP4 ||
+        cfg.value_format == KVQ_FORMAT_NVFP4_4OVER6)
+        cfg.value_scale = side_scale;
+    const kvq_format f = side ? cfg.value_format : cfg.key_format;
+    const int bits = side ? cfg.value_bits : cfg.key_bits;
+    const size_t G = side ? cfg.value_group : cfg.group;
+    const float scale = side ? cfg.value_scale : cfg.key_scale;
+    std::vector<kvq_f16> hx(T * D);
+    if (given) hx = *given;
+    else fill_input(hx, T, D, kind);
+    std::vector<float> fx(T * D);
+    for (size_t i = 0; i < T * D; i++) {       /* a cache takes |x| <= 32752 */
+        fx[i] = kvq_f16_to_f32(hx[i]);
+        if (std::isfinite(fx[i]) && fabsf(fx[i]) > KVQ_MAX_ABS_INPUT) hx[i] = kvq_f32_to_f16(fx[i] = copysignf(32752.0f, fx[i]));
+    }
+    const size_t wpg = kvq_packed_words(G, bits), n_words = T * (D / G) * wpg,
+                 spu = (D / G * (size_t)kvq_format_param_bits(f) + 31) / 32;
+    dbuf<__half> dx(T * D);
+    dbuf<uint32_t> dw(n_words);
+    dbuf<kvq_sz> dp(T * spu + 1);
+    dbuf<int> dst(1);
+    dx.up(reinterpret_cast<const __half *>(hx.data()));
+    dw.poison(); dp.poison();
+    KQ(kvq_cuda_quantize_format(dx.p, T, D, f, bits, G, scale, dw.p, dp.p, dst.p, 0));
+    const int got = (int)kvq_cuda_status(dst.p, 0);
+    std::vector<uint32_t> gw(n_words);
+    std::vector<kvq_sz> gp(T * spu + 1);
+    dw.down(gw.data()); dp.down(gp.data());
+    if (kind == IN_NAN || kind == IN_INF) {
+        size_t touched = 0;
+        for (size_t i = 0; i < n_words; i++) touched += gw[i] != 0xABABABABu;
+        CHECK(got == KVQ_ERR_NONFINITE && touched == 0, "format %s: a %s input gave status %d, "
+              "%zu words written", kvq_format_name(f), kind == IN_NAN ? "NaN" : "Inf", got, touched);
+        return;
+    }
+    CHECK(got == KVQ_OK, "format %s D=%zu kind=%d: status %d (%s)", kvq_format_name(f), D, kind, got,
+          kvq_cuda_why());
+    if (kvq_cache_init(&c, &cfg) != KVQ_OK || kvq_cache_prefill(&c, fx.data(), fx.data(), T) != KVQ_OK) {
+        CHECK(0, "format %s: the CPU cache refused the rows: %s", kvq_format_name(f), kvq_why());
+        kvq_cache_free(&c);
+        return;
+    }
+    const kvq_side *s = side ? &c.v : &c.k;
+    CHECK(s->n_units == T && s->format == f, "format %s: the cache holds %zu units, not %zu",
+          kvq_format_name(f), s->n_units, T);
+    size_t bad_w = 0, bad_p = 0;
+    for (size_t t = 0; t < T && s->n_units == T; t++) {
+        bad_w += memcmp(&gw[t * (D / G) * wpg], s->words + t * (D / G) * wpg, (D / G) * wpg * 4) != 0;
+        if (spu) bad_p += memcmp(&gp[t * spu], s->sz + t * spu, spu * sizeof(kvq_sz)) != 0;
+    }
+    CHECK(bad_w == 0 && bad_p == 0, "format %s (%s side) D=%zu T=%zu kind=%d: %zu tokens with other "
+          "codes, %zu with other parameters", kvq_format_name(f), name, D, T, kind, bad_w, bad_p);
+    kvq_cache_free(&c);
+}
+
+static void test_quantize_format(void)
+{
+    static const char *presets[] = { "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-per-token-head", "nvfp4",
+                                     "nvfp4-4over6", "turboquant-k8v4", "turboquant-4bit-nc",
+                                     "turboquant-k3v4-nc", "turboquant-3bit-nc", "q8_0", "q4_0" };
+    static const int kinds[] = { IN_GAUSS, IN_CONST, IN_EXTREME, IN_TIES };
+    for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
+        for (size_t D = 64; D <= 128; D *= 2)
+            for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+                const size_t T = quick_mode ? 5 : 37;
+                test_quantize_format_case(presets[p], 0, T, D, kinds[k]);
+                if (strncmp(presets[p], "turboquant", 10))       /* values: INT */
+                    test_quantize_format_case(presets[p], 1, T, D, kinds[k]);
+            }
+    {   /* 4over6's tie: blocks both candidates hold exactly (side scale 1:
+           a = 0.5 puts 3 on 6, a = 0.75 puts it on 4) must keep M = 6     */
+        static const float exact[4] = { 3.0f, 1.5f, -0.75f, 0.0f };
+        std::vector<kvq_f16> hx(2 * 64);
+        for (size_t i = 0; i < hx.size(); i++)
+            hx[i] = kvq_f32_to_f16(i < 64 ? 3.0f : (i % 16 == 5 ? -3.0f : exact[i % 4]));
+        test_quantize_format_case("nvfp4-4over6", 0, 2, 64, IN_GAUSS, &hx, 1.0f);
+    }
+    test_quantize_format_case("nvfp4", 0, 9, 64, IN_NAN);
+    test_quantize_format_case("turboquant-k3v4-nc", 0, 9, 128, IN_INF);
+    /* refusals before any launch, nothing written                          */
+    dbuf<__half> dx(64);
+    dbuf<uint32_t> dw(64);
+    dbuf<kvq_sz> dp(64);
+    dbuf<int> dst(1);
+    CHECK(refused_with(kvq_cuda_quantize_format(dx.p, 1, 64, KVQ_FORMAT_INT, 4, 64, 1.0f, dw.p, dp.p,
+                                                dst.p, 0), KVQ_ERR_CONFIG), "INT refused");
+    CHECK(refused_with(kvq_cuda_quantize_format(dx.p, 1, 64, KVQ_FORMAT_NVFP4, 8, 16, 1.0f, dw.p, dp.p,
+                                                dst.p, 0), KVQ_ERR_BITS), "nvfp4 at 8 bits");
+    CHECK(refused_with(kvq_cuda_quantize_format(dx.p, 1, 64, KVQ_FORMAT_Q8_0, 8, 16, 1.0f, dw.p, dp.p,
+                                                dst.p, 0), KVQ_ERR_SIZE), "q8_0 with G = 16");
+    CHECK(refused_with(kvq_cuda_quantize_format(dx.p, 1, 48, KVQ_FORMAT_E4M3, 8, 32, 1.0f, dw.p, dp.p,
+                                                dst.p, 0), KVQ_ERR_GROUP), "G does not divide D");
+    CHECK(refused_with(kvq_cuda_quantize_format(dx.p, 1, 64, KVQ_FORMAT_E4M3_TENSOR, 8, 64, -1.0f, dw.p,
+                                                dp.p, dst.p, 0), KVQ_ERR_RANGE), "negative side scale");
+    CHECK(refused_with(kvq_cuda_quantize_format(dx.p, 1, 64, KVQ_FORMAT_LLOYD_MAX, 4, 64, 0.0f, dw.p,
+                                                nullptr, dst.p, 0), KVQ_ERR_NULL), "params NULL");
 }
 
 /* The streaming kernels (B 2 or 4, G 32, 64 or 128): every group size and
@@ -1033,6 +1151,18 @@ static void test_attend_status(void)
     kvq_cache_prefill(&k8, K.data(), V.data(), 300);
     CHECK(refused_with(kvq_cuda_export(&k8, &e3), KVQ_ERR_CONFIG),
           "export of an 8-bit cache must be refused with a reason");
+    kvq_cache nv;                 /* a format of kvq.h Sec. 4.1 whose axes and
+                                     width the kernel would otherwise take  */
+    kvq_config cnv = kvq_config_kivi(D, 4);
+    cnv.key_format = cnv.value_format = KVQ_FORMAT_NVFP4;
+    cnv.group = cnv.value_group = 16;
+    cnv.residual = 32;
+    cnv.key_scale = cnv.value_scale = 0.01f;
+    CHECK(kvq_cache_init(&nv, &cnv) == KVQ_OK, "an NVFP4 KIVI cache: %s", kvq_why());
+    kvq_cache_prefill(&nv, K.data(), V.data(), 300);
+    CHECK(refused_with(kvq_cuda_export(&nv, &e3), KVQ_ERR_CONFIG),
+          "export of an NVFP4 cache must be refused with a reason");
+    kvq_cache_free(&nv);
     kvq_cache_free(&k8);
     kvq_cache_free(&hf);
     kvq_cache_free(&c);
@@ -2658,6 +2788,12 @@ int main(int argc, char **argv)
         const uint64_t saved = rng_state;
         rng_state = 0x57ea3ull;
         test_quantize_stream();
+        rng_state = saved;
+    });
+    run("quantize-format", [] {
+        const uint64_t saved = rng_state;
+        rng_state = 0xf0a7ull;
+        test_quantize_format();
         rng_state = saved;
     });
     run("rotate", [] { test_rotate_rows(); test_rotate_codes(); test_rotate_attend(); test_rotate_refusals(); });
