@@ -697,7 +697,33 @@ typedef struct run_result {
     double *tok_nll;       /* (n_scored) -log p(token t+1 | tokens <= t)     */
     int   *top;            /* (n_scored) argmax of each teacher-forced step  */
     int   *gen;            /* (n_gen) greedy continuation                    */
+    double *tok_kl;        /* (n_scored) KL(p_fp32 || p_row) of each step, in
+                              nats; NULL when run without a reference       */
 } run_result;
+
+/* The reference for the KL column (issue 47; llama.cpp's --kl-divergence):
+   the fp32 row's teacher-forced logits at every scored position, kept in
+   memory (2,047 x 49,152 floats, 402 MB for make eval), and their
+   log-sum-exps. The fp32 row runs first, alone on every core, and fills
+   it; every other row then reads it as it scores the same positions. Kept
+   rather than computed in lockstep: the rows run side by side on worker
+   threads at their own speeds, and lockstep would tie each to fp32's
+   progress (or recompute fp32 once per row).                              */
+typedef struct kl_ref {
+    float  *logits;        /* (n_scored, vocab) fp32's logits, as computed  */
+    double *lse;           /* (n_scored) log sum_i exp(logit_i), token_lse's */
+} kl_ref;
+
+/* What feed does with the KL reference for one run: ref non-NULL, each
+   step's KL against it into kl; keep non-NULL, this run is the reference
+   (its logits and log-sum-exps copied into keep, its KL 0). from: the
+   first scored position this call feeds.                                  */
+typedef struct kl_io {
+    const kl_ref *ref;
+    kl_ref       *keep;
+    double       *kl;      /* (n_scored)                                    */
+    int           from;
+} kl_io;
 
 /* Tokens per llm_forward_many call. 1 gives the token-at-a-time loop, for
    timing the batching (walkthrough 10a Sec. A4); the results are the same
@@ -714,23 +740,50 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* -log softmax(lg)[target], in double, shifted by the max.                 */
-static double token_nll(const float *lg, int V, int target)
+/* -log softmax(lg)[target], in double, shifted by the max; *lse (when
+   non-NULL) gets log sum_i exp(lg_i) = mx + log z, the same z.             */
+static double token_nll_lse(const float *lg, int V, int target, double *lse)
 {
     double mx = -INFINITY, z = 0.0;
     int i;
     for (i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
     for (i = 0; i < V; i++) z += exp((double)lg[i] - mx);
+    if (lse) *lse = mx + log(z);
     return -((double)lg[target] - mx - log(z));
+}
+
+#ifdef LLM_NO_MAIN     /* tests/test_model.c scores with it               */
+static double token_nll(const float *lg, int V, int target)
+{
+    return token_nll_lse(lg, V, target, NULL);
+}
+#endif
+
+/* KL(p || q) = sum_i p_i (log p_i - log q_i) in nats over the whole
+   vocabulary, p = softmax(a) (fp32's step), q = softmax(b) (the row's),
+   in double from the float logits: log p_i = a_i - lse_a, log q_i = b_i -
+   lse_b. Identical logits give exactly 0; rounding can leave a value a
+   few 1e-16 below 0 for near-identical ones, kept as computed.            */
+static double token_kl(const float *a, double lse_a, const float *b, double lse_b, int V)
+{
+    double kl = 0.0;
+    int i;
+    for (i = 0; i < V; i++) {
+        double lp = (double)a[i] - lse_a;
+        kl += exp(lp) * (lp - ((double)b[i] - lse_b));
+    }
+    return kl;
 }
 
 /* Feeds ids[0..n) in chunks of LLM_CHUNK (each token decoded against the cache
    as stored, llm.h Sec. 7). With nll non-NULL, the logits of token t score
    ids[t + 1], so ids must then hold n + 1 tokens: *nll gets their sum, tok
-   (n) each token's term and top (n) each step's argmax. buf: (LLM_CHUNK,
-   vocab). Returns the last token's logits, or NULL with the reason printed. */
+   (n) each token's term and top (n) each step's argmax; kl (NULL: none)
+   each step's KL against fp32 or, for fp32, keeps its logits (kl_io).
+   buf: (LLM_CHUNK, vocab). Returns the last token's logits, or NULL with
+   the reason printed.                                                     */
 static const float *feed(model_file *f, llm_state *s, const int *ids, int n, float *buf,
-                         double *nll, double *tok, int *top)
+                         double *nll, double *tok, int *top, const kl_io *kl)
 {
     const float *lg = NULL;
     int t, j, T, V = f->m.cfg.vocab_size;
@@ -741,9 +794,19 @@ static const float *feed(model_file *f, llm_state *s, const int *ids, int n, flo
             return NULL;
         }
         for (j = 0; nll && j < T; j++) {
-            tok[t + j] = token_nll(buf + (size_t)j * V, V, ids[t + j + 1]);
+            const float *row = buf + (size_t)j * V;
+            size_t at = kl ? (size_t)(kl->from + t + j) : 0;     /* scored position */
+            double lse;
+            tok[t + j] = token_nll_lse(row, V, ids[t + j + 1], &lse);
             *nll += tok[t + j];
-            top[t + j] = argmax(buf + (size_t)j * V, V);
+            top[t + j] = argmax(row, V);
+            if (kl && kl->keep) {                /* the reference: keep, KL 0 */
+                memcpy(kl->keep->logits + at * (size_t)V, row, (size_t)V * sizeof(float));
+                kl->keep->lse[at] = lse;
+                kl->kl[at] = 0.0;
+            } else if (kl && kl->ref)
+                kl->kl[at] = token_kl(kl->ref->logits + at * (size_t)V, kl->ref->lse[at], row,
+                                      lse, V);
         }
     }
     return lg;
@@ -753,9 +816,12 @@ static const float *feed(model_file *f, llm_state *s, const int *ids, int n, flo
    t+1; the second half of the predictions also scored on their own, where
    every eviction budget is in force), then, from that same state, the last
    token and a greedy continuation of n_gen tokens: every cache answers
-   after the whole text, in its steady state.                              */
-static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen,
-                      run_result *R)
+   after the whole text, in its steady state. ref non-NULL: R->tok_kl gets
+   each step's KL against it; keep non-NULL (ref NULL): this run fills it,
+   keep->logits (n - 1, vocab) and keep->lse (n - 1) allocated by the
+   caller, and R->tok_kl is 0.                                             */
+static int run_method_kl(model_file *f, method *M, const int *ids, int n, int n_gen,
+                         const kl_ref *ref, kl_ref *keep, run_result *R)
 {
     llm_state s;
     kvq_bytes b;
@@ -763,16 +829,26 @@ static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen
     float *buf = (float *)malloc((size_t)LLM_CHUNK * (size_t)V * sizeof(float));
     const float *lg;
     double t0, early = 0.0, late = 0.0;
+    kl_io io[2];
     memset(R, 0, sizeof *R);
     R->top = (int *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int));
     R->tok_nll = (double *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(double));
-    if (!buf || !R->top || !R->tok_nll || n < 3 || !state_for(&s, f, M, LLM_CHUNK)) {
-        free(buf); free(R->top); free(R->tok_nll); R->top = NULL; R->tok_nll = NULL;
+    if (ref || keep) R->tok_kl = (double *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(double));
+    if (!buf || !R->top || !R->tok_nll || ((ref || keep) && !R->tok_kl) || n < 3 ||
+        !state_for(&s, f, M, LLM_CHUNK)) {
+        free(buf); free(R->top); free(R->tok_nll); free(R->tok_kl);
+        R->top = NULL; R->tok_nll = NULL; R->tok_kl = NULL;
         return 0;
     }
+    io[0].ref = io[1].ref = keep ? NULL : ref;
+    io[0].keep = io[1].keep = keep;
+    io[0].kl = io[1].kl = R->tok_kl;
+    io[0].from = 0;
+    io[1].from = half;
     t0 = now_s();
-    if (!feed(f, &s, ids, half, buf, &early, R->tok_nll, R->top) ||
-        !feed(f, &s, ids + half, n - 1 - half, buf, &late, R->tok_nll + half, R->top + half))
+    if (!feed(f, &s, ids, half, buf, &early, R->tok_nll, R->top, R->tok_kl ? &io[0] : NULL) ||
+        !feed(f, &s, ids + half, n - 1 - half, buf, &late, R->tok_nll + half, R->top + half,
+              R->tok_kl ? &io[1] : NULL))
         goto done;
     R->tok_s = (n - 1) / (now_s() - t0 + 1e-9);
     R->n_scored = n - 1;
@@ -795,12 +871,21 @@ done:
     llm_state_free(&s);
     free(buf);
     if (!ok) {                                                  /* all or nothing */
-        free(R->top); free(R->gen); free(R->tok_nll);
+        free(R->top); free(R->gen); free(R->tok_nll); free(R->tok_kl);
         R->top = R->gen = NULL;
-        R->tok_nll = NULL;
+        R->tok_nll = R->tok_kl = NULL;
     }
     return ok;
 }
+
+#ifdef LLM_NO_MAIN
+/* ... without the KL column (tests/test_model.c's scoring runs)          */
+static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen,
+                      run_result *R)
+{
+    return run_method_kl(f, M, ids, n, n_gen, NULL, NULL, R);
+}
+#endif
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -846,6 +931,8 @@ typedef struct row {
     const double *tok_nll;  /* (n_tok) per-token NLL, the same tokens in
                                every row; NULL: no intervals for this row    */
     int    n_tok;
+    double kl_mean, kl_p99; /* KL(p_fp32 || p_row) over the n_tok steps:
+                               the mean and the 99th percentile (kl_stats) */
 } row;
 
 static const row *find_row(const row *rows, const char *name)
@@ -1381,6 +1468,32 @@ static FILE *open_csv(const char *dir, const char *name)
     return fp;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The KL columns from the per-step values kl[0..n): *mean their mean (in
+   step order, in double) and *p99 the 99th percentile by nearest rank,
+   the ceil(0.99 n)-th smallest value (n = 2,047: the 2,027th; 21 steps
+   lie above it). Returns 0 (both NaN) when n < 1 or out of memory.       */
+static int kl_stats(const double *kl, int n, double *mean, double *p99)
+{
+    double *v, sum = 0.0;
+    int i;
+    size_t rank;
+    *mean = *p99 = NAN;
+    if (!kl || n < 1 || !(v = (double *)malloc((size_t)n * sizeof(double)))) return 0;
+    for (i = 0; i < n; i++) { sum += kl[i]; v[i] = kl[i]; }
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    rank = ((size_t)n * 99 + 99) / 100;                     /* ceil(0.99 n) */
+    *mean = sum / n;
+    *p99 = v[rank - 1];
+    free(v);
+    return 1;
+}
+
 /* The table's methods are independent (each its own state and caches), so
    eval runs them side by side: W workers, each taking the next method and
    running it on one thread, while the main thread prints the rows in table
@@ -1400,18 +1513,24 @@ typedef struct eval_ctx {
     const int  *ids;
     int         n, n_gen, n_jobs, next;
     size_t      budget;
-    eval_job   *jobs;        /* (n_jobs) in table order                    */
+    eval_job   *jobs;        /* (n_jobs) in table order, fp32 first        */
+    kl_ref      kl;          /* fp32's logits, filled by jobs[0] (logits
+                                NULL: no KL column)                        */
 #if LLM_THREADS
     pthread_mutex_t mu;
     pthread_cond_t  cv;      /* a job is done                              */
 #endif
 } eval_ctx;
 
+/* jobs[0], fp32, keeps its logits in e->kl; every other job reads them.  */
 static void eval_run(eval_ctx *e, eval_job *j)
 {
+    int first = j == &e->jobs[0];
     memset(&j->R, 0, sizeof j->R);
     j->ok = method_make(&j->M, j->name, &e->f->m.cfg, e->budget) &&
-            run_method(e->f, &j->M, e->ids, e->n, e->n_gen, &j->R);
+            run_method_kl(e->f, &j->M, e->ids, e->n, e->n_gen,
+                          !first && e->kl.logits ? &e->kl : NULL,
+                          first && e->kl.logits ? &e->kl : NULL, &j->R);
 }
 
 #if LLM_THREADS
@@ -1470,8 +1589,25 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     for (i = 0; i < N_METHODS; i++)          /* fp32 (the reference) always  */
         if (i == 0 || (only ? selected(only, ALL_METHODS[i]) : i < N_METHODS - N_DIAG))
             jobs[e.n_jobs++].name = ALL_METHODS[i];
+    /* fp32 first, alone, on every thread (the same bits at any count):
+       its logits at every scored position are the KL column's reference  */
+    e.kl.logits = (float *)malloc((size_t)(n - 1) * (size_t)f->m.cfg.vocab_size * sizeof(float));
+    e.kl.lse = (double *)malloc((size_t)(n - 1) * sizeof(double));
+    if (!e.kl.logits || !e.kl.lse) {
+        fprintf(stderr, "eval: no memory for fp32's logits (%d x %d floats)\n", n - 1,
+                f->m.cfg.vocab_size);
+        free(e.kl.logits); free(e.kl.lse); free(ids);
+        return 1;
+    }
+    fprintf(stderr, "eval: fp32 first (the KL reference), on %d thread%s\n",
+            n_threads ? n_threads : llm__cores(), (n_threads ? n_threads : llm__cores()) > 1 ? "s" : "");
+    eval_run(&e, &jobs[0]);
+    jobs[0].done = 1;
+    e.next = 1;
+    if (!jobs[0].ok) { free(e.kl.logits); e.kl.logits = NULL; }   /* no KL column */
     n_workers = n_threads ? n_threads : llm__cores();
-    if (n_workers > e.n_jobs) n_workers = e.n_jobs;
+    if (n_workers > e.n_jobs - 1) n_workers = e.n_jobs - 1;
+    if (n_workers < 1) n_workers = 1;
     if (n_workers > 64) n_workers = 64;
 #if LLM_THREADS
     if (n_workers > 1) {
@@ -1495,15 +1631,15 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     /* stdout holds the measurement alone, the same bits at any -t: the
        speeds and the thread count go to stderr (walkthrough 10 compares
        the printout with a golden file).                                   */
-    fprintf(stderr, "eval: %d method%s at a time, one thread each; tok/s: teacher-forced, one "
+    fprintf(stderr, "eval: then %d method%s at a time, one thread each; tok/s: teacher-forced, one "
             "thread's, sharing the machine\n", n_workers > 1 ? n_workers : 1,
             n_workers > 1 ? "s" : "");
-    printf("%-14s %6s %8s %8s %8s %-17s %8s %8s %6s %6s %4s  %s\n", "method", "bits", "ppl",
-           "dppl", "dppl%", "  95% interval", "late", "late%", "top1", "agree", "div",
-           "paper's claim");
+    printf("%-14s %6s %8s %8s %8s %-17s %8s %8s %8s %7s %6s %6s %4s  %s\n", "method", "bits",
+           "ppl", "dppl", "dppl%", "  95% interval", "late", "late%", "KL", "KL99", "top1", "agree",
+           "div", "paper's claim");
     csv = open_csv(csv_dir, "real_model_eval.csv");
     if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,dppl_pct_lo,dppl_pct_hi,ppl_late,late_pct,"
-                          "top1_pct,agree_pct,first_diff,budget,interval_ok,claim\n");
+                          "kl_mean,kl_p99,top1_pct,agree_pct,first_diff,budget,interval_ok,claim\n");
     /* the doubles as %.17g: tests/check_eval.sh prints the table's rows
        again from this file, digit for digit                              */
     for (i = 0; i < N_METHODS; i++) rows[i].name = ALL_METHODS[i];
@@ -1523,12 +1659,12 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
             while (!j->done) pthread_cond_wait(&e.cv, &e.mu);
             pthread_mutex_unlock(&e.mu);
 #endif
-        } else
+        } else if (!j->done)
             eval_run(&e, j);
         M = j->M;
         R = j->R;
         if (!j->ok) {
-            method_free(&M); free(R.gen); free(R.top); free(R.tok_nll);
+            method_free(&M); free(R.gen); free(R.top); free(R.tok_nll); free(R.tok_kl);
             ok = 0;
             continue;
         }
@@ -1537,6 +1673,8 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         r->ppl_late = R.ppl_late;
         r->tok_nll = R.tok_nll;                    /* kept for the intervals */
         r->n_tok = R.n_scored;
+        kl_stats(R.tok_kl, R.n_scored, &r->kl_mean, &r->kl_p99);  /* NaN: no fp32 */
+        free(R.tok_kl);
         for (g = 0; g < R.n_scored && ref.top; g++) r->top1 += R.top[g] == ref.top[g];
         r->top1 = 100.0 * r->top1 / R.n_scored;
         r->budget = M.evict ? M.budget : 0;
@@ -1551,17 +1689,19 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         if (paired_ok(r, &rows[0])) iv = pct_change(r, &rows[0]);
         if (iv.ok) snprintf(ivs, sizeof ivs, "[%+.1f, %+.1f]", iv.lo, iv.hi);
         else snprintf(ivs, sizeof ivs, "(too short)");
-        printf("%-14s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %5.1f%% %5.1f%% %4d  %s\n",
+        printf("%-14s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %8.5f %7.4f %5.1f%% %5.1f%% "
+               "%4d  %s\n",
                r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0), ivs,
-               r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1, r->agree,
-               r->first_diff, r->paper);
+               r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->kl_mean, r->kl_p99,
+               r->top1, r->agree, r->first_diff, r->paper);
         fprintf(stderr, "eval: %-14s %6.1f tok/s\n", r->name, r->tok_s);
         if (csv)
-            fprintf(csv, "%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%zu,%d,"
-                         "\"%s\"\n",
+            fprintf(csv, "%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,"
+                         "%d,%zu,%d,\"%s\"\n",
                     r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
-                    iv.lo, iv.hi, r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1,
-                    r->agree, r->first_diff, r->budget, iv.ok, r->paper);
+                    iv.lo, iv.hi, r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0),
+                    r->kl_mean, r->kl_p99, r->top1, r->agree, r->first_diff, r->budget, iv.ok,
+                    r->paper);
         if (csv) fflush(csv);
         fflush(stdout);
         if (i) { free(R.gen); free(R.top); }
@@ -1579,7 +1719,10 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
            "head_dim), from kvq_cache_bytes at the end; late: perplexity of the second half of "
            "the predictions (every eviction budget in force); top1: teacher-forced steps whose argmax "
            "is fp32's; agree: greedy tokens after the whole text equal to fp32's, position by "
-           "position; div: first differing position\n");
+           "position; div: first differing position; KL: mean over the scored steps of "
+           "KL(p_fp32 || p_row) in nats over all %d tokens of the vocabulary, in double from the "
+           "float32 logits (llama.cpp's --kl-divergence); KL99: its 99th percentile by nearest "
+           "rank, the ceil(0.99 n)-th smallest of the n steps\n", f->m.cfg.vocab_size);
     print_rotated(rows);
     print_hf_own(rows, f->f32);
     claims_csv = open_csv(csv_dir, "real_model_claims.csv");
@@ -1597,6 +1740,8 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     free(ref.gen);
     free(ref.top);
     for (i = 0; i < N_METHODS; i++) free((double *)rows[i].tok_nll);
+    free(e.kl.logits);
+    free(e.kl.lse);
     free(ids);
     return eval_status(ok, fails, strict);
 }
@@ -1669,7 +1814,7 @@ static int cmd_generate(model_file *f, const char *prompt, int n_gen, const char
     if (chat) fputs("\n", stdout);
     fflush(stdout);
     t0 = now_s();
-    if (!(lg = feed(f, &s, ids, n, NULL, NULL, NULL, NULL))) goto done;      /* says why */
+    if (!(lg = feed(f, &s, ids, n, NULL, NULL, NULL, NULL, NULL))) goto done;      /* says why */
     t1 = now_s();
     for (t = 0; t < n_gen; t++) {
         size_t blen;
@@ -1976,7 +2121,7 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
     o.reserve = f->m.cfg.seq_len;
     o.max_prefill = LLM_CHUNK;
     if (llm_state_init(&s, &f->m, &o) != KVQ_OK) { fprintf(stderr, "%s\n", s.why); goto done; }
-    if (!feed(f, &s, ids, n, buf, NULL, NULL, NULL)) goto done;
+    if (!feed(f, &s, ids, n, buf, NULL, NULL, NULL, NULL)) goto done;
     if ((csv = open_csv(csv_dir, "real_model_keys.csv")))
         fprintf(csv, "layer,head,tokens,top_channel,k_ratio,v_ratio,l1_min,l1_p01,l1_median,"
                      "l1_p99,l1_max,low_tokens,corr,bin0,bin1,bin2,bin3,bin4,bin5,bin6,bin7,"
