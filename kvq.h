@@ -1,5 +1,5 @@
 /* kvq.h - KV-cache quantization for LLM inference, as an exact reference.
-   v0.8.0 - MIT license, see end of file.
+   v0.9.0 - MIT license, see end of file.
 
    One header holds the CPU definition of every mechanism, in plain C;
    kvq_simd.h (optional, beside it) gives a few of its functions vector
@@ -41,6 +41,9 @@
           for bit)
        4. Asymmetric uniform quantization of one group (KIVI Sec. 3.1; HF
           post)
+          4.1 The formats engines ship: FP8 E4M3/E5M2, NVFP4 (and
+              4over6), TurboQuant's Lloyd-Max codes, llama.cpp's q8_0 and
+              q4_0; kvq_config_engine names them as the engines do
        5. Bit packing (layout diagram)
        6. Group quantization of a [T x D] matrix, per-token or per-channel
           6.1 Rotation before quantizing: the Walsh-Hadamard transform
@@ -68,7 +71,7 @@
        T   number of tokens (positions) in a head's K or V matrix
        D   head dimension: channels per token (Llama: 128)
        G   group size: how many values share one scale and zero
-       B   bits per code, B in {1, 2, 4, 8};  N = 2^B - 1 is the largest code
+       B   bits per code, B in {1, 2, 3, 4, 8};  N = 2^B - 1 is the largest code
        R   residual length: KIVI's full-precision window (default 128)
        W   LogQuant window (Sec. 7.2);  k  OTT outlier-pool capacity (Sec. 7.1)
        s   scale, z  zero (both stored as fp16), c  code (0..N)
@@ -156,6 +159,14 @@
               kvq.h: same API, same bits), by instruction set only (the
               Zen 1 bodies are gone). FMA where C99's FP_FAST_FMAF says
               fmaf is fast. Codes and outputs unchanged (GCC)
+       0.9.0  the formats engines ship (Sec. 4.1) as cache formats on every
+              policy but HF: kvq_config's key_format / value_format and
+              key_scale / value_scale, kvq_format_quantize/_dequantize,
+              the fp8/fp4 conversions, the Lloyd-Max table,
+              kvq_config_engine (vLLM's, NVIDIA's and llama.cpp's presets);
+              B = 3 (a bit stream: Sec. 5) for Sec. 4's codes too; R = 0
+              where every quantized side slides. With INT and B != 3,
+              codes and outputs unchanged
 */
 #ifndef KVQ_H
 #define KVQ_H
@@ -178,7 +189,7 @@ extern "C" {
 #endif
 
 #define KVQ_VERSION_MAJOR 0
-#define KVQ_VERSION_MINOR 7
+#define KVQ_VERSION_MINOR 9
 #define KVQ_VERSION_PATCH 0
 
 /* ======================================================================== */
@@ -285,10 +296,80 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
                                       uint8_t *codes, kvq_sz *sz);
 
 /* ======================================================================== */
+/* 4.1 THE FORMATS ENGINES SHIP                                             */
+/* ======================================================================== */
+/* The code grids inference engines store KV caches in, defined exactly
+   (bit layouts, rounding, the choices left open: above the implementation
+   of Sec. 4.1). Every format decodes a code c of a group the same way,
+       x' = value(c) * a + b,
+   value() the format's grid and (a, b) the group's parameters; only INT
+   (Sec. 4) has b != 0. A group's parameter is a PARAM of 0, 8, 16 or 32
+   bits (kvq_format_param_bits), packed into a cache's kvq_sz words as
+   codes are packed into words (Sec. 5).                                   */
+typedef enum kvq_format {
+    KVQ_FORMAT_INT = 0,        /* Sec. 4: asymmetric uniform, (s, z) fp16   */
+    KVQ_FORMAT_E4M3,           /* FP8 E4M3 (OCP "fn"), fp32 scale per group */
+    KVQ_FORMAT_E4M3_TENSOR,    /* FP8 E4M3, one fp32 scale per cache side   */
+    KVQ_FORMAT_E5M2,           /* FP8 E5M2, fp32 scale per group            */
+    KVQ_FORMAT_E5M2_TENSOR,    /* FP8 E5M2, one fp32 scale per cache side   */
+    KVQ_FORMAT_NVFP4,          /* E2M1 codes, E4M3 scale per 16 values (the
+                                  group), fp32 scale per cache side         */
+    KVQ_FORMAT_NVFP4_4OVER6,   /* NVFP4, each block's max mapped to 6 or 4,
+                                  whichever has the smaller squared error   */
+    KVQ_FORMAT_LLOYD_MAX,      /* TurboQuant: Lloyd-Max grid for N(0, 1) at
+                                  B = 2, 3, 4, fp32 norm scale per group    */
+    KVQ_FORMAT_LLOYD_MAX_NC,   /* the same with norm correction             */
+    KVQ_FORMAT_Q8_0,           /* llama.cpp q8_0: int8, fp16 scale per 32   */
+    KVQ_FORMAT_Q4_0,           /* llama.cpp q4_0: 4-bit, fp16 scale per 32  */
+    KVQ_FORMAT_COUNT
+} kvq_format;
+
+/* fp32 -> FP8 E4M3 / E5M2 / FP4 E2M1 codes: round to nearest, ties to even,
+   a finite value beyond the largest saturating to it (PTX
+   cvt.rn.satfinite); kvq's choices for the rest: +-Inf saturates too, NaN
+   gives the format's NaN (E2M1 has none: 0); caches refuse both first.
+   Sign in the top bit (E2M1: bit 3). And back, exactly.                   */
+KVQ_API uint8_t kvq_f32_to_e4m3(float x);
+KVQ_API uint8_t kvq_f32_to_e5m2(float x);
+KVQ_API uint8_t kvq_f32_to_e2m1(float x);
+KVQ_API float   kvq_e4m3_to_f32(uint8_t c);
+KVQ_API float   kvq_e5m2_to_f32(uint8_t c);
+KVQ_API float   kvq_e2m1_to_f32(uint8_t c);
+
+/* The Lloyd-Max centroids for N(0, 1) at B = 2, 3 or 4 (2^B floats,
+   ascending), or NULL.                                                    */
+KVQ_API const float *kvq_lloyd_max_centroids(int bits);
+
+/* The format's name ("e4m3", "nvfp4", ...), 1 if it stores B-bit codes,
+   the bits of one group's parameter (0: per side only), the size of its
+   groups where the format fixes it (0: any G), and its grid's value of
+   code c (c < 2^B; NaN for a code the format never stores).            */
+KVQ_API const char *kvq_format_name(kvq_format f);
+KVQ_API int    kvq_format_bits_ok(kvq_format f, int bits);
+KVQ_API int    kvq_format_param_bits(kvq_format f);
+KVQ_API size_t kvq_format_group(kvq_format f);
+KVQ_API float  kvq_format_value(kvq_format f, int bits, unsigned c);
+
+/* One group of n values x[0], x[stride], ... of format f (not INT: use
+   kvq_quantize_group) -> codes (n bytes) and its parameter (param_bits
+   low bits of *param). tensor_scale: the side's scale (the _TENSOR and
+   NVFP4 formats; > 0 and finite), ignored by the others. Fails on NaN/Inf
+   (KVQ_ERR_NONFINITE), a bad format/bits/n (KVQ_ERR_CONFIG / _BITS /
+   _SIZE), a bad tensor_scale (KVQ_ERR_RANGE).                            */
+KVQ_API kvq_status kvq_format_quantize(kvq_format f, int bits, const float *x, size_t n,
+                                       size_t stride, float tensor_scale,
+                                       uint8_t *codes, uint32_t *param);
+/* codes (n), param -> x' (n), as every reader decodes them.              */
+KVQ_API kvq_status kvq_format_dequantize(kvq_format f, int bits, const uint8_t *codes,
+                                         size_t n, uint32_t param, float tensor_scale,
+                                         float *out);
+
+/* ======================================================================== */
 /* 5. BIT PACKING                                                           */
 /* ======================================================================== */
-/* 32/B codes per 32-bit word, least significant bits first (diagram above
-   the implementation of Sec. 5).                                          */
+/* 32/B codes per 32-bit word, least significant bits first; B = 3 as one
+   bit stream, 32 codes in 3 words (diagrams above the implementation of
+   Sec. 5).                                                                */
 KVQ_API int        kvq_bits_supported(int bits);
 KVQ_API size_t     kvq_packed_words(size_t n, int bits);   /* 0 on bad bits */
 KVQ_API kvq_status kvq_pack(const uint8_t *codes, size_t n, int bits,
@@ -421,6 +502,14 @@ typedef struct kvq_config {
     kvq_rotation  value_rotation;
     uint64_t      rotation_seed;   /* the sign vector's seed (_SIGNS only);
                                       both sides share one sign vector      */
+    /* The code format of each side (Sec. 4.1); INT (0) is Sec. 4's        */
+    kvq_format    key_format;
+    kvq_format    value_format;
+    float         key_scale;       /* a side's fp32 scale (the _TENSOR and
+                                      NVFP4 formats): x = value * scale; 0 =
+                                      set at the side's first quantization
+                                      from those rows' absmax / grid max    */
+    float         value_scale;
 } kvq_config;
 
 /* Paper defaults: KIVI B=bits, G=32, R=128, keys per-channel, values
@@ -459,6 +548,18 @@ KVQ_API kvq_config kvq_config_logquant(size_t head_dim, int bits, size_t W);
    KIVI cache with residual R (LogQuant Sec. 3.1).                           */
 KVQ_API size_t kvq_logquant_window_for(size_t R);
 
+/* The formats engines ship, under their names (Sec. 4.1): "fp8-e4m3",
+   "fp8-e5m2" (one scale per side, vLLM's default 1.0), "fp8-e4m3-per-
+   token-head", "int8-per-token-head", "int4-per-token-head" (vLLM's, with
+   Hadamard rotation), "nvfp4", "nvfp4-4over6" (side scale 0: from the
+   first rows), "turboquant-k8v4", "turboquant-4bit-nc",
+   "turboquant-k3v4-nc", "turboquant-3bit-nc" (vLLM's presets), "q8_0",
+   "q4_0" (llama.cpp's, with its Hadamard rotation). No full-precision
+   window: each token is quantized at its append, as the engines do.
+   KVQ_ERR_CONFIG for an unknown name; a head_dim the format cannot serve
+   fails kvq_config_validate. *cfg untouched on failure.                  */
+KVQ_API kvq_status kvq_config_engine(kvq_config *cfg, size_t head_dim, const char *name);
+
 /* Checks a config (kvq_why() says what is wrong).                          */
 KVQ_API kvq_status kvq_config_validate(const kvq_config *cfg);
 
@@ -489,12 +590,17 @@ typedef struct kvq_rows {      /* a full-precision region                    */
 typedef struct kvq_side {
     kvq_axis      axis;
     int           bits;
+    kvq_format    format;           /* Sec. 4.1; INT: Sec. 4's (s, z)       */
+    float         scale;            /* the side's scale (_TENSOR, NVFP4)    */
+    size_t        sz_per_unit;      /* kvq_sz words of parameters per unit  */
+    float         value[256];       /* value(c) of the format's grid        */
     kvq_schedule  schedule;
     size_t        group;            /* this side's G                         */
     size_t        chunk;            /* tokens quantized per SLIDE step       */
     kvq_geometry  geom;             /* tokens, groups per unit; words/group  */
     uint32_t     *words;   /* (cap_units, groups_per_unit, words_per_group)  */
-    kvq_sz       *sz;      /* (cap_units, groups_per_unit)                   */
+    kvq_sz       *sz;      /* (cap_units, sz_per_unit): INT one (s, z) per
+                              group; other formats params packed (Sec. 4.1) */
     int32_t      *qpos;    /* (cap_units * tokens_per_unit); -1 placeholder  */
     size_t        n_units, cap_units;
     kvq_rows      rows[KVQ_ROW_REGIONS];
@@ -769,7 +875,8 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_evict_snapkv kvq_cache_present kvq_cache_evict
                        kvq_cache_compact kvq_pages_init kvq_pseq_append
                        kvq_pseq_fork kvq_pseq_evict kvq_pseq_repack
-                       kvq_pseq_holefill kvq_rotate
+                       kvq_pseq_holefill kvq_rotate kvq_format_quantize
+                       kvq_format_dequantize kvq_config_engine
        a required pointer is NULL (streaming's present mask and every
        stats/evicted output may be NULL)
    KVQ_ERR_SIZE        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
@@ -782,32 +889,39 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
                        kvq_cache_present kvq_cache_evict kvq_cache_compact
                        kvq_pages_init kvq_pseq_append kvq_pseq_evict
                        kvq_pseq_repack kvq_pseq_holefill kvq_rotate
+                       kvq_format_quantize kvq_format_dequantize
        a count is zero or out of its range (D, G, R, W in 1..65536; side
        not 0/1; even SnapKV kernel), a mask's length differs from the
        cache's, a scratch buffer is too small, a rotation's D is not a
        power of two
    KVQ_ERR_BITS        kvq_quantize_group kvq_pack kvq_unpack kvq_layout_init
                        kvq_quantize_matrix kvq_dequantize_matrix
-                       kvq_config_validate kvq_cache_init
-       bits not in {1, 2, 4, 8}
+                       kvq_config_validate kvq_cache_init kvq_format_quantize
+                       kvq_format_dequantize
+       bits not in {1, 2, 3, 4, 8} (or not the format's, Sec. 4.1)
    KVQ_ERR_GROUP       kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate kvq_cache_init
        G does not divide D (per-token) or T (per-channel); a per-channel
-       FLUSH side needs G | R; OTT's per-channel value group must divide G
+       FLUSH side needs G | R; OTT's per-channel value group must divide G;
+       a format's fixed group (NVFP4 16, q8_0/q4_0 32; others <= 1024)
    KVQ_ERR_NONFINITE   kvq_quantize_group kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_cache_prefill kvq_cache_append
                        kvq_attend kvq_attend_dense kvq_h2o_accumulate
                        kvq_evict_h2o kvq_snapkv_scores kvq_evict_snapkv
-                       kvq_rotate
+                       kvq_rotate kvq_format_quantize
        NaN or Inf in K, V, Q or a score; a stored fp16 scale or zero that
        is Inf/NaN (dequantize); a probability that is not finite and >= 0
    KVQ_ERR_RANGE       kvq_quantize_group kvq_pack kvq_quantize_matrix
                        kvq_cache_prefill kvq_cache_append kvq_attend
-                       kvq_rotate
+                       kvq_rotate kvq_config_validate kvq_cache_init
+                       kvq_format_quantize kvq_format_dequantize
        |x| > KVQ_MAX_ABS_INPUT in K, V (cache; also after rotating) or Q; a scale or zero that
        overflows fp16 (quantizers); a code wider than B bits (pack); a
-       finite row that overflows fp32 once rotated (kvq_rotate)
-   KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_layout_init kvq_quantize_matrix
+       finite row that overflows fp32 once rotated (kvq_rotate); a side
+       scale that is negative or not finite (config), or a format group's
+       scale that is not finite; a code the format never stores
+   KVQ_ERR_OVERFLOW    kvq_quantize_group kvq_format_quantize
+                       kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate(32-bit)
                        kvq_cache_init(32-bit) kvq_cache_prefill
                        kvq_attend kvq_attend_dense
@@ -826,9 +940,12 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
    KVQ_ERR_CONFIG      kvq_quantize_group kvq_layout_init kvq_quantize_matrix
                        kvq_dequantize_matrix kvq_config_validate kvq_cache_init
                        kvq_attend kvq_snapkv_scores kvq_cache_evict kvq_rotate
+                       kvq_format_quantize kvq_format_dequantize
+                       kvq_config_engine
        an unknown enum value (policy, schedule, axis, zero mode, attention
-       mode, pooling, rotation), an inconsistent configuration, probs with ONLINE
-       attention, eviction on an OTT or LogQuant cache
+       mode, pooling, rotation, format), an inconsistent configuration,
+       probs with ONLINE attention, eviction on an OTT or LogQuant cache,
+       a format other than INT on an HF cache, an unknown engine name
    KVQ_ERR_STATE       kvq_cache_reserve kvq_cache_prefill kvq_cache_append
                        kvq_cache_read kvq_attend kvq_cache_check
                        kvq_cache_evict kvq_cache_compact kvq_pseq_append
@@ -844,7 +961,11 @@ KVQ_API size_t     kvq_pseq_private_start(const kvq_pages *P, const kvq_pseq *S)
 
    Never fail (total, or NULL-safe): kvq_status_str kvq_why kvq_f32_to_f16
    kvq_f16_to_f32 kvq_sz_affine kvq_bits_supported kvq_packed_words (0 on
-   bad bits) kvq_config_* kvq_hf_defaults kvq_logquant_window_for
+   bad bits) kvq_config_kivi/_hf/_full/_ott/_logquant kvq_hf_defaults
+   kvq_logquant_window_for kvq_f32_to_e4m3/_e5m2/_e2m1 and back
+   kvq_lloyd_max_centroids (NULL on bad bits) kvq_format_name
+   kvq_format_bits_ok kvq_format_param_bits kvq_format_group
+   kvq_format_value (NaN on a bad format, bits or code)
    kvq_cache_free kvq_attend_scratch_floats (0 on NULL)
    kvq_pages_free kvq_pseq_init kvq_pseq_free kvq_pseq_slot (NULL when out
    of range or the pool is dead) kvq_pseq_private_start (0 on a dead pool).
@@ -923,11 +1044,15 @@ extern "C" {
    hands the call to kvq__simd_NAME and returns its result. Without
    kvq_simd.h the line does nothing and the plain body after it runs: the
    plain body is the definition, and kvq_simd.h's must give the same bits
-   (tests/simd_check.c compares the two builds on every cache kind).     */
+   (tests/simd_check.c compares the two builds on every cache kind). The
+   walk's hook, KVQ__FAST_VOID_IF, hands over only the caches kvq_simd.h
+   says it serves; a quantizer's hook is skipped at B = 3 (and for Sec.
+   4.1's formats, which never reach it): the plain bodies run there.    */
 #ifdef KVQ__SIMD
 #define KVQ__SIMD_HOOKED 1
 #define KVQ__FAST(call)      return kvq__simd_##call
 #define KVQ__FAST_VOID(call) do { kvq__simd_##call; return; } while (0)
+#define KVQ__FAST_VOID_IF(serves, call) do { if (kvq__simd_##serves) { kvq__simd_##call; return; } } while (0)
 static float kvq__simd_f16_stored(kvq_f16 h);
 static kvq_f16 kvq__simd_f16_store(float f);
 static void kvq__simd_f16_row(const kvq_f16 *h, size_t D, float *out);
@@ -946,10 +1071,12 @@ static float kvq__simd_token_key_dot(const float *q, const float *codes, const k
 static size_t kvq__simd_map_lanes(const uint32_t *map, size_t n, const uint32_t *off,
                                   const uint32_t *len, uint32_t *bad);
 struct kvq__walk;
+static int kvq__simd_walk_serves(const kvq_cache *c);  /* the caches it walks */
 static void kvq__simd_walk_cache(const kvq_cache *c, struct kvq__walk *H);
 #else
 #define KVQ__FAST(call)      (void)0
 #define KVQ__FAST_VOID(call) (void)0
+#define KVQ__FAST_VOID_IF(serves, call) (void)0
 #endif
 
 /* ======================================================================== */
@@ -1254,7 +1381,7 @@ static float kvq__round_f16(float x) { return kvq__f16_stored(kvq__f16_store(x))
    itself; the float zero (the default) has no such case.                 */
 KVQ_API int kvq_bits_supported(int bits)
 {
-    return bits == 1 || bits == 2 || bits == 4 || bits == 8;
+    return bits == 1 || bits == 2 || bits == 3 || bits == 4 || bits == 8;
 }
 
 KVQ_API void kvq_sz_affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
@@ -1371,6 +1498,390 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
 }
 
 /* ------------------------------------------------------------------------ */
+/* 4.1 the formats engines ship                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Every format stores a code c per value and a parameter per group (or one
+   scale per cache side), and decodes  x' = value(c) * a + b  with (a, b)
+   from the parameter (kvq__format_ab): b = 0 for all but INT. The grids
+   and parameters, as the engines define them:
+
+   FP8 E4M3 (OCP 8-bit floating point, "fn": finite and NaN only) and E5M2
+   (IEEE-like), the grids of vLLM's, TensorRT-LLM's and SGLang's fp8 caches:
+
+       E4M3   bit 7: sign | 6..3: exponent e (bias 7) | 2..0: mantissa m
+              e = 0: m 2^-9 (subnormals, smallest 2^-9); e >= 1: (1 + m/8)
+              2^(e-7); S.1111.111 is NaN (no infinities); largest 448.
+       E5M2   bit 7: sign | 6..2: exponent (bias 15) | 1..0: mantissa
+              e = 0: m 2^-16; e = 31: Inf (m = 0), NaN; largest 57344.
+
+   From fp32 (kvq__to_minifloat): round to nearest, ties to the even code,
+   and a finite value beyond the largest saturates to it (PTX
+   cvt.rn.satfinite.e4m3x2.f32, sm_89+). The cache never stores NaN/Inf:
+   its inputs are refused before (Sec. 2).
+     _TENSOR: c = fp8(x / s_side), one fp32 scale per cache side (vLLM's
+              per-tensor k_scale / v_scale: 1.0 by default, or set from
+              warm-up absmax: kvq's key_scale = 0 sets absmax / 448 from the
+              side's first quantized rows). a = s_side.
+     per group (vLLM's fp8_per_token_head with G = D): s = absmax / max
+              (fp32 division), c = fp8(x / s), the parameter s (32 bits).
+              A group of zeros has s = 0 and codes 0.
+   Division, not a reciprocal, for the same reason as Sec. 4.
+
+   NVFP4 (NVIDIA's 4-bit floating point): E2M1 codes
+       bit 3: sign | 2..1: exponent (bias 1) | 0: mantissa
+       values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+   with an E4M3 scale per block of 16 values (kvq's group, G = 16) and an
+   fp32 scale per side s_side (NVIDIA's "global scale" is its inverse,
+   448 * 6 / amax):
+       sf = e4m3((amax_block / M) / s_side)     M = 6      (8-bit param)
+       a  = e4m3value(sf) * s_side              (fp32, once per block)
+       c  = e2m1(x / a),  0 if a = 0
+   NVIDIA's kernels multiply by approximate reciprocals (rcp.approx.ftz)
+   where kvq divides: a code can differ at a near-tie. kvq keeps correct
+   rounding so that every reader agrees (Sec. 4's rule). And kvq folds the
+   two scales into one multiplier a per block, as every other format.
+   4over6: each block also tries M = 4 (its max on the grid point 4, where
+   the E2M1 steps are finer below it) and keeps the candidate with the
+   smaller sum of (x - x')^2, summed in double in index order; a tie keeps 6.
+
+   TurboQuant (arXiv 2504.19874), the MSE variant as vLLM ships it: keys
+   rotated by the Walsh-Hadamard transform with random signs (Sec. 6.1,
+   set by the presets), so that each coordinate of a rotated unit vector
+   follows one known law (a Beta law that tends to N(0, 1/d)); each
+   coordinate is then coded on the Lloyd-Max grid of that law: the
+   quantizer that minimizes the mean squared error (Lloyd's conditions:
+   every threshold is the midpoint of its two centroids, every centroid
+   the mean of its cell). kvq uses the N(0, 1) grid (the limit; for
+   d = 64 or 128 the Beta law's grid differs in the third digit), scaled
+   per group. For a group of n values (G = D: one vector):
+       n2 = sum x_i^2                   in double, index order
+       u_i = f32(x_i * (sqrt(n) / sqrt(n2)))   (in double, rounded once)
+       c_i = #{k : u_i > t_k},  t_k = (c_k + c_k+1) / 2 in fp32
+       a = f32(sqrt(n2) / sqrt(n))                      (plain)
+       a = f32(sqrt(n2) / sqrt(sum_i centroid(c_i)^2))  (norm correction:
+           the decoded vector has the input's norm exactly, up to fp32)
+   and a zero group has a = 0, codes 0. The centroids, to 9 digits, and
+   the mean squared error per coordinate of N(0, 1) (examples/lloyd_max.c
+   derives them in double precision; tests/test_formats.c checks them):
+       B = 2   +-0.452780035, +-1.51041761                       0.117482
+       B = 3   +-0.245094179, 0.756005281, 1.34390928, 2.1519457  0.0345478
+       B = 4   +-0.12839503 ... 2.73258957                        0.00950101
+   The paper's QJL residual ("prod" variant) is left out, as vLLM does.
+
+   llama.cpp's q8_0 and q4_0 (ggml's reference quantizers), blocks of 32
+   (kvq's group, G = 32) with an fp16 scale d (16-bit param):
+       q8_0: d = absmax / 127, c = roundf(x * (1/d)) as int8 (half away
+             from zero), value(c) = c as a signed byte, a = f16(d)
+       q4_0: m = the value of largest |x| (the first one), d = m / -8,
+             c = min(15, trunc(x * (1/d) + 8.5)), value(c) = c - 8
+       (1/d is 0 when d is 0). The codes use the fp32 d, the decoder the
+   stored f16(d), exactly as ggml.
+
+   Parameters pack into a cache's kvq_sz words like codes into words (Sec.
+   5): 32 / P parameters of P bits per word, the first in the low bits; a
+   unit's last word is padded. So a q8_0 side holds 8.5 bits per value and
+   an NVFP4 side 4.5, exactly the formats' own sizes.                    */
+
+/* The longest group a format other than INT takes (one buffer of codes). */
+#define KVQ__FORMAT_MAX_GROUP 1024
+
+/* A small float: sign, E exponent bits (bias 2^(E-1) - 1), M mantissa bits,
+   and the largest finite magnitude code.                                  */
+typedef struct kvq__minifloat { unsigned e, m, max_mag, nan_mag; } kvq__minifloat;
+static const kvq__minifloat kvq__E4M3 = { 4, 3, 0x7E, 0x7F };
+static const kvq__minifloat kvq__E5M2 = { 5, 2, 0x7B, 0x7F };
+static const kvq__minifloat kvq__E2M1 = { 2, 1, 0x7, 0x0 };
+
+static uint8_t kvq__to_minifloat(float x, kvq__minifloat f)
+{
+    uint32_t u = kvq__f32_bits(x), a = u & 0x7FFFFFFFu, sig, q, rem, half, mag;
+    uint8_t sign = (uint8_t)((u >> 31) << (f.e + f.m));
+    int bias = (1 << (f.e - 1)) - 1, te = (int)(a >> 23) - 127 + bias;
+    unsigned shift;
+    if (a > 0x7F800000u) return (uint8_t)(sign | f.nan_mag);       /* NaN    */
+    if (a >= 0x7F800000u) return (uint8_t)(sign | f.max_mag);      /* Inf    */
+    if ((a >> 23) == 0) return sign;            /* fp32 zero or subnormal: far
+                                                   below half the smallest step */
+    sig = (a & 0x7FFFFFu) | 0x800000u;          /* x = sig 2^(e32 - 150)    */
+    shift = 23u - f.m + (te >= 1 ? 0u : (unsigned)(1 - te));
+    if (shift >= 25u) return sign;              /* below half a step: 0     */
+    q = sig >> shift;
+    rem = sig & ((1u << shift) - 1u);
+    half = 1u << (shift - 1u);
+    q += rem > half || (rem == half && (q & 1u));   /* ties to even         */
+    mag = te >= 1 ? ((uint32_t)(te - 1) << f.m) + q : q;   /* a carry moves
+                                                   the exponent up by itself */
+    if (mag > f.max_mag) mag = f.max_mag;       /* saturate to the largest   */
+    return (uint8_t)(sign | mag);
+}
+
+static float kvq__from_minifloat(uint8_t c, kvq__minifloat f)
+{
+    unsigned mag = c & ((1u << (f.e + f.m)) - 1u), ex = mag >> f.m, man = mag & ((1u << f.m) - 1u);
+    int bias = (1 << (f.e - 1)) - 1;
+    float v;
+    if (f.nan_mag && mag > f.max_mag)           /* E4M3 NaN; E5M2 Inf, NaN   */
+        v = (f.e == 5 && mag == 0x7C) ? INFINITY : NAN;
+    else if (ex == 0)
+        v = ldexpf((float)man, 1 - bias - (int)f.m);
+    else
+        v = ldexpf((float)((1u << f.m) + man), (int)ex - bias - (int)f.m);
+    return (c >> (f.e + f.m)) & 1u ? -v : v;
+}
+
+KVQ_API uint8_t kvq_f32_to_e4m3(float x) { return kvq__to_minifloat(x, kvq__E4M3); }
+KVQ_API uint8_t kvq_f32_to_e5m2(float x) { return kvq__to_minifloat(x, kvq__E5M2); }
+KVQ_API uint8_t kvq_f32_to_e2m1(float x) { return kvq__to_minifloat(x, kvq__E2M1); }
+KVQ_API float kvq_e4m3_to_f32(uint8_t c) { return kvq__from_minifloat(c, kvq__E4M3); }
+KVQ_API float kvq_e5m2_to_f32(uint8_t c) { return kvq__from_minifloat(c, kvq__E5M2); }
+KVQ_API float kvq_e2m1_to_f32(uint8_t c) { return kvq__from_minifloat(c & 0xFu, kvq__E2M1); }
+
+static const float kvq__lloyd_max2[4] = { -1.51041761f, -0.452780035f, 0.452780035f, 1.51041761f };
+static const float kvq__lloyd_max3[8] = {
+    -2.1519457f, -1.34390928f, -0.756005281f, -0.245094179f,
+    0.245094179f, 0.756005281f, 1.34390928f, 2.1519457f };
+static const float kvq__lloyd_max4[16] = {
+    -2.73258957f, -2.06901723f, -1.61804639f, -1.2562312f,
+    -0.942340456f, -0.656759119f, -0.388048299f, -0.12839503f,
+    0.12839503f, 0.388048299f, 0.656759119f, 0.942340456f,
+    1.2562312f, 1.61804639f, 2.06901723f, 2.73258957f };
+
+KVQ_API const float *kvq_lloyd_max_centroids(int bits)
+{
+    return bits == 2 ? kvq__lloyd_max2 : bits == 3 ? kvq__lloyd_max3 :
+           bits == 4 ? kvq__lloyd_max4 : NULL;
+}
+
+static int kvq__format_tensor(kvq_format f)     /* scale per side          */
+{
+    return f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR ||
+           f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6;
+}
+
+static int kvq__format_lloyd(kvq_format f)
+{
+    return f == KVQ_FORMAT_LLOYD_MAX || f == KVQ_FORMAT_LLOYD_MAX_NC;
+}
+
+static int kvq__format_nvfp4(kvq_format f)
+{
+    return f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6;
+}
+
+/* The FP8 grid of a format (E4M3 or E5M2 kinds), for the others NULL.     */
+static const kvq__minifloat *kvq__format_fp8(kvq_format f)
+{
+    return f == KVQ_FORMAT_E4M3 || f == KVQ_FORMAT_E4M3_TENSOR ? &kvq__E4M3 :
+           f == KVQ_FORMAT_E5M2 || f == KVQ_FORMAT_E5M2_TENSOR ? &kvq__E5M2 : NULL;
+}
+
+KVQ_API const char *kvq_format_name(kvq_format f)
+{
+    static const char *const names[KVQ_FORMAT_COUNT] = {
+        "int", "e4m3", "e4m3-tensor", "e5m2", "e5m2-tensor", "nvfp4", "nvfp4-4over6",
+        "lloyd-max", "lloyd-max-nc", "q8_0", "q4_0" };
+    return (int)f >= 0 && f < KVQ_FORMAT_COUNT ? names[f] : "unknown";
+}
+
+KVQ_API int kvq_format_bits_ok(kvq_format f, int bits)
+{
+    if ((int)f < 0 || f >= KVQ_FORMAT_COUNT) return 0;
+    if (f == KVQ_FORMAT_INT) return kvq_bits_supported(bits);
+    if (kvq__format_lloyd(f)) return bits == 2 || bits == 3 || bits == 4;
+    if (kvq__format_nvfp4(f) || f == KVQ_FORMAT_Q4_0) return bits == 4;
+    return bits == 8;                           /* FP8, q8_0                */
+}
+
+KVQ_API int kvq_format_param_bits(kvq_format f)
+{
+    if ((int)f < 0 || f >= KVQ_FORMAT_COUNT) return 0;
+    if (f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR) return 0;
+    if (kvq__format_nvfp4(f)) return 8;
+    if (f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0) return 16;
+    return 32;
+}
+
+KVQ_API size_t kvq_format_group(kvq_format f)
+{
+    return kvq__format_nvfp4(f) ? 16 : (f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0) ? 32 : 0;
+}
+
+KVQ_API float kvq_format_value(kvq_format f, int bits, unsigned c)
+{
+    const kvq__minifloat *fp8 = kvq__format_fp8(f);
+    if (!kvq_format_bits_ok(f, bits) || c >> bits) return NAN;
+    if (fp8) return kvq__from_minifloat((uint8_t)c, *fp8);
+    if (kvq__format_nvfp4(f)) return kvq__from_minifloat((uint8_t)c, kvq__E2M1);
+    if (kvq__format_lloyd(f)) return kvq_lloyd_max_centroids(bits)[c];
+    if (f == KVQ_FORMAT_Q8_0) return (float)(int8_t)(uint8_t)c;
+    if (f == KVQ_FORMAT_Q4_0) return (float)((int)c - 8);
+    return (float)c;                            /* INT: the code itself      */
+}
+
+/* (a, b) of x' = value(c) a + b for a group with parameter p, on a side
+   with scale side_scale (INT: use kvq__affine, Sec. 8).                   */
+static void kvq__format_ab(kvq_format f, uint32_t p, float side_scale, float *a, float *b)
+{
+    *b = 0.0f;
+    if (kvq__format_nvfp4(f)) *a = kvq__from_minifloat((uint8_t)p, kvq__E4M3) * side_scale;
+    else if (kvq__format_tensor(f)) *a = side_scale;
+    else if (f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0) *a = kvq__f16_stored((kvq_f16)p);
+    else *a = kvq__bits_f32(p);                 /* an fp32 scale            */
+}
+
+/* A side's scale set from the absmax of its first quantized rows (key_scale
+   = 0): the largest |x| lands on the grid's largest value (FP8: 448 or
+   57344; NVFP4: 6 times E4M3's 448, NVIDIA's global-scale rule). A side
+   of zeros so far gets 1.                                                 */
+static float kvq__side_scale_from(kvq_format f, float amax)
+{
+    const kvq__minifloat *fp8 = kvq__format_fp8(f);
+    float top = fp8 ? kvq__from_minifloat((uint8_t)fp8->max_mag, *fp8) : 448.0f * 6.0f;
+    return amax > 0.0f ? amax / top : 1.0f;
+}
+
+/* The code of x / a on an E2M1 or FP8 grid (0 when a is 0).              */
+static uint8_t kvq__scaled_code(float x, float a, kvq__minifloat g)
+{
+    return a == 0.0f ? 0 : kvq__to_minifloat(x / a, g);
+}
+
+/* sum (x_i - value(c_i) a)^2 of one NVFP4 block, in double, index order.  */
+static double kvq__block_sse(const float *x, size_t n, size_t stride, const uint8_t *codes, float a)
+{
+    double e = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = (double)x[i * stride] - (double)(kvq__from_minifloat(codes[i], kvq__E2M1) * a);
+        e += d * d;
+    }
+    return e;
+}
+
+/* The body of kvq_format_quantize (arguments checked, x finite).          */
+static void kvq__format_group(kvq_format f, int bits, const float *x, size_t n, size_t stride,
+                              float side_scale, uint8_t *codes, uint32_t *param)
+{
+    const kvq__minifloat *fp8 = kvq__format_fp8(f);
+    float amax = 0.0f, a;
+    size_t i;
+    for (i = 0; i < n; i++) amax = fabsf(x[i * stride]) > amax ? fabsf(x[i * stride]) : amax;
+    *param = 0;
+    if (fp8) {
+        float grid_max = kvq__from_minifloat((uint8_t)fp8->max_mag, *fp8);
+        a = kvq__format_tensor(f) ? side_scale : amax / grid_max;
+        for (i = 0; i < n; i++) codes[i] = kvq__scaled_code(x[i * stride], a, *fp8);
+        if (!kvq__format_tensor(f)) *param = kvq__f32_bits(a);
+    } else if (kvq__format_nvfp4(f)) {
+        uint8_t alt[KVQ__FORMAT_MAX_GROUP];
+        int m;
+        for (m = 0; m < (f == KVQ_FORMAT_NVFP4_4OVER6 ? 2 : 1); m++) {
+            uint8_t sf = kvq__to_minifloat((amax / (m ? 4.0f : 6.0f)) / side_scale, kvq__E4M3);
+            uint8_t *out = m ? alt : codes;
+            float am = kvq__from_minifloat(sf, kvq__E4M3) * side_scale;
+            for (i = 0; i < n; i++) out[i] = kvq__scaled_code(x[i * stride], am, kvq__E2M1);
+            if (m == 0) { *param = sf; a = am; continue; }
+            if (kvq__block_sse(x, n, stride, alt, am) < kvq__block_sse(x, n, stride, codes, a)) {
+                memcpy(codes, alt, n);
+                *param = sf;
+            }
+        }
+    } else if (kvq__format_lloyd(f)) {
+        const float *cent = kvq_lloyd_max_centroids(bits);
+        const size_t levels = (size_t)1 << bits;
+        double n2 = 0.0, c2 = 0.0, inv;
+        size_t k;
+        for (i = 0; i < n; i++) n2 += (double)x[i * stride] * (double)x[i * stride];
+        if (n2 == 0.0) { memset(codes, 0, n); return; }        /* a = 0     */
+        inv = sqrt((double)n) / sqrt(n2);
+        for (i = 0; i < n; i++) {
+            float u = (float)((double)x[i * stride] * inv);
+            uint8_t c = 0;
+            for (k = 0; k + 1 < levels; k++) c += u > (cent[k] + cent[k + 1]) * 0.5f;
+            codes[i] = c;
+            c2 += (double)cent[c] * (double)cent[c];
+        }
+        a = (float)(sqrt(n2) / sqrt(f == KVQ_FORMAT_LLOYD_MAX_NC ? c2 : (double)n));
+        *param = kvq__f32_bits(a);
+    } else {                                    /* q8_0, q4_0 (ggml's ref)  */
+        float m = 0.0f, d, id;
+        for (i = 0; i < n; i++)                 /* the first largest |x|    */
+            if (fabsf(x[i * stride]) > fabsf(m)) m = x[i * stride];
+        d = f == KVQ_FORMAT_Q8_0 ? amax / 127.0f : m / -8.0f;
+        id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (i = 0; i < n; i++) {               /* where 1/d overflows (d <
+                                                   2^-128), x id is +-Inf or
+                                                   NaN and ggml's cast is
+                                                   undefined: kvq clamps   */
+            float v = x[i * stride] * id, r = roundf(v), t = v + 8.5f;
+            if (f == KVQ_FORMAT_Q8_0)
+                codes[i] = (uint8_t)(int8_t)(r >= 127.0f ? 127 : r <= -127.0f ? -127 : r == r ? (int)r : 0);
+            else                                /* truncation, as ggml's     */
+                codes[i] = (uint8_t)(t >= 15.0f ? 15 : t >= 0.0f ? (int)t : 0);
+        }
+        *param = kvq__f16_store(d);
+    }
+}
+
+KVQ_API kvq_status kvq_format_quantize(kvq_format f, int bits, const float *x, size_t n,
+                                       size_t stride, float tensor_scale,
+                                       uint8_t *codes, uint32_t *param)
+{
+    uint8_t tmp[KVQ__FORMAT_MAX_GROUP];
+    uint32_t p;
+    float mn, mx, a, b;
+    size_t last;
+    if (!x || !codes || !param) return KVQ__NO(KVQ_ERR_NULL);
+    if ((int)f <= 0 || f >= KVQ_FORMAT_COUNT)
+        return kvq__refuse(KVQ_ERR_CONFIG, "kvq_format_quantize: format %d is not one of "
+                           "Sec. 4.1's (INT: kvq_quantize_group)", (int)f);
+    if (!kvq_format_bits_ok(f, bits)) return KVQ__NO(KVQ_ERR_BITS);
+    if (n == 0 || stride == 0 || n > KVQ__FORMAT_MAX_GROUP ||
+        (kvq_format_group(f) && n != kvq_format_group(f)))
+        return kvq__refuse(KVQ_ERR_SIZE, "kvq_format_quantize: %s needs a group of %zu values "
+                           "(1..%d for the formats without a fixed group), not %zu",
+                           kvq_format_name(f), kvq_format_group(f), KVQ__FORMAT_MAX_GROUP, n);
+    if (!kvq__mul(n - 1, stride, &last) || !kvq__mul(last, sizeof(float), &last))
+        return KVQ__NO(KVQ_ERR_OVERFLOW);
+    if (kvq__format_tensor(f) && !(tensor_scale > 0.0f && kvq__finite(tensor_scale)))
+        return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_quantize: %s needs a finite scale > 0",
+                           kvq_format_name(f));
+    if (kvq__minmax_check(x, n, stride, &mn, &mx)) return KVQ__NO(KVQ_ERR_NONFINITE);
+    kvq__format_group(f, bits, x, n, stride, tensor_scale, tmp, &p);
+    kvq__format_ab(f, p, tensor_scale, &a, &b);
+    for (last = 0; last < n; last++)    /* q4_0's f16 d, a Lloyd-Max scale
+                                           times a centroid, near FLT_MAX  */
+        if (!kvq__finite(kvq_format_value(f, bits, tmp[last]) * a + b))
+            return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_quantize: the group's %s "
+                               "values overflow fp32 once scaled", kvq_format_name(f));
+    memcpy(codes, tmp, n);
+    *param = p;
+    return KVQ_OK;
+}
+
+KVQ_API kvq_status kvq_format_dequantize(kvq_format f, int bits, const uint8_t *codes,
+                                         size_t n, uint32_t param, float tensor_scale,
+                                         float *out)
+{
+    float a, b;
+    size_t i;
+    if (!codes || !out) return KVQ__NO(KVQ_ERR_NULL);
+    if ((int)f <= 0 || f >= KVQ_FORMAT_COUNT) return KVQ__NO(KVQ_ERR_CONFIG);
+    if (!kvq_format_bits_ok(f, bits)) return KVQ__NO(KVQ_ERR_BITS);
+    if (n == 0) return KVQ__NO(KVQ_ERR_SIZE);
+    for (i = 0; i < n; i++)
+        if (codes[i] >> bits || !kvq__finite(kvq_format_value(f, bits, codes[i])))
+            return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_dequantize: code %u at %zu is not "
+                               "a finite value of %s", codes[i], i, kvq_format_name(f));
+    kvq__format_ab(f, param, tensor_scale, &a, &b);
+    if (!kvq__finite(a)) return kvq__refuse(KVQ_ERR_RANGE, "kvq_format_dequantize: the "
+                                            "group's scale is not finite");
+    for (i = 0; i < n; i++) out[i] = kvq_format_value(f, bits, codes[i]) * a + b;
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
 /* 5. packing                                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -1385,33 +1896,40 @@ KVQ_API kvq_status kvq_quantize_group(const float *x, size_t n, size_t stride,
      B = 8:  [ c3 ][ c2 ][ c1 ][ c0 ]        B = 1: c0 at bit 0 ... c31 at 31
 
    The word is a native uint32_t: on little-endian machines (x86, ARM, every
-   NVIDIA GPU) byte 0 of the word holds c0..c3 for B = 2.                    */
+   NVIDIA GPU) byte 0 of the word holds c0..c3 for B = 2.
+
+   In general the codes are one bit stream: code i at bits [i B, i B + B),
+   bit k of the stream being bit k % 32 of word k / 32. For B = 1, 2, 4, 8
+   that is the layout above. B = 3 (the Lloyd-Max grid, Sec. 4.1) packs 32
+   codes into 3 words, codes 10 and 21 crossing a word boundary:
+       word 0:  [c10 low 2][ c9 ] . . . [ c1 ][ c0 ]        bits 31..0
+       word 1:  [c21 low 1][ c20 ] . . . [ c11 ][c10 high 1]
+       word 2:  [ c31 ][ c30 ] . . . [ c22 ][c21 high 2]
+   so a group of 128 codes is 12 words, 48 bytes: vLLM's 3-bit key slot.   */
 KVQ_API size_t kvq_packed_words(size_t n, int bits)
 {
-    size_t per;
     if (!kvq_bits_supported(bits)) return 0;
-    per = 32u / (unsigned)bits;
-    return n / per + (n % per != 0);
+    return n / 32 * (size_t)bits + ((n % 32) * (size_t)bits + 31) / 32;   /* ceil(n B / 32),
+                                                   no overflow for any n  */
 }
 
-/* Code i of a packed group. B is a power of two, so "i / (32/B)" and
-   "(i % (32/B)) * B" are shifts and masks: lb = log2(B).                   */
+/* Code i of a packed group: bits [i B, i B + B) of the stream. Only B = 3
+   ever crosses into the next word.                                        */
 static uint8_t kvq__get_code(const uint32_t *words, size_t i, int bits)
 {
-    unsigned lb = (bits == 1) ? 0u : (bits == 2) ? 1u : (bits == 4) ? 2u : 3u;
-    unsigned per_log = 5u - lb;                     /* log2(32 / B)         */
-    unsigned shift = (unsigned)(i & ((1u << per_log) - 1u)) << lb;
-    return (uint8_t)((words[i >> per_log] >> shift) & ((1u << bits) - 1u));
+    size_t bit = i * (size_t)bits;
+    uint32_t v = words[bit / 32] >> (bit % 32);
+    if (bit % 32 + (size_t)bits > 32) v |= words[bit / 32 + 1] << (32 - bit % 32);
+    return (uint8_t)(v & ((1u << bits) - 1u));
 }
 
 static void kvq__pack(const uint8_t *codes, size_t n, int bits, uint32_t *words)
 {
-    size_t per = 32u / (unsigned)bits, w, i, nw = kvq_packed_words(n, bits);
-    for (w = 0; w < nw; w++) {
-        uint32_t word = 0;
-        for (i = 0; i < per && w * per + i < n; i++)
-            word |= (uint32_t)codes[w * per + i] << (i * (unsigned)bits);
-        words[w] = word;
+    size_t nw = kvq_packed_words(n, bits), i, bit;
+    memset(words, 0, nw * sizeof *words);
+    for (i = 0, bit = 0; i < n; i++, bit += (size_t)bits) {
+        words[bit / 32] |= (uint32_t)codes[i] << (bit % 32);
+        if (bit % 32 + (size_t)bits > 32) words[bit / 32 + 1] |= (uint32_t)codes[i] >> (32 - bit % 32);
     }
 }
 
@@ -1531,7 +2049,7 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
                  wpg = kvq_packed_words(G, bits);
     uint8_t codes[KVQ__GROUP_CODES];
     size_t g, i;
-    KVQ__FAST(quantize_unit(X, D, bits, G, axis, mode, words, sz));
+    if (bits != 3) KVQ__FAST(quantize_unit(X, D, bits, G, axis, mode, words, sz));
     for (g = 0; g < groups; g++) {
         const float *x = axis == KVQ_PER_TOKEN ? X + g * G : X + g;
         uint32_t *w = words + g * wpg;
@@ -1550,7 +2068,7 @@ static kvq_status kvq__quantize_unit(const float *X, size_t D, int bits,
             for (i0 = 0; i0 < G; i0 += n) {     /* whole words a buffer     */
                 n = G - i0 < KVQ__GROUP_CODES ? G - i0 : KVQ__GROUP_CODES;
                 for (i = 0; i < n; i++) codes[i] = kvq__code(x[(i0 + i) * stride], sz[g], bits, mode);
-                kvq__pack(codes, n, bits, w + i0 / (32u / (unsigned)bits));
+                kvq__pack(codes, n, bits, w + i0 / 32 * (size_t)bits);
             }
         }
     }
@@ -1564,7 +2082,7 @@ static void kvq__quantize_units(const float *X, const kvq_layout *L, size_t D, i
                                 uint32_t *words, kvq_sz *sz)
 {
     size_t u;
-    KVQ__FAST_VOID(quantize_units(X, L, D, bits, G, axis, mode, words, sz));
+    if (bits != 3) KVQ__FAST_VOID(quantize_units(X, L, D, bits, G, axis, mode, words, sz));
     for (u = 0; u < L->units; u++)
         kvq__quantize_unit(X + u * L->geom.tokens_per_unit * D, D, bits, G, axis, mode,
                            words + u * L->geom.groups_per_unit * L->geom.words_per_group,
@@ -1911,7 +2429,34 @@ static void kvq__rows_remove(kvq_cache *c, kvq_side *s, int r, int (*drop)(size_
 */
 
 static void kvq__replace_by_mean(kvq_cache *c, size_t n, const unsigned char *mark); /* 7.1 */
+static void kvq__side_token(const kvq_cache *c, const kvq_side *s, size_t unit, size_t t,
+                            float *out);                                       /* 8   */
 static void kvq__requantize_all(kvq_cache *c, kvq_side *s);                          /* HF  */
+
+/* One unit of a side in a format of Sec. 4.1: each group quantized by
+   kvq__format_group (kvq_format_quantize's body: the rows are finite and
+   range-checked already), its codes packed (Sec. 5) and its parameter
+   packed into the unit's kvq_sz words, P bits each, low bits first.      */
+static void kvq__format_unit(const kvq_side *s, const float *X /* (tpu, D) */, size_t D,
+                             uint32_t *words, kvq_sz *sz /* (sz_per_unit) */)
+{
+    const size_t G = s->group, wpg = s->geom.words_per_group, gpu = s->geom.groups_per_unit,
+                 stride = s->axis == KVQ_PER_TOKEN ? 1 : D;
+    const unsigned P = (unsigned)kvq_format_param_bits(s->format);
+    uint8_t codes[KVQ__FORMAT_MAX_GROUP];
+    uint32_t param, word;
+    size_t g;
+    if (P) memset(sz, 0, s->sz_per_unit * sizeof *sz);
+    for (g = 0; g < gpu; g++) {
+        const float *x = s->axis == KVQ_PER_TOKEN ? X + g * G : X + g;
+        kvq__format_group(s->format, s->bits, x, G, stride, s->scale, codes, &param);
+        kvq__pack(codes, G, s->bits, words + g * wpg);
+        if (!P) continue;
+        memcpy(&word, (char *)sz + g * P / 32 * 4, 4);
+        word |= P == 32 ? param : param << (g * P % 32);
+        memcpy((char *)sz + g * P / 32 * 4, &word, 4);
+    }
+}
 
 /* Quantize the oldest n rows of region r into new units, in order (n a
    multiple of tokens_per_unit, n <= stage_rows). Rows flagged in
@@ -1927,14 +2472,21 @@ static void kvq__quantize_oldest(kvq_cache *c, kvq_side *s, int r, size_t n,
     for (i = 0; i < n; i++)
         kvq__row_load(c, kvq__row_ptr(c, w, w->off + i), c->stage + i * D);
     if (placeholder) kvq__replace_by_mean(c, n, placeholder);
+    if (kvq__format_tensor(s->format) && s->scale == 0.0f)     /* Sec. 4.1 */
+        s->scale = kvq__side_scale_from(s->format, kvq__absmax_or_nonfinite(c->stage, n * D));
     for (u = 0; u < n / tpu; u++) {
         size_t unit = s->n_units + u;
-        kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
-                                           s->group, s->axis, c->cfg.zero_mode,
-                                           s->words + unit * unit_words,
-                                           s->sz + unit * s->geom.groups_per_unit);
-        (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT  */
-        KVQ_ASSERT(st == KVQ_OK);
+        if (s->format != KVQ_FORMAT_INT) {
+            kvq__format_unit(s, c->stage + u * tpu * D, D, s->words + unit * unit_words,
+                             s->sz + unit * s->sz_per_unit);
+        } else {
+            kvq_status st = kvq__quantize_unit(c->stage + u * tpu * D, D, s->bits,
+                                               s->group, s->axis, c->cfg.zero_mode,
+                                               s->words + unit * unit_words,
+                                               s->sz + unit * s->geom.groups_per_unit);
+            (void)st;   /* appends are range-checked against KVQ_MAX_ABS_INPUT */
+            KVQ_ASSERT(st == KVQ_OK);
+        }
         for (i = 0; i < tpu; i++) {
             size_t slot = unit * tpu + i, o = u * tpu + i;
             int32_t pos = (placeholder && placeholder[o]) ? -1 : w->pos[w->off + o];
@@ -1971,6 +2523,29 @@ static void kvq__side_step(kvq_cache *c, kvq_side *s, const float *x, size_t pos
             kvq__quantize_oldest(c, s, KVQ_ROWS_WINDOW, s->chunk, NULL);
 }
 
+/* A side scale left to the data (key_scale = 0, Sec. 4.1) is set, before
+   its first quantization, from every row it holds then: after a prefill,
+   the prompt's rows and the window's, as stored (rotated, fp16-rounded:
+   rounding is monotonic, so rounding the max is the max of the rounded).
+   vLLM's calculate_kv_scales takes the same absmax from its first pass.  */
+static void kvq__prefill_scale(kvq_cache *c, kvq_side *s, const float *X, size_t T)
+{
+    const kvq_rows *w = &s->rows[KVQ_ROWS_WINDOW];
+    size_t D = c->cfg.head_dim, t;
+    float amax = 0.0f, m;
+    for (t = 0; t < T; t++) {
+        m = kvq__absmax_or_nonfinite(kvq__stored_row(c, s == &c->v, X + t * D), D);
+        amax = m > amax ? m : amax;
+    }
+    if (c->cfg.fp_bits == 16) amax = kvq__round_f16(amax);
+    for (t = 0; t < w->n; t++) {
+        kvq__row_load(c, kvq__row_ptr(c, w, w->off + t), c->stage);
+        m = kvq__absmax_or_nonfinite(c->stage, D);
+        amax = m > amax ? m : amax;
+    }
+    s->scale = kvq__side_scale_from(s->format, amax);
+}
+
 /* KIVI / HF / CUSTOM prefill of one side: Algorithm 1 decides how many of
    the side's rows end up quantized (keys T - T % R, values all but R; HF the
    whole prompt). Rows go in and out in chunks of stage_rows, so the window
@@ -1986,6 +2561,8 @@ static void kvq__side_prefill(kvq_cache *c, kvq_side *s, const float *X,
                                              : n - n % R;    /* Algorithm 1  */
     else if (s->schedule == KVQ_SCHED_SLIDE && n > R)
         q = (n - R) - (n - R) % tpu;                         /* all but R    */
+    if (q > 0 && kvq__format_tensor(s->format) && s->scale == 0.0f)
+        kvq__prefill_scale(c, s, X, T);                      /* Sec. 4.1     */
     for (;;) {
         size_t m, room = c->stage_rows ? c->stage_rows : T;
         for (; t < T && room > 0; t++, room--)
@@ -2331,6 +2908,85 @@ KVQ_API kvq_config kvq_config_ott(size_t head_dim, int bits, int layer)
 
 KVQ_API size_t kvq_logquant_window_for(size_t R) { return R / 3; }
 
+/* The formats engines ship (Sec. 4.1) as caches: CUSTOM schedules that
+   quantize every token at its append (SLIDE, R = 0), both sides per token,
+   fp16 rows on the way in (the engines' K and V are fp16/bf16). Each
+   preset is the engine's, read from its code and docs; where the docs
+   leave a detail open, the choice is named:
+     fp8-e4m3, fp8-e5m2          vLLM kv_cache_dtype fp8 / fp8_e5m2: one
+                                 scale per side, 1.0 (vLLM's default)
+     fp8-e4m3-per-token-head     vLLM fp8_per_token_head: a scale per
+                                 token and head (G = D)
+     int8- / int4-per-token-head vLLM: Sec. 4's codes over G = D with a
+                                 float zero, after a Hadamard rotation of
+                                 both sides (vLLM keeps fp32 (s, z); kvq
+                                 stores them in fp16, as everywhere)
+     nvfp4, nvfp4-4over6         E2M1 + E4M3 per 16 + a side scale set
+                                 from the first quantized rows
+     turboquant-*                vLLM's presets: keys rotated (Hadamard
+                                 with seeded signs) then coded; values
+                                 Sec. 4's codes over G = D, unrotated.
+                                 k8v4: keys FP8 E4M3 with a side scale of
+                                 1.0 (no norm: vLLM's 196-byte slot for
+                                 D = 128 is 128 + 64 + 4); 4bit_nc: keys
+                                 Lloyd-Max 4-bit with norm correction,
+                                 values 4-bit (136 bytes); k3v4_nc: 3-bit
+                                 keys, 4-bit values (120); 3bit_nc: 3-bit
+                                 both (104)
+     q8_0, q4_0                  llama.cpp: blocks of 32 on both sides,
+                                 Hadamard rotation of both (llama.cpp's
+                                 default for quantized K and V)          */
+KVQ_API kvq_status kvq_config_engine(kvq_config *cfg, size_t head_dim, const char *name)
+{
+    static const struct {
+        const char *name;
+        kvq_format kf, vf;
+        int kb, vb;
+        kvq_rotation rot_k, rot_v;
+        float scale;
+    } presets[] = {
+        { "fp8-e4m3", KVQ_FORMAT_E4M3_TENSOR, KVQ_FORMAT_E4M3_TENSOR, 8, 8, KVQ_ROT_NONE, KVQ_ROT_NONE, 1.0f },
+        { "fp8-e5m2", KVQ_FORMAT_E5M2_TENSOR, KVQ_FORMAT_E5M2_TENSOR, 8, 8, KVQ_ROT_NONE, KVQ_ROT_NONE, 1.0f },
+        { "fp8-e4m3-per-token-head", KVQ_FORMAT_E4M3, KVQ_FORMAT_E4M3, 8, 8, KVQ_ROT_NONE, KVQ_ROT_NONE, 0.0f },
+        { "int8-per-token-head", KVQ_FORMAT_INT, KVQ_FORMAT_INT, 8, 8, KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD, 0.0f },
+        { "int4-per-token-head", KVQ_FORMAT_INT, KVQ_FORMAT_INT, 4, 4, KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD, 0.0f },
+        { "nvfp4", KVQ_FORMAT_NVFP4, KVQ_FORMAT_NVFP4, 4, 4, KVQ_ROT_NONE, KVQ_ROT_NONE, 0.0f },
+        { "nvfp4-4over6", KVQ_FORMAT_NVFP4_4OVER6, KVQ_FORMAT_NVFP4_4OVER6, 4, 4, KVQ_ROT_NONE, KVQ_ROT_NONE, 0.0f },
+        { "turboquant-k8v4", KVQ_FORMAT_E4M3_TENSOR, KVQ_FORMAT_INT, 8, 4, KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE, 1.0f },
+        { "turboquant-4bit-nc", KVQ_FORMAT_LLOYD_MAX_NC, KVQ_FORMAT_INT, 4, 4, KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE, 0.0f },
+        { "turboquant-k3v4-nc", KVQ_FORMAT_LLOYD_MAX_NC, KVQ_FORMAT_INT, 3, 4, KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE, 0.0f },
+        { "turboquant-3bit-nc", KVQ_FORMAT_LLOYD_MAX_NC, KVQ_FORMAT_INT, 3, 3, KVQ_ROT_HADAMARD_SIGNS, KVQ_ROT_NONE, 0.0f },
+        { "q8_0", KVQ_FORMAT_Q8_0, KVQ_FORMAT_Q8_0, 8, 8, KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD, 0.0f },
+        { "q4_0", KVQ_FORMAT_Q4_0, KVQ_FORMAT_Q4_0, 4, 4, KVQ_ROT_HADAMARD, KVQ_ROT_HADAMARD, 0.0f },
+    };
+    size_t i;
+    kvq_config c;
+    if (!cfg || !name) return KVQ__NO(KVQ_ERR_NULL);
+    for (i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(presets[i].name, name)) break;
+    if (i == sizeof presets / sizeof presets[0])
+        return kvq__refuse(KVQ_ERR_CONFIG, "kvq_config_engine: no format named \"%s\" "
+                           "(the names are listed above kvq_config_engine)", name);
+    c = kvq__config_base(head_dim);
+    c.policy = KVQ_POLICY_CUSTOM;
+    c.key_schedule = c.value_schedule = KVQ_SCHED_SLIDE;
+    c.residual = 0;
+    c.key_axis = c.value_axis = KVQ_PER_TOKEN;
+    c.key_format = presets[i].kf;
+    c.value_format = presets[i].vf;
+    c.key_bits = presets[i].kb;
+    c.value_bits = presets[i].vb;
+    c.group = kvq_format_group(c.key_format) ? kvq_format_group(c.key_format) : head_dim;
+    c.value_group = kvq_format_group(c.value_format) ? kvq_format_group(c.value_format) : head_dim;
+    c.key_rotation = presets[i].rot_k;
+    c.value_rotation = presets[i].rot_v;
+    c.rotation_seed = presets[i].rot_k == KVQ_ROT_HADAMARD_SIGNS ? 0x7475726271ull : 0;  /* "turbq" */
+    c.key_scale = kvq__format_tensor(c.key_format) ? presets[i].scale : 0.0f;
+    c.value_scale = kvq__format_tensor(c.value_format) ? presets[i].scale : 0.0f;
+    *cfg = c;
+    return KVQ_OK;
+}
+
 KVQ_API kvq_config kvq_config_logquant(size_t head_dim, int bits, size_t W)
 {
     kvq_config c = kvq__config_base(head_dim);
@@ -2359,16 +3015,38 @@ static void kvq__policy_schedules(const kvq_config *c, kvq_schedule *ks,
 
 static kvq_status kvq__validate_side(const kvq_config *c, const char *name,
                                      int bits, kvq_axis axis, kvq_schedule sch,
-                                     size_t G)
+                                     size_t G, kvq_format f, float scale)
 {
     if (sch == KVQ_SCHED_NONE) return KVQ_OK;
     if (sch != KVQ_SCHED_FLUSH && sch != KVQ_SCHED_SLIDE && sch != KVQ_SCHED_POLICY) {
         kvq__say("%s: unknown schedule %d", name, (int)sch);
         return KVQ_ERR_CONFIG;
     }
-    if (!kvq_bits_supported(bits)) {
-        kvq__say("%s: %d bits is not supported (1, 2, 4, 8)", name, bits);
+    if ((int)f < 0 || f >= KVQ_FORMAT_COUNT) {
+        kvq__say("%s: unknown format %d", name, (int)f);
+        return KVQ_ERR_CONFIG;
+    }
+    if (f != KVQ_FORMAT_INT && c->policy == KVQ_POLICY_HF) {
+        kvq__say("%s: HF's cache stores Sec. 4's codes only (format %s)", name,
+                 kvq_format_name(f));
+        return KVQ_ERR_CONFIG;
+    }
+    if (!kvq_format_bits_ok(f, bits)) {
+        kvq__say("%s: %d bits is not supported by format %s (int: 1, 2, 3, 4, 8; "
+                 "lloyd-max: 2, 3, 4; nvfp4, q4_0: 4; fp8, q8_0: 8)", name, bits,
+                 kvq_format_name(f));
         return KVQ_ERR_BITS;
+    }
+    if (f != KVQ_FORMAT_INT && (G > KVQ__FORMAT_MAX_GROUP ||
+                                (kvq_format_group(f) && G != kvq_format_group(f)))) {
+        kvq__say("%s: format %s needs G=%zu (G <= %d for the others), not %zu", name,
+                 kvq_format_name(f), kvq_format_group(f), KVQ__FORMAT_MAX_GROUP, G);
+        return KVQ_ERR_GROUP;
+    }
+    if (!(scale >= 0.0f && scale <= 3.0e38f)) {
+        kvq__say("%s: scale %g must be finite and >= 0 (0: from the first rows)", name,
+                 (double)scale);
+        return KVQ_ERR_RANGE;
     }
     if (axis != KVQ_PER_TOKEN && axis != KVQ_PER_CHANNEL) {
         kvq__say("%s: unknown axis %d", name, (int)axis);
@@ -2457,6 +3135,10 @@ static kvq_config kvq__config_used(const kvq_config *c)
         u.group = 0; u.key_bits = 16; u.key_axis = KVQ_PER_CHANNEL;
     }
     if (vs == KVQ_SCHED_NONE) { u.value_bits = 16; u.value_axis = KVQ_PER_TOKEN; }
+    if (ks == KVQ_SCHED_NONE) u.key_format = KVQ_FORMAT_INT;
+    if (vs == KVQ_SCHED_NONE) u.value_format = KVQ_FORMAT_INT;
+    if (!kvq__format_tensor(u.key_format)) u.key_scale = 0.0f;
+    if (!kvq__format_tensor(u.value_format)) u.value_scale = 0.0f;
     if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) u.residual = 0;
     if (c->policy != KVQ_POLICY_HF) u.hf_requantize = 0;
     if (c->policy != KVQ_POLICY_OTT) { u.ott_k = 0; u.ott_mean = KVQ_OTT_MEAN_REST; }
@@ -2503,14 +3185,20 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *c)
         return KVQ_ERR_CONFIG;
     }
     if (ks == KVQ_SCHED_NONE && vs == KVQ_SCHED_NONE) return KVQ_OK;
-    if (c->residual == 0 || c->residual > 65536) {
-        kvq__say("residual R=%zu must be in 1..65536", c->residual);
+    /* R = 0 (no full-precision window, as the engines keep none) where
+       every quantized side slides: each token quantized at its append    */
+    if ((c->residual == 0 && !((ks == KVQ_SCHED_NONE || ks == KVQ_SCHED_SLIDE) &&
+                               (vs == KVQ_SCHED_NONE || vs == KVQ_SCHED_SLIDE))) ||
+        c->residual > 65536) {
+        kvq__say("residual R=%zu must be in 1..65536 (0 only where every quantized "
+                 "side has schedule SLIDE)", c->residual);
         return KVQ_ERR_SIZE;
     }
-    st = kvq__validate_side(c, "keys", c->key_bits, c->key_axis, ks, c->group);
+    st = kvq__validate_side(c, "keys", c->key_bits, c->key_axis, ks, c->group,
+                            c->key_format, c->key_scale);
     if (st != KVQ_OK) return st;
     st = kvq__validate_side(c, "values", c->value_bits, c->value_axis, vs,
-                            kvq__value_group(c));
+                            kvq__value_group(c), c->value_format, c->value_scale);
     if (st != KVQ_OK) return st;
     st = kvq__validate_policy(c);
     if (st != KVQ_OK) return st;
@@ -2526,18 +3214,25 @@ KVQ_API kvq_status kvq_config_validate(const kvq_config *c)
 }
 
 static void kvq__side_init(kvq_side *s, const kvq_config *c, int bits,
-                           kvq_axis axis, kvq_schedule sch, size_t G)
+                           kvq_axis axis, kvq_schedule sch, size_t G,
+                           kvq_format f, float scale)
 {
+    unsigned code;
     memset(s, 0, sizeof *s);
     s->schedule = sch;
     s->axis = axis;
     s->bits = bits;
     s->group = G;
+    s->format = f;
+    s->scale = scale;
     if (sch == KVQ_SCHED_NONE) return;
     s->geom.tokens_per_unit = (axis == KVQ_PER_TOKEN) ? 1 : G;
     s->geom.groups_per_unit = (axis == KVQ_PER_TOKEN) ? c->head_dim / G : c->head_dim;
     s->geom.words_per_group = kvq_packed_words(G, bits);
+    s->sz_per_unit = f == KVQ_FORMAT_INT ? s->geom.groups_per_unit :      /* Sec. 4.1 */
+                     (s->geom.groups_per_unit * (size_t)kvq_format_param_bits(f) + 31) / 32;
     s->chunk = s->geom.tokens_per_unit;
+    for (code = 0; code < (1u << bits); code++) s->value[code] = kvq_format_value(f, bits, code);
 }
 
 static kvq_status kvq__rows_reserve(kvq_cache *c, kvq_side *s, int r,
@@ -2603,9 +3298,10 @@ KVQ_API kvq_status kvq_cache_init(kvq_cache *c, const kvq_config *cfg)
     cfg = &t.cfg;
     ks = cfg->key_schedule;
     vs = cfg->value_schedule;
-    kvq__side_init(&t.k, cfg, cfg->key_bits, cfg->key_axis, ks, cfg->group);
+    kvq__side_init(&t.k, cfg, cfg->key_bits, cfg->key_axis, ks, cfg->group,
+                   cfg->key_format, cfg->key_scale);
     kvq__side_init(&t.v, cfg, cfg->value_bits, cfg->value_axis, vs,
-                   cfg->value_group);
+                   cfg->value_group, cfg->value_format, cfg->value_scale);
     t.ott_tracing = cfg->policy == KVQ_POLICY_OTT && cfg->ott_k > 0;
     if (ks != KVQ_SCHED_NONE || vs != KVQ_SCHED_NONE) {
         /* a flush quantizes up to R rows, an OTT round G, a LogQuant drop W;
@@ -2843,10 +3539,7 @@ static void kvq__side_read(const kvq_cache *c, const kvq_side *s, size_t pos,
     size_t idx = KVQ_LOC_INDEX(l);
     if (tag == KVQ_LOC_QUANT) {
         size_t unit = idx / s->geom.tokens_per_unit;
-        kvq__dequant_token(s->words + unit * s->geom.groups_per_unit * s->geom.words_per_group,
-                           s->sz + unit * s->geom.groups_per_unit,
-                           idx % s->geom.tokens_per_unit, c->cfg.head_dim, s->bits,
-                           s->group, s->axis, c->cfg.zero_mode, out);
+        kvq__side_token(c, s, unit, idx % s->geom.tokens_per_unit, out);
     } else {
         kvq__row_load(c, kvq__row_ptr(c, &s->rows[tag - KVQ_LOC_ROWS0], idx), out);
     }
@@ -2963,38 +3656,75 @@ static void kvq__affine(kvq_sz sz, kvq_zero_mode mode, float *a, float *b)
     *b = kvq__zero_term(s, z, mode);
 }
 
-/* q . k of one per-token key whose D codes are given as floats, group g
-   with stored (s_g, z_g) -> (a_g, b_g) and qsum_g = sum of q over group g:
+/* (a, b) of group gi = unit * groups_per_unit + g of a side, any format:
+   INT's stored (s, z); else the P-bit parameter g of the unit's packed
+   kvq_sz words (Sec. 4.1), or the side's scale.                          */
+static void kvq__group_ab(const kvq_cache *c, const kvq_side *s, size_t gi, float *a, float *b)
+{
+    const size_t gpu = s->geom.groups_per_unit, g = gi % gpu;
+    const unsigned P = (unsigned)kvq_format_param_bits(s->format);
+    uint32_t word = 0;
+    if (s->format == KVQ_FORMAT_INT) { kvq__affine(s->sz[gi], c->cfg.zero_mode, a, b); return; }
+    if (P) {
+        memcpy(&word, (const char *)(s->sz + gi / gpu * s->sz_per_unit) + g * P / 32 * 4, 4);
+        if (P < 32) word = (word >> (g * P % 32)) & ((1u << P) - 1u);
+    }
+    kvq__format_ab(s->format, word, s->scale, a, b);
+}
+
+/* Token t of a side's unit, dequantized (out: D): value(c) a + b.         */
+static void kvq__side_token(const kvq_cache *c, const kvq_side *s, size_t unit, size_t t,
+                            float *out)
+{
+    const size_t D = c->cfg.head_dim, G = s->group, gpu = s->geom.groups_per_unit,
+                 wpg = s->geom.words_per_group;
+    const uint32_t *w = s->words + unit * gpu * wpg;
+    size_t d, g;
+    float a, b;
+    for (d = 0; d < D; d++) {
+        g = s->axis == KVQ_PER_TOKEN ? d / G : d;
+        kvq__group_ab(c, s, unit * gpu + g, &a, &b);
+        out[d] = s->value[kvq__get_code(w + g * wpg, s->axis == KVQ_PER_TOKEN ? d % G : t,
+                                        s->bits)] * a + b;
+    }
+}
+
+/* q . k of the per-token key in slot `slot` whose D codes are given as
+   values (value(c), Sec. 4.1), group g's (a_g, b_g) (kvq__group_ab) and
+   qsum_g = sum of q over group g:
        q . k = sum_g a_g (q_g . c_g) + sum_g b_g qsum_g
    Order: for G a multiple of 16, each group's 16 lanes of q_d c_d (as in
    kvq__dot) are scaled by a_g into one 16-lane total by multiply-adds,
    whose lanes are added once (kvq__tree16); then the b_g qsum_g terms in
    group order. Other G: a_g kvq__dot(q_g, c_g) + b_g qsum_g, group by
    group.                                                                  */
-static float kvq__token_key_dot(const float *q, const float *codes, const kvq_sz *sz,
-                                const float *qsum, size_t D, size_t G, kvq_zero_mode mode)
+static float kvq__token_key_dot(const kvq_cache *c, size_t slot, const float *q,
+                                const float *codes, const float *qsum)
 {
-    size_t g, i, j, n_groups = D / G;
+    const kvq_side *s = &c->k;
+    const size_t D = c->cfg.head_dim, G = s->group, n_groups = D / G, gi0 = slot * n_groups;
+    size_t g, i, j;
     float a, b, total = 0.0f;
-    KVQ__FAST(token_key_dot(q, codes, sz, qsum, D, G, mode));
+    if (s->format == KVQ_FORMAT_INT)
+        KVQ__FAST(token_key_dot(q, codes, s->sz + gi0, qsum, D, G, c->cfg.zero_mode));
     if (G % 16 == 0) {
         float sum[16] = { 0 };
         for (g = 0; g < n_groups; g++) {
             float part[16] = { 0 };
             for (i = g * G; i < (g + 1) * G; i += 16)
                 for (j = 0; j < 16; j++) part[j] = kvq__fmadd(q[i + j], codes[i + j], part[j]);
-            kvq__affine(sz[g], mode, &a, &b);
+            kvq__group_ab(c, s, gi0 + g, &a, &b);
             for (j = 0; j < 16; j++) sum[j] = kvq__fmadd(a, part[j], sum[j]);
         }
         total = kvq__tree16(sum, 0);
         for (g = 0; g < n_groups; g++) {
-            kvq__affine(sz[g], mode, &a, &b);
+            kvq__group_ab(c, s, gi0 + g, &a, &b);
             total += b * qsum[g];
         }
         return total;
     }
     for (g = 0; g < n_groups; g++) {
-        kvq__affine(sz[g], mode, &a, &b);
+        kvq__group_ab(c, s, gi0 + g, &a, &b);
         total += a * kvq__dot(q + g * G, codes + g * G, G) + b * qsum[g];
     }
     return total;
@@ -3017,25 +3747,24 @@ static float kvq__qk(const kvq_cache *c, kvq__qctx *x, size_t p, float *tmp)
     } else {
         size_t unit = idx / s->geom.tokens_per_unit, t = idx % s->geom.tokens_per_unit;
         const uint32_t *w = s->words + unit * s->geom.groups_per_unit * s->geom.words_per_group;
-        const kvq_sz *sz = s->sz + unit * s->geom.groups_per_unit;
         size_t wpg = s->geom.words_per_group;
         float acc = 0.0f, a;
         if (s->axis == KVQ_PER_CHANNEL) {
             if (x->unit != unit) {          /* once per unit: q*a and q.b   */
                 for (d = 0; d < D; d++) {
-                    kvq__affine(sz[d], c->cfg.zero_mode, &a, &tmp[d]);
+                    kvq__group_ab(c, s, unit * D + d, &a, &tmp[d]);
                     x->qa[d] = x->q[d] * a;
                 }
                 x->qb = kvq__dot(x->q, tmp, D);
                 x->unit = unit;
             }
             for (d = 0; d < D; d++)
-                acc += x->qa[d] * (float)kvq__get_code(w + d * wpg, t, s->bits);
+                acc += x->qa[d] * s->value[kvq__get_code(w + d * wpg, t, s->bits)];
             return acc + x->qb;
         }
         for (g = 0; g < D / G; g++)         /* per-token key groups         */
-            for (d = 0; d < G; d++) tmp[g * G + d] = (float)kvq__get_code(w + g * wpg, d, s->bits);
-        return kvq__token_key_dot(x->q, tmp, sz, x->qsum, D, G, c->cfg.zero_mode);
+            for (d = 0; d < G; d++) tmp[g * G + d] = s->value[kvq__get_code(w + g * wpg, d, s->bits)];
+        return kvq__token_key_dot(c, unit, x->q, tmp, x->qsum);
     }
 }
 
@@ -3056,21 +3785,20 @@ static void kvq__add_wv(const kvq_cache *c, size_t p, float wgt, float *acc,
     } else {
         size_t unit = idx / s->geom.tokens_per_unit, t = idx % s->geom.tokens_per_unit;
         const uint32_t *w = s->words + unit * s->geom.groups_per_unit * s->geom.words_per_group;
-        const kvq_sz *sz = s->sz + unit * s->geom.groups_per_unit;
         size_t wpg = s->geom.words_per_group;
         float a, b;
         if (s->axis == KVQ_PER_TOKEN) {
             for (g = 0; g < D / G; g++) {   /* (w a) c + (w b) per group    */
                 float wa, wb;
-                kvq_sz_affine(sz[g], c->cfg.zero_mode, &a, &b);
+                kvq__group_ab(c, s, unit * (D / G) + g, &a, &b);
                 wa = wgt * a; wb = wgt * b;
                 for (d = 0; d < G; d++)
-                    acc[g * G + d] += wa * (float)kvq__get_code(w + g * wpg, d, s->bits) + wb;
+                    acc[g * G + d] += wa * s->value[kvq__get_code(w + g * wpg, d, s->bits)] + wb;
             }
         } else {
             for (d = 0; d < D; d++) {
-                kvq_sz_affine(sz[d], c->cfg.zero_mode, &a, &b);
-                acc[d] += wgt * ((float)kvq__get_code(w + d * wpg, t, s->bits) * a + b);
+                kvq__group_ab(c, s, unit * D + d, &a, &b);
+                acc[d] += wgt * (s->value[kvq__get_code(w + d * wpg, t, s->bits)] * a + b);
             }
         }
     }
@@ -3289,13 +4017,13 @@ typedef struct kvq__walk {
     float inv_sqrt_d;
 } kvq__walk;
 
-/* n codes of a packed group from code `first`, as floats (Sec. 5: code k
-   at bit k B, never across two words).                                    */
-static void kvq__codes_f32(const uint32_t *w, size_t first, size_t n, int bits, float *out)
+/* n codes of a packed group from code `first`, as their grid's values
+   (value: the side's table, Sec. 4.1; INT's value(c) is c itself).       */
+static void kvq__codes_f32(const uint32_t *w, size_t first, size_t n, int bits,
+                           const float *value, float *out)
 {
-    const uint32_t mask = (1u << bits) - 1u;
-    size_t i, bit = first * (size_t)bits;
-    for (i = 0; i < n; i++, bit += (size_t)bits) out[i] = (float)((w[bit / 32] >> (bit % 32)) & mask);
+    size_t i;
+    for (i = 0; i < n; i++) out[i] = value[kvq__get_code(w, first + i, bits)];
 }
 
 /* out[c] += sum over m entries of w_i x_i[c], c = 0 .. n_ch - 1 (16 | n_ch),
@@ -3304,7 +4032,7 @@ static void kvq__codes_f32(const uint32_t *w, size_t first, size_t n, int bits, 
    blocks set each block's number of sums). zb: added to every channel's
    sum, or NULL.                                                          */
 static void kvq__pairs_walk(float *out, size_t n_ch, const char *e, size_t stride, size_t m,
-                            const float *w, const float *zb)
+                            const float *w, const float *zb, const float *value)
 {
     size_t c0, walk_end = 0, P = 1, i, k, l;
     float x0[16], x1[16], acc[KVQ__PAIR_SUMS][16];
@@ -3317,9 +4045,10 @@ static void kvq__pairs_walk(float *out, size_t n_ch, const char *e, size_t strid
         memset(acc, 0, sizeof acc);
         for (i = 0; i < m; i += 2) {                    /* pair i / 2        */
             float *a = acc[(i / 2) % P];
-            kvq__codes_f32((const uint32_t *)(const void *)(e + i * stride), c0, 16, 2, x0);
+            kvq__codes_f32((const uint32_t *)(const void *)(e + i * stride), c0, 16, 2, value, x0);
             if (i + 1 < m) {
-                kvq__codes_f32((const uint32_t *)(const void *)(e + (i + 1) * stride), c0, 16, 2, x1);
+                kvq__codes_f32((const uint32_t *)(const void *)(e + (i + 1) * stride), c0, 16, 2,
+                               value, x1);
                 for (l = 0; l < 16; l++) a[l] += kvq__fmadd(w[i + 1], x1[l], w[i] * x0[l]);
             } else {
                 for (l = 0; l < 16; l++) a[l] += w[i] * x0[l];
@@ -3347,7 +4076,7 @@ static void kvq__walk_scores_channel(const kvq_cache *c, kvq__walk *H, size_t u,
         for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] = 0.0f;
     if (full && s->bits == 2 && H->n == 1) {    /* channels as pair entries  */
         kvq__pairs_walk(H->sc, KVQ_TILE, (const char *)(w + t0 / 16), wpg * sizeof(uint32_t),
-                        D, H->qa, NULL);
+                        D, H->qa, NULL, s->value);
     } else if (full) {                          /* channel d to sum d mod P  */
         float sum[4][2][KVQ_TILE];
         size_t h0, nh, P;
@@ -3356,7 +4085,7 @@ static void kvq__walk_scores_channel(const kvq_cache *c, kvq__walk *H, size_t u,
             P = nh == 1 ? 2 : 1;
             memset(sum, 0, sizeof sum);
             for (d = 0; d < D; d++) {
-                kvq__codes_f32(w + d * wpg, t0, KVQ_TILE, s->bits, codes);
+                kvq__codes_f32(w + d * wpg, t0, KVQ_TILE, s->bits, s->value, codes);
                 for (h = 0; h < nh; h++) {
                     const float qa = H->qa[(h0 + h) * D + d];
                     float *acc = sum[h][d % P];
@@ -3369,7 +4098,7 @@ static void kvq__walk_scores_channel(const kvq_cache *c, kvq__walk *H, size_t u,
         }
     } else {                                            /* a partial tile    */
         for (d = 0; d < D; d++) {
-            kvq__codes_f32(w + d * wpg, t0, n, s->bits, codes);
+            kvq__codes_f32(w + d * wpg, t0, n, s->bits, s->value, codes);
             for (h = 0; h < H->n; h++)
                 for (j = 0; j < n; j++) H->sc[h * KVQ_TILE + j] += H->qa[h * D + d] * codes[j];
         }
@@ -3392,11 +4121,11 @@ static void kvq__walk_scores_token(const kvq_cache *c, kvq__walk *H, size_t s0, 
         for (j = 0; j < n; j++) {
             const uint32_t *w = s->words + (s0 + j) * gpu * wpg;
             if (H->pos[j] < 0) continue;
-            for (g = 0; g < gpu; g++) kvq__codes_f32(w + g * wpg, 0, G, s->bits, H->row + g * G);
+            for (g = 0; g < gpu; g++)
+                kvq__codes_f32(w + g * wpg, 0, G, s->bits, s->value, H->row + g * G);
             for (h = 0; h < H->n; h++)
-                H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(H->q + h * D, H->row, s->sz + (s0 + j) * gpu,
-                                                             H->qa + h * D, D, G, c->cfg.zero_mode) *
-                                          H->inv_sqrt_d;
+                H->sc[h * KVQ_TILE + j] = kvq__token_key_dot(c, s0 + j, H->q + h * D, H->row,
+                                                             H->qa + h * D) * H->inv_sqrt_d;
         }
         return;
     }
@@ -3405,7 +4134,7 @@ static void kvq__walk_scores_token(const kvq_cache *c, kvq__walk *H, size_t s0, 
         nl = n - b0 < 16 ? n - b0 : 16;
         for (l = 0; l < nl; l++)
             for (g = 0; g < gpu; g++)
-                kvq__affine(s->sz[(s0 + b0 + l) * gpu + g], c->cfg.zero_mode, &a[g][l], &b[g][l]);
+                kvq__group_ab(c, s, (s0 + b0 + l) * gpu + g, &a[g][l], &b[g][l]);
         for (h0 = 0; h0 < H->n; h0 += nh) {
             float total[4][16] = { { 0 } };
             nh = kvq__head_batch(H->n - h0);
@@ -3416,8 +4145,8 @@ static void kvq__walk_scores_token(const kvq_cache *c, kvq__walk *H, size_t s0, 
                 for (i = 0; i < G; i += s->bits == 2 ? 2 : 1) {   /* channel i of g */
                     for (l = 0; l < nl; l++) {
                         const uint32_t *w = s->words + ((s0 + b0 + l) * gpu + g) * wpg;
-                        x0[l] = (float)kvq__get_code(w, i, s->bits);
-                        if (s->bits == 2) x1[l] = (float)kvq__get_code(w, i + 1, 2);
+                        x0[l] = s->value[kvq__get_code(w, i, s->bits)];
+                        if (s->bits == 2) x1[l] = s->value[kvq__get_code(w, i + 1, 2)];
                     }
                     for (h = 0; h < nh; h++) {
                         const float *q = H->q + (h0 + h) * D + g * G;
@@ -3474,14 +4203,13 @@ static void kvq__walk_add_value(const kvq_cache *c, kvq__walk *H, size_t p, size
            codes a step by multiply-adds, the G % 16 left by plain sums     */
         size_t gpu = s->geom.groups_per_unit, wpg = s->geom.words_per_group;
         const uint32_t *w = s->words + idx * gpu * wpg;
-        const kvq_sz *sz = s->sz + idx * gpu;
         for (g = 0; g < gpu; g++) {
             float a, b;
-            kvq__affine(sz[g], c->cfg.zero_mode, &a, &b);
+            kvq__group_ab(c, s, idx * gpu + g, &a, &b);
             for (h = 0; h < H->n; h++) {
                 float wt = H->sc[h * KVQ_TILE + j], *o = H->out + h * D + g * G;
                 for (d = 0; d < G; d++) {
-                    float cd = (float)kvq__get_code(w + g * wpg, d, s->bits);
+                    float cd = s->value[kvq__get_code(w + g * wpg, d, s->bits)];
                     if (d < G - G % 16) o[d] = kvq__fmadd(wt * a, cd, o[d]) + wt * b;
                     else o[d] += (wt * a) * cd + wt * b;
                 }
@@ -3493,11 +4221,10 @@ static void kvq__walk_add_value(const kvq_cache *c, kvq__walk *H, size_t p, size
         size_t tpu = s->geom.tokens_per_unit, unit = idx / tpu, t = idx % tpu,
                wpg = s->geom.words_per_group;
         const uint32_t *w = s->words + unit * D * wpg;
-        const kvq_sz *sz = s->sz + unit * D;
         for (d = 0; d < D; d++) {
             float a, b;
-            kvq__affine(sz[d], c->cfg.zero_mode, &a, &b);
-            H->row[d] = (float)kvq__get_code(w + d * wpg, t, s->bits) * a + b;
+            kvq__group_ab(c, s, unit * D + d, &a, &b);
+            H->row[d] = s->value[kvq__get_code(w + d * wpg, t, s->bits)] * a + b;
         }
     }
     for (h = 0; h < H->n; h++) {
@@ -3560,7 +4287,7 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
           of NH, each run of consecutive slots summed on its own          */
     for (g = 0; g < gpu && m_q > 0; g++) {
         float a[KVQ_TILE], b[KVQ_TILE], wa[KVQ_TILE], wt[KVQ_TILE], wb;
-        for (j = 0; j < m_q; j++) kvq__affine(s->sz[slot[j] * gpu + g], c->cfg.zero_mode, &a[j], &b[j]);
+        for (j = 0; j < m_q; j++) kvq__group_ab(c, s, slot[j] * gpu + g, &a[j], &b[j]);
         for (h0 = 0; h0 < H->n; h0 += nh) {
             nh = kvq__head_batch(H->n - h0);
             for (h = h0; h < h0 + nh; h++) {
@@ -3575,7 +4302,7 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
                     const size_t stride = gpu * wpg * sizeof(uint32_t);
                     for (run = 1; j + run < m_q && slot[j + run] == slot[j] + run; run++) {}
                     if (s->bits == 2 && nh == 1) {
-                        kvq__pairs_walk(o, G, e, stride, run, wa + j, j ? NULL : &wb);
+                        kvq__pairs_walk(o, G, e, stride, run, wa + j, j ? NULL : &wb, s->value);
                         continue;
                     }
                     {                       /* entry i to sum i mod P */
@@ -3587,7 +4314,7 @@ static void kvq__walk_values(const kvq_cache *c, kvq__walk *H, size_t n)
                             for (i = 0; i < run; i++) {
                                 float *ac = acc[i % P];
                                 kvq__codes_f32((const uint32_t *)(const void *)(e + i * stride), c0, 16,
-                                               s->bits, x);
+                                               s->bits, s->value, x);
                                 for (l = 0; l < 16; l++) ac[l] = kvq__fmadd(wa[j + i], x[l], ac[l]);
                             }
                             for (l = 0; l < 16; l++) {
@@ -3634,7 +4361,7 @@ static void kvq__walk_cache(const kvq_cache *c, kvq__walk *H)
 {
     const kvq_side *s = &c->k;
     size_t D = c->cfg.head_dim, h, d, j, u, r;
-    KVQ__FAST_VOID(walk_cache(c, H));
+    KVQ__FAST_VOID_IF(walk_serves(c), walk_cache(c, H));
     for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
     for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
     if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
@@ -3650,8 +4377,7 @@ static void kvq__walk_cache(const kvq_cache *c, kvq__walk *H)
             size_t t0, n_tile = s->axis == KVQ_PER_TOKEN ? KVQ_TILE : tpu;
             if (s->axis == KVQ_PER_CHANNEL) {           /* q*a and q.b, once
                                                            per unit         */
-                for (d = 0; d < D; d++) kvq__affine(s->sz[u * D + d], c->cfg.zero_mode,
-                                                    &H->qa[d], &H->row[d]);
+                for (d = 0; d < D; d++) kvq__group_ab(c, s, u * D + d, &H->qa[d], &H->row[d]);
                 for (h = H->n; h-- > 0;) {              /* head 0 last: its
                                                            row holds the a's */
                     for (d = 0; d < D; d++) H->qa[h * D + d] = H->q[h * D + d] * H->qa[d];
@@ -3856,13 +4582,14 @@ KVQ_API kvq_status kvq_cache_bytes(const kvq_cache *c, kvq_bytes *out)
         const kvq_side *s = sides[i];
         size_t slots = s->n_units * s->geom.tokens_per_unit, live_rows = 0;
         b.codes[i] = s->n_units * s->geom.groups_per_unit * s->geom.words_per_group * 4u;
-        b.scale_zero[i] = s->n_units * s->geom.groups_per_unit * sizeof(kvq_sz);
+        b.scale_zero[i] = s->n_units * s->sz_per_unit * sizeof(kvq_sz) +
+                          (kvq__format_tensor(s->format) && s->n_units ? sizeof(float) : 0);
         for (r = 0; r < KVQ_ROW_REGIONS; r++) live_rows += s->rows[r].n;
         b.full_precision[i] = live_rows * rowb;
         b.metadata += (slots + live_rows) * sizeof(int32_t)   /* positions  */
                     + c->n_pos * sizeof(uint32_t);             /* loc map    */
-        b.allocated += s->cap_units * s->geom.groups_per_unit *
-                           (s->geom.words_per_group * 4u + sizeof(kvq_sz))
+        b.allocated += s->cap_units * (s->geom.groups_per_unit * s->geom.words_per_group * 4u +
+                                       s->sz_per_unit * sizeof(kvq_sz))
                      + s->cap_units * s->geom.tokens_per_unit * sizeof(int32_t)
                      + c->cap_pos * sizeof(uint32_t);
         for (r = 0; r < KVQ_ROW_REGIONS; r++)
@@ -4315,7 +5042,7 @@ static size_t kvq__dead_blocks(const kvq_side *s, size_t bt)
 static void kvq__compact_side(kvq_side *s, kvq_compact_stats *st)
 {
     size_t tpu = s->geom.tokens_per_unit, uw = s->geom.groups_per_unit * s->geom.words_per_group;
-    size_t gpu = s->geom.groups_per_unit, u, j = 0, t;
+    size_t spu = s->sz_per_unit, u, j = 0, t;
     for (u = 0; u < s->n_units; u++) {
         size_t live = 0;
         for (t = 0; t < tpu; t++) live += s->qpos[u * tpu + t] >= 0;
@@ -4323,7 +5050,7 @@ static void kvq__compact_side(kvq_side *s, kvq_compact_stats *st)
         st->pinned_slots += tpu - live;
         if (j != u) {
             memcpy(s->words + j * uw, s->words + u * uw, uw * sizeof(uint32_t));
-            memcpy(s->sz + j * gpu, s->sz + u * gpu, gpu * sizeof(kvq_sz));
+            if (spu) memcpy(s->sz + j * spu, s->sz + u * spu, spu * sizeof(kvq_sz));
             memcpy(s->qpos + j * tpu, s->qpos + u * tpu, tpu * sizeof(int32_t));
             st->slot_copies += tpu;
             for (t = 0; t < tpu; t++) {
@@ -4764,9 +5491,11 @@ static kvq_status kvq__units_reserve(kvq_side *s, size_t more, int exact)
     p = kvq__grow(s->words, s->cap_units, need, unit_words * sizeof(uint32_t), exact, &nc);
     if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
     s->words = (uint32_t *)p;
-    p = kvq__grow(s->sz, s->cap_units, nc, s->geom.groups_per_unit * sizeof(kvq_sz), 1, &unused);
-    if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
-    s->sz = (kvq_sz *)p;
+    if (s->sz_per_unit) {               /* none for a scale per side        */
+        p = kvq__grow(s->sz, s->cap_units, nc, s->sz_per_unit * sizeof(kvq_sz), 1, &unused);
+        if (!p) return KVQ__NO(KVQ_ERR_NOMEM);
+        s->sz = (kvq_sz *)p;
+    }
     /* qpos is indexed by slot = unit * tokens_per_unit + t                  */
     p = kvq__grow(s->qpos, s->cap_units, nc, s->geom.tokens_per_unit * sizeof(int32_t), 1, &unused);
     if (!p) return KVQ__NO(KVQ_ERR_NOMEM);

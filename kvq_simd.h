@@ -1,5 +1,5 @@
 /* kvq_simd.h - kvq.h's fast paths: the same API and the same bits, on
-   vector units. v0.8.0 - MIT license, see the end of kvq.h.
+   vector units. v0.9.0 - MIT license, see the end of kvq.h.
 
    USAGE: include this file instead of kvq.h (it includes kvq.h):
        #define KVQ_IMPLEMENTATION          // in exactly one .c/.cpp file
@@ -2412,6 +2412,14 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
 
 /* kvq.h's kvq__walk_cache for a batch of heads (kvq.h's kvq__attend_online
    forms the batches from the scratch).                                   */
+/* The caches this walk serves: Sec. 4's codes at B = 1, 2, 4, 8 on both
+   sides. kvq.h's plain walk takes the others (Sec. 4.1's formats, B = 3). */
+static int kvq__simd_walk_serves(const kvq_cache *c)
+{
+    return c->k.format == KVQ_FORMAT_INT && c->v.format == KVQ_FORMAT_INT &&
+           c->k.bits != 3 && c->v.bits != 3;
+}
+
 static void kvq__simd_walk_cache(const kvq_cache *c, struct kvq__walk *W)
 {
     kvq__heads H;

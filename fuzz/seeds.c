@@ -207,6 +207,23 @@ int main(void)
             put("fuzz_quant", name, b, 68);
         }
     }
+    /* formats (Sec. 4.1): (format, bits, n, stride, data mode), a side
+       scale, then data; every format once at its own width and group,
+       grid data (b4 = 0) with a tame scale, and once raw floats          */
+    for (i = 0; i < 2 * 10 /* kvq.h: KVQ_FORMAT_COUNT - 1 */; i++) {
+        char name[32];
+        b[0] = (uint8_t)(i % 10 /* kvq.h: KVQ_FORMAT_COUNT - 1 */);       /* format 1 + b0 */
+        b[1] = (uint8_t)(0x80 | (i * 8));                   /* its own width */
+        b[2] = 0x80;                                        /* its own group */
+        b[3] = (uint8_t)(0x40 + i % 3);
+        b[4] = (uint8_t)(i >= 10);        /* raw floats    */
+        b[5] = 0x20; b[6] = 0x15; b[7] = 0; b[8] = 0;       /* scale 1.125 2^1 */
+        for (n = 9; n < 9 + 4 * 64; n++) b[n] = (uint8_t)((n * 37 + i * 13) & 0xFF);
+        if (b[4])                                   /* a few real floats    */
+            for (n = 9; n + 4 <= 9 + 4 * 64; n += 4) { b[n + 2] = (uint8_t)(n * 7); b[n + 3] = (uint8_t)(0x3E + (n & 1) * 0x80); }
+        snprintf(name, sizeof name, "format_%02zu", i);
+        put("fuzz_formats", name, b, 9 + 4 * 64);
+    }
     /* cache: 8 config bytes, then ops for every policy; each policy once
        as given and once rotated (b[7] = 0x06: keys Hadamard with signs,
        values Hadamard; 8 seed bytes follow), the rotated run also with

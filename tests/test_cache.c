@@ -1814,8 +1814,8 @@ static void test_bad_config(void)
     kvq_cache c;
 #define ADD(nm, expr, st) do { cases[n].name = nm; cases[n].cfg = kvq_config_kivi(64, 2); \
                                { kvq_config *x = &cases[n].cfg; expr; } cases[n].want = st; n++; } while (0)
-    ADD("key bits 3", x->key_bits = 3, KVQ_ERR_BITS);
-    ADD("value bits 3", x->value_bits = 3, KVQ_ERR_BITS);
+    ADD("key bits 5", x->key_bits = 5, KVQ_ERR_BITS);
+    ADD("value bits 5", x->value_bits = 5, KVQ_ERR_BITS);
     ADD("bits 0", x->key_bits = x->value_bits = 0, KVQ_ERR_BITS);
     ADD("bits 16", x->key_bits = 16, KVQ_ERR_BITS);
     ADD("G = 0", x->group = 0, KVQ_ERR_SIZE);
@@ -1831,8 +1831,8 @@ static void test_bad_config(void)
     ADD("CUSTOM, key schedule 9", (x->policy = KVQ_POLICY_CUSTOM, x->key_schedule = (kvq_schedule)9),
         KVQ_ERR_CONFIG);
     ADD("key axis 5", x->key_axis = (kvq_axis)5, KVQ_ERR_CONFIG);
-    hp = kvq_hf_defaults(3);
-    cases[n].name = "HF nbits 3"; cases[n].cfg = kvq_config_hf(64, hp); cases[n].want = KVQ_ERR_BITS; n++;
+    hp = kvq_hf_defaults(5);
+    cases[n].name = "HF nbits 5"; cases[n].cfg = kvq_config_hf(64, hp); cases[n].want = KVQ_ERR_BITS; n++;
     hp = kvq_hf_defaults(2); hp.q_group_size = 48;
     cases[n].name = "HF G = 48, D = 64"; cases[n].cfg = kvq_config_hf(64, hp); cases[n].want = KVQ_ERR_GROUP; n++;
     hp = kvq_hf_defaults(2); hp.q_group_size = 32; hp.residual_length = 48; hp.axis_key = KVQ_PER_CHANNEL;

@@ -1090,7 +1090,7 @@ static void test_bad_configs(void)
     OTT("OTT mean mode -1", x->ott_mean = (kvq_ott_mean)-1, KVQ_ERR_CONFIG);
     OTT("OTT R = 0", x->residual = 0, KVQ_ERR_SIZE);
     OTT("OTT G = 0", x->group = 0, KVQ_ERR_SIZE);
-    OTT("OTT bits 3", x->key_bits = 3, KVQ_ERR_BITS);
+    OTT("OTT bits 5", x->key_bits = 5, KVQ_ERR_BITS);
     OTT("OTT value group 24 does not divide D = 64", x->value_group = 24, KVQ_ERR_GROUP);
     OTT("OTT per-token keys, G = 48 does not divide D = 64",
         (x->key_axis = KVQ_PER_TOKEN, x->group = 48), KVQ_ERR_GROUP);

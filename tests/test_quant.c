@@ -1142,7 +1142,7 @@ static void test_matrix(void)
    output byte-identical to the poison pattern written before the call.    */
 static void test_bad_group(void)
 {
-    static const int badbits[] = { 0, 3, 5, 16, -1, 7, 9, 32 };
+    static const int badbits[] = { 0, 6, 5, 16, -1, 7, 9, 32 };
     float x[16], gap[8];
     uint8_t c[32];
     kvq_sz sz;
@@ -1238,7 +1238,7 @@ static void test_bad_group(void)
 
 static void test_bad_pack(void)
 {
-    static const int badbits[] = { 0, 3, 5, 16, -1 };
+    static const int badbits[] = { 0, 6, 5, 16, -1 };
     uint8_t codes[40], out[48];
     uint32_t w[8];
     kvq_status st;
@@ -1258,7 +1258,7 @@ static void test_bad_pack(void)
               badbits[k]);
     }
     for (b = -2; b <= 40; b++)
-        CHECK(kvq_bits_supported(b) == (b == 1 || b == 2 || b == 4 || b == 8),
+        CHECK(kvq_bits_supported(b) == (b == 1 || b == 2 || b == 3 || b == 4 || b == 8),
               "kvq_bits_supported(%d) = %d", b, kvq_bits_supported(b));
     poison(w, sizeof w);
     st = kvq_pack(NULL, 40, 2, w);
@@ -1277,7 +1277,7 @@ static void test_bad_pack(void)
 static void test_bad_matrix(void)
 {
     enum { T = 16, D = 16 };
-    static const int badbits[] = { 0, 3, 5, 16, -1 };
+    static const int badbits[] = { 0, 6, 5, 16, -1 };
     float X[T * D], Xo[T * D];
     uint32_t w[256];
     kvq_sz sz[64];

@@ -222,7 +222,7 @@ static void test_primitives(void)
     EXPECT("kvq_quantize_group", GROUP_CALL(x, 0, 1, 2, KVQ_ZERO_FLOAT), KVQ_ERR_SIZE);
     GROUP_UNTOUCHED();
     EXPECT("kvq_quantize_group", GROUP_CALL(x, 8, 0, 2, KVQ_ZERO_FLOAT), KVQ_ERR_SIZE);
-    EXPECT("kvq_quantize_group", GROUP_CALL(x, 8, 1, 3, KVQ_ZERO_FLOAT), KVQ_ERR_BITS);
+    EXPECT("kvq_quantize_group", GROUP_CALL(x, 8, 1, 5, KVQ_ZERO_FLOAT), KVQ_ERR_BITS);
     EXPECT("kvq_quantize_group", GROUP_CALL(x, 8, 1, 0, KVQ_ZERO_FLOAT), KVQ_ERR_BITS);
     EXPECT("kvq_quantize_group", GROUP_CALL(x, 8, 1, 16, KVQ_ZERO_FLOAT), KVQ_ERR_BITS);
     EXPECT("kvq_quantize_group", GROUP_CALL(x, 8, 1, 2, (kvq_zero_mode)7), KVQ_ERR_CONFIG);
@@ -270,7 +270,7 @@ static void test_primitives(void)
                                   "%s wrote on failure", what)
     poison(words, sizeof words); poison(sz, sizeof sz);
     EXPECT("kvq_quantize_matrix", kvq_quantize_matrix(NULL, 4, 16, 2, 8, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, words, sz), KVQ_ERR_NULL);
-    EXPECT("kvq_quantize_matrix", kvq_quantize_matrix(x, 4, 16, 3, 8, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, words, sz), KVQ_ERR_BITS);
+    EXPECT("kvq_quantize_matrix", kvq_quantize_matrix(x, 4, 16, 5, 8, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, words, sz), KVQ_ERR_BITS);
     EXPECT("kvq_quantize_matrix", kvq_quantize_matrix(x, 0, 16, 2, 8, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, words, sz), KVQ_ERR_SIZE);
     EXPECT("kvq_quantize_matrix", kvq_quantize_matrix(x, 4, 16, 2, 3, KVQ_PER_TOKEN, KVQ_ZERO_FLOAT, words, sz), KVQ_ERR_GROUP);
     EXPECT("kvq_quantize_matrix", kvq_quantize_matrix(x, 4, 16, 2, 8, KVQ_PER_TOKEN, (kvq_zero_mode)2, words, sz), KVQ_ERR_CONFIG);
@@ -317,7 +317,7 @@ static void test_configs(void)
     int i;
     bad[0] = kvq_config_kivi(16, 2); bad[0].policy = (kvq_policy)42;
     bad[1] = kvq_config_kivi(0, 2);
-    bad[2] = kvq_config_kivi(16, 3);
+    bad[2] = kvq_config_kivi(16, 5);
     bad[3] = kvq_config_kivi(16, 2); bad[3].group = 5;          /* R = 128   */
     bad[4] = kvq_config_kivi(16, 2);                /* CUSTOM with POLICY   */
     bad[4].policy = KVQ_POLICY_CUSTOM; bad[4].key_schedule = KVQ_SCHED_POLICY;
