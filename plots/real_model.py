@@ -62,6 +62,15 @@ for _m in ("kivi4", "kivi2", "kivi2-KtVt", "hf4", "hf2"):   # the -rot twins
 # rows that `make eval` leaves out (llm.c's diagnostics, run with --only;
 # the committed full run, walkthrough/10_eval/, has them): not charted
 DIAGNOSTIC = ("fp16", "sink-evict")
+# the formats engines ship (issue 47): one family per kind of grid
+for _m in ("fp8-e4m3", "fp8-e4m3-pth", "fp8-e5m2"):
+    FAMILY[_m] = ("engines: FP8", "#000080")
+for _m in ("int8-pth", "int4-pth", "q8_0", "q4_0"):
+    FAMILY[_m] = ("engines: int (vLLM pth, llama.cpp)", "#bcbd22")
+for _m in ("nvfp4", "nvfp4-4over6"):
+    FAMILY[_m] = ("engines: NVFP4", "#c51b7d")
+for _m in ("turboquant-k8v4", "turboquant-4bit-nc", "turboquant-k3v4-nc", "turboquant-3bit-nc"):
+    FAMILY[_m] = ("engines: TurboQuant (vLLM)", "#8c6d31")
 
 # where a point's label goes (points): neighbours that would collide
 LABEL_OFFSET = {"kivi2-KcVc": (5, -10), "kivi2-KtVt": (-62, 3), "h2o": (5, 4),

@@ -55,9 +55,9 @@ docs)
         FILENAME ~ /real_model_eval\.csv$/ {
             if (FNR == 1) next
             csv($0)
-            iv = F[14] + 0 ? sprintf("[%+.1f, %+.1f]", F[6], F[7]) : "(too short)"
-            want[++nw] = sprintf("%-14s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %5.1f%% %5.1f%% %4d  %s",
-                                 F[1], F[2], F[3], F[4], F[5], iv, F[8], F[9], F[10], F[11], F[12], F[15])
+            iv = F[16] + 0 ? sprintf("[%+.1f, %+.1f]", F[6], F[7]) : "(too short)"
+            want[++nw] = sprintf("%-18s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %8.5f %7.4f %5.1f%% %5.1f%% %4d  %s",
+                                 F[1], F[2], F[3], F[4], F[5], iv, F[8], F[9], F[10], F[11], F[12], F[13], F[14], F[17])
             next
         }
         FILENAME ~ /real_model_claims\.csv$/ {

@@ -27,7 +27,7 @@ fi
 llm=$1 model=$2 text=$3 short=$4
 mkdir -p "$dir" plots/csv
 
-echo "eval-docs: 1. the full run (every row; 8.5 CPU-minutes, spread over the cores)"
+echo "eval-docs: 1. the full run (every row; about 28 CPU-minutes, spread over the cores)"
 "$llm" eval --model "$model" --text "$text" --only all --csv "$tmp" > "$tmp/full.txt"
 cp "$tmp/full.txt" "$tmp/real_model_eval.csv" "$tmp/real_model_claims.csv" "$dir/"
 cp "$tmp/real_model_eval.csv" "$tmp/real_model_claims.csv" plots/csv/

@@ -10,8 +10,11 @@ number that stands alone replaced by # (not the 2 of
 kivi2), the verdict words (PASS / FINDING / n/a; shown /
 reversed / unresolved) by one placeholder each, and blanks collapsed. So a
 table row is matched by its method and claim, a claim line by its source and
-text, whatever the numbers and verdicts became. A quoted line with no such
-line in FULL.txt, or with several, stops the script: edit it by hand.
+text, whatever the numbers and verdicts became. A table line (the header
+"method  bits ...", or a row, both flush left) whose shape has changed
+because the table gained or lost a column is matched by its first word,
+the method, among the table's lines. A quoted line with no such line in
+FULL.txt, or with several, stops the script: edit it by hand.
 Prose outside the blocks is not touched: read `git diff walkthrough/` after.
 """
 import re
@@ -34,6 +37,15 @@ def main():
     by_shape = {}
     for l in full:
         by_shape.setdefault(shape(l), []).append(l)
+    by_method = {}          # the table: its header to the line before "bits:"
+    intable = False
+    for l in full:
+        if l.startswith("method "):
+            intable = True
+        elif l.startswith("bits: "):
+            intable = False
+        if intable and l and not l[0].isspace():
+            by_method.setdefault(l.split()[0], []).append(l)
     bad = changed = 0
     for md in sys.argv[2:]:
         lines = open(md, encoding="utf-8").read().split("\n")
@@ -54,6 +66,8 @@ def main():
             if not on or t == "" or t == "...":
                 continue
             cands = by_shape.get(shape(t), [])
+            if not cands and t and not t[0].isspace():
+                cands = by_method.get(t.split()[0], [])
             if len(set(cands)) != 1:
                 print("%s:%d: %s line of the full run has this shape; edit by hand:\n    %s"
                       % (md, i + 1, "no" if not cands else "more than one", t))

@@ -419,6 +419,13 @@ typedef struct method {
     int         n_kv;          /* KV heads per layer: cache = layer*n_kv+head */
     int         n_caches;      /* entries of score: n_layers * n_kv          */
     int         seq_len;
+    /* the engines' formats (issue 47)                                      */
+    int         calibrate;     /* 1: per-side scales from fp32's absmax      */
+    kvq_config *per_head;      /* (n_layers * n_kv) one config per cache
+                                  (calibrated scales); NULL: per_layer       */
+    float      *absmax;        /* (n_layers * n_kv, 2) |K|, |V| maxima this
+                                  run captures (fp32's run; not owned)       */
+    int         head_dim;
 } method;
 
 #define SINKS   4              /* StreamingLLM's attention sinks             */
@@ -512,7 +519,7 @@ static void method_free(method *M)
     int i;
     if (M->score) for (i = 0; i < M->n_caches; i++) free(M->score[i]);
     free(M->score); free(M->keep); free(M->obs); free(M->votes); free(M->per_layer);
-    free(M->lq_set); free(M->lq_n);
+    free(M->lq_set); free(M->lq_n); free(M->per_head);
     memset(M, 0, sizeof *M);
 }
 
@@ -528,6 +535,46 @@ static int axes_method(const char *name)
     if (n == 13) return !strcmp(name + 10, "-R1");
     return strcmp(name, "kivi2-KcVt") != 0;
 }
+
+/* The formats engines ship (issue 47), as rows named as the engines name
+   them: the row, kvq_config_engine's name (kvq.h Sec. 4.1: each token
+   quantized at its append, no full-precision window), the claim column.
+   Per-side scales: fp8-e4m3 / fp8-e5m2 (and turboquant-k8v4's FP8 keys)
+   keep vLLM's default k_scale = v_scale = 1.0; nvfp4 and nvfp4-4over6 are
+   calibrated offline, as NVIDIA's recipe does, from the fp32 run on the
+   same text: each (layer, KV head, side) gets absmax / (6 x 448), kvq.h's
+   key_scale = 0 rule applied to all of fp32's rows (eval only; `llm
+   generate` keeps the 0 rule, the first row's absmax).                   */
+static const struct engine_row {
+    const char *row, *engine, *paper;
+    int calibrate;
+} ENGINE_ROWS[] = {
+    { "fp8-e4m3",           "fp8-e4m3",                "vLLM docs: fp8 minimal loss", 0 },
+    { "fp8-e4m3-pth",       "fp8-e4m3-per-token-head", "vLLM fp8_per_token_head", 0 },
+    { "fp8-e5m2",           "fp8-e5m2",                "vLLM fp8_e5m2, scale 1.0", 0 },
+    { "int8-pth",           "int8-per-token-head",     "vLLM int8_per_token_head", 0 },
+    { "int4-pth",           "int4-per-token-head",     "vLLM int4_per_token_head", 0 },
+    { "nvfp4",              "nvfp4",                   "NVIDIA: <1% loss", 1 },
+    { "nvfp4-4over6",       "nvfp4-4over6",            "4/6: beats nvfp4", 1 },
+    { "turboquant-k8v4",    "turboquant-k8v4",         "vLLM TurboQuant preset", 0 },
+    { "turboquant-4bit-nc", "turboquant-4bit-nc",      "vLLM TurboQuant preset", 0 },
+    { "turboquant-k3v4-nc", "turboquant-k3v4-nc",      "TurboQuant: 3.5 bits neutral", 0 },
+    { "turboquant-3bit-nc", "turboquant-3bit-nc",      "vLLM TurboQuant preset", 0 },
+    { "q8_0",               "q8_0",                    "llama.cpp q8_0 (rotated)", 0 },
+    { "q4_0",               "q4_0",                    "llama.cpp q4_0 (rotated)", 0 },
+};
+#define N_ENGINE_ROWS (sizeof ENGINE_ROWS / sizeof ENGINE_ROWS[0])
+
+static const struct engine_row *engine_row(const char *name)
+{
+    size_t i;
+    for (i = 0; i < N_ENGINE_ROWS; i++) if (!strcmp(ENGINE_ROWS[i].row, name)) return &ENGINE_ROWS[i];
+    return NULL;
+}
+
+/* The largest value NVFP4's two scales reach: E2M1's 6 times E4M3's 448
+   (kvq.h's side-scale rule, NVIDIA's global scale 448 x 6 / amax).       */
+#define NVFP4_TOP (6.0f * 448.0f)
 
 /* Builds method `name` for this model. budget: tokens for eviction methods. */
 static int method_make(method *M, const char *name, const llm_config *c, size_t budget)
@@ -555,7 +602,16 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
     M->name = name;
     M->per_layer = (kvq_config *)calloc((size_t)c->n_layers, sizeof(kvq_config));
     if (!M->per_layer) return 0;
-    if (!strcmp(name, "fp32"))       { base = kvq_config_full(D, 32); M->paper = "reference"; }
+    if (engine_row(name)) {
+        const struct engine_row *er = engine_row(name);
+        if (kvq_config_engine(&base, D, er->engine) != KVQ_OK) {
+            fprintf(stderr, "%s: %s\n", name, kvq_why());
+            return 0;
+        }
+        M->paper = er->paper;
+        M->calibrate = er->calibrate;
+    }
+    else if (!strcmp(name, "fp32"))       { base = kvq_config_full(D, 32); M->paper = "reference"; }
     else if (!strcmp(name, "fp16"))  { base = kvq_config_full(D, 16); M->paper = "(diagnostic: llama.cpp's f16 cache)"; }
     else if (!strcmp(name, "kivi4")) { base = kvq_config_kivi(D, 4); M->paper = "KIVI T3: 4-bit ~ 16-bit"; }
     else if (!strcmp(name, "kivi2")) { base = kvq_config_kivi(D, 2); M->paper = "KIVI T3: small drop"; }
@@ -664,14 +720,43 @@ static int method_make(method *M, const char *name, const llm_config *c, size_t 
 /* Threads per state: --threads / -t, 0 = every online core (llm.h).       */
 static int n_threads = 0;
 
+/* llm_cache_fn over M->per_head: one config per (layer, KV head).        */
+static kvq_config cache_per_head(void *user, int layer, int kv_head, size_t head_dim)
+{
+    const method *M = (const method *)user;
+    (void)head_dim;
+    return M->per_head[layer * M->n_kv + kv_head];
+}
+
+/* llm_capture_fn: each (layer, KV head)'s largest |K| and |V| so far into
+   M->absmax (the keys after RoPE, as the cache receives them).           */
+static void absmax_capture(void *user, int layer, int kv_head, int pos, const float *q, int n_q,
+                           const float *k, const float *v)
+{
+    method *M = (method *)user;
+    float *a = M->absmax + (size_t)(layer * M->n_kv + kv_head) * 2;
+    int i, D = M->head_dim;
+    (void)pos; (void)q; (void)n_q;
+    for (i = 0; i < D; i++) {
+        if (fabsf(k[i]) > a[0]) a[0] = fabsf(k[i]);
+        if (fabsf(v[i]) > a[1]) a[1] = fabsf(v[i]);
+    }
+}
+
 /* A fresh state whose caches follow method M.                             */
 static int state_for(llm_state *s, const model_file *f, method *M, int max_prefill)
 {
     llm_opts o = llm_opts_default();
     kvq_status st;
     o.n_threads = n_threads;
-    o.cache_fn = llm_cache_per_layer;
-    o.cache_user = M->per_layer;
+    o.cache_fn = M->per_head ? cache_per_head : llm_cache_per_layer;
+    o.cache_user = M->per_head ? (void *)M : (void *)M->per_layer;
+    if (M->absmax) {
+        M->n_kv = f->m.cfg.n_kv_heads;
+        M->head_dim = f->m.cfg.head_dim;
+        o.capture = absmax_capture;
+        o.capture_user = M;
+    }
     o.max_prefill = max_prefill;
     o.reserve = f->m.cfg.seq_len;
     if (M->evict != EV_NONE) { o.hook = evict_hook; o.hook_user = M; }
@@ -697,7 +782,33 @@ typedef struct run_result {
     double *tok_nll;       /* (n_scored) -log p(token t+1 | tokens <= t)     */
     int   *top;            /* (n_scored) argmax of each teacher-forced step  */
     int   *gen;            /* (n_gen) greedy continuation                    */
+    double *tok_kl;        /* (n_scored) KL(p_fp32 || p_row) of each step, in
+                              nats; NULL when run without a reference       */
 } run_result;
+
+/* The reference for the KL column (issue 47; llama.cpp's --kl-divergence):
+   the fp32 row's teacher-forced logits at every scored position, kept in
+   memory (2,047 x 49,152 floats, 402 MB for make eval), and their
+   log-sum-exps. The fp32 row runs first, alone on every core, and fills
+   it; every other row then reads it as it scores the same positions. Kept
+   rather than computed in lockstep: the rows run side by side on worker
+   threads at their own speeds, and lockstep would tie each to fp32's
+   progress (or recompute fp32 once per row).                              */
+typedef struct kl_ref {
+    float  *logits;        /* (n_scored, vocab) fp32's logits, as computed  */
+    double *lse;           /* (n_scored) log sum_i exp(logit_i), token_lse's */
+} kl_ref;
+
+/* What feed does with the KL reference for one run: ref non-NULL, each
+   step's KL against it into kl; keep non-NULL, this run is the reference
+   (its logits and log-sum-exps copied into keep, its KL 0). from: the
+   first scored position this call feeds.                                  */
+typedef struct kl_io {
+    const kl_ref *ref;
+    kl_ref       *keep;
+    double       *kl;      /* (n_scored)                                    */
+    int           from;
+} kl_io;
 
 /* Tokens per llm_forward_many call. 1 gives the token-at-a-time loop, for
    timing the batching (walkthrough 10a Sec. A4); the results are the same
@@ -714,23 +825,50 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* -log softmax(lg)[target], in double, shifted by the max.                 */
-static double token_nll(const float *lg, int V, int target)
+/* -log softmax(lg)[target], in double, shifted by the max; *lse (when
+   non-NULL) gets log sum_i exp(lg_i) = mx + log z, the same z.             */
+static double token_nll_lse(const float *lg, int V, int target, double *lse)
 {
     double mx = -INFINITY, z = 0.0;
     int i;
     for (i = 0; i < V; i++) if (lg[i] > mx) mx = lg[i];
     for (i = 0; i < V; i++) z += exp((double)lg[i] - mx);
+    if (lse) *lse = mx + log(z);
     return -((double)lg[target] - mx - log(z));
+}
+
+#ifdef LLM_NO_MAIN     /* tests/test_model.c scores with it               */
+static double token_nll(const float *lg, int V, int target)
+{
+    return token_nll_lse(lg, V, target, NULL);
+}
+#endif
+
+/* KL(p || q) = sum_i p_i (log p_i - log q_i) in nats over the whole
+   vocabulary, p = softmax(a) (fp32's step), q = softmax(b) (the row's),
+   in double from the float logits: log p_i = a_i - lse_a, log q_i = b_i -
+   lse_b. Identical logits give exactly 0; rounding can leave a value a
+   few 1e-16 below 0 for near-identical ones, kept as computed.            */
+static double token_kl(const float *a, double lse_a, const float *b, double lse_b, int V)
+{
+    double kl = 0.0;
+    int i;
+    for (i = 0; i < V; i++) {
+        double lp = (double)a[i] - lse_a;
+        kl += exp(lp) * (lp - ((double)b[i] - lse_b));
+    }
+    return kl;
 }
 
 /* Feeds ids[0..n) in chunks of LLM_CHUNK (each token decoded against the cache
    as stored, llm.h Sec. 7). With nll non-NULL, the logits of token t score
    ids[t + 1], so ids must then hold n + 1 tokens: *nll gets their sum, tok
-   (n) each token's term and top (n) each step's argmax. buf: (LLM_CHUNK,
-   vocab). Returns the last token's logits, or NULL with the reason printed. */
+   (n) each token's term and top (n) each step's argmax; kl (NULL: none)
+   each step's KL against fp32 or, for fp32, keeps its logits (kl_io).
+   buf: (LLM_CHUNK, vocab). Returns the last token's logits, or NULL with
+   the reason printed.                                                     */
 static const float *feed(model_file *f, llm_state *s, const int *ids, int n, float *buf,
-                         double *nll, double *tok, int *top)
+                         double *nll, double *tok, int *top, const kl_io *kl)
 {
     const float *lg = NULL;
     int t, j, T, V = f->m.cfg.vocab_size;
@@ -741,9 +879,19 @@ static const float *feed(model_file *f, llm_state *s, const int *ids, int n, flo
             return NULL;
         }
         for (j = 0; nll && j < T; j++) {
-            tok[t + j] = token_nll(buf + (size_t)j * V, V, ids[t + j + 1]);
+            const float *row = buf + (size_t)j * V;
+            size_t at = kl ? (size_t)(kl->from + t + j) : 0;     /* scored position */
+            double lse;
+            tok[t + j] = token_nll_lse(row, V, ids[t + j + 1], &lse);
             *nll += tok[t + j];
-            top[t + j] = argmax(buf + (size_t)j * V, V);
+            top[t + j] = argmax(row, V);
+            if (kl && kl->keep) {                /* the reference: keep, KL 0 */
+                memcpy(kl->keep->logits + at * (size_t)V, row, (size_t)V * sizeof(float));
+                kl->keep->lse[at] = lse;
+                kl->kl[at] = 0.0;
+            } else if (kl && kl->ref)
+                kl->kl[at] = token_kl(kl->ref->logits + at * (size_t)V, kl->ref->lse[at], row,
+                                      lse, V);
         }
     }
     return lg;
@@ -753,9 +901,12 @@ static const float *feed(model_file *f, llm_state *s, const int *ids, int n, flo
    t+1; the second half of the predictions also scored on their own, where
    every eviction budget is in force), then, from that same state, the last
    token and a greedy continuation of n_gen tokens: every cache answers
-   after the whole text, in its steady state.                              */
-static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen,
-                      run_result *R)
+   after the whole text, in its steady state. ref non-NULL: R->tok_kl gets
+   each step's KL against it; keep non-NULL (ref NULL): this run fills it,
+   keep->logits (n - 1, vocab) and keep->lse (n - 1) allocated by the
+   caller, and R->tok_kl is 0.                                             */
+static int run_method_kl(model_file *f, method *M, const int *ids, int n, int n_gen,
+                         const kl_ref *ref, kl_ref *keep, run_result *R)
 {
     llm_state s;
     kvq_bytes b;
@@ -763,16 +914,26 @@ static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen
     float *buf = (float *)malloc((size_t)LLM_CHUNK * (size_t)V * sizeof(float));
     const float *lg;
     double t0, early = 0.0, late = 0.0;
+    kl_io io[2];
     memset(R, 0, sizeof *R);
     R->top = (int *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int));
     R->tok_nll = (double *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(double));
-    if (!buf || !R->top || !R->tok_nll || n < 3 || !state_for(&s, f, M, LLM_CHUNK)) {
-        free(buf); free(R->top); free(R->tok_nll); R->top = NULL; R->tok_nll = NULL;
+    if (ref || keep) R->tok_kl = (double *)malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(double));
+    if (!buf || !R->top || !R->tok_nll || ((ref || keep) && !R->tok_kl) || n < 3 ||
+        !state_for(&s, f, M, LLM_CHUNK)) {
+        free(buf); free(R->top); free(R->tok_nll); free(R->tok_kl);
+        R->top = NULL; R->tok_nll = NULL; R->tok_kl = NULL;
         return 0;
     }
+    io[0].ref = io[1].ref = keep ? NULL : ref;
+    io[0].keep = io[1].keep = keep;
+    io[0].kl = io[1].kl = R->tok_kl;
+    io[0].from = 0;
+    io[1].from = half;
     t0 = now_s();
-    if (!feed(f, &s, ids, half, buf, &early, R->tok_nll, R->top) ||
-        !feed(f, &s, ids + half, n - 1 - half, buf, &late, R->tok_nll + half, R->top + half))
+    if (!feed(f, &s, ids, half, buf, &early, R->tok_nll, R->top, R->tok_kl ? &io[0] : NULL) ||
+        !feed(f, &s, ids + half, n - 1 - half, buf, &late, R->tok_nll + half, R->top + half,
+              R->tok_kl ? &io[1] : NULL))
         goto done;
     R->tok_s = (n - 1) / (now_s() - t0 + 1e-9);
     R->n_scored = n - 1;
@@ -795,12 +956,21 @@ done:
     llm_state_free(&s);
     free(buf);
     if (!ok) {                                                  /* all or nothing */
-        free(R->top); free(R->gen); free(R->tok_nll);
+        free(R->top); free(R->gen); free(R->tok_nll); free(R->tok_kl);
         R->top = R->gen = NULL;
-        R->tok_nll = NULL;
+        R->tok_nll = R->tok_kl = NULL;
     }
     return ok;
 }
+
+#ifdef LLM_NO_MAIN
+/* ... without the KL column (tests/test_model.c's scoring runs)          */
+static int run_method(model_file *f, method *M, const int *ids, int n, int n_gen,
+                      run_result *R)
+{
+    return run_method_kl(f, M, ids, n, n_gen, NULL, NULL, R);
+}
+#endif
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -829,7 +999,12 @@ static const char *ALL_METHODS[] = {
     "fp32", "kivi4", "kivi4-rot", "kivi2", "kivi2-rot", "kivi-K2V4", "kivi-K4V2", "kivi2-KtVt",
     "kivi2-KtVt-rot", "kivi2-KcVc",
     "kivi2-KtVc", "kivi2-KcVt-R1", "kivi2-KtVt-R1", "kivi2-KcVc-R1", "kivi2-KtVc-R1",
-    "hf4", "hf4-rot", "hf4-int", "hf2", "hf2-rot", "hf2-int", "kivi2-g128", "ott2", "logquant2", "kivi-evict", "logquant-evict", "streaming", "h2o",
+    "hf4", "hf4-rot", "hf4-int", "hf2", "hf2-rot", "hf2-int", "kivi2-g128", "ott2", "logquant2",
+    /* the formats engines ship (ENGINE_ROWS)                               */
+    "fp8-e4m3", "fp8-e4m3-pth", "fp8-e5m2", "int8-pth", "int4-pth", "nvfp4", "nvfp4-4over6",
+    "turboquant-k8v4", "turboquant-4bit-nc", "turboquant-k3v4-nc", "turboquant-3bit-nc",
+    "q8_0", "q4_0",
+    "kivi-evict", "logquant-evict", "streaming", "h2o",
     "snapkv", "sink-evict", "fp16"
 };
 #define N_METHODS (sizeof ALL_METHODS / sizeof ALL_METHODS[0])
@@ -846,6 +1021,8 @@ typedef struct row {
     const double *tok_nll;  /* (n_tok) per-token NLL, the same tokens in
                                every row; NULL: no intervals for this row    */
     int    n_tok;
+    double kl_mean, kl_p99; /* KL(p_fp32 || p_row) over the n_tok steps:
+                               the mean and the 99th percentile (kl_stats) */
 } row;
 
 static const row *find_row(const row *rows, const char *name)
@@ -1135,7 +1312,9 @@ static int check_claims(const row *rows, FILE *out, FILE *csv)
               *h2o = find_row(rows, "h2o"), *snap = find_row(rows, "snapkv"),
               *k2e = find_row(rows, "kivi-evict"), *lqe = find_row(rows, "logquant-evict"),
               *k2r = find_row(rows, "kivi2-rot"), *h2r = find_row(rows, "hf2-rot"),
-              *k4r = find_row(rows, "kivi4-rot"), *h4r = find_row(rows, "hf4-rot");
+              *k4r = find_row(rows, "kivi4-rot"), *h4r = find_row(rows, "hf4-rot"),
+              *f8 = find_row(rows, "fp8-e4m3"), *nv = find_row(rows, "nvfp4"),
+              *nv46 = find_row(rows, "nvfp4-4over6"), *tq35 = find_row(rows, "turboquant-k3v4-nc");
     char m[240];
     int fails = 0, have;
     if (out) fprintf(out, "\npapers' claims (ordering / rough size) vs this run:\n");
@@ -1239,6 +1418,26 @@ static int check_claims(const row *rows, FILE *out, FILE *csv)
                           k4r, k4, at_most, 0.0, 2);
     fails += change_claim(out, csv, "QuaRot Sec. 4; issue target", "HF-4 no worse rotated (CI lo <= 0)",
                           h4r, h4, at_most, 0.0, 2);
+    /* the formats engines ship (issue 47), each published claim as a
+       tolerance on its paired interval; the bounds are ours. vLLM's FP8
+       page: "FP8 E4M3 quantization typically only minimally degrades
+       inference accuracy" (read at its default scale 1.0). NVIDIA's NVFP4
+       KV cache post (2025-12-08): "<1% accuracy loss" on its benchmarks
+       (read on perplexity, calibrated scales). Four Over Six (arXiv
+       2512.02010): more accurate than NVFP4 (an ordering). TurboQuant
+       (arXiv 2504.19874, abstract): "absolute quality neutrality with 3.5
+       bits per channel"; vLLM's turboquant-k3v4-nc stores 3-bit keys and
+       4-bit values, 3.5 code bits per element before its norms and scales,
+       the preset that stands for it.                                      */
+    fails += change_claim(out, csv, "vLLM docs, FP8 E4M3 KV", "minimal loss, scale 1.0: dppl < 1%",
+                          f8, fp, at_most, 1.0, 2);
+    fails += change_claim(out, csv, "NVIDIA blog, NVFP4 KV", "<1% loss: dppl < 1% (calibrated scale)",
+                          nv, fp, at_most, 1.0, 2);
+    { const row *a[] = { nv46 }, *b[] = { nv };
+      fails += order_claim(out, csv, "Four Over Six (2512.02010)", "4/6 beats plain NVFP4 (same scales)",
+                           a, b, 1, 0); }
+    fails += change_claim(out, csv, "TurboQuant abstract", "neutral at 3.5 bits (k3v4-nc): dppl < 2%",
+                          tq35, fp, at_most, 2.0, 2);
     return fails;
 }
 
@@ -1371,6 +1570,44 @@ static void print_rotated(const row *rows)
     }
 }
 
+/* Which format wins at each number of bits (issue 47's question): the
+   rows that quantize (eviction rows and fp32 / fp16 left out) in bands of
+   the bits column, each band's rows ranked by mean KL, with the lowest
+   perplexity named too. Equal bits per element is llama.cpp's condition
+   for comparing cache types by KL.                                         */
+static void print_bands(const row *rows)
+{
+    static const double edge[] = { 0.0, 4.0, 5.0, 7.0, 10.0 };
+    const int n_bands = (int)(sizeof edge / sizeof edge[0]) - 1;
+    int b, header = 0;
+    for (b = 0; b < n_bands; b++) {
+        const row *in[N_METHODS], *best_ppl = NULL;
+        size_t i, n = 0, k;
+        char line[2048];
+        size_t len = 0;
+        for (i = 0; i < N_METHODS; i++) {
+            const row *r = &rows[i];
+            if (!r->ran || r->budget || r->bits >= 16.0 || isnan(r->kl_mean) ||
+                r->bits < edge[b] || r->bits >= edge[b + 1])
+                continue;
+            for (k = n++; k > 0 && in[k - 1]->kl_mean > r->kl_mean; k--) in[k] = in[k - 1];
+            in[k] = r;                                     /* by KL, stable */
+            if (!best_ppl || r->ppl < best_ppl->ppl) best_ppl = r;
+        }
+        if (!n) continue;
+        if (!header++)
+            printf("\nwhich format wins at each number of bits (rows that quantize; eviction, fp32 "
+                   "and fp16 left out; each band ranked by mean KL, KL in nats, bits in brackets):\n");
+        printf("  bits in [%g, %g), %zu row%s: lowest KL %s %.5f [%.2f], lowest ppl %s %.3f [%.2f]\n",
+               edge[b], edge[b + 1], n, n > 1 ? "s" : "", in[0]->name, in[0]->kl_mean, in[0]->bits,
+               best_ppl->name, best_ppl->ppl, best_ppl->bits);
+        for (k = 0; k < n && len < sizeof line; k++)
+            len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %.4f [%.2f]",
+                                    k ? ", " : "", in[k]->name, in[k]->kl_mean, in[k]->bits);
+        printf("    %s\n", line);
+    }
+}
+
 static FILE *open_csv(const char *dir, const char *name)
 {
     char path[1024];
@@ -1379,6 +1616,32 @@ static FILE *open_csv(const char *dir, const char *name)
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (!(fp = fopen(path, "w"))) fprintf(stderr, "cannot write %s\n", path);
     return fp;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The KL columns from the per-step values kl[0..n): *mean their mean (in
+   step order, in double) and *p99 the 99th percentile by nearest rank,
+   the ceil(0.99 n)-th smallest value (n = 2,047: the 2,027th; 21 steps
+   lie above it). Returns 0 (both NaN) when n < 1 or out of memory.       */
+static int kl_stats(const double *kl, int n, double *mean, double *p99)
+{
+    double *v, sum = 0.0;
+    int i;
+    size_t rank;
+    *mean = *p99 = NAN;
+    if (!kl || n < 1 || !(v = (double *)malloc((size_t)n * sizeof(double)))) return 0;
+    for (i = 0; i < n; i++) { sum += kl[i]; v[i] = kl[i]; }
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    rank = ((size_t)n * 99 + 99) / 100;                     /* ceil(0.99 n) */
+    *mean = sum / n;
+    *p99 = v[rank - 1];
+    free(v);
+    return 1;
 }
 
 /* The table's methods are independent (each its own state and caches), so
@@ -1400,18 +1663,51 @@ typedef struct eval_ctx {
     const int  *ids;
     int         n, n_gen, n_jobs, next;
     size_t      budget;
-    eval_job   *jobs;        /* (n_jobs) in table order                    */
+    eval_job   *jobs;        /* (n_jobs) in table order, fp32 first        */
+    kl_ref      kl;          /* fp32's logits, filled by jobs[0] (logits
+                                NULL: no KL column)                        */
+    float      *absmax;      /* (n_layers * n_kv_heads, 2) fp32's |K|, |V|
+                                maxima, filled by jobs[0]: the calibration
+                                of the nvfp4 rows (ENGINE_ROWS)            */
 #if LLM_THREADS
     pthread_mutex_t mu;
     pthread_cond_t  cv;      /* a job is done                              */
 #endif
 } eval_ctx;
 
+/* An engine row's per-cache configs with calibrated side scales: cache
+   (layer l, KV head h) gets absmax[(l n_kv + h) 2 + side] / NVFP4_TOP (1
+   for a side of zeros, as kvq.h). absmax: fp32's, captured (absmax_capture). */
+static int method_calibrate(method *M, const float *absmax, int n_layers, int n_kv)
+{
+    int l, h;
+    if (!M->calibrate || !absmax) return 1;
+    M->per_head = (kvq_config *)malloc((size_t)n_layers * (size_t)n_kv * sizeof(kvq_config));
+    if (!M->per_head) return 0;
+    M->n_kv = n_kv;
+    for (l = 0; l < n_layers; l++)
+        for (h = 0; h < n_kv; h++) {
+            kvq_config *c = &M->per_head[l * n_kv + h];
+            const float *a = absmax + (size_t)(l * n_kv + h) * 2;
+            *c = M->per_layer[l];
+            c->key_scale = a[0] > 0.0f ? a[0] / NVFP4_TOP : 1.0f;
+            c->value_scale = a[1] > 0.0f ? a[1] / NVFP4_TOP : 1.0f;
+        }
+    return 1;
+}
+
+/* jobs[0], fp32, keeps its logits in e->kl; every other job reads them.  */
 static void eval_run(eval_ctx *e, eval_job *j)
 {
+    int first = j == &e->jobs[0];
+    const llm_config *c = &e->f->m.cfg;
     memset(&j->R, 0, sizeof j->R);
-    j->ok = method_make(&j->M, j->name, &e->f->m.cfg, e->budget) &&
-            run_method(e->f, &j->M, e->ids, e->n, e->n_gen, &j->R);
+    j->ok = method_make(&j->M, j->name, c, e->budget);
+    if (j->ok && first) j->M.absmax = e->absmax;             /* fp32 captures */
+    j->ok = j->ok && method_calibrate(&j->M, e->absmax, c->n_layers, c->n_kv_heads) &&
+            run_method_kl(e->f, &j->M, e->ids, e->n, e->n_gen,
+                          !first && e->kl.logits ? &e->kl : NULL,
+                          first && e->kl.logits ? &e->kl : NULL, &j->R);
 }
 
 #if LLM_THREADS
@@ -1470,8 +1766,30 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     for (i = 0; i < N_METHODS; i++)          /* fp32 (the reference) always  */
         if (i == 0 || (only ? selected(only, ALL_METHODS[i]) : i < N_METHODS - N_DIAG))
             jobs[e.n_jobs++].name = ALL_METHODS[i];
+    /* fp32 first, alone, on every thread (the same bits at any count):
+       its logits at every scored position are the KL column's reference  */
+    e.kl.logits = (float *)malloc((size_t)(n - 1) * (size_t)f->m.cfg.vocab_size * sizeof(float));
+    e.kl.lse = (double *)malloc((size_t)(n - 1) * sizeof(double));
+    e.absmax = (float *)calloc((size_t)f->m.cfg.n_layers * (size_t)f->m.cfg.n_kv_heads * 2,
+                               sizeof(float));
+    if (!e.kl.logits || !e.kl.lse || !e.absmax) {
+        fprintf(stderr, "eval: no memory for fp32's logits (%d x %d floats)\n", n - 1,
+                f->m.cfg.vocab_size);
+        free(e.kl.logits); free(e.kl.lse); free(e.absmax); free(ids);
+        return 1;
+    }
+    fprintf(stderr, "eval: fp32 first (the KL reference), on %d thread%s\n",
+            n_threads ? n_threads : llm__cores(), (n_threads ? n_threads : llm__cores()) > 1 ? "s" : "");
+    eval_run(&e, &jobs[0]);
+    jobs[0].done = 1;
+    e.next = 1;
+    if (!jobs[0].ok) {                       /* no KL column, no calibration */
+        free(e.kl.logits); e.kl.logits = NULL;
+        free(e.absmax); e.absmax = NULL;
+    }
     n_workers = n_threads ? n_threads : llm__cores();
-    if (n_workers > e.n_jobs) n_workers = e.n_jobs;
+    if (n_workers > e.n_jobs - 1) n_workers = e.n_jobs - 1;
+    if (n_workers < 1) n_workers = 1;
     if (n_workers > 64) n_workers = 64;
 #if LLM_THREADS
     if (n_workers > 1) {
@@ -1495,15 +1813,15 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     /* stdout holds the measurement alone, the same bits at any -t: the
        speeds and the thread count go to stderr (walkthrough 10 compares
        the printout with a golden file).                                   */
-    fprintf(stderr, "eval: %d method%s at a time, one thread each; tok/s: teacher-forced, one "
+    fprintf(stderr, "eval: then %d method%s at a time, one thread each; tok/s: teacher-forced, one "
             "thread's, sharing the machine\n", n_workers > 1 ? n_workers : 1,
             n_workers > 1 ? "s" : "");
-    printf("%-14s %6s %8s %8s %8s %-17s %8s %8s %6s %6s %4s  %s\n", "method", "bits", "ppl",
-           "dppl", "dppl%", "  95% interval", "late", "late%", "top1", "agree", "div",
-           "paper's claim");
+    printf("%-18s %6s %8s %8s %8s %-17s %8s %8s %8s %7s %6s %6s %4s  %s\n", "method", "bits",
+           "ppl", "dppl", "dppl%", "  95% interval", "late", "late%", "KL", "KL99", "top1", "agree",
+           "div", "paper's claim");
     csv = open_csv(csv_dir, "real_model_eval.csv");
     if (csv) fprintf(csv, "method,bits,ppl,dppl,dppl_pct,dppl_pct_lo,dppl_pct_hi,ppl_late,late_pct,"
-                          "top1_pct,agree_pct,first_diff,budget,interval_ok,claim\n");
+                          "kl_mean,kl_p99,top1_pct,agree_pct,first_diff,budget,interval_ok,claim\n");
     /* the doubles as %.17g: tests/check_eval.sh prints the table's rows
        again from this file, digit for digit                              */
     for (i = 0; i < N_METHODS; i++) rows[i].name = ALL_METHODS[i];
@@ -1523,12 +1841,12 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
             while (!j->done) pthread_cond_wait(&e.cv, &e.mu);
             pthread_mutex_unlock(&e.mu);
 #endif
-        } else
+        } else if (!j->done)
             eval_run(&e, j);
         M = j->M;
         R = j->R;
         if (!j->ok) {
-            method_free(&M); free(R.gen); free(R.top); free(R.tok_nll);
+            method_free(&M); free(R.gen); free(R.top); free(R.tok_nll); free(R.tok_kl);
             ok = 0;
             continue;
         }
@@ -1537,6 +1855,8 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         r->ppl_late = R.ppl_late;
         r->tok_nll = R.tok_nll;                    /* kept for the intervals */
         r->n_tok = R.n_scored;
+        kl_stats(R.tok_kl, R.n_scored, &r->kl_mean, &r->kl_p99);  /* NaN: no fp32 */
+        free(R.tok_kl);
         for (g = 0; g < R.n_scored && ref.top; g++) r->top1 += R.top[g] == ref.top[g];
         r->top1 = 100.0 * r->top1 / R.n_scored;
         r->budget = M.evict ? M.budget : 0;
@@ -1551,17 +1871,19 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
         if (paired_ok(r, &rows[0])) iv = pct_change(r, &rows[0]);
         if (iv.ok) snprintf(ivs, sizeof ivs, "[%+.1f, %+.1f]", iv.lo, iv.hi);
         else snprintf(ivs, sizeof ivs, "(too short)");
-        printf("%-14s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %5.1f%% %5.1f%% %4d  %s\n",
+        printf("%-18s %6.2f %8.3f %+8.3f %+7.1f%% %-17s %8.3f %+7.1f%% %8.5f %7.4f %5.1f%% %5.1f%% "
+               "%4d  %s\n",
                r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0), ivs,
-               r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1, r->agree,
-               r->first_diff, r->paper);
+               r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->kl_mean, r->kl_p99,
+               r->top1, r->agree, r->first_diff, r->paper);
         fprintf(stderr, "eval: %-14s %6.1f tok/s\n", r->name, r->tok_s);
         if (csv)
-            fprintf(csv, "%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%zu,%d,"
-                         "\"%s\"\n",
+            fprintf(csv, "%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,"
+                         "%d,%zu,%d,\"%s\"\n",
                     r->name, r->bits, r->ppl, r->ppl - ref.ppl, 100.0 * (r->ppl / ref.ppl - 1.0),
-                    iv.lo, iv.hi, r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0), r->top1,
-                    r->agree, r->first_diff, r->budget, iv.ok, r->paper);
+                    iv.lo, iv.hi, r->ppl_late, 100.0 * (r->ppl_late / ref.ppl_late - 1.0),
+                    r->kl_mean, r->kl_p99, r->top1, r->agree, r->first_diff, r->budget, iv.ok,
+                    r->paper);
         if (csv) fflush(csv);
         fflush(stdout);
         if (i) { free(R.gen); free(R.top); }
@@ -1579,8 +1901,19 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
            "head_dim), from kvq_cache_bytes at the end; late: perplexity of the second half of "
            "the predictions (every eviction budget in force); top1: teacher-forced steps whose argmax "
            "is fp32's; agree: greedy tokens after the whole text equal to fp32's, position by "
-           "position; div: first differing position\n");
+           "position; div: first differing position; KL: mean over the scored steps of "
+           "KL(p_fp32 || p_row) in nats over all %d tokens of the vocabulary, in double from the "
+           "float32 logits (llama.cpp's --kl-divergence); KL99: its 99th percentile by nearest "
+           "rank, the ceil(0.99 n)-th smallest of the n steps\n", f->m.cfg.vocab_size);
+    for (i = 0; i < N_ENGINE_ROWS && !find_row(rows, ENGINE_ROWS[i].row); i++) {}
+    if (i < N_ENGINE_ROWS)
+        printf("engine rows (fp8-e4m3 to q4_0): every token quantized at its append, no "
+               "full-precision window; per-side scales: vLLM's default 1.0 for fp8-e4m3, fp8-e5m2 "
+               "and turboquant-k8v4's keys, and for nvfp4 and nvfp4-4over6 one scale per (layer, KV "
+               "head, side) calibrated offline from the fp32 run on this text, absmax / (6 x 448); "
+               "the other rows scale per token or per block\n");
     print_rotated(rows);
+    print_bands(rows);
     print_hf_own(rows, f->f32);
     claims_csv = open_csv(csv_dir, "real_model_claims.csv");
     if (claims_csv) fprintf(claims_csv, "source,claim,measured,verdict\n");
@@ -1597,6 +1930,9 @@ static int cmd_eval(model_file *f, const char *text_path, int n_tokens, int n_ge
     free(ref.gen);
     free(ref.top);
     for (i = 0; i < N_METHODS; i++) free((double *)rows[i].tok_nll);
+    free(e.kl.logits);
+    free(e.kl.lse);
+    free(e.absmax);
     free(ids);
     return eval_status(ok, fails, strict);
 }
@@ -1669,7 +2005,7 @@ static int cmd_generate(model_file *f, const char *prompt, int n_gen, const char
     if (chat) fputs("\n", stdout);
     fflush(stdout);
     t0 = now_s();
-    if (!(lg = feed(f, &s, ids, n, NULL, NULL, NULL, NULL))) goto done;      /* says why */
+    if (!(lg = feed(f, &s, ids, n, NULL, NULL, NULL, NULL, NULL))) goto done;      /* says why */
     t1 = now_s();
     for (t = 0; t < n_gen; t++) {
         size_t blen;
@@ -1976,7 +2312,7 @@ static int cmd_dump(model_file *f, const char *text_path, const char *out, const
     o.reserve = f->m.cfg.seq_len;
     o.max_prefill = LLM_CHUNK;
     if (llm_state_init(&s, &f->m, &o) != KVQ_OK) { fprintf(stderr, "%s\n", s.why); goto done; }
-    if (!feed(f, &s, ids, n, buf, NULL, NULL, NULL)) goto done;
+    if (!feed(f, &s, ids, n, buf, NULL, NULL, NULL, NULL)) goto done;
     if ((csv = open_csv(csv_dir, "real_model_keys.csv")))
         fprintf(csv, "layer,head,tokens,top_channel,k_ratio,v_ratio,l1_min,l1_p01,l1_median,"
                      "l1_p99,l1_max,low_tokens,corr,bin0,bin1,bin2,bin3,bin4,bin5,bin6,bin7,"
