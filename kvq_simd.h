@@ -1080,6 +1080,8 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
                      2 v - 2^-14 for a subnormal (m 2^-16). S.1111.111 of
                      E4M3 (NaN) and E5M2's Inf and NaN are never stored
      KVQ__DEC_S8     q8_0: c as a signed byte
+     KVQ__DEC_U8     Sec. 4's codes at B = 8: c as an unsigned byte (16
+                     bytes widened at once, not kvq__codes16's one by one)
    A lane's code sits in its low bits; bits above the code (the next codes
    of its word) are ignored by every decoding.                            */
 #define KVQ__DEC_INT  0
@@ -1087,13 +1089,15 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
 #define KVQ__DEC_E4M3 2
 #define KVQ__DEC_E5M2 3
 #define KVQ__DEC_S8   4
+#define KVQ__DEC_U8   5
 
 /* The decoding of a side's codes, or -1 where the vector walk has none
    (Lloyd-Max at B = 2: its pair walks count on value(c) = c).            */
 static int kvq__side_dec(const kvq_side *s)
 {
     switch (s->format) {
-    case KVQ_FORMAT_INT:         return s->bits == 3 ? KVQ__DEC_TAB : KVQ__DEC_INT;
+    case KVQ_FORMAT_INT:         return s->bits == 3 ? KVQ__DEC_TAB :
+                                        s->bits == 8 ? KVQ__DEC_U8 : KVQ__DEC_INT;
     case KVQ_FORMAT_E4M3:
     case KVQ_FORMAT_E4M3_TENSOR: return KVQ__DEC_E4M3;
     case KVQ_FORMAT_E5M2:
@@ -1129,6 +1133,8 @@ static KVQ__VINLINE kvq__vf kvq__dec_part(kvq__vu x, const kvq__v16 *tab, int k,
     }
     if (DEC == KVQ__DEC_S8)
         return kvq__vf_of_vi(((kvq__vi)(x << 24)) >> 24);
+    if (DEC == KVQ__DEC_U8)
+        return kvq__vf_of_vi((kvq__vi)(x & 0xFFu));
     if (DEC == KVQ__DEC_TAB) {
 #if KVQ__W == 16
         (void)k;
@@ -1303,6 +1309,7 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
     case KVQ__DEC_E4M3: CALL(NH, 8, KVQ__DEC_E4M3); break;                   \
     case KVQ__DEC_E5M2: CALL(NH, 8, KVQ__DEC_E5M2); break;                   \
     case KVQ__DEC_S8:   CALL(NH, 8, KVQ__DEC_S8); break;                     \
+    case KVQ__DEC_U8:   CALL(NH, 8, KVQ__DEC_U8); break;                     \
     default:                                                                 \
         switch (bits) {                                                      \
         case 2:  CALL(NH, 2, KVQ__DEC_INT); break;                           \
@@ -1616,7 +1623,8 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
 /* The columns of 16 rows of n 32-bit words, row j at base + j n: out[w]
    lane j = base[j n + w], w = 0 .. n-1 (integers: the same bits by any
    route); only the first `rows` rows are read, the lanes past them
-   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16, the 16 n words
+   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16 (n = 32: two
+   blocks of 16 columns, rows 32 words apart), the 16 n words
    are read as n whole vectors and transposed in registers, k rounds of
    two-source permutes (vpermt2d): round i swaps bit i of the register
    number with bit i of the lane number, and the last round also rotates
@@ -1627,14 +1635,15 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
    of its decode, by 8 loads and 24 permutes next to nothing.             */
 #if KVQ__W == 16
 /* kvq__columns16's transpose for n = 2^k (k a constant: inlined)          */
-static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u16 *out)
+static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u16 *out,
+                                            size_t ld /* k = 4: words a row, else 16 */)
 {
     const int n = 1 << k;
     const kvq__vu lane = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
     kvq__vu r[16], t[16];
     int i, R;
     KVQ__UNROLL(16)
-    for (R = 0; R < n; R++) memcpy(&r[R], base + 16 * R, sizeof r[R]);
+    for (R = 0; R < n; R++) memcpy(&r[R], base + ld * (size_t)R, sizeof r[R]);
     KVQ__UNROLL(4)
     for (i = 0; i < k; i++) {
         /* output lane L takes the lane whose bit i is the register's bit
@@ -1709,11 +1718,16 @@ static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t r
 #if KVQ__W == 16
     if (rows == 16)
         switch (n) {
-        case 1:  kvq__columns16_pow2(base, 0, out); return;
-        case 2:  kvq__columns16_pow2(base, 1, out); return;
-        case 4:  kvq__columns16_pow2(base, 2, out); return;
-        case 8:  kvq__columns16_pow2(base, 3, out); return;
-        case 16: kvq__columns16_pow2(base, 4, out); return;
+        case 1:  kvq__columns16_pow2(base, 0, out, 16); return;
+        case 2:  kvq__columns16_pow2(base, 1, out, 16); return;
+        case 4:  kvq__columns16_pow2(base, 2, out, 16); return;
+        case 8:  kvq__columns16_pow2(base, 3, out, 16); return;
+        case 16: kvq__columns16_pow2(base, 4, out, 16); return;
+        case 32:                        /* two 16 x 16 blocks: 8-bit keys of
+                                           D = 128 (FP8, int8, q8_0)       */
+            kvq__columns16_pow2(base, 4, out, 32);
+            kvq__columns16_pow2(base + 16, 4, out + 16, 32);
+            return;
         default: break;
         }
 #endif
@@ -1946,7 +1960,9 @@ static void kvq__format_ab16(const kvq_side *s, const uint32_t *pw /* (rows, spu
     size_t g;
     int k;
     if (P == 16) {
-        float sf[16 * KVQ__TOKEN_GROUPS];               /* (rows, 2 spu)     */
+        float sf[32 * KVQ__TOKEN_GROUPS];   /* (rows, 2 spu); 2 spu <= 16, but
+                                               kvq__columns16's 32-word case
+                                               is compiled in too           */
         kvq__simd_f16_row((const kvq_f16 *)(const void *)pw, 2 * spu * rows, sf);
         kvq__columns16((const uint32_t *)(const void *)sf, 2 * spu, rows, col);
     } else if (P)
@@ -1979,7 +1995,7 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
         float ab[KVQ__TOKEN_GROUPS * 32];               /* (gpu, 2, 16)      */
         float tab[16];                       /* KVQ__DEC_TAB's values        */
         int32_t idx[16];
-        kvq__u16 col[16];                    /* a block's words, by column   */
+        kvq__u16 col[32];                    /* a block's words, by column   */
         const kvq__u16 *cols;                /* col, or NULL: gathers by idx */
         const int dec = kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
         const size_t spu = s->sz_per_unit;
@@ -1993,7 +2009,7 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
                 for (j = 0; j < 16; j++) neg |= H->pos[b0 + j];
             cols = NULL;
             if (neg >= 0) {                             /* the usual block   */
-                if (gpu * wpg <= 16) {
+                if (gpu * wpg <= 16 || (KVQ__W == 16 && gpu * wpg == 32)) {
                     kvq__columns16(s->words + (s0 + b0) * gpu * wpg, gpu * wpg, 16, col);
                     cols = col;
                 }

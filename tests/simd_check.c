@@ -130,6 +130,7 @@ int PART(decode_differs)(const kvq_cache *c, int side)
         case KVQ__DEC_E4M3: DEC_CASE(KVQ__DEC_E4M3, 8); break;
         case KVQ__DEC_E5M2: DEC_CASE(KVQ__DEC_E5M2, 8); break;
         case KVQ__DEC_S8:   DEC_CASE(KVQ__DEC_S8, 8); break;
+        case KVQ__DEC_U8:   DEC_CASE(KVQ__DEC_U8, 8); break;
         default:            kvq__codes16(&v, w, i, B); break;
         }
 #undef DEC_CASE
