@@ -1068,23 +1068,23 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
                      16-entry table of s->value (period 2^B), one vpermps
                      (AVX-512 reads the low 4 bits of each lane; AVX2 two
                      8-entry vpermps and a blend on bit 3)
-     KVQ__DEC_E4M3   sign << 31 | (c & 0x7F) << 20 as bits, times 2^120:
-                     the exponent field lands 120 below E4M3's value, and
-                     a subnormal code (exponent 0, m 2^-9) lands as the
-                     fp32 subnormal m 2^-129, so one exact multiply by a
-                     power of two gives kvq_e4m3_to_f32 of every finite
-                     code (S.1111.111, NaN, is never stored)
-     KVQ__DEC_E5M2   the same with (c & 0x7F) << 21, times 2^112 (E5M2's
-                     Inf and NaN are never stored)
-     ..._DAZ         the two where the caller's MXCSR has DAZ set (which
-                     would read those fp32 subnormals as 0, and kvq.h's
-                     table does not; kvq__walk_dec picks them, once a
-                     tile): the magnitude's bits plus 120 << 23 (112 <<
-                     23) give (1 + m/8) 2^(e-7), exact for e >= 1; a
-                     subnormal code lands as (1 + m/8) 2^-7, and 2 v -
-                     2^-6 (2 v - 2^-14; both exact) is its value; then the
-                     sign. No fp32 subnormal is formed, at 4 more
-                     operations per 16 codes
+     KVQ__DEC_E4M3   the magnitude's bits (c & 0x7F) << 20 plus 120 << 23:
+                     exponent e and mantissa m land as the fp32 (1 + m/8)
+                     2^(e-7), exact for e >= 1; a subnormal code (e = 0,
+                     m 2^-9) lands as (1 + m/8) 2^-7, and 2 v - 2^-6 (both
+                     exact) is its value; then the sign bit. No fp32
+                     subnormal is formed: the shorter route (the bits
+                     sign << 31 | (c & 0x7F) << 20 times 2^120, 5
+                     operations against 7 with AVX-512) reads m 2^-129 as
+                     an fp32 subnormal, which is 0 under DAZ (kvq.h's table
+                     is not), and Zen 4 multiplies subnormals slowly: fp8-
+                     e4m3 with its scale of 1 on N(0,1) data (1.2% of the
+                     codes subnormal) walked T = 32K, D = 128 in 1.02 ms
+                     that way, 0.99 this way (0.85 without subnormals):
+                     one route whose time does not depend on the data
+     KVQ__DEC_E5M2   the same with (c & 0x7F) << 21 plus 112 << 23, and
+                     2 v - 2^-14 for a subnormal (m 2^-16). S.1111.111 of
+                     E4M3 (NaN) and E5M2's Inf and NaN are never stored
      KVQ__DEC_S8     q8_0: c as a signed byte
      KVQ__DEC_U8     Sec. 4's codes at B = 8: c as an unsigned byte (16
                      bytes widened at once, not kvq__codes16's one by one)
@@ -1096,8 +1096,6 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
 #define KVQ__DEC_E5M2 3
 #define KVQ__DEC_S8   4
 #define KVQ__DEC_U8   5
-#define KVQ__DEC_E4M3_DAZ 6
-#define KVQ__DEC_E5M2_DAZ 7
 
 /* The decoding of a side's codes, or -1 where the vector walk has none
    (Lloyd-Max at B = 2: its pair walks count on value(c) = c).            */
@@ -1120,18 +1118,6 @@ static int kvq__side_dec(const kvq_side *s)
     }
 }
 
-/* The decoding the walk uses now: kvq__side_dec's, FP8's DAZ-proof kind
-   where the caller's MXCSR has DAZ (bit 6) set.                          */
-static int kvq__walk_dec(const kvq_side *s)
-{
-    const int dec = kvq__side_dec(s);
-#if KVQ__W == 16 || KVQ__W == 8
-    if ((dec == KVQ__DEC_E4M3 || dec == KVQ__DEC_E5M2) && (_mm_getcsr() & 0x40u))
-        return dec == KVQ__DEC_E4M3 ? KVQ__DEC_E4M3_DAZ : KVQ__DEC_E5M2_DAZ;
-#endif
-    return dec;
-}
-
 /* KVQ__DEC_TAB's table: entry i = s->value[i mod 2^B] (B <= 4)            */
 static void kvq__side_table(const kvq_side *s, float *tab /* (16) */)
 {
@@ -1143,19 +1129,22 @@ static void kvq__side_table(const kvq_side *s, float *tab /* (16) */)
    table as a kvq__v16 (KVQ__DEC_TAB), k: the part.                        */
 static KVQ__VINLINE kvq__vf kvq__dec_part(kvq__vu x, const kvq__v16 *tab, int k, int DEC)
 {
-    if (DEC == KVQ__DEC_E4M3)
-        return kvq__vf_bits(((x << 24) & 0x80000000u) | ((x << 20) & 0x07F00000u)) *
-               kvq__vf_bits(kvq__vu_splat(0x7B800000u));                    /* 2^120 */
-    if (DEC == KVQ__DEC_E5M2)
-        return kvq__vf_bits(((x << 24) & 0x80000000u) | ((x << 21) & 0x0FE00000u)) *
-               kvq__vf_bits(kvq__vu_splat(0x77800000u));                    /* 2^112 */
-    if (DEC == KVQ__DEC_E4M3_DAZ || DEC == KVQ__DEC_E5M2_DAZ) {
-        const int e4 = DEC == KVQ__DEC_E4M3_DAZ;
+    if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2) {
+        const int e4 = DEC == KVQ__DEC_E4M3;
         const kvq__vu mag = (x << (e4 ? 20u : 21u)) & (e4 ? 0x07F00000u : 0x0FE00000u);
         const kvq__vf v = kvq__vf_bits(mag + (e4 ? 0x3C000000u : 0x38000000u)),  /* + 120, 112 */
-                      sub = v + v - kvq__vf_bits(kvq__vu_splat(e4 ? 0x3C800000u : 0x38800000u));
+                      tiny = kvq__vf_bits(kvq__vu_splat(e4 ? 0x3C800000u : 0x38800000u));
+#if KVQ__W == 16                        /* 2 v - tiny in the masked lanes  */
+        const __m512 r = _mm512_mask_fmsub_ps((__m512)v, _mm512_cmplt_epu32_mask(
+                                                  (__m512i)mag, _mm512_set1_epi32(0x00800000)),
+                                              _mm512_set1_ps(2.0f), (__m512)tiny);
+        return (kvq__vf)_mm512_ternarylogic_epi32((__m512i)r, (__m512i)(x << 24),
+                                                  _mm512_set1_epi32((int)0x80000000u), 0xF8);
+#else
+        const kvq__vf sub = v + v - tiny;
         return kvq__vf_bits((kvq__vu)kvq__vselect((kvq__vi)(mag < 0x00800000u), sub, v) |
                             ((x << 24) & 0x80000000u));                  /* 2^-6, 2^-14 */
+#endif
     }
     if (DEC == KVQ__DEC_S8)
         return kvq__vf_of_vi(((kvq__vi)(x << 24)) >> 24);
@@ -1336,8 +1325,6 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
     case KVQ__DEC_E5M2: CALL(NH, 8, KVQ__DEC_E5M2); break;                   \
     case KVQ__DEC_S8:   CALL(NH, 8, KVQ__DEC_S8); break;                     \
     case KVQ__DEC_U8:   CALL(NH, 8, KVQ__DEC_U8); break;                     \
-    case KVQ__DEC_E4M3_DAZ: CALL(NH, 8, KVQ__DEC_E4M3_DAZ); break;           \
-    case KVQ__DEC_E5M2_DAZ: CALL(NH, 8, KVQ__DEC_E5M2_DAZ); break;           \
     default:                                                                 \
         switch (bits) {                                                      \
         case 2:  CALL(NH, 2, KVQ__DEC_INT); break;                           \
@@ -1974,8 +1961,7 @@ static void kvq__token_ab16(const kvq_sz *sz /* (16, gpu) */, size_t gpu, kvq_ze
    its b (0 for every format) to b + g stride; lanes past `rows` repeat
    slot 0. The parameters as columns (kvq__columns16), then per group:
        P =  0   a = the side's scale (FP8 per tensor)
-       P =  8   a = e4m3value(p) s_side (NVFP4), p decoded by the DAZ-proof
-                kind (once a slot: its cost does not matter)
+       P =  8   a = e4m3value(p) s_side (NVFP4), E4M3 decoded as values are
        P = 16   a = the fp16 p (q8_0, q4_0): the rows converted at once by
                 kvq__f16_row (exact, as kvq__f16_stored), as INT's (s, z)
        P = 32   a = the fp32 p (FP8 per group)
@@ -2002,7 +1988,7 @@ static void kvq__format_ab16(const kvq_side *s, const uint32_t *pw /* (rows, spu
         else if (P == 8) {
             const kvq__v16 scale = kvq__splat16(s->scale);
             KVQ__EACH(k) av.part[k] = kvq__dec_part(col[g / 4].part[k] >> (uint32_t)(8 * (g % 4)),
-                                                    NULL, k, KVQ__DEC_E4M3_DAZ) * scale.part[k];
+                                                    NULL, k, KVQ__DEC_E4M3) * scale.part[k];
         } else
             memcpy(&av, &col[g], sizeof av);            /* the float's bits  */
         kvq__store16(a + g * stride, av);
@@ -2026,7 +2012,7 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
         int32_t idx[16];
         kvq__u16 col[32];                    /* a block's words, by column   */
         const kvq__u16 *cols;                /* col, or NULL: gathers by idx */
-        const int dec = kvq__walk_dec(s), fmt = s->format != KVQ_FORMAT_INT;
+        const int dec = kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
         const size_t spu = s->sz_per_unit;
         kvq__side_table(s, tab);
         for (b0 = 0; b0 < n; b0 += 16) {
@@ -2506,7 +2492,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                                               each kind (1: one at a time)   */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
     int in_place = 1;                      /* every at_q[j] == j so far      */
-    const int dec = kvq__walk_dec(s), fmt = s->format != KVQ_FORMAT_INT;
+    const int dec = kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
     const size_t spu = s->sz_per_unit;     /* kvq_sz words a slot: INT gpu  */
     float tab[16];                         /* KVQ__DEC_TAB's values          */
     int consecutive = 1;                   /* slot j == slot 0 + j so far    */

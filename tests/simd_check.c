@@ -100,25 +100,21 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
     return kvq_attend(c, q, n_q, out, NULL, mode, scratch, n);
 }
 /* Sec. 4.1's decodings of kvq_simd.h (kvq__vals16) against the side's
-   table s->value: every code of side `side` (0 K, 1 V; 2, 3: the same
-   with FP8's DAZ-proof decodings) packed 16 at a
+   table s->value: every code of side `side` (0 K, 1 V) packed 16 at a
    time and decoded; the codes whose float differs in bits (the grid's
    non-finite codes, never stored, are skipped), or -1 where this copy
    has no decoding for the side (a scalar copy, NEON, Lloyd-Max B = 2).  */
 int PART(decode_differs)(const kvq_cache *c, int side)
 {
 #if defined(KVQ__SIMD) && (KVQ__W == 16 || KVQ__W == 8)
-    const kvq_side *s = side % 2 ? &c->v : &c->k;
-    const int B = s->bits;
-    int dec = kvq__side_dec(s);
+    const kvq_side *s = side ? &c->v : &c->k;
+    const int B = s->bits, dec = kvq__side_dec(s);
     const unsigned n = 1u << B;
     uint32_t w[2 * 8 * 16] = { 0 };                 /* 256 codes at B = 8    */
     float tab[16], out[16];
     kvq__v16 tabv, v;
     unsigned code, i, bad = 0;
     if (dec < 0 || s->schedule == KVQ_SCHED_NONE) return -1;
-    if (side >= 2 && dec == KVQ__DEC_E4M3) dec = KVQ__DEC_E4M3_DAZ;   /* side 2, 3: */
-    if (side >= 2 && dec == KVQ__DEC_E5M2) dec = KVQ__DEC_E5M2_DAZ;   /* DAZ kinds  */
     kvq__side_table(s, tab);
     tabv = kvq__load16(tab);
     for (code = 0; code < 256; code++) {            /* code i % n at i: 256 codes */
@@ -135,8 +131,6 @@ int PART(decode_differs)(const kvq_cache *c, int side)
         case KVQ__DEC_E5M2: DEC_CASE(KVQ__DEC_E5M2, 8); break;
         case KVQ__DEC_S8:   DEC_CASE(KVQ__DEC_S8, 8); break;
         case KVQ__DEC_U8:   DEC_CASE(KVQ__DEC_U8, 8); break;
-        case KVQ__DEC_E4M3_DAZ: DEC_CASE(KVQ__DEC_E4M3_DAZ, 8); break;
-        case KVQ__DEC_E5M2_DAZ: DEC_CASE(KVQ__DEC_E5M2_DAZ, 8); break;
         default:            kvq__codes16(&v, w, i, B); break;
         }
 #undef DEC_CASE
@@ -642,7 +636,7 @@ static void check_engine(void)
                 CHECK(native_walk_serves(&c) == serves, "engine %s: served at one D, not another",
                       names[ni]);
                 if (di == 0 && ti == 0)
-                    for (side = 0; side < 4; side++)
+                    for (side = 0; side < 2; side++)
                         for (k = 0; k < N_VECTOR; k++) {
                             int bad = decode[k](&c, side);
                             if (bad < 0) continue;
