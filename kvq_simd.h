@@ -1089,7 +1089,10 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
                      E4M3 (NaN) and E5M2's Inf and NaN are never stored
      KVQ__DEC_S8     q8_0: c as a signed byte
      KVQ__DEC_U8     Sec. 4's codes at B = 8: c as an unsigned byte (16
-                     bytes widened at once, not kvq__codes16's one by one)
+                     bytes widened at once, not kvq__codes16's one by one;
+                     AVX-512 and AVX2: NEON keeps kvq__codes16, as the
+                     formats keep kvq.h's walk there, until they can be
+                     run on an AArch64 machine)
    A lane's code sits in its low bits; bits above the code (the next codes
    of its word) are ignored by every decoding.                            */
 #define KVQ__DEC_INT  0
@@ -1104,8 +1107,9 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
 static int kvq__side_dec(const kvq_side *s)
 {
     switch (s->format) {
-    case KVQ_FORMAT_INT:         return s->bits == 3 ? KVQ__DEC_TAB :
-                                        s->bits == 8 ? KVQ__DEC_U8 : KVQ__DEC_INT;
+    case KVQ_FORMAT_INT:         return s->bits == 3 ? KVQ__DEC_TAB :    /* NEON: */
+                                        s->bits == 8 && KVQ__W >= 8 ? KVQ__DEC_U8 :  /* as */
+                                        KVQ__DEC_INT;                    /* before  */
     case KVQ_FORMAT_E4M3:
     case KVQ_FORMAT_E4M3_TENSOR: return KVQ__DEC_E4M3;
     case KVQ_FORMAT_E5M2:
@@ -2001,8 +2005,10 @@ static void kvq__format_ab16(const kvq_side *s, const uint32_t *pw /* (rows, spu
 /* Scores of per-token key slots s0 .. s0+n-1. With 16 | G and at most
    KVQ__TOKEN_GROUPS groups a token, 16 tokens at a time in the lanes
    (kvq__token_block; a lane not attended reads an attended slot of its
-   block, and its score is masked by kvq__tile_update); else one token at
-   a time (kvq__token_key_dot).                                            */
+   block, and its score is masked by kvq__tile_update; a format's (a, b)
+   by kvq__format_ab16, its codes by its decoding); else one token at a
+   time (kvq__token_key_dot: Sec. 4's codes only, kvq__simd_walk_serves
+   leaves the formats there to kvq.h).                                     */
 static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
 {
     const kvq_side *s = &c->k;
@@ -2480,7 +2486,10 @@ static size_t kvq__simd_map_lanes(const uint32_t *map, size_t n, const uint32_t 
    other G or D) one position at a time (kvq__add_value), in that order.
    Then, per group g, with the m quantized slots' weights w_hj packed to
    the front of each head's score row (once the others have read theirs):
-       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
+       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)
+   (a, b): INT's stored (s, z) (kvq__ab_columns), or a format's packed
+   parameters (kvq__format_ab16: b = 0, the same sums); the codes through
+   the side's decoding (kvq__vals16, in kvq__tile_block).                 */
 static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     const kvq_side *s = &c->v;
