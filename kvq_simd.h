@@ -427,23 +427,25 @@ static kvq_f16 kvq__simd_f16_store(float f)
 }
 
 /* A hint that n bytes from p will be read soon: one prefetch per 64-byte
-   line (GCC, clang; nothing elsewhere). Reads nothing, changes nothing.  */
-static KVQ__INLINE void kvq__prefetch(const void *p, size_t n)
+   line (GCC, clang; nothing elsewhere), into every level (prefetcht0) or,
+   L2 = 1, into L2 only (prefetcht1). Reads nothing, changes nothing.     */
+static KVQ__INLINE void kvq__prefetch_to(const void *p, size_t n, int L2)
 {
 #if defined(__GNUC__) || defined(__clang__)
     const char *at = (const char *)p;
     size_t i = 0;
     for (; i + 256 <= n; i += 256) {           /* four lines a step */
-        __builtin_prefetch(at + i, 0, 3);
-        __builtin_prefetch(at + i + 64, 0, 3);
-        __builtin_prefetch(at + i + 128, 0, 3);
-        __builtin_prefetch(at + i + 192, 0, 3);
+        if (L2) __builtin_prefetch(at + i, 0, 2); else __builtin_prefetch(at + i, 0, 3);
+        if (L2) __builtin_prefetch(at + i + 64, 0, 2); else __builtin_prefetch(at + i + 64, 0, 3);
+        if (L2) __builtin_prefetch(at + i + 128, 0, 2); else __builtin_prefetch(at + i + 128, 0, 3);
+        if (L2) __builtin_prefetch(at + i + 192, 0, 2); else __builtin_prefetch(at + i + 192, 0, 3);
     }
-    for (; i < n; i += 64) __builtin_prefetch(at + i, 0, 3);
+    for (; i < n; i += 64) if (L2) __builtin_prefetch(at + i, 0, 2); else __builtin_prefetch(at + i, 0, 3);
 #else
-    (void)p; (void)n;
+    (void)p; (void)n; (void)L2;
 #endif
 }
+static KVQ__INLINE void kvq__prefetch(const void *p, size_t n) { kvq__prefetch_to(p, n, 0); }
 
 /* ------------------------------------------------------------------------ */
 /* 2. the quantizer                                                         */
@@ -1055,6 +1057,195 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
     for (; i < n; i++) out[i] = (float)kvq__get_code(w, first + i, bits);
 }
 
+/* ---- Sec. 4.1's formats: 16 codes as their grid's values ----------------
+   kvq.h's walk reads every code through its side's table, value(c) =
+   s->value[c], and every group's (a, b) through kvq__group_ab; the sums
+   around them are the same for every format. So the vector walk keeps its
+   kernels and changes only how 16 codes become 16 floats (DEC, a constant
+   in each kernel) and how the 16 slots' (a, b) are read. Each decoding
+   gives exactly the floats of s->value[] (tests/simd_check.c compares
+   them for every code of every format):
+     KVQ__DEC_INT    Sec. 4's codes, value(c) = c: kvq__codes16 as before
+     KVQ__DEC_TAB    B = 3 or 4 (E2M1, Lloyd-Max, q4_0, INT at B = 3): a
+                     16-entry table of s->value (period 2^B), one vpermps
+                     (AVX-512 reads the low 4 bits of each lane; AVX2 two
+                     8-entry vpermps and a blend on bit 3)
+     KVQ__DEC_E4M3   the magnitude's bits (c & 0x7F) << 20 plus 120 << 23:
+                     exponent e and mantissa m land as the fp32 (1 + m/8)
+                     2^(e-7), exact for e >= 1; a subnormal code (e = 0,
+                     m 2^-9) lands as (1 + m/8) 2^-7, and 2 v - 2^-6 (both
+                     exact) is its value; then the sign bit. No fp32
+                     subnormal is formed: the shorter route (the bits
+                     sign << 31 | (c & 0x7F) << 20 times 2^120, 5
+                     operations against 7 with AVX-512) reads m 2^-129 as
+                     an fp32 subnormal, which is 0 under DAZ (kvq.h's table
+                     is not), and Zen 4 multiplies subnormals slowly: fp8-
+                     e4m3 with its scale of 1 on N(0,1) data (1.2% of the
+                     codes subnormal) walked T = 32K, D = 128 in 1.02 ms
+                     that way, 0.99 this way (0.85 without subnormals):
+                     one route whose time does not depend on the data
+     KVQ__DEC_E5M2   the same with (c & 0x7F) << 21 plus 112 << 23, and
+                     2 v - 2^-14 for a subnormal (m 2^-16). S.1111.111 of
+                     E4M3 (NaN) and E5M2's Inf and NaN are never stored
+     KVQ__DEC_S8     q8_0: c as a signed byte
+     KVQ__DEC_U8     Sec. 4's codes at B = 8: c as an unsigned byte (16
+                     bytes widened at once, not kvq__codes16's one by one;
+                     AVX-512 and AVX2: NEON keeps kvq__codes16, as the
+                     formats keep kvq.h's walk there, until they can be
+                     run on an AArch64 machine)
+   A lane's code sits in its low bits; bits above the code (the next codes
+   of its word) are ignored by every decoding.                            */
+#define KVQ__DEC_INT  0
+#define KVQ__DEC_TAB  1
+#define KVQ__DEC_E4M3 2
+#define KVQ__DEC_E5M2 3
+#define KVQ__DEC_S8   4
+#define KVQ__DEC_U8   5
+
+/* The decoding of a side's codes, or -1 where the vector walk has none
+   (Lloyd-Max at B = 2: its pair walks count on value(c) = c).            */
+static int kvq__side_dec(const kvq_side *s)
+{
+    switch (s->format) {
+    case KVQ_FORMAT_INT:         return s->bits == 3 ? KVQ__DEC_TAB :    /* NEON: */
+                                        s->bits == 8 && KVQ__W >= 8 ? KVQ__DEC_U8 :  /* as */
+                                        KVQ__DEC_INT;                    /* before  */
+    case KVQ_FORMAT_E4M3:
+    case KVQ_FORMAT_E4M3_TENSOR: return KVQ__DEC_E4M3;
+    case KVQ_FORMAT_E5M2:
+    case KVQ_FORMAT_E5M2_TENSOR: return KVQ__DEC_E5M2;
+    case KVQ_FORMAT_Q8_0:        return KVQ__DEC_S8;
+    case KVQ_FORMAT_NVFP4:
+    case KVQ_FORMAT_NVFP4_4OVER6:
+    case KVQ_FORMAT_LLOYD_MAX:
+    case KVQ_FORMAT_LLOYD_MAX_NC:
+    case KVQ_FORMAT_Q4_0:        return s->bits == 3 || s->bits == 4 ? KVQ__DEC_TAB : -1;
+    default:                     return -1;
+    }
+}
+
+/* KVQ__DEC_TAB's table: entry i = s->value[i mod 2^B] (B <= 4)            */
+static void kvq__side_table(const kvq_side *s, float *tab /* (16) */)
+{
+    size_t i;
+    for (i = 0; i < 16; i++) tab[i] = s->bits <= 4 ? s->value[i & ((1u << s->bits) - 1u)] : 0.0f;
+}
+
+/* One part's codes (low bits of each lane) as values, by DEC; tab: the
+   table as a kvq__v16 (KVQ__DEC_TAB), k: the part.                        */
+static KVQ__VINLINE kvq__vf kvq__dec_part(kvq__vu x, const kvq__v16 *tab, int k, int DEC)
+{
+    if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2) {
+        const int e4 = DEC == KVQ__DEC_E4M3;
+        const kvq__vu mag = (x << (e4 ? 20u : 21u)) & (e4 ? 0x07F00000u : 0x0FE00000u);
+        const kvq__vf v = kvq__vf_bits(mag + (e4 ? 0x3C000000u : 0x38000000u)),  /* + 120, 112 */
+                      tiny = kvq__vf_bits(kvq__vu_splat(e4 ? 0x3C800000u : 0x38800000u));
+#if KVQ__W == 16                        /* 2 v - tiny in the masked lanes  */
+        const __m512 r = _mm512_mask_fmsub_ps((__m512)v, _mm512_cmplt_epu32_mask(
+                                                  (__m512i)mag, _mm512_set1_epi32(0x00800000)),
+                                              _mm512_set1_ps(2.0f), (__m512)tiny);
+        return (kvq__vf)_mm512_ternarylogic_epi32((__m512i)r, (__m512i)(x << 24),
+                                                  _mm512_set1_epi32((int)0x80000000u), 0xF8);
+#else
+        const kvq__vf sub = v + v - tiny;
+        return kvq__vf_bits((kvq__vu)kvq__vselect((kvq__vi)(mag < 0x00800000u), sub, v) |
+                            ((x << 24) & 0x80000000u));                  /* 2^-6, 2^-14 */
+#endif
+    }
+    if (DEC == KVQ__DEC_S8)
+        return kvq__vf_of_vi(((kvq__vi)(x << 24)) >> 24);
+    if (DEC == KVQ__DEC_U8)
+        return kvq__vf_of_vi((kvq__vi)(x & 0xFFu));
+    if (DEC == KVQ__DEC_TAB) {
+#if KVQ__W == 16
+        (void)k;
+        return (kvq__vf)_mm512_permutexvar_ps((__m512i)x, (__m512)tab->part[0]);
+#elif KVQ__W == 8
+        (void)k;
+        return (kvq__vf)_mm256_blendv_ps(
+            _mm256_permutevar8x32_ps((__m256)tab->part[0], (__m256i)x),
+            _mm256_permutevar8x32_ps((__m256)tab->part[1], (__m256i)x),
+            _mm256_castsi256_ps(_mm256_slli_epi32((__m256i)x, 28)));
+#else
+        float t[KVQ__W], f[16];
+        int i;
+        memcpy(f, tab->part, sizeof f);
+        (void)k;
+        for (i = 0; i < KVQ__W; i++) t[i] = f[x[i] & 15u];
+        return KVQ__VLOAD(t);
+#endif
+    }
+    return kvq__vf_of_vi((kvq__vi)x);                   /* value(c) = c     */
+}
+
+/* 16 codes of a packed group from code c0 (a multiple of 16) as values:
+   kvq__codes16 with DEC. B = 8: 16 bytes widened to lanes; B = 4: as
+   kvq__codes16; B = 3: the 48 bits from bit 3 c0 (two words: at bit 0 or
+   16 of the first), lane j's code at bit 3j of them, by three variable
+   shifts (counts past 31 give 0).                                        */
+static KVQ__VINLINE void kvq__vals16(kvq__v16 *out, const uint32_t *w, size_t c0, int BITS,
+                                    int DEC, const kvq__v16 *tab)
+{
+    kvq__u16 x;
+    int k;
+    if (DEC == KVQ__DEC_INT) { kvq__codes16(out, w, c0, BITS); return; }
+    if (BITS == 8) {
+        const unsigned char *b = (const unsigned char *)(const void *)w + c0;
+#if KVQ__W == 16
+        x.part[0] = (kvq__vu)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)b));
+#elif KVQ__W == 8
+        x.part[0] = (kvq__vu)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)b));
+        x.part[1] = (kvq__vu)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(b + 8)));
+#else
+        uint32_t t[16];
+        for (k = 0; k < 16; k++) t[k] = b[k];
+        memcpy(x.part, t, sizeof t);
+#endif
+    } else if (BITS == 4) {
+        static const uint32_t shift4[16] = { 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28 };
+        static const uint32_t second[16] = { 0, 0, 0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u };
+        KVQ__EACH(k) {
+            kvq__vu sh, sel;
+            memcpy(&sh, shift4 + k * KVQ__W, sizeof sh);
+            if (KVQ__W <= 8)
+                x.part[k] = kvq__vu_splat(w[c0 / 8 + (size_t)k * KVQ__W / 8]);
+            else {                              /* 16 lanes span two words  */
+                memcpy(&sel, second + k * KVQ__W, sizeof sel);
+                x.part[k] = (kvq__vu_splat(w[c0 / 8]) & ~sel) | (kvq__vu_splat(w[c0 / 8 + 1]) & sel);
+            }
+            x.part[k] >>= sh;
+        }
+    } else {                                    /* B = 3                    */
+        const size_t at = 3 * c0;
+        const uint32_t lo = w[at / 32], hi = w[at / 32 + 1], off = (uint32_t)(at % 32);
+#if KVQ__W == 16 || KVQ__W == 8
+        static const uint32_t three[16] = { 0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39, 42, 45 };
+        KVQ__EACH(k) {
+            kvq__vu s;
+            memcpy(&s, three + k * KVQ__W, sizeof s);
+            s += off;
+#if KVQ__W == 16
+            x.part[k] = (kvq__vu)_mm512_or_si512(
+                _mm512_or_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)lo), (__m512i)s),
+                                _mm512_sllv_epi32(_mm512_set1_epi32((int)hi), (__m512i)(32u - s))),
+                _mm512_srlv_epi32(_mm512_set1_epi32((int)hi), (__m512i)(s - 32u)));
+#else
+            x.part[k] = (kvq__vu)_mm256_or_si256(
+                _mm256_or_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo), (__m256i)s),
+                                _mm256_sllv_epi32(_mm256_set1_epi32((int)hi), (__m256i)(32u - s))),
+                _mm256_srlv_epi32(_mm256_set1_epi32((int)hi), (__m256i)(s - 32u)));
+#endif
+        }
+#else
+        uint32_t t[16];
+        (void)lo; (void)hi; (void)off;
+        for (k = 0; k < 16; k++) t[k] = (uint32_t)kvq__get_code(w, c0 + (size_t)k, 3);
+        memcpy(x.part, t, sizeof t);
+#endif
+    }
+    KVQ__EACH(k) out->part[k] = kvq__dec_part(x.part[k], tab, k, DEC);
+}
+
 /* (a, b) of n consecutive groups, as kvq__affine gives them: the stored
    (s, z) pairs are one run of 2n fp16 halves (kvq_sz is two kvq_f16, no
    padding), converted 128 groups (256 halves) at a time by kvq__f16_row
@@ -1119,6 +1310,33 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
     case 2:  CALL(NH, 2); break;                                             \
     case 4:  CALL(NH, 4); break;                                             \
     default: CALL(NH, bits); break;                                          \
+    }
+
+/* CALL(NH, B, DEC) for a side's codes: Sec. 4's (KVQ__DEC_INT) at B = 2,
+   4 and the others as a variable, as above; Sec. 4.1's decodings (and
+   INT at B = 3, a table) each with its constant B.                       */
+#define KVQ__WITH_NH_DEC(CALL, nh, bits, dec)                                \
+    switch (nh) {                                                            \
+    case 1:  KVQ__WITH_DEC(CALL, 1, bits, dec); break;                       \
+    case 2:  KVQ__WITH_DEC(CALL, 2, bits, dec); break;                       \
+    default: KVQ__WITH_DEC(CALL, 4, bits, dec); break;                       \
+    }
+#define KVQ__WITH_DEC(CALL, NH, bits, dec)                                   \
+    switch (dec) {                                                           \
+    case KVQ__DEC_TAB:                                                       \
+        if ((bits) == 3) CALL(NH, 3, KVQ__DEC_TAB);                          \
+        else CALL(NH, 4, KVQ__DEC_TAB);                                      \
+        break;                                                               \
+    case KVQ__DEC_E4M3: CALL(NH, 8, KVQ__DEC_E4M3); break;                   \
+    case KVQ__DEC_E5M2: CALL(NH, 8, KVQ__DEC_E5M2); break;                   \
+    case KVQ__DEC_S8:   CALL(NH, 8, KVQ__DEC_S8); break;                     \
+    case KVQ__DEC_U8:   CALL(NH, 8, KVQ__DEC_U8); break;                     \
+    default:                                                                 \
+        switch (bits) {                                                      \
+        case 2:  CALL(NH, 2, KVQ__DEC_INT); break;                           \
+        case 4:  CALL(NH, 4, KVQ__DEC_INT); break;                           \
+        default: CALL(NH, bits, KVQ__DEC_INT); break;                        \
+        }                                                                    \
     }
 
 /* The same for full-precision rows: NH and whether they are fp16 (F16).   */
@@ -1426,7 +1644,8 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
 /* The columns of 16 rows of n 32-bit words, row j at base + j n: out[w]
    lane j = base[j n + w], w = 0 .. n-1 (integers: the same bits by any
    route); only the first `rows` rows are read, the lanes past them
-   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16, the 16 n words
+   repeat row 0. With AVX-512, 16 rows and n = 2^k <= 16 (n = 32: two
+   blocks of 16 columns, rows 32 words apart), the 16 n words
    are read as n whole vectors and transposed in registers, k rounds of
    two-source permutes (vpermt2d): round i swaps bit i of the register
    number with bit i of the lane number, and the last round also rotates
@@ -1437,14 +1656,15 @@ static KVQ__VINLINE kvq__u16 kvq__gather16(const uint32_t *base, const int32_t *
    of its decode, by 8 loads and 24 permutes next to nothing.             */
 #if KVQ__W == 16
 /* kvq__columns16's transpose for n = 2^k (k a constant: inlined)          */
-static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u16 *out)
+static KVQ__INLINE void kvq__columns16_pow2(const uint32_t *base, int k, kvq__u16 *out,
+                                            size_t ld /* k = 4: words a row, else 16 */)
 {
     const int n = 1 << k;
     const kvq__vu lane = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
     kvq__vu r[16], t[16];
     int i, R;
     KVQ__UNROLL(16)
-    for (R = 0; R < n; R++) memcpy(&r[R], base + 16 * R, sizeof r[R]);
+    for (R = 0; R < n; R++) memcpy(&r[R], base + ld * (size_t)R, sizeof r[R]);
     KVQ__UNROLL(4)
     for (i = 0; i < k; i++) {
         /* output lane L takes the lane whose bit i is the register's bit
@@ -1519,11 +1739,16 @@ static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t r
 #if KVQ__W == 16
     if (rows == 16)
         switch (n) {
-        case 1:  kvq__columns16_pow2(base, 0, out); return;
-        case 2:  kvq__columns16_pow2(base, 1, out); return;
-        case 4:  kvq__columns16_pow2(base, 2, out); return;
-        case 8:  kvq__columns16_pow2(base, 3, out); return;
-        case 16: kvq__columns16_pow2(base, 4, out); return;
+        case 1:  kvq__columns16_pow2(base, 0, out, 16); return;
+        case 2:  kvq__columns16_pow2(base, 1, out, 16); return;
+        case 4:  kvq__columns16_pow2(base, 2, out, 16); return;
+        case 8:  kvq__columns16_pow2(base, 3, out, 16); return;
+        case 16: kvq__columns16_pow2(base, 4, out, 16); return;
+        case 32:                        /* two 16 x 16 blocks: 8-bit keys of
+                                           D = 128 (FP8, int8, q8_0)       */
+            kvq__columns16_pow2(base, 4, out, 32);
+            kvq__columns16_pow2(base + 16, 4, out + 16, 32);
+            return;
         default: break;
         }
 #endif
@@ -1610,20 +1835,48 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                                          const float *pairs /* (NH, D/2, 16) or NULL */,
                                          size_t G, size_t gpu, size_t wpg,
                                          const float *ab, const float *q, const float *qsum,
-                                         size_t D, float scale, float *sc, int NH, int bits)
+                                         size_t D, float scale, float *sc, int NH, int bits,
+                                         const float *tab /* (16), KVQ__DEC_TAB */, int DEC)
 {
     const size_t per = 32 / (size_t)bits;               /* codes per word    */
     const uint32_t mask = (uint32_t)((1u << bits) - 1u);
     const int P = NH >= 3 ? 1 : 4 / NH;
-    kvq__v16 total[4];
+    kvq__v16 total[4], tabv;
     size_t g, k, e;
     int h, p, r;
     (void)pairs;                                 /* AVX-512 and AVX2 only */
+    if (DEC == KVQ__DEC_TAB) tabv = kvq__load16(tab);
     for (h = 0; h < NH; h++) total[h] = kvq__splat16(0.0f);
     for (g = 0; g < gpu; g++) {
         kvq__v16 part[4][4];                            /* head h: part[h][r] */
         for (h = 0; h < NH; h++)
             for (r = 0; r < P; r++) part[h][r] = kvq__splat16(0.0f);
+        if (bits == 3) {
+            /* B = 3 (a table): 32 channels in 3 words, codes 10 and 21
+               across two (Sec. 5); channel i of the group to sum i mod P */
+            for (k = 0; k < wpg; k += 3) {
+                kvq__u16 x[3];
+                int n_w = wpg - k < 3 ? (int)(wpg - k) : 3, i;
+                for (i = 0; i < n_w; i++)
+                    x[i] = cols ? cols[g * wpg + k + (size_t)i]
+                                : kvq__gather16(words + g * wpg + k + (size_t)i, idx);
+                KVQ__UNROLL(32)
+                for (e = 0; e < 32; e++) {              /* channel k/3 32 + e */
+                    const size_t at = k / 3 * 32 + e, d = g * G + at;
+                    const unsigned bit = 3u * (unsigned)e, kw = bit / 32, sh = bit % 32;
+                    kvq__v16 cv;
+                    if (at >= G) break;                 /* 16 | G: half a chunk */
+                    KVQ__EACH(p) {
+                        kvq__vu y = x[kw].part[p] >> sh;
+                        if (sh > 29) y |= x[kw + 1].part[p] << (32u - sh);
+                        cv.part[p] = kvq__dec_part(y, &tabv, p, KVQ__DEC_TAB);
+                    }
+                    for (h = 0; h < NH; h++)            /* 32 is 0 mod P     */
+                        part[h][e % (size_t)P] = kvq__madd16(part[h][e % (size_t)P],
+                                                             kvq__splat16(q[(size_t)h * D + d]), cv);
+                }
+            }
+        } else
         for (k = 0; k < wpg; k++) {
             const kvq__u16 x = cols ? cols[g * wpg + k] : kvq__gather16(words + g * wpg + k, idx);
             if (bits == 2) {
@@ -1672,7 +1925,9 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                 const size_t d = g * G + k * per + e;
                 kvq__v16 cv;
                 if (per > 16 && k * per + e >= G) break;    /* B = 1, half a word */
-                KVQ__EACH(p) cv.part[p] = kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(e * (size_t)bits)) & mask));
+                KVQ__EACH(p) cv.part[p] = DEC == KVQ__DEC_INT
+                    ? kvq__vf_of_vi((kvq__vi)((x.part[p] >> (uint32_t)(e * (size_t)bits)) & mask))
+                    : kvq__dec_part(x.part[p] >> (uint32_t)(e * (size_t)bits), &tabv, p, DEC);
                 for (h = 0; h < NH; h++)                /* per is 0 mod P    */
                     part[h][e % (size_t)P] = kvq__madd16(part[h][e % (size_t)P],
                                                          kvq__splat16(q[(size_t)h * D + d]), cv);
@@ -1705,11 +1960,55 @@ static void kvq__token_ab16(const kvq_sz *sz /* (16, gpu) */, size_t gpu, kvq_ze
     kvq__ab_columns(sf, gpu, 16, mode, ab, ab + 16, 32);
 }
 
+/* (a, b) of a format side's gpu groups (Sec. 4.1: not INT) for up to 16
+   slots, lane j slot j, as kvq__group_ab gives them: pw holds the slots'
+   packed parameters, rows of spu = s->sz_per_unit words (parameter g of a
+   slot: P bits at bit g P of its row). Group g's a goes to a + g stride,
+   its b (0 for every format) to b + g stride; lanes past `rows` repeat
+   slot 0. The parameters as columns (kvq__columns16), then per group:
+       P =  0   a = the side's scale (FP8 per tensor)
+       P =  8   a = e4m3value(p) s_side (NVFP4), E4M3 decoded as values are
+       P = 16   a = the fp16 p (q8_0, q4_0): the rows converted at once by
+                kvq__f16_row (exact, as kvq__f16_stored), as INT's (s, z)
+       P = 32   a = the fp32 p (FP8 per group)
+   each the same float as kvq__format_ab's.                              */
+static void kvq__format_ab16(const kvq_side *s, const uint32_t *pw /* (rows, spu) */, size_t rows,
+                             float *a, float *b, size_t stride)
+{
+    const size_t gpu = s->geom.groups_per_unit, spu = s->sz_per_unit;
+    const int P = kvq_format_param_bits(s->format);
+    kvq__u16 col[2 * KVQ__TOKEN_GROUPS];
+    size_t g;
+    int k;
+    if (P == 16) {
+        float sf[32 * KVQ__TOKEN_GROUPS];   /* (rows, 2 spu); 2 spu <= 16, but
+                                               kvq__columns16's 32-word case
+                                               is compiled in too           */
+        kvq__simd_f16_row((const kvq_f16 *)(const void *)pw, 2 * spu * rows, sf);
+        kvq__columns16((const uint32_t *)(const void *)sf, 2 * spu, rows, col);
+    } else if (P)
+        kvq__columns16(pw, spu, rows, col);
+    for (g = 0; g < gpu; g++) {
+        kvq__v16 av;
+        if (P == 0) av = kvq__splat16(s->scale);
+        else if (P == 8) {
+            const kvq__v16 scale = kvq__splat16(s->scale);
+            KVQ__EACH(k) av.part[k] = kvq__dec_part(col[g / 4].part[k] >> (uint32_t)(8 * (g % 4)),
+                                                    NULL, k, KVQ__DEC_E4M3) * scale.part[k];
+        } else
+            memcpy(&av, &col[g], sizeof av);            /* the float's bits  */
+        kvq__store16(a + g * stride, av);
+        kvq__store16(b + g * stride, kvq__splat16(0.0f));
+    }
+}
+
 /* Scores of per-token key slots s0 .. s0+n-1. With 16 | G and at most
    KVQ__TOKEN_GROUPS groups a token, 16 tokens at a time in the lanes
    (kvq__token_block; a lane not attended reads an attended slot of its
-   block, and its score is masked by kvq__tile_update); else one token at
-   a time (kvq__token_key_dot).                                            */
+   block, and its score is masked by kvq__tile_update; a format's (a, b)
+   by kvq__format_ab16, its codes by its decoding); else one token at a
+   time (kvq__token_key_dot: Sec. 4's codes only, kvq__simd_walk_serves
+   leaves the formats there to kvq.h).                                     */
 static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size_t n)
 {
     const kvq_side *s = &c->k;
@@ -1717,9 +2016,13 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
            wpg = s->geom.words_per_group, h, g, j, b0;
     if (G % 16 == 0 && gpu <= KVQ__TOKEN_GROUPS) {
         float ab[KVQ__TOKEN_GROUPS * 32];               /* (gpu, 2, 16)      */
+        float tab[16];                       /* KVQ__DEC_TAB's values        */
         int32_t idx[16];
-        kvq__u16 col[16];                    /* a block's words, by column   */
+        kvq__u16 col[32];                    /* a block's words, by column   */
         const kvq__u16 *cols;                /* col, or NULL: gathers by idx */
+        const int dec = kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
+        const size_t spu = s->sz_per_unit;
+        kvq__side_table(s, tab);
         for (b0 = 0; b0 < n; b0 += 16) {
             size_t first = b0;                          /* an attended slot  */
             int32_t neg = b0 + 16 <= n ? 0 : -1;        /* < 0: one is not   */
@@ -1729,26 +2032,31 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
                 for (j = 0; j < 16; j++) neg |= H->pos[b0 + j];
             cols = NULL;
             if (neg >= 0) {                             /* the usual block   */
-                if (gpu * wpg <= 16) {
+                if (gpu * wpg <= 16 || (KVQ__W == 16 && gpu * wpg == 32)) {
                     kvq__columns16(s->words + (s0 + b0) * gpu * wpg, gpu * wpg, 16, col);
                     cols = col;
                 }
                 for (j = 0; !cols && j < 16; j++) idx[j] = (int32_t)(j * gpu * wpg);
-                kvq__token_ab16(s->sz + (s0 + b0) * gpu, gpu, c->cfg.zero_mode, ab);
+                if (fmt)                                /* Sec. 4.1's params */
+                    kvq__format_ab16(s, (const uint32_t *)(const void *)(s->sz + (s0 + b0) * spu), 16,
+                                     ab, ab + 16, 32);
+                else
+                    kvq__token_ab16(s->sz + (s0 + b0) * gpu, gpu, c->cfg.zero_mode, ab);
             } else
                 for (j = 0; j < 16; j++) {
                     size_t jj = b0 + j < n && H->pos[b0 + j] >= 0 ? b0 + j : first;
                     const kvq_sz *sz = s->sz + (s0 + jj) * gpu;
                     idx[j] = (int32_t)((jj - b0) * gpu * wpg);
                     for (g = 0; g < gpu; g++)
-                        kvq__affine(sz[g], c->cfg.zero_mode, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
+                        if (fmt) kvq__group_ab(c, s, (s0 + jj) * gpu + g, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
+                        else kvq__affine(sz[g], c->cfg.zero_mode, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
                 }
             for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
-#define KVQ__TB(NH, BITS) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, cols,           \
+#define KVQ__TB(NH, BITS, DEC) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, cols,      \
                                            H->pairs ? H->pairs + h * D * KVQ__PAIR_FLOATS : NULL, G, gpu, wpg, ab, \
                                            H->q + h * D, H->qa + h * D, D, H->inv_sqrt_d,      \
-                                           H->sc + h * KVQ_TILE + b0, NH, BITS)
-                KVQ__WITH_NH_BITS(KVQ__TB, kvq__head_batch(H->n - h), s->bits);
+                                           H->sc + h * KVQ_TILE + b0, NH, BITS, tab, DEC)
+                KVQ__WITH_NH_DEC(KVQ__TB, kvq__head_batch(H->n - h), s->bits, dec);
 #undef KVQ__TB
             }
         }
@@ -1928,12 +2236,13 @@ static void kvq__add_value(const kvq_cache *c, kvq__heads *H, size_t p, size_t j
    wt (NH, KVQ_TILE) holds the weights.                                   */
 #define KVQ__SRC_F16 (-16)
 #define KVQ__SRC_F32 (-32)
-static KVQ__VINLINE kvq__v16 kvq__entry16(const char *p, size_t c, int SRC)
+static KVQ__VINLINE kvq__v16 kvq__entry16(const char *p, size_t c, int SRC, int DEC,
+                                         const kvq__v16 *tab)
 {
     kvq__v16 v;
     if (SRC == KVQ__SRC_F16) return kvq__load16_f16((const kvq_f16 *)(const void *)p + c);
     if (SRC == KVQ__SRC_F32) return kvq__load16((const float *)(const void *)p + c);
-    kvq__codes16(&v, (const uint32_t *)(const void *)p, c, SRC);
+    kvq__vals16(&v, (const uint32_t *)(const void *)p, c, SRC, DEC, tab);
     return v;
 }
 #define KVQ__ROW_SUMS (KVQ__W == 16 ? 16 : 4)   /* NH P CB, in kvq__v16s  */
@@ -1942,10 +2251,11 @@ static KVQ__VINLINE kvq__v16 kvq__entry16(const char *p, size_t c, int SRC)
 static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, size_t c_to,
                                          const char *base, size_t stride, size_t m,
                                          const float *wt, const float *zb, int NH, int SRC,
-                                         int CB, int P)
+                                         int CB, int P, int DEC, const float *tab)
 {
     size_t c0, i;
     int h, k, b;
+    const kvq__v16 tabv = DEC == KVQ__DEC_TAB ? kvq__load16(tab) : kvq__splat16(0.0f);
     /* two blocks with AVX-512: block 1 reads the weights from a copy, so
        that each broadcast has one use and folds into its multiply-add
        (as in kvq__channel_tile)                                           */
@@ -1972,14 +2282,14 @@ static KVQ__VINLINE void kvq__tile_chunks(float *out, size_t D, size_t c_from, s
             for (k = 0; k < P; k++)
                 for (b = 0; b < CB; b++) {
                     const kvq__v16 x = kvq__entry16(e + (size_t)k * stride, c + 16 * (size_t)b,
-                                                    SRC);
+                                                    SRC, DEC, &tabv);
                     for (h = 0; h < NH; h++)
                         acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
                                                         kvq__splat16((b ? wt1 : wt)[h * KVQ_TILE + i + k]), x);
                 }
         for (k = 0; i < m; i++, k++, e += stride)   /* m % P left over   */
             for (b = 0; b < CB; b++) {
-                const kvq__v16 x = kvq__entry16(e, c + 16 * (size_t)b, SRC);
+                const kvq__v16 x = kvq__entry16(e, c + 16 * (size_t)b, SRC, DEC, &tabv);
                 for (h = 0; h < NH; h++)
                     acc[h][b * P + k] = kvq__madd16(acc[h][b * P + k],
                                                     kvq__splat16(wt[h * KVQ_TILE + i]), x);
@@ -2002,7 +2312,8 @@ static KVQ__VINLINE size_t kvq__row_walks(float *out, size_t D, size_t c, size_t
                                          const float *wt, int NH, int SRC, int CB)
 {
     const size_t to = n - (n - c) % (16 * (size_t)CB);
-    if (to > c) kvq__tile_chunks(out, D, c, to, base, stride, m, wt, NULL, NH, SRC, CB, 1);
+    if (to > c) kvq__tile_chunks(out, D, c, to, base, stride, m, wt, NULL, NH, SRC, CB, 1,
+                                 KVQ__DEC_INT, NULL);
     return to;
 }
 
@@ -2021,11 +2332,12 @@ static void kvq__tile_pairs2(float *out, size_t n, const char *base, size_t stri
 
 static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const char *base,
                                         size_t stride, size_t m, const float *wt,
-                                        const float *zb, int NH, int SRC)
+                                        const float *zb, int NH, int SRC, int DEC,
+                                        const float *tab)
 {
     const int CB = KVQ__ROW_SUMS / NH;          /* rows: the widest walk   */
     size_t c = 0;
-    if (SRC == 2 && NH == 1) {
+    if (SRC == 2 && NH == 1 && DEC == KVQ__DEC_INT) {
         kvq__tile_pairs2(out, n, base, stride, m, wt, zb);
         return;
     }
@@ -2035,9 +2347,9 @@ static KVQ__VINLINE void kvq__tile_block(float *out, size_t D, size_t n, const c
            serve 32 channels, not 16                                       */
         const int P = NH >= 3 ? 1 : 4 / NH;
         if (KVQ__ROW_SUMS >= 2 * NH * P && n % 32 == 0)
-            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 2, P);
+            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 2, P, DEC, tab);
         else
-            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 1, P);
+            kvq__tile_chunks(out, D, 0, n, base, stride, m, wt, zb, NH, SRC, 1, P, DEC, tab);
         return;
     }
     if (CB >= 8) c = kvq__row_walks(out, D, c, n, base, stride, m, wt, NH, SRC, 8);
@@ -2072,7 +2384,8 @@ static void kvq__tile_rows(const kvq_cache *c, kvq__heads *H, const void *const 
         for (j = 0; j < m; j += run) {                  /* usually one run   */
             run = kvq__run(rows, j, m, bytes);
 #define KVQ__RB(NH, F16) kvq__tile_block(out, D, D, (const char *)rows[j], bytes, run, wt + j, \
-                                         NULL, NH, F16 ? KVQ__SRC_F16 : KVQ__SRC_F32)
+                                         NULL, NH, F16 ? KVQ__SRC_F16 : KVQ__SRC_F32,       \
+                                         KVQ__DEC_INT, NULL)
             KVQ__WITH_NH_F16(KVQ__RB, nh, f16);
 #undef KVQ__RB
         }
@@ -2173,7 +2486,10 @@ static size_t kvq__simd_map_lanes(const uint32_t *map, size_t n, const uint32_t 
    other G or D) one position at a time (kvq__add_value), in that order.
    Then, per group g, with the m quantized slots' weights w_hj packed to
    the front of each head's score row (once the others have read theirs):
-       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)   */
+       wa_hj = w_hj a_jg,   wb_h = sum_j w_hj b_jg   (kvq__dot's order)
+   (a, b): INT's stored (s, z) (kvq__ab_columns), or a format's packed
+   parameters (kvq__format_ab16: b = 0, the same sums); the codes through
+   the side's decoding (kvq__vals16, in kvq__tile_block).                 */
 static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
 {
     const kvq_side *s = &c->v;
@@ -2187,6 +2503,9 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                                               each kind (1: one at a time)   */
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
     int in_place = 1;                      /* every at_q[j] == j so far      */
+    const int dec = kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
+    const size_t spu = s->sz_per_unit;     /* kvq_sz words a slot: INT gpu  */
+    float tab[16];                         /* KVQ__DEC_TAB's values          */
     int consecutive = 1;                   /* slot j == slot 0 + j so far    */
     /* the usual tile: every entry attended, quantized, in the slots that
        follow entry 0's (KIVI's and HF's tiles of past tokens): only the
@@ -2196,10 +2515,10 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
         if (kvq__tile_follows(s->loc, H->pos, n, loc0)) {
             m = n;
             w[0] = s->words + KVQ_LOC_INDEX(loc0) * gpu * wpg;
-            sz[0] = s->sz + KVQ_LOC_INDEX(loc0) * gpu;   /* one run: the others
+            sz[0] = s->sz + KVQ_LOC_INDEX(loc0) * spu;   /* one run: the others
                                                are read only past 16 groups */
             if (gpu > 16)
-                for (j = 1; j < m; j++) sz[j] = sz[0] + j * gpu;
+                for (j = 1; j < m; j++) sz[j] = sz[0] + j * spu;
         }
     }
     for (j = m; j < n; j++) {              /* else sort the entries (from 0) */
@@ -2214,8 +2533,9 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
         } else if (tag == KVQ_LOC_QUANT && blocks) {
             size_t slot = KVQ_LOC_INDEX(loc);
             w[m] = s->words + slot * gpu * wpg;
-            sz[m] = s->sz + slot * gpu;
-            consecutive &= m == 0 || sz[m] == sz[0] + m * gpu;
+            sz[m] = s->sz + slot * spu;
+            consecutive &= m == 0 || (w[m] == (const uint32_t *)w[0] + m * gpu * wpg &&
+                                      sz[m] == sz[0] + m * spu);
             in_place &= m == j;
             at_q[m++] = j;
         } else {
@@ -2228,6 +2548,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
         for (h = 0; h < H->n; h++)                      /* j <= at_q[j]      */
             H->sc[h * KVQ_TILE + j] = H->sc[h * KVQ_TILE + at_q[j]];
     if (m == 0) return;
+    kvq__side_table(s, tab);
     for (g0 = 0; g0 < gpu; g0 += 16) {
         /* (s, z) of up to 16 groups of every slot as floats, sf[2 (j ng +
            g - g0)] and the next. Slots that follow each other in storage
@@ -2236,13 +2557,29 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
         float sf[2 * KVQ_TILE * 16], wa[4 * KVQ_TILE], wb[4];
         float ab_a[16 * KVQ_TILE], ab_b[16 * KVQ_TILE];   /* group g - g0's a, b
                                                    of slot j: [(g - g0) TILE + j] */
-        if (ng == gpu && consecutive)
-            kvq__simd_f16_row(&sz[0]->scale, 2 * m * gpu, sf);
-        else
-            for (j = 0; j < m; j++) kvq__simd_f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
-        for (j = 0; j < m; j += 16)          /* 16 slots' (a, b), by column   */
-            kvq__ab_columns(sf + 2 * j * ng, ng, m - j < 16 ? m - j : 16, c->cfg.zero_mode,
-                            ab_a + j, ab_b + j, KVQ_TILE);
+        if (fmt)                             /* Sec. 4.1 (gpu <= 16): the
+                                                slots' parameter rows, copied
+                                                into one run unless they are */
+            for (j = 0; j < m; j += 16) {
+                const size_t rows = m - j < 16 ? m - j : 16;
+                uint32_t run_of[16 * KVQ__TOKEN_GROUPS];
+                const uint32_t *pw = (const uint32_t *)(const void *)(sz[0] + j * spu);
+                if (!consecutive && spu) {
+                    size_t i;
+                    for (i = 0; i < rows; i++) memcpy(run_of + i * spu, sz[j + i], spu * sizeof(kvq_sz));
+                    pw = run_of;
+                }
+                kvq__format_ab16(s, pw, rows, ab_a + j, ab_b + j, KVQ_TILE);
+            }
+        else {
+            if (ng == gpu && consecutive)
+                kvq__simd_f16_row(&sz[0]->scale, 2 * m * gpu, sf);
+            else
+                for (j = 0; j < m; j++) kvq__simd_f16_row(&sz[j][g0].scale, 2 * ng, sf + 2 * j * ng);
+            for (j = 0; j < m; j += 16)      /* 16 slots' (a, b), by column   */
+                kvq__ab_columns(sf + 2 * j * ng, ng, m - j < 16 ? m - j : 16, c->cfg.zero_mode,
+                                ab_a + j, ab_b + j, KVQ_TILE);
+        }
         for (g = g0; g < g0 + ng; g++) {
             const float *a = ab_a + (g - g0) * KVQ_TILE, *b = ab_b + (g - g0) * KVQ_TILE;
             for (h0 = 0; h0 < H->n; h0 += kvq__head_batch(H->n - h0)) {
@@ -2260,10 +2597,11 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                 }
                 for (j = 0; j < m; j += run) {          /* usually one run   */
                     run = consecutive ? m : kvq__run(w, j, m, slot_bytes);
-#define KVQ__VB(NH, BITS) kvq__tile_block(out + g * G, D, G,                                     \
+#define KVQ__VB(NH, BITS, DEC) kvq__tile_block(out + g * G, D, G,                                \
                                           (const char *)w[j] + g * wpg * sizeof(uint32_t),     \
-                                          slot_bytes, run, wa + j, j ? NULL : wb, NH, BITS)
-                    KVQ__WITH_NH_BITS(KVQ__VB, nh, s->bits);
+                                          slot_bytes, run, wa + j, j ? NULL : wb, NH, BITS,    \
+                                          DEC, tab)
+                    KVQ__WITH_NH_DEC(KVQ__VB, nh, s->bits, dec);
 #undef KVQ__VB
                 }
             }
@@ -2333,8 +2671,13 @@ static void kvq__tile_update(const kvq_cache *c, kvq__heads *H, size_t n)
    indices (where KIVI and HF keep them, less the window); a wrong guess
    costs a few wasted lines, never a wrong result. Per-token keys only:
    for KIVI's per-channel keys the same hints made a cold walk slower (T =
-   32K, one head: 0.53 -> 0.60 ms). Inlined: GCC deems a function that only
-   prefetches pure and deletes the call.                                   */
+   32K, one head: 0.53 -> 0.60 ms). Sec. 4.1's format sides ask for L2
+   only (prefetcht1): into L1 as well, the cold walk waited on them as if
+   there were no hints (Zen 4, T = 32K, one head, best of 12: nvfp4 1.13
+   cold against 0.80 warm, fp8-e4m3 1.78 against 1.04; into L2, 0.92 and
+   1.48; hints 4, 16 or 64 tiles ahead: the same). INT's hints stay as
+   measured above. Inlined: GCC deems a function that only prefetches
+   pure and deletes the call.                                              */
 #define KVQ__AHEAD_SLOTS (4 * KVQ_TILE)   /* 2, 4, 8 tiles: the same time */
 static KVQ__INLINE void kvq__prefetch_slots(const kvq_cache *c, size_t slot0, size_t n)
 {
@@ -2347,8 +2690,9 @@ static KVQ__INLINE void kvq__prefetch_slots(const kvq_cache *c, size_t slot0, si
         u1 = tpu == 1 ? slot0 + n : (slot0 + n + tpu - 1) / tpu;
         if (u1 > s->n_units) u1 = s->n_units;
         if (u0 >= u1) continue;
-        kvq__prefetch(s->words + u0 * per * s->geom.words_per_group,
-                      (u1 - u0) * per * s->geom.words_per_group * sizeof(uint32_t));
+        kvq__prefetch_to(s->words + u0 * per * s->geom.words_per_group,
+                         (u1 - u0) * per * s->geom.words_per_group * sizeof(uint32_t),
+                         s->format != KVQ_FORMAT_INT);
     }
 }
 
@@ -2412,12 +2756,26 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
 
 /* kvq.h's kvq__walk_cache for a batch of heads (kvq.h's kvq__attend_online
    forms the batches from the scratch).                                   */
-/* The caches this walk serves: Sec. 4's codes at B = 1, 2, 4, 8 on both
-   sides. kvq.h's plain walk takes the others (Sec. 4.1's formats, B = 3). */
+/* The caches this walk serves. Sec. 4's codes at B = 1, 2, 4, 8: every
+   side. Sec. 4.1's formats (but Lloyd-Max at B = 2) and INT at B = 3: a
+   side per token with 16 | G and at most KVQ__TOKEN_GROUPS groups a token
+   (every kvq_config_engine preset for D up to 256), where the kernels
+   take 16 slots at a time (kvq__token_block, kvq__tile_block) and read
+   their codes through a decoding (kvq__vals16); with AVX-512 and AVX2
+   only (NEON's decodings are not yet checked on a machine). kvq.h's plain
+   walk takes the rest.                                                   */
+static int kvq__side_served(const kvq_side *s)
+{
+    if (s->schedule == KVQ_SCHED_NONE) return 1;
+    if (s->format == KVQ_FORMAT_INT && s->bits != 3) return 1;
+    return (KVQ__W == 16 || KVQ__W == 8) && kvq__side_dec(s) >= 0 &&
+           s->axis == KVQ_PER_TOKEN && s->group % 16 == 0 &&
+           s->geom.groups_per_unit <= KVQ__TOKEN_GROUPS;
+}
+
 static int kvq__simd_walk_serves(const kvq_cache *c)
 {
-    return c->k.format == KVQ_FORMAT_INT && c->v.format == KVQ_FORMAT_INT &&
-           c->k.bits != 3 && c->v.bits != 3;
+    return kvq__side_served(&c->k) && kvq__side_served(&c->v);
 }
 
 static void kvq__simd_walk_cache(const kvq_cache *c, struct kvq__walk *W)

@@ -7,7 +7,8 @@
 
        make bench                       (builds and runs this, see bench/README.md)
        build/bench/bench_cpu [--record] [--quick]
-                             [--llm | --rotation | --attend | --quantize | --rows]
+                             [--llm | --rotation | --attend | --quantize | --rows |
+                              --formats]
          --record  also append a dated block (machine, commit, every table
                    below exactly as printed) to bench/RESULTS.md; run it from
                    the repository root
@@ -19,6 +20,8 @@
          --quantize  sections 0 and 1 only (quantize), no targets
          --rows    sections 0 and 2b: how a tile's value rows are read, alone
                    (whole, in walks of 256 or 64 bytes, addresses from a table)
+         --formats sections 0 and 2c (decode over kvq_config_engine's presets
+                   against the fp32 cache and the loop) and issue 47's target
        build/bench/bench_cpu --instr [--callgrind | --qemu-aarch64 PLUGIN BUILD]
                              [--instr-T T] [--instr-only NAME]
          section 6 alone: instructions retired per element by each method,
@@ -49,6 +52,8 @@
         output checked first
      2b. (--rows only) a tile's value rows read whole, in walks of 256 or
         64 bytes, or at addresses loaded from a table: the access alone
+     2c. decode attention over the formats engines ship (kvq_config_engine's
+        13 presets, issue 47) vs the fp32 cache and the loop, n_q = 1, T = 32K
      3. OTT's outlier competition on the host
      3b. what the rotation costs: KIVI-2 append and attend with and without
         kvq_config's Hadamard rotation, T = 32K (issue 29)
@@ -502,6 +507,101 @@ typedef struct {
     double err[N_CACHES + 1];     /* rel. L2 vs kvq_attend_dense             */
     double bw;                    /* GB/s of the streaming read, same rounds */
 } attn_row;
+
+/* ------------------------------------------------------------------------ */
+/* 2c. decode over the formats engines ship (issue 47)                      */
+/* ------------------------------------------------------------------------ */
+/* kvq_config_engine's presets (kvq.h Sec. 4.1) beside the fp32 cache
+   (kvq_config_full(D, 32)) and the plain loop, one query head, one T, in
+   one interleaved table: each cache built by kvq_cache_prefill of the same
+   K, V, its output checked against kvq_attend_dense on its own rows first.
+   x fp32 = the fp32 cache's ms / the row's ms (> 1: faster); issue 47's
+   target: fp8-e4m3 and nvfp4 at least 1.5x the plain fp32 loop cold, at
+   T = 32K (x loop).                                                       */
+static const char *const engine_name[] = {
+    "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-per-token-head", "int8-per-token-head",
+    "int4-per-token-head", "nvfp4", "nvfp4-4over6", "turboquant-k8v4", "turboquant-4bit-nc",
+    "turboquant-k3v4-nc", "turboquant-3bit-nc", "q8_0", "q4_0" };
+#define N_ENGINE ((int)(sizeof engine_name / sizeof engine_name[0]))
+static double engine_x_loop[2][N_ENGINE];      /* [COLD|WARM][preset]      */
+
+static void formats_table(size_t T, size_t D, int warmup, int reps, const float *K,
+                          const float *V, const float *q, float *Kc, float *Vc)
+{
+    const size_t nq = 1;
+    kvq_cache caches[N_ENGINE + 1];              /* [0] fp32, [1 + i] preset i */
+    attn_ctx ac[N_ENGINE + 1];
+    plain_ctx pc;
+    variant v[N_ENGINE + 2];                     /* the loop, fp32, presets  */
+    size_t bytes[N_ENGINE + 1];
+    double err[N_ENGINE + 2];
+    float *out = (float *)xmalloc((N_ENGINE + 2) * D * sizeof(float)), ref[1024];
+    float *acc = (float *)xmalloc(D * sizeof(float)), sbuf[PLAIN_TILE];
+    int i, s;
+    pc.K = K; pc.V = V; pc.T = T; pc.D = D; pc.q = q; pc.n_q = nq;
+    pc.out = out; pc.acc = acc; pc.s = sbuf;
+    v[0].f = run_plain; v[0].ctx = &pc;
+    run_plain(&pc);
+    ok_or_die(kvq_attend_dense(K, V, T, D, q, nq, ref, NULL), "kvq_attend_dense", NULL);
+    err[0] = rel_l2(out, ref, nq * D);
+    for (i = 0; i <= N_ENGINE; i++) {
+        kvq_config cfg = kvq_config_full(D, 32);
+        kvq_bytes b;
+        size_t nrows;
+        if (i > 0 && kvq_config_engine(&cfg, D, engine_name[i - 1]) != KVQ_OK) {
+            fprintf(stderr, "bench_cpu: kvq_config_engine(%s): %s\n", engine_name[i - 1], kvq_why());
+            exit(1);
+        }
+        ok_or_die(kvq_cache_init(&caches[i], &cfg), "kvq_cache_init", &caches[i]);
+        ok_or_die(kvq_cache_reserve(&caches[i], T), "kvq_cache_reserve", &caches[i]);
+        ok_or_die(kvq_cache_prefill(&caches[i], K, V, T), "kvq_cache_prefill", &caches[i]);
+        ok_or_die(kvq_cache_bytes(&caches[i], &b), "kvq_cache_bytes", &caches[i]);
+        bytes[i] = b.payload;
+        ac[i].c = &caches[i]; ac[i].q = q; ac[i].n_q = nq;
+        ac[i].out = out + (size_t)(i + 1) * D;
+        ac[i].n_scratch = kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_ONLINE) * nq;
+        ac[i].scratch = (float *)xmalloc(ac[i].n_scratch * sizeof(float));
+        v[1 + i].f = run_attend; v[1 + i].ctx = &ac[i];
+        run_attend(&ac[i]);
+        nrows = cache_rows(&caches[i], Kc, Vc);
+        ok_or_die(kvq_attend_dense(Kc, Vc, nrows, D, q, nq, ref, NULL), "kvq_attend_dense", NULL);
+        err[1 + i] = rel_l2(ac[i].out, ref, nq * D);
+        if (!(err[1 + i] <= ATTN_TOL)) {
+            fprintf(stderr, "bench_cpu: %s attention at T = %zu is %.3g (rel. L2) off its "
+                    "oracle; tolerance %.0e\n", i ? engine_name[i - 1] : "fp32", T, err[1 + i],
+                    ATTN_TOL);
+            exit(1);
+        }
+    }
+    time_interleaved(v, N_ENGINE + 2, warmup, reps);
+    say("#### 2c. Decode over the formats engines ship\n\n");
+    say("kvq_attend ONLINE, one query head, D = %zu, T = %zu, N(0,1) K, V, q; each cache "
+        "kvq_config_engine(%zu, name) (kvq.h Sec. 4.1) built by kvq_cache_prefill; fp32 = "
+        "kvq_config_full(%zu, 32); loop = the plain fp32 loop (section 2). x fp32, x loop = "
+        "that row's ms over this row's (> 1: faster). walk = which ONLINE walk ran: "
+        "kvq_simd.h's vector walk, or kvq.h's plain one (kvq_simd.h does not serve the "
+        "cache, or this build has none). Medians of %d interleaved reps; err as in section "
+        "2.\n\n", D, T, D, D, reps);
+    say("| cache | walk | MB | ms cold | ms warm | x fp32 cold | x fp32 warm | x loop cold | "
+        "x loop warm | err |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (i = 0; i <= N_ENGINE + 1; i++) {
+        const double *m = v[i].med, *f = v[1].med, *l = v[0].med;
+        int vec = 0;
+#ifdef KVQ__SIMD
+        vec = i > 0 && kvq__simd_walk_serves(&caches[i - 1]);
+#endif
+        say("| %s | %s | %.2f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.2fx | %.1e |\n",
+            i == 0 ? "loop" : i == 1 ? "fp32" : engine_name[i - 2], i == 0 ? "-" : vec ? "vector" : "plain",
+            (i ? bytes[i - 1] : 2 * T * D * sizeof(float)) / 1e6, m[COLD] * 1e3, m[WARM] * 1e3,
+            f[COLD] / m[COLD], f[WARM] / m[WARM], l[COLD] / m[COLD], l[WARM] / m[WARM], err[i]);
+        if (i >= 2)
+            for (s = COLD; s <= WARM; s++) engine_x_loop[s][i - 2] = l[s] / m[s];
+    }
+    say("\n");
+    for (i = 0; i <= N_ENGINE; i++) { free(ac[i].scratch); kvq_cache_free(&caches[i]); }
+    free(out);
+    free(acc);
+}
 
 /* ------------------------------------------------------------------------ */
 /* 2b. (--rows) how a tile's value rows are read, alone                     */
@@ -962,6 +1062,18 @@ static void rotation_targets(int quick)
                    s == COLD ? "cold" : "warm", rot_cost[i][s]);
 }
 
+/* issue 47: CPU decode over fp8 and nvfp4 caches at least 1.5x the plain
+   fp32 loop (one query, T = 32K, cold; section 2c)                       */
+static void formats_targets(int quick)
+{
+    static const int which[2] = { 0, 5 };               /* fp8-e4m3, nvfp4  */
+    int i;
+    for (i = 0; i < 2; i++)
+        target(engine_x_loop[COLD][which[i]] >= 1.5, quick ? "--quick: T = 4K" : NULL,
+               "%s decode >= 1.5x the plain fp32 loop (n_q = 1, T = 32K, cold): %.2fx",
+               engine_name[which[i]], engine_x_loop[COLD][which[i]]);
+}
+
 /* ------------------------------------------------------------------------ */
 /* 6. instructions per element (--instr)                                    */
 /* ------------------------------------------------------------------------ */
@@ -1331,6 +1443,7 @@ int main(int argc, char **argv)
     int have_ggml = 0, have_llm = 0, have_llama[2] = { 0, 0 }, llm_only = 0, rot_only = 0;
     int attend_only = 0, quant_only = 0;  /* --attend: sections 0, 2; --quantize: 0, 1 */
     int rows_only = 0;                    /* --rows: 0, 2b                           */
+    int formats_only = 0;                 /* --formats: 0, 2c and its targets        */
     static const int depth[2] = { 8, 1024 };
     const int n_gen = 32;
     double llm_ts[2][3];                  /* [depth][fp32|fp16|kivi2]            */
@@ -1355,6 +1468,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--attend") == 0) attend_only = 1;
         else if (strcmp(argv[i], "--quantize") == 0) quant_only = 1;
         else if (strcmp(argv[i], "--rows") == 0) rows_only = 1;
+        else if (strcmp(argv[i], "--formats") == 0) formats_only = 1;
         else if (strcmp(argv[i], "--instr") == 0) instr = 1;
         else if (strcmp(argv[i], "--callgrind") == 0) how.by = BY_CALLGRIND;
         else if (strcmp(argv[i], "--instr-dry") == 0 && more) instr_dry = atoi(argv[++i]);
@@ -1375,7 +1489,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--instr-region") == 0 && more) instr_region_i = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--record] [--quick]\n"
-                    "                 [--llm | --rotation | --attend | --quantize | --rows]\n"
+                    "                 [--llm | --rotation | --attend | --quantize | --rows |\n"
+                    "                  --formats]\n"
                     "       %s --instr [--callgrind | --qemu-aarch64 PLUGIN.so AARCH64_BUILD]\n"
                     "                  [--instr-T T] [--instr-only NAME]\n",
                     argv[0], argv[0]);
@@ -1387,10 +1502,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cpu: --quick results are not recorded\n");
         return 2;
     }
-    if ((rot_only + attend_only + quant_only + rows_only > 1) ||
-        ((rot_only || attend_only || quant_only || rows_only) && (record || llm_only))) {
-        fprintf(stderr, "bench_cpu: --rotation, --attend, --quantize and --rows each run part "
-                "of the benchmark: one of them, not with --record or --llm\n");
+    if ((rot_only + attend_only + quant_only + rows_only + formats_only > 1) ||
+        ((rot_only || attend_only || quant_only || rows_only || formats_only) &&
+         (record || llm_only))) {
+        fprintf(stderr, "bench_cpu: --rotation, --attend, --quantize, --rows and --formats each "
+                "run part of the benchmark: one of them, not with --record or --llm\n");
         return 2;
     }
     if (llm_only && quick) {
@@ -1463,6 +1579,23 @@ int main(int argc, char **argv)
                 "(evicts every cache level); warm = the same call repeated at once\n\n",
                 sbytes / 1e6);
             free(C);
+        }
+        if (formats_only) {                   /* --formats: 2c and its targets */
+            const size_t T = TA[1];
+            K = (float *)xmalloc(T * D * sizeof(float));
+            V = (float *)xmalloc(T * D * sizeof(float));
+            Kc = (float *)xmalloc(T * D * sizeof(float));
+            Vc = (float *)xmalloc(T * D * sizeof(float));
+            q = (float *)xmalloc(D * sizeof(float));
+            fill_normal(K, T * D);
+            fill_normal(V, T * D);
+            fill_normal(q, D);
+            formats_table(T, D, aw[1], quick ? 3 : 7, K, V, q, Kc, Vc);
+            say("```\n");
+            formats_targets(quick);
+            say("```\n");
+            free(K); free(V); free(Kc); free(Vc); free(q); free(S);
+            return 0;
         }
         if (rows_only) {                      /* --rows: 2b                    */
             rows_probe(quick ? 4096 : 32768, D, quick ? 5 : 11);   /* D = 128: PROBE_SUMS */
@@ -1690,6 +1823,7 @@ int main(int argc, char **argv)
             free(K); free(V); free(Kc); free(Vc); free(q); free(out); free(ref); free(S);
             return 0;
         }
+        formats_table(TA[1], D, aw[1], quick ? 3 : 7, K, V, q, Kc, Vc);    /* 2c */
 
         /* ---- 3. OTT's competition on the host -------------------------------- */
         {
@@ -1868,6 +2002,7 @@ int main(int argc, char **argv)
         target(llm_ts[1][2] >= llm_ts[1][0], have_llm ? NULL : "no build/llm run",
                "llm decode kivi2 >= fp32 cache at depth 1024: %.2fx",
                have_llm ? llm_ts[1][2] / llm_ts[1][0] : 0.0);
+        if (!llm_only) formats_targets(quick);
     }
     say("```\n\n%d PASS, %d FAIL, %d SKIP (targets; the exit status ignores them)\n",
         n_pass, n_fail, n_skip);

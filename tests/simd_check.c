@@ -83,11 +83,69 @@ kvq_status PART(cache_prefill)(kvq_cache *c, const float *K, const float *V, siz
     return kvq_cache_prefill(c, K, V, T);
 }
 void PART(cache_free)(kvq_cache *c) { kvq_cache_free(c); }
+/* 1 where kvq_simd.h's ONLINE walk takes the cache (kvq.h alone: 0)     */
+int PART(walk_serves)(const kvq_cache *c)
+{
+#ifdef KVQ__SIMD
+    return kvq__simd_walk_serves(c);
+#else
+    (void)c;
+    return 0;
+#endif
+}
 size_t PART(scratch)(const kvq_cache *c, kvq_attn_mode m) { return kvq_attend_scratch_floats(c, m); }
 kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *out,
                         kvq_attn_mode mode, float *scratch, size_t n)
 {
     return kvq_attend(c, q, n_q, out, NULL, mode, scratch, n);
+}
+/* Sec. 4.1's decodings of kvq_simd.h (kvq__vals16) against the side's
+   table s->value: every code of side `side` (0 K, 1 V) packed 16 at a
+   time and decoded; the codes whose float differs in bits (the grid's
+   non-finite codes, never stored, are skipped), or -1 where this copy
+   has no decoding for the side (a scalar copy, NEON, Lloyd-Max B = 2).  */
+int PART(decode_differs)(const kvq_cache *c, int side)
+{
+#if defined(KVQ__SIMD) && (KVQ__W == 16 || KVQ__W == 8)
+    const kvq_side *s = side ? &c->v : &c->k;
+    const int B = s->bits, dec = kvq__side_dec(s);
+    const unsigned n = 1u << B;
+    uint32_t w[2 * 8 * 16] = { 0 };                 /* 256 codes at B = 8    */
+    float tab[16], out[16];
+    kvq__v16 tabv, v;
+    unsigned code, i, bad = 0;
+    if (dec < 0 || s->schedule == KVQ_SCHED_NONE) return -1;
+    kvq__side_table(s, tab);
+    tabv = kvq__load16(tab);
+    for (code = 0; code < 256; code++) {            /* code i % n at i: 256 codes */
+        const unsigned at = code * (unsigned)B, cd = code % n;
+        w[at / 32] |= cd << (at % 32);
+        if (at % 32 + (unsigned)B > 32) w[at / 32 + 1] |= cd >> (32 - at % 32);
+    }
+    for (i = 0; i < 256; i += 16) {
+        unsigned j;
+#define DEC_CASE(D_, B_) kvq__vals16(&v, w, i, B_, D_, &tabv)
+        switch (dec) {
+        case KVQ__DEC_TAB:  if (B == 3) DEC_CASE(KVQ__DEC_TAB, 3); else DEC_CASE(KVQ__DEC_TAB, 4); break;
+        case KVQ__DEC_E4M3: DEC_CASE(KVQ__DEC_E4M3, 8); break;
+        case KVQ__DEC_E5M2: DEC_CASE(KVQ__DEC_E5M2, 8); break;
+        case KVQ__DEC_S8:   DEC_CASE(KVQ__DEC_S8, 8); break;
+        case KVQ__DEC_U8:   DEC_CASE(KVQ__DEC_U8, 8); break;
+        default:            kvq__codes16(&v, w, i, B); break;
+        }
+#undef DEC_CASE
+        kvq__store16(out, v);
+        for (j = 0; j < 16; j++) {
+            const float want = s->value[(i + j) % n];
+            if (!kvq__finite(want)) continue;
+            bad += memcmp(&want, &out[j], sizeof want) != 0;
+        }
+    }
+    return (int)bad;
+#else
+    (void)c; (void)side;
+    return -1;
+#endif
 }
 #else /* main: its own (scalar) copy for configs and validation */
 #define KVQ_STATIC
@@ -109,9 +167,13 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
     kvq_status p##_cache_init(kvq_cache *c, const kvq_config *cfg);                 \
     kvq_status p##_cache_prefill(kvq_cache *c, const float *K, const float *V, size_t T); \
     void p##_cache_free(kvq_cache *c);                                              \
+    int p##_walk_serves(const kvq_cache *c);                                        \
     size_t p##_scratch(const kvq_cache *c, kvq_attn_mode m);                        \
     kvq_status p##_attend(const kvq_cache *c, const float *q, size_t n_q, float *out, \
                           kvq_attn_mode mode, float *scratch, size_t n);
+int simd_decode_differs(const kvq_cache *c, int side);
+int simd_fma_decode_differs(const kvq_cache *c, int side);
+int native_decode_differs(const kvq_cache *c, int side);
 DECLARE(scalar)
 DECLARE(simd)
 DECLARE(scalar_fma)
@@ -525,6 +587,121 @@ static void check_rotation(void)
     printf("simd_check: %zu of %zu rotated rows identical bytes to kvq__rotate_row\n", same, runs);
 }
 
+/* kvq_config_engine's presets (kvq.h Sec. 4.1): every vector copy's
+   ONLINE and EAGER outputs the same bytes as its scalar copy's, D = 64 and
+   128, n_q = 1, 2, 4, 8, after a prefill of T tokens (a few rows scaled
+   down into E4M3's and E5M2's subnormals) and 37 appends, then again after
+   evicting a third of the positions, and again after compacting (also
+   with DAZ, and DAZ and FTZ, set for the vector copy). Each
+   side's decoding (kvq__vals16) against its table s->value, every code.
+   Prints which presets the vector walk serves.                          */
+static void check_engine(void)
+{
+    static const char *const names[] = {
+        "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-per-token-head", "int8-per-token-head",
+        "int4-per-token-head", "nvfp4", "nvfp4-4over6", "turboquant-k8v4",
+        "turboquant-4bit-nc", "turboquant-k3v4-nc", "turboquant-3bit-nc", "q8_0", "q4_0" };
+    static const size_t Ds[] = { 64, 128 }, Ts[] = { 1, 45, 300 }, nqs[] = { 1, 2, 4, 8 };
+    static int (*const decode[N_VECTOR])(const kvq_cache *, int) = {
+        simd_decode_differs, simd_fma_decode_differs, native_decode_differs };
+    rng r = { 0xE4E3F0A7ull };
+    size_t same = 0, runs = 0, dec_ok = 0, dec_runs = 0, ni, di, ti, qi, i;
+    int stage, mode, k, side;
+    char served[512] = "", plain[512] = "";
+    for (ni = 0; ni < sizeof names / sizeof names[0]; ni++) {
+        int serves = -1;
+        for (di = 0; di < 2; di++)
+            for (ti = 0; ti < 3; ti++) {
+                const size_t D = Ds[di], T = Ts[ti], A = 37, N = T + A;
+                kvq_config cfg;
+                kvq_cache c;
+                float *K = (float *)malloc(N * D * sizeof(float)), *V = (float *)malloc(N * D * sizeof(float));
+                uint8_t *keep = (uint8_t *)malloc(N);
+                int ok;
+                fill(&r, K, N * D, 1.5f);
+                fill(&r, V, N * D, 1.0f);
+                for (i = 0; i < N; i += 7) {            /* subnormal codes  */
+                    size_t d;
+                    for (d = 0; d < D; d++) { K[i * D + d] *= 1e-4f; V[i * D + d] *= 3e-3f; }
+                }
+                ok = kvq_config_engine(&cfg, D, names[ni]) == KVQ_OK && kvq_cache_init(&c, &cfg) == KVQ_OK;
+                ok = ok && kvq_cache_prefill(&c, K, V, T) == KVQ_OK;
+                for (i = T; ok && i < N; i++) ok = kvq_cache_append(&c, K + i * D, V + i * D) == KVQ_OK;
+                if (!ok) {
+                    CHECK(0, "engine %s D=%zu T=%zu: build: %s", names[ni], D, T, kvq_why());
+                    free(K); free(V); free(keep);
+                    continue;
+                }
+                if (serves < 0) serves = native_walk_serves(&c);
+                CHECK(native_walk_serves(&c) == serves, "engine %s: served at one D, not another",
+                      names[ni]);
+                if (di == 0 && ti == 0)
+                    for (side = 0; side < 2; side++)
+                        for (k = 0; k < N_VECTOR; k++) {
+                            int bad = decode[k](&c, side);
+                            if (bad < 0) continue;
+                            dec_runs++;
+                            if (bad == 0) dec_ok++;
+                            else CHECK(0, "engine %s side %d: the %s copy decodes %d codes differently "
+                                       "from s->value", names[ni], side, vector_copies[k].name, bad);
+                        }
+                for (stage = 0; stage < 3; stage++) {
+                    if (stage == 1) {                   /* evict a third    */
+                        for (i = 0; i < N; i++) keep[i] = (uint8_t)(rbelow(&r, 3) != 0 || i == N - 1);
+                        CHECK(kvq_cache_evict(&c, keep, N, NULL) == KVQ_OK, "engine %s: evict: %s",
+                              names[ni], kvq_why());
+                    }
+                    if (stage == 2)
+                        CHECK(kvq_cache_compact(&c, 16, NULL) == KVQ_OK, "engine %s: compact: %s",
+                              names[ni], kvq_why());
+                    for (qi = 0; qi < 4; qi++)
+                        for (mode = 0; mode < 2; mode++) {
+                            size_t nq = nqs[qi], nw = nq * scalar_scratch(&c, (kvq_attn_mode)mode);
+                            float *q = (float *)malloc(nq * D * sizeof(float));
+                            float *o1 = (float *)malloc(nq * D * sizeof(float));
+                            float *o2 = (float *)malloc(nq * D * sizeof(float));
+                            float *w = (float *)malloc(nw * sizeof(float));
+                            fill(&r, q, nq * D, 1.0f);
+                            for (k = 0; k < 3 * N_VECTOR; k++) {
+                                /* each copy with the default MXCSR, then
+                                   (T = 45, n_q 1 and 4) with DAZ, with DAZ
+                                   and FTZ: against the scalar copy's
+                                   default (E4M3's and E5M2's subnormal
+                                   codes are ordinary values here)      */
+                                const copy *v = &vector_copies[k % N_VECTOR], *ref = reference_of(v);
+                                const unsigned flags = k < N_VECTOR ? 0u : k < 2 * N_VECTOR ? 0x40u : 0x8040u;
+                                unsigned old;
+                                kvq_status st;
+                                if (!ref || (flags && (!HAVE_CSR || ti != 1 || (nq != 1 && nq != 4))))
+                                    continue;
+                                CHECK(ref->attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
+                                      "engine %s D=%zu: attend failed", names[ni], D);
+                                old = csr_set(flags);
+                                st = v->attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw);
+                                csr_restore(old);
+                                CHECK(st == KVQ_OK, "engine %s D=%zu: attend failed", names[ni], D);
+                                runs++;
+                                if (memcmp(o1, o2, nq * D * sizeof(float)) == 0) same++;
+                                else CHECK(0, "engine %s D=%zu T=%zu stage %d n_q=%zu %s MXCSR 0x%x: the "
+                                           "%s copy differs from %s (%.9g vs %.9g)", names[ni], D, T, stage,
+                                           nq, mode ? "ONLINE" : "EAGER", flags, v->name, ref->name,
+                                           (double)o2[0], (double)o1[0]);
+                            }
+                            free(q); free(o1); free(o2); free(w);
+                        }
+                }
+                kvq_cache_free(&c);
+                free(K); free(V); free(keep);
+            }
+        strcat(serves > 0 ? served : plain, " ");
+        strcat(serves > 0 ? served : plain, names[ni]);
+    }
+    printf("simd_check: presets the vector walk serves:%s\n", served);
+    printf("simd_check: presets left to kvq.h's plain walk:%s\n", *plain ? plain : " none");
+    printf("simd_check: %zu of %zu preset decodings identical to s->value\n", dec_ok, dec_runs);
+    printf("simd_check: %zu of %zu engine-preset attention outputs identical bytes\n", same, runs);
+}
+
 int main(void)
 {
     if (!simd_vector_path()) {
@@ -544,6 +721,7 @@ int main(void)
     check_attend();
     check_attend_tiny();
     check_attend_daz();
+    check_engine();
     check_rotation();
     return TEST_END("simd_check");
 }
