@@ -44,7 +44,9 @@
        in kvq_cuda_why().
      - Bad DATA is found on the device, and reading it back costs a
        host-device synchronization, so the launchers take `int *d_status`
-       (device memory, one int, zeroed by the launcher): kernels record
+       (device memory, one int, zeroed by the launcher: a memset for
+       quantize and rotate, by the call's first kernel for attention,
+       kvq_dev_status_reset, so any int will do): kernels record
        the kvq_status of the first problem (the smallest code wins, so the
        result does not depend on thread timing). kvq_cuda_status() reads
        it once the caller synchronizes anyway, as a status and a reason.
@@ -155,6 +157,18 @@ static __device__ void kvq_dev_report(int *status, int code)
         if (seen == old) break;
         old = seen;
     }
+}
+
+/* The attention calls' status word without a memset (issue 46): their
+   only reporter is the combine, their last kernel, so the first kernel
+   that follows the query's rotation (which reports nothing there) zeroes
+   the word, one thread of its first CTA. Stream order puts the combine's
+   reports after it, and the previous call's reports before it, so each
+   call's word holds that call's status alone, a garbage word included.
+   NULL: nothing (the kernel is not the call's first).                    */
+static __device__ __forceinline__ void kvq_dev_status_reset(int *status)
+{
+    if (status && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *status = 0;
 }
 
 #endif /* KVQ_CUDA_DECLARE_ONLY */
@@ -1868,14 +1882,17 @@ static __device__ __forceinline__ void kvq_dev_state_out(kvq_dev_warp_state<D, B
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).
    B = 0: the fp16 baseline (no pages). Its splits are work's splits
    split0 .. split0 + gridDim.y - 1 of n_splits. skip_sealed: leave out
-   the stream's sealed pages (Sec. 8's kernel attends them).              */
+   the stream's sealed pages (Sec. 8's kernel attends them). status_reset:
+   the call's status word, zeroed here by one thread (kvq_dev_status_reset)
+   when not NULL.                                                         */
 template <int D, int B, int NH>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages,
-                  int split0, int n_splits, int skip_sealed)
+                  int split0, int n_splits, int skip_sealed, int *status_reset)
 {
+    kvq_dev_status_reset(status_reset);
     constexpr int CPL = D / 32;
     constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
     KVQ_CUDA_SHARED(float, qs, [NH * D]);
@@ -1993,7 +2010,7 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
 /* Instantiation table: D x B x NH (B = 0: the fp16 baseline); the page
    size G is a run-time value of the pool.                                 */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
-                                  const float *, float *, int, int, int, int);
+                                  const float *, float *, int, int, int, int, int *);
 template <int D, int B>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
@@ -2025,18 +2042,20 @@ static kvq_status kvq_cuda__pool_rotation_ok(const kvq_cuda_pool *pool, const ch
 }
 /* q (rows, D) into the pages' basis: *q_read is d_q itself, or d_q_rot
    (the launch's d_out, which only the combine writes, after the kernels
-   have read it) holding q rotated. A NaN row is reported and left
-   unwritten there; the combine checks the caller's q and makes its
-   output NaN.                                                            */
+   have read it) holding q rotated. A NaN row is left unwritten there and
+   not reported: the combine checks the caller's q, reports
+   KVQ_ERR_NONFINITE and makes that row's output NaN (the fp32 rotation
+   refuses nothing else), so the combine is the call's one reporter and
+   the status word needs no memset (kvq_dev_status_reset).              */
 static kvq_status kvq_cuda__query_in(const kvq_cuda_pool *pool, int D, const float *d_q,
-                                     float *d_q_rot, size_t rows, int *d_status,
-                                     cudaStream_t stream, const float **q_read)
+                                     float *d_q_rot, size_t rows, cudaStream_t stream,
+                                     const float **q_read)
 {
     *q_read = d_q;
     if (!pool || pool->key_rotation == KVQ_ROT_NONE) return KVQ_OK;
     *q_read = d_q_rot;
     return kvq_cuda__rotate_launch(pool->key_rotation, pool->rotation_seed, (size_t)D, 0, d_q,
-                                   d_q_rot, rows, d_status, stream);
+                                   d_q_rot, rows, (int *)nullptr, stream);
 }
 /* The output (rows, D) back into the caller's basis, in place. Reports
    nothing: a NaN row is the combine's marker of a failed row and stays. */
@@ -2114,16 +2133,15 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
     KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)fn, stage_bytes));
-    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     const float *q;
-    kvq_status st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, d_status, stream, &q);
+    kvq_status st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, stream, &q);
     if (st != KVQ_OK) return st;
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
     KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
                                                                         (int)n_hchunks, q,
                                                                         d_work, n_stages, 0,
-                                                                        n_splits, 0);
+                                                                        n_splits, 0, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, n_splits, d_q,
@@ -3986,8 +4004,9 @@ __global__ void __launch_bounds__(KVQ_MMA_WARPS * 32,
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                       int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                       float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int split0,
-                      int n_splits, int stage_bytes)
+                      int n_splits, int stage_bytes, int *status_reset)
 {
+    kvq_dev_status_reset(status_reset);        /* Sec. 4's kernel's comment */
     typedef kvq_mma_shape<D, B, NQ> S;
     constexpr int NH = S::NH;
     KVQ_CUDA_SHARED(float, qs, [NH * D]);
@@ -4368,7 +4387,7 @@ extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept)
 
 /* -- the launcher ------------------------------------------------------------ */
 typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
-                                 float *, int, int, int);
+                                 float *, int, int, int, int *);
 template <int D, int B, int NQ, int STAGES, int DEC, int OPT>
 static kvq_cuda__mma_fn kvq_cuda__mma_fn_h(int hilo)
 {
@@ -4653,13 +4672,13 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     const size_t smem5 = plan.smem;
     const int chunk_bytes = plan.chunk_bytes;
     KVQ_CUDA_CHECK(plan.smem_set);
-    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     const float *q;
-    if ((st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, d_status, stream, &q)) != KVQ_OK) return st;
+    if ((st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, stream, &q)) != KVQ_OK) return st;
+    /* v5 zeroes the status word (kvq_dev_status_reset): no memset      */
     KVQ_CUDA_LAUNCH(f5, dim3((unsigned)(n_streams * n_hchunks), (unsigned)s5), KVQ_MMA_WARPS * 32,
                     smem5, stream)(*pool, d_streams, n_rep, (int)n_hchunks, q, d_work, 0, s5 + s3,
-                                   chunk_bytes);
+                                   chunk_bytes, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     /* the rest: Sec. 4's kernel, without the sealed pages                 */
     const int nh3 = kvq_cuda__nh(n_rep);
@@ -4673,7 +4692,7 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)f3, stage_bytes));
     KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
                     stage_bytes, stream)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
-                                         s5, s5 + s3, 1);
+                                         s5, s5 + s3, 1, (int *)nullptr);
     KVQ_CUDA_CHECK(cudaGetLastError());
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, s5 + s3, d_q,

@@ -662,6 +662,48 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
                   "attributes (want 0: set once per process)", again);
         }
 #endif
+        /* the status word without a memset (issue 46; kvq_dev_status_reset),
+           once for each launcher: a word holding garbage reads OK after a
+           good call, a NaN query's call reports NONFINITE (that row NaN),
+           and the good call after it reports OK again; on the emulator,
+           none of the three calls makes a memset                        */
+        static bool sequence_done[2];
+        if (!sequence_done[mma]) {
+            sequence_done[mma] = true;
+            auto call = [&]() {
+                if (mma)
+                    KQ(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep,
+                                           b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, variant, 0));
+                else
+                    KQ(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams,
+                                       n_rep, b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
+                return kvq_cuda_status(dst.p, 0);
+            };
+#ifdef KVQ_EMU
+            const unsigned long memsets = kvq_emu::memset_calls();
+#endif
+            const int garbage = 0x5eed;
+            CU(cudaMemcpy(dst.p, &garbage, sizeof garbage, cudaMemcpyHostToDevice));
+            const kvq_status st_garbage = call();
+            std::vector<float> hq_nan(hq), row0(D);
+            hq_nan[3] = NAN;
+            dq.up(hq_nan.data());
+            const kvq_status st_nan = call();
+            CU(cudaMemcpy(row0.data(), dout.p, D * sizeof(float), cudaMemcpyDeviceToHost));
+            dq.up(hq.data());
+            const kvq_status st_again = call();
+            CHECK(st_garbage == KVQ_OK && refused_with(st_nan, KVQ_ERR_NONFINITE) &&
+                  isnan(row0[0]) && isnan(row0[D - 1]) && st_again == KVQ_OK,
+                  "%s status sequence: garbage word then good call %s, NaN q %s (row %s), good "
+                  "call after it %s", mma ? "kvq_cuda_attend_mma" : "kvq_cuda_attend",
+                  kvq_status_str(st_garbage), kvq_status_str(st_nan),
+                  isnan(row0[0]) ? "NaN" : "not NaN", kvq_status_str(st_again));
+#ifdef KVQ_EMU
+            const unsigned long made = kvq_emu::memset_calls() - memsets;
+            CHECK(made == 0, "%s: three calls made %lu memsets (want 0: the call zeroes its "
+                  "status word itself)", mma ? "kvq_cuda_attend_mma" : "kvq_cuda_attend", made);
+#endif
+        }
         std::vector<float> got(hq.size());
         dout.down(got.data());
         double worst;

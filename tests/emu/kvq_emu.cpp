@@ -1283,8 +1283,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 {
     return cudaMemcpy(dst, src, n, kind);
 }
+static unsigned long g_memset_calls = 0;
+unsigned long kvq_emu::memset_calls(void) { return g_memset_calls; }
 cudaError_t cudaMemset(void *p, int value, size_t n)
 {
+    g_memset_calls++;
     if (n == 0) return cudaSuccess;
     if (!on_device(p, n))
         return set_error(cudaErrorInvalidValue, "cudaMemset(%p, %zu): not inside one device "

@@ -375,6 +375,9 @@ bool race_checking(void);
 void banks_count(bool on);
 /* cudaFuncSetAttribute calls so far (a test of attributes set once)    */
 unsigned long func_attribute_calls(void);
+/* cudaMemset and cudaMemsetAsync calls so far (a test of the attention
+   calls' status word, which no memset zeroes)                          */
+unsigned long memset_calls(void);
 /* One 8- or 16-byte load (LD.64/LD.128, LDS.64/LDS.128 when p is shared)
    as one access: the host compiler would read only the fields used, each
    with a load of its own, so a kernel's vector reads go through this

@@ -301,6 +301,12 @@ mutant mma-acc-swizzle plain/mma 'mma.*rows over tolerance' \
 mutant mma-acc-no-swizzle banks/mma,rotate,compact-pages 'bank gate: FAIL' \
     '    return h * D + (SWZ ? c ^ (8 * (h & 3)) : c);' \
     '    return h * D + c;'
+# the attention calls' status word (issue 46, no memset): the first kernel
+# does not zero it, so a word left by an earlier call (or cudaMalloc's
+# poison) is read as this call's status
+mutant status-no-reset plain/attend,mma 'not a kvq_status|status sequence' \
+    'threadIdx.x == 0) *status = 0;' \
+    'threadIdx.x == 0) *status = *status;'
 
 wait
 pass=0; fail=0
