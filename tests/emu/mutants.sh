@@ -307,6 +307,17 @@ mutant mma-acc-no-swizzle banks/mma,rotate,compact-pages 'bank gate: FAIL' \
 mutant status-no-reset plain/attend,mma 'not a kvq_status|status sequence' \
     'threadIdx.x == 0) *status = 0;' \
     'threadIdx.x == 0) *status = *status;'
+# the quantizer's division (issue 46, item 5): the reciprocal's product
+# without its fma correction (within 1.5 ulp of IEEE division): some codes
+# differ from kvq.h's
+mutant div-no-correction plain/quantize,quantize-stream,quantize-sealed 'units with other codes|other codes' \
+    '    return fmaf(e, r, q);' \
+    '    return q + 0.0f * e;'
+# the streaming quantizer's second item in flight: the next item's loads
+# not handed over, so a thread's second item is coded from its first's
+mutant stream-prefetch-stale plain/quantize,quantize-stream 'units with other codes|other codes' \
+    '        for (int i = 0; i < NR; i++) cur[i] = next[i];' \
+    '        for (int i = 0; i < NR; i++) cur[i] = cur[i];'
 
 wait
 pass=0; fail=0
