@@ -4640,6 +4640,42 @@ extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
     return n_rep == 1 && group == 32 ? 0 : 1;
 }
 
+/* Sec. 4's kernel beside v5 (issue 46: no serial tail). v5 and the
+   kernel for the rest (unsealed pages, fp16 window rows) write disjoint
+   splits of the workspace and read the same q, so kvq_cuda_attend_mma
+   forks: an event on the caller's stream after the query's rotation, a
+   second stream (non-blocking, one per device, made once) waits for it
+   and runs Sec. 4's kernel while v5 runs on the caller's stream, and the
+   caller's stream waits for the second's event before the combine. The
+   second kernel's CTAs take the SMs v5's last wave leaves idle instead
+   of starting after v5's last CTA. The mutex orders each call's
+   record-wait pairs when host threads call at once (a wait binds to the
+   event's latest record at the time of the wait). Returns NULL when no
+   entry is left (more than 16 devices): the launches then stay serial. */
+struct kvq_cuda__side_t { int dev; cudaStream_t side; cudaEvent_t fork, join; };
+static std::mutex kvq_cuda__side_mu;
+static cudaError_t kvq_cuda__side(kvq_cuda__side_t **out)     /* mutex held */
+{
+    static kvq_cuda__side_t tab[16];
+    static int n = 0;
+    int dev = 0;
+    *out = nullptr;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    for (int i = 0; i < n; i++)
+        if (tab[i].dev == dev) { *out = &tab[i]; return cudaSuccess; }
+    if (n == 16) return cudaSuccess;
+    kvq_cuda__side_t t;
+    t.dev = dev;
+    if ((e = cudaStreamCreateWithFlags(&t.side, cudaStreamNonBlocking)) != cudaSuccess) return e;
+    if ((e = cudaEventCreateWithFlags(&t.fork, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&t.join, cudaEventDisableTiming)) != cudaSuccess)
+        return e;                      /* a stream or event lost: once per process */
+    tab[n] = t;
+    *out = &tab[n++];
+    return cudaSuccess;
+}
+
 /* Decode attention with the sealed pages on the tensor cores (v5) and the
    rest through Sec. 4's kernel, merged. The same arguments and results as
    kvq_cuda_attend, plus: every stream's sealed pages must be in fragment
@@ -4735,6 +4771,15 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     const float *q;
     if ((st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, stream, &q)) != KVQ_OK) return st;
+    /* the fork: Sec. 4's kernel on the second stream (kvq_cuda__side)    */
+    std::unique_lock<std::mutex> side_lock(kvq_cuda__side_mu);
+    kvq_cuda__side_t *side = nullptr;
+    KVQ_CUDA_CHECK(kvq_cuda__side(&side));
+    const cudaStream_t stream3 = side ? side->side : stream;
+    if (side) {
+        KVQ_CUDA_CHECK(cudaEventRecord(side->fork, stream));
+        KVQ_CUDA_CHECK(cudaStreamWaitEvent(side->side, side->fork, 0));
+    }
     /* v5 zeroes the status word (kvq_dev_status_reset): no memset      */
     KVQ_CUDA_LAUNCH(f5, dim3((unsigned)(n_streams * n_hchunks), (unsigned)s5), KVQ_MMA_WARPS * 32,
                     smem5, stream)(*pool, d_streams, n_rep, (int)n_hchunks, q, d_work, 0, s5 + s3,
@@ -4751,9 +4796,14 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
     KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)f3, stage_bytes));
     KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
-                    stage_bytes, stream)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
-                                         s5, s5 + s3, 1, (int *)nullptr);
+                    stage_bytes, stream3)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
+                                          s5, s5 + s3, 1, (int *)nullptr);
     KVQ_CUDA_CHECK(cudaGetLastError());
+    if (side) {                               /* the join, before the combine */
+        KVQ_CUDA_CHECK(cudaEventRecord(side->join, side->side));
+        KVQ_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));
+    }
+    side_lock.unlock();
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, s5 + s3, d_q,
                                                                              d_out, d_status);

@@ -681,6 +681,7 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
             };
 #ifdef KVQ_EMU
             const unsigned long memsets = kvq_emu::memset_calls();
+            const unsigned long forked = kvq_emu::stream_launches();
 #endif
             const int garbage = 0x5eed;
             CU(cudaMemcpy(dst.p, &garbage, sizeof garbage, cudaMemcpyHostToDevice));
@@ -702,6 +703,12 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
             const unsigned long made = kvq_emu::memset_calls() - memsets;
             CHECK(made == 0, "%s: three calls made %lu memsets (want 0: the call zeroes its "
                   "status word itself)", mma ? "kvq_cuda_attend_mma" : "kvq_cuda_attend", made);
+            /* kvq_cuda_attend_mma runs Sec. 4's kernel on its second stream
+               (issue 46: no serial tail), one launch a call             */
+            const unsigned long side = kvq_emu::stream_launches() - forked;
+            CHECK(side == (mma ? 3u : 0u), "%s: three calls launched %lu kernels on a second "
+                  "stream (want %u)", mma ? "kvq_cuda_attend_mma" : "kvq_cuda_attend", side,
+                  mma ? 3u : 0u);
 #endif
         }
         std::vector<float> got(hq.size());

@@ -318,6 +318,13 @@ mutant div-no-correction plain/quantize,quantize-stream,quantize-sealed 'units w
 mutant stream-prefetch-stale plain/quantize,quantize-stream 'units with other codes|other codes' \
     '        for (int i = 0; i < NR; i++) cur[i] = next[i];' \
     '        for (int i = 0; i < NR; i++) cur[i] = cur[i];'
+# the fork of kvq_cuda_attend_mma (issue 46, item 1): Sec. 4's kernel on
+# the second stream without the join before the combine; the emulator
+# runs a created stream's work only when something waits for it, so the
+# combine reads splits not yet written
+mutant mma-no-join plain/mma 'status sequence|rows over tolerance|NaN' \
+    '        KVQ_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));' \
+    '        (void)0;'
 
 wait
 pass=0; fail=0
