@@ -250,8 +250,8 @@ mutant quantize-stream-nonfinite plain/quantize-stream 'quantize.*(status|wrote)
     ''
 # 33. a per-channel word's codes one row apart (row k's code at k + 1)
 mutant quantize-stream-column-shift plain/quantize-stream 'quantize.*other codes' \
-    'word |= kvq_dev_code(f, s, z, n_levels, mode) << (k * B);' \
-    'word |= kvq_dev_code(f, s, z, n_levels, mode) << (((k + 1) % PER) * B);'
+    'word |= kvq_dev_code(f, s, r, z, n_levels, mode) << (k * B);' \
+    'word |= kvq_dev_code(f, s, r, z, n_levels, mode) << (((k + 1) % PER) * B);'
 # 34. the streaming sealed quantize writes page i to pool page i
 mutant sealed-stream-page plain/quantize-sealed,quantize-stream 'sealed (quantize|export).*differ' \
     'const size_t i = blockIdx.x, page = pages ? (size_t)pages[i] : i, lane = threadIdx.x % 32;' \
