@@ -16,7 +16,8 @@
    (Including it without KVQ_CUDA_DECLARE_ONLY compiles the kernels into
    that translation unit instead.)
    Build with nvcc -O3 -std=c++17 for sm_80 / sm_90. NEVER --use_fast_math:
-   the codes depend on IEEE division and round-half-even (Sec. 1 below).
+   the codes depend on IEEE division (kvq_dev_div: an exact reciprocal
+   and fma), subnormals and round-half-even (Sec. 1 below).
 
    CONTENTS
        0. Errors: how a launcher reports bad arguments and bad data
@@ -45,7 +46,9 @@
        in kvq_cuda_why().
      - Bad DATA is found on the device, and reading it back costs a
        host-device synchronization, so the launchers take `int *d_status`
-       (device memory, one int, zeroed by the launcher): kernels record
+       (device memory, one int, zeroed by the launcher: a memset for
+       quantize and rotate, by the call's first kernel for attention,
+       kvq_dev_status_reset, so any int will do): kernels record
        the kvq_status of the first problem (the smallest code wins, so the
        result does not depend on thread timing). kvq_cuda_status() reads
        it once the caller synchronizes anyway, as a status and a reason.
@@ -158,6 +161,18 @@ static __device__ void kvq_dev_report(int *status, int code)
     }
 }
 
+/* The attention calls' status word without a memset (issue 46): their
+   only reporter is the combine, their last kernel, so the first kernel
+   that follows the query's rotation (which reports nothing there) zeroes
+   the word, one thread of its first CTA. Stream order puts the combine's
+   reports after it, and the previous call's reports before it, so each
+   call's word holds that call's status alone, a garbage word included.
+   NULL: nothing (the kernel is not the call's first).                    */
+static __device__ __forceinline__ void kvq_dev_status_reset(int *status)
+{
+    if (status && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *status = 0;
+}
+
 #endif /* KVQ_CUDA_DECLARE_ONLY */
 
 /* ======================================================================== */
@@ -169,6 +184,8 @@ static __device__ void kvq_dev_report(int *status, int code)
        which is kvq_f32_to_f16 (both overflow to Inf at 65520).
      - fp32 +, -, / are IEEE correctly rounded in CUDA without fast-math
        (nvcc's defaults -prec-div=true -ftz=false), as in C on the host.
+       The quantizer's divisions are kvq_dev_div: a reciprocal a group
+       and a corrected product, the same float as the IEEE division.
      - rintf is round-half-to-even on both sides.
      - No expression here can be contracted into a different fma: the only
        mul+add is c * s + z in dequantization, where c * s is exact (kvq.h
@@ -193,13 +210,33 @@ static __host__ __device__ __forceinline__ void kvq_dev_affine(kvq_sz sz,
     *b = (mode == KVQ_ZERO_INT) ? -z * s : z;   /* exact: 12 x 11 bits */
 }
 
+/* RN(a / b), the IEEE quotient, from r = RN(1 / b) (one division a
+   group, not one a value): q = RN(a r) is within 1.5 ulp of a / b, its
+   residual a - q b is exact in one fma, and q + (a - q b) r rounded once
+   is a / b correctly rounded (Markstein's correction: Muller et al.,
+   "Handbook of Floating-Point Arithmetic", 2nd ed., Sec. 4.7). The
+   quantizer's quotients neither overflow nor underflow (|a| < 2^18,
+   2^-24 <= b <= 65504, a a multiple of 2^-24), where the theorem
+   holds; test_gpu's division check holds it to IEEE division bit for
+   bit (a zero's sign aside, which no code depends on) over every fp16
+   x and every fp16 scale, ties k + 1/2 and their neighbours, and the
+   parameters' quotients. Why: CUDA's IEEE division branches to a slow
+   path for a zero or tiny numerator, x = z (the group's minimum), once
+   a group; a profile put 37% of the quantizer's instructions there.   */
+static __host__ __device__ __forceinline__ float kvq_dev_div(float a, float b, float r)
+{
+    const float q = a * r;
+    const float e = fmaf(-q, b, a);              /* a - q b, exact        */
+    return fmaf(e, r, q);
+}
+
 /* kvq__group_params: the stored (s, z) of a group with min mn and max mx.
    Returns KVQ_OK or KVQ_ERR_RANGE (a scale or zero overflows fp16).       */
 static __device__ int kvq_dev_group_params(float mn, float mx, int bits,
                                            kvq_zero_mode mode, kvq_sz *out)
 {
     const float n_levels = (float)((1u << bits) - 1u);
-    const kvq_f16 s16 = kvq_dev_to_f16((mx - mn) / n_levels);
+    const kvq_f16 s16 = kvq_dev_to_f16(kvq_dev_div(mx - mn, n_levels, 1.0f / n_levels));
     const float s = kvq_dev_f16(s16);
     if (!kvq_dev_finite(s)) return KVQ_ERR_RANGE;
     if (mode == KVQ_ZERO_FLOAT) {
@@ -216,7 +253,7 @@ static __device__ int kvq_dev_group_params(float mn, float mx, int bits,
         out->zero = kvq_dev_to_f16(mn < 0.0f ? 1.0f : 0.0f);
         return KVQ_OK;
     }
-    float zp = rintf(-mn / s) + 0.0f;        /* + 0: -0 becomes +0          */
+    float zp = rintf(kvq_dev_div(-mn, s, 1.0f / s)) + 0.0f;   /* + 0: -0 becomes +0 */
     zp = fminf(fmaxf(zp, -2048.0f), 2048.0f);
     out->scale = s16;
     out->zero = kvq_dev_to_f16(zp);          /* an integer <= 2048: exact  */
@@ -225,17 +262,18 @@ static __device__ int kvq_dev_group_params(float mn, float mx, int bits,
 
 /* kvq__code: the code of x under stored parameters. Float zero: clamp
    (x - z) / s to [0, N], then RNE. Integer zero point: x / s clamped to
-   [-zp, N - zp], rounded (RNE), then zp added (an integer: exact).       */
-static __device__ __forceinline__ uint32_t kvq_dev_code(float x, float s, float z,
+   [-zp, N - zp], rounded (RNE), then zp added (an integer: exact).
+   r = 1.0f / s, the group's (kvq_dev_div).                               */
+static __device__ __forceinline__ uint32_t kvq_dev_code(float x, float s, float r, float z,
                                                         float n_levels,
                                                         kvq_zero_mode mode)
 {
     if (s == 0.0f) return 0;
     if (mode == KVQ_ZERO_INT) {
-        const float v = fminf(fmaxf(x / s, -z), n_levels - z);
+        const float v = fminf(fmaxf(kvq_dev_div(x, s, r), -z), n_levels - z);
         return (uint32_t)(rintf(v) + z);
     }
-    const float v = fminf(fmaxf((x - z) / s, 0.0f), n_levels);
+    const float v = fminf(fmaxf(kvq_dev_div(x - z, s, r), 0.0f), n_levels);
     return (uint32_t)rintf(v);
 }
 
@@ -389,7 +427,7 @@ static __device__ __forceinline__ kvq_sz kvq_dev_quantize_group(const __half *x,
     kvq_sz p;
     kvq_dev_minmax<FG>(x, G, stride, &mn, &mx, &finite);
     kvq_dev_group_params(mn, mx, bits, mode, &p);          /* checked in pass 1 */
-    const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero);
+    const float s = kvq_dev_f16(p.scale), z = kvq_dev_f16(p.zero), r = 1.0f / s;
     /* codes, packed B bits at a time, least significant first            */
     uint32_t word = 0;
     unsigned at = 0;                         /* code index inside `word`  */
@@ -406,7 +444,7 @@ static __device__ __forceinline__ kvq_sz kvq_dev_quantize_group(const __half *x,
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             if (e0 + k >= G) break;
-            word |= kvq_dev_code(f[k], s, z, n_levels, mode) << (at * (unsigned)bits);
+            word |= kvq_dev_code(f[k], s, r, z, n_levels, mode) << (at * (unsigned)bits);
             if (++at == per) { w[wi++] = word; word = 0; at = 0; }
         }
     }
@@ -459,14 +497,19 @@ __global__ void kvq_quantize_kernel(const __half *__restrict__ X, kvq_dev_qshape
      - enough threads: the grid is the whole matrix (capped at 16 CTAs
        per SM, the loop strides over the rest).
    Little's law: at ~3 TB/s and ~600-800 ns of DRAM latency a GPU must
-   keep ~1.8-2.4 MB in flight, ~14-18 KB per SM of an H100's 132. ptxas
-   (sm_90) gives the writing kernels 46-64 registers per token and 80-120
-   per channel, no spill: an SM holds 1,024 and 512-768 of their threads,
-   so per token 1,024 x 128 bytes (B = 2) or x 64 (B = 4) = 64-128 KB are
-   in flight, per channel 512 x 256 or 768 x 128 = ~100-128 KB: 4-8x the
-   need, so latency is covered even at a quarter of that occupancy. The
+   keep ~1.8-2.4 MB in flight, ~14-18 KB per SM of an H100's 132. With
+   two items in flight a thread (the kernel below), ptxas (sm_90) gives
+   the writing kernels 60-100 registers per token and 118-182 per
+   channel, no spill (one item: 46-64 and 80-120): an SM holds 512-1,024
+   and 256-512 of their threads, each with two items' loads out, so per
+   token 512 x 2 x 128 bytes (B = 2) or 1,024 x 2 x 64 (B = 4) = 128 KB,
+   per channel 256 x 2 x 256 or 512 x 2 x 128 = 128 KB: about what one
+   item at twice the threads had, ~8x the need, now with each thread's
+   arithmetic under its next loads (whether that is faster is a GPU's to
+   say: not timed). The
    arithmetic per value (a conversion, a min and a max, the code's
-   subtraction, IEEE division, clamp, rint, shift and or: about 15
+   subtraction, a multiply and two fma for the division (kvq_dev_div,
+   no slow path), clamp, rint, shift and or: about 15
    instructions, a warp doing 32 values) is ~60-70% of an H100's issue
    slots at copy rate, so memory, not issue, is the bound.
    WRITE = false is the validation pass (validate = 1): the same reads,
@@ -520,18 +563,23 @@ static __device__ __forceinline__ void kvq_dev_group_end(float lo, float hi, boo
    consecutive values (D a multiple of E, so a span lies in one token and
    its groups in it: G | E or E | G). Called by every lane of a warp at
    once (the shuffles); a lane past the end passes live = false.          */
+template <int B>        /* span t's E = 128 / B values: V = 16 / B loads  */
+static __device__ __forceinline__ void kvq_dev_span_load(const __half *X, size_t t, bool live,
+                                                         uint4 (&raw)[16 / B])
+{
+#pragma unroll
+    for (int v = 0; v < 16 / B; v++)               /* all loads in flight   */
+        raw[v] = live ? __ldcs(reinterpret_cast<const uint4 *>(X + t * (128 / B)) + v) : make_uint4(0, 0, 0, 0);
+}
 template <int B, int G, bool WRITE>
-static __device__ __forceinline__ void kvq_dev_span(const __half *X, size_t D, size_t t, bool live,
+static __device__ __forceinline__ void kvq_dev_span(const uint4 (&raw)[16 / B] /* (E) fp16 */,
+                                                    size_t D, size_t t, bool live,
                                                     kvq_zero_mode mode, const int32_t *unit_dst,
                                                     uint32_t *words, kvq_sz *sz, int *status)
 {
     constexpr int E = 128 / B, V = E / 8, PER = 32 / B;
     constexpr int EG = G < E ? G : E, NG = E / EG, LANES = G > E ? G / E : 1;
     const float n_levels = (float)((1u << B) - 1u);
-    uint4 raw[V];                                  /* (E) fp16, as loaded   */
-#pragma unroll
-    for (int v = 0; v < V; v++)                    /* all loads in flight   */
-        raw[v] = live ? __ldcs(reinterpret_cast<const uint4 *>(X + t * E) + v) : make_uint4(0, 0, 0, 0);
     float lo[NG], hi[NG];
     bool ok[NG];
 #pragma unroll
@@ -558,13 +606,13 @@ static __device__ __forceinline__ void kvq_dev_span(const __half *X, size_t D, s
 #pragma unroll
     for (int v = 0; v < V; v++) {
         const int g = v / (EG / 8);
-        const float s = kvq_dev_f16(p[g].scale), z = kvq_dev_f16(p[g].zero);
+        const float s = kvq_dev_f16(p[g].scale), z = kvq_dev_f16(p[g].zero), r = 1.0f / s;
         float f[8];
         kvq_dev_unpack8(raw[v], f);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const int e = 8 * v + k;
-            w[e / PER] |= kvq_dev_code(f[k], s, z, n_levels, mode) << ((e % PER) * B);
+            w[e / PER] |= kvq_dev_code(f[k], s, r, z, n_levels, mode) << ((e % PER) * B);
         }
     }
     *reinterpret_cast<uint4 *>(words + out * (D * B / 32) + at * B / 32) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -577,19 +625,26 @@ static __device__ __forceinline__ void kvq_dev_span(const __half *X, size_t D, s
    lanes a group: 8 channels (8 cx ..) of the PER = 32 / B rows
    u G + ry PER .. of the group's rows, ry = t % R. The group's R lanes
    are neighbours (R divides 32). Every lane of a warp calls it at once. */
+template <int B, int G>  /* item t's PER = 32 / B rows of 8 channels      */
+static __device__ __forceinline__ void kvq_dev_columns_load(const __half *X, size_t D, size_t t,
+                                                            bool live, uint4 (&raw)[32 / B])
+{
+    constexpr int PER = 32 / B, R = G / PER;
+    const size_t ry = t % R, cx = (t / R) % (D / 8), u = t / R / (D / 8);
+    const __half *x = X + (u * G + ry * PER) * D + 8 * cx;
+#pragma unroll
+    for (int k = 0; k < PER; k++)                  /* all loads in flight    */
+        raw[k] = live ? __ldcs(reinterpret_cast<const uint4 *>(x + k * D)) : make_uint4(0, 0, 0, 0);
+}
 template <int B, int G, bool WRITE>
-static __device__ __forceinline__ void kvq_dev_columns(const __half *X, size_t D, size_t t, bool live,
+static __device__ __forceinline__ void kvq_dev_columns(const uint4 (&raw)[32 / B] /* (PER rows, 8 channels) */,
+                                                       size_t D, size_t t, bool live,
                                                        kvq_zero_mode mode, const int32_t *unit_dst,
                                                        uint32_t *words, kvq_sz *sz, int *status)
 {
     constexpr int PER = 32 / B, R = G / PER;
     const float n_levels = (float)((1u << B) - 1u);
     const size_t ry = t % R, cx = (t / R) % (D / 8), u = t / R / (D / 8);
-    const __half *x = X + (u * G + ry * PER) * D + 8 * cx;
-    uint4 raw[PER];                                /* (PER rows, 8 channels) */
-#pragma unroll
-    for (int k = 0; k < PER; k++)                  /* all loads in flight    */
-        raw[k] = live ? __ldcs(reinterpret_cast<const uint4 *>(x + k * D)) : make_uint4(0, 0, 0, 0);
     float lo[8], hi[8];
     bool ok = true;
 #pragma unroll
@@ -617,13 +672,13 @@ static __device__ __forceinline__ void kvq_dev_columns(const __half *X, size_t D
     uint32_t *w = words + (out * D + 8 * cx) * R + ry;  /* channel j: w[j R] */
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        const float s = kvq_dev_f16(p[j].scale), z = kvq_dev_f16(p[j].zero);
+        const float s = kvq_dev_f16(p[j].scale), z = kvq_dev_f16(p[j].zero), r = 1.0f / s;
         uint32_t word = 0;
 #pragma unroll
         for (int k = 0; k < PER; k++) {
             const __half2 h2 = reinterpret_cast<const __half2 *>(&raw[k])[j / 2];
             const float f = (j % 2) ? __half22float2(h2).y : __half22float2(h2).x;
-            word |= kvq_dev_code(f, s, z, n_levels, mode) << (k * B);
+            word |= kvq_dev_code(f, s, r, z, n_levels, mode) << (k * B);
         }
         w[j * R] = word;
         if (reporter) sz[out * D + 8 * cx + j] = p[j];
@@ -632,7 +687,11 @@ static __device__ __forceinline__ void kvq_dev_columns(const __half *X, size_t D
 
 /* The grid's warps stride over the items together, whole warps at a time
    (the shuffles need every lane); WRITE: does nothing if pass 1 (or an
-   earlier call on the same status word) found a problem.                */
+   earlier call on the same status word) found a problem. Two items in
+   flight a thread (issue 46): the next item's loads are issued before
+   this one's codes are computed, so memory and arithmetic overlap within
+   a thread, not only across the SM's threads (the launcher's grid gives
+   a thread at least two items where the matrix has them).             */
 template <int B, int G, bool WRITE, bool PER_TOKEN>
 __global__ void __launch_bounds__(256) kvq_quantize_stream_kernel(const __half *__restrict__ X,
                                                                   size_t D, size_t n_items,
@@ -642,11 +701,20 @@ __global__ void __launch_bounds__(256) kvq_quantize_stream_kernel(const __half *
                                                                   kvq_sz *__restrict__ sz, int *status)
 {
     if (WRITE && status && *(volatile const int *)status != 0) return;
+    constexpr int NR = PER_TOKEN ? 16 / B : 32 / B;     /* 16-byte loads an item */
     const size_t lane = threadIdx.x % 32, step = (size_t)gridDim.x * blockDim.x;
-    for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x - lane; base < n_items; base += step) {
-        const size_t t = base + lane;
-        if (PER_TOKEN) kvq_dev_span<B, G, WRITE>(X, D, t, t < n_items, mode, unit_dst, words, sz, status);
-        else kvq_dev_columns<B, G, WRITE>(X, D, t, t < n_items, mode, unit_dst, words, sz, status);
+    size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x - lane;
+    uint4 cur[NR], next[NR];
+    if constexpr (PER_TOKEN) kvq_dev_span_load<B>(X, base + lane, base + lane < n_items, cur);
+    else kvq_dev_columns_load<B, G>(X, D, base + lane, base + lane < n_items, cur);
+    for (; base < n_items; base += step) {
+        const size_t t = base + lane, tn = t + step;
+        if constexpr (PER_TOKEN) kvq_dev_span_load<B>(X, tn, tn < n_items, next);   /* in flight */
+        else kvq_dev_columns_load<B, G>(X, D, tn, tn < n_items, next);
+        if constexpr (PER_TOKEN) kvq_dev_span<B, G, WRITE>(cur, D, t, t < n_items, mode, unit_dst, words, sz, status);
+        else kvq_dev_columns<B, G, WRITE>(cur, D, t, t < n_items, mode, unit_dst, words, sz, status);
+#pragma unroll
+        for (int i = 0; i < NR; i++) cur[i] = next[i];
     }
 }
 
@@ -797,7 +865,7 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
     KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     if (kvq_cuda__stream_shape(q, d_X, d_words)) {     /* the streaming kernels */
         const size_t n_items = kvq_cuda__stream_items(q);
-        const unsigned blocks = kvq_cuda__grid(n_items, 256);
+        const unsigned blocks = kvq_cuda__grid((n_items + 1) / 2, 256);   /* >= 2 items a thread */
         for (int write = validate ? 0 : 1; write <= 1; write++) {
             KVQ_CUDA_LAUNCH(kvq_cuda__stream_fn(q, write), blocks, 256, 0, stream)(
                 d_X, q.D, n_items, q.mode, d_unit_dst, d_words, d_sz, d_status);
@@ -2149,14 +2217,17 @@ static __device__ __forceinline__ void kvq_dev_state_out(kvq_dev_warp_state<D, B
 /* Partial result of one split: m, l, acc[D], per (stream, head, split).
    B = 0: the fp16 baseline (no pages). Its splits are work's splits
    split0 .. split0 + gridDim.y - 1 of n_splits. skip_sealed: leave out
-   the stream's sealed pages (Sec. 8's kernel attends them).              */
+   the stream's sealed pages (Sec. 8's kernel attends them). status_reset:
+   the call's status word, zeroed here by one thread (kvq_dev_status_reset)
+   when not NULL.                                                         */
 template <int D, int B, int NH>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages,
-                  int split0, int n_splits, int skip_sealed)
+                  int split0, int n_splits, int skip_sealed, int *status_reset)
 {
+    kvq_dev_status_reset(status_reset);
     constexpr int CPL = D / 32;
     constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
     KVQ_CUDA_SHARED(float, qs, [NH * D]);
@@ -2274,7 +2345,7 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
 /* Instantiation table: D x B x NH (B = 0: the fp16 baseline); the page
    size G is a run-time value of the pool.                                 */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
-                                  const float *, float *, int, int, int, int);
+                                  const float *, float *, int, int, int, int, int *);
 template <int D, int B>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
@@ -2306,18 +2377,20 @@ static kvq_status kvq_cuda__pool_rotation_ok(const kvq_cuda_pool *pool, const ch
 }
 /* q (rows, D) into the pages' basis: *q_read is d_q itself, or d_q_rot
    (the launch's d_out, which only the combine writes, after the kernels
-   have read it) holding q rotated. A NaN row is reported and left
-   unwritten there; the combine checks the caller's q and makes its
-   output NaN.                                                            */
+   have read it) holding q rotated. A NaN row is left unwritten there and
+   not reported: the combine checks the caller's q, reports
+   KVQ_ERR_NONFINITE and makes that row's output NaN (the fp32 rotation
+   refuses nothing else), so the combine is the call's one reporter and
+   the status word needs no memset (kvq_dev_status_reset).              */
 static kvq_status kvq_cuda__query_in(const kvq_cuda_pool *pool, int D, const float *d_q,
-                                     float *d_q_rot, size_t rows, int *d_status,
-                                     cudaStream_t stream, const float **q_read)
+                                     float *d_q_rot, size_t rows, cudaStream_t stream,
+                                     const float **q_read)
 {
     *q_read = d_q;
     if (!pool || pool->key_rotation == KVQ_ROT_NONE) return KVQ_OK;
     *q_read = d_q_rot;
     return kvq_cuda__rotate_launch(pool->key_rotation, pool->rotation_seed, (size_t)D, 0, d_q,
-                                   d_q_rot, rows, d_status, stream);
+                                   d_q_rot, rows, (int *)nullptr, stream);
 }
 /* The output (rows, D) back into the caller's basis, in place. Reports
    nothing: a NaN row is the combine's marker of a failed row and stays. */
@@ -2395,16 +2468,15 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
     KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)fn, stage_bytes));
-    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     const float *q;
-    kvq_status st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, d_status, stream, &q);
+    kvq_status st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, stream, &q);
     if (st != KVQ_OK) return st;
     const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
     KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
                                                                         (int)n_hchunks, q,
                                                                         d_work, n_stages, 0,
-                                                                        n_splits, 0);
+                                                                        n_splits, 0, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, n_splits, d_q,
@@ -4271,8 +4343,9 @@ __global__ void __launch_bounds__(KVQ_MMA_WARPS * 32,
 kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                       int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                       float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int split0,
-                      int n_splits, int stage_bytes)
+                      int n_splits, int stage_bytes, int *status_reset)
 {
+    kvq_dev_status_reset(status_reset);        /* Sec. 4's kernel's comment */
     typedef kvq_mma_shape<D, B, NQ> S;
     constexpr int NH = S::NH;
     KVQ_CUDA_SHARED(float, qs, [NH * D]);
@@ -4457,12 +4530,18 @@ __global__ void __launch_bounds__(128) kvq_quantize_sealed_stream_kernel(
     const size_t n = (size_t)D * G * B / 32;
     const size_t i = blockIdx.x, page = pages ? (size_t)pages[i] : i, lane = threadIdx.x % 32;
     const size_t n_keys = (size_t)(D / 8) * (G * B / 32), n_spans = (size_t)G * D / (128 / B);
-    for (size_t base = threadIdx.x - lane; base < n_keys; base += blockDim.x)
-        kvq_dev_columns<B, G, true>(K + i * G * D, D, base + lane, base + lane < n_keys, pool.zero_mode,
+    for (size_t base = threadIdx.x - lane; base < n_keys; base += blockDim.x) {
+        uint4 raw[32 / B];
+        kvq_dev_columns_load<B, G>(K + i * G * D, D, base + lane, base + lane < n_keys, raw);
+        kvq_dev_columns<B, G, true>(raw, D, base + lane, base + lane < n_keys, pool.zero_mode,
                                     nullptr, buf, pool.k_sz + page * D, nullptr);
-    for (size_t base = threadIdx.x - lane; base < n_spans; base += blockDim.x)
-        kvq_dev_span<B, GV, true>(V + i * G * D, D, base + lane, base + lane < n_spans, pool.zero_mode,
+    }
+    for (size_t base = threadIdx.x - lane; base < n_spans; base += blockDim.x) {
+        uint4 raw[16 / B];
+        kvq_dev_span_load<B>(V + i * G * D, base + lane, base + lane < n_spans, raw);
+        kvq_dev_span<B, GV, true>(raw, D, base + lane, base + lane < n_spans, pool.zero_mode,
                                   nullptr, buf + n, pool.v_sz + page * (G * D / GV), nullptr);
+    }
     __syncthreads();
     for (size_t w = threadIdx.x; w < n; w += blockDim.x)
         kvq_mma_fragment_word(buf, buf + n, D, G, B, w, &pool.k_words[page * n + w],
@@ -4653,7 +4732,7 @@ extern "C" kvq_status kvq_cuda_mma_keeps_subnormals(int *kept)
 
 /* -- the launcher ------------------------------------------------------------ */
 typedef void (*kvq_cuda__mma_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int, const float *,
-                                 float *, int, int, int);
+                                 float *, int, int, int, int *);
 template <int D, int B, int NQ, int STAGES, int DEC, int OPT>
 static kvq_cuda__mma_fn kvq_cuda__mma_fn_h(int hilo)
 {
@@ -4846,6 +4925,42 @@ extern "C" int kvq_cuda_mma_route(int head_dim, int bits, int group, int n_rep)
     return n_rep == 1 && group == 32 ? 0 : 1;
 }
 
+/* Sec. 4's kernel beside v5 (issue 46: no serial tail). v5 and the
+   kernel for the rest (unsealed pages, fp16 window rows) write disjoint
+   splits of the workspace and read the same q, so kvq_cuda_attend_mma
+   forks: an event on the caller's stream after the query's rotation, a
+   second stream (non-blocking, one per device, made once) waits for it
+   and runs Sec. 4's kernel while v5 runs on the caller's stream, and the
+   caller's stream waits for the second's event before the combine. The
+   second kernel's CTAs take the SMs v5's last wave leaves idle instead
+   of starting after v5's last CTA. The mutex orders each call's
+   record-wait pairs when host threads call at once (a wait binds to the
+   event's latest record at the time of the wait). Returns NULL when no
+   entry is left (more than 16 devices): the launches then stay serial. */
+struct kvq_cuda__side_t { int dev; cudaStream_t side; cudaEvent_t fork, join; };
+static std::mutex kvq_cuda__side_mu;
+static cudaError_t kvq_cuda__side(kvq_cuda__side_t **out)     /* mutex held */
+{
+    static kvq_cuda__side_t tab[16];
+    static int n = 0;
+    int dev = 0;
+    *out = nullptr;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    for (int i = 0; i < n; i++)
+        if (tab[i].dev == dev) { *out = &tab[i]; return cudaSuccess; }
+    if (n == 16) return cudaSuccess;
+    kvq_cuda__side_t t;
+    t.dev = dev;
+    if ((e = cudaStreamCreateWithFlags(&t.side, cudaStreamNonBlocking)) != cudaSuccess) return e;
+    if ((e = cudaEventCreateWithFlags(&t.fork, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&t.join, cudaEventDisableTiming)) != cudaSuccess)
+        return e;                      /* a stream or event lost: once per process */
+    tab[n] = t;
+    *out = &tab[n++];
+    return cudaSuccess;
+}
+
 /* Decode attention with the sealed pages on the tensor cores (v5) and the
    rest through Sec. 4's kernel, merged. The same arguments and results as
    kvq_cuda_attend, plus: every stream's sealed pages must be in fragment
@@ -4938,13 +5053,22 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     const size_t smem5 = plan.smem;
     const int chunk_bytes = plan.chunk_bytes;
     KVQ_CUDA_CHECK(plan.smem_set);
-    KVQ_CUDA_CHECK(cudaMemsetAsync(d_status, 0, sizeof(int), stream));
     const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
     const float *q;
-    if ((st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, d_status, stream, &q)) != KVQ_OK) return st;
+    if ((st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, stream, &q)) != KVQ_OK) return st;
+    /* the fork: Sec. 4's kernel on the second stream (kvq_cuda__side)    */
+    std::unique_lock<std::mutex> side_lock(kvq_cuda__side_mu);
+    kvq_cuda__side_t *side = nullptr;
+    KVQ_CUDA_CHECK(kvq_cuda__side(&side));
+    const cudaStream_t stream3 = side ? side->side : stream;
+    if (side) {
+        KVQ_CUDA_CHECK(cudaEventRecord(side->fork, stream));
+        KVQ_CUDA_CHECK(cudaStreamWaitEvent(side->side, side->fork, 0));
+    }
+    /* v5 zeroes the status word (kvq_dev_status_reset): no memset      */
     KVQ_CUDA_LAUNCH(f5, dim3((unsigned)(n_streams * n_hchunks), (unsigned)s5), KVQ_MMA_WARPS * 32,
                     smem5, stream)(*pool, d_streams, n_rep, (int)n_hchunks, q, d_work, 0, s5 + s3,
-                                   chunk_bytes);
+                                   chunk_bytes, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     /* the rest: Sec. 4's kernel, without the sealed pages                 */
     const int nh3 = kvq_cuda__nh(n_rep);
@@ -4957,9 +5081,14 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
     KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)f3, stage_bytes));
     KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
-                    stage_bytes, stream)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
-                                         s5, s5 + s3, 1);
+                    stage_bytes, stream3)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
+                                          s5, s5 + s3, 1, (int *)nullptr);
     KVQ_CUDA_CHECK(cudaGetLastError());
+    if (side) {                               /* the join, before the combine */
+        KVQ_CUDA_CHECK(cudaEventRecord(side->join, side->side));
+        KVQ_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));
+    }
+    side_lock.unlock();
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, s5 + s3, d_q,
                                                                              d_out, d_status);

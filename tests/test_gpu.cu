@@ -780,6 +780,55 @@ static void test_attend_case(int pol, size_t D, int bits, size_t G, int n_rep,
                   "attributes (want 0: set once per process)", again);
         }
 #endif
+        /* the status word without a memset (issue 46; kvq_dev_status_reset),
+           once for each launcher: a word holding garbage reads OK after a
+           good call, a NaN query's call reports NONFINITE (that row NaN),
+           and the good call after it reports OK again; on the emulator,
+           none of the three calls makes a memset                        */
+        static bool sequence_done[2];
+        if (!sequence_done[mma]) {
+            sequence_done[mma] = true;
+            auto call = [&]() {
+                if (mma)
+                    KQ(kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, n_streams, n_rep,
+                                           b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, variant, 0));
+                else
+                    KQ(kvq_cuda_attend(quantized ? &b.pool : nullptr, (int)D, b.d_streams, n_streams,
+                                       n_rep, b.max_tokens, dq.p, dout.p, dwork.p, wf, dst.p, 0));
+                return kvq_cuda_status(dst.p, 0);
+            };
+#ifdef KVQ_EMU
+            const unsigned long memsets = kvq_emu::memset_calls();
+            const unsigned long forked = kvq_emu::stream_launches();
+#endif
+            const int garbage = 0x5eed;
+            CU(cudaMemcpy(dst.p, &garbage, sizeof garbage, cudaMemcpyHostToDevice));
+            const kvq_status st_garbage = call();
+            std::vector<float> hq_nan(hq), row0(D);
+            hq_nan[3] = NAN;
+            dq.up(hq_nan.data());
+            const kvq_status st_nan = call();
+            CU(cudaMemcpy(row0.data(), dout.p, D * sizeof(float), cudaMemcpyDeviceToHost));
+            dq.up(hq.data());
+            const kvq_status st_again = call();
+            CHECK(st_garbage == KVQ_OK && refused_with(st_nan, KVQ_ERR_NONFINITE) &&
+                  isnan(row0[0]) && isnan(row0[D - 1]) && st_again == KVQ_OK,
+                  "%s status sequence: garbage word then good call %s, NaN q %s (row %s), good "
+                  "call after it %s", mma ? "kvq_cuda_attend_mma" : "kvq_cuda_attend",
+                  kvq_status_str(st_garbage), kvq_status_str(st_nan),
+                  isnan(row0[0]) ? "NaN" : "not NaN", kvq_status_str(st_again));
+#ifdef KVQ_EMU
+            const unsigned long made = kvq_emu::memset_calls() - memsets;
+            CHECK(made == 0, "%s: three calls made %lu memsets (want 0: the call zeroes its "
+                  "status word itself)", mma ? "kvq_cuda_attend_mma" : "kvq_cuda_attend", made);
+            /* kvq_cuda_attend_mma runs Sec. 4's kernel on its second stream
+               (issue 46: no serial tail), one launch a call             */
+            const unsigned long side = kvq_emu::stream_launches() - forked;
+            CHECK(side == (mma ? 3u : 0u), "%s: three calls launched %lu kernels on a second "
+                  "stream (want %u)", mma ? "kvq_cuda_attend_mma" : "kvq_cuda_attend", side,
+                  mma ? 3u : 0u);
+#endif
+        }
         std::vector<float> got(hq.size());
         dout.down(got.data());
         double worst;
@@ -2253,6 +2302,83 @@ static void test_value_pow2(void)
    times 2^B on rows 8-15, read back through kvq_mma_code_at (the f16
    fragment maps' inverse), and times 2^4 more in registers 2 and 3 with
    LIFT = 4 (B = 2). kvq_mma_i8_index must be a permutation.              */
+/* kvq_dev_div (kvq_cuda.cu Sec. 1: the quantizer's divisions, a
+   reciprocal a group and one fma correction) against IEEE division, bit
+   for bit (+0 and -0 count as equal: rintf and the clamps map both to
+   code 0). The quantizer divides x / s (integer zero point, and -mn / s
+   for the zero point), RN(x - z) / s (float zero) and (mx - mn) / N.
+   Checked, for every positive finite fp16 scale s (31,743):
+     - x / s for fp16 x: a stride of the fp16 values, every one with
+       KVQ_DIV_EXHAUSTIVE=1 (2.0e9 pairs);
+     - RN(x - z) / s for random fp16 pairs (x, z);
+     - ties: a = RN((k + 1/2) s), k = 0 .. 255, and its neighbours 1 and
+       2 ulp away, both signs;
+   and (mx - mn) / N, N = 1, 3, 7, 15, 255 (B = 1 .. 8), for every float
+   a = RN(mx - mn) in [0, 131008] at a stride (every one with
+   KVQ_DIV_EXHAUSTIVE=1).                                               */
+static void test_division(void)
+{
+    const bool all = getenv("KVQ_DIV_EXHAUSTIVE") != NULL;
+    uint64_t n = 0, bad = 0;
+    float bad_a = 0.0f, bad_b = 0.0f;
+    auto same = [](float x, float y) {
+        uint32_t u, v;
+        memcpy(&u, &x, 4);
+        memcpy(&v, &y, 4);
+        return u == v || (x == 0.0f && y == 0.0f);
+    };
+    auto one = [&](float a, float b, float r) {
+        n++;
+        if (!same(kvq_dev_div(a, b, r), a / b)) {
+            if (!bad) { bad_a = a; bad_b = b; }
+            bad++;
+        }
+    };
+    const unsigned x_step = all ? 1 : 61;            /* coprime to 2^k     */
+    for (uint32_t sb = 1; sb < 0x7c00u; sb++) {       /* every fp16 scale   */
+        const float s = kvq_f16_to_f32((kvq_f16)sb), r = 1.0f / s;
+        for (uint32_t xb = sb % x_step; xb < 0x10000u; xb += x_step) {
+            if ((xb & 0x7c00u) == 0x7c00u) continue;    /* Inf, NaN           */
+            one(kvq_f16_to_f32((kvq_f16)xb), s, r);
+        }
+        for (int i = 0; i < 32; i++) {                 /* RN(x - z) / s      */
+            const uint32_t u = (uint32_t)rng_u64();
+            const kvq_f16 x = (kvq_f16)(u % 0x7c00u | (u & 0x80000000u ? 0x8000u : 0u));
+            const kvq_f16 z = (kvq_f16)((u >> 16) % 0x7c00u | (u & 0x40000000u ? 0x8000u : 0u));
+            one(kvq_f16_to_f32(x) - kvq_f16_to_f32(z), s, r);
+        }
+        for (int k = 0; k < 256; k++) {                /* ties and neighbours */
+            const float t = ((float)k + 0.5f) * s;
+            float up = t, dn = t;
+            one(t, s, r);
+            one(-t, s, r);
+            for (int j = 0; j < 2; j++) {
+                up = nextafterf(up, INFINITY);
+                dn = nextafterf(dn, 0.0f);
+                one(up, s, r); one(dn, s, r); one(-up, s, r); one(-dn, s, r);
+            }
+        }
+    }
+    const uint64_t n_x = n;
+    const float levels[5] = { 1.0f, 3.0f, 7.0f, 15.0f, 255.0f };
+    const uint32_t top = 0x47ffe000u;                   /* 131008.0f          */
+    const uint32_t a_step = all ? 1 : 4099;
+    for (int l = 0; l < 5; l++) {
+        const float N = levels[l], r = 1.0f / N;
+        for (uint32_t ab = (uint32_t)l; ab <= top; ab += a_step) {
+            float a;
+            memcpy(&a, &ab, 4);
+            one(a, N, r);
+        }
+    }
+    CHECK(bad == 0, "kvq_dev_div: %llu of %llu quotients differ from IEEE division, first "
+          "%a / %a: %a, not %a", (unsigned long long)bad, (unsigned long long)n, bad_a, bad_b,
+          kvq_dev_div(bad_a, bad_b, 1.0f / bad_b), bad_a / bad_b);
+    printf("  kvq_dev_div: %llu quotients (%llu by fp16 scales, %llu by N)%s, all IEEE\n",
+           (unsigned long long)n, (unsigned long long)n_x, (unsigned long long)(n - n_x),
+           all ? ", exhaustive" : "");
+}
+
 static void test_fragment_i8(void)
 {
     const uint64_t saved = rng_state;       /* a stream of its own: later draws stay */
@@ -2752,6 +2878,7 @@ int main(int argc, char **argv)
         test_fragment_inverse();
         test_value_pow2();
         test_fragment_i8();
+        test_division();
     }
     if (host_only) return TEST_END("test_gpu --host");
     int n_dev = 0;

@@ -6,7 +6,7 @@
      4. exchanges: barriers, shuffles, mma.sync
      5. shared memory and cp.async
      6. the race check (the __tsan_* hooks)
-     7. the host API                                                      */
+     7. the host API; 7.1 streams and events (created streams defer)     */
 #include "kvq_emu.h"
 #include "mma_model.h"
 
@@ -1260,8 +1260,82 @@ cudaError_t cudaFree(void *p)
     free(p);
     return cudaSuccess;
 }
+/* ---- 7.1 streams and events --------------------------------------------- */
+/* A created stream keeps its work in order and runs it only when some
+   later work or the host must see it done (kvq_emu.h): as late as CUDA
+   allows. pos counts the operations ever enqueued, done those run; an
+   event recorded on a created stream marks its pos then.               */
+struct kvq_emu_stream_t {
+    bool blocking;
+    std::vector<std::function<void()>> q;   /* q[done - base ..] still to run */
+    uint64_t base = 0, done = 0, pos = 0;
+};
+struct kvq_emu_event_t {
+    std::chrono::steady_clock::time_point t;
+    cudaStream_t s = nullptr;               /* created stream, or null: done */
+    uint64_t pos = 0;
+};
+static std::vector<cudaStream_t> g_streams;
+static void stream_run_until(cudaStream_t s, uint64_t pos)
+{
+    while (s->done < pos && s->done < s->pos) {
+        std::function<void()> op = std::move(s->q[s->done - s->base]);
+        s->done++;
+        op();
+    }
+    if (s->done == s->pos) { s->q.clear(); s->base = s->done; }
+}
+/* the default stream's work waits for the blocking streams' earlier work */
+static void streams_before_default(void)
+{
+    for (cudaStream_t s : g_streams)
+        if (s->blocking) stream_run_until(s, s->pos);
+}
+bool kvq_emu::stream_defers(cudaStream_t s)
+{
+    if (!s) streams_before_default();
+    return s != nullptr;
+}
+static unsigned long g_stream_launches = 0;
+unsigned long kvq_emu::stream_launches(void) { return g_stream_launches; }
+void kvq_emu::stream_enqueue(cudaStream_t s, std::function<void()> op, bool is_launch)
+{
+    g_stream_launches += is_launch;
+    s->q.push_back(std::move(op));
+    s->pos++;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    if (!s || (flags & ~(unsigned)cudaStreamNonBlocking)) return cudaErrorInvalidValue;
+    *s = new kvq_emu_stream_t();
+    (*s)->blocking = !(flags & cudaStreamNonBlocking);
+    g_streams.push_back(*s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    auto it = std::find(g_streams.begin(), g_streams.end(), s);
+    if (!s || it == g_streams.end()) return cudaErrorInvalidValue;
+    stream_run_until(s, s->pos);             /* its work still completes     */
+    g_streams.erase(it);
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
+{
+    if (!e || flags) return cudaErrorInvalidValue;
+    if (!e->s) { kvq_emu::stream_defers(s); return cudaSuccess; }
+    cudaStream_t from = e->s;
+    const uint64_t pos = e->pos;
+    if (kvq_emu::stream_defers(s)) kvq_emu::stream_enqueue(s, [from, pos]() { stream_run_until(from, pos); });
+    else stream_run_until(from, pos);
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
+    streams_before_default();
     if (n == 0) return cudaSuccess;
     if (!dst || !src) return cudaErrorInvalidValue;
     const bool dd = on_device(dst, n), sd = on_device(src, n);
@@ -1279,12 +1353,17 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     memmove(dst, src, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t)
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s)
 {
+    if (s) stream_run_until(s, s->pos);      /* its stream's work first, then it */
     return cudaMemcpy(dst, src, n, kind);
 }
+static unsigned long g_memset_calls = 0;
+unsigned long kvq_emu::memset_calls(void) { return g_memset_calls; }
 cudaError_t cudaMemset(void *p, int value, size_t n)
 {
+    g_memset_calls++;
+    streams_before_default();
     if (n == 0) return cudaSuccess;
     if (!on_device(p, n))
         return set_error(cudaErrorInvalidValue, "cudaMemset(%p, %zu): not inside one device "
@@ -1292,9 +1371,22 @@ cudaError_t cudaMemset(void *p, int value, size_t n)
     memset(p, value, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s)
+{
+    if (s) stream_run_until(s, s->pos);
+    return cudaMemset(p, value, n);
+}
+cudaError_t cudaDeviceSynchronize(void)
+{
+    for (size_t i = 0; i < g_streams.size(); i++) stream_run_until(g_streams[i], g_streams[i]->pos);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    if (s) stream_run_until(s, s->pos);
+    else streams_before_default();
+    return cudaSuccess;
+}
 cudaError_t cudaGetLastError(void)
 {
     const cudaError_t e = g_last_error;
@@ -1379,21 +1471,35 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *fn
     *n = std::min(32, std::min(by_threads, by_smem));
     return cudaSuccess;
 }
-struct kvq_emu_event_t { std::chrono::steady_clock::time_point t; };
 cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
     if (!e) return cudaErrorInvalidValue;
     *e = new kvq_emu_event_t();
     return cudaSuccess;
 }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
+{
+    if (flags & ~(unsigned)cudaEventDisableTiming) return cudaErrorInvalidValue;
+    return cudaEventCreate(e);
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+/* a timing on a created stream reads the host's clock at the record, not
+   when the deferred work ran: no timing on the emulator means anything */
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!e) return cudaErrorInvalidValue;
     e->t = std::chrono::steady_clock::now();
+    if (!kvq_emu::stream_defers(s)) { e->s = nullptr; return cudaSuccess; }
+    e->s = s;
+    e->pos = s->pos;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (!e) return cudaErrorInvalidValue;
+    if (e->s) stream_run_until(e->s, e->pos);
+    return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
     if (!ms || !a || !b) return cudaErrorInvalidValue;

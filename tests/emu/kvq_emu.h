@@ -86,6 +86,7 @@
 #include <stdlib.h>
 #include <tuple>
 #include <utility>
+#include <functional>
 
 /* ---- qualifiers: all of it is host code ---------------------------------- */
 #define __global__
@@ -174,6 +175,23 @@ static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, 
 {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, (const void *)fn, threads, dyn_smem);
 }
+/* Streams (kvq_emu.cpp Sec. 7.1): the default stream (0) runs its work at
+   once; a created stream DEFERS its launches and waits until
+   something must have them done: an event recorded after them that
+   another stream waits for (cudaStreamWaitEvent) or the host waits for
+   (cudaEventSynchronize), cudaStreamSynchronize of that stream,
+   cudaDeviceSynchronize, its destruction, and for a blocking stream
+   (cudaStreamCreate) any work on the default stream. Work runs as late
+   as CUDA allows, so a missing join reads results not yet written.    */
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventDisableTiming 0x02
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags = 0);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags);
 cudaError_t cudaEventCreate(cudaEvent_t *e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = 0);
@@ -327,6 +345,12 @@ struct launch_desc {
     void (*run_thread)(void *ctx);       /* calls the kernel once, in a fiber   */
 };
 void launch(const launch_desc &d);
+/* A created stream's work, run later (Sec. 7.1); false for the default
+   stream, whose work runs now (after the blocking streams' work).      */
+bool stream_defers(cudaStream_t s);
+void stream_enqueue(cudaStream_t s, std::function<void()> op, bool is_launch = false);
+/* launches made on created streams so far (a test of the fork)         */
+unsigned long stream_launches(void);
 
 template <class... P>
 struct launcher {
@@ -335,26 +359,37 @@ struct launcher {
     int line;
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
     /* The arguments are converted to the kernel's parameter types once, as
        a launch copies them into parameter space; each thread then gets its
        own copy (the kernel takes them by value).                          */
     template <class... A> void operator()(A &&... a) const
     {
         struct ctx_t { void (*fn)(P...); std::tuple<P...> args; };
-        ctx_t ctx{ fn, std::tuple<P...>(std::forward<A>(a)...) };
         launch_desc d;
         d.name = name; d.file = file; d.line = line; d.grid = grid; d.block = block;
-        d.dyn_smem = smem; d.fn = (const void *)fn; d.ctx = &ctx;
+        d.dyn_smem = smem; d.fn = (const void *)fn;
         d.run_thread = [](void *c) { ctx_t *x = (ctx_t *)c; std::apply(x->fn, x->args); };
+        if (stream_defers(stream)) {
+            /* the arguments outlive the call until the stream runs it (a
+               plain pointer: a shared_ptr's atomic count would need TSan's
+               runtime in the race build); never run, never freed         */
+            ctx_t *heap = new ctx_t{ fn, std::tuple<P...>(std::forward<A>(a)...) };
+            d.ctx = heap;
+            stream_enqueue(stream, [d, heap]() { launch(d); delete heap; }, true);
+            return;
+        }
+        ctx_t ctx{ fn, std::tuple<P...>(std::forward<A>(a)...) };
+        d.ctx = &ctx;
         launch(d);
     }
 };
 template <class... P>
 static inline launcher<P...> make_launcher(void (*fn)(P...), const char *name, const char *file,
                                            int line, dim3 grid, dim3 block, size_t smem,
-                                           cudaStream_t)
+                                           cudaStream_t stream)
 {
-    return launcher<P...>{ fn, name, file, line, grid, block, smem };
+    return launcher<P...>{ fn, name, file, line, grid, block, smem, stream };
 }
 
 /* The MMA accumulation model (kvq_emu.cpp; KVQ_EMU_MMA, KVQ_EMU_SUBNORMAL
@@ -375,6 +410,9 @@ bool race_checking(void);
 void banks_count(bool on);
 /* cudaFuncSetAttribute calls so far (a test of attributes set once)    */
 unsigned long func_attribute_calls(void);
+/* cudaMemset and cudaMemsetAsync calls so far (a test of the attention
+   calls' status word, which no memset zeroes)                          */
+unsigned long memset_calls(void);
 /* One 8- or 16-byte load (LD.64/LD.128, LDS.64/LDS.128 when p is shared)
    as one access: the host compiler would read only the fields used, each
    with a load of its own, so a kernel's vector reads go through this

@@ -122,7 +122,7 @@ mutant dynamic-smem-overrun asan/attend 'outside the block.s shared memory|heap-
     'KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)' \
     'KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes - 16, stream)'
 # 6. the last query element is never written to shared memory
-mutant uninitialized-shared plain/attend 'rows over tolerance|kvq_cuda_status: a kernel found' \
+mutant uninitialized-shared plain/attend 'rows over tolerance|kvq_cuda_status: a kernel found|status sequence' \
     'for (int i = threadIdx.x; i < NH * D; i += blockDim.x) {' \
     'for (int i = threadIdx.x; i < NH * D - 1; i += blockDim.x) {'
 # 7. every thread, not one, clears the flag: a write-write race that the
@@ -250,8 +250,8 @@ mutant quantize-stream-nonfinite plain/quantize-stream 'quantize.*(status|wrote)
     ''
 # 33. a per-channel word's codes one row apart (row k's code at k + 1)
 mutant quantize-stream-column-shift plain/quantize-stream 'quantize.*other codes' \
-    'word |= kvq_dev_code(f, s, z, n_levels, mode) << (k * B);' \
-    'word |= kvq_dev_code(f, s, z, n_levels, mode) << (((k + 1) % PER) * B);'
+    'word |= kvq_dev_code(f, s, r, z, n_levels, mode) << (k * B);' \
+    'word |= kvq_dev_code(f, s, r, z, n_levels, mode) << (((k + 1) % PER) * B);'
 # 34. the streaming sealed quantize writes page i to pool page i
 mutant sealed-stream-page plain/quantize-sealed,quantize-stream 'sealed (quantize|export).*differ' \
     'const size_t i = blockIdx.x, page = pages ? (size_t)pages[i] : i, lane = threadIdx.x % 32;' \
@@ -301,6 +301,30 @@ mutant mma-acc-swizzle plain/mma 'mma.*rows over tolerance' \
 mutant mma-acc-no-swizzle banks/mma,rotate,compact-pages 'bank gate: FAIL' \
     '    return h * D + (SWZ ? c ^ (8 * (h & 3)) : c);' \
     '    return h * D + c;'
+# the attention calls' status word (issue 46, no memset): the first kernel
+# does not zero it, so a word left by an earlier call (or cudaMalloc's
+# poison) is read as this call's status
+mutant status-no-reset plain/attend,mma 'not a kvq_status|status sequence' \
+    'threadIdx.x == 0) *status = 0;' \
+    'threadIdx.x == 0) *status = *status;'
+# the quantizer's division (issue 46, item 5): the reciprocal's product
+# without its fma correction (within 1.5 ulp of IEEE division): some codes
+# differ from kvq.h's
+mutant div-no-correction plain/quantize,quantize-stream,quantize-sealed 'units with other codes|other codes' \
+    '    return fmaf(e, r, q);' \
+    '    return q + 0.0f * e;'
+# the streaming quantizer's second item in flight: the next item's loads
+# not handed over, so a thread's second item is coded from its first's
+mutant stream-prefetch-stale plain/quantize,quantize-stream 'units with other codes|other codes' \
+    '        for (int i = 0; i < NR; i++) cur[i] = next[i];' \
+    '        for (int i = 0; i < NR; i++) cur[i] = cur[i];'
+# the fork of kvq_cuda_attend_mma (issue 46, item 1): Sec. 4's kernel on
+# the second stream without the join before the combine; the emulator
+# runs a created stream's work only when something waits for it, so the
+# combine reads splits not yet written
+mutant mma-no-join plain/mma 'status sequence|rows over tolerance|NaN' \
+    '        KVQ_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));' \
+    '        (void)0;'
 
 wait
 pass=0; fail=0

@@ -740,6 +740,55 @@ static void test_reports(void)
     cudaFree(d); cudaFree(src);
 }
 
+/* Streams (kvq_emu.cpp Sec. 7.1): a created stream's launch runs only once
+   something waits for it, so a fork without its join reads nothing yet. */
+__global__ void k_store(int *p, int v) { if (threadIdx.x == 0) *p = v; }
+static void test_streams(void)
+{
+    int *d = nullptr, h = 0;
+    cudaStream_t side, blocking;
+    cudaEvent_t fork, join;
+    CHECK(cudaMalloc(&d, sizeof(int)) == cudaSuccess, "cudaMalloc");
+    CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess &&
+          cudaStreamCreate(&blocking) == cudaSuccess &&
+          cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess &&
+          cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess, "stream, events");
+    cudaMemset(d, 0, sizeof(int));
+    /* the fork-join kvq_cuda_attend_mma makes                              */
+    cudaEventRecord(fork, 0);
+    cudaStreamWaitEvent(side, fork, 0);
+    KVQ_CUDA_LAUNCH(k_store, 1, 32, 0, side)(d, 7);
+    cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(h == 0, "a non-blocking stream's launch ran before anything waited for it (got %d)", h);
+    cudaEventRecord(join, side);
+    KVQ_CUDA_LAUNCH(k_store, 1, 32, 0, side)(d, 9);   /* after the join's record */
+    cudaStreamWaitEvent(0, join, 0);
+    cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(h == 7, "the default stream waited for the join: want the launch before the record "
+          "done, the one after it not (got %d)", h);
+    cudaStreamSynchronize(side);
+    cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(h == 9, "cudaStreamSynchronize runs the rest (got %d)", h);
+    /* a blocking stream's work precedes the default stream's next work  */
+    KVQ_CUDA_LAUNCH(k_store, 1, 32, 0, blocking)(d, 11);
+    cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(h == 11, "a blocking stream's launch before a default-stream copy (got %d)", h);
+    /* a wait enqueued on a created stream holds until that stream runs  */
+    KVQ_CUDA_LAUNCH(k_store, 1, 32, 0, side)(d, 13);
+    cudaEventRecord(fork, side);
+    cudaStreamWaitEvent(blocking, fork, 0);
+    KVQ_CUDA_LAUNCH(k_store, 1, 32, 0, blocking)(d, 15);
+    cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+    cudaStreamSynchronize(side);
+    int h2 = 0;
+    cudaMemcpy(&h2, d, sizeof h2, cudaMemcpyDeviceToHost);
+    CHECK(h == 15 && h2 == 15, "a wait on a created stream runs the waited stream first: "
+          "got %d, then %d after syncing it (want 15, 15)", h, h2);
+    cudaEventDestroy(fork); cudaEventDestroy(join);
+    cudaStreamDestroy(side); cudaStreamDestroy(blocking);
+    cudaFree(d);
+}
+
 int main(void)
 {
     printf("test_emu: the emulator's own semantics%s\n",
@@ -750,6 +799,7 @@ int main(void)
     test_mma();
     test_imma();
     test_reports();
+    test_streams();
     if (kvq_emu::race_checking()) test_banks();
     return TEST_END("test_emu");
 }
