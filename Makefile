@@ -32,7 +32,7 @@
 #                   reproduce printed as a FINDING; fails only when a method
 #                   fails to run (STRICT=1: also on a finding); 8.5-8.7
 #                   CPU-minutes (14-16 min on 2 cores shared with other jobs)
-#   make eval-check the short eval (384 tokens, 7 rows, about a minute)
+#   make eval-check the short eval (384 tokens, 10 rows, about a minute)
 #                   against walkthrough/10_eval/short.txt, and the chapters'
 #                   quotes against the committed full run (part of test-all)
 #   make eval-docs  after a numerics change: the full eval once, then its
@@ -516,10 +516,11 @@ eval: $(LLM) $(MODEL_FILE)
 # the short eval's golden file walkthrough/10_eval/short.txt, rewrites the
 # quotes in chapters 10, 10a and 12 and redraws the eval's figures
 # (tests/eval_docs.sh). make eval-check runs the short eval (EVAL_SHORT: 384
-# tokens, 7 rows, about a minute with the build) and compares its printout,
+# tokens, 10 rows, the engines' q4_0, nvfp4 and turboquant-k3v4-nc among
+# them, about a minute with the build) and compares its printout,
 # digit for digit, with the golden file, then holds the chapters' quotes to
 # the full run's CSVs (that half needs no model: check-docs runs it too).
-EVAL_SHORT := --tokens 384 --agree 16 --only fp32,kivi2,kivi2-rot,hf2,ott2,logquant2
+EVAL_SHORT := --tokens 384 --agree 16 --only fp32,kivi2,kivi2-rot,hf2,ott2,logquant2,q4_0,nvfp4,turboquant-k3v4-nc
 .PHONY: eval-docs eval-check
 eval-docs: $(B)/llm $(MODEL_FILE)
 	sh tests/eval_docs.sh $(B)/llm $(MODEL_FILE) $(EVAL_TEXT) "$(EVAL_SHORT)"
