@@ -11,6 +11,9 @@
                  and bytes (leaks, kvq_bytes' `allocated`), the peak of live
                  bytes, and ta_fail_at, the attempt index that returns NULL.
      TEST_RNG    splitmix64 with uniform, below-n and normal draws.
+     TEST_BITS   f2u / u2f (a float's bits and back), and poison /
+                 is_poison: fill a buffer with POISON bytes, then check a
+                 refused call left it so.
    QUICK (from -DKVQ_TEST_QUICK, the sanitizer and valgrind builds) and
    COUNT(full, quick) shrink loop counts.                                    */
 #ifndef KVQ_TEST_H
@@ -145,5 +148,21 @@ static inline float rnorm(rng *r)                  /* Box-Muller           */
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 #endif /* TEST_RNG */
+
+#ifdef TEST_BITS
+#include <string.h>
+static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+#define POISON 0xA5
+static inline void poison(void *p, size_t n) { memset(p, POISON, n); }
+static inline int is_poison(const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (b[i] != POISON) return 0;
+    return 1;
+}
+#endif /* TEST_BITS */
 
 #endif

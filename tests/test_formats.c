@@ -41,6 +41,7 @@
    on 2 threads, 55 CPU-seconds, 140-180 s wall on the loaded machine.
    Fixed seeds throughout; -DKVQ_TEST_QUICK shrinks the random counts.    */
 #define TEST_RNG
+#define TEST_BITS
 #include "test.h"
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
@@ -58,19 +59,6 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 #endif
 
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-#define POISON 0xA5
-static void poison(void *p, size_t n) { memset(p, POISON, n); }
-static int is_poison(const void *p, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)p;
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (b[i] != POISON) return 0;
-    return 1;
-}
 
 static double secs(clock_t t0) { return (double)(clock() - t0) / CLOCKS_PER_SEC; }
 

@@ -14,6 +14,7 @@
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
 #include "examples/npy.h"
+#define TEST_BITS
 #include "test.h"
 
 #include <math.h>
@@ -54,19 +55,6 @@ static double rng_normal(void)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-#define POISON 0xA5
-static void poison(void *p, size_t n) { memset(p, POISON, n); }
-static int is_poison(const void *p, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)p;
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (b[i] != POISON) return 0;
-    return 1;
-}
 static int sz_eq(kvq_sz a, kvq_sz b) { return a.scale == b.scale && a.zero == b.zero; }
 
 /* ======================================================================== */
