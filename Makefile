@@ -447,13 +447,13 @@ EMU_BINS := $(B)/emu/test_gpu $(B)/emu/test_emu $(B)/emu/mma_probe $(B)/emu/mma_
 emu-build: $(EMU_BINS)
 # The full pass (make test-all, CI), measured on the same loaded 2-core
 # machine: emu-build 767-1012 s (make -j2), then the run 1221-1596 s, the
-# 41-43 mutants 526-873 s of it (bench/RESULTS.md, 2026-11-29).
+# 41-47 mutants 526-873 s of it (bench/RESULTS.md, 2026-11-29).
 test-cuda-emu: emu-build
 	@B=$(B) EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" sh tests/emu/run.sh
 # make test's share (tests/emu/run.sh --quick): one build, emu-quick (the
 # kernels at -O0 without debug info, ~15 s to compile where -O2 takes
 # ~70 s; the test at -O1, the emulator at -O2), and test_gpu's kernel
-# cases at quick sizes, every group (3,331 checks); no mutants, no other
+# cases at quick sizes, every group (3,782 checks); no mutants, no other
 # build. Measured from nothing built (make -j2) on a 2-core machine shared
 # with three other engineers' builds: 58 s at load 5, 86 s at load 6-7
 # (build 27 s, run 59 s); the run alone is about 17 s of CPU time.
