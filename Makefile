@@ -9,7 +9,7 @@
 #                   for bit), the sanitizer pass over the core tests, and
 #                   kvq_cuda.cu's kernels in one emulator build; ends with
 #                   one line "total: N passed, M failed"
-#   make test-all   everything CI runs (about 20 min on 2 cores): make test's
+#   make test-all   everything CI runs (about 26 min on 2 cores): make test's
 #                   checks, the sanitizer pass over every test, the fuzz
 #                   corpus replayed, valgrind memcheck, every emulator build
 #                   with the planted bugs, and the short eval against its
