@@ -1774,6 +1774,18 @@ static double kvq__block_sse(const float *x, size_t n, size_t stride, const uint
     return e;
 }
 
+/* One NVFP4 candidate, the block's max put on grid point M (6; 4over6
+   also tries 4): its E4M3 scale code, its multiplier a, its codes.       */
+static uint8_t kvq__nvfp4_try(const float *x, size_t n, size_t stride, float amax, float M,
+                              float side_scale, uint8_t *codes, float *a)
+{
+    uint8_t sf = kvq__to_minifloat((amax / M) / side_scale, kvq__E4M3);
+    size_t i;
+    *a = kvq__from_minifloat(sf, kvq__E4M3) * side_scale;
+    for (i = 0; i < n; i++) codes[i] = kvq__scaled_code(x[i * stride], *a, kvq__E2M1);
+    return sf;
+}
+
 /* The body of kvq_format_quantize (arguments checked, x finite).          */
 static void kvq__format_group(kvq_format f, int bits, const float *x, size_t n, size_t stride,
                               float side_scale, uint8_t *codes, uint32_t *param)
@@ -1789,17 +1801,14 @@ static void kvq__format_group(kvq_format f, int bits, const float *x, size_t n, 
         for (i = 0; i < n; i++) codes[i] = kvq__scaled_code(x[i * stride], a, *fp8);
         if (!kvq__format_tensor(f)) *param = kvq__f32_bits(a);
     } else if (kvq__format_nvfp4(f)) {
-        uint8_t alt[KVQ__FORMAT_MAX_GROUP];
-        int m;
-        for (m = 0; m < (f == KVQ_FORMAT_NVFP4_4OVER6 ? 2 : 1); m++) {
-            uint8_t sf = kvq__to_minifloat((amax / (m ? 4.0f : 6.0f)) / side_scale, kvq__E4M3);
-            uint8_t *out = m ? alt : codes;
-            float am = kvq__from_minifloat(sf, kvq__E4M3) * side_scale;
-            for (i = 0; i < n; i++) out[i] = kvq__scaled_code(x[i * stride], am, kvq__E2M1);
-            if (m == 0) { *param = sf; a = am; continue; }
-            if (kvq__block_sse(x, n, stride, alt, am) < kvq__block_sse(x, n, stride, codes, a)) {
+        uint8_t alt[KVQ__FORMAT_MAX_GROUP], sf4;
+        float a4;
+        *param = kvq__nvfp4_try(x, n, stride, amax, 6.0f, side_scale, codes, &a);
+        if (f == KVQ_FORMAT_NVFP4_4OVER6) {     /* the smaller error; a tie: 6 */
+            sf4 = kvq__nvfp4_try(x, n, stride, amax, 4.0f, side_scale, alt, &a4);
+            if (kvq__block_sse(x, n, stride, alt, a4) < kvq__block_sse(x, n, stride, codes, a)) {
                 memcpy(codes, alt, n);
-                *param = sf;
+                *param = sf4;
             }
         }
     } else if (kvq__format_lloyd(f)) {
