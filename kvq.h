@@ -1745,8 +1745,8 @@ static void kvq__format_ab(kvq_format f, uint32_t p, float side_scale, float *a,
     else *a = kvq__bits_f32(p);                 /* an fp32 scale            */
 }
 
-/* A side's scale set from the absmax of its first quantized rows (key_scale
-   = 0): the largest |x| lands on the grid's largest value (FP8: 448 or
+/* A side's scale set from the absmax of the rows of its first quantization
+   (key_scale = 0; after a prefill, the prompt's: kvq__prefill_scale): the largest |x| lands on the grid's largest value (FP8: 448 or
    57344; NVFP4: 6 times E4M3's 448, NVIDIA's global-scale rule). A side
    of zeros so far gets 1.                                                 */
 static float kvq__side_scale_from(kvq_format f, float amax)
@@ -2949,7 +2949,8 @@ KVQ_API size_t kvq_logquant_window_for(size_t R) { return R / 3; }
                                  both sides (vLLM keeps fp32 (s, z); kvq
                                  stores them in fp16, as everywhere)
      nvfp4, nvfp4-4over6         E2M1 + E4M3 per 16 + a side scale set
-                                 from the first quantized rows
+                                 from the first quantization's rows
+                                 (a prefill: the prompt's)
      turboquant-*                vLLM's presets: keys rotated (Hadamard
                                  with seeded signs) then coded; values
                                  Sec. 4's codes over G = D, unrotated.
