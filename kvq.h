@@ -1746,9 +1746,10 @@ static void kvq__format_ab(kvq_format f, uint32_t p, float side_scale, float *a,
 }
 
 /* A side's scale set from the absmax of the rows of its first quantization
-   (key_scale = 0; after a prefill, the prompt's: kvq__prefill_scale): the largest |x| lands on the grid's largest value (FP8: 448 or
-   57344; NVFP4: 6 times E4M3's 448, NVIDIA's global-scale rule). A side
-   of zeros so far gets 1.                                                 */
+   (key_scale = 0; after a prefill the prompt's, kvq__prefill_scale): the
+   largest |x| lands on the grid's largest value (FP8: 448 or 57344;
+   NVFP4: 6 times E4M3's 448, NVIDIA's global-scale rule). A side of zeros
+   so far gets 1.                                                          */
 static float kvq__side_scale_from(kvq_format f, float amax)
 {
     const kvq__minifloat *fp8 = kvq__format_fp8(f);
