@@ -379,6 +379,9 @@ static const claim_row HOLDS[] = {
     { "streaming", 22.0 },       { "h2o", 22.0 },            { "snapkv", 22.0 },
     { "kivi2-rot", 20.4 },       { "hf2-rot", 90.0 },        /* < kivi2; <= half     */
     { "kivi4-rot", 20.2 },       { "hf4-rot", HF_OWN_INT4 }, /* equal                */
+    { "fp8-e4m3", 20.1 },        { "nvfp4", 20.15 },         /* +0.5%, +0.75% (< 1%) */
+    { "nvfp4-4over6", 20.12 },                               /* below nvfp4          */
+    { "turboquant-k3v4-nc", 20.3 },                          /* +1.5% (< 2%)         */
 };
 
 /* Findings of check_claims on HOLDS with `name`'s perplexity set to
@@ -459,6 +462,10 @@ static void test_claims_and_status(void)
         { "kivi4-rot", 20.2 * 1.006, "KIVI-4 rotated 0.6% worse" },
         { "hf4-rot", HF_OWN_INT4 * 1.006, "HF-4 rotated 0.6% worse" },
         { "kivi4-rot", 20.2 * 1.0005, "KIVI-4 rotated 0.05% worse (no margin: any resolved loss)" },
+        { "fp8-e4m3", 20.0 * 1.011, "fp8-e4m3 +1.1%, over < 1%" },
+        { "nvfp4", 20.0 * 1.0105, "nvfp4 +1.05%, over < 1%" },
+        { "nvfp4-4over6", 20.16, "4/6 above plain NVFP4" },
+        { "turboquant-k3v4-nc", 20.0 * 1.021, "TurboQuant 3.5 bits +2.1%, over < 2%" },
     };
     size_t i;
     int csv_n, n;
