@@ -1853,19 +1853,47 @@ static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t r
    their sign, then as in kvq__vals16: kvq__fp8_halves' bits (here 32
    lanes at once), vcvtph2ps, and 2^8 for E4M3. The same floats as
    kvq__dec_part's (tests/simd_check.c).                                 */
+#if defined(__AVX512VBMI__)
+#define KVQ__FP8_VBMI 1
+/* kvq__fp8_keys16's byte picks: [i][2t] = 64 (a zero byte), [i][2t+1] =
+   4 (t mod 16) + 2 i + t / 16 (token t mod 16's code of channel 2i + t/16) */
+static const unsigned char kvq__fp8_bytes[2][64] __attribute__((aligned(64))) = {
+#define KVQ__B2(t, c) 64, 4 * (t) + (c)
+#define KVQ__B16(c) KVQ__B2(0, c), KVQ__B2(1, c), KVQ__B2(2, c), KVQ__B2(3, c), KVQ__B2(4, c),   \
+    KVQ__B2(5, c), KVQ__B2(6, c), KVQ__B2(7, c), KVQ__B2(8, c), KVQ__B2(9, c), KVQ__B2(10, c),     \
+    KVQ__B2(11, c), KVQ__B2(12, c), KVQ__B2(13, c), KVQ__B2(14, c), KVQ__B2(15, c)
+    { KVQ__B16(0), KVQ__B16(1) }, { KVQ__B16(2), KVQ__B16(3) }
+#undef KVQ__B16
+#undef KVQ__B2
+};
+#else
+#define KVQ__FP8_VBMI 0
+#endif
 static KVQ__VINLINE void kvq__fp8_keys16(kvq__v16 *cv /* (4) */, __m512i x, int DEC)
 {
+    __m512i w[2];
+    int i;
+#if KVQ__FP8_VBMI
+    /* vpermt2b: word t of w[i] = byte 4 t' + c of x (t' = t mod 16, c =
+       2 i + t / 16) above a zero byte, the code << 8                      */
+    const __m512i zero = _mm512_setzero_si512();
+    w[0] = _mm512_permutex2var_epi8(x, _mm512_loadu_si512((const void *)kvq__fp8_bytes[0]), zero);
+    w[1] = _mm512_permutex2var_epi8(x, _mm512_loadu_si512((const void *)kvq__fp8_bytes[1]), zero);
+    for (i = 0; i < 2; i++) {                   /* E4M3: (w >>s 1) & 0xBFFF */
+        const __m512i hb = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_srai_epi16(w[i], 1),
+                                                                   _mm512_set1_epi16((short)0xBFFF))
+                                                : w[i];
+#else
     const __m512i by_ch = _mm512_set4_epi32(0x0F0B0703, 0x0E0A0602, 0x0D090501, 0x0C080400),
                   lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     const __m512i z = _mm512_permutexvar_epi32(lanes, _mm512_shuffle_epi8(x, by_ch));
-    __m512i w[2];
-    int i;
     w[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(z));          /* ch 0, 1 */
     w[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z, 1));    /* ch 2, 3 */
     for (i = 0; i < 2; i++) {
         const __m512i hb = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_slli_epi16(w[i], 7),
                                                  _mm512_set1_epi16((short)0xBF80))
                               : _mm512_slli_epi16(w[i], 8);
+#endif
         cv[2 * i].part[0] = (kvq__vf)kvq__fp8_scale512(_mm512_cvtph_ps(_mm512_castsi512_si256(hb)), DEC);
         cv[2 * i + 1].part[0] = (kvq__vf)kvq__fp8_scale512(
             _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hb, 1)), DEC);
