@@ -1089,7 +1089,16 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
                      one route whose time does not depend on the data
      KVQ__DEC_E5M2   the same with (c & 0x7F) << 21 plus 112 << 23, and
                      2 v - 2^-14 for a subnormal (m 2^-16). S.1111.111 of
-                     E4M3 (NaN) and E5M2's Inf and NaN are never stored
+                     E4M3 (NaN) and E5M2's Inf and NaN are never stored.
+                     Where the target has F16C (AVX-512; AVX2 with -mf16c)
+                     the value rows (kvq__vals16) and, with AVX512-BW, the
+                     key columns (kvq__fp8_keys16) take a shorter route to
+                     the same floats: the code as fp16 bits, vcvtph2ps
+                     (kvq__fp8_halves), and for E4M3 either a multiply by
+                     2^8 or, as KVQ__DEC_E4M3_2M8, the 2^8 carried by the
+                     query or the weights (kvq__fp8_fold_ok). Zen 4, T =
+                     32K, D = 128, one head, warm: fp8-e4m3 0.99 -> 0.73
+                     ms, fp8-e5m2 0.99 -> 0.62 (int8 codes 0.62)
      KVQ__DEC_S8     q8_0: c as a signed byte
      KVQ__DEC_U8     Sec. 4's codes at B = 8: c as an unsigned byte (16
                      bytes widened at once, not kvq__codes16's one by one;
