@@ -1202,11 +1202,12 @@ static KVQ__VINLINE __m512 kvq__fp8_scale512(__m512 v, int DEC)
    x is refused: under FTZ alone x 2^8 could flush where x v would not.   */
 static int kvq__fp8_fold_ok(const float *x, size_t n)
 {
+    const float lo = ldexpf(1.0f, -126), hi = ldexpf(1.0f, 119);
     size_t i;
     int ok = 1;
     for (i = 0; i < n; i++) {
         const float a = x[i] < 0 ? -x[i] : x[i];
-        ok &= a == 0.0f || (a >= 0x1p-126f && a <= 0x1p119f);
+        ok &= a == 0.0f || (a >= lo && a <= hi);
     }
     return ok;
 }
@@ -1215,10 +1216,10 @@ static int kvq__fp8_fold_ok(const float *x, size_t n)
    table as a kvq__v16 (KVQ__DEC_TAB), k: the part.                        */
 static KVQ__VINLINE kvq__vf kvq__dec_part(kvq__vu x, const kvq__v16 *tab, int k, int DEC)
 {
-    if (DEC == KVQ__DEC_E4M3_2M8)                   /* exact: >= 2^-17 */
-        return kvq__dec_part(x, tab, k, KVQ__DEC_E4M3) * (1.0f / 256.0f);
-    if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2) {
-        const int e4 = DEC == KVQ__DEC_E4M3;
+    if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2 || DEC == KVQ__DEC_E4M3_2M8) {
+        /* E4M3_2M8: E4M3's value, then times 2^-8 (exact: >= 2^-17)    */
+        const int e4 = DEC != KVQ__DEC_E5M2;
+        const kvq__vf f = kvq__vf_zero + (DEC == KVQ__DEC_E4M3_2M8 ? 1.0f / 256.0f : 1.0f);
         const kvq__vu mag = (x << (e4 ? 20u : 21u)) & (e4 ? 0x07F00000u : 0x0FE00000u);
         const kvq__vf v = kvq__vf_bits(mag + (e4 ? 0x3C000000u : 0x38000000u)),  /* + 120, 112 */
                       tiny = kvq__vf_bits(kvq__vu_splat(e4 ? 0x3C800000u : 0x38800000u));
@@ -1226,13 +1227,14 @@ static KVQ__VINLINE kvq__vf kvq__dec_part(kvq__vu x, const kvq__v16 *tab, int k,
         const __m512 r = _mm512_mask_fmsub_ps((__m512)v, _mm512_cmplt_epu32_mask(
                                                   (__m512i)mag, _mm512_set1_epi32(0x00800000)),
                                               _mm512_set1_ps(2.0f), (__m512)tiny);
-        return (kvq__vf)_mm512_ternarylogic_epi32((__m512i)r, (__m512i)(x << 24),
-                                                  _mm512_set1_epi32((int)0x80000000u), 0xF8);
+        const kvq__vf e = (kvq__vf)_mm512_ternarylogic_epi32((__m512i)r, (__m512i)(x << 24),
+                                                             _mm512_set1_epi32((int)0x80000000u), 0xF8);
 #else
         const kvq__vf sub = v + v - tiny;
-        return kvq__vf_bits((kvq__vu)kvq__vselect((kvq__vi)(mag < 0x00800000u), sub, v) |
-                            ((x << 24) & 0x80000000u));                  /* 2^-6, 2^-14 */
+        const kvq__vf e = kvq__vf_bits((kvq__vu)kvq__vselect((kvq__vi)(mag < 0x00800000u), sub, v) |
+                                       ((x << 24) & 0x80000000u));       /* 2^-6, 2^-14 */
 #endif
+        return DEC == KVQ__DEC_E4M3_2M8 ? e * f : e;
     }
     if (DEC == KVQ__DEC_S8)
         return kvq__vf_of_vi(((kvq__vi)(x << 24)) >> 24);
