@@ -702,13 +702,23 @@ static void check_engine(void)
                         CHECK(kvq_cache_compact(&c, 16, NULL) == KVQ_OK, "engine %s: compact: %s",
                               names[ni], kvq_why());
                     for (qi = 0; qi < 4; qi++)
-                        for (mode = 0; mode < 2; mode++) {
-                            size_t nq = nqs[qi], nw = nq * scalar_scratch(&c, (kvq_attn_mode)mode);
+                        for (mode = 0; mode < 2 + (qi == 0 && stage == 0 ? 2 : 0); mode++) {
+                            /* modes 2, 3: ONLINE again (n_q = 1) with
+                               subnormal q values: the E4M3 walk does not
+                               fold its 2^8 into such a query
+                               (kvq__fp8_fold_ok; |q| <= KVQ_MAX_ABS_INPUT
+                               rules out the other refusal, > 2^119) and
+                               takes the unfolded route                */
+                            size_t nq = nqs[qi], nw = nq * scalar_scratch(&c, KVQ_ATTN_ONLINE);
                             float *q = (float *)malloc(nq * D * sizeof(float));
                             float *o1 = (float *)malloc(nq * D * sizeof(float));
                             float *o2 = (float *)malloc(nq * D * sizeof(float));
-                            float *w = (float *)malloc(nw * sizeof(float));
+                            float *w;
+                            if (mode < 2) nw = nq * scalar_scratch(&c, (kvq_attn_mode)mode);
+                            w = (float *)malloc(nw * sizeof(float));
                             fill(&r, q, nq * D, 1.0f);
+                            if (mode == 2) q[1] = 1e-40f;
+                            if (mode == 3) { q[2] = -3e-39f; q[5] = 1e-45f; }
                             for (k = 0; k < 3 * N_VECTOR; k++) {
                                 /* each copy with the default MXCSR, then
                                    (T = 45, n_q 1 and 4) with DAZ, with DAZ
@@ -719,12 +729,14 @@ static void check_engine(void)
                                 const unsigned flags = k < N_VECTOR ? 0u : k < 2 * N_VECTOR ? 0x40u : 0x8040u;
                                 unsigned old;
                                 kvq_status st;
-                                if (!ref || (flags && (!HAVE_CSR || ti != 1 || (nq != 1 && nq != 4))))
+                                if (!ref || (flags && (!HAVE_CSR || ti != 1 || (nq != 1 && nq != 4) || mode >= 2)))
                                     continue;
-                                CHECK(ref->attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
+                                CHECK(ref->attend(&c, q, nq, o1, mode < 2 ? (kvq_attn_mode)mode : KVQ_ATTN_ONLINE,
+                                                  w, nw) == KVQ_OK,
                                       "engine %s D=%zu: attend failed", names[ni], D);
                                 old = csr_set(flags);
-                                st = v->attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw);
+                                st = v->attend(&c, q, nq, o2, mode < 2 ? (kvq_attn_mode)mode : KVQ_ATTN_ONLINE,
+                                               w, nw);
                                 csr_restore(old);
                                 CHECK(st == KVQ_OK, "engine %s D=%zu: attend failed", names[ni], D);
                                 runs++;
