@@ -967,6 +967,9 @@ typedef struct kvq__heads {
     float *row;            /* (D) one row of codes or of values, as floats   */
     const float *pairs;    /* (n, D/2, 16) 2-bit per-token keys' pair table
                               (kvq__key_pairs), or NULL                     */
+    const float *q8;       /* (n, D) q 2^8 for E4M3 keys read as
+                              KVQ__DEC_E4M3_2M8 (kvq__fp8_fold_ok), or NULL */
+    int fp8_ahead;         /* kvq__fp8_ahead: the key blocks ask for lines   */
     int32_t pos[KVQ_TILE]; /* the tile's positions; -1 = not attended        */
     float inv_sqrt_d;
 } kvq__heads;
@@ -1086,7 +1089,16 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
                      one route whose time does not depend on the data
      KVQ__DEC_E5M2   the same with (c & 0x7F) << 21 plus 112 << 23, and
                      2 v - 2^-14 for a subnormal (m 2^-16). S.1111.111 of
-                     E4M3 (NaN) and E5M2's Inf and NaN are never stored
+                     E4M3 (NaN) and E5M2's Inf and NaN are never stored.
+                     Where the target has F16C (AVX-512; AVX2 with -mf16c)
+                     the value rows (kvq__vals16) and, with AVX512-BW, the
+                     key columns (kvq__fp8_keys16) take a shorter route to
+                     the same floats: the code as fp16 bits, vcvtph2ps
+                     (kvq__fp8_halves), and for E4M3 either a multiply by
+                     2^8 or, as KVQ__DEC_E4M3_2M8, the 2^8 carried by the
+                     query or the weights (kvq__fp8_fold_ok). Zen 4, T =
+                     32K, D = 128, one head, warm: fp8-e4m3 0.99 -> 0.73
+                     ms, fp8-e5m2 0.99 -> 0.62 (int8 codes 0.62)
      KVQ__DEC_S8     q8_0: c as a signed byte
      KVQ__DEC_U8     Sec. 4's codes at B = 8: c as an unsigned byte (16
                      bytes widened at once, not kvq__codes16's one by one;
@@ -1101,6 +1113,10 @@ static void kvq__unpack_f32(const uint32_t *w, size_t first, size_t n, int bits,
 #define KVQ__DEC_E5M2 3
 #define KVQ__DEC_S8   4
 #define KVQ__DEC_U8   5
+#define KVQ__DEC_E4M3_2M8 6  /* E4M3's value times 2^-8 (kvq__fp8_halves):
+                                only where the walk has put the 2^8 into
+                                the other factor of each product (the
+                                query, the weights: kvq__fp8_fold)        */
 
 /* The decoding of a side's codes, or -1 where the vector walk has none
    (Lloyd-Max at B = 2: its pair walks count on value(c) = c).            */
@@ -1131,12 +1147,79 @@ static void kvq__side_table(const kvq_side *s, float *tab /* (16) */)
     for (i = 0; i < 16; i++) tab[i] = s->bits <= 4 ? s->value[i & ((1u << s->bits) - 1u)] : 0.0f;
 }
 
+#if KVQ__W == 16 || (KVQ__W == 8 && defined(__F16C__))
+/* FP8 codes as fp16 bits, 16 lanes of 16 bits, each lane's code
+   sign-extended from its byte (vpmovsxbw): the lane ssssssss s eeee mmm.
+     E4M3 (E4 = 1)  (lane << 7) & 0xBF80 = s 0 eeee mmm 0000000: the fp16
+                    whose 5-bit exponent field holds E4M3's 4 bits, the
+                    code's value times 2^-8, exactly, subnormals included
+                    (E4M3's m 2^-9 lands as fp16's m 2^7 2^-24 = m 2^-17)
+     E5M2 (E4 = 0)  lane << 8 = s eeeee mm 00000000: the fp16 with the
+                    code's value (E5M2 is fp16's top byte)
+   vcvtph2ps then gives the fp32 exactly: an fp16 subnormal becomes a
+   normal fp32, and the instruction ignores MXCSR.DAZ (Intel SDM,
+   VCVTPH2PS: "MXCSR.DAZ is ignored and is treated as if it 0"; tested on
+   Zen 4 for every fp16 subnormal, 512- and 256-bit forms, DAZ and FTZ
+   set; tests/simd_check.c decodes all 256 codes of each under DAZ). The
+   E4M3 value is then times 2^8 (kvq__fp8_scale*: exact, the smallest
+   nonzero magnitude 2^-17 is a normal fp32). S.1111.111 (E4M3's NaN) and
+   E5M2's Inf and NaN are never stored.                                   */
+static KVQ__VINLINE __m256i kvq__fp8_halves(__m256i lane, int E4)
+{
+    if (E4) return _mm256_and_si256(_mm256_slli_epi16(lane, 7), _mm256_set1_epi16((short)0xBF80));
+    return _mm256_slli_epi16(lane, 8);
+}
+static KVQ__VINLINE __m256 kvq__fp8_scale256(__m256 v, int DEC)
+{
+    return DEC == KVQ__DEC_E4M3 ? _mm256_mul_ps(v, _mm256_set1_ps(256.0f)) : v;
+}
+#if KVQ__W == 16
+static KVQ__VINLINE __m512 kvq__fp8_scale512(__m512 v, int DEC)
+{
+    return DEC == KVQ__DEC_E4M3 ? _mm512_mul_ps(v, _mm512_set1_ps(256.0f)) : v;
+}
+#endif
+#define KVQ__FP8_F16 1       /* kvq__vals16 decodes FP8 through fp16      */
+#else
+#define KVQ__FP8_F16 0
+#endif
+#if KVQ__W == 16 && defined(__AVX512BW__)
+#define KVQ__FP8_KEYS 1      /* kvq__token_block too (kvq__fp8_keys16)    */
+#else
+#define KVQ__FP8_KEYS 0
+#endif
+#if KVQ__FP8_F16
+#define KVQ__IF_FP8_F16(x) x
+#else
+#define KVQ__IF_FP8_F16(x) (void)0
+#endif
+
+/* Whether the n floats x may take E4M3's 2^8 (KVQ__DEC_E4M3_2M8): each 0
+   or normal with |x| <= 2^119. Then x 2^8 is exact and normal, and for
+   every E4M3 value v, (x 2^8)(v 2^-8) is the real number x v, so a
+   product, a multiply-add and the sums after them round as with (x, v),
+   under any MXCSR (no operand is subnormal: v 2^-8 >= 2^-17). A subnormal
+   x is refused: under FTZ alone x 2^8 could flush where x v would not.   */
+static int kvq__fp8_fold_ok(const float *x, size_t n)
+{
+    const float lo = ldexpf(1.0f, -126), hi = ldexpf(1.0f, 119);
+    size_t i;
+    int ok = 1;
+    for (i = 0; i < n; i++) {
+        const float a = x[i] < 0 ? -x[i] : x[i];
+        ok &= a == 0.0f || (a >= lo && a <= hi);
+    }
+    return ok;
+}
+
 /* One part's codes (low bits of each lane) as values, by DEC; tab: the
    table as a kvq__v16 (KVQ__DEC_TAB), k: the part.                        */
 static KVQ__VINLINE kvq__vf kvq__dec_part(kvq__vu x, const kvq__v16 *tab, int k, int DEC)
 {
-    if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2) {
-        const int e4 = DEC == KVQ__DEC_E4M3;
+    if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2 || DEC == KVQ__DEC_E4M3_2M8) {
+        /* E4M3_2M8: E4M3's value, then times 2^-8 (exact: >= 2^-17)    */
+        const int e4 = DEC != KVQ__DEC_E5M2;
+        const kvq__vf f = kvq__vf_zero + (DEC == KVQ__DEC_E4M3_2M8 ? 1.0f / 256.0f : 1.0f);
         const kvq__vu mag = (x << (e4 ? 20u : 21u)) & (e4 ? 0x07F00000u : 0x0FE00000u);
         const kvq__vf v = kvq__vf_bits(mag + (e4 ? 0x3C000000u : 0x38000000u)),  /* + 120, 112 */
                       tiny = kvq__vf_bits(kvq__vu_splat(e4 ? 0x3C800000u : 0x38800000u));
@@ -1144,13 +1227,14 @@ static KVQ__VINLINE kvq__vf kvq__dec_part(kvq__vu x, const kvq__v16 *tab, int k,
         const __m512 r = _mm512_mask_fmsub_ps((__m512)v, _mm512_cmplt_epu32_mask(
                                                   (__m512i)mag, _mm512_set1_epi32(0x00800000)),
                                               _mm512_set1_ps(2.0f), (__m512)tiny);
-        return (kvq__vf)_mm512_ternarylogic_epi32((__m512i)r, (__m512i)(x << 24),
-                                                  _mm512_set1_epi32((int)0x80000000u), 0xF8);
+        const kvq__vf e = (kvq__vf)_mm512_ternarylogic_epi32((__m512i)r, (__m512i)(x << 24),
+                                                             _mm512_set1_epi32((int)0x80000000u), 0xF8);
 #else
         const kvq__vf sub = v + v - tiny;
-        return kvq__vf_bits((kvq__vu)kvq__vselect((kvq__vi)(mag < 0x00800000u), sub, v) |
-                            ((x << 24) & 0x80000000u));                  /* 2^-6, 2^-14 */
+        const kvq__vf e = kvq__vf_bits((kvq__vu)kvq__vselect((kvq__vi)(mag < 0x00800000u), sub, v) |
+                                       ((x << 24) & 0x80000000u));       /* 2^-6, 2^-14 */
 #endif
+        return DEC == KVQ__DEC_E4M3_2M8 ? e * f : e;
     }
     if (DEC == KVQ__DEC_S8)
         return kvq__vf_of_vi(((kvq__vi)(x << 24)) >> 24);
@@ -1189,6 +1273,20 @@ static KVQ__VINLINE void kvq__vals16(kvq__v16 *out, const uint32_t *w, size_t c0
     kvq__u16 x;
     int k;
     if (DEC == KVQ__DEC_INT) { kvq__codes16(out, w, c0, BITS); return; }
+#if KVQ__W == 16 || (KVQ__W == 8 && defined(__F16C__))
+    if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2 || DEC == KVQ__DEC_E4M3_2M8) {
+        const unsigned char *b = (const unsigned char *)(const void *)w + c0;   /* 16 bytes */
+        const __m256i h = kvq__fp8_halves(_mm256_cvtepi8_epi16(                /* as halves */
+            _mm_loadu_si128((const __m128i *)(const void *)b)), DEC != KVQ__DEC_E5M2);
+#if KVQ__W == 16
+        out->part[0] = (kvq__vf)kvq__fp8_scale512(_mm512_cvtph_ps(h), DEC);
+#else
+        out->part[0] = (kvq__vf)kvq__fp8_scale256(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), DEC);
+        out->part[1] = (kvq__vf)kvq__fp8_scale256(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), DEC);
+#endif
+        return;
+    }
+#endif
     if (BITS == 8) {
         const unsigned char *b = (const unsigned char *)(const void *)w + c0;
 #if KVQ__W == 16
@@ -1329,6 +1427,7 @@ static void kvq__unit_qa(const kvq_cache *c, kvq__heads *H, size_t u)
         break;                                                               \
     case KVQ__DEC_E4M3: CALL(NH, 8, KVQ__DEC_E4M3); break;                   \
     case KVQ__DEC_E5M2: CALL(NH, 8, KVQ__DEC_E5M2); break;                   \
+    case KVQ__DEC_E4M3_2M8: KVQ__IF_FP8_F16(CALL(NH, 8, KVQ__DEC_E4M3_2M8)); break; \
     case KVQ__DEC_S8:   CALL(NH, 8, KVQ__DEC_S8); break;                     \
     case KVQ__DEC_U8:   CALL(NH, 8, KVQ__DEC_U8); break;                     \
     default:                                                                 \
@@ -1757,6 +1856,87 @@ static KVQ__VINLINE void kvq__columns16(const uint32_t *base, size_t n, size_t r
     for (w = 0; w < n; w++) out[w] = kvq__gather16(base + w, idx);
 }
 
+#if KVQ__FP8_KEYS
+/* A column of FP8 keys (kvq__token_block: lane j the word of token j, its
+   bytes channels 4k .. 4k+3) as the 4 channels' values, token j in lane
+   j of cv[e]: the bytes regrouped by channel (vpshufb within each 128-bit
+   lane, then vpermd: 16 bytes a channel), widened to 16-bit lanes with
+   their sign, then as in kvq__vals16: kvq__fp8_halves' bits (here 32
+   lanes at once), vcvtph2ps, and 2^8 for E4M3. The same floats as
+   kvq__dec_part's (tests/simd_check.c).                                 */
+#if defined(__AVX512VBMI__)
+#define KVQ__FP8_VBMI 1
+/* kvq__fp8_keys16's byte picks: [i][2t] = 64 (a zero byte), [i][2t+1] =
+   4 (t mod 16) + 2 i + t / 16 (token t mod 16's code of channel 2i + t/16) */
+static const unsigned char kvq__fp8_bytes[2][64] __attribute__((aligned(64))) = {
+#define KVQ__B2(t, c) 64, 4 * (t) + (c)
+#define KVQ__B16(c) KVQ__B2(0, c), KVQ__B2(1, c), KVQ__B2(2, c), KVQ__B2(3, c), KVQ__B2(4, c),   \
+    KVQ__B2(5, c), KVQ__B2(6, c), KVQ__B2(7, c), KVQ__B2(8, c), KVQ__B2(9, c), KVQ__B2(10, c),     \
+    KVQ__B2(11, c), KVQ__B2(12, c), KVQ__B2(13, c), KVQ__B2(14, c), KVQ__B2(15, c)
+    { KVQ__B16(0), KVQ__B16(1) }, { KVQ__B16(2), KVQ__B16(3) }
+#undef KVQ__B16
+#undef KVQ__B2
+};
+#else
+#define KVQ__FP8_VBMI 0
+#endif
+static KVQ__VINLINE void kvq__fp8_keys16(kvq__v16 *cv /* (4) */, __m512i x, int DEC)
+{
+    __m512i w[2];
+    int i;
+#if KVQ__FP8_VBMI
+    /* vpermt2b: word t of w[i] = byte 4 t' + c of x (t' = t mod 16, c =
+       2 i + t / 16) above a zero byte, the code << 8                      */
+    const __m512i zero = _mm512_setzero_si512();
+    w[0] = _mm512_permutex2var_epi8(x, _mm512_loadu_si512((const void *)kvq__fp8_bytes[0]), zero);
+    w[1] = _mm512_permutex2var_epi8(x, _mm512_loadu_si512((const void *)kvq__fp8_bytes[1]), zero);
+    for (i = 0; i < 2; i++) {                   /* E4M3: (w >>s 1) & 0xBFFF */
+        const __m512i hb = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_srai_epi16(w[i], 1),
+                                                                   _mm512_set1_epi16((short)0xBFFF))
+                                                : w[i];
+#else
+    const __m512i by_ch = _mm512_set4_epi32(0x0F0B0703, 0x0E0A0602, 0x0D090501, 0x0C080400),
+                  lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512i z = _mm512_permutexvar_epi32(lanes, _mm512_shuffle_epi8(x, by_ch));
+    w[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(z));          /* ch 0, 1 */
+    w[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z, 1));    /* ch 2, 3 */
+    for (i = 0; i < 2; i++) {
+        const __m512i hb = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_slli_epi16(w[i], 7),
+                                                 _mm512_set1_epi16((short)0xBF80))
+                              : _mm512_slli_epi16(w[i], 8);
+#endif
+        cv[2 * i].part[0] = (kvq__vf)kvq__fp8_scale512(_mm512_cvtph_ps(_mm512_castsi512_si256(hb)), DEC);
+        cv[2 * i + 1].part[0] = (kvq__vf)kvq__fp8_scale512(
+            _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hb, 1)), DEC);
+    }
+}
+#endif
+
+/* FP8 per-token sides (kvq__fp8_ahead): the slots KVQ__FP8_AHEAD ahead
+   of the key block being scored are asked for into L2 a line at a time,
+   one key line and one value line per word column, between the column's
+   arithmetic, instead of kvq__prefetch_slots' burst of a tile's lines.
+   Zen 4, fp8-e4m3, T = 32K, D = 128, one head, cold (after a 134 MB
+   read), median of 40: the burst 1.42-1.50 ms, no hints 1.09-1.25, one
+   hint per 4 KB page 1.11-1.26, spread 0.91-0.95 (32 to 128 slots ahead
+   alike, 256 0.96-0.98, 512 1.0; into L1 1.17-1.22); warm 0.76.          */
+#define KVQ__FP8_AHEAD (2 * KVQ_TILE)
+/* 1 where the key blocks ask for the lines ahead (kvq__token_block's
+   FP8 route): FP8 keys and values per token, 8-bit codes on both sides
+   with the same words a slot (V's slots taken at K's indices, as in
+   kvq__prefetch_slots: a wrong guess wastes a line, never a result)     */
+static int kvq__side_served(const kvq_side *s);
+static int kvq__fp8_ahead(const kvq_cache *c)
+{
+    const kvq_side *k = &c->k, *v = &c->v;
+    const int dk = kvq__side_dec(k), dv = kvq__side_dec(v);
+    return KVQ__FP8_KEYS && (dk == KVQ__DEC_E4M3 || dk == KVQ__DEC_E5M2) &&
+           (dv == KVQ__DEC_E4M3 || dv == KVQ__DEC_E5M2) && kvq__side_served(k) &&
+           kvq__side_served(v) && v->schedule != KVQ_SCHED_NONE &&
+           k->geom.tokens_per_unit == 1 && v->geom.tokens_per_unit == 1 &&
+           k->geom.groups_per_unit * k->geom.words_per_group ==
+               v->geom.groups_per_unit * v->geom.words_per_group;
+}
 #define KVQ__TOKEN_GROUPS 16     /* the most groups a slot in lanes, 16 | G */
 
 /* kvq__zero_term lane by lane: z, or (-z) s for an integer zero          */
@@ -1836,11 +2016,13 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                                          size_t G, size_t gpu, size_t wpg,
                                          const float *ab, const float *q, const float *qsum,
                                          size_t D, float scale, float *sc, int NH, int bits,
-                                         const float *tab /* (16), KVQ__DEC_TAB */, int DEC)
+                                         const float *tab /* (16), KVQ__DEC_TAB */, int DEC,
+                                         const char *pfk, const char *pfv /* or NULL */)
 {
     const size_t per = 32 / (size_t)bits;               /* codes per word    */
     const uint32_t mask = (uint32_t)((1u << bits) - 1u);
     const int P = NH >= 3 ? 1 : 4 / NH;
+    (void)pfk; (void)pfv;                        /* the FP8 route's hints  */
     kvq__v16 total[4], tabv;
     size_t g, k, e;
     int h, p, r;
@@ -1920,6 +2102,25 @@ static KVQ__VINLINE void kvq__token_block(const uint32_t *words, const int32_t *
                 }
                 continue;
             }
+#if KVQ__FP8_KEYS
+            if (DEC == KVQ__DEC_E4M3 || DEC == KVQ__DEC_E5M2 || DEC == KVQ__DEC_E4M3_2M8) {
+                /* the word's 4 channels of the 16 tokens as 16 fp16 each
+                   (kvq__fp8_keys16), then channel by channel as below    */
+                kvq__v16 cv[4];
+                if (pfk) {                  /* a block's slots: gpu wpg lines */
+                    __builtin_prefetch(pfk + 64 * (g * wpg + k), 0, 2);
+                    __builtin_prefetch(pfv + 64 * (g * wpg + k), 0, 2);
+                }
+                kvq__fp8_keys16(cv, (__m512i)x.part[0], DEC);
+                for (e = 0; e < 4; e++) {
+                    const size_t d = g * G + k * 4 + e;
+                    for (h = 0; h < NH; h++)
+                        part[h][e % (size_t)P] = kvq__madd16(part[h][e % (size_t)P],
+                                                             kvq__splat16(q[(size_t)h * D + d]), cv[e]);
+                }
+                continue;
+            }
+#endif
             KVQ__UNROLL(16)
             for (e = 0; e < per; e++) {                 /* channel d         */
                 const size_t d = g * G + k * per + e;
@@ -2020,7 +2221,12 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
         int32_t idx[16];
         kvq__u16 col[32];                    /* a block's words, by column   */
         const kvq__u16 *cols;                /* col, or NULL: gathers by idx */
-        const int dec = kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
+        /* E4M3 keys against q 2^8 where the walk made it (H->q8)       */
+        const int fold = KVQ__FP8_KEYS && H->q8 && kvq__side_dec(s) == KVQ__DEC_E4M3,
+                  dec = fold ? KVQ__DEC_E4M3_2M8 : kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
+        const float *qk = fold ? H->q8 : H->q;
+        const char *pfk, *pfv;                 /* kvq__fp8_ahead's lines     */
+        const int ahead = H->fp8_ahead;
         const size_t spu = s->sz_per_unit;
         kvq__side_table(s, tab);
         for (b0 = 0; b0 < n; b0 += 16) {
@@ -2051,11 +2257,17 @@ static void kvq__scores_token(const kvq_cache *c, kvq__heads *H, size_t s0, size
                         if (fmt) kvq__group_ab(c, s, (s0 + jj) * gpu + g, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
                         else kvq__affine(sz[g], c->cfg.zero_mode, &ab[g * 32 + j], &ab[g * 32 + 16 + j]);
                 }
-            for (h = 0; h < H->n; h += kvq__head_batch(H->n - h)) {
+            pfk = pfv = NULL;
+            if (ahead && s0 + b0 + KVQ__FP8_AHEAD + 16 <= s->n_units &&
+                s0 + b0 + KVQ__FP8_AHEAD + 16 <= c->v.n_units) {
+                pfk = (const char *)(const void *)(s->words + (s0 + b0 + KVQ__FP8_AHEAD) * gpu * wpg);
+                pfv = (const char *)(const void *)(c->v.words + (s0 + b0 + KVQ__FP8_AHEAD) * gpu * wpg);
+            }
+            for (h = 0; h < H->n; h += kvq__head_batch(H->n - h), pfk = pfv = NULL) {
 #define KVQ__TB(NH, BITS, DEC) kvq__token_block(s->words + (s0 + b0) * gpu * wpg, idx, cols,      \
                                            H->pairs ? H->pairs + h * D * KVQ__PAIR_FLOATS : NULL, G, gpu, wpg, ab, \
-                                           H->q + h * D, H->qa + h * D, D, H->inv_sqrt_d,      \
-                                           H->sc + h * KVQ_TILE + b0, NH, BITS, tab, DEC)
+                                           qk + h * D, H->qa + h * D, D, H->inv_sqrt_d,        \
+                                           H->sc + h * KVQ_TILE + b0, NH, BITS, tab, DEC, pfk, pfv)
                 KVQ__WITH_NH_DEC(KVQ__TB, kvq__head_batch(H->n - h), s->bits, dec);
 #undef KVQ__TB
             }
@@ -2504,6 +2716,7 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
     int blocks = s->schedule != KVQ_SCHED_NONE && s->axis == KVQ_PER_TOKEN && G % 16 == 0;
     int in_place = 1;                      /* every at_q[j] == j so far      */
     const int dec = kvq__side_dec(s), fmt = s->format != KVQ_FORMAT_INT;
+    int vdec;                              /* dec, or E4M3's 2^8 folded      */
     const size_t spu = s->sz_per_unit;     /* kvq_sz words a slot: INT gpu  */
     float tab[16];                         /* KVQ__DEC_TAB's values          */
     int consecutive = 1;                   /* slot j == slot 0 + j so far    */
@@ -2595,13 +2808,25 @@ static void kvq__tile_values(const kvq_cache *c, kvq__heads *H, size_t n)
                         for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] = wt[j] * a[j];
                     wb[k] = kvq__simd_dot(wt, b, m);
                 }
+                vdec = dec;
+                if (KVQ__FP8_F16 && dec == KVQ__DEC_E4M3) {
+                    /* E4M3's 2^8 into the weights where exact
+                       (kvq__fp8_fold_ok), each head's m of them          */
+                    int ok = 1;
+                    for (k = 0; k < nh; k++) ok &= kvq__fp8_fold_ok(wa + k * KVQ_TILE, m);
+                    if (ok) {
+                        for (k = 0; k < nh; k++)
+                            for (j = 0; j < m; j++) wa[k * KVQ_TILE + j] *= 256.0f;
+                        vdec = KVQ__DEC_E4M3_2M8;
+                    }
+                }
                 for (j = 0; j < m; j += run) {          /* usually one run   */
                     run = consecutive ? m : kvq__run(w, j, m, slot_bytes);
 #define KVQ__VB(NH, BITS, DEC) kvq__tile_block(out + g * G, D, G,                                \
                                           (const char *)w[j] + g * wpg * sizeof(uint32_t),     \
                                           slot_bytes, run, wa + j, j ? NULL : wb, NH, BITS,    \
                                           DEC, tab)
-                    KVQ__WITH_NH_DEC(KVQ__VB, nh, s->bits, dec);
+                    KVQ__WITH_NH_DEC(KVQ__VB, nh, s->bits, vdec);
 #undef KVQ__VB
                 }
             }
@@ -2712,6 +2937,15 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
 #else
     H->pairs = NULL;
 #endif
+    H->q8 = NULL;
+    H->fp8_ahead = s->axis == KVQ_PER_TOKEN && kvq__fp8_ahead(c);
+#if KVQ__FP8_KEYS                        /* E4M3 keys: q 2^8, in pairs' room */
+    if (!H->pairs && s->schedule != KVQ_SCHED_NONE && kvq__side_dec(s) == KVQ__DEC_E4M3 &&
+        H->n * D <= KVQ__PAIR_FLOATS * KVQ__PAIR_HEAD_DIMS && kvq__fp8_fold_ok(H->q, H->n * D)) {
+        for (d = 0; d < H->n * D; d++) pairs[d] = H->q[d] * 256.0f;
+        H->q8 = pairs;
+    }
+#endif
     for (h = 0; h < H->n; h++) { H->m[h] = -INFINITY; H->l[h] = 0.0f; }
     for (d = 0; d < H->n * D; d++) H->out[d] = 0.0f;
     if (s->schedule != KVQ_SCHED_NONE && s->n_units > 0) {
@@ -2733,7 +2967,8 @@ static void kvq__online_walk(const kvq_cache *c, kvq__heads *H)
                 if (s->axis == KVQ_PER_TOKEN && u + n > s->n_units) n = s->n_units - u;
                 for (j = 0; j < n; j++) any |= (H->pos[j] = s->qpos[slot0 + j]) >= 0;
                 if (!any) continue;                     /* placeholders only */
-                if (s->axis == KVQ_PER_TOKEN) kvq__prefetch_slots(c, slot0 + KVQ__AHEAD_SLOTS, n);
+                if (s->axis == KVQ_PER_TOKEN && !H->fp8_ahead)
+                    kvq__prefetch_slots(c, slot0 + KVQ__AHEAD_SLOTS, n);
                 if (s->axis == KVQ_PER_CHANNEL) kvq__scores_channel(c, H, u, t0, n);
                 else kvq__scores_token(c, H, slot0, n);
                 kvq__tile_update(c, H, n);

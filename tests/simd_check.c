@@ -103,7 +103,11 @@ kvq_status PART(attend)(const kvq_cache *c, const float *q, size_t n_q, float *o
    table s->value: every code of side `side` (0 K, 1 V) packed 16 at a
    time and decoded; the codes whose float differs in bits (the grid's
    non-finite codes, never stored, are skipped), or -1 where this copy
-   has no decoding for the side (a scalar copy, NEON, Lloyd-Max B = 2).  */
+   has no decoding for the side (a scalar copy, NEON, Lloyd-Max B = 2).
+   FP8 sides also through the walk's other FP8 routes, every code: E4M3
+   as KVQ__DEC_E4M3_2M8 (want s->value 2^-8, exact) where kvq__vals16
+   has the fp16 route, and the key columns' kvq__fp8_keys16 (E4M3, E5M2,
+   E4M3_2M8: 16 tokens' words of 4 codes each, 4 columns) where built.  */
 int PART(decode_differs)(const kvq_cache *c, int side)
 {
 #if defined(KVQ__SIMD) && (KVQ__W == 16 || KVQ__W == 8)
@@ -139,6 +143,42 @@ int PART(decode_differs)(const kvq_cache *c, int side)
             const float want = s->value[(i + j) % n];
             if (!kvq__finite(want)) continue;
             bad += memcmp(&want, &out[j], sizeof want) != 0;
+        }
+    }
+    if (dec == KVQ__DEC_E4M3 || dec == KVQ__DEC_E5M2) {
+        int route;
+        for (route = 0; route < 3; route++) {     /* 2M8 vals, keys, 2M8 keys */
+            const int d = route != 1 && dec == KVQ__DEC_E4M3 ? KVQ__DEC_E4M3_2M8 : dec;
+            const float f = d == KVQ__DEC_E4M3_2M8 ? 1.0f / 256.0f : 1.0f;
+            if ((route == 0 && (!KVQ__FP8_F16 || dec != KVQ__DEC_E4M3)) ||
+                (route > 0 && !KVQ__FP8_KEYS) || (route == 2 && dec != KVQ__DEC_E4M3))
+                continue;
+            for (i = 0; i < 256; i += route ? 64 : 16) {
+                float got[64];
+                unsigned j, e;
+                if (route == 0) {
+                    kvq__vals16(&v, w, i, 8, KVQ__DEC_E4M3_2M8, &tabv);
+                    kvq__store16(got, v);
+                }
+#if KVQ__FP8_KEYS
+                else {                      /* token j, channel e: code i + 16 e + j */
+                    uint32_t col[16];
+                    kvq__v16 cv[4];
+                    kvq__u16 x;
+                    for (j = 0; j < 16; j++)
+                        col[j] = (i + j) | (i + 16 + j) << 8 | (i + 32 + j) << 16 | (i + 48 + j) << 24;
+                    memcpy(&x, col, sizeof x);
+                    kvq__fp8_keys16(cv, (__m512i)x.part[0], d);
+                    for (e = 0; e < 4; e++) kvq__store16(got + 16 * e, cv[e]);
+                }
+#endif
+                for (j = 0; j < (route ? 64u : 16u); j++) {
+                    const float want = s->value[i + j] * f;
+                    if (!kvq__finite(want)) continue;
+                    bad += memcmp(&want, &got[j], sizeof want) != 0;
+                }
+                (void)e;
+            }
         }
     }
     return (int)bad;
@@ -635,15 +675,22 @@ static void check_engine(void)
                 if (serves < 0) serves = native_walk_serves(&c);
                 CHECK(native_walk_serves(&c) == serves, "engine %s: served at one D, not another",
                       names[ni]);
-                if (di == 0 && ti == 0)
+                if (di == 0 && ti == 0)                 /* also with DAZ, DAZ+FTZ */
                     for (side = 0; side < 2; side++)
-                        for (k = 0; k < N_VECTOR; k++) {
-                            int bad = decode[k](&c, side);
+                        for (k = 0; k < 3 * N_VECTOR; k++) {
+                            const unsigned flags = k < N_VECTOR ? 0u : k < 2 * N_VECTOR ? 0x40u : 0x8040u;
+                            unsigned old;
+                            int bad;
+                            if (flags && !HAVE_CSR) continue;
+                            old = csr_set(flags);
+                            bad = decode[k % N_VECTOR](&c, side);
+                            csr_restore(old);
                             if (bad < 0) continue;
                             dec_runs++;
                             if (bad == 0) dec_ok++;
                             else CHECK(0, "engine %s side %d: the %s copy decodes %d codes differently "
-                                       "from s->value", names[ni], side, vector_copies[k].name, bad);
+                                       "from s->value (MXCSR 0x%x)", names[ni], side,
+                                       vector_copies[k % N_VECTOR].name, bad, flags);
                         }
                 for (stage = 0; stage < 3; stage++) {
                     if (stage == 1) {                   /* evict a third    */
@@ -655,13 +702,23 @@ static void check_engine(void)
                         CHECK(kvq_cache_compact(&c, 16, NULL) == KVQ_OK, "engine %s: compact: %s",
                               names[ni], kvq_why());
                     for (qi = 0; qi < 4; qi++)
-                        for (mode = 0; mode < 2; mode++) {
-                            size_t nq = nqs[qi], nw = nq * scalar_scratch(&c, (kvq_attn_mode)mode);
+                        for (mode = 0; mode < 2 + (qi == 0 && stage == 0 ? 2 : 0); mode++) {
+                            /* modes 2, 3: ONLINE again (n_q = 1) with
+                               subnormal q values: the E4M3 walk does not
+                               fold its 2^8 into such a query
+                               (kvq__fp8_fold_ok; |q| <= KVQ_MAX_ABS_INPUT
+                               rules out the other refusal, > 2^119) and
+                               takes the unfolded route                */
+                            size_t nq = nqs[qi], nw = nq * scalar_scratch(&c, KVQ_ATTN_ONLINE);
                             float *q = (float *)malloc(nq * D * sizeof(float));
                             float *o1 = (float *)malloc(nq * D * sizeof(float));
                             float *o2 = (float *)malloc(nq * D * sizeof(float));
-                            float *w = (float *)malloc(nw * sizeof(float));
+                            float *w;
+                            if (mode < 2) nw = nq * scalar_scratch(&c, (kvq_attn_mode)mode);
+                            w = (float *)malloc(nw * sizeof(float));
                             fill(&r, q, nq * D, 1.0f);
+                            if (mode == 2) q[1] = 1e-40f;
+                            if (mode == 3) { q[2] = -3e-39f; q[5] = 1e-45f; }
                             for (k = 0; k < 3 * N_VECTOR; k++) {
                                 /* each copy with the default MXCSR, then
                                    (T = 45, n_q 1 and 4) with DAZ, with DAZ
@@ -672,12 +729,14 @@ static void check_engine(void)
                                 const unsigned flags = k < N_VECTOR ? 0u : k < 2 * N_VECTOR ? 0x40u : 0x8040u;
                                 unsigned old;
                                 kvq_status st;
-                                if (!ref || (flags && (!HAVE_CSR || ti != 1 || (nq != 1 && nq != 4))))
+                                if (!ref || (flags && (!HAVE_CSR || ti != 1 || (nq != 1 && nq != 4) || mode >= 2)))
                                     continue;
-                                CHECK(ref->attend(&c, q, nq, o1, (kvq_attn_mode)mode, w, nw) == KVQ_OK,
+                                CHECK(ref->attend(&c, q, nq, o1, mode < 2 ? (kvq_attn_mode)mode : KVQ_ATTN_ONLINE,
+                                                  w, nw) == KVQ_OK,
                                       "engine %s D=%zu: attend failed", names[ni], D);
                                 old = csr_set(flags);
-                                st = v->attend(&c, q, nq, o2, (kvq_attn_mode)mode, w, nw);
+                                st = v->attend(&c, q, nq, o2, mode < 2 ? (kvq_attn_mode)mode : KVQ_ATTN_ONLINE,
+                                               w, nw);
                                 csr_restore(old);
                                 CHECK(st == KVQ_OK, "engine %s D=%zu: attend failed", names[ni], D);
                                 runs++;
