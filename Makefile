@@ -126,13 +126,14 @@ $(B)/bench/%: bench/%.c $(HDRS)
 	$(CC) $(CFLAGS) -O3 -march=native -I. -o $@ $< $(LDLIBS)
 
 # kvq.h's vector paths against its scalar path, bit for bit: tests/simd_check.c
-# built as six objects (W = 1 and AVX2 copies without and with FMA, this
-# machine's -march=native copy, main). The unit tests themselves are built for
+# built as seven objects (W = 1 and AVX2 copies without and with FMA, this
+# machine's -march=native copy and the same without AVX512-VBMI, main). The unit tests themselves are built for
 # the x86-64 baseline and so run the scalar path.
 X86 := $(filter x86_64 amd64 i%86,$(shell uname -m))
 SIMD_FLAGS := $(if $(X86),-mavx2 -mf16c)
 FMA_FLAGS  := $(if $(X86),-mfma)
-SIMD_PARTS := scalar simd scalar_fma simd_fma native
+NOVBMI_FLAGS := $(if $(X86),-mno-avx512vbmi)
+SIMD_PARTS := scalar simd scalar_fma simd_fma native native_novbmi
 $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
 	@mkdir -p $(B)/simd $(@D)
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar -DSIMD_CHECK_PLAIN -c $< -o $(B)/simd/scalar.o
@@ -140,6 +141,7 @@ $(B)/tests/simd_check: tests/simd_check.c $(HDRS)
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=scalar_fma -DSIMD_CHECK_PLAIN $(FMA_FLAGS) -c $< -o $(B)/simd/scalar_fma.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=simd_fma $(SIMD_FLAGS) $(FMA_FLAGS) -c $< -o $(B)/simd/simd_fma.o
 	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=native -march=native -c $< -o $(B)/simd/native.o
+	$(CC) $(CFLAGS) -I. -Itests -DSIMD_CHECK_PART=native_novbmi -march=native $(NOVBMI_FLAGS) -c $< -o $(B)/simd/native_novbmi.o
 	$(CC) $(CFLAGS) -I. -Itests -c $< -o $(B)/simd/main.o
 	$(CC) -o $@ $(SIMD_PARTS:%=$(B)/simd/%.o) $(B)/simd/main.o $(LDLIBS)
 

@@ -10,7 +10,7 @@
    the two headers several ways and compares each kvq_simd.h copy with the
    kvq.h copy of the same FMA setting.
 
-   Build (the Makefile does this): this file compiled six times,
+   Build (the Makefile does this): this file compiled seven times,
      -DSIMD_CHECK_PART=scalar                          kvq.h alone, no FMA
      -DSIMD_CHECK_PART=simd -mavx2 -mf16c              kvq_simd.h, W = 8,
                                                        no FMA
@@ -21,6 +21,10 @@
                                                        where it has it: the
                                                        code the benchmark
                                                        times)
+     -DSIMD_CHECK_PART=native_novbmi -march=native     the same without
+       -mno-avx512vbmi (x86)                           AVX512-VBMI: the FP8
+                                                       key route VBMI
+                                                       machines never take
      (no SIMD_CHECK_PART)                              main
    each copy with KVQ_STATIC, reached through the wrappers below.
 
@@ -214,11 +218,13 @@ int PART(decode_differs)(const kvq_cache *c, int side)
 int simd_decode_differs(const kvq_cache *c, int side);
 int simd_fma_decode_differs(const kvq_cache *c, int side);
 int native_decode_differs(const kvq_cache *c, int side);
+int native_novbmi_decode_differs(const kvq_cache *c, int side);
 DECLARE(scalar)
 DECLARE(simd)
 DECLARE(scalar_fma)
 DECLARE(simd_fma)
 DECLARE(native)
+DECLARE(native_novbmi)
 
 /* The copies compared with a scalar copy: each against the one with its
    own FMA setting (quantized codes do not depend on it).                */
@@ -238,8 +244,9 @@ typedef struct copy {
 #define COPY(p) { #p, p##_fused, p##_f16_stored, p##_f16_store, p##_quantize, p##_attend, \
                   p##_rotate_row }
 static const copy scalar_copies[2] = { COPY(scalar), COPY(scalar_fma) };
-static const copy vector_copies[3] = { COPY(simd), COPY(simd_fma), COPY(native) };
-#define N_VECTOR 3
+static const copy vector_copies[4] = { COPY(simd), COPY(simd_fma), COPY(native),
+                                       COPY(native_novbmi) };
+#define N_VECTOR 4
 
 /* the scalar copy with c's FMA setting, or NULL if none was built        */
 static const copy *reference_of(const copy *c)
@@ -623,7 +630,7 @@ static void check_rotation(void)
                     }
                     free(x); free(sign); free(ref); free(o);
                 }
-    CHECK(runs == 13 * 16 * 5, "rotation: %zu runs", runs);
+    CHECK(runs == 13 * 16 * (N_VECTOR + 2), "rotation: %zu runs", runs);
     printf("simd_check: %zu of %zu rotated rows identical bytes to kvq__rotate_row\n", same, runs);
 }
 
@@ -643,7 +650,8 @@ static void check_engine(void)
         "turboquant-4bit-nc", "turboquant-k3v4-nc", "turboquant-3bit-nc", "q8_0", "q4_0" };
     static const size_t Ds[] = { 64, 128 }, Ts[] = { 1, 45, 300 }, nqs[] = { 1, 2, 4, 8 };
     static int (*const decode[N_VECTOR])(const kvq_cache *, int) = {
-        simd_decode_differs, simd_fma_decode_differs, native_decode_differs };
+        simd_decode_differs, simd_fma_decode_differs, native_decode_differs,
+        native_novbmi_decode_differs };
     rng r = { 0xE4E3F0A7ull };
     size_t same = 0, runs = 0, dec_ok = 0, dec_runs = 0, ni, di, ti, qi, i;
     int stage, mode, k, side;
