@@ -1370,6 +1370,60 @@ extern "C" kvq_status kvq_cuda_rotate_f16(kvq_rotation kind, uint64_t seed, size
    replaced outliers, evicted tokens): bit s of dead[s / 32].
    Attention does not depend on the order in which tokens are stored
    (LogQuant Sec. 2.4), so nothing here records positions.                 */
+/* THE TOKEN LAYOUT (kvq.h Sec. 4.1's formats; every kvq_config_engine
+   preset). The engines' caches quantize both sides per token, each in a
+   format: a token's D channels are D/Gs groups of Gs (Gs = 16, 32 or D),
+   each decoded as x' = value(c) a + b (kvq.h kvq__group_ab). A page is
+   still G slots (pool.group), and each part is still the slice of kvq.h's
+   arrays for those slots, now token after token on both sides:
+
+     k_words (n_pages, G, D/Gk, wpg_k)   wpg = kvq_packed_words(Gs, B):
+     v_words (n_pages, G, D/Gv, wpg_v)     B = 3 is a bit stream (kvq.h
+                                           Sec. 5), a code may straddle
+     k_sz    (n_pages, G, spt_k)         the token's kvq_sz words, raw:
+     v_sz    (n_pages, G, spt_v)           INT: (s, z) per group; a format:
+                                           its P-bit parameters packed,
+                                           group g at bit g P (kvq.h
+                                           kvq__format_unit), none for the
+                                           formats with one side scale
+
+   and per side the grid's value(c) as a 256-float table (the cache side's
+   value[], device memory), and per stream the sides' scales (a cache's
+   own, kvq_side.scale: kvq.h sets it from the cache's first rows):
+   exactly what kvq__group_ab and kvq__side_token read. Only Sec. 4's slow path reads it (its
+   per-lane decode, below); Sec. 8's tensor cores and the sealing read
+   Sec. 3's INT layout only and refuse this one.                          */
+#define KVQ_CUDA_LAYOUT_TOKEN 1
+typedef struct kvq_cuda_fside {
+    kvq_format   format;   /* kvq.h Sec. 4.1 (INT: Sec. 4's (s, z), zero_mode) */
+    int          bits;     /* B: as kvq_format_bits_ok (2, 3, 4 or 8)         */
+    int          group;    /* Gs: per-token group, divides D, a multiple of D/32 */
+    const float *value;    /* (256) value(c), device memory; c < 2^B is read  */
+} kvq_cuda_fside;
+
+/* kvq_format_param_bits and kvq_packed_words on both sides of the bus,
+   and a token's words and kvq_sz words on one side (spt: INT one kvq_sz a
+   group; a format ceil(D/Gs P / 32), as kvq__side_init's sz_per_unit). */
+static __host__ __device__ __forceinline__ int kvq_cuda__param_bits(int f)
+{
+    return f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR ? 0
+         : f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6 ? 8
+         : f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0 ? 16 : 32;
+}
+static __host__ __device__ __forceinline__ size_t kvq_cuda__tok_wpg(const kvq_cuda_fside &f)
+{
+    return ((size_t)f.group * (size_t)f.bits + 31) / 32;
+}
+static __host__ __device__ __forceinline__ size_t kvq_cuda__tok_words(const kvq_cuda_fside &f, int D)
+{
+    return (size_t)(D / f.group) * kvq_cuda__tok_wpg(f);
+}
+static __host__ __device__ __forceinline__ size_t kvq_cuda__tok_params(const kvq_cuda_fside &f, int D)
+{
+    return f.format == KVQ_FORMAT_INT ? (size_t)(D / f.group)
+         : ((size_t)(D / f.group) * (size_t)kvq_cuda__param_bits(f.format) + 31) / 32;
+}
+
 typedef struct kvq_cuda_pool {
     uint32_t *k_words;     /* (n_pages, D, wpg_k)                           */
     kvq_sz   *k_sz;        /* (n_pages, D)                                  */
@@ -1388,6 +1442,11 @@ typedef struct kvq_cuda_pool {
        pool): no rotation.                                               */
     kvq_rotation key_rotation, value_rotation;
     uint64_t  rotation_seed;
+    /* KVQ_CUDA_LAYOUT_TOKEN (below): both sides per token, any format of
+       kvq.h Sec. 4.1; then k_*, v_* hold the token pages and key/value
+       describe the sides. 0 (a memset pool): the pages above.          */
+    int       layout;
+    kvq_cuda_fside key, value;
 } kvq_cuda_pool;
 
 typedef struct kvq_cuda_stream {
@@ -1398,6 +1457,8 @@ typedef struct kvq_cuda_stream {
     const kvq_f16  *k_fp;    /* (n_fp, D) full-precision keys                */
     const kvq_f16  *v_fp;    /* (n_fp, D) their values                       */
     uint32_t n_kq, n_vq, n_fp, reserved;
+    float    k_scale, v_scale; /* the token layout: the sides' scales (kvq.h
+                                  kvq_side.scale; _TENSOR and NVFP4 read it) */
 } kvq_cuda_stream;
 
 /* Page strides, in words and in kvq_sz entries.                            */
@@ -1442,6 +1503,17 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
     it.n_mixed = quantized ? n_slots - it.n_fast * (uint32_t)TG : 0;
     it.n_slow_tokens = it.n_mixed + s.n_fp;
     it.n_items = it.n_fast + (it.n_slow_tokens + 31) / 32;
+    return it;
+}
+/* The token layout's items: no fast tiles; every slot (n_mixed) and then
+   every full-precision row, 32 tokens an item (Sec. 4's slow path).    */
+static __host__ __device__ __forceinline__ kvq_cuda_items kvq_cuda_token_items(const kvq_cuda_stream &s)
+{
+    kvq_cuda_items it;
+    it.n_fast = 0;
+    it.n_mixed = s.n_kq > s.n_vq ? s.n_kq : s.n_vq;
+    it.n_slow_tokens = it.n_mixed + s.n_fp;
+    it.n_items = (it.n_slow_tokens + 31) / 32;
     return it;
 }
 /* SEALED pages: the stream's first pages whose G slots are all quantized
@@ -1668,10 +1740,73 @@ static __device__ __forceinline__ void kvq_dev_softmax_step(kvq_dev_warp_state<D
     *m_new_out = m_new;
 }
 
+/* -- the token layout's decode (kvq.h Sec. 4.1) ------------------------------ */
+/* kvq__format_ab: (a, b) of x' = value(c) a + b for a group of format f
+   with parameter p on a side of scale side_scale (not INT).            */
+static __device__ __forceinline__ void kvq_dev_format_ab(int f, uint32_t p, float side_scale,
+                                                         float *a, float *b)
+{
+    *b = 0.0f;
+    if (f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6)
+        *a = kvq_dev_from_minifloat(p, kvq_dev_grid(0)) * side_scale;   /* E4M3 */
+    else if (f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR) *a = side_scale;
+    else if (f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0) *a = kvq_dev_f16((kvq_f16)p);
+    else *a = __uint_as_float(p);                  /* an fp32 scale          */
+}
+/* kvq__group_ab for group g of one token: INT's (s, z), or the P-bit
+   parameter g of the token's packed kvq_sz words (sz: spt of them).    */
+static __device__ __forceinline__ void kvq_dev_group_ab(const kvq_cuda_fside &f, float side_scale,
+                                                        kvq_zero_mode mode, const kvq_sz *sz, int g,
+                                                        float *a, float *b)
+{
+    if (f.format == KVQ_FORMAT_INT) { kvq_dev_affine(sz[g], mode, a, b); return; }
+    const unsigned P = (unsigned)kvq_cuda__param_bits(f.format);
+    uint32_t word = 0;
+    if (P) {
+        word = reinterpret_cast<const uint32_t *>(sz)[g * P / 32];
+        if (P < 32) word = (word >> (g * P % 32)) & ((1u << P) - 1u);
+    }
+    kvq_dev_format_ab(f.format, word, side_scale, a, b);
+}
+/* kvq__get_code for any B (2, 3, 4, 8): code i at bit i B of the group's
+   words, the high bits from the next word where it straddles (B = 3).  */
+static __device__ __forceinline__ uint32_t kvq_dev_get_bits(const uint32_t *words, uint32_t i, int bits)
+{
+    const uint32_t bit = i * (uint32_t)bits;
+    uint32_t v = words[bit / 32] >> (bit % 32);
+    if (bit % 32 + (uint32_t)bits > 32) v |= words[bit / 32 + 1] << (32 - bit % 32);
+    return v & ((1u << bits) - 1u);
+}
+/* kvq__side_token, the lane's CPL channels only: channels lane CPL ..
+   of slot `slot` of one side of a token-layout pool. The CPL channels lie
+   in one group (Gs is a multiple of D/32), so its (a, b) is read once;
+   the table is read through the read-only cache (1 KB a side).          */
+template <int D>
+static __device__ __forceinline__ void kvq_dev_token_decode(const kvq_cuda_fside &f, float side_scale,
+                                                            kvq_zero_mode mode,
+                                                            const uint32_t *words /* pages' */,
+                                                            const kvq_sz *sz /* pages' */,
+                                                            size_t page, int G, uint32_t t, int lane,
+                                                            float (&x)[D / 32])
+{
+    constexpr int CPL = D / 32;
+    const size_t at = page * (size_t)G + t;                /* the token's row  */
+    const uint32_t *w = words + at * kvq_cuda__tok_words(f, D);
+    const int d0 = lane * CPL, g = d0 / f.group;
+    float a, b;
+    kvq_dev_group_ab(f, side_scale, mode, sz + at * kvq_cuda__tok_params(f, D), g, &a, &b);
+    w += (size_t)g * kvq_cuda__tok_wpg(f);
+#pragma unroll
+    for (int c = 0; c < CPL; c++)
+        x[c] = __ldg(f.value + kvq_dev_get_bits(w, (uint32_t)((d0 + c) % f.group), f.bits)) * a + b;
+}
+
 /* -- the slow path: 32 tokens from any source ----------------------------- */
 /* Where token v of the slow range comes from, and its key/value channels
-   [lane*CPL, lane*CPL + CPL) as floats.                                   */
-template <int D, int B>
+   [lane*CPL, lane*CPL + CPL) as floats. TOKEN: the pool is in the token
+   layout (Sec. 3), its quantized slots decoded by kvq_dev_token_decode;
+   the rest (tails, fp rows, dead slots) is the same for both layouts.   */
+template <int D, int B, int TOKEN = 0>
 struct kvq_dev_slow_src {
     static constexpr int CPL = D / 32;
     const kvq_cuda_stream *s;
@@ -1704,7 +1839,14 @@ struct kvq_dev_slow_src {
         }
         const uint32_t slot = slot0 + v;
         if (s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u)) return false;
-        if constexpr (B > 0) {
+        if constexpr (TOKEN) {
+            const int G = pool.group;
+            if (slot < s->n_kq)                   /* per-token, a format   */
+                kvq_dev_token_decode<D>(pool.key, s->k_scale, pool.zero_mode, pool.k_words, pool.k_sz,
+                                        (size_t)s->pages[slot / G], G, slot % G, lane, k);
+            else
+                row(s->k_tail + (size_t)(slot - s->n_kq) * D, lane, k);
+        } else if constexpr (B > 0) {
             const int G = pool.group;
             if (slot < s->n_kq) {                 /* per-channel key codes */
                 const size_t page = (size_t)s->pages[slot / G];
@@ -1731,7 +1873,15 @@ struct kvq_dev_slow_src {
             row(s->v_fp + (size_t)(v - n_mixed) * D, lane, val);
             return;
         }
-        if constexpr (B > 0) {
+        if constexpr (TOKEN) {
+            const uint32_t slot = slot0 + v;
+            const int G = pool.group;
+            if (slot < s->n_vq)
+                kvq_dev_token_decode<D>(pool.value, s->v_scale, pool.zero_mode, pool.v_words, pool.v_sz,
+                                        (size_t)s->pages[slot / G], G, slot % G, lane, val);
+            else
+                row(s->v_tail + (size_t)(slot - s->n_vq) * D, lane, val);
+        } else if constexpr (B > 0) {
             const uint32_t slot = slot0 + v;
             const int G = pool.group, Gv = pool.value_group;
             if (slot < s->n_vq) {                 /* per-token value codes */
@@ -1758,8 +1908,8 @@ struct kvq_dev_slow_src {
 
 /* 32 tokens v0 .. v0+31 of the slow range, in two halves of 16 so that a
    lane holds 16 partial sums per head at a time.                          */
-template <int D, int B, int NH>
-static __device__ void kvq_dev_slow_item(const kvq_dev_slow_src<D, B> &src, uint32_t v0,
+template <int D, int B, int NH, int TOKEN>
+static __device__ void kvq_dev_slow_item(const kvq_dev_slow_src<D, B, TOKEN> &src, uint32_t v0,
                                          const float (&qf)[NH][D / 32],
                                          kvq_dev_warp_state<D, B, NH> &st,
                                          float *pbuf /* (NH, 32) this warp's */, int lane)
@@ -2219,14 +2369,18 @@ static __device__ __forceinline__ void kvq_dev_state_out(kvq_dev_warp_state<D, B
    split0 .. split0 + gridDim.y - 1 of n_splits. skip_sealed: leave out
    the stream's sealed pages (Sec. 8's kernel attends them). status_reset:
    the call's status word, zeroed here by one thread (kvq_dev_status_reset)
-   when not NULL.                                                         */
-template <int D, int B, int NH>
+   when not NULL. TOKEN (with B = 0): a token-layout pool (Sec. 3, kvq.h
+   Sec. 4.1's formats), every item a slow one whose slots decode per lane
+   (kvq_dev_token_decode); the split, the softmax state and the combine
+   are the same code.                                                    */
+template <int D, int B, int NH, int TOKEN = 0>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages,
                   int split0, int n_splits, int skip_sealed, int *status_reset)
 {
+    static_assert(!TOKEN || B == 0, "the token layout has no fast path (B = 0)");
     kvq_dev_status_reset(status_reset);
     constexpr int CPL = D / 32;
     constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
@@ -2251,13 +2405,13 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
     kvq_dev_warp_state<D, B, NH> st;
     st.init();
     /* this split's items: fast ones (whole tiles) first, then the slow    */
-    const kvq_cuda_items it = kvq_cuda_count_items(*s, TG, B > 0);
+    const kvq_cuda_items it = TOKEN ? kvq_cuda_token_items(*s) : kvq_cuda_count_items(*s, TG, B > 0);
     const uint32_t skip = (B > 0 && skip_sealed) ? kvq_cuda_sealed_pages(*s, pool.group) *
                                                    ((uint32_t)pool.group / TG) : 0;
     const uint32_t per = (it.n_items - skip + n_my_splits - 1) / n_my_splits;
     const uint32_t first = skip + split * per;
     const uint32_t last = (first + per < it.n_items) ? first + per : it.n_items;
-    kvq_dev_slow_src<D, B> src;
+    kvq_dev_slow_src<D, B, TOKEN> src;
     src.s = s;
     src.pool = pool;
     src.slot0 = it.n_fast * (uint32_t)TG;
@@ -2270,7 +2424,7 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
                                      qs, st, pbuf[warp], lane);
     }
     for (; item < last; item += KVQ_CUDA_WARPS)
-        kvq_dev_slow_item<D, B, NH>(src, (item - it.n_fast) * KVQ_CUDA_CHUNK, qf, st,
+        kvq_dev_slow_item<D, B, NH, TOKEN>(src, (item - it.n_fast) * KVQ_CUDA_CHUNK, qf, st,
                                     pbuf[warp], lane);
 
     kvq_dev_state_out<D, B, NH>(st, red_acc[warp], red_ml[warp], lane);
@@ -2351,9 +2505,11 @@ static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
     return nh == 4 ? kvq_attend_kernel<D, B, 4> : kvq_attend_kernel<D, B, 1>;
 }
+/* B = -1: the token layout (kvq_attend_kernel's TOKEN, a B = 0 state). */
 template <int D>
 static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
 {
+    if (B == -1) return nh == 4 ? kvq_attend_kernel<D, 0, 4, 1> : kvq_attend_kernel<D, 0, 1, 1>;
     return B == 0 ? kvq_cuda__pick_nh<D, 0>(nh)
          : B == 2 ? kvq_cuda__pick_nh<D, 2>(nh)
          : B == 4 ? kvq_cuda__pick_nh<D, 4>(nh) : nullptr;
@@ -2365,6 +2521,35 @@ static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
    is its own pass (Sec. 2.1's kernel: D log2 D adds per row, n_rep rows
    per stream, next to the stream's whole cache), not a step inside the
    attention kernels, whose registers are spent on the pages.           */
+/* A token-layout pool (Sec. 3) checked on the host, side by side: a
+   format kvq.h knows at bits it takes, Gs dividing D into groups that
+   hold a lane's D/32 channels (and the format's own group where it fixes
+   one), a value table. The streams' side scales and the tables' entries
+   are device data, the cache's own in an export: a NaN or Inf among them
+   makes the row NaN and the call KVQ_ERR_STATE (the combine's check).  */
+static kvq_status kvq_cuda__token_pool_ok(const kvq_cuda_pool *pool, int D, const char *who)
+{
+    if (pool->group != 32 && pool->group != 64 && pool->group != 128)
+        return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: token layout: %d slots a page (32, 64 or 128)",
+                              who, pool->group);
+    for (int side = 0; side < 2; side++) {
+        const kvq_cuda_fside &f = side ? pool->value : pool->key;
+        const char *name = side ? "value" : "key";
+        if ((int)f.format < 0 || f.format >= KVQ_FORMAT_COUNT)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: %s format %d unknown", who, name, (int)f.format);
+        if (!kvq_format_bits_ok(f.format, f.bits) || f.bits > 8)
+            return kvq_cuda__fail(KVQ_ERR_BITS, "%s: %s side: %s does not take %d bits", who, name,
+                                  kvq_format_name(f.format), f.bits);
+        if (f.group <= 0 || D % f.group || f.group % (D / 32) ||
+            (kvq_format_group(f.format) && (size_t)f.group != kvq_format_group(f.format)))
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: %s group %d must divide D=%d, be a multiple "
+                                  "of D/32 (and %zu for %s)", who, name, f.group, D,
+                                  kvq_format_group(f.format), kvq_format_name(f.format));
+        if (!f.value)
+            return kvq_cuda__fail(KVQ_ERR_NULL, "%s: %s side has no value table", who, name);
+    }
+    return KVQ_OK;
+}
 static kvq_status kvq_cuda__pool_rotation_ok(const kvq_cuda_pool *pool, const char *who)
 {
     for (int side = 0; side < 2; side++) {
@@ -2431,6 +2616,7 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     int B = 0, G = 0;
     kvq_cuda_pool pl;
     memset(&pl, 0, sizeof pl);
+    const bool token = pool && pool->layout == KVQ_CUDA_LAYOUT_TOKEN;
     if (pool) {
         pl = *pool;
         B = pl.bits; G = pl.group;
@@ -2438,6 +2624,18 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
             return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: pool D=%d but head_dim=%d", pl.head_dim, D);
         if (!pl.k_words || !pl.k_sz || !pl.v_words || !pl.v_sz)
             return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend: pool has a NULL array");
+        if (pl.layout != 0 && !token)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: pool layout %d unknown (0, or "
+                                  "KVQ_CUDA_LAYOUT_TOKEN)", pl.layout);
+    }
+    if (token) {            /* kvq.h Sec. 4.1's formats: the slow path only */
+        B = -1;
+        if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
+        kvq_status st = kvq_cuda__token_pool_ok(pool, D, "kvq_cuda_attend");
+        if (st == KVQ_OK) st = kvq_cuda__pool_rotation_ok(pool, "kvq_cuda_attend");
+        if (st != KVQ_OK) return st;
+    } else if (pool) {
         if (B != 2 && B != 4)
             return kvq_cuda__fail(KVQ_ERR_BITS, "kvq_cuda_attend: bits=%d (the fused kernel is built for 2 and 4)", B);
         if (G != 32 && G != 64 && G != 128)
@@ -2463,7 +2661,7 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
        stay within 48 KB, else one (a tile is 1.4-6.5 KB: two stages,
        except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set
        every time because static + dynamic shared memory may pass 48 KB. */
-    const size_t page_bytes = pool ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
+    const size_t page_bytes = pool && !token ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
                                      (size_t)TG * (D / pl.value_group) * 4 : 0;
     const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
     const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
@@ -2561,6 +2759,10 @@ extern "C" kvq_status kvq_cuda_move_pages(const kvq_cuda_pool *pool, const int64
 {
     if (!pool || !pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_move_pages: NULL pool or pool array");
+    if (pool->layout != 0)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_move_pages: pool layout %d: moves Sec. 3's "
+                              "INT pages only (a token-layout page is a slice of whole tokens: "
+                              "kvq_cuda_move_slots moves them)", pool->layout);
     const int D = pool->head_dim, G = pool->group, Gv = pool->value_group, B = pool->bits;
     if ((D != 64 && D != 128) || (B != 2 && B != 4) || G <= 0 || G % 32 || Gv <= 0 || D % Gv ||
         (Gv * B) % 32)
@@ -2595,7 +2797,13 @@ extern "C" kvq_status kvq_cuda_move_pages(const kvq_cuda_pool *pool, const int64
    two sides' quantized slots aligned (slot s holds the same position on
    both sides where both are quantized: true for KIVI, OTT, LogQuant and
    eviction without compaction; a compacted KIVI cache compacts K by
-   groups and V by tokens, so its slots no longer align).               */
+   groups and V by tokens, so its slots no longer align).
+   Or, KVQ_CUDA_LAYOUT_TOKEN (Sec. 3): both sides per token, each side INT
+   or any format of kvq.h Sec. 4.1 at any bits it takes (every
+   kvq_config_engine preset), groups dividing D in multiples of D/32;
+   pages of 32 slots. The words and kvq_sz words are again the cache's
+   own bytes, and with them go what kvq__group_ab reads besides: the
+   side's scale and its value table.                                    */
 typedef struct kvq_cuda_export_t {
     size_t    n_pages;
     uint32_t *k_words;   /* (n_pages, D, wpg_k)                            */
@@ -2611,6 +2819,13 @@ typedef struct kvq_cuda_export_t {
        (kvq.h Sec. 6.1), for kvq_cuda_pool's fields of the same names     */
     kvq_rotation key_rotation, value_rotation;
     uint64_t  rotation_seed;
+    /* the token layout: 0 or KVQ_CUDA_LAYOUT_TOKEN, the sides (their
+       .value NULL: the tables are the two below, host memory; the pool
+       takes device copies), for kvq_cuda_pool's fields of the same names */
+    int       layout;
+    kvq_cuda_fside key, value;
+    float     key_value[256], value_value[256];   /* the sides' value[] */
+    float     k_scale, v_scale;   /* the sides' scales, for kvq_cuda_stream */
 } kvq_cuda_export_t;
 
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
@@ -2659,10 +2874,26 @@ extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
        for the fp16 baseline (kvq_cuda_attend with pool = NULL)           */
     const bool never_q = K->schedule == KVQ_SCHED_NONE && V->schedule == KVQ_SCHED_NONE;
     if (never_q) goto rows_only;
+    if (K->axis == KVQ_PER_TOKEN && V->axis == KVQ_PER_TOKEN) {      /* the token layout */
+        for (int side = 0; side < 2; side++) {
+            const kvq_side *S = side ? V : K;
+            if (S->schedule == KVQ_SCHED_NONE || (size_t)S->group % (D / 32) || D % S->group)
+                KVQ_CUDA__NO("%s side (%s, G=%zu): the token layout needs both sides quantized "
+                             "in groups dividing D=%zu, multiples of D/32", side ? "value" : "key",
+                             kvq_format_name(S->format), S->group, D);
+            kvq_cuda_fside &f = side ? x.value : x.key;
+            f.format = S->format; f.bits = S->bits; f.group = (int)S->group;
+            memcpy(side ? x.value_value : x.key_value, S->value, sizeof S->value);
+        }
+        x.layout = KVQ_CUDA_LAYOUT_TOKEN;
+        x.k_scale = K->scale;
+        x.v_scale = V->scale;
+        goto rows_only;
+    }
     if (K->format != KVQ_FORMAT_INT || V->format != KVQ_FORMAT_INT)
-        KVQ_CUDA__NO("formats %s/%s: the fused kernels read kvq.h Sec. 4's codes only (Sec. 4.1's "
-                     "formats quantize on the GPU, kvq_cuda_quantize_format, but attend on the CPU)",
-                     kvq_format_name(K->format), kvq_format_name(V->format));
+        KVQ_CUDA__NO("formats %s/%s with %s keys: a format side exports in the token layout, "
+                     "both sides per token (Sec. 3)", kvq_format_name(K->format),
+                     kvq_format_name(V->format), K->axis == KVQ_PER_TOKEN ? "per-token" : "per-channel");
     if (K->axis != KVQ_PER_CHANNEL || V->axis != KVQ_PER_TOKEN)
         KVQ_CUDA__NO("the fused kernel takes per-channel keys and per-token values");
     if (K->bits != V->bits || (K->bits != 2 && K->bits != 4))
@@ -2672,26 +2903,29 @@ extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
     if ((V->group * (size_t)V->bits) % 32 || D % V->group)
         KVQ_CUDA__NO("value group %zu must divide D and fill whole words", V->group);
 rows_only:
-    const size_t G = never_q ? 32 : K->group, Gv = never_q ? 32 : V->group,
+    const bool token = x.layout == KVQ_CUDA_LAYOUT_TOKEN;
+    const size_t G = never_q || token ? 32 : K->group, Gv = never_q ? 32 : V->group,
                  B = never_q ? 2 : (size_t)K->bits;
     x.head_dim = (int)D; x.group = (int)G; x.value_group = (int)Gv; x.bits = (int)B;
     x.zero_mode = c->cfg.zero_mode;
     x.key_rotation = c->cfg.key_rotation;
     x.value_rotation = c->cfg.value_rotation;
     x.rotation_seed = c->cfg.rotation_seed;
-    x.n_kq = never_q ? 0 : (uint32_t)(K->n_units * G);
-    x.n_vq = never_q ? 0 : (uint32_t)V->n_units;
+    x.n_kq = never_q ? 0 : (uint32_t)(K->n_units * K->geom.tokens_per_unit);
+    x.n_vq = never_q ? 0 : (uint32_t)(V->n_units * V->geom.tokens_per_unit);
     const size_t n_slots = x.n_kq > x.n_vq ? x.n_kq : x.n_vq;
     const size_t both = x.n_kq < x.n_vq ? x.n_kq : x.n_vq;
     x.n_pages = (n_slots + G - 1) / G;
     st_fail = KVQ_ERR_NOMEM;
     covered = (uint8_t *)calloc(c->n_pos + 1, 1);
-    const size_t kw = kvq_cuda__kw_stride((int)D, (int)G, (int)B);
-    const size_t vw = kvq_cuda__vw_stride((int)D, (int)G, (int)B);
-    const size_t vsz = kvq_cuda__vs_stride((int)D, (int)G, (int)Gv);
+    /* a page's parts: words and kvq_sz entries                           */
+    const size_t kw = token ? G * kvq_cuda__tok_words(x.key, (int)D) : kvq_cuda__kw_stride((int)D, (int)G, (int)B);
+    const size_t vw = token ? G * kvq_cuda__tok_words(x.value, (int)D) : kvq_cuda__vw_stride((int)D, (int)G, (int)B);
+    const size_t ksz = token ? G * kvq_cuda__tok_params(x.key, (int)D) : D;
+    const size_t vsz = token ? G * kvq_cuda__tok_params(x.value, (int)D) : kvq_cuda__vs_stride((int)D, (int)G, (int)Gv);
     const size_t pages = x.n_pages ? x.n_pages : 1;
     x.k_words = (uint32_t *)calloc(pages * kw, 4);
-    x.k_sz = (kvq_sz *)calloc(pages * D, sizeof(kvq_sz));
+    x.k_sz = (kvq_sz *)calloc(pages * ksz, sizeof(kvq_sz));
     x.v_words = (uint32_t *)calloc(pages * vw, 4);
     x.v_sz = (kvq_sz *)calloc(pages * vsz, sizeof(kvq_sz));
     x.dead = (uint32_t *)calloc(n_slots / 32 + 1, 4);
@@ -2703,14 +2937,19 @@ rows_only:
         !x.k_tail || !x.v_tail || !x.k_fp || !x.v_fp)
         KVQ_CUDA__NO("out of host memory");
     st_fail = KVQ_ERR_STATE;
-    /* the pages: the cache's own bytes                                    */
-    if (x.n_kq) {
-        memcpy(x.k_words, K->words, (x.n_kq / G) * kw * 4);
-        memcpy(x.k_sz, K->sz, (x.n_kq / G) * D * sizeof(kvq_sz));
-    }
-    if (x.n_vq) {
-        memcpy(x.v_words, V->words, x.n_vq * (D / Gv) * V->geom.words_per_group * 4);
-        memcpy(x.v_sz, V->sz, x.n_vq * (D / Gv) * sizeof(kvq_sz));
+    /* the pages: the cache's own bytes, unit after unit (a per-channel
+       key unit is a page; a per-token unit a slot)                        */
+    if (!never_q) {
+        const size_t kuw = K->geom.groups_per_unit * K->geom.words_per_group,
+                     vuw = V->geom.groups_per_unit * V->geom.words_per_group;
+        if (token && (kuw != kvq_cuda__tok_words(x.key, (int)D) || vuw != kvq_cuda__tok_words(x.value, (int)D) ||
+                      K->sz_per_unit != kvq_cuda__tok_params(x.key, (int)D) ||
+                      V->sz_per_unit != kvq_cuda__tok_params(x.value, (int)D)))
+            KVQ_CUDA__NO("the cache's unit sizes are not the token layout's");
+        memcpy(x.k_words, K->words, K->n_units * kuw * 4);
+        memcpy(x.k_sz, K->sz, K->n_units * K->sz_per_unit * sizeof(kvq_sz));
+        memcpy(x.v_words, V->words, V->n_units * vuw * 4);
+        memcpy(x.v_sz, V->sz, V->n_units * V->sz_per_unit * sizeof(kvq_sz));
     }
     /* slots: positions, dead bits, tails                                   */
     for (size_t slot = 0; slot < n_slots; slot++) {
@@ -4455,6 +4694,9 @@ extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32
 {
     if (!pool || (n && !d_pages)) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_seal_pages: NULL pointer");
     if (!pool->k_words || !pool->v_words) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_seal_pages: pool has a NULL array");
+    if (pool->layout != 0)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_seal_pages: pool layout %d: only Sec. 3's "
+                              "INT pages have a fragment order", pool->layout);
     if (!kvq_mma_shape_ok(pool->head_dim, pool->group, pool->bits))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_seal_pages: D=%d G=%d B=%d is not a tensor-core shape",
                              pool->head_dim, pool->group, pool->bits);
@@ -4588,6 +4830,9 @@ extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const 
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_sealed: NULL pointer");
     if (!pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_sealed: pool has a NULL array");
+    if (pool->layout != 0)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize_sealed: pool layout %d: seals "
+                              "Sec. 3's INT pages only (formats: kvq_cuda_quantize_format)", pool->layout);
     const int D = pool->head_dim, G = pool->group, Gv = pool->value_group, B = pool->bits;
     if (!kvq_mma_shape_ok(D, G, B))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize_sealed: D=%d G=%d B=%d is not a "
@@ -4999,6 +5244,14 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
 {
     const int D = head_dim;
     if (!pool) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
+    /* v5 stays INT-only: its key step is an integer MMA over Sec. 4's
+       uniform codes, and a format's grid (FP8, E2M1, Lloyd-Max) is not an
+       affine map of its code. A token-layout pool (kvq.h Sec. 4.1) goes
+       to Sec. 4's CUDA-core kernel, kvq_cuda_attend.                    */
+    if (pool->layout != 0)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: pool layout %d (kvq.h Sec. 4.1's "
+                              "formats): the tensor cores read INT pages only; use kvq_cuda_attend",
+                              pool->layout);
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |

@@ -2862,6 +2862,315 @@ static void test_rotate_refusals(void)
           "rotate_f16 past KVQ_MAX_ABS_INPUT: %s, %zu floats of the row written", kvq_status_str(st), row2);
 }
 
+/* ======================================================================== */
+/* attend-format: kvq.h Sec. 4.1's formats, decode attention on the GPU     */
+/* ======================================================================== */
+/* Every kvq_config_engine preset as a cache (fresh random K, V from the
+   group's seed: prefill half, append the rest), exported in the token
+   layout (kvq_cuda.cu Sec. 3), its pages shuffled into a pool, attended by
+   kvq_cuda_attend, and every output row compared with kvq_attend on the
+   same cache and queries (the reference; EAGER).
+   FMT_TOL, the relative L2 error of a row: both sides decode the same
+   codes to the same fp32 values (value(c) a + b, one rounding each; only
+   INT's b term may be fused differently), then sum in different orders:
+   kvq_attend per group then per token, the kernel per lane, per warp, per
+   split. fp32 rounding over T <= 4K tokens and D <= 128 channels leaves
+   ~1e-6 in practice (printed); 1e-4 is ATTN_TOL, the bar every other
+   attention group meets, and a wrong parameter, grid point or scale moves
+   a row by 1e-2 or more (the planted bugs of tests/emu/mutants.sh).
+   Cases: D = 64 and 128; n_rep 1 and 4 (GQA; 3 runs as 4 with a head
+   dropped); an fp16 window (residual 16: rows on both sides); eviction
+   (dead slots); eviction then kvq_cache_compact; the rotated presets (q
+   rotated by the key side, the output back by the value side, as
+   kvq_attend); adversarial rows (kv_extreme: values to +-32752, tiny
+   spreads, constant runs).                                             */
+#define FMT_TOL ATTN_TOL
+static const char *const engine_presets[] = {
+    "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-per-token-head", "int8-per-token-head",
+    "int4-per-token-head", "nvfp4", "nvfp4-4over6", "turboquant-k8v4", "turboquant-4bit-nc",
+    "turboquant-k3v4-nc", "turboquant-3bit-nc", "q8_0", "q4_0" };
+enum { FMT_PLAIN, FMT_EVICT, FMT_COMPACT };
+static const char *const fmt_mode_name[] = { "plain", "evict", "evict+compact" };
+
+/* A token-layout pool from b.ex (every export the same shape): pages
+   shuffled, the value tables and the streams' side scales uploaded.   */
+static void upload_token(gpu_batch &b)
+{
+    const kvq_cuda_export_t &e0 = b.ex[0];
+    const int D = e0.head_dim, G = e0.group;
+    size_t n_pages = 0;
+    for (auto &e : b.ex) n_pages += e.n_pages;
+    const std::vector<int32_t> order = shuffled_ids(n_pages, n_pages);
+    const size_t kw = G * kvq_cuda__tok_words(e0.key, D), vw = G * kvq_cuda__tok_words(e0.value, D),
+                 ks = G * kvq_cuda__tok_params(e0.key, D), vs = G * kvq_cuda__tok_params(e0.value, D);
+    std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
+    std::vector<kvq_sz> hks(n_pages * ks + 1), hvs(n_pages * vs + 1);
+    std::vector<kvq_cuda_stream> hs(b.ex.size());
+    size_t next = 0;
+    for (size_t i = 0; i < b.ex.size(); i++) {
+        const kvq_cuda_export_t &e = b.ex[i];
+        std::vector<int32_t> table(e.n_pages);
+        for (size_t p = 0; p < e.n_pages; p++) {
+            const size_t dst = (size_t)order[next++];
+            table[p] = (int32_t)dst;
+            memcpy(&hkw[dst * kw], e.k_words + p * kw, kw * 4);
+            memcpy(&hks[dst * ks], e.k_sz + p * ks, ks * sizeof(kvq_sz));
+            memcpy(&hvw[dst * vw], e.v_words + p * vw, vw * 4);
+            memcpy(&hvs[dst * vs], e.v_sz + p * vs, vs * sizeof(kvq_sz));
+        }
+        const size_t n_slots = std::max(e.n_kq, e.n_vq);
+        kvq_cuda_stream s;
+        memset(&s, 0, sizeof s);
+        s.pages = b.put(table.data(), table.size());
+        s.dead = b.put(e.dead, n_slots / 32 + 1);
+        s.k_tail = b.put(e.k_tail, (n_slots - e.n_kq) * D);
+        s.v_tail = b.put(e.v_tail, (n_slots - e.n_vq) * D);
+        s.k_fp = b.put(e.k_fp, (size_t)e.n_fp * D);
+        s.v_fp = b.put(e.v_fp, (size_t)e.n_fp * D);
+        s.n_kq = e.n_kq; s.n_vq = e.n_vq; s.n_fp = e.n_fp;
+        s.k_scale = e.k_scale; s.v_scale = e.v_scale;
+        hs[i] = s;
+        b.tables.push_back(table);
+        b.max_tokens = std::max(b.max_tokens, n_slots + e.n_fp);
+    }
+    b.pool.k_words = b.put(hkw.data(), hkw.size());
+    b.pool.k_sz = b.put(hks.data(), hks.size());
+    b.pool.v_words = b.put(hvw.data(), hvw.size());
+    b.pool.v_sz = b.put(hvs.data(), hvs.size());
+    b.pool.n_pages = n_pages;
+    b.pool.head_dim = D; b.pool.group = G; b.pool.value_group = e0.value_group; b.pool.bits = e0.bits;
+    b.pool.zero_mode = e0.zero_mode;
+    b.pool.key_rotation = e0.key_rotation;
+    b.pool.value_rotation = e0.value_rotation;
+    b.pool.rotation_seed = e0.rotation_seed;
+    b.pool.layout = KVQ_CUDA_LAYOUT_TOKEN;
+    b.pool.key = e0.key;
+    b.pool.value = e0.value;
+    b.pool.key.value = b.put(e0.key_value, 256);
+    b.pool.value.value = b.put(e0.value_value, 256);
+    b.d_streams = b.put(hs.data(), hs.size());
+}
+
+/* One preset's caches -> GPU -> every row against kvq_attend.            */
+static size_t fmt_rows = 0;
+static double fmt_worst = 0.0;
+static void test_attend_format_case(const char *preset, size_t D, int n_rep, size_t R, int mode,
+                                    bool extreme, size_t n_streams, size_t max_len)
+{
+    if (quick_mode) { max_len = std::min<size_t>(max_len, 300); n_streams = std::min<size_t>(n_streams, 2); }
+    gpu_batch b;
+    std::vector<kvq_cache> caches(n_streams);
+    size_t built = 0;
+    const char *why = "";
+    bool ok = true;
+    kv_extreme = extreme;
+    for (size_t i = 0; i < n_streams && ok; i++) {
+        kvq_config cfg;
+        kvq_cache *c = &caches[i];
+        ok = kvq_config_engine(&cfg, D, preset) == KVQ_OK;
+        cfg.residual = R;
+        ok = ok && kvq_cache_init(c, &cfg) == KVQ_OK;
+        if (!ok) { why = kvq_why(); break; }
+        built++;
+        const size_t T = 1 + rng_below(max_len), pre = T / 2;
+        std::vector<float> K, V;
+        make_kv(T, D, K, V);
+        ok = pre == 0 || kvq_cache_prefill(c, K.data(), V.data(), pre) == KVQ_OK;
+        for (size_t t = pre; t < T && ok; t++) ok = kvq_cache_append(c, &K[t * D], &V[t * D]) == KVQ_OK;
+        if (ok && mode != FMT_PLAIN && T > 8) {
+            std::vector<uint8_t> keep(c->n_pos);
+            for (auto &k : keep) k = rng_below(4) != 0;
+            ok = kvq_cache_evict(c, keep.data(), keep.size(), NULL) == KVQ_OK;
+            if (ok && mode == FMT_COMPACT) ok = kvq_cache_compact(c, 32, NULL) == KVQ_OK;
+        }
+        if (!ok) { why = kvq_why(); break; }
+        kvq_cuda_export_t e;
+        if (kvq_cuda_export(c, &e) != KVQ_OK) { why = kvq_cuda_why(); ok = false; break; }
+        b.ex.push_back(e);
+    }
+    kv_extreme = false;
+    CHECK(ok, "attend-format %s D=%zu %s: building or exporting the caches failed: %s", preset, D,
+          fmt_mode_name[mode], why);
+    if (ok) {
+        CHECK(b.ex[0].layout == KVQ_CUDA_LAYOUT_TOKEN, "attend-format %s: exported layout %d", preset,
+              b.ex[0].layout);
+        upload_token(b);
+        std::vector<float> hq(n_streams * n_rep * D), got(hq.size()), want(hq.size());
+        for (auto &x : hq) x = rng_gauss();
+        int n_splits = 0;
+        const size_t wf = kvq_cuda_attend_workspace(n_streams, n_rep, (int)D, b.pool.group,
+                                                    b.max_tokens, &n_splits);
+        dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
+        dbuf<int> dst(1);
+        dq.up(hq.data());
+        CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));          /* NaN poison */
+        KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens, dq.p,
+                           dout.p, dwork.p, wf, dst.p, 0));
+        const kvq_status status = kvq_cuda_status(dst.p, 0);
+        dout.down(got.data());
+        double worst = 0.0;
+        size_t bad = 0;
+        for (size_t i = 0; i < n_streams; i++) {
+            std::vector<float> scratch((size_t)n_rep * kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_EAGER));
+            KQ(kvq_attend(&caches[i], &hq[i * n_rep * D], (size_t)n_rep, &want[i * n_rep * D], NULL,
+                          KVQ_ATTN_EAGER, scratch.data(), scratch.size()));
+            for (int h = 0; h < n_rep; h++) {
+                const size_t o = (i * n_rep + h) * D;
+                const double rel = rel_l2(&got[o], &want[o], D);
+                if (!(rel <= FMT_TOL)) bad++;
+                if (!(rel <= worst)) worst = rel;                    /* NaN sticks */
+                fmt_rows++;
+            }
+        }
+        if (!(worst <= fmt_worst)) fmt_worst = worst;
+        CHECK(status == KVQ_OK, "attend-format %s: %s", preset, kvq_cuda_why());
+        CHECK(bad == 0, "attend-format %s D=%zu n_rep=%d R=%zu %s%s streams=%zu splits=%d: %zu rows "
+              "over %.0e against kvq_attend, worst rel err %.3g", preset, D, n_rep, R,
+              fmt_mode_name[mode], extreme ? " extreme" : "", n_streams, n_splits, bad, FMT_TOL, worst);
+        printf("  format %-24s D=%3zu n_rep=%d R=%2zu %-13s%s streams=%zu T<=%4zu: worst rel err %.2e\n",
+               preset, D, n_rep, R, fmt_mode_name[mode], extreme ? " extreme" : "", n_streams, max_len,
+               worst);
+    }
+    for (size_t i = 0; i < built; i++) kvq_cache_free(&caches[i]);
+}
+
+/* Bad input: refused on the host with a status and a reason, the output
+   (poisoned) untouched; the tensor-core paths refuse the token layout.  */
+static void test_attend_format_refusals(void)
+{
+    const size_t D = 64;
+    kvq_config cfg;
+    kvq_cache c;
+    KQ(kvq_config_engine(&cfg, D, "nvfp4"));
+    KQ(kvq_cache_init(&c, &cfg));
+    std::vector<float> K, V;
+    make_kv(70, D, K, V);
+    KQ(kvq_cache_prefill(&c, K.data(), V.data(), 70));
+    gpu_batch b;
+    kvq_cuda_export_t e;
+    KQ(kvq_cuda_export(&c, &e));
+    b.ex.push_back(e);
+    upload_token(b);
+    const int n_rep = 2;
+    int n_splits;
+    const size_t wf = kvq_cuda_attend_workspace(1, n_rep, (int)D, 32, b.max_tokens, &n_splits);
+    dbuf<float> dq(n_rep * D), dout(n_rep * D), dwork(wf);
+    dbuf<int> dst(1);
+    std::vector<float> hq(n_rep * D, 0.5f);
+    dq.up(hq.data());
+    dout.poison();
+    auto attend = [&](const kvq_cuda_pool &p) {
+        return kvq_cuda_attend(&p, (int)D, b.d_streams, 1, n_rep, b.max_tokens, dq.p, dout.p,
+                               dwork.p, wf, dst.p, 0);
+    };
+    struct { const char *what; kvq_status want; void (*edit)(kvq_cuda_pool &); } cs[] = {
+        { "layout 7", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.layout = 7; } },
+        { "key format 99", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.key.format = (kvq_format)99; } },
+        { "key format -1", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.key.format = (kvq_format)-1; } },
+        { "nvfp4 keys at 8 bits", KVQ_ERR_BITS, [](kvq_cuda_pool &p) { p.key.bits = 8; } },
+        { "e4m3 values at 4 bits", KVQ_ERR_BITS, [](kvq_cuda_pool &p) { p.value.format = KVQ_FORMAT_E4M3; } },
+        { "value group 32 for nvfp4", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.value.group = 32; } },
+        { "int key group 24", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.key.format = KVQ_FORMAT_INT; p.key.group = 24; } },
+        { "int key group 1 (< D/32)", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.key.format = KVQ_FORMAT_INT; p.key.group = 1; } },
+        { "no value table", KVQ_ERR_NULL, [](kvq_cuda_pool &p) { p.value.value = nullptr; } },
+        { "48 slots a page", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.group = 48; } },
+        { "zero mode 5", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.zero_mode = (kvq_zero_mode)5; } },
+        { "key rotation 9", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.key_rotation = (kvq_rotation)9; } },
+    };
+    for (const auto &cz : cs) {
+        kvq_cuda_pool p = b.pool;
+        cz.edit(p);
+        const kvq_status st = attend(p);
+        CHECK(refused_with(st, cz.want), "attend-format refusal, %s: %s (%s), want %s", cz.what,
+              kvq_status_str(st), kvq_cuda_why(), kvq_status_str(cz.want));
+    }
+    std::vector<uint32_t> raw(n_rep * D);
+    CU(cudaMemcpy(raw.data(), dout.p, raw.size() * 4, cudaMemcpyDeviceToHost));
+    size_t written = 0;
+    for (uint32_t u : raw) written += u != 0xABABABABu;
+    CHECK(written == 0, "attend-format refusals wrote %zu floats of the output", written);
+    /* the tensor-core kernel and its page tools stay INT-only             */
+    {
+        int sa = 0, sb = 0;
+        const size_t wm = kvq_cuda_attend_mma_workspace(1, n_rep, (int)D, 32, 4, 64, 0, b.max_tokens, &sa, &sb);
+        dbuf<float> dwm(wm);
+        const kvq_status st = kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, 1, n_rep, b.max_tokens,
+                                                  dq.p, dout.p, dwm.p, wm, dst.p, 0, 0);
+        CHECK(refused_with(st, KVQ_ERR_CONFIG), "kvq_cuda_attend_mma on a token-layout pool: %s (%s)",
+              kvq_status_str(st), kvq_cuda_why());
+        int32_t page0 = 0;
+        dbuf<int32_t> dp(1);
+        dp.up(&page0);
+        const kvq_status st2 = kvq_cuda_seal_pages(&b.pool, dp.p, 1, 1, 0);
+        CHECK(refused_with(st2, KVQ_ERR_CONFIG), "kvq_cuda_seal_pages on a token-layout pool: %s (%s)",
+              kvq_status_str(st2), kvq_cuda_why());
+        dbuf<int64_t> d64(2);
+        const kvq_status st3 = kvq_cuda_move_pages(&b.pool, d64.p, d64.p + 1, 1, dwm.p, 0);
+        CHECK(refused_with(st3, KVQ_ERR_CONFIG), "kvq_cuda_move_pages on a token-layout pool: %s (%s)",
+              kvq_status_str(st3), kvq_cuda_why());
+    }
+    /* the export: fp32 rows, and a per-channel key format, refused with
+       the export struct untouched                                        */
+    {
+        kvq_cuda_export_t x;
+        memset(&x, 0xAB, sizeof x);
+        kvq_config c32 = cfg;
+        c32.fp_bits = 32;
+        kvq_cache cc;
+        KQ(kvq_cache_init(&cc, &c32));
+        KQ(kvq_cache_prefill(&cc, K.data(), V.data(), 40));
+        const kvq_status st = kvq_cuda_export(&cc, &x);
+        const unsigned char *xb = (const unsigned char *)&x;
+        size_t touched = 0;
+        for (size_t i = 0; i < sizeof x; i++) touched += xb[i] != 0xAB;
+        CHECK(refused_with(st, KVQ_ERR_CONFIG) && touched == 0, "export of an fp32-row nvfp4 cache: "
+              "%s (%s), %zu bytes of the export written", kvq_status_str(st), kvq_cuda_why(), touched);
+        kvq_cache_free(&cc);
+        kvq_config cpc;
+        KQ(kvq_config_engine(&cpc, D, "fp8-e4m3-per-token-head"));
+        cpc.key_axis = KVQ_PER_CHANNEL;
+        cpc.group = 32;
+        cpc.key_schedule = KVQ_SCHED_FLUSH;
+        cpc.residual = 32;
+        if (kvq_cache_init(&cc, &cpc) == KVQ_OK) {
+            KQ(kvq_cache_prefill(&cc, K.data(), V.data(), 64));
+            const kvq_status st2 = kvq_cuda_export(&cc, &x);
+            touched = 0;
+            for (size_t i = 0; i < sizeof x; i++) touched += xb[i] != 0xAB;
+            CHECK(refused_with(st2, KVQ_ERR_CONFIG) && touched == 0, "export of per-channel e4m3 keys: "
+                  "%s (%s), %zu bytes written", kvq_status_str(st2), kvq_cuda_why(), touched);
+            kvq_cache_free(&cc);
+        } else {
+            printf("  (per-channel e4m3 keys: kvq_cache_init refuses them: %s)\n", kvq_why());
+        }
+    }
+    kvq_cache_free(&c);
+}
+
+static void test_attend_format(void)
+{
+    const size_t n_p = sizeof engine_presets / sizeof engine_presets[0];
+    /* every preset at both D and both head counts, then the window,
+       eviction, compaction and adversarial rows on a rotating sample    */
+    for (size_t i = 0; i < n_p; i++)
+        for (size_t D = 64; D <= 128; D *= 2)
+            for (int n_rep = 1; n_rep <= 4; n_rep += 3) {
+                if (quick_mode && (n_rep == 4) != ((i + D / 64) % 2 == 0)) continue;
+                test_attend_format_case(engine_presets[i], D, n_rep, 0, FMT_PLAIN, false, 3, 1500);
+            }
+    for (size_t i = 0; i < n_p; i++) {
+        if (quick_mode && i % 3) continue;
+        const size_t D = i % 2 ? 64 : 128;
+        test_attend_format_case(engine_presets[i], D, 3, 16, FMT_PLAIN, false, 3, 700);
+        test_attend_format_case(engine_presets[i], D, 1, 16, FMT_EVICT, false, 3, 700);
+        test_attend_format_case(engine_presets[i], 192 - D, 4, 0, FMT_COMPACT, false, 3, 700);
+        test_attend_format_case(engine_presets[i], D, 4, 0, FMT_PLAIN, true, 2, 700);
+    }
+    printf("  attend-format: %zu rows against kvq_attend, worst rel err %.2e (tolerance %.0e)\n",
+           fmt_rows, fmt_worst, FMT_TOL);
+    test_attend_format_refusals();
+}
+
 int main(int argc, char **argv)
 {
     const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
@@ -2921,6 +3230,12 @@ int main(int argc, char **argv)
         const uint64_t saved = rng_state;
         rng_state = 0xf0a7ull;
         test_quantize_format();
+        rng_state = saved;
+    });
+    run("attend-format", [] {
+        const uint64_t saved = rng_state;
+        rng_state = 0xa77e4dull;
+        test_attend_format();
         rng_state = saved;
     });
     run("rotate", [] { test_rotate_rows(); test_rotate_codes(); test_rotate_attend(); test_rotate_refusals(); });
