@@ -915,8 +915,8 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
    double sums go through kvq_dev_dadd / kvq_dev_dmul (__dadd_rn,
    __dmul_rn), which nvcc never contracts into an fma the host does not
    do. The small-float rounding is kvq.h's integer rounding on every
-   architecture; sm_89's cvt.rn.satfinite.e4m3x2.f32 gives the same bits
-   for finite inputs and is left for a hardware check to adopt.        */
+   architecture by default; KVQ_CUDA_HW_FP8 (below) swaps in sm_89's
+   instruction for FP8.                                                */
 #ifdef __CUDA_ARCH__
 static __device__ __forceinline__ double kvq_dev_dadd(double a, double b) { return __dadd_rn(a, b); }
 static __device__ __forceinline__ double kvq_dev_dmul(double a, double b) { return __dmul_rn(a, b); }
@@ -964,6 +964,130 @@ static __host__ __device__ float kvq_dev_from_minifloat(uint32_t c, kvq_dev_mini
     return (c >> (f.e + f.m)) & 1u ? -v : v;
 }
 
+/* THE HARDWARE FP8 CONVERSION. sm_89 and later convert two fp32 values
+   to FP8 in one instruction, cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32: round
+   to nearest even, saturating to +-448 / +-57344 (Inf too), NaN -> NaN:
+   kvq.h's rule (kvq_f32_to_e4m3) on every input but NaN, whose sign the
+   ISA leaves open and which a cache refuses before quantizing.
+   kvq_dev_cvt_fp8 is that instruction where the GPU has it, the
+   emulator's model of it under KVQ_EMU (tests/emu/kvq_emu.h, written from
+   the ISA's definition), and kvq_dev_to_minifloat elsewhere.
+   What is proven where (test_gpu group fp8-cvt):
+     emulator, CPU    the model against kvq_dev_to_minifloat and kvq.h's
+                      kvq_f32_to_e4m3 / _e5m2 on every fp32 bit pattern but
+                      NaN (make test-cuda-emu; a stratified 2^24 sample in
+                      the quick pass), and every boundary through the
+                      check kernel: each grid value, each midpoint between
+                      neighbours and the floats either side of it, the
+                      subnormals, the saturation edge, +-0, +-Inf.
+     a GPU, sm_89+    the instruction against kvq_dev_to_minifloat on all
+                      2^32 patterns (NaN skipped) in the check kernel
+                      (make test-gpu); below sm_89 the two paths are one.
+   KVQ_CUDA_HW_FP8 (default 0): 1 makes the FP8 formats' quantizer
+   (kvq_dev_format_code) convert x / a with the instruction, x / a computed
+   as before (IEEE division; finite, or +-Inf, which both saturate). It
+   stays off until a GPU run of fp8-cvt reports 0 differences: the
+   emulator proves the model, not the silicon.                           */
+#ifndef KVQ_CUDA_HW_FP8
+#define KVQ_CUDA_HW_FP8 0
+#endif
+static __device__ __forceinline__ uint32_t kvq_dev_cvt_fp8(float x, int e5m2)
+{
+#if defined(KVQ_EMU)
+    return (uint32_t)kvq_emu::cvt_rn_satfinite_f8x2(x, 0.0f, e5m2) >> 8;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned short r;                    /* x's code in the upper byte */
+    if (e5m2) asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(x), "f"(0.0f));
+    else asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(x), "f"(0.0f));
+    return (uint32_t)r >> 8;
+#else
+    return kvq_dev_to_minifloat(x, kvq_dev_grid(e5m2));
+#endif
+}
+/* The FP8 code of x / a as the quantizer takes it (kvq__scaled_code).   */
+static __device__ __forceinline__ uint32_t kvq_dev_fp8_code(float x, float a, int e5m2)
+{
+    if (a == 0.0f) return 0u;
+    return KVQ_CUDA_HW_FP8 ? kvq_dev_cvt_fp8(x / a, e5m2) : kvq_dev_to_minifloat(x / a, kvq_dev_grid(e5m2));
+}
+
+/* The fp8-cvt check: patterns first + i stride (mod 2^32), i < count, or
+   list[i] when list is given; for each but NaN, kvq_dev_cvt_fp8 against
+   kvq_dev_to_minifloat for E4M3 and E5M2. out: differing E4M3, differing
+   E5M2, a differing pattern (0xFFFFFFFF: none), patterns compared.     */
+__global__ void kvq_fp8_check_kernel(uint32_t first, uint32_t stride, uint64_t count,
+                                     const uint32_t *list, unsigned *out /* (4) */)
+{
+    unsigned d4 = 0, d5 = 0, n = 0;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t u = list ? list[i] : first + (uint32_t)i * stride;
+        const float x = __uint_as_float(u);
+        if (x != x) continue;
+        const bool b4 = kvq_dev_cvt_fp8(x, 0) != kvq_dev_to_minifloat(x, kvq_dev_grid(0));
+        const bool b5 = kvq_dev_cvt_fp8(x, 1) != kvq_dev_to_minifloat(x, kvq_dev_grid(1));
+        d4 += b4; d5 += b5; n++;
+        if (b4 || b5) atomicCAS(&out[2], 0xFFFFFFFFu, u);
+    }
+    atomicAdd(&out[0], d4);
+    atomicAdd(&out[1], d5);
+    atomicAdd(&out[3], n);
+}
+
+/* Runs the check above; d_out (4 unsigned, device) is set here first.
+   *native: 1 when the kernel ran the instruction itself (a GPU of
+   sm_89+), 0 when the emulator's model or the software path.           */
+extern "C" kvq_status kvq_cuda_fp8_check(uint32_t first, uint32_t stride, uint64_t count,
+                                         const uint32_t *d_list, unsigned *d_out, int *native,
+                                         cudaStream_t stream)
+{
+    if (!d_out || !native) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_fp8_check: NULL pointer");
+    if (count == 0 || count > ((uint64_t)1 << 32))
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_fp8_check: count %llu (1 .. 2^32)",
+                              (unsigned long long)count);
+    *native = 0;
+#ifndef KVQ_EMU
+    int dev = 0, major = 0, minor = 0;
+    KVQ_CUDA_CHECK(cudaGetDevice(&dev));
+    KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    *native = major * 10 + minor >= 89;
+#endif
+    const unsigned init[4] = { 0, 0, 0xFFFFFFFFu, 0 };
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(d_out, init, sizeof init, cudaMemcpyHostToDevice, stream));
+    const unsigned threads = 256, blocks = kvq_cuda__grid((size_t)(count < 4096 * 256 ? count : 4096 * 256), threads);
+    KVQ_CUDA_LAUNCH(kvq_fp8_check_kernel, blocks, threads, 0, stream)(first, stride, count, d_list, d_out);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return KVQ_OK;
+}
+
+#ifdef KVQ_EMU
+/* The emulator's proof on the CPU (no kernel: one loop), patterns as
+   kvq_cuda_fp8_check's: out[0..1] the model against kvq_dev_to_minifloat
+   (E4M3, E5M2), out[2..3] against kvq.h's kvq_f32_to_e4m3 / _e5m2, out[4]
+   a differing pattern (0xFFFFFFFF: none), out[5] patterns compared.     */
+extern "C" void kvq_cuda_fp8_check_cpu(uint32_t first, uint32_t stride, uint64_t count, uint64_t out[6])
+{
+    uint64_t d[4] = { 0, 0, 0, 0 }, n = 0, any = 0xFFFFFFFFu;
+    for (uint64_t i = 0; i < count; i++) {
+        const uint32_t u = first + (uint32_t)i * stride;
+        float x;
+        memcpy(&x, &u, 4);
+        if (x != x) continue;
+        const uint32_t h4 = kvq_dev_cvt_fp8(x, 0), h5 = kvq_dev_cvt_fp8(x, 1);
+        const bool b[4] = { h4 != kvq_dev_to_minifloat(x, kvq_dev_grid(0)),
+                            h5 != kvq_dev_to_minifloat(x, kvq_dev_grid(1)),
+                            h4 != kvq_f32_to_e4m3(x), h5 != kvq_f32_to_e5m2(x) };
+        for (int k = 0; k < 4; k++) d[k] += b[k];
+        if ((b[0] || b[1] || b[2] || b[3]) && any == 0xFFFFFFFFu) any = u;
+        n++;
+    }
+    for (int k = 0; k < 4; k++) out[k] = d[k];
+    out[4] = any;
+    out[5] = n;
+}
+#endif
+
 /* kvq.h's Lloyd-Max table (kvq_lloyd_max_centroids), in constant memory. */
 #ifdef __CUDA_ARCH__
 #define KVQ_DEV_CONST __constant__
@@ -993,9 +1117,9 @@ static __device__ __forceinline__ uint32_t kvq_dev_format_code(const kvq_dev_fsh
 {
     switch (q.fmt) {
     case KVQ_FORMAT_E4M3: case KVQ_FORMAT_E4M3_TENSOR:
-        return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(0));
+        return kvq_dev_fp8_code(x, a, 0);
     case KVQ_FORMAT_E5M2: case KVQ_FORMAT_E5M2_TENSOR:
-        return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(1));
+        return kvq_dev_fp8_code(x, a, 1);
     case KVQ_FORMAT_NVFP4: case KVQ_FORMAT_NVFP4_4OVER6:
         return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(2));
     case KVQ_FORMAT_LLOYD_MAX: case KVQ_FORMAT_LLOYD_MAX_NC: {
@@ -5413,6 +5537,12 @@ extern "C" kvq_status kvq_cuda_quantize_format(const __half *d_X, size_t T, size
                                                 float side_scale, uint32_t *d_words,
                                                 kvq_sz *d_params, int *d_status,
                                                 cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_fp8_check(uint32_t first, uint32_t stride, uint64_t count,
+                                         const uint32_t *d_list, unsigned *d_out, int *native,
+                                         cudaStream_t stream);
+#ifdef KVQ_EMU
+extern "C" void kvq_cuda_fp8_check_cpu(uint32_t first, uint32_t stride, uint64_t count, uint64_t out[6]);
+#endif
 extern "C" kvq_status kvq_cuda_rotate(kvq_rotation kind, uint64_t seed, size_t D, int inverse,
                                        const float *d_X, float *d_Y, size_t T, int *d_status,
                                        cudaStream_t stream);

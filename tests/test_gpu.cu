@@ -29,6 +29,7 @@
 #include "test.h"
 
 #include <vector>
+#include <float.h>
 #include <algorithm>
 #include <string>
 
@@ -3171,6 +3172,113 @@ static void test_attend_format(void)
     test_attend_format_refusals();
 }
 
+/* ======================================================================== */
+/* fp8-cvt: the hardware FP8 conversion against the software rounding       */
+/* ======================================================================== */
+/* kvq_cuda.cu Sec. 2.2 (kvq_dev_cvt_fp8): cvt.rn.satfinite.{e4m3x2,e5m2x2}
+   .f32 on a GPU of sm_89+, the emulator's model of it (written from the
+   PTX ISA, tests/emu/kvq_emu.h) here, against kvq_dev_to_minifloat, NaN
+   skipped (the ISA leaves its sign open).
+     boundaries (kernel)  every grid value of both formats, each midpoint
+                          between neighbours and the float either side of
+                          it, the subnormal edge, the saturation edge
+                          (448/464/480, 57344/61440), +-0, +-Inf, FLT_MAX,
+                          fp32 subnormals: both signs
+     the fp32 line        a GPU: all 2^32 patterns in the kernel (the
+       (kernel)           proof on the hardware); the emulator: a
+                          stratified sample (2^16 quick, 2^20 full)
+     the CPU (emulator)   the model against kvq_dev_to_minifloat and
+                          kvq.h's kvq_f32_to_e4m3/_e5m2: full pass, every
+                          pattern of magnitude in [2^-17, 2^16) (biased
+                          exponents 110..142, both signs: 553M, all the
+                          patterns whose code is not +-0 or +-MAX_NORM in
+                          either format) plus every 65537th of the rest of
+                          the line; quick pass, every 509th of that range */
+static void fp8_cvt_points(std::vector<uint32_t> &pts)
+{
+    auto add = [&](float x) {
+        for (float v : { x, -x, nextafterf(x, INFINITY), nextafterf(x, -INFINITY) }) {
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            pts.push_back(u);
+            pts.push_back(u ^ 0x80000000u);
+        }
+    };
+    for (int f = 0; f < 2; f++) {
+        const unsigned max_mag = f ? 0x7B : 0x7E;
+        for (unsigned c = 0; c <= max_mag; c++) {
+            const float v = f ? kvq_e5m2_to_f32((uint8_t)c) : kvq_e4m3_to_f32((uint8_t)c);
+            const float w = c < max_mag ? (f ? kvq_e5m2_to_f32((uint8_t)(c + 1)) : kvq_e4m3_to_f32((uint8_t)(c + 1)))
+                                        : v + (v - (f ? kvq_e5m2_to_f32((uint8_t)(c - 1)) : kvq_e4m3_to_f32((uint8_t)(c - 1))));
+            add(v);
+            add(0.5f * (v + w));                /* a tie (exact in fp32)  */
+        }
+    }
+    for (float x : { 0.0f, 448.0f, 464.0f, 480.0f, 896.0f, 57344.0f, 61440.0f, 65536.0f, 1e10f, FLT_MAX,
+                     INFINITY, FLT_MIN, 1e-40f, 1.4e-45f, 0.0009765625f /* 2^-10 */, 7.62939453e-06f /* 2^-17 */ })
+        add(x);
+}
+
+static void test_fp8_cvt(void)
+{
+    std::vector<uint32_t> pts;
+    fp8_cvt_points(pts);
+    dbuf<uint32_t> dl(pts.size());
+    dl.up(pts.data());
+    dbuf<unsigned> dout(4);
+    unsigned o[4];
+    int native = 0;
+    size_t finite = 0;
+    for (uint32_t u : pts) finite += (u & 0x7FFFFFFFu) <= 0x7F800000u;
+    KQ(kvq_cuda_fp8_check(0, 1, pts.size(), dl.p, dout.p, &native, 0));
+    dout.down(o);
+    CHECK(o[0] == 0 && o[1] == 0 && o[3] == finite, "fp8-cvt boundaries: %u E4M3 and %u E5M2 codes of "
+          "%u compared (%zu non-NaN points) differ, e.g. pattern 0x%08x", o[0], o[1], o[3], finite, o[2]);
+    printf("  fp8-cvt: %zu boundary points, %u differ (%s)\n", pts.size(), o[0] + o[1],
+#ifdef KVQ_EMU
+           "the emulator's model of cvt.rn.satfinite"
+#else
+           native ? "the instruction" : "no instruction below sm_89: both paths are the software one"
+#endif
+           );
+#ifdef KVQ_EMU
+    const uint64_t count = quick_mode ? (1u << 16) : (1u << 20);
+#else
+    const uint64_t count = (uint64_t)1 << 32;
+#endif
+    const uint32_t stride = (uint32_t)(((uint64_t)1 << 32) / count) | 1u;   /* odd: strata of the line */
+    KQ(kvq_cuda_fp8_check(0x9e37u, stride, count, nullptr, dout.p, &native, 0));
+    dout.down(o);
+    CHECK(o[0] == 0 && o[1] == 0, "fp8-cvt, %llu patterns (stride %u): %u E4M3 and %u E5M2 codes "
+          "differ, e.g. pattern 0x%08x", (unsigned long long)count, stride, o[0], o[1], o[2]);
+    printf("  fp8-cvt: %u fp32 patterns (NaN skipped) of %llu, stride %u, in the kernel: %u differ%s\n",
+           o[3], (unsigned long long)count, stride, o[0] + o[1],
+           native ? " (cvt.rn.satfinite on this GPU: the hardware proof)" : "");
+#ifdef KVQ_EMU
+    /* the CPU proof of the model: every pattern where a rounding happens */
+    uint64_t r[6], sum[5] = { 0, 0, 0, 0, 0 };
+    const uint32_t lo = 110u << 23, n_range = 33u << 23;
+    const uint32_t step = quick_mode ? 509u : 1u;
+    for (uint32_t sign = 0; sign < 2; sign++) {
+        kvq_cuda_fp8_check_cpu(lo | sign << 31, step, n_range / step, r);
+        for (int k = 0; k < 4; k++) sum[k] += r[k];
+        sum[4] += r[5];
+        if (r[4] != 0xFFFFFFFFu) printf("  fp8-cvt: pattern 0x%08llx differs\n", (unsigned long long)r[4]);
+    }
+    kvq_cuda_fp8_check_cpu(0x1234u, 65537u, 65537u, r);     /* the rest of the line, strided */
+    for (int k = 0; k < 4; k++) sum[k] += r[k];
+    sum[4] += r[5];
+    CHECK(sum[0] == 0 && sum[1] == 0 && sum[2] == 0 && sum[3] == 0, "fp8-cvt on the CPU: the model "
+          "differs from kvq_dev_to_minifloat on %llu E4M3 / %llu E5M2 patterns, from kvq.h on %llu / %llu",
+          (unsigned long long)sum[0], (unsigned long long)sum[1], (unsigned long long)sum[2],
+          (unsigned long long)sum[3]);
+    printf("  fp8-cvt: the model on the CPU, %llu patterns (%s): %llu differ from kvq_dev_to_minifloat, "
+           "%llu from kvq.h\n", (unsigned long long)sum[4],
+           quick_mode ? "every 509th of |x| in [2^-17, 2^16)" : "every one of |x| in [2^-17, 2^16)",
+           (unsigned long long)(sum[0] + sum[1]), (unsigned long long)(sum[2] + sum[3]));
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
@@ -3238,6 +3346,7 @@ int main(int argc, char **argv)
         test_attend_format();
         rng_state = saved;
     });
+    run("fp8-cvt", test_fp8_cvt);
     run("rotate", [] { test_rotate_rows(); test_rotate_codes(); test_rotate_attend(); test_rotate_refusals(); });
     run("attend", [] { test_attend(); test_attend_status(); test_attend_splits(); });
     run("mma", test_attend_mma);
