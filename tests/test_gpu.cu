@@ -1192,9 +1192,12 @@ static void test_attend_status(void)
     kvq_config hcfg = kvq_config_hf(D, kvq_hf_defaults(2));
     kvq_cache_init(&hf, &hcfg);
     kvq_cache_prefill(&hf, K.data(), V.data(), 300);
-    kvq_cuda_export_t e3;
-    CHECK(refused_with(kvq_cuda_export(&hf, &e3), KVQ_ERR_CONFIG),
-          "export of a per-token-key cache must be refused with a reason");
+    kvq_cuda_export_t e3;         /* per-token keys: the token layout (attend-format's HF cases) */
+    const kvq_status st_hf = kvq_cuda_export(&hf, &e3);
+    CHECK(st_hf == KVQ_OK && e3.layout == KVQ_CUDA_LAYOUT_TOKEN,
+          "export of a per-token-key (HF) cache: %s (%s), want the token layout", kvq_status_str(st_hf),
+          kvq_cuda_why());
+    if (st_hf == KVQ_OK) kvq_cuda_export_free(&e3);
     kvq_cache k8;                 /* B = 8 is quantized on the GPU, not attended */
     kvq_config c8 = kvq_config_kivi(D, 8);
     kvq_cache_init(&k8, &c8);
@@ -2968,8 +2971,13 @@ static void test_attend_format_case(const char *preset, size_t D, int n_rep, siz
     for (size_t i = 0; i < n_streams && ok; i++) {
         kvq_config cfg;
         kvq_cache *c = &caches[i];
-        ok = kvq_config_engine(&cfg, D, preset) == KVQ_OK;
-        cfg.residual = R;
+        if (!strncmp(preset, "hf-", 3)) {          /* HF's per-token INT caches */
+            cfg = kvq_config_hf(D, kvq_hf_defaults(preset[3] - '0'));
+            ok = true;
+        } else {
+            ok = kvq_config_engine(&cfg, D, preset) == KVQ_OK;
+        }
+        if (R) cfg.residual = R;
         ok = ok && kvq_cache_init(c, &cfg) == KVQ_OK;
         if (!ok) { why = kvq_why(); break; }
         built++;
@@ -3166,6 +3174,12 @@ static void test_attend_format(void)
         test_attend_format_case(engine_presets[i], D, 1, 16, FMT_EVICT, false, 3, 700);
         test_attend_format_case(engine_presets[i], 192 - D, 4, 0, FMT_COMPACT, false, 3, 700);
         test_attend_format_case(engine_presets[i], D, 4, 0, FMT_PLAIN, true, 2, 700);
+    }
+    /* HF's policy (both sides per token, INT, FLUSH with its window) exports
+       in the same layout                                                 */
+    for (int bits = 2; bits <= 4; bits += 2) {
+        test_attend_format_case(bits == 2 ? "hf-2bit" : "hf-4bit", 128, 1, 0, FMT_PLAIN, false, 3, 1500);
+        test_attend_format_case(bits == 2 ? "hf-2bit" : "hf-4bit", 64, 4, 0, FMT_EVICT, false, 3, 700);
     }
     printf("  attend-format: %zu rows against kvq_attend, worst rel err %.2e (tolerance %.0e)\n",
            fmt_rows, fmt_worst, FMT_TOL);
