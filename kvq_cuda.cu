@@ -25,8 +25,10 @@
        2. Quantize + pack of an fp16 [T x D] matrix (kvq.h Sec. 6)
        2.1 Rotation before quantizing (kvq.h Sec. 6.1)
        2.2 The formats engines ship (kvq.h Sec. 4.1): quantize + pack
-       3. The paged store: pages, streams, and what a stream may hold
-       4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding)
+       3. The paged store: pages, streams, and what a stream may hold;
+          the token layout of kvq.h Sec. 4.1's formats
+       4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding;
+          the token layout on its slow path)
        5. Compaction: gather-clone-scatter of slots (kvq.h Sec. 11)
        6. Host: a kvq_cache exported to pages (for tests, benches, engines)
        7. Tensor-core fragment order: maps, permutation, decode, weight split
@@ -1700,7 +1702,11 @@ static __host__ __device__ __forceinline__ uint32_t kvq_cuda_sealed_pages(const 
      coalesced read of the fp16 row, or the dequantized codes of a mixed
      slot), partial dot products are reduced across the warp the same
      transposing way. It serves the full-precision rows and is, with no
-     pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
+     pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).
+     A token-layout pool (Sec. 3: kvq.h Sec. 4.1's formats) runs it for
+     every slot, each lane decoding value(c) a + b (kvq_dev_token_decode):
+     a format's grid is not an affine map of the code, so the 1 + c/2^B
+     trick of the fast path does not apply.                              */
 #define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
 /* CTAs per SM the compiler must fit for the 1-head and the 4-head kernels
    (a register cap: 65536 / (128 n) registers per thread; the pair is the

@@ -21,6 +21,13 @@
                 and fp16); rotated-then-quantized codes byte-identical to a
                 rotating cache's; rotate q, attend, rotate the output back
                 within ATTN_TOL of the oracle and of kvq_attend; refusals.
+     formats    (attend-format) every kvq_config_engine preset and HF's
+                per-token caches in the token layout, each row within
+                FMT_TOL of kvq_attend; refusals. (fp8-cvt) the hardware
+                FP8 conversion (or the emulator's model of it) against
+                the software rounding, NaN skipped: boundaries, the fp32
+                line (all 2^32 patterns on a GPU), and on the emulator's
+                CPU every pattern where a rounding happens.
    Fixed seed, fresh random inputs for every case, adversarial cases.     */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
