@@ -1516,9 +1516,10 @@ extern "C" kvq_status kvq_cuda_rotate_f16(kvq_rotation kind, uint64_t seed, size
    and per side the grid's value(c) as a 256-float table (the cache side's
    value[], device memory), and per stream the sides' scales (a cache's
    own, kvq_side.scale: kvq.h sets it from the cache's first rows):
-   exactly what kvq__group_ab and kvq__side_token read. Only Sec. 4's slow path reads it (its
-   per-lane decode, below); Sec. 8's tensor cores and the sealing read
-   Sec. 3's INT layout only and refuse this one.                          */
+   exactly what kvq__group_ab and kvq__side_token read. Only Sec. 4's
+   slow path reads this layout (its per-lane decode); Sec. 8's tensor
+   cores, the sealing and the page moves take Sec. 3's INT pages only
+   and refuse it.                                                         */
 #define KVQ_CUDA_LAYOUT_TOKEN 1
 typedef struct kvq_cuda_fside {
     kvq_format   format;   /* kvq.h Sec. 4.1 (INT: Sec. 4's (s, z), zero_mode) */
