@@ -1516,10 +1516,10 @@ extern "C" kvq_status kvq_cuda_rotate_f16(kvq_rotation kind, uint64_t seed, size
    and per side the grid's value(c) as a 256-float table (the cache side's
    value[], device memory), and per stream the sides' scales (a cache's
    own, kvq_side.scale: kvq.h sets it from the cache's first rows):
-   exactly what kvq__group_ab and kvq__side_token read. Only Sec. 4's
-   slow path reads this layout (its per-lane decode); Sec. 8's tensor
-   cores, the sealing and the page moves take Sec. 3's INT pages only
-   and refuse it.                                                         */
+   exactly what kvq__group_ab and kvq__side_token read (kvq_cuda_token,
+   below). Only Sec. 4's slow path reads this layout (its per-lane
+   decode); Sec. 8's tensor cores, the sealing and the page moves take
+   Sec. 3's INT pages only and refuse it.                                 */
 #define KVQ_CUDA_LAYOUT_TOKEN 1
 typedef struct kvq_cuda_fside {
     kvq_format   format;   /* kvq.h Sec. 4.1 (INT: Sec. 4's (s, z), zero_mode) */
@@ -1560,7 +1560,8 @@ typedef struct kvq_cuda_pool {
     int       head_dim;    /* D: 64 or 128                                   */
     int       group;       /* G: key group = slots per page: 32, 64 or 128   */
     int       value_group; /* Gv: per-token value group, Gv*B % 32 == 0      */
-    int       bits;        /* B for keys and values: 2 or 4                  */
+    int       bits;        /* B for keys and values: 2 or 4 (0: the token
+                              layout, read with kvq_cuda_token)            */
     kvq_zero_mode zero_mode;
     /* The basis the pages are in (kvq.h Sec. 6.1; copy kvq_cuda_export_t's
        three fields): kvq_cuda_attend and kvq_cuda_attend_mma rotate q by
@@ -1569,12 +1570,19 @@ typedef struct kvq_cuda_pool {
        pool): no rotation.                                               */
     kvq_rotation key_rotation, value_rotation;
     uint64_t  rotation_seed;
-    /* KVQ_CUDA_LAYOUT_TOKEN (below): both sides per token, any format of
-       kvq.h Sec. 4.1; then k_*, v_* hold the token pages and key/value
-       describe the sides. 0 (a memset pool): the pages above.          */
-    int       layout;
-    kvq_cuda_fside key, value;
 } kvq_cuda_pool;
+
+/* A token-layout pool's other half (kvq_cuda_attend_token): the two
+   sides, and each stream's side scales, device memory. The pool itself
+   keeps Sec. 3's fields (arrays, D, G = slots per page, zero mode, basis)
+   with bits = 0, so that every INT entry point refuses it by its shape
+   check. Neither struct grows for it: the INT kernels' registers are
+   sized to the pool and stream as they are (bench/RESULTS.md's gates). */
+typedef struct kvq_cuda_token {
+    kvq_cuda_fside key, value;
+    const float   *scales;   /* (n_streams, 2): stream s's key side scale,
+                                then its value side scale (kvq_side.scale) */
+} kvq_cuda_token;
 
 typedef struct kvq_cuda_stream {
     const int32_t  *pages;   /* (ceil(n_slots / G)) pool page ids            */
@@ -1584,8 +1592,6 @@ typedef struct kvq_cuda_stream {
     const kvq_f16  *k_fp;    /* (n_fp, D) full-precision keys                */
     const kvq_f16  *v_fp;    /* (n_fp, D) their values                       */
     uint32_t n_kq, n_vq, n_fp, reserved;
-    float    k_scale, v_scale; /* the token layout: the sides' scales (kvq.h
-                                  kvq_side.scale; _TENSOR and NVFP4 read it) */
 } kvq_cuda_stream;
 
 /* Page strides, in words and in kvq_sz entries.                            */
@@ -1933,12 +1939,19 @@ static __device__ __forceinline__ void kvq_dev_token_decode(const kvq_cuda_fside
 }
 
 /* -- the slow path: 32 tokens from any source ----------------------------- */
+/* What the token layout's source adds: the sides and this stream's side
+   scales; nothing (an empty base) for Sec. 3's pages.                  */
+template <int TOKEN> struct kvq_dev_token_part {};
+template <> struct kvq_dev_token_part<1> {
+    kvq_cuda_fside key, value;
+    float k_scale, v_scale;
+};
 /* Where token v of the slow range comes from, and its key/value channels
    [lane*CPL, lane*CPL + CPL) as floats. TOKEN: the pool is in the token
    layout (Sec. 3), its quantized slots decoded by kvq_dev_token_decode;
    the rest (tails, fp rows, dead slots) is the same for both layouts.   */
 template <int D, int B, int TOKEN = 0>
-struct kvq_dev_slow_src {
+struct kvq_dev_slow_src : kvq_dev_token_part<TOKEN> {
     static constexpr int CPL = D / 32;
     const kvq_cuda_stream *s;
     kvq_cuda_pool pool;
@@ -1963,6 +1976,9 @@ struct kvq_dev_slow_src {
     /* Token v's key; false if it is not attended (dead or past the end). */
     __device__ __forceinline__ bool fetch_k(uint32_t v, int lane, float (&k)[CPL]) const
     {
+        if constexpr (TOKEN)          /* a dead token's k is read, then dropped */
+#pragma unroll
+            for (int c = 0; c < CPL; c++) k[c] = 0.0f;
         if (v >= n_total) return false;
         if (v >= n_mixed) {                       /* a full-precision row  */
             row(s->k_fp + (size_t)(v - n_mixed) * D, lane, k);
@@ -1973,7 +1989,7 @@ struct kvq_dev_slow_src {
         if constexpr (TOKEN) {
             const int G = pool.group;
             if (slot < s->n_kq)                   /* per-token, a format   */
-                kvq_dev_token_decode<D>(pool.key, s->k_scale, pool.zero_mode, pool.k_words, pool.k_sz,
+                kvq_dev_token_decode<D>(this->key, this->k_scale, pool.zero_mode, pool.k_words, pool.k_sz,
                                         (size_t)s->pages[slot / G], G, slot % G, lane, k);
             else
                 row(s->k_tail + (size_t)(slot - s->n_kq) * D, lane, k);
@@ -2008,7 +2024,7 @@ struct kvq_dev_slow_src {
             const uint32_t slot = slot0 + v;
             const int G = pool.group;
             if (slot < s->n_vq)
-                kvq_dev_token_decode<D>(pool.value, s->v_scale, pool.zero_mode, pool.v_words, pool.v_sz,
+                kvq_dev_token_decode<D>(this->value, this->v_scale, pool.zero_mode, pool.v_words, pool.v_sz,
                                         (size_t)s->pages[slot / G], G, slot % G, lane, val);
             else
                 row(s->v_tail + (size_t)(slot - s->n_vq) * D, lane, val);
@@ -2501,15 +2517,15 @@ static __device__ __forceinline__ void kvq_dev_state_out(kvq_dev_warp_state<D, B
    the stream's sealed pages (Sec. 8's kernel attends them). status_reset:
    the call's status word, zeroed here by one thread (kvq_dev_status_reset)
    when not NULL. TOKEN (with B = 0): a token-layout pool (Sec. 3, kvq.h
-   Sec. 4.1's formats), every item a slow one whose slots decode per lane
-   (kvq_dev_token_decode); the split, the softmax state and the combine
-   are the same code.                                                    */
+   Sec. 4.1's formats) described by tok, every item a slow one whose slots
+   decode per lane (kvq_dev_token_decode); the split, the softmax state
+   and the combine are the same code. The other kernels never read tok. */
 template <int D, int B, int NH, int TOKEN = 0>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages,
-                  int split0, int n_splits, int skip_sealed, int *status_reset)
+                  int split0, int n_splits, int skip_sealed, int *status_reset, kvq_cuda_token tok)
 {
     static_assert(!TOKEN || B == 0, "the token layout has no fast path (B = 0)");
     kvq_dev_status_reset(status_reset);
@@ -2548,6 +2564,12 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
     src.slot0 = it.n_fast * (uint32_t)TG;
     src.n_mixed = it.n_mixed;
     src.n_total = it.n_slow_tokens;
+    if constexpr (TOKEN) {
+        src.key = tok.key;
+        src.value = tok.value;
+        src.k_scale = tok.scales[2 * stream_id];
+        src.v_scale = tok.scales[2 * stream_id + 1];
+    }
     uint32_t item = first + warp;
     if constexpr (B > 0) {
         KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_dev_stage);
@@ -2630,7 +2652,7 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
 /* Instantiation table: D x B x NH (B = 0: the fp16 baseline); the page
    size G is a run-time value of the pool.                                 */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
-                                  const float *, float *, int, int, int, int, int *);
+                                  const float *, float *, int, int, int, int, int *, kvq_cuda_token);
 template <int D, int B>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
@@ -2652,19 +2674,26 @@ static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
    is its own pass (Sec. 2.1's kernel: D log2 D adds per row, n_rep rows
    per stream, next to the stream's whole cache), not a step inside the
    attention kernels, whose registers are spent on the pages.           */
-/* A token-layout pool (Sec. 3) checked on the host, side by side: a
-   format kvq.h knows at bits it takes, Gs dividing D into groups that
-   hold a lane's D/32 channels (and the format's own group where it fixes
-   one), a value table. The streams' side scales and the tables' entries
-   are device data, the cache's own in an export: a NaN or Inf among them
-   makes the row NaN and the call KVQ_ERR_STATE (the combine's check).  */
-static kvq_status kvq_cuda__token_pool_ok(const kvq_cuda_pool *pool, int D, const char *who)
+/* A token-layout pool (Sec. 3) checked on the host: bits = 0 (an INT
+   pool is not one), 32, 64 or 128 slots a page, the streams' scales
+   given, and side by side a format kvq.h knows at bits it takes, Gs
+   dividing D into groups that hold a lane's D/32 channels (and the
+   format's own group where it fixes one), a value table. The scales and
+   the tables' entries are device data, the cache's own in an export: a
+   NaN or Inf among them makes the row NaN and the call KVQ_ERR_STATE
+   (the combine's check).                                               */
+static kvq_status kvq_cuda__token_pool_ok(const kvq_cuda_pool *pool, const kvq_cuda_token *tok,
+                                          int D, const char *who)
 {
+    if (pool->bits != 0)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: pool bits=%d: a token-layout pool has bits = 0 "
+                              "(an INT pool goes to kvq_cuda_attend)", who, pool->bits);
     if (pool->group != 32 && pool->group != 64 && pool->group != 128)
         return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: token layout: %d slots a page (32, 64 or 128)",
                               who, pool->group);
+    if (!tok->scales) return kvq_cuda__fail(KVQ_ERR_NULL, "%s: no side scales", who);
     for (int side = 0; side < 2; side++) {
-        const kvq_cuda_fside &f = side ? pool->value : pool->key;
+        const kvq_cuda_fside &f = side ? tok->value : tok->key;
         const char *name = side ? "value" : "key";
         if ((int)f.format < 0 || f.format >= KVQ_FORMAT_COUNT)
             return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: %s format %d unknown", who, name, (int)f.format);
@@ -2718,76 +2747,73 @@ static kvq_status kvq_cuda__output_back(const kvq_cuda_pool *pool, int D, float 
                                    d_out, rows, (int *)nullptr, stream);
 }
 
-/* Decode attention. pool: NULL for the fp16 baseline (every stream has only
-   k_fp/v_fp rows), else a host struct holding device pointers. d_streams:
-   (n_streams) descriptors in device memory. d_q: (n_streams, n_rep, D)
-   fp32; d_out the same shape. d_work: kvq_cuda_attend_workspace floats.
-   head_dim: D of the streams (must equal pool->head_dim when pool != NULL).
-   A rotating cache's pool (its rotation fields set) takes q and gives the
-   output in the caller's basis; the baseline (no pool) over a rotating
-   cache's rows takes q rotated by kvq_cuda_rotate and rotates back.     */
-extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
-                                       const kvq_cuda_stream *d_streams, size_t n_streams,
-                                       int n_rep, size_t max_tokens, const float *d_q,
-                                       float *d_out, float *d_work, size_t work_floats,
-                                       int *d_status, cudaStream_t stream)
+/* Decode attention (kvq_cuda_attend, kvq_cuda_attend_token below): the
+   host checks, then Sec. 4's kernel and the combine. tok: NULL, or the
+   token layout's other half (then pool is a token-layout pool).        */
+static kvq_status kvq_cuda__attend(const char *who, const kvq_cuda_pool *pool,
+                                   const kvq_cuda_token *tok, int head_dim,
+                                   const kvq_cuda_stream *d_streams, size_t n_streams,
+                                   int n_rep, size_t max_tokens, const float *d_q,
+                                   float *d_out, float *d_work, size_t work_floats,
+                                   int *d_status, cudaStream_t stream)
 {
     const int D = head_dim;
-    if (!d_streams || !d_q || !d_out || !d_work || !d_status)
-        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend: NULL pointer");
+    if (!d_streams || !d_q || !d_out || !d_work || !d_status || (tok && !pool))
+        return kvq_cuda__fail(KVQ_ERR_NULL, "%s: NULL pointer", who);
     if (D != 64 && D != 128)
-        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend: head_dim=%d (the kernels are built for 64 and 128)", D);
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "%s: head_dim=%d (the kernels are built for 64 and 128)", who, D);
     if (n_streams == 0 || n_rep <= 0)
-        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend: n_streams=%zu n_rep=%d must be > 0", n_streams, n_rep);
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "%s: n_streams=%zu n_rep=%d must be > 0", who, n_streams, n_rep);
     const int nh = kvq_cuda__nh(n_rep);
     const size_t n_hchunks = (size_t)((n_rep + nh - 1) / nh);
     if (n_streams > (size_t)0x7fffffff / n_hchunks || n_streams * (size_t)n_rep > 0x7fffffffu)
-        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_attend: %zu streams x %d heads is too many for one launch",
-                             n_streams, n_rep);
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "%s: %zu streams x %d heads is too many for one launch",
+                             who, n_streams, n_rep);
     int B = 0, G = 0;
     kvq_cuda_pool pl;
+    kvq_cuda_token tk;
     memset(&pl, 0, sizeof pl);
-    const bool token = pool && pool->layout == KVQ_CUDA_LAYOUT_TOKEN;
+    memset(&tk, 0, sizeof tk);
+    const bool token = tok != nullptr;
     if (pool) {
         pl = *pool;
         B = pl.bits; G = pl.group;
         if (pl.head_dim != D)
-            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: pool D=%d but head_dim=%d", pl.head_dim, D);
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: pool D=%d but head_dim=%d", who, pl.head_dim, D);
         if (!pl.k_words || !pl.k_sz || !pl.v_words || !pl.v_sz)
-            return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend: pool has a NULL array");
-        if (pl.layout != 0 && !token)
-            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: pool layout %d unknown (0, or "
-                                  "KVQ_CUDA_LAYOUT_TOKEN)", pl.layout);
+            return kvq_cuda__fail(KVQ_ERR_NULL, "%s: pool has a NULL array", who);
     }
     if (token) {            /* kvq.h Sec. 4.1's formats: the slow path only */
-        B = -1;
+        tk = *tok;
         if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
-            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
-        kvq_status st = kvq_cuda__token_pool_ok(pool, D, "kvq_cuda_attend");
-        if (st == KVQ_OK) st = kvq_cuda__pool_rotation_ok(pool, "kvq_cuda_attend");
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: zero mode %d unknown", who, (int)pl.zero_mode);
+        kvq_status st = kvq_cuda__token_pool_ok(pool, tok, D, who);
+        if (st == KVQ_OK) st = kvq_cuda__pool_rotation_ok(pool, who);
         if (st != KVQ_OK) return st;
+        B = -1;
     } else if (pool) {
         if (B != 2 && B != 4)
-            return kvq_cuda__fail(KVQ_ERR_BITS, "kvq_cuda_attend: bits=%d (the fused kernel is built for 2 and 4)", B);
+            return kvq_cuda__fail(KVQ_ERR_BITS, "%s: bits=%d (the fused kernel is built for 2 and 4; "
+                                  "a token-layout pool, bits 0, goes to kvq_cuda_attend_token)", who, B);
         if (G != 32 && G != 64 && G != 128)
-            return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_attend: G=%d (the fused kernel takes 32, 64 or 128)", G);
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: G=%d (the fused kernel takes 32, 64 or 128)", who, G);
         if (pl.value_group <= 0 || D % pl.value_group || (pl.value_group * B) % 32)
-            return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_attend: value group %d must divide D=%d and fill "
-                                 "whole words (Gv*B multiple of 32)", pl.value_group, D);
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: value group %d must divide D=%d and fill "
+                                 "whole words (Gv*B multiple of 32)", who, pl.value_group, D);
         if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
-            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
-        const kvq_status st = kvq_cuda__pool_rotation_ok(pool, "kvq_cuda_attend");
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: zero mode %d unknown", who, (int)pl.zero_mode);
+        const kvq_status st = kvq_cuda__pool_rotation_ok(pool, who);
         if (st != KVQ_OK) return st;
     }
     int n_splits;
     const size_t need = kvq_cuda_attend_workspace(n_streams, n_rep, D, pool ? G : 0,
                                                   max_tokens, &n_splits);
     if (work_floats < need)
-        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "kvq_cuda_attend: workspace of %zu floats, %zu needed",
-                             work_floats, need);
+        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "%s: workspace of %zu floats, %zu needed",
+                             who, work_floats, need);
     const int TG = KVQ_CUDA_TILE;                      /* tokens per fast item */
     kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, nh) : kvq_cuda__pick_b<64>(B, nh);
-    if (!fn) return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
+    if (!fn) return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: no kernel for D=%d B=%d G=%d", who, D, B, G);
     /* staged tiles (Sec. 4, fast path): two per warp while a CTA's stages
        stay within 48 KB, else one (a tile is 1.4-6.5 KB: two stages,
        except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set
@@ -2805,7 +2831,7 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
     KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
                                                                         (int)n_hchunks, q,
                                                                         d_work, n_stages, 0,
-                                                                        n_splits, 0, d_status);
+                                                                        n_splits, 0, d_status, tk);
     KVQ_CUDA_CHECK(cudaGetLastError());
     if (D == 128)
         KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, n_splits, d_q,
@@ -2815,6 +2841,40 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                                                            d_out, d_status);
     KVQ_CUDA_CHECK(cudaGetLastError());
     return kvq_cuda__output_back(pool, D, d_out, rows, stream);
+}
+
+/* Decode attention. pool: NULL for the fp16 baseline (every stream has only
+   k_fp/v_fp rows), else a host struct holding device pointers. d_streams:
+   (n_streams) descriptors in device memory. d_q: (n_streams, n_rep, D)
+   fp32; d_out the same shape. d_work: kvq_cuda_attend_workspace floats.
+   head_dim: D of the streams (must equal pool->head_dim when pool != NULL).
+   A rotating cache's pool (its rotation fields set) takes q and gives the
+   output in the caller's basis; the baseline (no pool) over a rotating
+   cache's rows takes q rotated by kvq_cuda_rotate and rotates back.     */
+extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
+                                       const kvq_cuda_stream *d_streams, size_t n_streams,
+                                       int n_rep, size_t max_tokens, const float *d_q,
+                                       float *d_out, float *d_work, size_t work_floats,
+                                       int *d_status, cudaStream_t stream)
+{
+    return kvq_cuda__attend("kvq_cuda_attend", pool, nullptr, head_dim, d_streams, n_streams, n_rep,
+                            max_tokens, d_q, d_out, d_work, work_floats, d_status, stream);
+}
+
+/* The same over a token-layout pool (Sec. 3: kvq.h Sec. 4.1's formats,
+   every kvq_config_engine preset; kvq_cuda_export's layout
+   KVQ_CUDA_LAYOUT_TOKEN): pool with bits = 0, tok its sides and the
+   streams' side scales. Sec. 4's kernel, slow path only; the workspace
+   is kvq_cuda_attend_workspace's for G = pool->group.                  */
+extern "C" kvq_status kvq_cuda_attend_token(const kvq_cuda_pool *pool, const kvq_cuda_token *tok,
+                                             int head_dim, const kvq_cuda_stream *d_streams,
+                                             size_t n_streams, int n_rep, size_t max_tokens,
+                                             const float *d_q, float *d_out, float *d_work,
+                                             size_t work_floats, int *d_status, cudaStream_t stream)
+{
+    if (!tok) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_token: NULL token description");
+    return kvq_cuda__attend("kvq_cuda_attend_token", pool, tok, head_dim, d_streams, n_streams, n_rep,
+                            max_tokens, d_q, d_out, d_work, work_floats, d_status, stream);
 }
 
 /* ======================================================================== */
@@ -2890,10 +2950,6 @@ extern "C" kvq_status kvq_cuda_move_pages(const kvq_cuda_pool *pool, const int64
 {
     if (!pool || !pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_move_pages: NULL pool or pool array");
-    if (pool->layout != 0)
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_move_pages: pool layout %d: moves Sec. 3's "
-                              "INT pages only (a token-layout page is a slice of whole tokens: "
-                              "kvq_cuda_move_slots moves them)", pool->layout);
     const int D = pool->head_dim, G = pool->group, Gv = pool->value_group, B = pool->bits;
     if ((D != 64 && D != 128) || (B != 2 && B != 4) || G <= 0 || G % 32 || Gv <= 0 || D % Gv ||
         (Gv * B) % 32)
@@ -2950,9 +3006,10 @@ typedef struct kvq_cuda_export_t {
        (kvq.h Sec. 6.1), for kvq_cuda_pool's fields of the same names     */
     kvq_rotation key_rotation, value_rotation;
     uint64_t  rotation_seed;
-    /* the token layout: 0 or KVQ_CUDA_LAYOUT_TOKEN, the sides (their
-       .value NULL: the tables are the two below, host memory; the pool
-       takes device copies), for kvq_cuda_pool's fields of the same names */
+    /* the token layout: 0 or KVQ_CUDA_LAYOUT_TOKEN (then bits = 0), the
+       sides (their .value NULL: the tables are the two below, host
+       memory, of which kvq_cuda_token's sides take device copies) and
+       the stream's side scales, for kvq_cuda_token's scales            */
     int       layout;
     kvq_cuda_fside key, value;
     float     key_value[256], value_value[256];   /* the sides' value[] */
@@ -3016,7 +3073,7 @@ extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
             f.format = S->format; f.bits = S->bits; f.group = (int)S->group;
             memcpy(side ? x.value_value : x.key_value, S->value, sizeof S->value);
         }
-        x.layout = KVQ_CUDA_LAYOUT_TOKEN;
+        x.layout = KVQ_CUDA_LAYOUT_TOKEN;   /* its pool: bits = 0 (kvq_cuda_token) */
         x.k_scale = K->scale;
         x.v_scale = V->scale;
         goto rows_only;
@@ -3037,7 +3094,7 @@ rows_only:
     const bool token = x.layout == KVQ_CUDA_LAYOUT_TOKEN;
     const size_t G = never_q || token ? 32 : K->group, Gv = never_q ? 32 : V->group,
                  B = never_q ? 2 : (size_t)K->bits;
-    x.head_dim = (int)D; x.group = (int)G; x.value_group = (int)Gv; x.bits = (int)B;
+    x.head_dim = (int)D; x.group = (int)G; x.value_group = (int)Gv; x.bits = token ? 0 : (int)B;
     x.zero_mode = c->cfg.zero_mode;
     x.key_rotation = c->cfg.key_rotation;
     x.value_rotation = c->cfg.value_rotation;
@@ -3077,10 +3134,11 @@ rows_only:
                       K->sz_per_unit != kvq_cuda__tok_params(x.key, (int)D) ||
                       V->sz_per_unit != kvq_cuda__tok_params(x.value, (int)D)))
             KVQ_CUDA__NO("the cache's unit sizes are not the token layout's");
-        memcpy(x.k_words, K->words, K->n_units * kuw * 4);
-        memcpy(x.k_sz, K->sz, K->n_units * K->sz_per_unit * sizeof(kvq_sz));
-        memcpy(x.v_words, V->words, V->n_units * vuw * 4);
-        memcpy(x.v_sz, V->sz, V->n_units * V->sz_per_unit * sizeof(kvq_sz));
+        if (K->n_units) memcpy(x.k_words, K->words, K->n_units * kuw * 4);
+        if (V->n_units) memcpy(x.v_words, V->words, V->n_units * vuw * 4);
+        /* a side with one scale has no parameters: its sz is NULL       */
+        if (K->n_units && K->sz_per_unit) memcpy(x.k_sz, K->sz, K->n_units * K->sz_per_unit * sizeof(kvq_sz));
+        if (V->n_units && V->sz_per_unit) memcpy(x.v_sz, V->sz, V->n_units * V->sz_per_unit * sizeof(kvq_sz));
     }
     /* slots: positions, dead bits, tails                                   */
     for (size_t slot = 0; slot < n_slots; slot++) {
@@ -4825,9 +4883,6 @@ extern "C" kvq_status kvq_cuda_seal_pages(const kvq_cuda_pool *pool, const int32
 {
     if (!pool || (n && !d_pages)) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_seal_pages: NULL pointer");
     if (!pool->k_words || !pool->v_words) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_seal_pages: pool has a NULL array");
-    if (pool->layout != 0)
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_seal_pages: pool layout %d: only Sec. 3's "
-                              "INT pages have a fragment order", pool->layout);
     if (!kvq_mma_shape_ok(pool->head_dim, pool->group, pool->bits))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_seal_pages: D=%d G=%d B=%d is not a tensor-core shape",
                              pool->head_dim, pool->group, pool->bits);
@@ -4961,9 +5016,6 @@ extern "C" kvq_status kvq_cuda_quantize_sealed(const kvq_cuda_pool *pool, const 
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_sealed: NULL pointer");
     if (!pool->k_words || !pool->k_sz || !pool->v_words || !pool->v_sz)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_quantize_sealed: pool has a NULL array");
-    if (pool->layout != 0)
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize_sealed: pool layout %d: seals "
-                              "Sec. 3's INT pages only (formats: kvq_cuda_quantize_format)", pool->layout);
     const int D = pool->head_dim, G = pool->group, Gv = pool->value_group, B = pool->bits;
     if (!kvq_mma_shape_ok(D, G, B))
         return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_quantize_sealed: D=%d G=%d B=%d is not a "
@@ -5377,12 +5429,9 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     if (!pool) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
     /* v5 stays INT-only: its key step is an integer MMA over Sec. 4's
        uniform codes, and a format's grid (FP8, E2M1, Lloyd-Max) is not an
-       affine map of its code. A token-layout pool (kvq.h Sec. 4.1) goes
-       to Sec. 4's CUDA-core kernel, kvq_cuda_attend.                    */
-    if (pool->layout != 0)
-        return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend_mma: pool layout %d (kvq.h Sec. 4.1's "
-                              "formats): the tensor cores read INT pages only; use kvq_cuda_attend",
-                              pool->layout);
+       affine map of its code. A token-layout pool (kvq.h Sec. 4.1; its
+       bits = 0, refused by the shape check below) goes to Sec. 4's
+       CUDA-core kernel, kvq_cuda_attend_token.                          */
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |
@@ -5466,7 +5515,7 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)f3, stage_bytes));
     KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
                     stage_bytes, stream3)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
-                                          s5, s5 + s3, 1, (int *)nullptr);
+                                          s5, s5 + s3, 1, (int *)nullptr, kvq_cuda_token{});
     KVQ_CUDA_CHECK(cudaGetLastError());
     if (side) {                               /* the join, before the combine */
         KVQ_CUDA_CHECK(cudaEventRecord(side->join, side->side));
@@ -5547,6 +5596,11 @@ extern "C" kvq_status kvq_cuda_quantize_format(const __half *d_X, size_t T, size
 extern "C" kvq_status kvq_cuda_fp8_check(uint32_t first, uint32_t stride, uint64_t count,
                                          const uint32_t *d_list, unsigned *d_out, int *native,
                                          cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_attend_token(const kvq_cuda_pool *pool, const kvq_cuda_token *tok,
+                                             int head_dim, const kvq_cuda_stream *d_streams,
+                                             size_t n_streams, int n_rep, size_t max_tokens,
+                                             const float *d_q, float *d_out, float *d_work,
+                                             size_t work_floats, int *d_status, cudaStream_t stream);
 #ifdef KVQ_EMU
 extern "C" void kvq_cuda_fp8_check_cpu(uint32_t first, uint32_t stride, uint64_t count, uint64_t out[6]);
 #endif

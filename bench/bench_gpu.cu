@@ -759,8 +759,8 @@ static void bench_quantize_sealed(bool quick, double copy)
 
 /* ---- kvq.h Sec. 4.1's formats (--formats) ---------------------------------- */
 /* Decode attention over each kvq_config_engine preset's cache, D = 128:
-   the token layout (kvq_cuda.cu Sec. 3) through kvq_cuda_attend, which
-   routes it to Sec. 4's CUDA-core slow path. One cache of T tokens is
+   the token layout (kvq_cuda.cu Sec. 3) through kvq_cuda_attend_token,
+   Sec. 4's CUDA-core kernel on its slow path. One cache of T tokens is
    built on the host by kvq.h (a prefill of Gaussian K, V with a few
    outlier key channels, fixed seed), exported, and its pages placed S
    times into a pool under a shuffled block table (S streams of the same
@@ -768,7 +768,7 @@ static void bench_quantize_sealed(bool quick, double copy)
    cache (rel. L2 <= 1e-4, test_gpu's FMT_TOL) before timing. Bytes: what
    one call must move: each stream's pages (both sides' code words and
    kvq_sz words, for its slots), block table and dead bits, the two value
-   tables, q in, partials and output out. Reported beside the copy and
+   tables and its two side scales, q in, partials and output out. Reported beside the copy and
    the fp16 kernel on the same T, S, GQA (build_problem's fp16 streams):
    x fp16 = fp16 time / format time.                                      */
 static const char *const format_presets[] = {
@@ -853,10 +853,13 @@ static void bench_formats(bool quick, double copy)
             pool.zero_mode = e.zero_mode;
             pool.key_rotation = e.key_rotation; pool.value_rotation = e.value_rotation;
             pool.rotation_seed = e.rotation_seed;
-            pool.layout = KVQ_CUDA_LAYOUT_TOKEN;
-            pool.key = e.key; pool.value = e.value;
-            pool.key.value = (const float *)put(e.key_value, sizeof e.key_value);
-            pool.value.value = (const float *)put(e.value_value, sizeof e.value_value);
+            kvq_cuda_token tok;                       /* the sides, S streams' scales */
+            tok.key = e.key; tok.value = e.value;
+            tok.key.value = (const float *)put(e.key_value, sizeof e.key_value);
+            tok.value.value = (const float *)put(e.value_value, sizeof e.value_value);
+            std::vector<float> scales(2 * S);
+            for (size_t s = 0; s < S; s++) { scales[2 * s] = e.k_scale; scales[2 * s + 1] = e.v_scale; }
+            tok.scales = (const float *)put(scales.data(), scales.size() * 4);
             int32_t *d_tables = (int32_t *)put(perm.data(), n_pages * 4);
             uint32_t *d_dead = (uint32_t *)put(e.dead, (n_slots / 32 + 1) * 4);
             std::vector<kvq_cuda_stream> hs(S);
@@ -867,7 +870,6 @@ static void bench_formats(bool quick, double copy)
                 x.dead = d_dead;
                 x.n_kq = e.n_kq; x.n_vq = e.n_vq; x.n_fp = e.n_fp;   /* n_fp 0: R = 0 */
                 x.k_fp = x.v_fp = x.k_tail = x.v_tail = nullptr;
-                x.k_scale = e.k_scale; x.v_scale = e.v_scale;
             }
             const kvq_cuda_stream *d_streams = (const kvq_cuda_stream *)put(hs.data(), S * sizeof(kvq_cuda_stream));
           for (int gqa : { 1, 4 }) {
@@ -884,7 +886,8 @@ static void bench_formats(bool quick, double copy)
             CU(cudaMemcpy(d_q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
             CU(cudaMemset(d_out, 0xFF, hq.size() * 4));
             auto call = [&](int) {
-                KQ(kvq_cuda_attend(&pool, D, d_streams, S, gqa, T, d_q, d_out, d_work, wf, d_status, 0));
+                KQ(kvq_cuda_attend_token(&pool, &tok, D, d_streams, S, gqa, T, d_q, d_out, d_work, wf,
+                                         d_status, 0));
             };
             call(0);
             CU(cudaDeviceSynchronize());
@@ -906,7 +909,7 @@ static void bench_formats(bool quick, double copy)
             const bool ok = status == KVQ_OK && err <= 1e-4 && okf;
             const float ms = ok ? median_ms(call, 1) : 0.0f;
             const double bytes = (double)S * (e.n_pages * ((kw + vw) * 4.0 + (ks + vs) * 4.0) + e.n_pages * 4.0 +
-                                              (n_slots / 32 + 1) * 4.0) + 2 * 256 * 4.0 +
+                                              (n_slots / 32 + 1) * 4.0 + 8.0) + 2 * 256 * 4.0 +
                                  (double)S * gqa * D * 4 * 2 + (double)wf * 4;
             const double gbps = ok ? bytes / (ms * 1e-3) / 1e9 : 0.0;
             const double bits = ((kw + vw) * 32.0 + (ks + vs) * 32.0) / ((double)G * D * 2);

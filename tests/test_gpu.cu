@@ -436,6 +436,7 @@ static void test_quantize_stream(void)
 struct gpu_batch {
     std::vector<kvq_cuda_export_t> ex;
     kvq_cuda_pool pool = {};
+    kvq_cuda_token tok = {};                   /* the token layout's sides */
     std::vector<void *> allocs;
     kvq_cuda_stream *d_streams = nullptr;
     size_t max_tokens = 0;
@@ -2917,6 +2918,7 @@ static void upload_token(gpu_batch &b)
     std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
     std::vector<kvq_sz> hks(n_pages * ks + 1), hvs(n_pages * vs + 1);
     std::vector<kvq_cuda_stream> hs(b.ex.size());
+    std::vector<float> scales(2 * b.ex.size());
     size_t next = 0;
     for (size_t i = 0; i < b.ex.size(); i++) {
         const kvq_cuda_export_t &e = b.ex[i];
@@ -2939,7 +2941,8 @@ static void upload_token(gpu_batch &b)
         s.k_fp = b.put(e.k_fp, (size_t)e.n_fp * D);
         s.v_fp = b.put(e.v_fp, (size_t)e.n_fp * D);
         s.n_kq = e.n_kq; s.n_vq = e.n_vq; s.n_fp = e.n_fp;
-        s.k_scale = e.k_scale; s.v_scale = e.v_scale;
+        scales[2 * i] = e.k_scale;
+        scales[2 * i + 1] = e.v_scale;
         hs[i] = s;
         b.tables.push_back(table);
         b.max_tokens = std::max(b.max_tokens, n_slots + e.n_fp);
@@ -2954,11 +2957,11 @@ static void upload_token(gpu_batch &b)
     b.pool.key_rotation = e0.key_rotation;
     b.pool.value_rotation = e0.value_rotation;
     b.pool.rotation_seed = e0.rotation_seed;
-    b.pool.layout = KVQ_CUDA_LAYOUT_TOKEN;
-    b.pool.key = e0.key;
-    b.pool.value = e0.value;
-    b.pool.key.value = b.put(e0.key_value, 256);
-    b.pool.value.value = b.put(e0.value_value, 256);
+    b.tok.key = e0.key;
+    b.tok.value = e0.value;
+    b.tok.key.value = b.put(e0.key_value, 256);
+    b.tok.value.value = b.put(e0.value_value, 256);
+    b.tok.scales = b.put(scales.data(), scales.size());
     b.d_streams = b.put(hs.data(), hs.size());
 }
 
@@ -3020,8 +3023,8 @@ static void test_attend_format_case(const char *preset, size_t D, int n_rep, siz
         dbuf<int> dst(1);
         dq.up(hq.data());
         CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));          /* NaN poison */
-        KQ(kvq_cuda_attend(&b.pool, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens, dq.p,
-                           dout.p, dwork.p, wf, dst.p, 0));
+        KQ(kvq_cuda_attend_token(&b.pool, &b.tok, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens,
+                                 dq.p, dout.p, dwork.p, wf, dst.p, 0));
         const kvq_status status = kvq_cuda_status(dst.p, 0);
         dout.down(got.data());
         double worst = 0.0;
@@ -3075,38 +3078,53 @@ static void test_attend_format_refusals(void)
     std::vector<float> hq(n_rep * D, 0.5f);
     dq.up(hq.data());
     dout.poison();
-    auto attend = [&](const kvq_cuda_pool &p) {
-        return kvq_cuda_attend(&p, (int)D, b.d_streams, 1, n_rep, b.max_tokens, dq.p, dout.p,
-                               dwork.p, wf, dst.p, 0);
+    auto attend = [&](const kvq_cuda_pool &p, const kvq_cuda_token *t) {
+        return kvq_cuda_attend_token(&p, t, (int)D, b.d_streams, 1, n_rep, b.max_tokens, dq.p, dout.p,
+                                     dwork.p, wf, dst.p, 0);
     };
-    struct { const char *what; kvq_status want; void (*edit)(kvq_cuda_pool &); } cs[] = {
-        { "layout 7", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.layout = 7; } },
-        { "key format 99", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.key.format = (kvq_format)99; } },
-        { "key format -1", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.key.format = (kvq_format)-1; } },
-        { "nvfp4 keys at 8 bits", KVQ_ERR_BITS, [](kvq_cuda_pool &p) { p.key.bits = 8; } },
-        { "e4m3 values at 4 bits", KVQ_ERR_BITS, [](kvq_cuda_pool &p) { p.value.format = KVQ_FORMAT_E4M3; } },
-        { "value group 32 for nvfp4", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.value.group = 32; } },
-        { "int key group 24", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.key.format = KVQ_FORMAT_INT; p.key.group = 24; } },
-        { "int key group 1 (< D/32)", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.key.format = KVQ_FORMAT_INT; p.key.group = 1; } },
-        { "no value table", KVQ_ERR_NULL, [](kvq_cuda_pool &p) { p.value.value = nullptr; } },
-        { "48 slots a page", KVQ_ERR_GROUP, [](kvq_cuda_pool &p) { p.group = 48; } },
-        { "zero mode 5", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.zero_mode = (kvq_zero_mode)5; } },
-        { "key rotation 9", KVQ_ERR_CONFIG, [](kvq_cuda_pool &p) { p.key_rotation = (kvq_rotation)9; } },
+    typedef kvq_cuda_pool P;
+    typedef kvq_cuda_token TK;
+    struct { const char *what; kvq_status want; void (*edit)(P &, TK &); } cs[] = {
+        { "key format 99", KVQ_ERR_CONFIG, [](P &, TK &t) { t.key.format = (kvq_format)99; } },
+        { "key format -1", KVQ_ERR_CONFIG, [](P &, TK &t) { t.key.format = (kvq_format)-1; } },
+        { "nvfp4 keys at 8 bits", KVQ_ERR_BITS, [](P &, TK &t) { t.key.bits = 8; } },
+        { "e4m3 values at 4 bits", KVQ_ERR_BITS, [](P &, TK &t) { t.value.format = KVQ_FORMAT_E4M3; } },
+        { "value group 32 for nvfp4", KVQ_ERR_GROUP, [](P &, TK &t) { t.value.group = 32; } },
+        { "int key group 24", KVQ_ERR_GROUP, [](P &, TK &t) { t.key.format = KVQ_FORMAT_INT; t.key.group = 24; } },
+        { "int key group 1 (< D/32)", KVQ_ERR_GROUP, [](P &, TK &t) { t.key.format = KVQ_FORMAT_INT; t.key.group = 1; } },
+        { "no value table", KVQ_ERR_NULL, [](P &, TK &t) { t.value.value = nullptr; } },
+        { "no side scales", KVQ_ERR_NULL, [](P &, TK &t) { t.scales = nullptr; } },
+        { "an INT pool (bits 2)", KVQ_ERR_CONFIG, [](P &p, TK &) { p.bits = 2; } },
+        { "48 slots a page", KVQ_ERR_GROUP, [](P &p, TK &) { p.group = 48; } },
+        { "zero mode 5", KVQ_ERR_CONFIG, [](P &p, TK &) { p.zero_mode = (kvq_zero_mode)5; } },
+        { "key rotation 9", KVQ_ERR_CONFIG, [](P &p, TK &) { p.key_rotation = (kvq_rotation)9; } },
+        { "head_dim 96", KVQ_ERR_CONFIG, [](P &p, TK &) { p.head_dim = 96; } },
     };
     for (const auto &cz : cs) {
         kvq_cuda_pool p = b.pool;
-        cz.edit(p);
-        const kvq_status st = attend(p);
+        kvq_cuda_token t = b.tok;
+        cz.edit(p, t);
+        const kvq_status st = attend(p, &t);
         CHECK(refused_with(st, cz.want), "attend-format refusal, %s: %s (%s), want %s", cz.what,
               kvq_status_str(st), kvq_cuda_why(), kvq_status_str(cz.want));
+    }
+    {
+        const kvq_status st = attend(b.pool, nullptr);
+        CHECK(refused_with(st, KVQ_ERR_NULL), "attend-format refusal, no token description: %s (%s)",
+              kvq_status_str(st), kvq_cuda_why());
     }
     std::vector<uint32_t> raw(n_rep * D);
     CU(cudaMemcpy(raw.data(), dout.p, raw.size() * 4, cudaMemcpyDeviceToHost));
     size_t written = 0;
     for (uint32_t u : raw) written += u != 0xABABABABu;
     CHECK(written == 0, "attend-format refusals wrote %zu floats of the output", written);
-    /* the tensor-core kernel and its page tools stay INT-only             */
+    /* the INT entry points refuse a token-layout pool (its bits = 0):
+       kvq_cuda_attend, the tensor-core kernel and its page tools          */
     {
+        const kvq_status st0 = kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 1, n_rep, b.max_tokens,
+                                               dq.p, dout.p, dwork.p, wf, dst.p, 0);
+        CHECK(refused_with(st0, KVQ_ERR_BITS), "kvq_cuda_attend on a token-layout pool: %s (%s)",
+              kvq_status_str(st0), kvq_cuda_why());
         int sa = 0, sb = 0;
         const size_t wm = kvq_cuda_attend_mma_workspace(1, n_rep, (int)D, 32, 4, 64, 0, b.max_tokens, &sa, &sb);
         dbuf<float> dwm(wm);

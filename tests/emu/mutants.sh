@@ -338,8 +338,8 @@ mutant fmt-value-off-by-one plain/attend-format 'attend-format.*over 1e-04' \
 # 45. the keys decoded with the value side's scale (equal for fp8-e4m3's
 #     1.0, not for nvfp4's data-driven scales)
 mutant fmt-side-scale plain/attend-format 'attend-format.*over 1e-04' \
-    '(pool.key, s->k_scale,' \
-    '(pool.key, s->v_scale,'
+    'src.k_scale = tok.scales[2 * stream_id];' \
+    'src.k_scale = tok.scales[2 * stream_id + 1];'
 # 46. B = 3's codes that straddle two words lose their high bits
 mutant fmt-straddle plain/attend-format 'attend-format.*over 1e-04' \
     'if (bit % 32 + (uint32_t)bits > 32) v |=' \
