@@ -3085,8 +3085,9 @@ static void test_attend_format_refusals(void)
     typedef kvq_cuda_pool P;
     typedef kvq_cuda_token TK;
     struct { const char *what; kvq_status want; void (*edit)(P &, TK &); } cs[] = {
-        { "key format 99", KVQ_ERR_CONFIG, [](P &, TK &t) { t.key.format = (kvq_format)99; } },
-        { "key format -1", KVQ_ERR_CONFIG, [](P &, TK &t) { t.key.format = (kvq_format)-1; } },
+        /* out-of-range values inside each enum's range (UBSan's rule)    */
+        { "key format 15", KVQ_ERR_CONFIG, [](P &, TK &t) { t.key.format = (kvq_format)15; } },
+        { "value format KVQ_FORMAT_COUNT", KVQ_ERR_CONFIG, [](P &, TK &t) { t.value.format = KVQ_FORMAT_COUNT; } },
         { "nvfp4 keys at 8 bits", KVQ_ERR_BITS, [](P &, TK &t) { t.key.bits = 8; } },
         { "e4m3 values at 4 bits", KVQ_ERR_BITS, [](P &, TK &t) { t.value.format = KVQ_FORMAT_E4M3; } },
         { "value group 32 for nvfp4", KVQ_ERR_GROUP, [](P &, TK &t) { t.value.group = 32; } },
@@ -3096,8 +3097,7 @@ static void test_attend_format_refusals(void)
         { "no side scales", KVQ_ERR_NULL, [](P &, TK &t) { t.scales = nullptr; } },
         { "an INT pool (bits 2)", KVQ_ERR_CONFIG, [](P &p, TK &) { p.bits = 2; } },
         { "48 slots a page", KVQ_ERR_GROUP, [](P &p, TK &) { p.group = 48; } },
-        { "zero mode 5", KVQ_ERR_CONFIG, [](P &p, TK &) { p.zero_mode = (kvq_zero_mode)5; } },
-        { "key rotation 9", KVQ_ERR_CONFIG, [](P &p, TK &) { p.key_rotation = (kvq_rotation)9; } },
+        { "key rotation 3", KVQ_ERR_CONFIG, [](P &p, TK &) { p.key_rotation = (kvq_rotation)3; } },
         { "head_dim 96", KVQ_ERR_CONFIG, [](P &p, TK &) { p.head_dim = 96; } },
     };
     for (const auto &cz : cs) {
