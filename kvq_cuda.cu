@@ -25,8 +25,10 @@
        2. Quantize + pack of an fp16 [T x D] matrix (kvq.h Sec. 6)
        2.1 Rotation before quantizing (kvq.h Sec. 6.1)
        2.2 The formats engines ship (kvq.h Sec. 4.1): quantize + pack
-       3. The paged store: pages, streams, and what a stream may hold
-       4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding)
+       3. The paged store: pages, streams, and what a stream may hold;
+          the token layout of kvq.h Sec. 4.1's formats
+       4. Fused decode attention (kvq.h Sec. 8 on the GPU; flash-decoding;
+          the token layout on its slow path)
        5. Compaction: gather-clone-scatter of slots (kvq.h Sec. 11)
        6. Host: a kvq_cache exported to pages (for tests, benches, engines)
        7. Tensor-core fragment order: maps, permutation, decode, weight split
@@ -915,8 +917,8 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
    double sums go through kvq_dev_dadd / kvq_dev_dmul (__dadd_rn,
    __dmul_rn), which nvcc never contracts into an fma the host does not
    do. The small-float rounding is kvq.h's integer rounding on every
-   architecture; sm_89's cvt.rn.satfinite.e4m3x2.f32 gives the same bits
-   for finite inputs and is left for a hardware check to adopt.        */
+   architecture by default; KVQ_CUDA_HW_FP8 (below) swaps in sm_89's
+   instruction for FP8.                                                */
 #ifdef __CUDA_ARCH__
 static __device__ __forceinline__ double kvq_dev_dadd(double a, double b) { return __dadd_rn(a, b); }
 static __device__ __forceinline__ double kvq_dev_dmul(double a, double b) { return __dmul_rn(a, b); }
@@ -964,6 +966,130 @@ static __host__ __device__ float kvq_dev_from_minifloat(uint32_t c, kvq_dev_mini
     return (c >> (f.e + f.m)) & 1u ? -v : v;
 }
 
+/* THE HARDWARE FP8 CONVERSION. sm_89 and later convert two fp32 values
+   to FP8 in one instruction, cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32: round
+   to nearest even, saturating to +-448 / +-57344 (Inf too), NaN -> NaN:
+   kvq.h's rule (kvq_f32_to_e4m3) on every input but NaN, whose sign the
+   ISA leaves open and which a cache refuses before quantizing.
+   kvq_dev_cvt_fp8 is that instruction where the GPU has it, the
+   emulator's model of it under KVQ_EMU (tests/emu/kvq_emu.h, written from
+   the ISA's definition), and kvq_dev_to_minifloat elsewhere.
+   What is proven where (test_gpu group fp8-cvt):
+     emulator, CPU    the model against kvq_dev_to_minifloat and kvq.h's
+                      kvq_f32_to_e4m3 / _e5m2 on every fp32 bit pattern but
+                      NaN (make test-cuda-emu; a stratified 2^24 sample in
+                      the quick pass), and every boundary through the
+                      check kernel: each grid value, each midpoint between
+                      neighbours and the floats either side of it, the
+                      subnormals, the saturation edge, +-0, +-Inf.
+     a GPU, sm_89+    the instruction against kvq_dev_to_minifloat on all
+                      2^32 patterns (NaN skipped) in the check kernel
+                      (make test-gpu); below sm_89 the two paths are one.
+   KVQ_CUDA_HW_FP8 (default 0): 1 makes the FP8 formats' quantizer
+   (kvq_dev_format_code) convert x / a with the instruction, x / a computed
+   as before (IEEE division; finite, or +-Inf, which both saturate). It
+   stays off until a GPU run of fp8-cvt reports 0 differences: the
+   emulator proves the model, not the silicon.                           */
+#ifndef KVQ_CUDA_HW_FP8
+#define KVQ_CUDA_HW_FP8 0
+#endif
+static __device__ __forceinline__ uint32_t kvq_dev_cvt_fp8(float x, int e5m2)
+{
+#if defined(KVQ_EMU)
+    return (uint32_t)kvq_emu::cvt_rn_satfinite_f8x2(x, 0.0f, e5m2) >> 8;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned short r;                    /* x's code in the upper byte */
+    if (e5m2) asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(x), "f"(0.0f));
+    else asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(x), "f"(0.0f));
+    return (uint32_t)r >> 8;
+#else
+    return kvq_dev_to_minifloat(x, kvq_dev_grid(e5m2));
+#endif
+}
+/* The FP8 code of x / a as the quantizer takes it (kvq__scaled_code).   */
+static __device__ __forceinline__ uint32_t kvq_dev_fp8_code(float x, float a, int e5m2)
+{
+    if (a == 0.0f) return 0u;
+    return KVQ_CUDA_HW_FP8 ? kvq_dev_cvt_fp8(x / a, e5m2) : kvq_dev_to_minifloat(x / a, kvq_dev_grid(e5m2));
+}
+
+/* The fp8-cvt check: patterns first + i stride (mod 2^32), i < count, or
+   list[i] when list is given; for each but NaN, kvq_dev_cvt_fp8 against
+   kvq_dev_to_minifloat for E4M3 and E5M2. out: differing E4M3, differing
+   E5M2, a differing pattern (0xFFFFFFFF: none), patterns compared.     */
+__global__ void kvq_fp8_check_kernel(uint32_t first, uint32_t stride, uint64_t count,
+                                     const uint32_t *list, unsigned *out /* (4) */)
+{
+    unsigned d4 = 0, d5 = 0, n = 0;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t u = list ? list[i] : first + (uint32_t)i * stride;
+        const float x = __uint_as_float(u);
+        if (x != x) continue;
+        const bool b4 = kvq_dev_cvt_fp8(x, 0) != kvq_dev_to_minifloat(x, kvq_dev_grid(0));
+        const bool b5 = kvq_dev_cvt_fp8(x, 1) != kvq_dev_to_minifloat(x, kvq_dev_grid(1));
+        d4 += b4; d5 += b5; n++;
+        if (b4 || b5) atomicCAS(&out[2], 0xFFFFFFFFu, u);
+    }
+    atomicAdd(&out[0], d4);
+    atomicAdd(&out[1], d5);
+    atomicAdd(&out[3], n);
+}
+
+/* Runs the check above; d_out (4 unsigned, device) is set here first.
+   *native: 1 when the kernel ran the instruction itself (a GPU of
+   sm_89+), 0 when the emulator's model or the software path.           */
+extern "C" kvq_status kvq_cuda_fp8_check(uint32_t first, uint32_t stride, uint64_t count,
+                                         const uint32_t *d_list, unsigned *d_out, int *native,
+                                         cudaStream_t stream)
+{
+    if (!d_out || !native) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_fp8_check: NULL pointer");
+    if (count == 0 || count > ((uint64_t)1 << 32))
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_fp8_check: count %llu (1 .. 2^32)",
+                              (unsigned long long)count);
+    *native = 0;
+#ifndef KVQ_EMU
+    int dev = 0, major = 0, minor = 0;
+    KVQ_CUDA_CHECK(cudaGetDevice(&dev));
+    KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    *native = major * 10 + minor >= 89;
+#endif
+    const unsigned init[4] = { 0, 0, 0xFFFFFFFFu, 0 };
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(d_out, init, sizeof init, cudaMemcpyHostToDevice, stream));
+    const unsigned threads = 256, blocks = kvq_cuda__grid((size_t)(count < 4096 * 256 ? count : 4096 * 256), threads);
+    KVQ_CUDA_LAUNCH(kvq_fp8_check_kernel, blocks, threads, 0, stream)(first, stride, count, d_list, d_out);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return KVQ_OK;
+}
+
+#ifdef KVQ_EMU
+/* The emulator's proof on the CPU (no kernel: one loop), patterns as
+   kvq_cuda_fp8_check's: out[0..1] the model against kvq_dev_to_minifloat
+   (E4M3, E5M2), out[2..3] against kvq.h's kvq_f32_to_e4m3 / _e5m2, out[4]
+   a differing pattern (0xFFFFFFFF: none), out[5] patterns compared.     */
+extern "C" void kvq_cuda_fp8_check_cpu(uint32_t first, uint32_t stride, uint64_t count, uint64_t out[6])
+{
+    uint64_t d[4] = { 0, 0, 0, 0 }, n = 0, any = 0xFFFFFFFFu;
+    for (uint64_t i = 0; i < count; i++) {
+        const uint32_t u = first + (uint32_t)i * stride;
+        float x;
+        memcpy(&x, &u, 4);
+        if (x != x) continue;
+        const uint32_t h4 = kvq_dev_cvt_fp8(x, 0), h5 = kvq_dev_cvt_fp8(x, 1);
+        const bool b[4] = { h4 != kvq_dev_to_minifloat(x, kvq_dev_grid(0)),
+                            h5 != kvq_dev_to_minifloat(x, kvq_dev_grid(1)),
+                            h4 != kvq_f32_to_e4m3(x), h5 != kvq_f32_to_e5m2(x) };
+        for (int k = 0; k < 4; k++) d[k] += b[k];
+        if ((b[0] || b[1] || b[2] || b[3]) && any == 0xFFFFFFFFu) any = u;
+        n++;
+    }
+    for (int k = 0; k < 4; k++) out[k] = d[k];
+    out[4] = any;
+    out[5] = n;
+}
+#endif
+
 /* kvq.h's Lloyd-Max table (kvq_lloyd_max_centroids), in constant memory. */
 #ifdef __CUDA_ARCH__
 #define KVQ_DEV_CONST __constant__
@@ -993,9 +1119,9 @@ static __device__ __forceinline__ uint32_t kvq_dev_format_code(const kvq_dev_fsh
 {
     switch (q.fmt) {
     case KVQ_FORMAT_E4M3: case KVQ_FORMAT_E4M3_TENSOR:
-        return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(0));
+        return kvq_dev_fp8_code(x, a, 0);
     case KVQ_FORMAT_E5M2: case KVQ_FORMAT_E5M2_TENSOR:
-        return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(1));
+        return kvq_dev_fp8_code(x, a, 1);
     case KVQ_FORMAT_NVFP4: case KVQ_FORMAT_NVFP4_4OVER6:
         return a == 0.0f ? 0u : kvq_dev_to_minifloat(x / a, kvq_dev_grid(2));
     case KVQ_FORMAT_LLOYD_MAX: case KVQ_FORMAT_LLOYD_MAX_NC: {
@@ -1370,6 +1496,61 @@ extern "C" kvq_status kvq_cuda_rotate_f16(kvq_rotation kind, uint64_t seed, size
    replaced outliers, evicted tokens): bit s of dead[s / 32].
    Attention does not depend on the order in which tokens are stored
    (LogQuant Sec. 2.4), so nothing here records positions.                 */
+/* THE TOKEN LAYOUT (kvq.h Sec. 4.1's formats; every kvq_config_engine
+   preset). The engines' caches quantize both sides per token, each in a
+   format: a token's D channels are D/Gs groups of Gs (Gs = 16, 32 or D),
+   each decoded as x' = value(c) a + b (kvq.h kvq__group_ab). A page is
+   still G slots (pool.group), and each part is still the slice of kvq.h's
+   arrays for those slots, now token after token on both sides:
+
+     k_words (n_pages, G, D/Gk, wpg_k)   wpg = kvq_packed_words(Gs, B):
+     v_words (n_pages, G, D/Gv, wpg_v)     B = 3 is a bit stream (kvq.h
+                                           Sec. 5), a code may straddle
+     k_sz    (n_pages, G, spt_k)         the token's kvq_sz words, raw:
+     v_sz    (n_pages, G, spt_v)           INT: (s, z) per group; a format:
+                                           its P-bit parameters packed,
+                                           group g at bit g P (kvq.h
+                                           kvq__format_unit), none for the
+                                           formats with one side scale
+
+   and per side the grid's value(c) as a 256-float table (the cache side's
+   value[], device memory), and per stream the sides' scales (a cache's
+   own, kvq_side.scale: kvq.h sets it from the cache's first rows):
+   exactly what kvq__group_ab and kvq__side_token read (kvq_cuda_token,
+   below). Only Sec. 4's slow path reads this layout (its per-lane
+   decode); Sec. 8's tensor cores, the sealing and the page moves take
+   Sec. 3's INT pages only and refuse it.                                 */
+#define KVQ_CUDA_LAYOUT_TOKEN 1
+typedef struct kvq_cuda_fside {
+    kvq_format   format;   /* kvq.h Sec. 4.1 (INT: Sec. 4's (s, z), zero_mode) */
+    int          bits;     /* B: as kvq_format_bits_ok (2, 3, 4 or 8)         */
+    int          group;    /* Gs: per-token group, divides D, a multiple of D/32 */
+    const float *value;    /* (256) value(c), device memory; c < 2^B is read  */
+} kvq_cuda_fside;
+
+/* kvq_format_param_bits and kvq_packed_words on both sides of the bus,
+   and a token's words and kvq_sz words on one side (spt: INT one kvq_sz a
+   group; a format ceil(D/Gs P / 32), as kvq__side_init's sz_per_unit). */
+static __host__ __device__ __forceinline__ int kvq_cuda__param_bits(int f)
+{
+    return f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR ? 0
+         : f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6 ? 8
+         : f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0 ? 16 : 32;
+}
+static __host__ __device__ __forceinline__ size_t kvq_cuda__tok_wpg(const kvq_cuda_fside &f)
+{
+    return ((size_t)f.group * (size_t)f.bits + 31) / 32;
+}
+static __host__ __device__ __forceinline__ size_t kvq_cuda__tok_words(const kvq_cuda_fside &f, int D)
+{
+    return (size_t)(D / f.group) * kvq_cuda__tok_wpg(f);
+}
+static __host__ __device__ __forceinline__ size_t kvq_cuda__tok_params(const kvq_cuda_fside &f, int D)
+{
+    return f.format == KVQ_FORMAT_INT ? (size_t)(D / f.group)
+         : ((size_t)(D / f.group) * (size_t)kvq_cuda__param_bits(f.format) + 31) / 32;
+}
+
 typedef struct kvq_cuda_pool {
     uint32_t *k_words;     /* (n_pages, D, wpg_k)                           */
     kvq_sz   *k_sz;        /* (n_pages, D)                                  */
@@ -1379,7 +1560,8 @@ typedef struct kvq_cuda_pool {
     int       head_dim;    /* D: 64 or 128                                   */
     int       group;       /* G: key group = slots per page: 32, 64 or 128   */
     int       value_group; /* Gv: per-token value group, Gv*B % 32 == 0      */
-    int       bits;        /* B for keys and values: 2 or 4                  */
+    int       bits;        /* B for keys and values: 2 or 4 (0: the token
+                              layout, read with kvq_cuda_token)            */
     kvq_zero_mode zero_mode;
     /* The basis the pages are in (kvq.h Sec. 6.1; copy kvq_cuda_export_t's
        three fields): kvq_cuda_attend and kvq_cuda_attend_mma rotate q by
@@ -1389,6 +1571,18 @@ typedef struct kvq_cuda_pool {
     kvq_rotation key_rotation, value_rotation;
     uint64_t  rotation_seed;
 } kvq_cuda_pool;
+
+/* A token-layout pool's other half (kvq_cuda_attend_token): the two
+   sides, and each stream's side scales, device memory. The pool itself
+   keeps Sec. 3's fields (arrays, D, G = slots per page, zero mode, basis)
+   with bits = 0, so that every INT entry point refuses it by its shape
+   check. Neither struct grows for it: the INT kernels' registers are
+   sized to the pool and stream as they are (bench/RESULTS.md's gates). */
+typedef struct kvq_cuda_token {
+    kvq_cuda_fside key, value;
+    const float   *scales;   /* (n_streams, 2): stream s's key side scale,
+                                then its value side scale (kvq_side.scale) */
+} kvq_cuda_token;
 
 typedef struct kvq_cuda_stream {
     const int32_t  *pages;   /* (ceil(n_slots / G)) pool page ids            */
@@ -1442,6 +1636,17 @@ kvq_cuda_count_items(const kvq_cuda_stream &s, int TG, bool quantized)
     it.n_mixed = quantized ? n_slots - it.n_fast * (uint32_t)TG : 0;
     it.n_slow_tokens = it.n_mixed + s.n_fp;
     it.n_items = it.n_fast + (it.n_slow_tokens + 31) / 32;
+    return it;
+}
+/* The token layout's items: no fast tiles; every slot (n_mixed) and then
+   every full-precision row, 32 tokens an item (Sec. 4's slow path).    */
+static __host__ __device__ __forceinline__ kvq_cuda_items kvq_cuda_token_items(const kvq_cuda_stream &s)
+{
+    kvq_cuda_items it;
+    it.n_fast = 0;
+    it.n_mixed = s.n_kq > s.n_vq ? s.n_kq : s.n_vq;
+    it.n_slow_tokens = it.n_mixed + s.n_fp;
+    it.n_items = (it.n_slow_tokens + 31) / 32;
     return it;
 }
 /* SEALED pages: the stream's first pages whose G slots are all quantized
@@ -1504,7 +1709,11 @@ static __host__ __device__ __forceinline__ uint32_t kvq_cuda_sealed_pages(const 
      coalesced read of the fp16 row, or the dequantized codes of a mixed
      slot), partial dot products are reduced across the warp the same
      transposing way. It serves the full-precision rows and is, with no
-     pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).  */
+     pages at all, the fp16 baseline (kvq_cuda_attend with pool = NULL).
+     A token-layout pool (Sec. 3: kvq.h Sec. 4.1's formats) runs it for
+     every slot, each lane decoding value(c) a + b (kvq_dev_token_decode):
+     a format's grid is not an affine map of the code, so the 1 + c/2^B
+     trick of the fast path does not apply.                              */
 #define KVQ_CUDA_WARPS 4           /* warps per CTA in the attention kernel */
 /* CTAs per SM the compiler must fit for the 1-head and the 4-head kernels
    (a register cap: 65536 / (128 n) registers per thread; the pair is the
@@ -1668,11 +1877,81 @@ static __device__ __forceinline__ void kvq_dev_softmax_step(kvq_dev_warp_state<D
     *m_new_out = m_new;
 }
 
+/* -- the token layout's decode (kvq.h Sec. 4.1) ------------------------------ */
+/* kvq__format_ab: (a, b) of x' = value(c) a + b for a group of format f
+   with parameter p on a side of scale side_scale (not INT).            */
+static __device__ __forceinline__ void kvq_dev_format_ab(int f, uint32_t p, float side_scale,
+                                                         float *a, float *b)
+{
+    *b = 0.0f;
+    if (f == KVQ_FORMAT_NVFP4 || f == KVQ_FORMAT_NVFP4_4OVER6)
+        *a = kvq_dev_from_minifloat(p, kvq_dev_grid(0)) * side_scale;   /* E4M3 */
+    else if (f == KVQ_FORMAT_E4M3_TENSOR || f == KVQ_FORMAT_E5M2_TENSOR) *a = side_scale;
+    else if (f == KVQ_FORMAT_Q8_0 || f == KVQ_FORMAT_Q4_0) *a = kvq_dev_f16((kvq_f16)p);
+    else *a = __uint_as_float(p);                  /* an fp32 scale          */
+}
+/* kvq__group_ab for group g of one token: INT's (s, z), or the P-bit
+   parameter g of the token's packed kvq_sz words (sz: spt of them).    */
+static __device__ __forceinline__ void kvq_dev_group_ab(const kvq_cuda_fside &f, float side_scale,
+                                                        kvq_zero_mode mode, const kvq_sz *sz, int g,
+                                                        float *a, float *b)
+{
+    if (f.format == KVQ_FORMAT_INT) { kvq_dev_affine(sz[g], mode, a, b); return; }
+    const unsigned P = (unsigned)kvq_cuda__param_bits(f.format);
+    uint32_t word = 0;
+    if (P) {
+        word = reinterpret_cast<const uint32_t *>(sz)[g * P / 32];
+        if (P < 32) word = (word >> (g * P % 32)) & ((1u << P) - 1u);
+    }
+    kvq_dev_format_ab(f.format, word, side_scale, a, b);
+}
+/* kvq__get_code for any B (2, 3, 4, 8): code i at bit i B of the group's
+   words, the high bits from the next word where it straddles (B = 3).  */
+static __device__ __forceinline__ uint32_t kvq_dev_get_bits(const uint32_t *words, uint32_t i, int bits)
+{
+    const uint32_t bit = i * (uint32_t)bits;
+    uint32_t v = words[bit / 32] >> (bit % 32);
+    if (bit % 32 + (uint32_t)bits > 32) v |= words[bit / 32 + 1] << (32 - bit % 32);
+    return v & ((1u << bits) - 1u);
+}
+/* kvq__side_token, the lane's CPL channels only: channels lane CPL ..
+   of slot `slot` of one side of a token-layout pool. The CPL channels lie
+   in one group (Gs is a multiple of D/32), so its (a, b) is read once;
+   the table is read through the read-only cache (1 KB a side).          */
+template <int D>
+static __device__ __forceinline__ void kvq_dev_token_decode(const kvq_cuda_fside &f, float side_scale,
+                                                            kvq_zero_mode mode,
+                                                            const uint32_t *words /* pages' */,
+                                                            const kvq_sz *sz /* pages' */,
+                                                            size_t page, int G, uint32_t t, int lane,
+                                                            float (&x)[D / 32])
+{
+    constexpr int CPL = D / 32;
+    const size_t at = page * (size_t)G + t;                /* the token's row  */
+    const uint32_t *w = words + at * kvq_cuda__tok_words(f, D);
+    const int d0 = lane * CPL, g = d0 / f.group;
+    float a, b;
+    kvq_dev_group_ab(f, side_scale, mode, sz + at * kvq_cuda__tok_params(f, D), g, &a, &b);
+    w += (size_t)g * kvq_cuda__tok_wpg(f);
+#pragma unroll
+    for (int c = 0; c < CPL; c++)
+        x[c] = __ldg(f.value + kvq_dev_get_bits(w, (uint32_t)((d0 + c) % f.group), f.bits)) * a + b;
+}
+
 /* -- the slow path: 32 tokens from any source ----------------------------- */
+/* What the token layout's source adds: the sides and this stream's side
+   scales; nothing (an empty base) for Sec. 3's pages.                  */
+template <int TOKEN> struct kvq_dev_token_part {};
+template <> struct kvq_dev_token_part<1> {
+    kvq_cuda_fside key, value;
+    float k_scale, v_scale;
+};
 /* Where token v of the slow range comes from, and its key/value channels
-   [lane*CPL, lane*CPL + CPL) as floats.                                   */
-template <int D, int B>
-struct kvq_dev_slow_src {
+   [lane*CPL, lane*CPL + CPL) as floats. TOKEN: the pool is in the token
+   layout (Sec. 3), its quantized slots decoded by kvq_dev_token_decode;
+   the rest (tails, fp rows, dead slots) is the same for both layouts.   */
+template <int D, int B, int TOKEN = 0>
+struct kvq_dev_slow_src : kvq_dev_token_part<TOKEN> {
     static constexpr int CPL = D / 32;
     const kvq_cuda_stream *s;
     kvq_cuda_pool pool;
@@ -1697,6 +1976,9 @@ struct kvq_dev_slow_src {
     /* Token v's key; false if it is not attended (dead or past the end). */
     __device__ __forceinline__ bool fetch_k(uint32_t v, int lane, float (&k)[CPL]) const
     {
+        if constexpr (TOKEN)          /* a dead token's k is read, then dropped */
+#pragma unroll
+            for (int c = 0; c < CPL; c++) k[c] = 0.0f;
         if (v >= n_total) return false;
         if (v >= n_mixed) {                       /* a full-precision row  */
             row(s->k_fp + (size_t)(v - n_mixed) * D, lane, k);
@@ -1704,7 +1986,14 @@ struct kvq_dev_slow_src {
         }
         const uint32_t slot = slot0 + v;
         if (s->dead && ((s->dead[slot >> 5] >> (slot & 31)) & 1u)) return false;
-        if constexpr (B > 0) {
+        if constexpr (TOKEN) {
+            const int G = pool.group;
+            if (slot < s->n_kq)                   /* per-token, a format   */
+                kvq_dev_token_decode<D>(this->key, this->k_scale, pool.zero_mode, pool.k_words, pool.k_sz,
+                                        (size_t)s->pages[slot / G], G, slot % G, lane, k);
+            else
+                row(s->k_tail + (size_t)(slot - s->n_kq) * D, lane, k);
+        } else if constexpr (B > 0) {
             const int G = pool.group;
             if (slot < s->n_kq) {                 /* per-channel key codes */
                 const size_t page = (size_t)s->pages[slot / G];
@@ -1731,7 +2020,15 @@ struct kvq_dev_slow_src {
             row(s->v_fp + (size_t)(v - n_mixed) * D, lane, val);
             return;
         }
-        if constexpr (B > 0) {
+        if constexpr (TOKEN) {
+            const uint32_t slot = slot0 + v;
+            const int G = pool.group;
+            if (slot < s->n_vq)
+                kvq_dev_token_decode<D>(this->value, this->v_scale, pool.zero_mode, pool.v_words, pool.v_sz,
+                                        (size_t)s->pages[slot / G], G, slot % G, lane, val);
+            else
+                row(s->v_tail + (size_t)(slot - s->n_vq) * D, lane, val);
+        } else if constexpr (B > 0) {
             const uint32_t slot = slot0 + v;
             const int G = pool.group, Gv = pool.value_group;
             if (slot < s->n_vq) {                 /* per-token value codes */
@@ -1758,8 +2055,8 @@ struct kvq_dev_slow_src {
 
 /* 32 tokens v0 .. v0+31 of the slow range, in two halves of 16 so that a
    lane holds 16 partial sums per head at a time.                          */
-template <int D, int B, int NH>
-static __device__ void kvq_dev_slow_item(const kvq_dev_slow_src<D, B> &src, uint32_t v0,
+template <int D, int B, int NH, int TOKEN>
+static __device__ void kvq_dev_slow_item(const kvq_dev_slow_src<D, B, TOKEN> &src, uint32_t v0,
                                          const float (&qf)[NH][D / 32],
                                          kvq_dev_warp_state<D, B, NH> &st,
                                          float *pbuf /* (NH, 32) this warp's */, int lane)
@@ -2219,14 +2516,18 @@ static __device__ __forceinline__ void kvq_dev_state_out(kvq_dev_warp_state<D, B
    split0 .. split0 + gridDim.y - 1 of n_splits. skip_sealed: leave out
    the stream's sealed pages (Sec. 8's kernel attends them). status_reset:
    the call's status word, zeroed here by one thread (kvq_dev_status_reset)
-   when not NULL.                                                         */
-template <int D, int B, int NH>
+   when not NULL. TOKEN (with B = 0): a token-layout pool (Sec. 3, kvq.h
+   Sec. 4.1's formats) described by tok, every item a slow one whose slots
+   decode per lane (kvq_dev_token_decode); the split, the softmax state
+   and the combine are the same code. The other kernels never read tok. */
+template <int D, int B, int NH, int TOKEN = 0>
 __global__ void __launch_bounds__(KVQ_CUDA_WARPS * 32, NH == 1 ? KVQ_CUDA_NH1_MIN_CTAS : KVQ_CUDA_NH4_MIN_CTAS)
 kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ streams,
                   int n_rep, int n_hchunks, const float *__restrict__ q /* (S, n_rep, D) */,
                   float *__restrict__ work /* (S, n_rep, splits, D + 2) */, int n_stages,
-                  int split0, int n_splits, int skip_sealed, int *status_reset)
+                  int split0, int n_splits, int skip_sealed, int *status_reset, kvq_cuda_token tok)
 {
+    static_assert(!TOKEN || B == 0, "the token layout has no fast path (B = 0)");
     kvq_dev_status_reset(status_reset);
     constexpr int CPL = D / 32;
     constexpr int TG = KVQ_CUDA_TILE, PB = 32;     /* pbuf length per head  */
@@ -2251,18 +2552,24 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
     kvq_dev_warp_state<D, B, NH> st;
     st.init();
     /* this split's items: fast ones (whole tiles) first, then the slow    */
-    const kvq_cuda_items it = kvq_cuda_count_items(*s, TG, B > 0);
+    const kvq_cuda_items it = TOKEN ? kvq_cuda_token_items(*s) : kvq_cuda_count_items(*s, TG, B > 0);
     const uint32_t skip = (B > 0 && skip_sealed) ? kvq_cuda_sealed_pages(*s, pool.group) *
                                                    ((uint32_t)pool.group / TG) : 0;
     const uint32_t per = (it.n_items - skip + n_my_splits - 1) / n_my_splits;
     const uint32_t first = skip + split * per;
     const uint32_t last = (first + per < it.n_items) ? first + per : it.n_items;
-    kvq_dev_slow_src<D, B> src;
+    kvq_dev_slow_src<D, B, TOKEN> src;
     src.s = s;
     src.pool = pool;
     src.slot0 = it.n_fast * (uint32_t)TG;
     src.n_mixed = it.n_mixed;
     src.n_total = it.n_slow_tokens;
+    if constexpr (TOKEN) {
+        src.key = tok.key;
+        src.value = tok.value;
+        src.k_scale = tok.scales[2 * stream_id];
+        src.v_scale = tok.scales[2 * stream_id + 1];
+    }
     uint32_t item = first + warp;
     if constexpr (B > 0) {
         KVQ_CUDA_SHARED_DYNAMIC(unsigned char, kvq_dev_stage);
@@ -2270,7 +2577,7 @@ kvq_attend_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ stream
                                      qs, st, pbuf[warp], lane);
     }
     for (; item < last; item += KVQ_CUDA_WARPS)
-        kvq_dev_slow_item<D, B, NH>(src, (item - it.n_fast) * KVQ_CUDA_CHUNK, qf, st,
+        kvq_dev_slow_item<D, B, NH, TOKEN>(src, (item - it.n_fast) * KVQ_CUDA_CHUNK, qf, st,
                                     pbuf[warp], lane);
 
     kvq_dev_state_out<D, B, NH>(st, red_acc[warp], red_ml[warp], lane);
@@ -2345,15 +2652,17 @@ extern "C" size_t kvq_cuda_attend_workspace(size_t n_streams, int n_rep, int hea
 /* Instantiation table: D x B x NH (B = 0: the fp16 baseline); the page
    size G is a run-time value of the pool.                                 */
 typedef void (*kvq_cuda__attn_fn)(kvq_cuda_pool, const kvq_cuda_stream *, int, int,
-                                  const float *, float *, int, int, int, int, int *);
+                                  const float *, float *, int, int, int, int, int *, kvq_cuda_token);
 template <int D, int B>
 static kvq_cuda__attn_fn kvq_cuda__pick_nh(int nh)
 {
     return nh == 4 ? kvq_attend_kernel<D, B, 4> : kvq_attend_kernel<D, B, 1>;
 }
+/* B = -1: the token layout (kvq_attend_kernel's TOKEN, a B = 0 state). */
 template <int D>
 static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
 {
+    if (B == -1) return nh == 4 ? kvq_attend_kernel<D, 0, 4, 1> : kvq_attend_kernel<D, 0, 1, 1>;
     return B == 0 ? kvq_cuda__pick_nh<D, 0>(nh)
          : B == 2 ? kvq_cuda__pick_nh<D, 2>(nh)
          : B == 4 ? kvq_cuda__pick_nh<D, 4>(nh) : nullptr;
@@ -2365,6 +2674,42 @@ static kvq_cuda__attn_fn kvq_cuda__pick_b(int B, int nh)
    is its own pass (Sec. 2.1's kernel: D log2 D adds per row, n_rep rows
    per stream, next to the stream's whole cache), not a step inside the
    attention kernels, whose registers are spent on the pages.           */
+/* A token-layout pool (Sec. 3) checked on the host: bits = 0 (an INT
+   pool is not one), 32, 64 or 128 slots a page, the streams' scales
+   given, and side by side a format kvq.h knows at bits it takes, Gs
+   dividing D into groups that hold a lane's D/32 channels (and the
+   format's own group where it fixes one), a value table. The scales and
+   the tables' entries are device data, the cache's own in an export: a
+   NaN or Inf among them makes the row NaN and the call KVQ_ERR_STATE
+   (the combine's check).                                               */
+static kvq_status kvq_cuda__token_pool_ok(const kvq_cuda_pool *pool, const kvq_cuda_token *tok,
+                                          int D, const char *who)
+{
+    if (pool->bits != 0)
+        return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: pool bits=%d: a token-layout pool has bits = 0 "
+                              "(an INT pool goes to kvq_cuda_attend)", who, pool->bits);
+    if (pool->group != 32 && pool->group != 64 && pool->group != 128)
+        return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: token layout: %d slots a page (32, 64 or 128)",
+                              who, pool->group);
+    if (!tok->scales) return kvq_cuda__fail(KVQ_ERR_NULL, "%s: no side scales", who);
+    for (int side = 0; side < 2; side++) {
+        const kvq_cuda_fside &f = side ? tok->value : tok->key;
+        const char *name = side ? "value" : "key";
+        if ((int)f.format < 0 || f.format >= KVQ_FORMAT_COUNT)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: %s format %d unknown", who, name, (int)f.format);
+        if (!kvq_format_bits_ok(f.format, f.bits) || f.bits > 8)
+            return kvq_cuda__fail(KVQ_ERR_BITS, "%s: %s side: %s does not take %d bits", who, name,
+                                  kvq_format_name(f.format), f.bits);
+        if (f.group <= 0 || D % f.group || f.group % (D / 32) ||
+            (kvq_format_group(f.format) && (size_t)f.group != kvq_format_group(f.format)))
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: %s group %d must divide D=%d, be a multiple "
+                                  "of D/32 (and %zu for %s)", who, name, f.group, D,
+                                  kvq_format_group(f.format), kvq_format_name(f.format));
+        if (!f.value)
+            return kvq_cuda__fail(KVQ_ERR_NULL, "%s: %s side has no value table", who, name);
+    }
+    return KVQ_OK;
+}
 static kvq_status kvq_cuda__pool_rotation_ok(const kvq_cuda_pool *pool, const char *who)
 {
     for (int side = 0; side < 2; side++) {
@@ -2402,6 +2747,102 @@ static kvq_status kvq_cuda__output_back(const kvq_cuda_pool *pool, int D, float 
                                    d_out, rows, (int *)nullptr, stream);
 }
 
+/* Decode attention (kvq_cuda_attend, kvq_cuda_attend_token below): the
+   host checks, then Sec. 4's kernel and the combine. tok: NULL, or the
+   token layout's other half (then pool is a token-layout pool).        */
+static kvq_status kvq_cuda__attend(const char *who, const kvq_cuda_pool *pool,
+                                   const kvq_cuda_token *tok, int head_dim,
+                                   const kvq_cuda_stream *d_streams, size_t n_streams,
+                                   int n_rep, size_t max_tokens, const float *d_q,
+                                   float *d_out, float *d_work, size_t work_floats,
+                                   int *d_status, cudaStream_t stream)
+{
+    const int D = head_dim;
+    if (!d_streams || !d_q || !d_out || !d_work || !d_status || (tok && !pool))
+        return kvq_cuda__fail(KVQ_ERR_NULL, "%s: NULL pointer", who);
+    if (D != 64 && D != 128)
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "%s: head_dim=%d (the kernels are built for 64 and 128)", who, D);
+    if (n_streams == 0 || n_rep <= 0)
+        return kvq_cuda__fail(KVQ_ERR_SIZE, "%s: n_streams=%zu n_rep=%d must be > 0", who, n_streams, n_rep);
+    const int nh = kvq_cuda__nh(n_rep);
+    const size_t n_hchunks = (size_t)((n_rep + nh - 1) / nh);
+    if (n_streams > (size_t)0x7fffffff / n_hchunks || n_streams * (size_t)n_rep > 0x7fffffffu)
+        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "%s: %zu streams x %d heads is too many for one launch",
+                             who, n_streams, n_rep);
+    int B = 0, G = 0;
+    kvq_cuda_pool pl;
+    kvq_cuda_token tk;
+    memset(&pl, 0, sizeof pl);
+    memset(&tk, 0, sizeof tk);
+    const bool token = tok != nullptr;
+    if (pool) {
+        pl = *pool;
+        B = pl.bits; G = pl.group;
+        if (pl.head_dim != D)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: pool D=%d but head_dim=%d", who, pl.head_dim, D);
+        if (!pl.k_words || !pl.k_sz || !pl.v_words || !pl.v_sz)
+            return kvq_cuda__fail(KVQ_ERR_NULL, "%s: pool has a NULL array", who);
+    }
+    if (token) {            /* kvq.h Sec. 4.1's formats: the slow path only */
+        tk = *tok;
+        if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: zero mode %d unknown", who, (int)pl.zero_mode);
+        kvq_status st = kvq_cuda__token_pool_ok(pool, tok, D, who);
+        if (st == KVQ_OK) st = kvq_cuda__pool_rotation_ok(pool, who);
+        if (st != KVQ_OK) return st;
+        B = -1;
+    } else if (pool) {
+        if (B != 2 && B != 4)
+            return kvq_cuda__fail(KVQ_ERR_BITS, "%s: bits=%d (the fused kernel is built for 2 and 4; "
+                                  "a token-layout pool, bits 0, goes to kvq_cuda_attend_token)", who, B);
+        if (G != 32 && G != 64 && G != 128)
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: G=%d (the fused kernel takes 32, 64 or 128)", who, G);
+        if (pl.value_group <= 0 || D % pl.value_group || (pl.value_group * B) % 32)
+            return kvq_cuda__fail(KVQ_ERR_GROUP, "%s: value group %d must divide D=%d and fill "
+                                 "whole words (Gv*B multiple of 32)", who, pl.value_group, D);
+        if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
+            return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: zero mode %d unknown", who, (int)pl.zero_mode);
+        const kvq_status st = kvq_cuda__pool_rotation_ok(pool, who);
+        if (st != KVQ_OK) return st;
+    }
+    int n_splits;
+    const size_t need = kvq_cuda_attend_workspace(n_streams, n_rep, D, pool ? G : 0,
+                                                  max_tokens, &n_splits);
+    if (work_floats < need)
+        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "%s: workspace of %zu floats, %zu needed",
+                             who, work_floats, need);
+    const int TG = KVQ_CUDA_TILE;                      /* tokens per fast item */
+    kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, nh) : kvq_cuda__pick_b<64>(B, nh);
+    if (!fn) return kvq_cuda__fail(KVQ_ERR_CONFIG, "%s: no kernel for D=%d B=%d G=%d", who, D, B, G);
+    /* staged tiles (Sec. 4, fast path): two per warp while a CTA's stages
+       stay within 48 KB, else one (a tile is 1.4-6.5 KB: two stages,
+       except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set
+       every time because static + dynamic shared memory may pass 48 KB. */
+    const size_t page_bytes = pool && !token ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
+                                     (size_t)TG * (D / pl.value_group) * 4 : 0;
+    const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
+    const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
+    KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)fn, stage_bytes));
+    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
+    const float *q;
+    kvq_status st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, stream, &q);
+    if (st != KVQ_OK) return st;
+    const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
+    KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
+                                                                        (int)n_hchunks, q,
+                                                                        d_work, n_stages, 0,
+                                                                        n_splits, 0, d_status, tk);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    if (D == 128)
+        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, n_splits, d_q,
+                                                                             d_out, d_status);
+    else
+        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, n_splits, d_q,
+                                                                           d_out, d_status);
+    KVQ_CUDA_CHECK(cudaGetLastError());
+    return kvq_cuda__output_back(pool, D, d_out, rows, stream);
+}
+
 /* Decode attention. pool: NULL for the fp16 baseline (every stream has only
    k_fp/v_fp rows), else a host struct holding device pointers. d_streams:
    (n_streams) descriptors in device memory. d_q: (n_streams, n_rep, D)
@@ -2416,76 +2857,24 @@ extern "C" kvq_status kvq_cuda_attend(const kvq_cuda_pool *pool, int head_dim,
                                        float *d_out, float *d_work, size_t work_floats,
                                        int *d_status, cudaStream_t stream)
 {
-    const int D = head_dim;
-    if (!d_streams || !d_q || !d_out || !d_work || !d_status)
-        return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend: NULL pointer");
-    if (D != 64 && D != 128)
-        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend: head_dim=%d (the kernels are built for 64 and 128)", D);
-    if (n_streams == 0 || n_rep <= 0)
-        return kvq_cuda__fail(KVQ_ERR_SIZE, "kvq_cuda_attend: n_streams=%zu n_rep=%d must be > 0", n_streams, n_rep);
-    const int nh = kvq_cuda__nh(n_rep);
-    const size_t n_hchunks = (size_t)((n_rep + nh - 1) / nh);
-    if (n_streams > (size_t)0x7fffffff / n_hchunks || n_streams * (size_t)n_rep > 0x7fffffffu)
-        return kvq_cuda__fail(KVQ_ERR_OVERFLOW, "kvq_cuda_attend: %zu streams x %d heads is too many for one launch",
-                             n_streams, n_rep);
-    int B = 0, G = 0;
-    kvq_cuda_pool pl;
-    memset(&pl, 0, sizeof pl);
-    if (pool) {
-        pl = *pool;
-        B = pl.bits; G = pl.group;
-        if (pl.head_dim != D)
-            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: pool D=%d but head_dim=%d", pl.head_dim, D);
-        if (!pl.k_words || !pl.k_sz || !pl.v_words || !pl.v_sz)
-            return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend: pool has a NULL array");
-        if (B != 2 && B != 4)
-            return kvq_cuda__fail(KVQ_ERR_BITS, "kvq_cuda_attend: bits=%d (the fused kernel is built for 2 and 4)", B);
-        if (G != 32 && G != 64 && G != 128)
-            return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_attend: G=%d (the fused kernel takes 32, 64 or 128)", G);
-        if (pl.value_group <= 0 || D % pl.value_group || (pl.value_group * B) % 32)
-            return kvq_cuda__fail(KVQ_ERR_GROUP, "kvq_cuda_attend: value group %d must divide D=%d and fill "
-                                 "whole words (Gv*B multiple of 32)", pl.value_group, D);
-        if (pl.zero_mode != KVQ_ZERO_FLOAT && pl.zero_mode != KVQ_ZERO_INT)
-            return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: zero mode %d unknown", (int)pl.zero_mode);
-        const kvq_status st = kvq_cuda__pool_rotation_ok(pool, "kvq_cuda_attend");
-        if (st != KVQ_OK) return st;
-    }
-    int n_splits;
-    const size_t need = kvq_cuda_attend_workspace(n_streams, n_rep, D, pool ? G : 0,
-                                                  max_tokens, &n_splits);
-    if (work_floats < need)
-        return kvq_cuda__fail(KVQ_ERR_CAPACITY, "kvq_cuda_attend: workspace of %zu floats, %zu needed",
-                             work_floats, need);
-    const int TG = KVQ_CUDA_TILE;                      /* tokens per fast item */
-    kvq_cuda__attn_fn fn = (D == 128) ? kvq_cuda__pick_b<128>(B, nh) : kvq_cuda__pick_b<64>(B, nh);
-    if (!fn) return kvq_cuda__fail(KVQ_ERR_CONFIG, "kvq_cuda_attend: no kernel for D=%d B=%d G=%d", D, B, G);
-    /* staged tiles (Sec. 4, fast path): two per warp while a CTA's stages
-       stay within 48 KB, else one (a tile is 1.4-6.5 KB: two stages,
-       except D = 128, B = 4, Gv = 8 at 6.5 KB). The attribute is set
-       every time because static + dynamic shared memory may pass 48 KB. */
-    const size_t page_bytes = pool ? (size_t)D * TG * B / 8 * 2 + (size_t)D * 4 +
-                                     (size_t)TG * (D / pl.value_group) * 4 : 0;
-    const int n_stages = (KVQ_CUDA_WARPS * 2 * page_bytes <= KVQ_CUDA_STAGE2_MAX_KB * 1024) ? 2 : 1;
-    const size_t stage_bytes = (size_t)KVQ_CUDA_WARPS * n_stages * page_bytes;
-    KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)fn, stage_bytes));
-    const unsigned rows = (unsigned)(n_streams * (size_t)n_rep);
-    const float *q;
-    kvq_status st = kvq_cuda__query_in(pool, D, d_q, d_out, rows, stream, &q);
-    if (st != KVQ_OK) return st;
-    const dim3 grid((unsigned)(n_streams * n_hchunks), (unsigned)n_splits);
-    KVQ_CUDA_LAUNCH(fn, grid, KVQ_CUDA_WARPS * 32, stage_bytes, stream)(pl, d_streams, n_rep,
-                                                                        (int)n_hchunks, q,
-                                                                        d_work, n_stages, 0,
-                                                                        n_splits, 0, d_status);
-    KVQ_CUDA_CHECK(cudaGetLastError());
-    if (D == 128)
-        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<128>, rows, 128, 0, stream)(d_work, n_splits, d_q,
-                                                                             d_out, d_status);
-    else
-        KVQ_CUDA_LAUNCH(kvq_attend_combine_kernel<64>, rows, 64, 0, stream)(d_work, n_splits, d_q,
-                                                                           d_out, d_status);
-    KVQ_CUDA_CHECK(cudaGetLastError());
-    return kvq_cuda__output_back(pool, D, d_out, rows, stream);
+    return kvq_cuda__attend("kvq_cuda_attend", pool, nullptr, head_dim, d_streams, n_streams, n_rep,
+                            max_tokens, d_q, d_out, d_work, work_floats, d_status, stream);
+}
+
+/* The same over a token-layout pool (Sec. 3: kvq.h Sec. 4.1's formats,
+   every kvq_config_engine preset; kvq_cuda_export's layout
+   KVQ_CUDA_LAYOUT_TOKEN): pool with bits = 0, tok its sides and the
+   streams' side scales. Sec. 4's kernel, slow path only; the workspace
+   is kvq_cuda_attend_workspace's for G = pool->group.                  */
+extern "C" kvq_status kvq_cuda_attend_token(const kvq_cuda_pool *pool, const kvq_cuda_token *tok,
+                                             int head_dim, const kvq_cuda_stream *d_streams,
+                                             size_t n_streams, int n_rep, size_t max_tokens,
+                                             const float *d_q, float *d_out, float *d_work,
+                                             size_t work_floats, int *d_status, cudaStream_t stream)
+{
+    if (!tok) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_token: NULL token description");
+    return kvq_cuda__attend("kvq_cuda_attend_token", pool, tok, head_dim, d_streams, n_streams, n_rep,
+                            max_tokens, d_q, d_out, d_work, work_floats, d_status, stream);
 }
 
 /* ======================================================================== */
@@ -2595,7 +2984,13 @@ extern "C" kvq_status kvq_cuda_move_pages(const kvq_cuda_pool *pool, const int64
    two sides' quantized slots aligned (slot s holds the same position on
    both sides where both are quantized: true for KIVI, OTT, LogQuant and
    eviction without compaction; a compacted KIVI cache compacts K by
-   groups and V by tokens, so its slots no longer align).               */
+   groups and V by tokens, so its slots no longer align).
+   Or, KVQ_CUDA_LAYOUT_TOKEN (Sec. 3): both sides per token, each side INT
+   or any format of kvq.h Sec. 4.1 at any bits it takes (every
+   kvq_config_engine preset), groups dividing D in multiples of D/32;
+   pages of 32 slots. The words and kvq_sz words are again the cache's
+   own bytes, and with them go what kvq__group_ab reads besides: the
+   side's scale and its value table.                                    */
 typedef struct kvq_cuda_export_t {
     size_t    n_pages;
     uint32_t *k_words;   /* (n_pages, D, wpg_k)                            */
@@ -2611,6 +3006,14 @@ typedef struct kvq_cuda_export_t {
        (kvq.h Sec. 6.1), for kvq_cuda_pool's fields of the same names     */
     kvq_rotation key_rotation, value_rotation;
     uint64_t  rotation_seed;
+    /* the token layout: 0 or KVQ_CUDA_LAYOUT_TOKEN (then bits = 0), the
+       sides (their .value NULL: the tables are the two below, host
+       memory, of which kvq_cuda_token's sides take device copies) and
+       the stream's side scales, for kvq_cuda_token's scales            */
+    int       layout;
+    kvq_cuda_fside key, value;
+    float     key_value[256], value_value[256];   /* the sides' value[] */
+    float     k_scale, v_scale;   /* the sides' scales, for kvq_cuda_stream */
 } kvq_cuda_export_t;
 
 #ifndef KVQ_CUDA_DECLARE_ONLY   /* the implementation: kernels and launchers */
@@ -2659,10 +3062,26 @@ extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
        for the fp16 baseline (kvq_cuda_attend with pool = NULL)           */
     const bool never_q = K->schedule == KVQ_SCHED_NONE && V->schedule == KVQ_SCHED_NONE;
     if (never_q) goto rows_only;
+    if (K->axis == KVQ_PER_TOKEN && V->axis == KVQ_PER_TOKEN) {      /* the token layout */
+        for (int side = 0; side < 2; side++) {
+            const kvq_side *S = side ? V : K;
+            if (S->schedule == KVQ_SCHED_NONE || (size_t)S->group % (D / 32) || D % S->group)
+                KVQ_CUDA__NO("%s side (%s, G=%zu): the token layout needs both sides quantized "
+                             "in groups dividing D=%zu, multiples of D/32", side ? "value" : "key",
+                             kvq_format_name(S->format), S->group, D);
+            kvq_cuda_fside &f = side ? x.value : x.key;
+            f.format = S->format; f.bits = S->bits; f.group = (int)S->group;
+            memcpy(side ? x.value_value : x.key_value, S->value, sizeof S->value);
+        }
+        x.layout = KVQ_CUDA_LAYOUT_TOKEN;   /* its pool: bits = 0 (kvq_cuda_token) */
+        x.k_scale = K->scale;
+        x.v_scale = V->scale;
+        goto rows_only;
+    }
     if (K->format != KVQ_FORMAT_INT || V->format != KVQ_FORMAT_INT)
-        KVQ_CUDA__NO("formats %s/%s: the fused kernels read kvq.h Sec. 4's codes only (Sec. 4.1's "
-                     "formats quantize on the GPU, kvq_cuda_quantize_format, but attend on the CPU)",
-                     kvq_format_name(K->format), kvq_format_name(V->format));
+        KVQ_CUDA__NO("formats %s/%s with %s keys: a format side exports in the token layout, "
+                     "both sides per token (Sec. 3)", kvq_format_name(K->format),
+                     kvq_format_name(V->format), K->axis == KVQ_PER_TOKEN ? "per-token" : "per-channel");
     if (K->axis != KVQ_PER_CHANNEL || V->axis != KVQ_PER_TOKEN)
         KVQ_CUDA__NO("the fused kernel takes per-channel keys and per-token values");
     if (K->bits != V->bits || (K->bits != 2 && K->bits != 4))
@@ -2672,26 +3091,29 @@ extern "C" kvq_status kvq_cuda_export(const kvq_cache *c, kvq_cuda_export_t *e)
     if ((V->group * (size_t)V->bits) % 32 || D % V->group)
         KVQ_CUDA__NO("value group %zu must divide D and fill whole words", V->group);
 rows_only:
-    const size_t G = never_q ? 32 : K->group, Gv = never_q ? 32 : V->group,
+    const bool token = x.layout == KVQ_CUDA_LAYOUT_TOKEN;
+    const size_t G = never_q || token ? 32 : K->group, Gv = never_q ? 32 : V->group,
                  B = never_q ? 2 : (size_t)K->bits;
-    x.head_dim = (int)D; x.group = (int)G; x.value_group = (int)Gv; x.bits = (int)B;
+    x.head_dim = (int)D; x.group = (int)G; x.value_group = (int)Gv; x.bits = token ? 0 : (int)B;
     x.zero_mode = c->cfg.zero_mode;
     x.key_rotation = c->cfg.key_rotation;
     x.value_rotation = c->cfg.value_rotation;
     x.rotation_seed = c->cfg.rotation_seed;
-    x.n_kq = never_q ? 0 : (uint32_t)(K->n_units * G);
-    x.n_vq = never_q ? 0 : (uint32_t)V->n_units;
+    x.n_kq = never_q ? 0 : (uint32_t)(K->n_units * K->geom.tokens_per_unit);
+    x.n_vq = never_q ? 0 : (uint32_t)(V->n_units * V->geom.tokens_per_unit);
     const size_t n_slots = x.n_kq > x.n_vq ? x.n_kq : x.n_vq;
     const size_t both = x.n_kq < x.n_vq ? x.n_kq : x.n_vq;
     x.n_pages = (n_slots + G - 1) / G;
     st_fail = KVQ_ERR_NOMEM;
     covered = (uint8_t *)calloc(c->n_pos + 1, 1);
-    const size_t kw = kvq_cuda__kw_stride((int)D, (int)G, (int)B);
-    const size_t vw = kvq_cuda__vw_stride((int)D, (int)G, (int)B);
-    const size_t vsz = kvq_cuda__vs_stride((int)D, (int)G, (int)Gv);
+    /* a page's parts: words and kvq_sz entries                           */
+    const size_t kw = token ? G * kvq_cuda__tok_words(x.key, (int)D) : kvq_cuda__kw_stride((int)D, (int)G, (int)B);
+    const size_t vw = token ? G * kvq_cuda__tok_words(x.value, (int)D) : kvq_cuda__vw_stride((int)D, (int)G, (int)B);
+    const size_t ksz = token ? G * kvq_cuda__tok_params(x.key, (int)D) : D;
+    const size_t vsz = token ? G * kvq_cuda__tok_params(x.value, (int)D) : kvq_cuda__vs_stride((int)D, (int)G, (int)Gv);
     const size_t pages = x.n_pages ? x.n_pages : 1;
     x.k_words = (uint32_t *)calloc(pages * kw, 4);
-    x.k_sz = (kvq_sz *)calloc(pages * D, sizeof(kvq_sz));
+    x.k_sz = (kvq_sz *)calloc(pages * ksz, sizeof(kvq_sz));
     x.v_words = (uint32_t *)calloc(pages * vw, 4);
     x.v_sz = (kvq_sz *)calloc(pages * vsz, sizeof(kvq_sz));
     x.dead = (uint32_t *)calloc(n_slots / 32 + 1, 4);
@@ -2703,14 +3125,20 @@ rows_only:
         !x.k_tail || !x.v_tail || !x.k_fp || !x.v_fp)
         KVQ_CUDA__NO("out of host memory");
     st_fail = KVQ_ERR_STATE;
-    /* the pages: the cache's own bytes                                    */
-    if (x.n_kq) {
-        memcpy(x.k_words, K->words, (x.n_kq / G) * kw * 4);
-        memcpy(x.k_sz, K->sz, (x.n_kq / G) * D * sizeof(kvq_sz));
-    }
-    if (x.n_vq) {
-        memcpy(x.v_words, V->words, x.n_vq * (D / Gv) * V->geom.words_per_group * 4);
-        memcpy(x.v_sz, V->sz, x.n_vq * (D / Gv) * sizeof(kvq_sz));
+    /* the pages: the cache's own bytes, unit after unit (a per-channel
+       key unit is a page; a per-token unit a slot)                        */
+    if (!never_q) {
+        const size_t kuw = K->geom.groups_per_unit * K->geom.words_per_group,
+                     vuw = V->geom.groups_per_unit * V->geom.words_per_group;
+        if (token && (kuw != kvq_cuda__tok_words(x.key, (int)D) || vuw != kvq_cuda__tok_words(x.value, (int)D) ||
+                      K->sz_per_unit != kvq_cuda__tok_params(x.key, (int)D) ||
+                      V->sz_per_unit != kvq_cuda__tok_params(x.value, (int)D)))
+            KVQ_CUDA__NO("the cache's unit sizes are not the token layout's");
+        if (K->n_units) memcpy(x.k_words, K->words, K->n_units * kuw * 4);
+        if (V->n_units) memcpy(x.v_words, V->words, V->n_units * vuw * 4);
+        /* a side with one scale has no parameters: its sz is NULL       */
+        if (K->n_units && K->sz_per_unit) memcpy(x.k_sz, K->sz, K->n_units * K->sz_per_unit * sizeof(kvq_sz));
+        if (V->n_units && V->sz_per_unit) memcpy(x.v_sz, V->sz, V->n_units * V->sz_per_unit * sizeof(kvq_sz));
     }
     /* slots: positions, dead bits, tails                                   */
     for (size_t slot = 0; slot < n_slots; slot++) {
@@ -4999,6 +5427,11 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
 {
     const int D = head_dim;
     if (!pool) return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: pool is NULL (the fp16 baseline is kvq_cuda_attend)");
+    /* v5 stays INT-only: its key step is an integer MMA over Sec. 4's
+       uniform codes, and a format's grid (FP8, E2M1, Lloyd-Max) is not an
+       affine map of its code. A token-layout pool (kvq.h Sec. 4.1; its
+       bits = 0, refused by the shape check below) goes to Sec. 4's
+       CUDA-core kernel, kvq_cuda_attend_token.                          */
     if (!d_streams || !d_q || !d_out || !d_work || !d_status)
         return kvq_cuda__fail(KVQ_ERR_NULL, "kvq_cuda_attend_mma: NULL pointer");
     if (variant & ~(KVQ_CUDA_MMA_HI_ONLY | KVQ_CUDA_MMA_DIRECT | KVQ_CUDA_MMA_SUBNORMAL |
@@ -5082,7 +5515,7 @@ extern "C" kvq_status kvq_cuda_attend_mma(const kvq_cuda_pool *pool, int head_di
     KVQ_CUDA_CHECK(kvq_cuda__func_smem((const void *)f3, stage_bytes));
     KVQ_CUDA_LAUNCH(f3, dim3((unsigned)(n_streams * hc3), (unsigned)s3), KVQ_CUDA_WARPS * 32,
                     stage_bytes, stream3)(*pool, d_streams, n_rep, (int)hc3, q, d_work, n_stages,
-                                          s5, s5 + s3, 1, (int *)nullptr);
+                                          s5, s5 + s3, 1, (int *)nullptr, kvq_cuda_token{});
     KVQ_CUDA_CHECK(cudaGetLastError());
     if (side) {                               /* the join, before the combine */
         KVQ_CUDA_CHECK(cudaEventRecord(side->join, side->side));
@@ -5160,6 +5593,17 @@ extern "C" kvq_status kvq_cuda_quantize_format(const __half *d_X, size_t T, size
                                                 float side_scale, uint32_t *d_words,
                                                 kvq_sz *d_params, int *d_status,
                                                 cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_fp8_check(uint32_t first, uint32_t stride, uint64_t count,
+                                         const uint32_t *d_list, unsigned *d_out, int *native,
+                                         cudaStream_t stream);
+extern "C" kvq_status kvq_cuda_attend_token(const kvq_cuda_pool *pool, const kvq_cuda_token *tok,
+                                             int head_dim, const kvq_cuda_stream *d_streams,
+                                             size_t n_streams, int n_rep, size_t max_tokens,
+                                             const float *d_q, float *d_out, float *d_work,
+                                             size_t work_floats, int *d_status, cudaStream_t stream);
+#ifdef KVQ_EMU
+extern "C" void kvq_cuda_fp8_check_cpu(uint32_t first, uint32_t stride, uint64_t count, uint64_t out[6]);
+#endif
 extern "C" kvq_status kvq_cuda_rotate(kvq_rotation kind, uint64_t seed, size_t D, int inverse,
                                        const float *d_X, float *d_Y, size_t T, int *d_status,
                                        cudaStream_t stream);

@@ -28,7 +28,7 @@
      trusted:   validate = 0 (one pass, trusted input)
 
    Usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]...
-                    [--kernels LIST] [--long-csv FILE] [--quantize]
+                    [--kernels LIST] [--long-csv FILE] [--quantize] [--formats]
    --shape runs only that attention shape (no quantize section): the
    target for a profiler, e.g. bench/gpu_run.sh's ncu step; repeat it for
    several shapes.
@@ -55,7 +55,11 @@
    the csv's route column), so a timing can confirm or refute the route.
    --copy prints the device and its copy bandwidth, and stops. --quantize
    runs only the two quantize sections (plain and sealed: time, GB/s and
-   % of copy, validated and trusted). --dry-run checks the arguments and
+   % of copy, validated and trusted). --formats runs only decode attention
+   over kvq.h Sec. 4.1's formats (bench_formats: each kvq_config_engine
+   preset at T = 32K, S = 64, GQA 1 and 4, validated against kvq_attend;
+   --quick: T = 1024, S = 2, the emulator's size; --csv DIR writes
+   DIR/gpu_formats.csv only). --dry-run checks the arguments and
    prints what would run, without a GPU.                                  */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
@@ -753,9 +757,179 @@ static void bench_quantize_sealed(bool quick, double copy)
     CU(cudaFree(d_x));
 }
 
+/* ---- kvq.h Sec. 4.1's formats (--formats) ---------------------------------- */
+/* Decode attention over each kvq_config_engine preset's cache, D = 128:
+   the token layout (kvq_cuda.cu Sec. 3) through kvq_cuda_attend_token,
+   Sec. 4's CUDA-core kernel on its slow path. One cache of T tokens is
+   built on the host by kvq.h (a prefill of Gaussian K, V with a few
+   outlier key channels, fixed seed), exported, and its pages placed S
+   times into a pool under a shuffled block table (S streams of the same
+   cache). Every stream's output is checked against kvq_attend on the
+   cache (rel. L2 <= 1e-4, test_gpu's FMT_TOL) before timing. Bytes: what
+   one call must move: each stream's pages (both sides' code words and
+   kvq_sz words, for its slots), block table and dead bits, the two value
+   tables and its two side scales, q in, partials and output out. Reported beside the copy and
+   the fp16 kernel on the same T, S, GQA (build_problem's fp16 streams):
+   x fp16 = fp16 time / format time.                                      */
+static const char *const format_presets[] = {
+    "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-per-token-head", "int8-per-token-head",
+    "int4-per-token-head", "nvfp4", "nvfp4-4over6", "turboquant-k8v4", "turboquant-4bit-nc",
+    "turboquant-k3v4-nc", "turboquant-3bit-nc", "q8_0", "q4_0" };
+static FILE *csv_formats = nullptr;
+
+static void bench_formats(bool quick, double copy)
+{
+    const int D = 128;
+    const size_t T = quick ? 1024 : 32768, S = quick ? 2 : 64;
+    printf("\n== decode attention over kvq.h Sec. 4.1's formats (D = 128, T = %zu, S = %zu; the token "
+           "layout, kvq_cuda_attend's slow path) ==\n", T, S);
+    printf("%-24s %3s %6s | %8s %7s %5s | %8s %6s | %6s %s\n", "preset", "gqa", "bits", "us", "GB/s", "%",
+           "fp16 us", "x fp16", "err", "");
+    float ms_fp16[2] = { 0, 0 };                      /* the fp16 baselines */
+    bool ok_fp16[2];
+    for (int k = 0; k < 2; k++) {
+        attn_problem F;
+        double err_f;
+        build_problem(F, D, 2, 32, k ? 4 : 1, S, T, true, 99);
+        ok_fp16[k] = run_attn(F, true, true, &ms_fp16[k], &err_f);
+    }
+    for (const char *name : format_presets) {
+        {
+            kvq_config cfg;
+            kvq_cache c;
+            KQ(kvq_config_engine(&cfg, D, name));
+            KQ(kvq_cache_init(&c, &cfg));
+            std::vector<float> K(T * D), V(T * D);
+            uint64_t r = 0x5eedull + T;
+            auto gauss = [&]() {                      /* Box-Muller, xorshift */
+                r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+                const double u1 = ((r >> 11) + 1.0) / 9007199254740993.0;
+                r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+                const double u2 = (r >> 11) / 9007199254740992.0;
+                return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+            };
+            for (size_t i = 0; i < T * D; i++) {
+                K[i] = gauss() * (i % D % 19 == 5 ? 8.0f : 1.0f);
+                V[i] = gauss();
+            }
+            KQ(kvq_cache_prefill(&c, K.data(), V.data(), T));
+            kvq_cuda_export_t e;
+            KQ(kvq_cuda_export(&c, &e));
+            /* the pool: the export's pages, S times, shuffled              */
+            const int G = e.group;
+            const size_t kw = G * kvq_cuda__tok_words(e.key, D), vw = G * kvq_cuda__tok_words(e.value, D),
+                         ks = G * kvq_cuda__tok_params(e.key, D), vs = G * kvq_cuda__tok_params(e.value, D),
+                         n_slots = std::max(e.n_kq, e.n_vq), n_pages = S * e.n_pages;
+            std::vector<int32_t> perm(n_pages);
+            for (size_t i = 0; i < n_pages; i++) perm[i] = (int32_t)i;
+            for (size_t i = n_pages; i > 1; i--) {
+                r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+                std::swap(perm[i - 1], perm[r % i]);
+            }
+            std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
+            std::vector<kvq_sz> hks(n_pages * ks + 1), hvs(n_pages * vs + 1);
+            for (size_t i = 0; i < n_pages; i++) {
+                const size_t p = i % e.n_pages, dst = (size_t)perm[i];
+                memcpy(&hkw[dst * kw], e.k_words + p * kw, kw * 4);
+                memcpy(&hvw[dst * vw], e.v_words + p * vw, vw * 4);
+                if (ks) memcpy(&hks[dst * ks], e.k_sz + p * ks, ks * sizeof(kvq_sz));
+                if (vs) memcpy(&hvs[dst * vs], e.v_sz + p * vs, vs * sizeof(kvq_sz));
+            }
+            attn_problem P;                           /* owns the allocations */
+            P.D = D; P.S = S; P.T = T;
+            auto put = [&](const void *h, size_t bytes) {
+                void *d = P.alloc(bytes);
+                if (bytes) CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+                return d;
+            };
+            kvq_cuda_pool pool;
+            memset(&pool, 0, sizeof pool);
+            pool.k_words = (uint32_t *)put(hkw.data(), hkw.size() * 4);
+            pool.v_words = (uint32_t *)put(hvw.data(), hvw.size() * 4);
+            pool.k_sz = (kvq_sz *)put(hks.data(), hks.size() * sizeof(kvq_sz));
+            pool.v_sz = (kvq_sz *)put(hvs.data(), hvs.size() * sizeof(kvq_sz));
+            pool.n_pages = n_pages;
+            pool.head_dim = D; pool.group = G; pool.value_group = e.value_group; pool.bits = e.bits;
+            pool.zero_mode = e.zero_mode;
+            pool.key_rotation = e.key_rotation; pool.value_rotation = e.value_rotation;
+            pool.rotation_seed = e.rotation_seed;
+            kvq_cuda_token tok;                       /* the sides, S streams' scales */
+            tok.key = e.key; tok.value = e.value;
+            tok.key.value = (const float *)put(e.key_value, sizeof e.key_value);
+            tok.value.value = (const float *)put(e.value_value, sizeof e.value_value);
+            std::vector<float> scales(2 * S);
+            for (size_t s = 0; s < S; s++) { scales[2 * s] = e.k_scale; scales[2 * s + 1] = e.v_scale; }
+            tok.scales = (const float *)put(scales.data(), scales.size() * 4);
+            int32_t *d_tables = (int32_t *)put(perm.data(), n_pages * 4);
+            uint32_t *d_dead = (uint32_t *)put(e.dead, (n_slots / 32 + 1) * 4);
+            std::vector<kvq_cuda_stream> hs(S);
+            for (size_t s = 0; s < S; s++) {
+                kvq_cuda_stream &x = hs[s];
+                memset(&x, 0, sizeof x);
+                x.pages = d_tables + s * e.n_pages;
+                x.dead = d_dead;
+                x.n_kq = e.n_kq; x.n_vq = e.n_vq; x.n_fp = e.n_fp;   /* n_fp 0: R = 0 */
+                x.k_fp = x.v_fp = x.k_tail = x.v_tail = nullptr;
+            }
+            const kvq_cuda_stream *d_streams = (const kvq_cuda_stream *)put(hs.data(), S * sizeof(kvq_cuda_stream));
+          for (int gqa : { 1, 4 }) {
+            const float ms_f = ms_fp16[gqa == 4];
+            const bool okf = ok_fp16[gqa == 4];
+            int n_splits;
+            const size_t wf = kvq_cuda_attend_workspace(S, gqa, D, G, T, &n_splits);
+            float *d_q, *d_out, *d_work;
+            int *d_status;
+            CU(cudaMalloc(&d_q, S * gqa * D * 4)); CU(cudaMalloc(&d_out, S * gqa * D * 4));
+            CU(cudaMalloc(&d_work, wf * 4)); CU(cudaMalloc(&d_status, 4));
+            std::vector<float> hq(S * gqa * D), got(hq.size()), want(gqa * D);
+            for (auto &x : hq) x = gauss();
+            CU(cudaMemcpy(d_q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemset(d_out, 0xFF, hq.size() * 4));
+            auto call = [&](int) {
+                KQ(kvq_cuda_attend_token(&pool, &tok, D, d_streams, S, gqa, T, d_q, d_out, d_work, wf,
+                                         d_status, 0));
+            };
+            call(0);
+            CU(cudaDeviceSynchronize());
+            const kvq_status status = kvq_cuda_status(d_status, 0);
+            CU(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+            std::vector<float> scratch((size_t)gqa * kvq_attend_scratch_floats(&c, KVQ_ATTN_EAGER));
+            double err = 0.0;
+            for (size_t s : { (size_t)0, S - 1 }) {       /* the first and last streams */
+                KQ(kvq_attend(&c, &hq[s * gqa * D], (size_t)gqa, want.data(), NULL, KVQ_ATTN_EAGER,
+                              scratch.data(), scratch.size()));
+                double num = 0.0, den = 0.0;
+                for (int i = 0; i < gqa * D; i++) {
+                    const double g = got[s * gqa * D + i], w = want[i];
+                    num += (g - w) * (g - w); den += w * w;
+                }
+                const double rel = sqrt(num / (den > 0 ? den : 1e-300));
+                err = rel == rel ? std::max(err, rel) : 1e9;
+            }
+            const bool ok = status == KVQ_OK && err <= 1e-4 && okf;
+            const float ms = ok ? median_ms(call, 1) : 0.0f;
+            const double bytes = (double)S * (e.n_pages * ((kw + vw) * 4.0 + (ks + vs) * 4.0) + e.n_pages * 4.0 +
+                                              (n_slots / 32 + 1) * 4.0 + 8.0) + 2 * 256 * 4.0 +
+                                 (double)S * gqa * D * 4 * 2 + (double)wf * 4;
+            const double gbps = ok ? bytes / (ms * 1e-3) / 1e9 : 0.0;
+            const double bits = ((kw + vw) * 32.0 + (ks + vs) * 32.0) / ((double)G * D * 2);
+            printf("%-24s %3d %6.2f | %8.1f %7.0f %4.1f%% | %8.1f %6.2f | %6.0e%s\n", name, gqa, bits,
+                   ms * 1e3, gbps, 100 * gbps / copy, ms_f * 1e3, ok ? ms_f / ms : 0.0, err,
+                   ok ? "" : "  INVALID");
+            if (csv_formats)
+                fprintf(csv_formats, "%s,%d,%zu,%zu,%.3f,%.1f,%.1f,%.3f,%.3g,%.3g,%d\n", name, gqa, T, S,
+                        ms * 1e3, gbps, copy, ms_f * 1e3, bits, err, (int)ok);
+            CU(cudaFree(d_q)); CU(cudaFree(d_out)); CU(cudaFree(d_work)); CU(cudaFree(d_status));
+          }
+            kvq_cuda_export_free(&e);
+            kvq_cache_free(&c);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
-    bool quick = false, copy_only = false, dry_run = false, quantize_only = false;
+    bool quick = false, copy_only = false, dry_run = false, quantize_only = false, formats_only = false;
     const char *csv_dir = nullptr, *long_csv = nullptr;
     attn_shape shape;
     std::vector<attn_shape> shapes;
@@ -766,6 +940,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--copy")) copy_only = true;
         else if (!strcmp(argv[i], "--dry-run")) dry_run = true;
         else if (!strcmp(argv[i], "--quantize")) quantize_only = true;
+        else if (!strcmp(argv[i], "--formats")) formats_only = true;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_dir = argv[++i];
         else if (!strcmp(argv[i], "--long-csv") && i + 1 < argc) long_csv = argv[++i];
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
@@ -779,7 +954,7 @@ int main(int argc, char **argv)
             shapes.push_back(shape);
         else {
             fprintf(stderr, "usage: bench_gpu [--quick] [--csv DIR] [--shape B,G,GQA,S,T]... "
-                    "[--kernels LIST] [--long-csv FILE] [--copy] [--quantize] [--dry-run]\n"
+                    "[--kernels LIST] [--long-csv FILE] [--copy] [--quantize] [--formats] [--dry-run]\n"
                     "  (B 2/4, G 32/64/128, GQA 1-16; LIST: fused, onesplit, fp16, v5[:hi+direct+sub+s3+magic+nopf+2w+occ5])\n");
             return 2;
         }
@@ -792,9 +967,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu: --quantize runs the quantize sections only (no --shape or --kernels)\n");
         return 2;
     }
+    if (formats_only && (quantize_only || !kernels.empty() || !shapes.empty())) {
+        fprintf(stderr, "bench_gpu: --formats runs the formats section only (no --quantize, --shape or --kernels)\n");
+        return 2;
+    }
     if (dry_run) {
         printf("bench_gpu --dry-run: %s; %zu shape(s)%s\n",
                copy_only ? "the copy only" : quantize_only ? "the quantize sections (plain and sealed)"
+               : formats_only ? "the formats section (13 kvq_config_engine presets, D = 128, GQA 1 and 4)"
                : kernels.empty() ? "the default tables" : "selected kernels",
                shapes.size(), shapes.empty() ? " (the full grid)" : "");
         for (const kernel_sel &k : kernels) printf("  kernel %s\n", k.name.c_str());
@@ -817,6 +997,16 @@ int main(int argc, char **argv)
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
     printf("device-to-device copy: %.0f GB/s (read + write, 1 GiB, median of %d)\n", copy, REPS);
     if (copy_only) return 0;
+    if (formats_only) {                 /* its own csv: the others untouched */
+        if (csv_dir) {
+            std::string f = std::string(csv_dir) + "/gpu_formats.csv";
+            csv_formats = fopen(f.c_str(), "w");
+            if (csv_formats) fprintf(csv_formats, "preset,gqa,T,S,us,gbps,copy_gbps,fp16_us,bits_per_elem,err,valid\n");
+        }
+        bench_formats(quick, copy);
+        if (csv_formats) fclose(csv_formats);
+        return 0;
+    }
     if (csv_dir) {
         std::string a = std::string(csv_dir) + "/gpu_attention.csv", q = std::string(csv_dir) + "/gpu_quantize.csv";
         csv_attn = fopen(a.c_str(), "w");

@@ -32,11 +32,17 @@
 #                  and scales, validated and trusted, and straight into
 #                  fragment-order pages; GB/s and % of copy, each checked
 #                  byte for byte against kvq.h first
+#   formats    25  decode attention over kvq.h Sec. 4.1's formats: every
+#                  kvq_config_engine preset (fp8, nvfp4, turboquant, q8_0,
+#                  q4_0, int8/int4 per token-head), D = 128, T = 32K,
+#                  S = 64, GQA 1 and 4, each checked against kvq_attend;
+#                  GB/s, % of copy, and x the fp16 kernel (bench_gpu
+#                  --formats)
 #   sdpa       50  PyTorch fp16 SDPA at the same T, S, GQA (skipped, not
 #                  failed, where python3 has no torch)
 #   memcheck   60  compute-sanitizer memcheck, test_gpu quick (KVQ_TEST_QUICK=1)
 #   racecheck  80  compute-sanitizer racecheck, the same
-# 525 s in all, under CAMPAIGN_LIMIT (default 550 s): a step that would end
+# 550 s in all, under CAMPAIGN_LIMIT (default 550 s): a step that would end
 # past the limit gets what is left, or is skipped with a line saying so.
 # Missing binaries are built first when nvcc is here (make
 # gpu-campaign-build, budget 240 s, taken from the same limit).
@@ -50,7 +56,8 @@
 #                      kernel, with the route's pick (v5 or fused)
 #   sdpa.csv           the SDPA rows
 #   gpu_quantize.csv   the quantize step's rows (and an empty gpu_attention.csv)
-# (six files: the device tool returns at most eight.)
+#   gpu_formats.csv    the formats step's rows
+# (seven files: the device tool returns at most eight.)
 #
 #   bash bench/gpu_campaign.sh [--dry-run] [--out DIR] [--steps a,b,...] [--bin DIR]
 # Environment: CAMPAIGN_LIMIT (s), CAMPAIGN_KERNELS (bench_gpu --kernels),
@@ -64,8 +71,8 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
-STEPS_ALL="info copy selftest test bench quantize sdpa memcheck racecheck"
-declare -A BUDGET=([info]=15 [copy]=20 [selftest]=20 [test]=120 [bench]=120 [quantize]=40 [sdpa]=50
+STEPS_ALL="info copy selftest test bench quantize formats sdpa memcheck racecheck"
+declare -A BUDGET=([info]=15 [copy]=20 [selftest]=20 [test]=120 [bench]=120 [quantize]=40 [formats]=25 [sdpa]=50
                    [memcheck]=60 [racecheck]=80)
 LIMIT=${CAMPAIGN_LIMIT:-550}
 BUILD_BUDGET=240
@@ -115,6 +122,7 @@ step_cmd() {
         test)      echo "$bin/test_gpu" ;;
         bench)     echo "$bin/bench_gpu --kernels $KERNELS --long-csv $out/bench_kernels.csv, $n_shapes shapes; clocks after" ;;
         quantize)  echo "$bin/bench_gpu --quantize --csv $out (quantize + pack, and + seal: GB/s and % of copy, codes checked against kvq.h)" ;;
+        formats)   echo "$bin/bench_gpu --formats --csv $out (13 engine presets, T = 32K, S = 64, GQA 1/4: GB/s, % of copy, x fp16; outputs checked against kvq_attend)" ;;
         sdpa)      echo "python3 bench/sdpa_shapes.py --T ${T_LIST// /,} --S ${S_LIST// /,} --gqa ${GQA_LIST// /,}" ;;
         memcheck)  echo "KVQ_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 $bin/test_gpu" ;;
         racecheck) echo "KVQ_TEST_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_gpu" ;;
@@ -125,7 +133,7 @@ step_needs() {                  # binaries and scripts a step calls
         copy) echo "$bin/bench_gpu" ;;
         selftest) echo "$bin/mma_selftest" ;;
         test|memcheck|racecheck) echo "$bin/test_gpu" ;;
-        bench|quantize) echo "$bin/bench_gpu" ;;
+        bench|quantize|formats) echo "$bin/bench_gpu" ;;
         sdpa) echo "bench/sdpa_shapes.py bench/sdpa_baseline.py" ;;
     esac
 }
@@ -172,6 +180,11 @@ if [ "$dry" = 1 ]; then
     case " $steps " in *" quantize "*)
         if [ -x "$bg" ] && ! "$bg" --help 2>&1 | grep -q -- '--quantize'; then
             echo "  $bg has no --quantize option (built from older sources? make gpu-campaign-build)"; missing=1
+        fi ;;
+    esac
+    case " $steps " in *" formats "*)
+        if [ -x "$bg" ] && ! "$bg" --dry-run --formats >/dev/null 2>&1; then
+            echo "  $bg has no --formats option (built from older sources? make gpu-campaign-build)"; missing=1
         fi ;;
     esac
     for t in nvidia-smi compute-sanitizer; do
@@ -289,6 +302,7 @@ for s in $steps; do
         test)      keep='!/^  / || /FAIL|mma/'; run_step test "$bin/test_gpu" ;;
         bench)     keep='1'; run_step bench bash -c "$fns; bench" ;;
         quantize)  keep='1'; run_step quantize "$bin/bench_gpu" --quantize --csv "$out" ;;
+        formats)   keep='1'; run_step formats "$bin/bench_gpu" --formats --csv "$out" ;;
         sdpa)
             if python3 -c "import torch" >/dev/null 2>&1; then
                 keep='1'; run_step sdpa python3 bench/sdpa_shapes.py --T "${T_LIST// /,}" --S "${S_LIST// /,}" \

@@ -21,6 +21,13 @@
                 and fp16); rotated-then-quantized codes byte-identical to a
                 rotating cache's; rotate q, attend, rotate the output back
                 within ATTN_TOL of the oracle and of kvq_attend; refusals.
+     formats    (attend-format) every kvq_config_engine preset and HF's
+                per-token caches in the token layout, each row within
+                FMT_TOL of kvq_attend; refusals. (fp8-cvt) the hardware
+                FP8 conversion (or the emulator's model of it) against
+                the software rounding, NaN skipped: boundaries, the fp32
+                line (all 2^32 patterns on a GPU), and on the emulator's
+                CPU every pattern where a rounding happens.
    Fixed seed, fresh random inputs for every case, adversarial cases.     */
 #define KVQ_IMPLEMENTATION
 #include "kvq.h"
@@ -29,6 +36,7 @@
 #include "test.h"
 
 #include <vector>
+#include <float.h>
 #include <algorithm>
 #include <string>
 
@@ -428,6 +436,7 @@ static void test_quantize_stream(void)
 struct gpu_batch {
     std::vector<kvq_cuda_export_t> ex;
     kvq_cuda_pool pool = {};
+    kvq_cuda_token tok = {};                   /* the token layout's sides */
     std::vector<void *> allocs;
     kvq_cuda_stream *d_streams = nullptr;
     size_t max_tokens = 0;
@@ -1191,9 +1200,12 @@ static void test_attend_status(void)
     kvq_config hcfg = kvq_config_hf(D, kvq_hf_defaults(2));
     kvq_cache_init(&hf, &hcfg);
     kvq_cache_prefill(&hf, K.data(), V.data(), 300);
-    kvq_cuda_export_t e3;
-    CHECK(refused_with(kvq_cuda_export(&hf, &e3), KVQ_ERR_CONFIG),
-          "export of a per-token-key cache must be refused with a reason");
+    kvq_cuda_export_t e3;         /* per-token keys: the token layout (attend-format's HF cases) */
+    const kvq_status st_hf = kvq_cuda_export(&hf, &e3);
+    CHECK(st_hf == KVQ_OK && e3.layout == KVQ_CUDA_LAYOUT_TOKEN,
+          "export of a per-token-key (HF) cache: %s (%s), want the token layout", kvq_status_str(st_hf),
+          kvq_cuda_why());
+    if (st_hf == KVQ_OK) kvq_cuda_export_free(&e3);
     kvq_cache k8;                 /* B = 8 is quantized on the GPU, not attended */
     kvq_config c8 = kvq_config_kivi(D, 8);
     kvq_cache_init(&k8, &c8);
@@ -2862,6 +2874,451 @@ static void test_rotate_refusals(void)
           "rotate_f16 past KVQ_MAX_ABS_INPUT: %s, %zu floats of the row written", kvq_status_str(st), row2);
 }
 
+/* ======================================================================== */
+/* attend-format: kvq.h Sec. 4.1's formats, decode attention on the GPU     */
+/* ======================================================================== */
+/* Every kvq_config_engine preset as a cache (fresh random K, V from the
+   group's seed: prefill half, append the rest), exported in the token
+   layout (kvq_cuda.cu Sec. 3), its pages shuffled into a pool, attended by
+   kvq_cuda_attend, and every output row compared with kvq_attend on the
+   same cache and queries (the reference; EAGER).
+   FMT_TOL, the relative L2 error of a row: both sides decode the same
+   codes to the same fp32 values (value(c) a + b, one rounding each; only
+   INT's b term may be fused differently), then sum in different orders:
+   kvq_attend per group then per token, the kernel per lane, per warp, per
+   split. fp32 rounding over T <= 4K tokens and D <= 128 channels leaves
+   ~1e-6 in practice (printed); 1e-4 is ATTN_TOL, the bar every other
+   attention group meets, and a wrong parameter, grid point or scale moves
+   a row by 1e-2 or more (the planted bugs of tests/emu/mutants.sh).
+   Cases: D = 64 and 128; n_rep 1 and 4 (GQA; 3 runs as 4 with a head
+   dropped); an fp16 window (residual 16: rows on both sides); eviction
+   (dead slots); eviction then kvq_cache_compact; the rotated presets (q
+   rotated by the key side, the output back by the value side, as
+   kvq_attend); adversarial rows (kv_extreme: values to +-32752, tiny
+   spreads, constant runs).                                             */
+#define FMT_TOL ATTN_TOL
+static const char *const engine_presets[] = {
+    "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-per-token-head", "int8-per-token-head",
+    "int4-per-token-head", "nvfp4", "nvfp4-4over6", "turboquant-k8v4", "turboquant-4bit-nc",
+    "turboquant-k3v4-nc", "turboquant-3bit-nc", "q8_0", "q4_0" };
+enum { FMT_PLAIN, FMT_EVICT, FMT_COMPACT };
+static const char *const fmt_mode_name[] = { "plain", "evict", "evict+compact" };
+
+/* A token-layout pool from b.ex (every export the same shape): pages
+   shuffled, the value tables and the streams' side scales uploaded.   */
+static void upload_token(gpu_batch &b)
+{
+    const kvq_cuda_export_t &e0 = b.ex[0];
+    const int D = e0.head_dim, G = e0.group;
+    size_t n_pages = 0;
+    for (auto &e : b.ex) n_pages += e.n_pages;
+    const std::vector<int32_t> order = shuffled_ids(n_pages, n_pages);
+    const size_t kw = G * kvq_cuda__tok_words(e0.key, D), vw = G * kvq_cuda__tok_words(e0.value, D),
+                 ks = G * kvq_cuda__tok_params(e0.key, D), vs = G * kvq_cuda__tok_params(e0.value, D);
+    std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
+    std::vector<kvq_sz> hks(n_pages * ks + 1), hvs(n_pages * vs + 1);
+    std::vector<kvq_cuda_stream> hs(b.ex.size());
+    std::vector<float> scales(2 * b.ex.size());
+    size_t next = 0;
+    for (size_t i = 0; i < b.ex.size(); i++) {
+        const kvq_cuda_export_t &e = b.ex[i];
+        std::vector<int32_t> table(e.n_pages);
+        for (size_t p = 0; p < e.n_pages; p++) {
+            const size_t dst = (size_t)order[next++];
+            table[p] = (int32_t)dst;
+            memcpy(&hkw[dst * kw], e.k_words + p * kw, kw * 4);
+            memcpy(&hks[dst * ks], e.k_sz + p * ks, ks * sizeof(kvq_sz));
+            memcpy(&hvw[dst * vw], e.v_words + p * vw, vw * 4);
+            memcpy(&hvs[dst * vs], e.v_sz + p * vs, vs * sizeof(kvq_sz));
+        }
+        const size_t n_slots = std::max(e.n_kq, e.n_vq);
+        kvq_cuda_stream s;
+        memset(&s, 0, sizeof s);
+        s.pages = b.put(table.data(), table.size());
+        s.dead = b.put(e.dead, n_slots / 32 + 1);
+        s.k_tail = b.put(e.k_tail, (n_slots - e.n_kq) * D);
+        s.v_tail = b.put(e.v_tail, (n_slots - e.n_vq) * D);
+        s.k_fp = b.put(e.k_fp, (size_t)e.n_fp * D);
+        s.v_fp = b.put(e.v_fp, (size_t)e.n_fp * D);
+        s.n_kq = e.n_kq; s.n_vq = e.n_vq; s.n_fp = e.n_fp;
+        scales[2 * i] = e.k_scale;
+        scales[2 * i + 1] = e.v_scale;
+        hs[i] = s;
+        b.tables.push_back(table);
+        b.max_tokens = std::max(b.max_tokens, n_slots + e.n_fp);
+    }
+    b.pool.k_words = b.put(hkw.data(), hkw.size());
+    b.pool.k_sz = b.put(hks.data(), hks.size());
+    b.pool.v_words = b.put(hvw.data(), hvw.size());
+    b.pool.v_sz = b.put(hvs.data(), hvs.size());
+    b.pool.n_pages = n_pages;
+    b.pool.head_dim = D; b.pool.group = G; b.pool.value_group = e0.value_group; b.pool.bits = e0.bits;
+    b.pool.zero_mode = e0.zero_mode;
+    b.pool.key_rotation = e0.key_rotation;
+    b.pool.value_rotation = e0.value_rotation;
+    b.pool.rotation_seed = e0.rotation_seed;
+    b.tok.key = e0.key;
+    b.tok.value = e0.value;
+    b.tok.key.value = b.put(e0.key_value, 256);
+    b.tok.value.value = b.put(e0.value_value, 256);
+    b.tok.scales = b.put(scales.data(), scales.size());
+    b.d_streams = b.put(hs.data(), hs.size());
+}
+
+/* One preset's caches -> GPU -> every row against kvq_attend.            */
+static size_t fmt_rows = 0;
+static double fmt_worst = 0.0;
+static void test_attend_format_case(const char *preset, size_t D, int n_rep, size_t R, int mode,
+                                    bool extreme, size_t n_streams, size_t max_len)
+{
+    if (quick_mode) { max_len = std::min<size_t>(max_len, 300); n_streams = std::min<size_t>(n_streams, 2); }
+    gpu_batch b;
+    std::vector<kvq_cache> caches(n_streams);
+    size_t built = 0;
+    const char *why = "";
+    bool ok = true;
+    kv_extreme = extreme;
+    for (size_t i = 0; i < n_streams && ok; i++) {
+        kvq_config cfg;
+        kvq_cache *c = &caches[i];
+        if (!strncmp(preset, "hf-", 3)) {          /* HF's per-token INT caches */
+            cfg = kvq_config_hf(D, kvq_hf_defaults(preset[3] - '0'));
+            ok = true;
+        } else {
+            ok = kvq_config_engine(&cfg, D, preset) == KVQ_OK;
+        }
+        if (R) cfg.residual = R;
+        ok = ok && kvq_cache_init(c, &cfg) == KVQ_OK;
+        if (!ok) { why = kvq_why(); break; }
+        built++;
+        const size_t T = 1 + rng_below(max_len), pre = T / 2;
+        std::vector<float> K, V;
+        make_kv(T, D, K, V);
+        ok = pre == 0 || kvq_cache_prefill(c, K.data(), V.data(), pre) == KVQ_OK;
+        for (size_t t = pre; t < T && ok; t++) ok = kvq_cache_append(c, &K[t * D], &V[t * D]) == KVQ_OK;
+        if (ok && mode != FMT_PLAIN && T > 8) {
+            std::vector<uint8_t> keep(c->n_pos);
+            for (auto &k : keep) k = rng_below(4) != 0;
+            ok = kvq_cache_evict(c, keep.data(), keep.size(), NULL) == KVQ_OK;
+            if (ok && mode == FMT_COMPACT) ok = kvq_cache_compact(c, 32, NULL) == KVQ_OK;
+        }
+        if (!ok) { why = kvq_why(); break; }
+        kvq_cuda_export_t e;
+        if (kvq_cuda_export(c, &e) != KVQ_OK) { why = kvq_cuda_why(); ok = false; break; }
+        b.ex.push_back(e);
+    }
+    kv_extreme = false;
+    CHECK(ok, "attend-format %s D=%zu %s: building or exporting the caches failed: %s", preset, D,
+          fmt_mode_name[mode], why);
+    if (ok) {
+        CHECK(b.ex[0].layout == KVQ_CUDA_LAYOUT_TOKEN, "attend-format %s: exported layout %d", preset,
+              b.ex[0].layout);
+        upload_token(b);
+        std::vector<float> hq(n_streams * n_rep * D), got(hq.size()), want(hq.size());
+        for (auto &x : hq) x = rng_gauss();
+        int n_splits = 0;
+        const size_t wf = kvq_cuda_attend_workspace(n_streams, n_rep, (int)D, b.pool.group,
+                                                    b.max_tokens, &n_splits);
+        dbuf<float> dq(hq.size()), dout(hq.size()), dwork(wf);
+        dbuf<int> dst(1);
+        dq.up(hq.data());
+        CU(cudaMemset(dout.p, 0xFF, dout.n * sizeof(float)));          /* NaN poison */
+        KQ(kvq_cuda_attend_token(&b.pool, &b.tok, (int)D, b.d_streams, n_streams, n_rep, b.max_tokens,
+                                 dq.p, dout.p, dwork.p, wf, dst.p, 0));
+        const kvq_status status = kvq_cuda_status(dst.p, 0);
+        dout.down(got.data());
+        double worst = 0.0;
+        size_t bad = 0;
+        for (size_t i = 0; i < n_streams; i++) {
+            std::vector<float> scratch((size_t)n_rep * kvq_attend_scratch_floats(&caches[i], KVQ_ATTN_EAGER));
+            KQ(kvq_attend(&caches[i], &hq[i * n_rep * D], (size_t)n_rep, &want[i * n_rep * D], NULL,
+                          KVQ_ATTN_EAGER, scratch.data(), scratch.size()));
+            for (int h = 0; h < n_rep; h++) {
+                const size_t o = (i * n_rep + h) * D;
+                const double rel = rel_l2(&got[o], &want[o], D);
+                if (!(rel <= FMT_TOL)) bad++;
+                if (!(rel <= worst)) worst = rel;                    /* NaN sticks */
+                fmt_rows++;
+            }
+        }
+        if (!(worst <= fmt_worst)) fmt_worst = worst;
+        CHECK(status == KVQ_OK, "attend-format %s: %s", preset, kvq_cuda_why());
+        CHECK(bad == 0, "attend-format %s D=%zu n_rep=%d R=%zu %s%s streams=%zu splits=%d: %zu rows "
+              "over %.0e against kvq_attend, worst rel err %.3g", preset, D, n_rep, R,
+              fmt_mode_name[mode], extreme ? " extreme" : "", n_streams, n_splits, bad, FMT_TOL, worst);
+        printf("  format %-24s D=%3zu n_rep=%d R=%2zu %-13s%s streams=%zu T<=%4zu: worst rel err %.2e\n",
+               preset, D, n_rep, R, fmt_mode_name[mode], extreme ? " extreme" : "", n_streams, max_len,
+               worst);
+    }
+    for (size_t i = 0; i < built; i++) kvq_cache_free(&caches[i]);
+}
+
+/* Bad input: refused on the host with a status and a reason, the output
+   (poisoned) untouched; the tensor-core paths refuse the token layout.  */
+static void test_attend_format_refusals(void)
+{
+    const size_t D = 64;
+    kvq_config cfg;
+    kvq_cache c;
+    KQ(kvq_config_engine(&cfg, D, "nvfp4"));
+    KQ(kvq_cache_init(&c, &cfg));
+    std::vector<float> K, V;
+    make_kv(70, D, K, V);
+    KQ(kvq_cache_prefill(&c, K.data(), V.data(), 70));
+    gpu_batch b;
+    kvq_cuda_export_t e;
+    KQ(kvq_cuda_export(&c, &e));
+    b.ex.push_back(e);
+    upload_token(b);
+    const int n_rep = 2;
+    int n_splits;
+    const size_t wf = kvq_cuda_attend_workspace(1, n_rep, (int)D, 32, b.max_tokens, &n_splits);
+    dbuf<float> dq(n_rep * D), dout(n_rep * D), dwork(wf);
+    dbuf<int> dst(1);
+    std::vector<float> hq(n_rep * D, 0.5f);
+    dq.up(hq.data());
+    dout.poison();
+    auto attend = [&](const kvq_cuda_pool &p, const kvq_cuda_token *t) {
+        return kvq_cuda_attend_token(&p, t, (int)D, b.d_streams, 1, n_rep, b.max_tokens, dq.p, dout.p,
+                                     dwork.p, wf, dst.p, 0);
+    };
+    typedef kvq_cuda_pool P;
+    typedef kvq_cuda_token TK;
+    struct { const char *what; kvq_status want; void (*edit)(P &, TK &); } cs[] = {
+        /* out-of-range values inside each enum's range (UBSan's rule)    */
+        { "key format 15", KVQ_ERR_CONFIG, [](P &, TK &t) { t.key.format = (kvq_format)15; } },
+        { "value format KVQ_FORMAT_COUNT", KVQ_ERR_CONFIG, [](P &, TK &t) { t.value.format = KVQ_FORMAT_COUNT; } },
+        { "nvfp4 keys at 8 bits", KVQ_ERR_BITS, [](P &, TK &t) { t.key.bits = 8; } },
+        { "e4m3 values at 4 bits", KVQ_ERR_BITS, [](P &, TK &t) { t.value.format = KVQ_FORMAT_E4M3; } },
+        { "value group 32 for nvfp4", KVQ_ERR_GROUP, [](P &, TK &t) { t.value.group = 32; } },
+        { "int key group 24", KVQ_ERR_GROUP, [](P &, TK &t) { t.key.format = KVQ_FORMAT_INT; t.key.group = 24; } },
+        { "int key group 1 (< D/32)", KVQ_ERR_GROUP, [](P &, TK &t) { t.key.format = KVQ_FORMAT_INT; t.key.group = 1; } },
+        { "no value table", KVQ_ERR_NULL, [](P &, TK &t) { t.value.value = nullptr; } },
+        { "no side scales", KVQ_ERR_NULL, [](P &, TK &t) { t.scales = nullptr; } },
+        { "an INT pool (bits 2)", KVQ_ERR_CONFIG, [](P &p, TK &) { p.bits = 2; } },
+        { "48 slots a page", KVQ_ERR_GROUP, [](P &p, TK &) { p.group = 48; } },
+        { "key rotation 3", KVQ_ERR_CONFIG, [](P &p, TK &) { p.key_rotation = (kvq_rotation)3; } },
+        { "head_dim 96", KVQ_ERR_CONFIG, [](P &p, TK &) { p.head_dim = 96; } },
+    };
+    for (const auto &cz : cs) {
+        kvq_cuda_pool p = b.pool;
+        kvq_cuda_token t = b.tok;
+        cz.edit(p, t);
+        const kvq_status st = attend(p, &t);
+        CHECK(refused_with(st, cz.want), "attend-format refusal, %s: %s (%s), want %s", cz.what,
+              kvq_status_str(st), kvq_cuda_why(), kvq_status_str(cz.want));
+    }
+    {
+        const kvq_status st = attend(b.pool, nullptr);
+        CHECK(refused_with(st, KVQ_ERR_NULL), "attend-format refusal, no token description: %s (%s)",
+              kvq_status_str(st), kvq_cuda_why());
+    }
+    std::vector<uint32_t> raw(n_rep * D);
+    CU(cudaMemcpy(raw.data(), dout.p, raw.size() * 4, cudaMemcpyDeviceToHost));
+    size_t written = 0;
+    for (uint32_t u : raw) written += u != 0xABABABABu;
+    CHECK(written == 0, "attend-format refusals wrote %zu floats of the output", written);
+    /* the INT entry points refuse a token-layout pool (its bits = 0):
+       kvq_cuda_attend, the tensor-core kernel and its page tools          */
+    {
+        const kvq_status st0 = kvq_cuda_attend(&b.pool, (int)D, b.d_streams, 1, n_rep, b.max_tokens,
+                                               dq.p, dout.p, dwork.p, wf, dst.p, 0);
+        CHECK(refused_with(st0, KVQ_ERR_BITS), "kvq_cuda_attend on a token-layout pool: %s (%s)",
+              kvq_status_str(st0), kvq_cuda_why());
+        int sa = 0, sb = 0;
+        const size_t wm = kvq_cuda_attend_mma_workspace(1, n_rep, (int)D, 32, 4, 64, 0, b.max_tokens, &sa, &sb);
+        dbuf<float> dwm(wm);
+        const kvq_status st = kvq_cuda_attend_mma(&b.pool, (int)D, b.d_streams, 1, n_rep, b.max_tokens,
+                                                  dq.p, dout.p, dwm.p, wm, dst.p, 0, 0);
+        CHECK(refused_with(st, KVQ_ERR_CONFIG), "kvq_cuda_attend_mma on a token-layout pool: %s (%s)",
+              kvq_status_str(st), kvq_cuda_why());
+        int32_t page0 = 0;
+        dbuf<int32_t> dp(1);
+        dp.up(&page0);
+        const kvq_status st2 = kvq_cuda_seal_pages(&b.pool, dp.p, 1, 1, 0);
+        CHECK(refused_with(st2, KVQ_ERR_CONFIG), "kvq_cuda_seal_pages on a token-layout pool: %s (%s)",
+              kvq_status_str(st2), kvq_cuda_why());
+        dbuf<int64_t> d64(2);
+        const kvq_status st3 = kvq_cuda_move_pages(&b.pool, d64.p, d64.p + 1, 1, dwm.p, 0);
+        CHECK(refused_with(st3, KVQ_ERR_CONFIG), "kvq_cuda_move_pages on a token-layout pool: %s (%s)",
+              kvq_status_str(st3), kvq_cuda_why());
+    }
+    /* the export: fp32 rows, and a per-channel key format, refused with
+       the export struct untouched                                        */
+    {
+        kvq_cuda_export_t x;
+        memset(&x, 0xAB, sizeof x);
+        kvq_config c32 = cfg;
+        c32.fp_bits = 32;
+        kvq_cache cc;
+        KQ(kvq_cache_init(&cc, &c32));
+        KQ(kvq_cache_prefill(&cc, K.data(), V.data(), 40));
+        const kvq_status st = kvq_cuda_export(&cc, &x);
+        const unsigned char *xb = (const unsigned char *)&x;
+        size_t touched = 0;
+        for (size_t i = 0; i < sizeof x; i++) touched += xb[i] != 0xAB;
+        CHECK(refused_with(st, KVQ_ERR_CONFIG) && touched == 0, "export of an fp32-row nvfp4 cache: "
+              "%s (%s), %zu bytes of the export written", kvq_status_str(st), kvq_cuda_why(), touched);
+        kvq_cache_free(&cc);
+        kvq_config cpc;
+        KQ(kvq_config_engine(&cpc, D, "fp8-e4m3-per-token-head"));
+        cpc.key_axis = KVQ_PER_CHANNEL;
+        cpc.group = 32;
+        cpc.key_schedule = KVQ_SCHED_FLUSH;
+        cpc.residual = 32;
+        if (kvq_cache_init(&cc, &cpc) == KVQ_OK) {
+            KQ(kvq_cache_prefill(&cc, K.data(), V.data(), 64));
+            const kvq_status st2 = kvq_cuda_export(&cc, &x);
+            touched = 0;
+            for (size_t i = 0; i < sizeof x; i++) touched += xb[i] != 0xAB;
+            CHECK(refused_with(st2, KVQ_ERR_CONFIG) && touched == 0, "export of per-channel e4m3 keys: "
+                  "%s (%s), %zu bytes written", kvq_status_str(st2), kvq_cuda_why(), touched);
+            kvq_cache_free(&cc);
+        } else {
+            printf("  (per-channel e4m3 keys: kvq_cache_init refuses them: %s)\n", kvq_why());
+        }
+    }
+    kvq_cache_free(&c);
+}
+
+static void test_attend_format(void)
+{
+    const size_t n_p = sizeof engine_presets / sizeof engine_presets[0];
+    /* every preset at both D and both head counts, then the window,
+       eviction, compaction and adversarial rows on a rotating sample    */
+    for (size_t i = 0; i < n_p; i++)
+        for (size_t D = 64; D <= 128; D *= 2)
+            for (int n_rep = 1; n_rep <= 4; n_rep += 3) {
+                if (quick_mode && (n_rep == 4) != ((i + D / 64) % 2 == 0)) continue;
+                test_attend_format_case(engine_presets[i], D, n_rep, 0, FMT_PLAIN, false, 3, 1500);
+            }
+    for (size_t i = 0; i < n_p; i++) {
+        if (quick_mode && i % 3) continue;
+        const size_t D = i % 2 ? 64 : 128;
+        test_attend_format_case(engine_presets[i], D, 3, 16, FMT_PLAIN, false, 3, 700);
+        test_attend_format_case(engine_presets[i], D, 1, 16, FMT_EVICT, false, 3, 700);
+        test_attend_format_case(engine_presets[i], 192 - D, 4, 0, FMT_COMPACT, false, 3, 700);
+        test_attend_format_case(engine_presets[i], D, 4, 0, FMT_PLAIN, true, 2, 700);
+    }
+    /* HF's policy (both sides per token, INT, FLUSH with its window) exports
+       in the same layout                                                 */
+    for (int bits = 2; bits <= 4; bits += 2) {
+        test_attend_format_case(bits == 2 ? "hf-2bit" : "hf-4bit", 128, 1, 0, FMT_PLAIN, false, 3, 1500);
+        test_attend_format_case(bits == 2 ? "hf-2bit" : "hf-4bit", 64, 4, 0, FMT_EVICT, false, 3, 700);
+    }
+    printf("  attend-format: %zu rows against kvq_attend, worst rel err %.2e (tolerance %.0e)\n",
+           fmt_rows, fmt_worst, FMT_TOL);
+    test_attend_format_refusals();
+}
+
+/* ======================================================================== */
+/* fp8-cvt: the hardware FP8 conversion against the software rounding       */
+/* ======================================================================== */
+/* kvq_cuda.cu Sec. 2.2 (kvq_dev_cvt_fp8): cvt.rn.satfinite.{e4m3x2,e5m2x2}
+   .f32 on a GPU of sm_89+, the emulator's model of it (written from the
+   PTX ISA, tests/emu/kvq_emu.h) here, against kvq_dev_to_minifloat, NaN
+   skipped (the ISA leaves its sign open).
+     boundaries (kernel)  every grid value of both formats, each midpoint
+                          between neighbours and the float either side of
+                          it, the subnormal edge, the saturation edge
+                          (448/464/480, 57344/61440), +-0, +-Inf, FLT_MAX,
+                          fp32 subnormals: both signs
+     the fp32 line        a GPU: all 2^32 patterns in the kernel (the
+       (kernel)           proof on the hardware; 2^24 strata in quick
+                          mode, the sanitizer runs); the emulator: a
+                          stratified sample (2^16 quick, 2^20 full)
+     the CPU (emulator)   the model against kvq_dev_to_minifloat and
+                          kvq.h's kvq_f32_to_e4m3/_e5m2: full pass, every
+                          pattern of magnitude in [2^-17, 2^16) (biased
+                          exponents 110..142, both signs: 553M, all the
+                          patterns whose code is not +-0 or +-MAX_NORM in
+                          either format) plus every 65537th of the rest of
+                          the line; quick pass, every 509th of that range */
+static void fp8_cvt_points(std::vector<uint32_t> &pts)
+{
+    auto add = [&](float x) {
+        for (float v : { x, -x, nextafterf(x, INFINITY), nextafterf(x, -INFINITY) }) {
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            pts.push_back(u);
+            pts.push_back(u ^ 0x80000000u);
+        }
+    };
+    for (int f = 0; f < 2; f++) {
+        const unsigned max_mag = f ? 0x7B : 0x7E;
+        for (unsigned c = 0; c <= max_mag; c++) {
+            const float v = f ? kvq_e5m2_to_f32((uint8_t)c) : kvq_e4m3_to_f32((uint8_t)c);
+            const float w = c < max_mag ? (f ? kvq_e5m2_to_f32((uint8_t)(c + 1)) : kvq_e4m3_to_f32((uint8_t)(c + 1)))
+                                        : v + (v - (f ? kvq_e5m2_to_f32((uint8_t)(c - 1)) : kvq_e4m3_to_f32((uint8_t)(c - 1))));
+            add(v);
+            add(0.5f * (v + w));                /* a tie (exact in fp32)  */
+        }
+    }
+    for (float x : { 0.0f, 448.0f, 464.0f, 480.0f, 896.0f, 57344.0f, 61440.0f, 65536.0f, 1e10f, FLT_MAX,
+                     INFINITY, FLT_MIN, 1e-40f, 1.4e-45f, 0.0009765625f /* 2^-10 */, 7.62939453e-06f /* 2^-17 */ })
+        add(x);
+}
+
+static void test_fp8_cvt(void)
+{
+    std::vector<uint32_t> pts;
+    fp8_cvt_points(pts);
+    dbuf<uint32_t> dl(pts.size());
+    dl.up(pts.data());
+    dbuf<unsigned> dout(4);
+    unsigned o[4];
+    int native = 0;
+    size_t finite = 0;
+    for (uint32_t u : pts) finite += (u & 0x7FFFFFFFu) <= 0x7F800000u;
+    KQ(kvq_cuda_fp8_check(0, 1, pts.size(), dl.p, dout.p, &native, 0));
+    dout.down(o);
+    CHECK(o[0] == 0 && o[1] == 0 && o[3] == finite, "fp8-cvt boundaries: %u E4M3 and %u E5M2 codes of "
+          "%u compared (%zu non-NaN points) differ, e.g. pattern 0x%08x", o[0], o[1], o[3], finite, o[2]);
+    printf("  fp8-cvt: %zu boundary points, %u differ (%s)\n", pts.size(), o[0] + o[1],
+#ifdef KVQ_EMU
+           "the emulator's model of cvt.rn.satfinite"
+#else
+           native ? "the instruction" : "no instruction below sm_89: both paths are the software one"
+#endif
+           );
+#ifdef KVQ_EMU
+    const uint64_t count = quick_mode ? (1u << 16) : (1u << 20);
+#else                          /* quick: the sanitizer runs, ~100x slower */
+    const uint64_t count = quick_mode ? (1u << 24) : (uint64_t)1 << 32;
+#endif
+    const uint32_t stride = (uint32_t)(((uint64_t)1 << 32) / count) | 1u;   /* odd: strata of the line */
+    KQ(kvq_cuda_fp8_check(0x9e37u, stride, count, nullptr, dout.p, &native, 0));
+    dout.down(o);
+    CHECK(o[0] == 0 && o[1] == 0, "fp8-cvt, %llu patterns (stride %u): %u E4M3 and %u E5M2 codes "
+          "differ, e.g. pattern 0x%08x", (unsigned long long)count, stride, o[0], o[1], o[2]);
+    printf("  fp8-cvt: %u fp32 patterns (NaN skipped) of %llu, stride %u, in the kernel: %u differ%s\n",
+           o[3], (unsigned long long)count, stride, o[0] + o[1],
+           native ? " (cvt.rn.satfinite on this GPU: the hardware proof)" : "");
+#ifdef KVQ_EMU
+    /* the CPU proof of the model: every pattern where a rounding happens */
+    uint64_t r[6], sum[5] = { 0, 0, 0, 0, 0 };
+    const uint32_t lo = 110u << 23, n_range = 33u << 23;
+    const uint32_t step = quick_mode ? 509u : 1u;
+    for (uint32_t sign = 0; sign < 2; sign++) {
+        kvq_cuda_fp8_check_cpu(lo | sign << 31, step, n_range / step, r);
+        for (int k = 0; k < 4; k++) sum[k] += r[k];
+        sum[4] += r[5];
+        if (r[4] != 0xFFFFFFFFu) printf("  fp8-cvt: pattern 0x%08llx differs\n", (unsigned long long)r[4]);
+    }
+    kvq_cuda_fp8_check_cpu(0x1234u, 65537u, 65537u, r);     /* the rest of the line, strided */
+    for (int k = 0; k < 4; k++) sum[k] += r[k];
+    sum[4] += r[5];
+    CHECK(sum[0] == 0 && sum[1] == 0 && sum[2] == 0 && sum[3] == 0, "fp8-cvt on the CPU: the model "
+          "differs from kvq_dev_to_minifloat on %llu E4M3 / %llu E5M2 patterns, from kvq.h on %llu / %llu",
+          (unsigned long long)sum[0], (unsigned long long)sum[1], (unsigned long long)sum[2],
+          (unsigned long long)sum[3]);
+    printf("  fp8-cvt: the model on the CPU, %llu patterns (%s): %llu differ from kvq_dev_to_minifloat, "
+           "%llu from kvq.h\n", (unsigned long long)sum[4],
+           quick_mode ? "every 509th of |x| in [2^-17, 2^16)" : "every one of |x| in [2^-17, 2^16)",
+           (unsigned long long)(sum[0] + sum[1]), (unsigned long long)(sum[2] + sum[3]));
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const bool host_only = argc == 2 && !strcmp(argv[1], "--host");
@@ -2923,6 +3380,13 @@ int main(int argc, char **argv)
         test_quantize_format();
         rng_state = saved;
     });
+    run("attend-format", [] {
+        const uint64_t saved = rng_state;
+        rng_state = 0xa77e4dull;
+        test_attend_format();
+        rng_state = saved;
+    });
+    run("fp8-cvt", test_fp8_cvt);
     run("rotate", [] { test_rotate_rows(); test_rotate_codes(); test_rotate_attend(); test_rotate_refusals(); });
     run("attend", [] { test_attend(); test_attend_status(); test_attend_splits(); });
     run("mma", test_attend_mma);

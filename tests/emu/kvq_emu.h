@@ -82,6 +82,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <cmath>
 #include <stdio.h>
 #include <stdlib.h>
 #include <tuple>
@@ -247,6 +248,47 @@ static inline unsigned __float2uint_rn(float f)
     const double r = nearbyint((double)f);
     return r >= 4294967295.0 ? 4294967295u : r <= 0.0 ? 0u : (unsigned)r;
 }
+/* cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 d, a, b (sm_89+), modelled from
+   the PTX ISA's definition of cvt, not from kvq's rounding: each input
+   is rounded to the nearest value of the 8-bit format, a tie to the even
+   significand (.rn); .satfinite: a result whose magnitude exceeds the
+   format's largest finite value (MAX_NORM: 448 for E4M3, which has no
+   Inf, 57344 for E5M2), Inf included, is MAX_NORM with the input's sign,
+   and NaN gives NaN (here the canonical 0x7F: the ISA does not promise a
+   sign). d is 16 bits: a's result in the upper byte, b's in the lower.
+   Arithmetic, not bits: the input's binade from frexp, its quantum
+   2^(e - M) (at least the subnormal quantum 2^(1 - bias - M)), the
+   quotient rounded by nearbyint (the host's ties-to-even, exact: a power
+   of two scale in double loses nothing), the encoding read back from the
+   rounded value.                                                        */
+namespace kvq_emu {
+static inline unsigned cvt_rn_satfinite_f8(float x, int e5m2)
+{
+    const int E = e5m2 ? 5 : 4, M = e5m2 ? 2 : 3, bias = (1 << (E - 1)) - 1, emin = 1 - bias;
+    const double max_norm = e5m2 ? 57344.0 : 448.0;
+    const unsigned sign = std::signbit(x) ? 0x80u : 0u;
+    if (x != x) return 0x7Fu;
+    double r = std::fabs((double)x);
+    if (r != 0.0) {
+        int e;
+        std::frexp(r, &e);                          /* r in [2^(e-1), 2^e)     */
+        const int b = e - 1 < emin ? emin : e - 1;
+        const double quantum = std::ldexp(1.0, b - M);
+        r = std::isinf(r) ? max_norm : std::nearbyint(r / quantum) * quantum;
+        if (r > max_norm) r = max_norm;
+    }
+    if (r == 0.0) return sign;
+    int e;
+    std::frexp(r, &e);
+    if (e - 1 < emin)                               /* subnormal: exponent 0   */
+        return sign | (unsigned)(r / std::ldexp(1.0, emin - M));
+    return sign | ((unsigned)(e - 1 + bias) << M) | ((unsigned)(r / std::ldexp(1.0, e - 1 - M)) - (1u << M));
+}
+static inline unsigned short cvt_rn_satfinite_f8x2(float a, float b, int e5m2)
+{
+    return (unsigned short)((cvt_rn_satfinite_f8(a, e5m2) << 8) | cvt_rn_satfinite_f8(b, e5m2));
+}
+}   /* namespace kvq_emu */
 static inline int __ffs(int x) { return x ? __builtin_ctz((unsigned)x) + 1 : 0; }
 /* __byte_perm(x, y, s) (a PRMT): byte i of the result is byte
    (s >> 4 i) & 7 of the eight bytes y:x, x the low four.               */

@@ -326,6 +326,44 @@ mutant mma-no-join plain/mma 'status sequence|rows over tolerance|NaN' \
     '        KVQ_CUDA_CHECK(cudaStreamWaitEvent(stream, side->join, 0));' \
     '        (void)0;'
 
+# the token layout (kvq.h Sec. 4.1's formats, kvq_dev_token_decode):
+# 43. a packed parameter read one bit high (kvq__group_ab's unpack)
+mutant fmt-param-unpack plain/attend-format 'attend-format.*over 1e-04' \
+    'if (P < 32) word = (word >> (g * P % 32)) & ((1u << P) - 1u);' \
+    'if (P < 32) word = (word >> (g * P % 32 + 1)) & ((1u << P) - 1u);'
+# 44. the value table read one entry off: value(c + 1)
+mutant fmt-value-off-by-one plain/attend-format 'attend-format.*over 1e-04' \
+    '__ldg(f.value + kvq_dev_get_bits(' \
+    '__ldg(f.value + 1 + kvq_dev_get_bits('
+# 45. the keys decoded with the value side's scale (equal for fp8-e4m3's
+#     1.0, not for nvfp4's data-driven scales)
+mutant fmt-side-scale plain/attend-format 'attend-format.*over 1e-04' \
+    'src.k_scale = tok.scales[2 * stream_id];' \
+    'src.k_scale = tok.scales[2 * stream_id + 1];'
+# 46. B = 3's codes that straddle two words lose their high bits
+mutant fmt-straddle plain/attend-format 'attend-format.*over 1e-04' \
+    'if (bit % 32 + (uint32_t)bits > 32) v |=' \
+    'if (false) v |='
+# 47. NVFP4's block scale decoded as E5M2 instead of E4M3
+mutant fmt-nvfp4-block-scale plain/attend-format 'attend-format.*over 1e-04' \
+    'kvq_dev_grid(0)) * side_scale;   /* E4M3 */' \
+    'kvq_dev_grid(1)) * side_scale;   /* E4M3 */'
+# 48. the token's parameter words at an even stride: a token of one word
+#     (int8 per token-head at G = D, nvfp4 at D = 64) reads its neighbour's
+mutant fmt-param-stride plain/attend-format 'attend-format.*over 1e-04' \
+    'kvq_dev_group_ab(f, side_scale, mode, sz + at * kvq_cuda__tok_params(f, D), g, &a, &b);' \
+    'kvq_dev_group_ab(f, side_scale, mode, sz + at * kvq_cuda__tok_params(f, D) / 2 * 2, g, &a, &b);'
+
+# the FP8 conversion (kvq_cuda.cu Sec. 2.2, test_gpu group fp8-cvt):
+# 49. the software rounding's ties away from zero instead of to even
+mutant fp8-ties-away plain/fp8-cvt,quantize-format 'fp8-cvt.*differ|other codes' \
+    'q += rem > half || (rem == half && (q & 1u));' \
+    'q += rem >= half;'
+# 50. the instruction's result read from the wrong half (b's code, 0)
+mutant fp8-cvt-half plain/fp8-cvt 'fp8-cvt.*differ' \
+    'return (uint32_t)kvq_emu::cvt_rn_satfinite_f8x2(x, 0.0f, e5m2) >> 8;' \
+    'return (uint32_t)kvq_emu::cvt_rn_satfinite_f8x2(x, 0.0f, e5m2) & 0xFFu;'
+
 wait
 pass=0; fail=0
 for n in $names; do

@@ -97,6 +97,18 @@ out=$("$B/emu/bench_gpu" --kernels fused,v5,v5:hi,v5:direct,v5:s3,v5:sub,v5:nopf
 printf '%s\n' "$out" | tail -n 12
 if [ "$rc" -eq 0 ] && ! printf '%s\n' "$out" | grep -qE 'INVALID|refused'; then pass=$((pass + 1))
 else echo "bench_gpu --kernels: exit $rc, or a kernel INVALID or refused"; fail=$((fail + 1)); fi
+# the formats' benchmark path (bench_gpu --formats, the campaign's formats
+# step) at its quick size: every kvq_config_engine preset's pool built,
+# attended and checked against kvq_attend, none INVALID (the times are the
+# emulator's, meaningless)
+echo "--- bench_gpu --formats --quick on the emulator: all 13 presets valid at GQA 1 and 4"
+t=$(date +%s)
+out=$("$B/emu/bench_gpu" --formats --quick 2>&1); rc=$?
+printf '%s\n' "$out" | tail -n 3
+echo "    ($(( $(date +%s) - t )) s)"
+rows=$(printf '%s\n' "$out" | grep -cE '^[a-z0-9_-]+ +[14] +[0-9.]+ \|')
+if [ "$rc" -eq 0 ] && [ "$rows" -eq 26 ] && ! printf '%s\n' "$out" | grep -q INVALID; then pass=$((pass + 1))
+else echo "bench_gpu --formats: exit $rc, $rows of 26 rows, or a row INVALID"; fail=$((fail + 1)); fi
 # the tensor-core kernel's accuracy must not rest on the MMA's rounding or
 # on fp16 subnormal inputs: the same checks under the other models (only
 # v5, in the groups mma, rotate and compact-pages, runs mma.sync: the

@@ -789,12 +789,54 @@ static void test_streams(void)
     cudaFree(d);
 }
 
+/* cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (kvq_emu.h's model) on values
+   worked out by hand from the PTX ISA's definition, one property each;
+   test_gpu's fp8-cvt group proves the model equal to kvq's rounding on
+   every pattern where a rounding happens.                              */
+static void test_cvt_fp8(void)
+{
+    const float p9 = ldexpf(1.0f, -9), p16 = ldexpf(1.0f, -16);
+    const struct { float x; int e5m2; unsigned want; const char *what; } cs[] = {
+        { 1.0f, 0, 0x38, "E4M3 1.0 = 0.0111.000" },
+        { 448.0f, 0, 0x7E, "E4M3 max 448" },
+        { 463.0f, 0, 0x7E, "E4M3 463 rounds to 448" },
+        { 464.0f, 0, 0x7E, "E4M3 464: the tie of 448 and 480 to the even 448" },
+        { 470.0f, 0, 0x7E, "E4M3 470 rounds to 480, past MAX_NORM: 448" },
+        { 1e30f, 0, 0x7E, "E4M3 1e30 saturates" },
+        { -INFINITY, 0, 0xFE, "E4M3 -Inf saturates to -448" },
+        { 17.0f, 0, 0x58, "E4M3 17: the tie of 16 and 18 to the even 16" },
+        { 19.0f, 0, 0x5A, "E4M3 19: the tie of 18 and 20 to the even 20" },
+        { p9, 0, 0x01, "E4M3 2^-9, the smallest subnormal" },
+        { 0.5f * p9, 0, 0x00, "E4M3 2^-10: the tie of 0 and 2^-9 to 0" },
+        { 1.5f * p9, 0, 0x02, "E4M3 1.5 2^-9: the tie of 1 and 2 (x 2^-9) to 2" },
+        { -0.0f, 0, 0x80, "E4M3 -0 keeps its sign" },
+        { 1e-40f, 0, 0x00, "E4M3 an fp32 subnormal: 0" },
+        { 57344.0f, 1, 0x7B, "E5M2 max 57344" },
+        { 61440.0f, 1, 0x7B, "E5M2 61440 (the tie of 57344 and 65536, to the even 65536): MAX_NORM" },
+        { INFINITY, 1, 0x7B, "E5M2 +Inf saturates" },
+        { p16, 1, 0x01, "E5M2 2^-16, the smallest subnormal" },
+        { 3.0f * 0.5f * p16, 1, 0x02, "E5M2 1.5 2^-16: the tie to 2 2^-16" },
+        { 0.5f * p16, 1, 0x00, "E5M2 2^-17: the tie to 0" },
+        { 1.25f, 1, 0x3D, "E5M2 1.25 = 0.01111.01" },
+        { 1.125f, 1, 0x3C, "E5M2 1.125: the tie of 1 and 1.25 to the even 1" },
+    };
+    for (const auto &c : cs) {
+        const unsigned got = kvq_emu::cvt_rn_satfinite_f8(c.x, c.e5m2);
+        CHECK(got == c.want, "cvt f8: %s: got 0x%02x, want 0x%02x", c.what, got, c.want);
+    }
+    CHECK(kvq_emu::cvt_rn_satfinite_f8(NAN, 0) == 0x7F && kvq_emu::cvt_rn_satfinite_f8(NAN, 1) == 0x7F,
+          "cvt f8: NaN gives the canonical NaN 0x7F");
+    CHECK(kvq_emu::cvt_rn_satfinite_f8x2(1.0f, -2.0f, 0) == ((0x38u << 8) | 0xC0u),
+          "cvt f8x2: a's code in the upper byte, b's in the lower");
+}
+
 int main(void)
 {
     printf("test_emu: the emulator's own semantics%s\n",
            kvq_emu::race_checking() ? " (race build)" : "");
     test_fp16();
     test_byte_perm();
+    test_cvt_fp8();
     test_exchanges();
     test_mma();
     test_imma();
