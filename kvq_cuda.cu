@@ -917,8 +917,8 @@ extern "C" kvq_status kvq_cuda_quantize(const __half *d_X, size_t T, size_t D, i
    double sums go through kvq_dev_dadd / kvq_dev_dmul (__dadd_rn,
    __dmul_rn), which nvcc never contracts into an fma the host does not
    do. The small-float rounding is kvq.h's integer rounding on every
-   architecture by default; KVQ_CUDA_HW_FP8 (below) swaps in sm_89's
-   instruction for FP8.                                                */
+   architecture but FP8 on sm_89+, where KVQ_CUDA_HW_FP8 (below, on by
+   default) uses the hardware's instruction.                                                */
 #ifdef __CUDA_ARCH__
 static __device__ __forceinline__ double kvq_dev_dadd(double a, double b) { return __dadd_rn(a, b); }
 static __device__ __forceinline__ double kvq_dev_dmul(double a, double b) { return __dmul_rn(a, b); }
@@ -976,22 +976,28 @@ static __host__ __device__ float kvq_dev_from_minifloat(uint32_t c, kvq_dev_mini
    the ISA's definition), and kvq_dev_to_minifloat elsewhere.
    What is proven where (test_gpu group fp8-cvt):
      emulator, CPU    the model against kvq_dev_to_minifloat and kvq.h's
-                      kvq_f32_to_e4m3 / _e5m2 on every fp32 bit pattern but
-                      NaN (make test-cuda-emu; a stratified 2^24 sample in
-                      the quick pass), and every boundary through the
+                      kvq_f32_to_e4m3 / _e5m2 on every pattern with |x| in
+                      [2^-17, 2^16), both signs (every input whose code is
+                      neither +-0 nor +-max in either format), and every
+                      65537th of the rest (make test-cuda-emu; every 509th
+                      in the quick pass), and every boundary through the
                       check kernel: each grid value, each midpoint between
                       neighbours and the floats either side of it, the
                       subnormals, the saturation edge, +-0, +-Inf.
      a GPU, sm_89+    the instruction against kvq_dev_to_minifloat on all
                       2^32 patterns (NaN skipped) in the check kernel
                       (make test-gpu); below sm_89 the two paths are one.
-   KVQ_CUDA_HW_FP8 (default 0): 1 makes the FP8 formats' quantizer
-   (kvq_dev_format_code) convert x / a with the instruction, x / a computed
-   as before (IEEE division; finite, or +-Inf, which both saturate). It
-   stays off until a GPU run of fp8-cvt reports 0 differences: the
-   emulator proves the model, not the silicon.                           */
+   KVQ_CUDA_HW_FP8 (default 1): the FP8 formats' quantizer
+   (kvq_dev_format_code) converts x / a with kvq_dev_cvt_fp8, x / a
+   computed as before (IEEE division; finite, or +-Inf, which both
+   saturate): the instruction on sm_89+, the integer rounding below it,
+   the model in the emulator (so quantize-format's bit-exactness checks
+   run the default path there). The emulator proves the model, not the
+   silicon: the first GPU run of fp8-cvt (make test-gpu: all 2^32
+   patterns, and quantize-format against kvq.h) is the hardware proof.
+   -DKVQ_CUDA_HW_FP8=0 keeps the integer rounding everywhere.           */
 #ifndef KVQ_CUDA_HW_FP8
-#define KVQ_CUDA_HW_FP8 0
+#define KVQ_CUDA_HW_FP8 1
 #endif
 static __device__ __forceinline__ uint32_t kvq_dev_cvt_fp8(float x, int e5m2)
 {
