@@ -466,20 +466,25 @@ static std::vector<int32_t> shuffled_ids(size_t n, size_t n_pool)
     return all;
 }
 
-/* Upload; quantized = false builds a baseline batch from the fp rows only. */
-static bool upload(gpu_batch &b, bool quantized)
+/* b.ex's pages into one pool, shuffled (every export the same shape):
+   per page kw key words, ks key kvq_sz words, vw value words, vs value
+   kvq_sz words; the streams' page tables, dead bits, tails and fp rows;
+   the streams' side scales into *scales (K, V per stream) when given.
+   quantized = false builds a baseline batch from the fp rows only (false
+   if a cache has quantized slots).                                      */
+static bool upload_pages(gpu_batch &b, bool quantized, size_t kw, size_t ks, size_t vw, size_t vs,
+                         std::vector<float> *scales)
 {
     const kvq_cuda_export_t &e0 = b.ex[0];
-    const int D = e0.head_dim, G = e0.group, Gv = e0.value_group, B = e0.bits;
     size_t n_pages = 0;
     for (auto &e : b.ex) n_pages += e.n_pages;
     const std::vector<int32_t> order = shuffled_ids(n_pages, n_pages);
-    const size_t kw = kvq_cuda__kw_stride(D, G, B), vw = kvq_cuda__vw_stride(D, G, B),
-                 vs = kvq_cuda__vs_stride(D, G, Gv);
+    const int D = e0.head_dim;
     std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
-    std::vector<kvq_sz> hks(n_pages * D), hvs(n_pages * vs);
+    std::vector<kvq_sz> hks(n_pages * ks + 1), hvs(n_pages * vs + 1);  /* + 1: never empty */
     std::vector<kvq_cuda_stream> hs(b.ex.size());
     size_t next = 0;
+    if (scales) scales->assign(2 * b.ex.size(), 0.0f);
     for (size_t i = 0; i < b.ex.size(); i++) {
         const kvq_cuda_export_t &e = b.ex[i];
         std::vector<int32_t> table(e.n_pages);
@@ -487,11 +492,12 @@ static bool upload(gpu_batch &b, bool quantized)
             const size_t dst = (size_t)order[next++];
             table[p] = (int32_t)dst;
             memcpy(&hkw[dst * kw], e.k_words + p * kw, kw * 4);
-            memcpy(&hks[dst * D], e.k_sz + p * D, D * sizeof(kvq_sz));
+            memcpy(&hks[dst * ks], e.k_sz + p * ks, ks * sizeof(kvq_sz));
             memcpy(&hvw[dst * vw], e.v_words + p * vw, vw * 4);
             memcpy(&hvs[dst * vs], e.v_sz + p * vs, vs * sizeof(kvq_sz));
         }
         const size_t n_slots = std::max(e.n_kq, e.n_vq);
+        if (!quantized && n_slots) return false;   /* baseline needs fp-only caches */
         kvq_cuda_stream s;
         memset(&s, 0, sizeof s);
         s.pages = b.put(table.data(), table.size());
@@ -503,7 +509,7 @@ static bool upload(gpu_batch &b, bool quantized)
         s.n_kq = quantized ? e.n_kq : 0;
         s.n_vq = quantized ? e.n_vq : 0;
         s.n_fp = e.n_fp;
-        if (!quantized && n_slots) return false;   /* baseline needs fp-only caches */
+        if (scales) { (*scales)[2 * i] = e.k_scale; (*scales)[2 * i + 1] = e.v_scale; }
         hs[i] = s;
         b.tables.push_back(table);
         b.max_tokens = std::max(b.max_tokens, n_slots + e.n_fp);
@@ -513,13 +519,24 @@ static bool upload(gpu_batch &b, bool quantized)
     b.pool.v_words = b.put(hvw.data(), hvw.size());
     b.pool.v_sz = b.put(hvs.data(), hvs.size());
     b.pool.n_pages = n_pages;
-    b.pool.head_dim = D; b.pool.group = G; b.pool.value_group = Gv; b.pool.bits = B;
+    b.pool.head_dim = D; b.pool.group = e0.group; b.pool.value_group = e0.value_group;
+    b.pool.bits = e0.bits;
     b.pool.zero_mode = e0.zero_mode;
     b.pool.key_rotation = e0.key_rotation;      /* the pages' basis          */
     b.pool.value_rotation = e0.value_rotation;
     b.pool.rotation_seed = e0.rotation_seed;
     b.d_streams = b.put(hs.data(), hs.size());
     return true;
+}
+
+/* Upload in Sec. 3's layout; quantized = false builds a baseline batch
+   from the fp rows only.                                                 */
+static bool upload(gpu_batch &b, bool quantized)
+{
+    const kvq_cuda_export_t &e0 = b.ex[0];
+    const int D = e0.head_dim, G = e0.group, Gv = e0.value_group, B = e0.bits;
+    return upload_pages(b, quantized, kvq_cuda__kw_stride(D, G, B), (size_t)D,
+                        kvq_cuda__vw_stride(D, G, B), kvq_cuda__vs_stride(D, G, Gv), NULL);
 }
 
 /* The float64 oracle for one cache and its n_rep queries.                */
@@ -2909,60 +2926,16 @@ static const char *const fmt_mode_name[] = { "plain", "evict", "evict+compact" }
 static void upload_token(gpu_batch &b)
 {
     const kvq_cuda_export_t &e0 = b.ex[0];
-    const int D = e0.head_dim, G = e0.group;
-    size_t n_pages = 0;
-    for (auto &e : b.ex) n_pages += e.n_pages;
-    const std::vector<int32_t> order = shuffled_ids(n_pages, n_pages);
-    const size_t kw = G * kvq_cuda__tok_words(e0.key, D), vw = G * kvq_cuda__tok_words(e0.value, D),
-                 ks = G * kvq_cuda__tok_params(e0.key, D), vs = G * kvq_cuda__tok_params(e0.value, D);
-    std::vector<uint32_t> hkw(n_pages * kw), hvw(n_pages * vw);
-    std::vector<kvq_sz> hks(n_pages * ks + 1), hvs(n_pages * vs + 1);
-    std::vector<kvq_cuda_stream> hs(b.ex.size());
-    std::vector<float> scales(2 * b.ex.size());
-    size_t next = 0;
-    for (size_t i = 0; i < b.ex.size(); i++) {
-        const kvq_cuda_export_t &e = b.ex[i];
-        std::vector<int32_t> table(e.n_pages);
-        for (size_t p = 0; p < e.n_pages; p++) {
-            const size_t dst = (size_t)order[next++];
-            table[p] = (int32_t)dst;
-            memcpy(&hkw[dst * kw], e.k_words + p * kw, kw * 4);
-            memcpy(&hks[dst * ks], e.k_sz + p * ks, ks * sizeof(kvq_sz));
-            memcpy(&hvw[dst * vw], e.v_words + p * vw, vw * 4);
-            memcpy(&hvs[dst * vs], e.v_sz + p * vs, vs * sizeof(kvq_sz));
-        }
-        const size_t n_slots = std::max(e.n_kq, e.n_vq);
-        kvq_cuda_stream s;
-        memset(&s, 0, sizeof s);
-        s.pages = b.put(table.data(), table.size());
-        s.dead = b.put(e.dead, n_slots / 32 + 1);
-        s.k_tail = b.put(e.k_tail, (n_slots - e.n_kq) * D);
-        s.v_tail = b.put(e.v_tail, (n_slots - e.n_vq) * D);
-        s.k_fp = b.put(e.k_fp, (size_t)e.n_fp * D);
-        s.v_fp = b.put(e.v_fp, (size_t)e.n_fp * D);
-        s.n_kq = e.n_kq; s.n_vq = e.n_vq; s.n_fp = e.n_fp;
-        scales[2 * i] = e.k_scale;
-        scales[2 * i + 1] = e.v_scale;
-        hs[i] = s;
-        b.tables.push_back(table);
-        b.max_tokens = std::max(b.max_tokens, n_slots + e.n_fp);
-    }
-    b.pool.k_words = b.put(hkw.data(), hkw.size());
-    b.pool.k_sz = b.put(hks.data(), hks.size());
-    b.pool.v_words = b.put(hvw.data(), hvw.size());
-    b.pool.v_sz = b.put(hvs.data(), hvs.size());
-    b.pool.n_pages = n_pages;
-    b.pool.head_dim = D; b.pool.group = G; b.pool.value_group = e0.value_group; b.pool.bits = e0.bits;
-    b.pool.zero_mode = e0.zero_mode;
-    b.pool.key_rotation = e0.key_rotation;
-    b.pool.value_rotation = e0.value_rotation;
-    b.pool.rotation_seed = e0.rotation_seed;
+    const int D = e0.head_dim;
+    const size_t G = e0.group;
+    std::vector<float> scales;
+    upload_pages(b, true, G * kvq_cuda__tok_words(e0.key, D), G * kvq_cuda__tok_params(e0.key, D),
+                 G * kvq_cuda__tok_words(e0.value, D), G * kvq_cuda__tok_params(e0.value, D), &scales);
     b.tok.key = e0.key;
     b.tok.value = e0.value;
     b.tok.key.value = b.put(e0.key_value, 256);
     b.tok.value.value = b.put(e0.value_value, 256);
     b.tok.scales = b.put(scales.data(), scales.size());
-    b.d_streams = b.put(hs.data(), hs.size());
 }
 
 /* One preset's caches -> GPU -> every row against kvq_attend.            */
