@@ -565,7 +565,7 @@ static void test_chunked_scoring(model_file *f)
     for (t = 0; t + 1 < N; t++) {
         const float *lg = llm_forward(&f->m, &s, ids[t], t);
         if (!lg) { CHECK(0, "forward: %s", s.why); break; }
-        *(t < (N - 1) / 2 ? &early : &late) += token_nll(lg, V, ids[t + 1]);
+        *(t < (N - 1) / 2 ? &early : &late) += token_nll_lse(lg, V, ids[t + 1], NULL);
     }
     nll = early + late;
     {

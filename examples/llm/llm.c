@@ -837,12 +837,6 @@ static double token_nll_lse(const float *lg, int V, int target, double *lse)
     return -((double)lg[target] - mx - log(z));
 }
 
-#ifdef LLM_NO_MAIN     /* tests/test_model.c scores with it               */
-static double token_nll(const float *lg, int V, int target)
-{
-    return token_nll_lse(lg, V, target, NULL);
-}
-#endif
 
 /* KL(p || q) = sum_i p_i (log p_i - log q_i) in nats over the whole
    vocabulary, p = softmax(a) (fp32's step), q = softmax(b) (the row's),
