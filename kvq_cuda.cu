@@ -3847,6 +3847,35 @@ static __device__ __forceinline__ void kvq_mma_head_reduce(float &mx, float &z)
         z += __shfl_xor_sync(0xffffffffu, z, k);
     }
 }
+/* THE QUERY ROWS (issue 46). A page's key weights read qs[h][d] for the
+   4 heads h of a quad at once, each lane its head 4 q + gid / 2 and
+   channels d that are the same for the 4 (kvq_mma_page_keys_i8: d =
+   32 ks + kvq_mma_i8_index(B, 4 tig + b + 16 odd), 8 channels a head, in
+   bits 1-3 (B = 2) or 1, 2, 4 (B = 4) of d at a given ks and b): at the
+   same offset in rows D floats apart, the same 8 banks 4 times over.
+   So channel d of head h lies at h D + (d ^ f(h)), f = 0, 1, 16, 17
+   (B = 2) or 0, 1, 8, 9 (B = 4) by h % 4: bits the 8 channels leave
+   free, so the 4 heads' words fill 32 banks. The XOR stays within a
+   32-float block of the row (no padding); the f16 decodes read the same
+   layout.                                                               */
+template <int D, int B>
+static __device__ __forceinline__ int kvq_mma_q_at(int h, int d)
+{
+    return h * D + (d ^ ((h & 1) | (B == 2 ? 16 : 8) * ((h >> 1) & 1)));
+}
+/* The CTA's NH query rows into qs in that layout (kvq_dev_load_queries's
+   values: q times log2(e) / sqrt(D), 0 for heads past n_rep).          */
+template <int D, int B, int NH>
+static __device__ __forceinline__ void kvq_mma_load_queries(float *qs /* (NH, D) smem */, const float *q,
+                                                            int stream_id, int n_rep, int h0)
+{
+    const float qscale = 1.4426950408889634f / sqrtf((float)D);
+    for (int i = (int)threadIdx.x; i < NH * D; i += (int)blockDim.x) {
+        const int hl = i / D, d = i % D, h = h0 + hl;
+        qs[kvq_mma_q_at<D, B>(hl, d)] = (h < n_rep) ? q[((size_t)stream_id * n_rep + h) * D + d] * qscale : 0.0f;
+    }
+}
+
 /* Head tig's key exponent and zero term (C's head in lane (gid, tig))
    live in lane 8 tig (gid 2 tig): 2^-e and z from there.               */
 static __device__ __forceinline__ void kvq_mma_key_head(int e, float z, int tig, float &inv, float &zh)
@@ -3883,7 +3912,7 @@ static __device__ __forceinline__ void kvq_mma_page_keys_i8(const float *qs /* (
 #pragma unroll
             for (int b = 0; b < 4; b++) {
                 const int d = 32 * ks + kvq_mma_i8_index(B, 4 * tig + b + 16 * odd);
-                w[ks][b] = kvq_mma_key_weight(qs[h * D + d], kvq_mma_sz(ksz + d), mode, 1.0f, mx, z);
+                w[ks][b] = kvq_mma_key_weight(qs[kvq_mma_q_at<D, B>(h, d)], kvq_mma_sz(ksz + d), mode, 1.0f, mx, z);
             }
         kvq_mma_head_reduce(mx, z);
         /* |W| < 2^(8N - 2): the biased digits stay in 0..255 (2^LIFT W
@@ -3974,7 +4003,7 @@ static __device__ __forceinline__ void kvq_mma_page_keys(const float *qs /* (NH,
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     const int d = 16 * kt + row0 + r;
-                    w[kt][r] = kvq_mma_key_weight(qs[h * D + d], ksz[d], mode, col_f, mx, z);
+                    w[kt][r] = kvq_mma_key_weight(qs[kvq_mma_q_at<D, B>(h, d)], ksz[d], mode, col_f, mx, z);
                 }
             kvq_mma_head_reduce(mx, z);
             const int e = kvq_mma_exponent(mx);
@@ -4060,6 +4089,62 @@ struct kvq_mma_chunk_src {
                (size_t)chunk * KVQ_MMA_CHUNK * (D / p.value_group);
     }
 };
+
+/* THE STAGE'S LAYOUT (issue 46, conflict-free shared memory). A chunk's
+   key words are [2 row tiles][32 lanes][KPL] and its value words
+   [B / 2 token blocks][32 lanes][MT] in a page (Sec. 7): lane l's words
+   lie 4 KPL or 4 MT bytes after lane l - 1's, so a warp reading word k
+   of every lane, 32 bits at a time, hit the same bank 4 or 8 times
+   (16- or 32-byte lane strides; bench/RESULTS.md, 2026-11-29). A stage
+   holds them unit-major, [blocks][W / U][32 lanes][U] (W = KPL or MT):
+   units of U words (U = 2 for the integer decode's 4-bit keys, which it
+   reads as a pair, 2 ks and 2 ks + 1, in one 64-bit load; U = 1 for the
+   rest), lane l's unit p right after lane l - 1's. A warp's read of one
+   unit is then 32 consecutive words (U = 1) or 64 (U = 2): one wavefront
+   per 128 bytes, no conflict, at the same load sites, holding no more
+   words live than before. The copies build it: lane l copies its own
+   units (4- or 8-byte cp.async, source 4 W l bytes into the block),
+   32 U words apart in the stage, so a warp's copies write consecutive
+   words. Chunks read in place (STAGES = 1) keep the page's order: SW = 0
+   below.                                                                */
+template <int B, int DEC>
+constexpr int kvq_mma_key_unit = (B == 4 && DEC == KVQ_MMA_DEC_INT8) ? 2 : 1;
+/* The word offset of word k of `lane` in block blk of W words a lane,
+   units of U: the page's order (SW = 0) or the stage's (SW = 1).       */
+template <int W, int U, int SW>
+static __device__ __forceinline__ int kvq_mma_word_at(int blk, int lane, int k)
+{
+    return SW ? (blk * 32 * W + (k / U) * 32 * U + k % U) + U * lane : (blk * 32 + lane) * W + k;
+}
+/* One U-word unit global -> shared, async (4 or 8 bytes, both aligned). */
+template <int U>
+static __device__ __forceinline__ void kvq_mma_cp_unit(uint32_t *smem, const uint32_t *gmem)
+{
+    if constexpr (U == 2) {
+        kvq_dev_cp<8>(smem, gmem);
+    } else {
+#if defined(KVQ_EMU)
+        kvq_emu::cp_async(__FILE__, __LINE__, smem, gmem, 4);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(gmem));
+#else
+        *smem = *gmem;
+#endif
+    }
+}
+/* A region of NB blocks x 32 lanes x W words into the stage's layout:
+   src_lane is the region's start + 4 W lane bytes (lane's first word).   */
+template <int NB, int W, int U>
+static __device__ __forceinline__ void kvq_mma_copy_units(unsigned char *dst, const unsigned char *src_lane,
+                                                          int lane)
+{
+    uint32_t *d = (uint32_t *)dst + U * lane;
+    const uint32_t *s = (const uint32_t *)src_lane;
+#pragma unroll
+    for (int i = 0; i < NB * W / U; i++)
+        kvq_mma_cp_unit<U>(d + 32 * U * i, s + (i / (W / U)) * 32 * W + (i % (W / U)) * U);
+}
 
 /* C's row half factor of a decode (Sec. 7): the subnormal decode's
    2^(24 - k_row) (its 2^-k_col is folded into B's rows 8-15), the integer
@@ -4163,7 +4248,7 @@ static __device__ __forceinline__ void kvq_mma_value_flush(kvq_mma_valc<D, B, NQ
                 for (int i = 0; i < 8; i++) vc.c[q][mt][i / 4][i % 4] = 0;
 }
 
-template <int D, int B, int NQ, int HILO, int DEC>
+template <int D, int B, int NQ, int HILO, int DEC, int SW>
 static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc, uint32_t dead_bits,
                                                             const kvq_mma_keyb<D, B, NQ> &kb, int lane,
                                                             float (&sc)[NQ][2][2])
@@ -4174,13 +4259,19 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
     const uint32_t my_dead = dead_bits >> gid;    /* bit 16 rt + 8 half: token 16 rt + gid + 8 half */
 #pragma unroll
     for (int rt = 0; rt < 2; rt++) {
-        const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;
+        constexpr int U = SW ? kvq_mma_key_unit<B, DEC> : 1;
+        auto w = [&](int k) { return kwc[kvq_mma_word_at<S::KPL, U, SW>(rt, lane, k)]; };
         if constexpr (DEC == KVQ_MMA_DEC_INT8) {   /* D / 32 steps, exact sums */
             int32_t c1[NQ][4] = {}, c2[NQ][4] = {};
 #pragma unroll
             for (int ks = 0; ks < D / 32; ks++) {
                 uint32_t a[4];
-                kvq_mma_decode_i8<B, kvq_mma_i8_lift<B, HILO>>(w[B == 2 ? ks : 2 * ks], w[B == 2 ? ks : 2 * ks + 1], a);
+                if constexpr (U == 2) {            /* the pair in one 64-bit load */
+                    const uint2 pr = *(const uint2 *)(kwc + kvq_mma_word_at<S::KPL, U, SW>(rt, lane, 2 * ks));
+                    kvq_mma_decode_i8<B, kvq_mma_i8_lift<B, HILO>>(pr.x, pr.y, a);
+                } else {
+                    kvq_mma_decode_i8<B, kvq_mma_i8_lift<B, HILO>>(w(B == 2 ? ks : 2 * ks), w(B == 2 ? ks : 2 * ks + 1), a);
+                }
 #pragma unroll
                 for (int q = 0; q < NQ; q++) {
                     kvq_mma_16832<true>(c1[q], a, kb.b[q][2 * ks][0], kb.b[q][2 * ks][1]);
@@ -4203,8 +4294,8 @@ static __device__ __forceinline__ void kvq_mma_chunk_scores(const uint32_t *kwc,
 #pragma unroll
             for (int i = 0; i < S::KPL; i++) {
                 uint32_t a[16 / B];
-                if (DEC == KVQ_MMA_DEC_SUBNORMAL) kvq_mma_decode_subnormal<B>(w[i], a);
-                else kvq_mma_decode<B>(w[i], a);
+                if (DEC == KVQ_MMA_DEC_SUBNORMAL) kvq_mma_decode_subnormal<B>(w(i), a);
+                else kvq_mma_decode<B>(w(i), a);
 #pragma unroll
                 for (int u = 0; u < S::TPW; u++)
 #pragma unroll
@@ -4499,7 +4590,7 @@ static __device__ __forceinline__ void kvq_mma_value_tile(const uint32_t (&vw)[B
    branch, for B / 2 more live registers. PC: the values add into the
    run's C (kvq_mma_valc; FRESH: the run's first chunk), flushed first
    where the running max moves or the chunk needs a smaller exponent.    */
-template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC, int FRESH>
+template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC, int FRESH, int SW>
 static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const uint32_t *vwc,
                                                      const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
                                                      uint32_t dead_bits,
@@ -4510,12 +4601,12 @@ static __device__ __forceinline__ void kvq_mma_chunk(const uint32_t *kwc, const 
     typedef kvq_mma_shape<D, B, NQ> S;
     auto value_words = [&](int mt, uint32_t (&vw)[B / 2]) {
 #pragma unroll
-        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[((size_t)blk * 32 + lane) * S::MT + mt];
+        for (int blk = 0; blk < B / 2; blk++) vw[blk] = vwc[kvq_mma_word_at<S::MT, 1, SW>(blk, lane, mt)];
     };
     uint32_t vw_next[B / 2];                  /* tile mt + 1's words        */
     value_words(0, vw_next);
     float sc[NQ][2][2], p[NQ][2][2];          /* [quad][row tile][half]      */
-    kvq_mma_chunk_scores<D, B, NQ, HILO, DEC>(kwc, dead_bits, kb, lane, sc);
+    kvq_mma_chunk_scores<D, B, NQ, HILO, DEC, SW>(kwc, dead_bits, kb, lane, sc);
     /* PC: the run's exponent, from its first chunk (kb's); a later
        chunk's group with a scale >= a_lim = 2^top 2^-e (one that would
        have made e smaller) flushes C at the old e and takes the group's */
@@ -4570,14 +4661,14 @@ constexpr int kvq_mma_pc = DEC == KVQ_MMA_DEC_INT8 && ZR && (OPT & KVQ_MMA_OPT_R
    run's end. make cuda-gates counts both as the work a page (a run) does
    once: the first chunk's copy of the chunk body by its value MMAs on a
    fresh C (RZ), kvq_mma_run_end by its source lines.                    */
-template <int D, int B, int NQ, int HILO, int ZR, int PC>
+template <int D, int B, int NQ, int HILO, int ZR, int PC, int SW>
 static __device__ __forceinline__ void kvq_mma_run_start(const uint32_t *kwc, const uint32_t *vwc,
                                                          const kvq_sz *vszc, int Gv, kvq_zero_mode mode,
                                                          uint32_t dead_bits, const kvq_mma_keyb<D, B, NQ> &kb,
                                                          kvq_mma_state<D, B, NQ, ZR> &st,
                                                          kvq_mma_valc<D, B, NQ, PC> &vc, int lane)
 {
-    kvq_mma_chunk<D, B, NQ, HILO, KVQ_MMA_DEC_INT8, ZR, PC, 1>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc,
+    kvq_mma_chunk<D, B, NQ, HILO, KVQ_MMA_DEC_INT8, ZR, PC, 1, SW>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc,
                                                                lane);
 }
 template <int D, int B, int NQ, int HILO, int ZR, int PC>
@@ -4588,7 +4679,7 @@ static __device__ __forceinline__ void kvq_mma_run_end(kvq_mma_valc<D, B, NQ, PC
 }
 /* Chunk `chunk` of a page whose last is `last` (G / 32 - 1): with PC,
    the page's first starts a run, its last flushes C.                    */
-template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC>
+template <int D, int B, int NQ, int HILO, int DEC, int ZR, int PC, int SW>
 static __device__ __forceinline__ void kvq_mma_run_chunk(int chunk, int last, const uint32_t *kwc,
                                                          const uint32_t *vwc, const kvq_sz *vszc, int Gv,
                                                          kvq_zero_mode mode, uint32_t dead_bits,
@@ -4598,12 +4689,12 @@ static __device__ __forceinline__ void kvq_mma_run_chunk(int chunk, int last, co
 {
     if constexpr (PC) {
         if (chunk == 0)
-            kvq_mma_run_start<D, B, NQ, HILO, ZR, PC>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
+            kvq_mma_run_start<D, B, NQ, HILO, ZR, PC, SW>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
         else
-            kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
+            kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0, SW>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
         if (chunk == last) kvq_mma_run_end<D, B, NQ, HILO>(vc, st);
     } else {
-        kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
+        kvq_mma_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0, SW>(kwc, vwc, vszc, Gv, mode, dead_bits, kb, st, vc, lane);
     }
 }
 
@@ -4636,16 +4727,18 @@ static __device__ __forceinline__ uint32_t kvq_mma_dead_word(const uint32_t *dea
     return dead ? dead[slot0 >> 5] : 0u;
 }
 
-/* The lane's first 16 bytes of a page's first chunk's key words, value
-   words and value (s, z): where kvq_mma_chunks_staged's copies start, a
+/* The lane's first key word and value word (its 4 KPL and 4 MT bytes
+   into the chunk: kvq_mma_copy_units) and first 16 bytes of value (s, z)
+   of a page's first chunk: where kvq_mma_chunks_staged's copies start, a
    page at a time (make cuda-gates counts it as page work).             */
 template <int D, int B, int NQ>
 static __device__ __forceinline__ void kvq_mma_page_sources(const kvq_cuda_pool &pool, size_t page, int lane,
                                                             const unsigned char *(&src)[3])
 {
     typedef kvq_mma_chunk_src<D, B, NQ> C;
-    src[0] = (const unsigned char *)C::keys(pool, page, 0) + 16 * lane;
-    src[1] = (const unsigned char *)C::values(pool, page, 0) + 16 * lane;
+    typedef kvq_mma_shape<D, B, NQ> S;
+    src[0] = (const unsigned char *)C::keys(pool, page, 0) + 4 * S::KPL * lane;
+    src[1] = (const unsigned char *)C::values(pool, page, 0) + 4 * S::MT * lane;
     src[2] = (const unsigned char *)C::scales(pool, page, 0) + 16 * lane;
 }
 
@@ -4672,6 +4765,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
                                                              int lane)
 {
     typedef kvq_mma_chunk_src<D, B, NQ> C;
+    typedef kvq_mma_shape<D, B, NQ> S;
     constexpr bool PF = (OPT & KVQ_MMA_OPT_PF) != 0;
     const uint32_t G = (uint32_t)pool.group;
     const int n_groups = D / pool.value_group;
@@ -4710,8 +4804,8 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
                     kvq_dev_warp_copy(buf + ksz_at, pool.k_sz + (size_t)issue_page * D, D * (int)sizeof(kvq_sz),
                                       lane);
             }
-            kvq_dev_warp_copy_lane(buf, src[0], C::KWORDS * 4, lane);
-            kvq_dev_warp_copy_lane(buf + C::KWORDS * 4, src[1], C::VWORDS * 4, lane);
+            kvq_mma_copy_units<2, S::KPL, kvq_mma_key_unit<B, DEC>>(buf, src[0], lane);
+            kvq_mma_copy_units<B / 2, S::MT, 1>(buf + C::KWORDS * 4, src[1], lane);
             kvq_dev_warp_copy_lane(buf + (C::KWORDS + C::VWORDS) * 4, src[2], vsz_bytes, lane);
             src[0] += C::KWORDS * 4, src[1] += C::VWORDS * 4, src[2] += vsz_bytes;
         }
@@ -4751,7 +4845,7 @@ static __device__ __forceinline__ void kvq_mma_chunks_staged(const kvq_cuda_pool
         if (DEC == KVQ_MMA_DEC_INT8 && PF && (!PC || chunk == 0))   /* PC: a run's start */
             kvq_mma_value_exponent<B, HILO>(vszc, KVQ_MMA_CHUNK * n_groups, pool.zero_mode, lane, kb.v_pow,
                                          kb.v_inv);
-        kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, last_chunk, (const uint32_t *)buf,
+        kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC, 1>(chunk, last_chunk, (const uint32_t *)buf,
                                                        (const uint32_t *)(buf + C::KWORDS * 4), vszc,
                                                        pool.value_group, pool.zero_mode, dead_bits, kb, st, vc,
                                                        lane);
@@ -4793,7 +4887,7 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
     const int stream_id = blockIdx.x / n_hchunks, h0 = (blockIdx.x % n_hchunks) * NH;
     const kvq_cuda_stream *s = streams + stream_id;
-    kvq_dev_load_queries<D, NH>(qs, q, stream_id, n_rep, h0);
+    kvq_mma_load_queries<D, B, NH>(qs, q, stream_id, n_rep, h0);
     __syncthreads();
 
     constexpr int ZR = NQ == 1 && !(OPT & KVQ_MMA_OPT_OCC5);   /* kvq_mma_state */
@@ -4817,7 +4911,7 @@ kvq_attend_mma_kernel(kvq_cuda_pool pool, const kvq_cuda_stream *__restrict__ st
                     kvq_mma_value_exponent<B, HILO>(C::scales(pool, page, 0), (int)G * (D / pool.value_group),
                                                  pool.zero_mode, lane, kb.v_pow, kb.v_inv);
             }
-            kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC>(chunk, last_chunk, C::keys(pool, page, chunk),
+            kvq_mma_run_chunk<D, B, NQ, HILO, DEC, ZR, PC, 0>(chunk, last_chunk, C::keys(pool, page, chunk),
                                                            C::values(pool, page, chunk),
                                                            C::scales(pool, page, chunk), pool.value_group,
                                                            pool.zero_mode,

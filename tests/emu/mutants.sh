@@ -133,8 +133,8 @@ mutant shared-race race/attend 'race on shared memory .q_bad' \
 # the tensor-core kernel (Sec. 8):
 # 8. a lane reads its neighbour's fragment-order key words
 mutant mma-fragment-index plain/mma 'mma.*rows over tolerance' \
-    'const uint32_t *w = kwc + ((size_t)rt * 32 + lane) * S::KPL;' \
-    'const uint32_t *w = kwc + ((size_t)rt * 32 + (lane ^ 1)) * S::KPL;'
+    'auto w = [&](int k) { return kwc[kvq_mma_word_at<S::KPL, U, SW>(rt, lane, k)]; };' \
+    'auto w = [&](int k) { return kwc[kvq_mma_word_at<S::KPL, U, SW>(rt, lane ^ 1, k)]; };'
 # 9. the keys' power-of-two exponent off by one
 mutant mma-exponent plain/mma 'mma.*rows over tolerance' \
     'inv = ldexpf(1.0f, -__shfl_sync(0xffffffffu, e, 8 * tig));' \
@@ -301,6 +301,18 @@ mutant mma-acc-swizzle plain/mma 'mma.*rows over tolerance' \
 mutant mma-acc-no-swizzle banks/mma,rotate,compact-pages 'bank gate: FAIL' \
     '    return h * D + (SWZ ? c ^ (8 * (h & 3)) : c);' \
     '    return h * D + c;'
+# the v5 stage's unit-major layout (issue 46): each lane's copies take
+#     the first block's words for every block (the keys' second row tile,
+#     the 4-bit values' second token block)
+mutant mma-stage-units plain/mma 'mma.*rows over tolerance' \
+    '        kvq_mma_cp_unit<U>(d + 32 * U * i, s + (i / (W / U)) * 32 * W + (i % (W / U)) * U);' \
+    '        kvq_mma_cp_unit<U>(d + 32 * U * i, s + (i % (W / U)) * U);'
+# the query rows' XOR dropped from their stores and reads alike: the same
+#     outputs, 4-way conflicts at the page's key weights (kvq_mma_q_at),
+#     which only the bank gate sees
+mutant mma-q-no-swizzle banks/mma,rotate,compact-pages 'bank gate: FAIL' \
+    '    return h * D + (d ^ ((h & 1) | (B == 2 ? 16 : 8) * ((h >> 1) & 1)));' \
+    '    return h * D + d;'
 # the attention calls' status word (issue 46, no memset): the first kernel
 # does not zero it, so a word left by an earlier call (or cudaMalloc's
 # poison) is read as this call's status
