@@ -1882,7 +1882,7 @@ static const unsigned char kvq__fp8_bytes[2][64] __attribute__((aligned(64))) = 
 #endif
 static KVQ__VINLINE void kvq__fp8_keys16(kvq__v16 *cv /* (4) */, __m512i x, int DEC)
 {
-    __m512i w[2];
+    __m512i w[2], hb[2];   /* the codes widened, then as fp16 bits       */
     int i;
 #if KVQ__FP8_VBMI
     /* vpermt2b: word t of w[i] = byte 4 t' + c of x (t' = t mod 16, c =
@@ -1890,24 +1890,25 @@ static KVQ__VINLINE void kvq__fp8_keys16(kvq__v16 *cv /* (4) */, __m512i x, int 
     const __m512i zero = _mm512_setzero_si512();
     w[0] = _mm512_permutex2var_epi8(x, _mm512_loadu_si512((const void *)kvq__fp8_bytes[0]), zero);
     w[1] = _mm512_permutex2var_epi8(x, _mm512_loadu_si512((const void *)kvq__fp8_bytes[1]), zero);
-    for (i = 0; i < 2; i++) {                   /* E4M3: (w >>s 1) & 0xBFFF */
-        const __m512i hb = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_srai_epi16(w[i], 1),
-                                                                   _mm512_set1_epi16((short)0xBFFF))
-                                                : w[i];
+    for (i = 0; i < 2; i++)                     /* E4M3: (w >>s 1) & 0xBFFF */
+        hb[i] = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_srai_epi16(w[i], 1),
+                                                        _mm512_set1_epi16((short)0xBFFF))
+                                     : w[i];
 #else
     const __m512i by_ch = _mm512_set4_epi32(0x0F0B0703, 0x0E0A0602, 0x0D090501, 0x0C080400),
                   lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     const __m512i z = _mm512_permutexvar_epi32(lanes, _mm512_shuffle_epi8(x, by_ch));
     w[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(z));          /* ch 0, 1 */
     w[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z, 1));    /* ch 2, 3 */
-    for (i = 0; i < 2; i++) {
-        const __m512i hb = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_slli_epi16(w[i], 7),
-                                                 _mm512_set1_epi16((short)0xBF80))
-                              : _mm512_slli_epi16(w[i], 8);
+    for (i = 0; i < 2; i++)
+        hb[i] = DEC != KVQ__DEC_E5M2 ? _mm512_and_si512(_mm512_slli_epi16(w[i], 7),
+                                                        _mm512_set1_epi16((short)0xBF80))
+                                     : _mm512_slli_epi16(w[i], 8);
 #endif
-        cv[2 * i].part[0] = (kvq__vf)kvq__fp8_scale512(_mm512_cvtph_ps(_mm512_castsi512_si256(hb)), DEC);
+    for (i = 0; i < 2; i++) {
+        cv[2 * i].part[0] = (kvq__vf)kvq__fp8_scale512(_mm512_cvtph_ps(_mm512_castsi512_si256(hb[i])), DEC);
         cv[2 * i + 1].part[0] = (kvq__vf)kvq__fp8_scale512(
-            _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hb, 1)), DEC);
+            _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hb[i], 1)), DEC);
     }
 }
 #endif
